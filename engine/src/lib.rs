@@ -1,2 +1,25 @@
-//! engine
+//! Sans-IO state machines for three Cluster API controllers (Machine deletion,
+//! MachineHealthCheck, MachinePool), fed by inputs that are journaled in sled before they are
+//! applied.
+//!
+//! No clock, RNG, async runtime or I/O here except the `journal` module: time is a value passed
+//! to [`Engine::handle`], and commands are pulled with [`Engine::poll_command`].
+
+pub mod codec;
+pub mod command;
+pub mod controller;
+pub mod convert;
+pub mod deletion;
+mod engine;
+pub mod health;
+pub mod input;
+pub mod model;
+pub mod pool;
+pub mod store;
+pub mod testing;
 pub mod time;
+
+pub use command::{Action, Command, ControllerId, Target};
+pub use engine::{Controllers, Engine};
+pub use input::{ApiOutcome, Input};
+pub use time::{Duration, Timestamp};

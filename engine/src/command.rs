@@ -1,0 +1,262 @@
+//! What the engine asks the outside world to do.
+
+use crate::model::{Conditions, ObjectKey};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The three controllers, named as timelines show them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ControllerId {
+    Deletion,
+    Drain,
+    Health,
+    Remediation,
+    Pool,
+}
+
+impl ControllerId {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ControllerId::Deletion => "deletion",
+            ControllerId::Drain => "drain",
+            ControllerId::Health => "health",
+            ControllerId::Remediation => "remediation",
+            ControllerId::Pool => "pool",
+        }
+    }
+}
+
+/// An object a command writes to, with the apiVersion to address it by.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Target {
+    pub key: ObjectKey,
+    pub api_version: String,
+}
+
+/// JSON text carried inside commands (kept as text so records encode compactly and canonically).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JsonText(pub String);
+
+impl JsonText {
+    pub fn from_value(v: &serde_json::Value) -> Self {
+        JsonText(v.to_string())
+    }
+    pub fn to_value(&self) -> serde_json::Value {
+        serde_json::from_str(&self.0).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+/// The action vocabulary of the scenario contract (`Cordon`, `Evict`, ...), plus `AddFinalizer`
+/// and `RecordEvent` (Kubernetes Events).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Action {
+    Cordon {
+        node: Target,
+    },
+    Evict {
+        pod: Target,
+        grace_period_seconds: Option<i64>,
+    },
+    DeleteInfrastructure {
+        target: Target,
+    },
+    DeleteBootstrap {
+        target: Target,
+    },
+    DeleteNode {
+        node: Target,
+    },
+    AddFinalizer {
+        target: Target,
+        finalizer: String,
+    },
+    RemoveFinalizer {
+        target: Target,
+        finalizer: String,
+    },
+    /// Write the object's full condition lists (both API versions' lists).
+    SetCondition {
+        target: Target,
+        conditions: Conditions,
+        /// What changed, for timelines: `DrainingSucceeded=False (Draining)`.
+        summary: String,
+    },
+    /// A JSON merge patch on the status subresource.
+    PatchStatus {
+        target: Target,
+        merge: JsonText,
+        summary: String,
+    },
+    /// A JSON merge patch on the main resource (spec or metadata).
+    PatchSpec {
+        target: Target,
+        merge: JsonText,
+        summary: String,
+    },
+    /// A JSON merge patch adding owner references (and labels that go with them).
+    SetOwnerReference {
+        target: Target,
+        merge: JsonText,
+        summary: String,
+    },
+    CreateRemediation {
+        target: Target,
+        object: JsonText,
+    },
+    DeleteRemediation {
+        target: Target,
+    },
+    DeleteMachine {
+        target: Target,
+    },
+    CreateMachine {
+        target: Target,
+        object: JsonText,
+    },
+    RecordEvent {
+        regarding: Target,
+        type_: EventType,
+        reason: String,
+        message: String,
+    },
+}
+
+impl Action {
+    /// The contract name (`Cordon`, `Evict`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::Cordon { .. } => "Cordon",
+            Action::Evict { .. } => "Evict",
+            Action::DeleteInfrastructure { .. } => "DeleteInfrastructure",
+            Action::DeleteBootstrap { .. } => "DeleteBootstrap",
+            Action::DeleteNode { .. } => "DeleteNode",
+            Action::AddFinalizer { .. } => "AddFinalizer",
+            Action::RemoveFinalizer { .. } => "RemoveFinalizer",
+            Action::SetCondition { .. } => "SetCondition",
+            Action::PatchStatus { .. } => "PatchStatus",
+            Action::PatchSpec { .. } => "PatchSpec",
+            Action::SetOwnerReference { .. } => "SetOwnerReference",
+            Action::CreateRemediation { .. } => "CreateRemediation",
+            Action::DeleteRemediation { .. } => "DeleteRemediation",
+            Action::DeleteMachine { .. } => "DeleteMachine",
+            Action::CreateMachine { .. } => "CreateMachine",
+            Action::RecordEvent { .. } => "RecordEvent",
+        }
+    }
+
+    /// The object the action writes to.
+    pub fn target(&self) -> &Target {
+        match self {
+            Action::Cordon { node } | Action::DeleteNode { node } => node,
+            Action::Evict { pod, .. } => pod,
+            Action::DeleteInfrastructure { target }
+            | Action::DeleteBootstrap { target }
+            | Action::AddFinalizer { target, .. }
+            | Action::RemoveFinalizer { target, .. }
+            | Action::SetCondition { target, .. }
+            | Action::PatchStatus { target, .. }
+            | Action::PatchSpec { target, .. }
+            | Action::SetOwnerReference { target, .. }
+            | Action::CreateRemediation { target, .. }
+            | Action::DeleteRemediation { target }
+            | Action::DeleteMachine { target }
+            | Action::CreateMachine { target, .. } => target,
+            Action::RecordEvent { regarding, .. } => regarding,
+        }
+    }
+
+    /// Whether the action destroys something (eviction, deletion, finalizer removal).
+    pub fn is_destructive(&self) -> bool {
+        matches!(
+            self,
+            Action::Evict { .. }
+                | Action::DeleteInfrastructure { .. }
+                | Action::DeleteBootstrap { .. }
+                | Action::DeleteNode { .. }
+                | Action::RemoveFinalizer { .. }
+                | Action::DeleteRemediation { .. }
+                | Action::DeleteMachine { .. }
+        )
+    }
+
+    /// Details for timelines (the part after the action name and target).
+    pub fn detail(&self) -> String {
+        match self {
+            Action::Cordon { .. } => "spec.unschedulable=true".to_string(),
+            Action::Evict {
+                grace_period_seconds,
+                ..
+            } => match grace_period_seconds {
+                Some(g) => format!("gracePeriodSeconds={g}"),
+                None => String::new(),
+            },
+            Action::AddFinalizer { finalizer, .. } | Action::RemoveFinalizer { finalizer, .. } => {
+                finalizer.clone()
+            }
+            Action::SetCondition { summary, .. }
+            | Action::PatchStatus { summary, .. }
+            | Action::PatchSpec { summary, .. }
+            | Action::SetOwnerReference { summary, .. } => summary.clone(),
+            Action::RecordEvent {
+                type_,
+                reason,
+                message,
+                ..
+            } => format!("{} {reason}: {message}", type_.as_str()),
+            Action::DeleteInfrastructure { .. }
+            | Action::DeleteBootstrap { .. }
+            | Action::DeleteNode { .. }
+            | Action::CreateRemediation { .. }
+            | Action::DeleteRemediation { .. }
+            | Action::DeleteMachine { .. }
+            | Action::CreateMachine { .. } => String::new(),
+        }
+    }
+}
+
+/// One command: an action, who decided it, and the journal sequence number of the input that
+/// caused it (so a timeline can answer "why").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Command {
+    pub id: u64,
+    pub cause: u64,
+    pub controller: ControllerId,
+    /// The object whose reconcile decided this (a Machine, an MHC, a MachinePool).
+    pub owner: ObjectKey,
+    pub action: Action,
+    /// Why, in words an operator understands.
+    pub reason: String,
+}
+
+impl fmt::Display for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "#{} {} {} {}",
+            self.id,
+            self.controller.as_str(),
+            self.action.name(),
+            self.action.target().key
+        )?;
+        let detail = self.action.detail();
+        if !detail.is_empty() {
+            write!(f, " {detail}")?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,239 @@
+//! The core loop: `handle(now, input)`, `poll_command()`, `next_deadline()`.
+
+use crate::codec;
+use crate::command::{Command, ControllerId};
+use crate::controller::{Controller, Cx, Effects};
+use crate::deletion::MachineDeletion;
+use crate::health::HealthChecks;
+use crate::input::{ApiOutcome, Input};
+use crate::model::ObjectKey;
+use crate::pool::Pools;
+use crate::store::{Change, Store};
+use crate::time::Timestamp;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// Bound on reconciles per input, so a bug that keeps re-dirtying keys cannot spin forever.
+const RECONCILES_PER_INPUT_MAX: usize = 1_000_000;
+
+/// The registry: every controller the engine runs. Adding one means a field here and a line
+/// in [`Controllers::all_mut`]; the loop in [`Engine::handle`] does not change.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Controllers {
+    pub deletion: MachineDeletion,
+    pub health: HealthChecks,
+    pub pool: Pools,
+}
+
+impl Controllers {
+    fn all_mut(&mut self) -> [&mut dyn Controller; 3] {
+        [&mut self.deletion, &mut self.health, &mut self.pool]
+    }
+
+    fn all(&self) -> [&dyn Controller; 3] {
+        [&self.deletion, &self.health, &self.pool]
+    }
+}
+
+/// Which registry slot owns commands of a controller id (deletion also issues `drain`
+/// commands; health also issues `remediation` ones).
+fn slot_of(id: ControllerId) -> usize {
+    match id {
+        ControllerId::Deletion | ControllerId::Drain => 0,
+        ControllerId::Health | ControllerId::Remediation => 1,
+        ControllerId::Pool => 2,
+    }
+}
+
+/// The whole engine: observed objects, controller state, commands in flight.
+///
+/// Expected flow: append each input to the journal, then `handle(now, input)`; drain
+/// `poll_command()` and execute each command, feeding the answer back as
+/// [`Input::ApiResult`]; when `next_deadline()` passes, feed [`Input::Tick`].
+/// Guarantees: the state after a sequence of inputs depends only on those inputs and their
+/// timestamps, so replaying a journal rebuilds it exactly ([`Engine::state_hash`] proves it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Engine {
+    applied_seq: u64,
+    now: Timestamp,
+    store: Store,
+    controllers: Controllers,
+    effects: Effects,
+}
+
+impl Engine {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sequence number of the last applied input (journal sequence numbers start at 1).
+    pub fn applied_seq(&self) -> u64 {
+        self.applied_seq
+    }
+
+    pub fn now(&self) -> Timestamp {
+        self.now
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn controllers(&self) -> &Controllers {
+        &self.controllers
+    }
+
+    pub fn in_flight_len(&self) -> usize {
+        self.effects.in_flight_len()
+    }
+
+    /// Applies one input at time `now` (a clock that goes backwards is held at its maximum).
+    pub fn handle(&mut self, now: Timestamp, input: &Input) {
+        self.now = self.now.max(now);
+        self.applied_seq += 1;
+        let mut dirty: [BTreeSet<ObjectKey>; 3] = Default::default();
+        match input {
+            Input::Upsert { scope, object } => {
+                if let Some(change) = self.store.upsert(scope, object.clone()) {
+                    self.route(&change, &mut dirty);
+                }
+            }
+            Input::Delete { key } => {
+                if let Some(change) = self.store.remove(key) {
+                    self.route(&change, &mut dirty);
+                }
+            }
+            Input::Relist { scope, objects } => {
+                let changes = self.store.replace_scope(scope, objects.clone());
+                for change in &changes {
+                    self.route(change, &mut dirty);
+                }
+                // Unchanged objects are routed too: a synced cache may unblock destructive
+                // commands that were held back while it was not.
+                for object in objects {
+                    let key = object.key(scope);
+                    if !changes.iter().any(|c| c.key == key) {
+                        let same = Change {
+                            key,
+                            before: Some(object.clone()),
+                            after: Some(object.clone()),
+                        };
+                        self.route(&same, &mut dirty);
+                    }
+                }
+            }
+            Input::ApiResult { command, outcome } => {
+                self.complete(*command, outcome, &mut dirty);
+            }
+            Input::Tick => {
+                let now = self.now;
+                for (slot, controller) in self.controllers.all_mut().into_iter().enumerate() {
+                    let mut due = Vec::new();
+                    controller.take_due(now, &mut due);
+                    dirty[slot].extend(due);
+                }
+            }
+            Input::Restarted => {
+                for (id, owner) in self.effects.forget_in_flight() {
+                    dirty[slot_of(id)].insert(owner);
+                }
+                self.store.mark_unsynced_all();
+            }
+        }
+        self.reconcile(dirty);
+    }
+
+    /// The next command to execute, if any. Call until `None` after every `handle`.
+    #[must_use]
+    pub fn poll_command(&mut self) -> Option<Command> {
+        self.effects.poll()
+    }
+
+    /// The earliest time the engine wants a [`Input::Tick`].
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        self.controllers
+            .all()
+            .iter()
+            .filter_map(|c| c.next_deadline())
+            .min()
+    }
+
+    /// A stable hash of the canonical encoding of the whole state (FNV-1a, 64 bits).
+    pub fn state_hash(&self) -> u64 {
+        fnv1a(&codec::encode(self))
+    }
+
+    /// The canonical encoding (for snapshots).
+    pub fn encode_state(&self) -> Vec<u8> {
+        codec::encode(self)
+    }
+
+    pub fn decode_state(bytes: &[u8]) -> Result<Engine, codec::CodecError> {
+        codec::decode(bytes)
+    }
+
+    fn route(&self, change: &Change, dirty: &mut [BTreeSet<ObjectKey>; 3]) {
+        for (slot, controller) in self.controllers.all().into_iter().enumerate() {
+            let mut keys = Vec::new();
+            controller.affected(&self.store, change, &mut keys);
+            dirty[slot].extend(keys);
+        }
+    }
+
+    fn complete(&mut self, id: u64, outcome: &ApiOutcome, dirty: &mut [BTreeSet<ObjectKey>; 3]) {
+        let Some((command, waiters)) = self.effects.complete(id) else {
+            tracing::debug!(
+                command = id,
+                "result for a command not in flight (after a restart?)"
+            );
+            return;
+        };
+        if let ApiOutcome::Ok {
+            object: Some(object),
+        } = outcome
+        {
+            let scope = command.action.target().key.scope.clone();
+            if let Some(change) = self.store.upsert(&scope, object.clone()) {
+                self.route(&change, dirty);
+            }
+        }
+        let slot = slot_of(command.controller);
+        self.controllers.all_mut()[slot].on_result(&command, outcome, self.now);
+        dirty[slot].insert(command.owner.clone());
+        for (controller, owner) in waiters {
+            dirty[slot_of(controller)].insert(owner);
+        }
+    }
+
+    fn reconcile(&mut self, dirty: [BTreeSet<ObjectKey>; 3]) {
+        let mut budget = RECONCILES_PER_INPUT_MAX;
+        let now = self.now;
+        let cause = self.applied_seq;
+        for (slot, keys) in dirty.into_iter().enumerate() {
+            for key in keys {
+                if budget == 0 {
+                    tracing::error!("reconcile budget exhausted for input #{cause}");
+                    return;
+                }
+                budget -= 1;
+                let mut cx = Cx {
+                    now,
+                    store: &self.store,
+                    cause,
+                    owner: key.clone(),
+                    effects: &mut self.effects,
+                };
+                self.controllers.all_mut()[slot].reconcile(&key, &mut cx);
+            }
+        }
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}

@@ -1,0 +1,97 @@
+//! What the engine is fed. Every input is journaled before it is applied.
+
+use crate::model::{Object, ObjectKey, Scope};
+use serde::{Deserialize, Serialize};
+
+/// One input to [`crate::Engine::handle`].
+///
+/// Expected failures of the outside world (404, 409, a PDB refusing an eviction, an unreachable
+/// cluster) arrive as [`Input::ApiResult`], never as Rust errors.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Input {
+    /// An object was created or changed (a watch event or a list item).
+    Upsert { scope: Scope, object: Object },
+    /// An object is gone from the API.
+    Delete { key: ObjectKey },
+    /// A relist of one cluster finished: `objects` is everything now in it, replacing the cache
+    /// for that scope. Also marks the scope's cache as synced.
+    Relist { scope: Scope, objects: Vec<Object> },
+    /// The result of executing the command with this id.
+    ApiResult { command: u64, outcome: ApiOutcome },
+    /// Time has advanced to (at least) a deadline the engine asked for.
+    Tick,
+    /// The controller process restarted: commands that were in flight may never have run.
+    Restarted,
+}
+
+/// How the API answered a command.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ApiOutcome {
+    /// 2xx; the object as the API returned it, when it returned one.
+    Ok {
+        object: Option<Object>,
+    },
+    NotFound,
+    Conflict {
+        message: String,
+    },
+    /// 429 with the Status message and the detail causes joined by ",".
+    TooManyRequests {
+        message: String,
+    },
+    /// 403; `namespace_terminating` when the cause is `NamespaceTerminating`.
+    Forbidden {
+        message: String,
+        namespace_terminating: bool,
+    },
+    /// Any other HTTP error.
+    Error {
+        code: u16,
+        message: String,
+    },
+    /// The cluster's API could not be reached at all.
+    Unreachable {
+        message: String,
+    },
+}
+
+impl ApiOutcome {
+    pub fn is_success(&self) -> bool {
+        matches!(self, ApiOutcome::Ok { .. })
+    }
+
+    /// A short label for timelines: `ok`, `404`, `429: <message>`.
+    pub fn summary(&self) -> String {
+        match self {
+            ApiOutcome::Ok { .. } => "ok".to_string(),
+            ApiOutcome::NotFound => "404 not found".to_string(),
+            ApiOutcome::Conflict { message } => format!("409: {message}"),
+            ApiOutcome::TooManyRequests { message } => format!("429: {message}"),
+            ApiOutcome::Forbidden { message, .. } => format!("403: {message}"),
+            ApiOutcome::Error { code, message } => format!("{code}: {message}"),
+            ApiOutcome::Unreachable { message } => format!("unreachable: {message}"),
+        }
+    }
+}
+
+impl Input {
+    /// A one-line description for timelines and `log show`.
+    pub fn describe(&self) -> String {
+        match self {
+            Input::Upsert { scope, object } => format!("observed {}", object.key(scope)),
+            Input::Delete { key } => format!("observed deletion of {key}"),
+            Input::Relist { scope, objects } => {
+                let name = match scope {
+                    Scope::Management => "management".to_string(),
+                    Scope::Workload(c) => c.name.clone(),
+                };
+                format!("relisted {name} ({} objects)", objects.len())
+            }
+            Input::ApiResult { command, outcome } => {
+                format!("result of command #{command}: {}", outcome.summary())
+            }
+            Input::Tick => "timer".to_string(),
+            Input::Restarted => "controller restarted".to_string(),
+        }
+    }
+}

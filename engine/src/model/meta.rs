@@ -1,0 +1,320 @@
+use crate::time::Timestamp;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Where an object lives: the management cluster, or the workload cluster of a CAPI Cluster.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Scope {
+    Management,
+    /// The workload cluster of the Cluster `namespace/name` in the management cluster.
+    Workload(ClusterName),
+}
+
+/// A CAPI Cluster's identity in the management cluster.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ClusterName {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ClusterName {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        ClusterName {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+/// API group and kind of a provider object (`infrastructure.cluster.x-k8s.io`, `DockerMachine`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct GroupKind {
+    pub group: String,
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Kind {
+    Cluster,
+    Machine,
+    MachineSet,
+    MachineDeployment,
+    MachineHealthCheck,
+    MachinePool,
+    MachineDrainRule,
+    External(GroupKind),
+    Node,
+    Pod,
+    PodDisruptionBudget,
+    DaemonSet,
+    Namespace,
+    PersistentVolume,
+    PersistentVolumeClaim,
+    VolumeAttachment,
+}
+
+impl Kind {
+    pub fn name(&self) -> &str {
+        match self {
+            Kind::Cluster => "Cluster",
+            Kind::Machine => "Machine",
+            Kind::MachineSet => "MachineSet",
+            Kind::MachineDeployment => "MachineDeployment",
+            Kind::MachineHealthCheck => "MachineHealthCheck",
+            Kind::MachinePool => "MachinePool",
+            Kind::MachineDrainRule => "MachineDrainRule",
+            Kind::External(gk) => &gk.kind,
+            Kind::Node => "Node",
+            Kind::Pod => "Pod",
+            Kind::PodDisruptionBudget => "PodDisruptionBudget",
+            Kind::DaemonSet => "DaemonSet",
+            Kind::Namespace => "Namespace",
+            Kind::PersistentVolume => "PersistentVolume",
+            Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
+            Kind::VolumeAttachment => "VolumeAttachment",
+        }
+    }
+
+    pub fn is_cluster_scoped(&self) -> bool {
+        matches!(
+            self,
+            Kind::Node | Kind::Namespace | Kind::PersistentVolume | Kind::VolumeAttachment
+        )
+    }
+
+    /// The kind named by `kind` in `group`, as a known kind when it is one.
+    pub fn from_group_kind(group: &str, kind: &str) -> Kind {
+        match (group, kind) {
+            ("cluster.x-k8s.io", "Cluster") => Kind::Cluster,
+            ("cluster.x-k8s.io", "Machine") => Kind::Machine,
+            ("cluster.x-k8s.io", "MachineSet") => Kind::MachineSet,
+            ("cluster.x-k8s.io", "MachineDeployment") => Kind::MachineDeployment,
+            ("cluster.x-k8s.io", "MachineHealthCheck") => Kind::MachineHealthCheck,
+            ("cluster.x-k8s.io", "MachinePool") => Kind::MachinePool,
+            ("cluster.x-k8s.io", "MachineDrainRule") => Kind::MachineDrainRule,
+            ("", "Node") => Kind::Node,
+            ("", "Pod") => Kind::Pod,
+            ("policy", "PodDisruptionBudget") => Kind::PodDisruptionBudget,
+            ("apps", "DaemonSet") => Kind::DaemonSet,
+            ("", "Namespace") => Kind::Namespace,
+            ("", "PersistentVolume") => Kind::PersistentVolume,
+            ("", "PersistentVolumeClaim") => Kind::PersistentVolumeClaim,
+            ("storage.k8s.io", "VolumeAttachment") => Kind::VolumeAttachment,
+            _ => Kind::External(GroupKind {
+                group: group.to_string(),
+                kind: kind.to_string(),
+            }),
+        }
+    }
+}
+
+/// Identity of an observed object: cluster, kind, namespace ("" when cluster-scoped), name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ObjectKey {
+    pub scope: Scope,
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn new(scope: Scope, kind: Kind, namespace: &str, name: &str) -> Self {
+        let namespace = if kind.is_cluster_scoped() {
+            String::new()
+        } else {
+            namespace.to_string()
+        };
+        ObjectKey {
+            scope,
+            kind,
+            namespace,
+            name: name.to_string(),
+        }
+    }
+
+    pub fn management(kind: Kind, namespace: &str, name: &str) -> Self {
+        Self::new(Scope::Management, kind, namespace, name)
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    /// `Machine default/m1`, `Node n1@c1`, `Pod app/web-0@c1`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ", self.kind.name())?;
+        if !self.namespace.is_empty() {
+            write!(f, "{}/", self.namespace)?;
+        }
+        write!(f, "{}", self.name)?;
+        if let Scope::Workload(c) = &self.scope {
+            write!(f, "@{}", c.name)?;
+        }
+        Ok(())
+    }
+}
+
+/// A reference to a provider object, as a Machine or MachinePool spec holds it.
+/// v1beta1 refs carry `apiVersion`; v1beta2 refs carry only `apiGroup`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ObjectRef {
+    pub api_group: String,
+    /// Full `apiVersion` when the reference names one.
+    pub api_version: Option<String>,
+    pub kind: String,
+    pub name: String,
+    /// Namespace of the reference; the referrer's namespace when empty.
+    pub namespace: String,
+}
+
+impl ObjectRef {
+    pub fn kind(&self) -> Kind {
+        Kind::from_group_kind(&self.api_group, &self.kind)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct OwnerReference {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+    pub controller: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectMeta {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    /// Parsed `metadata.resourceVersion` (0 when absent or not a number).
+    pub resource_version: u64,
+    pub generation: i64,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub finalizers: Vec<String>,
+    pub owner_references: Vec<OwnerReference>,
+    pub creation_timestamp: Option<Timestamp>,
+    pub deletion_timestamp: Option<Timestamp>,
+}
+
+impl ObjectMeta {
+    pub fn is_deleting(&self) -> bool {
+        self.deletion_timestamp.is_some()
+    }
+    pub fn has_annotation(&self, key: &str) -> bool {
+        self.annotations.contains_key(key)
+    }
+    pub fn has_label(&self, key: &str) -> bool {
+        self.labels.contains_key(key)
+    }
+    pub fn controller(&self) -> Option<&OwnerReference> {
+        self.owner_references.iter().find(|o| o.controller)
+    }
+}
+
+/// Which CAPI API version an object was read in; commands write back in the same one.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub enum ApiVersion {
+    V1Beta1,
+    #[default]
+    V1Beta2,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ConditionStatus {
+    True,
+    False,
+    Unknown,
+}
+
+impl ConditionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "True" => Some(ConditionStatus::True),
+            "False" => Some(ConditionStatus::False),
+            "Unknown" => Some(ConditionStatus::Unknown),
+            _ => None,
+        }
+    }
+}
+
+/// v1beta1 CAPI condition severity (empty when the status is True).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Severity {
+    None,
+    Info,
+    Warning,
+    Error,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::None => "",
+            Severity::Info => "Info",
+            Severity::Warning => "Warning",
+            Severity::Error => "Error",
+        }
+    }
+}
+
+/// One condition, in either API version's shape (`severity` is only written for v1beta1).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Condition {
+    pub type_: String,
+    pub status: ConditionStatus,
+    pub reason: String,
+    pub message: String,
+    pub severity: Severity,
+    pub last_transition_time: Option<Timestamp>,
+}
+
+impl Condition {
+    pub fn new(type_: &str, status: ConditionStatus, reason: &str, message: &str) -> Self {
+        Condition {
+            type_: type_.to_string(),
+            status,
+            reason: reason.to_string(),
+            message: message.to_string(),
+            severity: Severity::None,
+            last_transition_time: None,
+        }
+    }
+    pub fn with_severity(mut self, severity: Severity) -> Self {
+        self.severity = severity;
+        self
+    }
+    pub fn is_true(&self) -> bool {
+        self.status == ConditionStatus::True
+    }
+}
+
+/// Condition lists of a CAPI object: `current` holds the v1beta2 types (e.g. `Deleting`),
+/// `legacy` the v1beta1 types (e.g. `DrainingSucceeded`), whatever version the object was read in.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Conditions {
+    pub current: Vec<Condition>,
+    pub legacy: Vec<Condition>,
+}
+
+pub fn find_condition<'a>(list: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    list.iter().find(|c| c.type_ == type_)
+}
+
+impl Conditions {
+    pub fn current(&self, type_: &str) -> Option<&Condition> {
+        find_condition(&self.current, type_)
+    }
+    pub fn legacy(&self, type_: &str) -> Option<&Condition> {
+        find_condition(&self.legacy, type_)
+    }
+}

@@ -1,0 +1,101 @@
+//! The engine's version-neutral domain model: only the fields the three controllers decide on.
+//!
+//! Objects are converted from Kubernetes JSON (either CAPI API version) by [`crate::convert`],
+//! so the simulator and the kube adapter share one mapping. Everything here is plain data with
+//! ordered collections, so the engine state encodes canonically for hashing and snapshots.
+
+mod capi;
+mod core;
+mod meta;
+mod selector;
+
+pub use capi::*;
+pub use core::*;
+pub use meta::*;
+pub use selector::*;
+
+use serde::{Deserialize, Serialize};
+
+/// Every object kind the engine observes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Object {
+    Cluster(Cluster),
+    Machine(Machine),
+    MachineSet(MachineSet),
+    MachineDeployment(MachineDeployment),
+    MachineHealthCheck(MachineHealthCheck),
+    MachinePool(MachinePool),
+    MachineDrainRule(MachineDrainRule),
+    /// Provider objects: InfrastructureMachine(Pool), BootstrapConfig, control planes,
+    /// remediation templates and requests.
+    External(External),
+    Node(Node),
+    Pod(Pod),
+    PodDisruptionBudget(PodDisruptionBudget),
+    DaemonSet(DaemonSet),
+    Namespace(Namespace),
+    PersistentVolume(PersistentVolume),
+    PersistentVolumeClaim(PersistentVolumeClaim),
+    VolumeAttachment(VolumeAttachment),
+}
+
+impl Object {
+    pub fn meta(&self) -> &ObjectMeta {
+        match self {
+            Object::Cluster(o) => &o.meta,
+            Object::Machine(o) => &o.meta,
+            Object::MachineSet(o) => &o.meta,
+            Object::MachineDeployment(o) => &o.meta,
+            Object::MachineHealthCheck(o) => &o.meta,
+            Object::MachinePool(o) => &o.meta,
+            Object::MachineDrainRule(o) => &o.meta,
+            Object::External(o) => &o.meta,
+            Object::Node(o) => &o.meta,
+            Object::Pod(o) => &o.meta,
+            Object::PodDisruptionBudget(o) => &o.meta,
+            Object::DaemonSet(o) => &o.meta,
+            Object::Namespace(o) => &o.meta,
+            Object::PersistentVolume(o) => &o.meta,
+            Object::PersistentVolumeClaim(o) => &o.meta,
+            Object::VolumeAttachment(o) => &o.meta,
+        }
+    }
+
+    pub fn kind(&self) -> Kind {
+        match self {
+            Object::Cluster(_) => Kind::Cluster,
+            Object::Machine(_) => Kind::Machine,
+            Object::MachineSet(_) => Kind::MachineSet,
+            Object::MachineDeployment(_) => Kind::MachineDeployment,
+            Object::MachineHealthCheck(_) => Kind::MachineHealthCheck,
+            Object::MachinePool(_) => Kind::MachinePool,
+            Object::MachineDrainRule(_) => Kind::MachineDrainRule,
+            Object::External(o) => Kind::External(o.group_kind.clone()),
+            Object::Node(_) => Kind::Node,
+            Object::Pod(_) => Kind::Pod,
+            Object::PodDisruptionBudget(_) => Kind::PodDisruptionBudget,
+            Object::DaemonSet(_) => Kind::DaemonSet,
+            Object::Namespace(_) => Kind::Namespace,
+            Object::PersistentVolume(_) => Kind::PersistentVolume,
+            Object::PersistentVolumeClaim(_) => Kind::PersistentVolumeClaim,
+            Object::VolumeAttachment(_) => Kind::VolumeAttachment,
+        }
+    }
+
+    /// The key under which this object is stored, given the cluster it was observed in.
+    pub fn key(&self, scope: &Scope) -> ObjectKey {
+        let meta = self.meta();
+        let kind = self.kind();
+        let namespace = if kind.is_cluster_scoped() {
+            String::new()
+        } else {
+            meta.namespace.clone()
+        };
+        ObjectKey {
+            scope: scope.clone(),
+            kind,
+            namespace,
+            name: meta.name.clone(),
+        }
+    }
+}

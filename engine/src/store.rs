@@ -1,0 +1,199 @@
+//! The engine's cache of observed objects, with the indexes the controllers need.
+
+use crate::model::{Kind, Object, ObjectKey, Scope};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One observed change: the object before and after (either may be absent).
+#[derive(Clone, Debug)]
+pub struct Change {
+    pub key: ObjectKey,
+    pub before: Option<Object>,
+    pub after: Option<Object>,
+}
+
+impl Change {
+    /// The object as it is now, or as it was last seen when it is gone.
+    pub fn latest(&self) -> Option<&Object> {
+        self.after.as_ref().or(self.before.as_ref())
+    }
+}
+
+/// Observed objects of every cluster, keyed canonically, plus secondary indexes.
+///
+/// Guarantees: iteration order is the key order (deterministic); an upsert with an older
+/// `resourceVersion` than the cached one is ignored (a stale watch event or API answer).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Store {
+    objects: BTreeMap<ObjectKey, Object>,
+    /// Pods by (cluster, node name).
+    pods_by_node: BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
+    /// Nodes by (cluster, providerID).
+    nodes_by_provider_id: BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
+    synced: BTreeSet<Scope>,
+}
+
+impl Store {
+    pub fn get(&self, key: &ObjectKey) -> Option<&Object> {
+        self.objects.get(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    pub fn is_synced(&self, scope: &Scope) -> bool {
+        self.synced.contains(scope)
+    }
+
+    pub fn mark_unsynced_all(&mut self) {
+        self.synced.clear();
+    }
+
+    /// Every object of `kind` in `scope`, in key order.
+    pub fn iter_kind<'a>(
+        &'a self,
+        scope: &'a Scope,
+        kind: &'a Kind,
+    ) -> impl Iterator<Item = (&'a ObjectKey, &'a Object)> + 'a {
+        let start = ObjectKey {
+            scope: scope.clone(),
+            kind: kind.clone(),
+            namespace: String::new(),
+            name: String::new(),
+        };
+        self.objects
+            .range(start..)
+            .take_while(move |(k, _)| &k.scope == scope && &k.kind == kind)
+    }
+
+    /// Every object in a scope, in key order.
+    pub fn iter_scope<'a>(
+        &'a self,
+        scope: &'a Scope,
+    ) -> impl Iterator<Item = (&'a ObjectKey, &'a Object)> + 'a {
+        self.objects.iter().filter(move |(k, _)| &k.scope == scope)
+    }
+
+    /// Keys of the pods bound to `node` in `scope`.
+    pub fn pods_on_node(&self, scope: &Scope, node: &str) -> impl Iterator<Item = &ObjectKey> {
+        self.pods_by_node
+            .get(&(scope.clone(), node.to_string()))
+            .into_iter()
+            .flatten()
+    }
+
+    /// Nodes in `scope` whose `spec.providerID` is `provider_id`.
+    pub fn nodes_by_provider_id(
+        &self,
+        scope: &Scope,
+        provider_id: &str,
+    ) -> impl Iterator<Item = &ObjectKey> {
+        self.nodes_by_provider_id
+            .get(&(scope.clone(), provider_id.to_string()))
+            .into_iter()
+            .flatten()
+    }
+
+    /// Inserts or replaces an object. Returns the change, or `None` when nothing changed or the
+    /// update is older than what is cached.
+    pub fn upsert(&mut self, scope: &Scope, object: Object) -> Option<Change> {
+        let key = object.key(scope);
+        if let Some(existing) = self.objects.get(&key) {
+            let (old_rv, new_rv) = (
+                existing.meta().resource_version,
+                object.meta().resource_version,
+            );
+            if new_rv != 0 && old_rv > new_rv {
+                return None;
+            }
+            if existing == &object {
+                return None;
+            }
+        }
+        self.index(&key, &object, true);
+        let before = self.objects.insert(key.clone(), object.clone());
+        if let Some(b) = &before {
+            self.index(&key, b, false);
+            self.index(&key, &object, true);
+        }
+        Some(Change {
+            key,
+            before,
+            after: Some(object),
+        })
+    }
+
+    pub fn remove(&mut self, key: &ObjectKey) -> Option<Change> {
+        let before = self.objects.remove(key)?;
+        self.index(key, &before, false);
+        Some(Change {
+            key: key.clone(),
+            before: Some(before),
+            after: None,
+        })
+    }
+
+    /// Replaces everything in `scope` with `objects` (a relist) and marks the scope synced.
+    pub fn replace_scope(&mut self, scope: &Scope, objects: Vec<Object>) -> Vec<Change> {
+        let incoming: BTreeSet<ObjectKey> = objects.iter().map(|o| o.key(scope)).collect();
+        let stale: Vec<ObjectKey> = self
+            .iter_scope(scope)
+            .map(|(k, _)| k.clone())
+            .filter(|k| !incoming.contains(k))
+            .collect();
+        let mut changes: Vec<Change> = stale.iter().filter_map(|k| self.remove(k)).collect();
+        for object in objects {
+            changes.extend(self.upsert_unordered(scope, object));
+        }
+        self.synced.insert(scope.clone());
+        changes
+    }
+
+    /// A relist answer is authoritative: it replaces the cached object whatever its version.
+    fn upsert_unordered(&mut self, scope: &Scope, object: Object) -> Option<Change> {
+        let key = object.key(scope);
+        if self.objects.get(&key) == Some(&object) {
+            return None;
+        }
+        let before = self.remove(&key).and_then(|c| c.before);
+        self.index(&key, &object, true);
+        self.objects.insert(key.clone(), object.clone());
+        Some(Change {
+            key,
+            before,
+            after: Some(object),
+        })
+    }
+
+    fn index(&mut self, key: &ObjectKey, object: &Object, add: bool) {
+        let entry = match object {
+            Object::Pod(p) => p
+                .node_name
+                .as_ref()
+                .map(|n| (&mut self.pods_by_node, (key.scope.clone(), n.clone()))),
+            Object::Node(n) => n.provider_id.as_ref().map(|p| {
+                (
+                    &mut self.nodes_by_provider_id,
+                    (key.scope.clone(), p.clone()),
+                )
+            }),
+            _ => None,
+        };
+        let Some((index, index_key)) = entry else {
+            return;
+        };
+        if add {
+            index.entry(index_key).or_default().insert(key.clone());
+        } else if let Some(set) = index.get_mut(&index_key) {
+            set.remove(key);
+            if set.is_empty() {
+                index.remove(&index_key);
+            }
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! Builders for tests and benchmarks: minimal valid model objects with sensible defaults.
+//! Not part of the engine's contract.
+
+use crate::model::*;
+use crate::time::Timestamp;
+use std::collections::BTreeMap;
+
+/// The workload cluster of Cluster `default/c1`.
+pub fn workload(cluster: &str) -> Scope {
+    Scope::Workload(ClusterName::new("default", cluster))
+}
+
+pub fn meta(namespace: &str, name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: name.to_string(),
+        namespace: namespace.to_string(),
+        uid: format!("uid-{namespace}-{name}"),
+        resource_version: 1,
+        creation_timestamp: Some(Timestamp(0)),
+        ..Default::default()
+    }
+}
+
+pub fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+pub fn cluster(name: &str) -> Cluster {
+    Cluster {
+        meta: meta("default", name),
+        version: ApiVersion::V1Beta2,
+        paused: false,
+        control_plane_ref: None,
+        conditions: Conditions::default(),
+    }
+}
+
+fn provider_ref(group: &str, kind: &str, name: &str) -> ObjectRef {
+    ObjectRef {
+        api_group: group.to_string(),
+        api_version: Some(format!("{group}/v1beta2")),
+        kind: kind.to_string(),
+        name: name.to_string(),
+        namespace: "default".to_string(),
+    }
+}
+
+/// A v1beta2 worker Machine of cluster `cluster` with node `node`, finalizer set, infra
+/// `DockerMachine/<name>` and bootstrap `KubeadmConfig/<name>`.
+pub fn machine(cluster: &str, name: &str, node: Option<&str>) -> Machine {
+    let mut m = meta("default", name);
+    m.labels = labels(&[(CLUSTER_NAME_LABEL, cluster)]);
+    m.finalizers = vec![MACHINE_FINALIZER.to_string()];
+    Machine {
+        meta: m,
+        version: ApiVersion::V1Beta2,
+        cluster_name: cluster.to_string(),
+        bootstrap_config_ref: Some(provider_ref(
+            "bootstrap.cluster.x-k8s.io",
+            "KubeadmConfig",
+            name,
+        )),
+        bootstrap_data_secret_name: None,
+        infrastructure_ref: provider_ref("infrastructure.cluster.x-k8s.io", "DockerMachine", name),
+        provider_id: Some(format!("sim://{cluster}/{name}")),
+        kubernetes_version: None,
+        node_drain_timeout: None,
+        node_volume_detach_timeout: None,
+        node_deletion_timeout: None,
+        node_ref: node.map(str::to_string),
+        phase: Some("Running".to_string()),
+        deletion: DeletionTimes::default(),
+        infrastructure_ready: true,
+        failure_reason: None,
+        failure_message: None,
+        conditions: Conditions::default(),
+    }
+}
+
+/// A control-plane Machine (label `cluster.x-k8s.io/control-plane`).
+pub fn control_plane_machine(cluster: &str, name: &str, node: Option<&str>) -> Machine {
+    let mut m = machine(cluster, name, node);
+    m.meta
+        .labels
+        .insert(CONTROL_PLANE_LABEL.to_string(), String::new());
+    m
+}
+
+/// A provider object (`group`, `kind`, `name`) in namespace `default`, ready.
+pub fn external(group: &str, kind: &str, name: &str) -> External {
+    External {
+        meta: meta("default", name),
+        group_kind: GroupKind {
+            group: group.to_string(),
+            kind: kind.to_string(),
+        },
+        api_version: format!("{group}/v1beta2"),
+        provider_id: None,
+        ready: Some(true),
+        provisioned: Some(true),
+        data_secret_created: Some(true),
+        data_secret_name: None,
+        provider_id_list: None,
+        status_replicas: None,
+        infrastructure_machine_kind: None,
+        failure_reason: None,
+        failure_message: None,
+        external_managed_control_plane: false,
+        template_json: None,
+    }
+}
+
+pub fn infra_machine(name: &str) -> External {
+    let mut e = external("infrastructure.cluster.x-k8s.io", "DockerMachine", name);
+    e.provider_id = Some(format!("sim://c1/{name}"));
+    e
+}
+
+pub fn bootstrap_config(name: &str) -> External {
+    external("bootstrap.cluster.x-k8s.io", "KubeadmConfig", name)
+}
+
+pub fn ready_condition(status: ConditionStatus, since: Timestamp) -> NodeCondition {
+    NodeCondition {
+        type_: "Ready".to_string(),
+        status,
+        reason: String::new(),
+        message: String::new(),
+        last_transition_time: Some(since),
+    }
+}
+
+/// A Ready, schedulable Node.
+pub fn node(name: &str) -> Node {
+    Node {
+        meta: meta("", name),
+        provider_id: None,
+        unschedulable: false,
+        taints: Vec::new(),
+        conditions: vec![ready_condition(ConditionStatus::True, Timestamp(0))],
+        volumes_attached: Vec::new(),
+        kubelet_version: None,
+    }
+}
+
+/// A running Pod on `node`, controlled by ReplicaSet `rs-<name>`.
+pub fn pod(namespace: &str, name: &str, node: &str) -> Pod {
+    let mut m = meta(namespace, name);
+    m.owner_references = vec![OwnerReference {
+        api_version: "apps/v1".to_string(),
+        kind: "ReplicaSet".to_string(),
+        name: format!("rs-{name}"),
+        uid: format!("uid-rs-{name}"),
+        controller: true,
+    }];
+    Pod {
+        meta: m,
+        node_name: Some(node.to_string()),
+        phase: "Running".to_string(),
+        has_empty_dir: false,
+        termination_grace_period_seconds: Some(30),
+        pvc_names: Vec::new(),
+        ready: true,
+    }
+}
+
+pub fn namespace(name: &str) -> Namespace {
+    Namespace {
+        meta: meta("", name),
+        terminating: false,
+    }
+}
+
+/// An engine whose caches are synced with `objects` (one relist per scope, management first),
+/// with the commands of that first pass drained and returned.
+pub fn synced_engine(
+    now: Timestamp,
+    objects: Vec<(Scope, Object)>,
+) -> (crate::Engine, Vec<crate::Command>) {
+    let mut by_scope: BTreeMap<Scope, Vec<Object>> = BTreeMap::new();
+    by_scope.entry(Scope::Management).or_default();
+    for (scope, object) in objects {
+        by_scope.entry(scope).or_default().push(object);
+    }
+    let mut engine = crate::Engine::new();
+    for (scope, objects) in by_scope {
+        engine.handle(now, &crate::Input::Relist { scope, objects });
+    }
+    let commands = drain_commands(&mut engine);
+    (engine, commands)
+}
+
+pub fn drain_commands(engine: &mut crate::Engine) -> Vec<crate::Command> {
+    std::iter::from_fn(|| engine.poll_command()).collect()
+}
