@@ -1,0 +1,2 @@
+//! Scenario files (`scenarios/*.yaml`): loading and validation.
+pub mod yaml;
