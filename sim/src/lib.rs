@@ -1,1 +1,2 @@
 //! sim
+pub mod scenario;

@@ -1,0 +1,18 @@
+//! Scenario files (`scenarios/*.yaml`), as `/work/shared/SCENARIOS.md` specifies them.
+//!
+//! [`load`] / [`parse`] turn one file into a typed [`Scenario`] with every default filled in, or
+//! the first [`ScenarioError`] (`file:line: key.path: message`, exit 2). Validation covers the
+//! scenario's structure (keys, types, durations, step and expectation shapes, workload cluster
+//! references, object identity); object *content* is left to the controllers.
+
+mod error;
+mod model;
+mod parse;
+pub mod yaml;
+
+pub use error::ScenarioError;
+pub use model::*;
+pub use parse::{load, parse};
+
+#[cfg(test)]
+mod tests;
