@@ -1,1 +1,208 @@
-//! conversion
+//! The one mapping between Kubernetes JSON and the engine: objects in, API requests out.
+//!
+//! The simulator and the kube adapter both use it, so a field read one way in tests is read the
+//! same way against a real cluster. Pure functions, no I/O.
+//!
+//! * [`object_from_json`] reads an object as `kubectl get -o json` prints it (CAPI kinds in
+//!   `cluster.x-k8s.io/v1beta1` or `v1beta2`) into the version-neutral [`crate::model`].
+//!   Kinds the engine does not model are `Ok(None)`; a malformed object is a [`ConvertError`]
+//!   naming the field, never a panic. Content the controllers must judge (a label selector with
+//!   an unknown operator, a `maxUnhealthy` of `abc`) is not an error: it is kept for them.
+//! * [`conditions_json`] writes both condition lists where the object's API version keeps them.
+//! * [`request_for`] turns a [`crate::Command`] into one concrete [`ApiRequest`].
+
+mod capi;
+mod common;
+mod core;
+mod external;
+mod field;
+mod request;
+mod status;
+
+#[cfg(test)]
+mod tests_capi;
+#[cfg(test)]
+mod tests_core;
+#[cfg(test)]
+mod tests_request;
+
+pub use request::{
+    ApiRequest, FinalizerChange, Subresource, api_path, collection_path, eviction_body,
+    finalizer_json_patch, plural, request_for,
+};
+pub use status::{capi_version_of, condition_json, conditions_json};
+
+use crate::model::{ApiVersion, Kind, Object, ObjectKey, Scope};
+use field::At;
+use serde_json::Value;
+use std::fmt;
+
+/// A field of an object that cannot be read: `spec.nodeDrainTimeout: "10x" is not a duration`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConvertError {
+    /// Dotted path of the field (`status.conditions[1].status`); empty for the whole object.
+    pub path: String,
+    pub message: String,
+}
+
+impl ConvertError {
+    pub fn new(path: &str, message: impl Into<String>) -> Self {
+        ConvertError {
+            path: path.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConvertError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ConvertError {}
+
+/// The CAPI core group; its kinds are modelled one by one, other kinds in it and every
+/// `*.cluster.x-k8s.io` group (infrastructure, bootstrap, controlplane, ...) are provider objects.
+pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
+
+fn is_capi_group(group: &str) -> bool {
+    group == CAPI_GROUP || group.ends_with(".cluster.x-k8s.io")
+}
+
+/// What `apiVersion` and `kind` say about an object.
+struct TypeInfo<'a> {
+    api_version: &'a str,
+    group: &'a str,
+    version: &'a str,
+    kind_name: &'a str,
+    /// The model kind; `External` also for kinds outside the CAPI groups (not modelled).
+    kind: Kind,
+    /// The `apiVersion` field, for errors about it.
+    api_version_at: At<'a>,
+}
+
+impl TypeInfo<'_> {
+    fn is_modelled(&self) -> bool {
+        match &self.kind {
+            Kind::External(_) => is_capi_group(self.group),
+            _ => true,
+        }
+    }
+
+    /// The CAPI API version of a core CAPI kind.
+    fn capi_version(&self) -> Result<ApiVersion, ConvertError> {
+        match self.version {
+            "v1beta1" => Ok(ApiVersion::V1Beta1),
+            "v1beta2" => Ok(ApiVersion::V1Beta2),
+            other => Err(self.api_version_at.error(format!(
+                "{other:?} is not a supported version of {} (use v1beta1 or v1beta2)",
+                self.group
+            ))),
+        }
+    }
+}
+
+fn type_info<'a>(root: &At<'a>) -> Result<TypeInfo<'a>, ConvertError> {
+    let api_version_at = root.get("apiVersion");
+    let kind_at = root.get("kind");
+    let Some(Value::String(api_version)) = api_version_at.value() else {
+        return Err(api_version_at.error("required"));
+    };
+    let Some(Value::String(kind_name)) = kind_at.value() else {
+        return Err(kind_at.error("required"));
+    };
+    if api_version.is_empty() {
+        return Err(api_version_at.error("required"));
+    }
+    if kind_name.is_empty() {
+        return Err(kind_at.error("required"));
+    }
+    let (group, version) = api_version
+        .rsplit_once('/')
+        .unwrap_or(("", api_version.as_str()));
+    Ok(TypeInfo {
+        api_version,
+        group,
+        version,
+        kind_name,
+        kind: Kind::from_group_kind(group, kind_name),
+        api_version_at,
+    })
+}
+
+/// Reads one Kubernetes object. `Ok(None)` for kinds the engine does not model (Secrets,
+/// ReplicaSets, Events, ...).
+///
+/// Errors name the field: `spec.nodeDrainTimeout: "10x" is not a duration: unknown unit "x"`.
+/// Namespaces are taken as written (the API server always fills them in); references without a
+/// namespace get the referrer's.
+pub fn object_from_json(value: &Value) -> Result<Option<Object>, ConvertError> {
+    let root = At::root(value).object()?;
+    if !root.is_present() {
+        return Err(root.error("expected an object, got null"));
+    }
+    let info = type_info(&root)?;
+    if !info.is_modelled() {
+        return Ok(None);
+    }
+    let object = match &info.kind {
+        Kind::Cluster => Object::Cluster(capi::cluster(&root, info.capi_version()?)?),
+        Kind::Machine => Object::Machine(capi::machine(&root, info.capi_version()?)?),
+        Kind::MachineSet => Object::MachineSet(capi::machine_set(&root, info.capi_version()?)?),
+        Kind::MachineDeployment => {
+            Object::MachineDeployment(capi::machine_deployment(&root, info.capi_version()?)?)
+        }
+        Kind::MachineHealthCheck => {
+            Object::MachineHealthCheck(capi::machine_health_check(&root, info.capi_version()?)?)
+        }
+        Kind::MachinePool => Object::MachinePool(capi::machine_pool(&root, info.capi_version()?)?),
+        Kind::MachineDrainRule => {
+            info.capi_version()?;
+            Object::MachineDrainRule(capi::machine_drain_rule(&root)?)
+        }
+        Kind::External(_) => Object::External(external::external(
+            &root,
+            info.group,
+            info.kind_name,
+            info.api_version,
+        )?),
+        Kind::Node => Object::Node(core::node(&root)?),
+        Kind::Pod => Object::Pod(core::pod(&root)?),
+        Kind::PodDisruptionBudget => {
+            Object::PodDisruptionBudget(core::pod_disruption_budget(&root)?)
+        }
+        Kind::DaemonSet => Object::DaemonSet(core::daemon_set(&root)?),
+        Kind::Namespace => Object::Namespace(core::namespace(&root)?),
+        Kind::PersistentVolume => Object::PersistentVolume(core::persistent_volume(&root)?),
+        Kind::PersistentVolumeClaim => {
+            Object::PersistentVolumeClaim(core::persistent_volume_claim(&root)?)
+        }
+        Kind::VolumeAttachment => Object::VolumeAttachment(core::volume_attachment(&root)?),
+    };
+    Ok(Some(object))
+}
+
+/// The key an object would be stored under in `scope`, read from `apiVersion`, `kind` and
+/// `metadata` only, so a watch DELETE of an object whose body no longer converts can still
+/// remove it. `Ok(None)` for kinds the engine does not model.
+pub fn object_key_of_json(scope: &Scope, value: &Value) -> Result<Option<ObjectKey>, ConvertError> {
+    let root = At::root(value).object()?;
+    let info = type_info(&root)?;
+    if !info.is_modelled() {
+        return Ok(None);
+    }
+    let metadata = root.get("metadata").object()?;
+    let name = metadata.get("name").required_str()?;
+    let namespace = metadata.get("namespace").str_or_empty()?;
+    Ok(Some(ObjectKey::new(
+        scope.clone(),
+        info.kind,
+        &namespace,
+        &name,
+    )))
+}

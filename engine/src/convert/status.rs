@@ -1,0 +1,61 @@
+//! Condition lists written back where the object's API version keeps them.
+
+use crate::model::{ApiVersion, Condition, Conditions, Severity};
+use serde_json::{Map, Value, json};
+
+/// The CAPI API version of a `Target::api_version` such as `cluster.x-k8s.io/v1beta1`
+/// (v1beta2 for anything else: it is the storage version and the engine's default).
+pub fn capi_version_of(api_version: &str) -> ApiVersion {
+    match api_version.rsplit_once('/') {
+        Some((_, "v1beta1")) => ApiVersion::V1Beta1,
+        _ => ApiVersion::V1Beta2,
+    }
+}
+
+/// One condition as the API prints it: `type`, `status`, `reason` and `message` (left out when
+/// empty, as the API omits them), `severity` when `with_severity` and it is set (v1beta1-type
+/// conditions only), `lastTransitionTime` when known.
+pub fn condition_json(c: &Condition, with_severity: bool) -> Value {
+    let mut out = Map::new();
+    out.insert("type".to_string(), json!(c.type_));
+    out.insert("status".to_string(), json!(c.status.as_str()));
+    if with_severity && c.severity != Severity::None {
+        out.insert("severity".to_string(), json!(c.severity.as_str()));
+    }
+    if let Some(t) = c.last_transition_time {
+        out.insert("lastTransitionTime".to_string(), json!(t.to_rfc3339()));
+    }
+    if !c.reason.is_empty() {
+        out.insert("reason".to_string(), json!(c.reason));
+    }
+    if !c.message.is_empty() {
+        out.insert("message".to_string(), json!(c.message));
+    }
+    Value::Object(out)
+}
+
+fn list(conditions: &[Condition], with_severity: bool) -> Value {
+    Value::Array(
+        conditions
+            .iter()
+            .map(|c| condition_json(c, with_severity))
+            .collect(),
+    )
+}
+
+/// The `status` fragment holding both condition lists (CAPI-SEMANTICS Part 1 decision 1):
+/// v1beta1 `{"conditions": legacy, "v1beta2": {"conditions": current}}`, v1beta2
+/// `{"conditions": current, "deprecated": {"v1beta1": {"conditions": legacy}}}`.
+/// Lists are always written whole: a merge patch replaces arrays.
+pub fn conditions_json(version: ApiVersion, c: &Conditions) -> Value {
+    match version {
+        ApiVersion::V1Beta1 => json!({
+            "conditions": list(&c.legacy, true),
+            "v1beta2": {"conditions": list(&c.current, false)},
+        }),
+        ApiVersion::V1Beta2 => json!({
+            "conditions": list(&c.current, false),
+            "deprecated": {"v1beta1": {"conditions": list(&c.legacy, true)}},
+        }),
+    }
+}
