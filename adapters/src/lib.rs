@@ -1,1 +1,1 @@
-//! adapters
+//! The kube adapter: watch events in, API calls out.

@@ -1,1 +1,43 @@
-fn main() {}
+//! `lifecycle`: run the controllers against a cluster, replay scenarios, inspect journals.
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+mod cli;
+
+#[derive(Parser)]
+#[command(
+    name = "lifecycle",
+    version,
+    about = "Cluster API machine lifecycle controllers, replayable"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay scenarios in the deterministic simulator.
+    Sim {
+        #[command(subcommand)]
+        command: cli::sim::SimCommand,
+    },
+    /// Inspect a journal.
+    Log {
+        #[command(subcommand)]
+        command: cli::log::LogCommand,
+    },
+    /// Run the controllers against the management cluster of the current kubeconfig.
+    Run(cli::run::RunArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Sim { command } => cli::sim::main(command),
+        Command::Log { command } => cli::log::main(command),
+        Command::Run(args) => cli::run::main(args),
+    };
+    ExitCode::from(code)
+}

@@ -1,2 +1,24 @@
-//! sim
+//! Deterministic simulation: a fake clock and event queue, fake clusters and providers, the
+//! scenario loader, invariant checks, and the timeline renderer.
+//!
+//! Same scenario and seed give byte-identical timelines: time only moves when the next event
+//! is due, all randomness comes from one `rand_chacha` stream, and every collection is ordered.
+
+pub mod api;
+pub mod defaults;
+mod exec;
+pub mod expect;
+mod faults;
+pub mod feed;
+pub mod invariants;
+pub mod journaling;
+mod pools;
+pub mod run;
 pub mod scenario;
+mod setup;
+pub mod sim;
+mod steps;
+pub mod timeline;
+mod world;
+
+pub use run::{Report, RunOptions, run};

@@ -1,0 +1,5 @@
+//! Subcommands of the `lifecycle` binary.
+
+pub mod log;
+pub mod run;
+pub mod sim;

@@ -1,0 +1,153 @@
+//! Small helpers over `serde_json::Value`: paths, merge patch (RFC 7386), metadata access.
+
+use serde_json::{Map, Value};
+
+/// RFC 7386 JSON merge patch: objects merge, `null` deletes, anything else replaces.
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(patch_map) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    let map = target.as_object_mut().expect("made an object above");
+    for (k, v) in patch_map {
+        if v.is_null() {
+            map.remove(k);
+        } else {
+            merge_patch(map.entry(k.clone()).or_insert(Value::Null), v);
+        }
+    }
+}
+
+/// The value at a dotted path (`status.phase`, `spec.providerIDList.0`) or a JSON Pointer
+/// (`/metadata/annotations/a~1b`).
+pub fn get_path<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
+    if path.starts_with('/') {
+        return value.pointer(path);
+    }
+    let mut cur = value;
+    for seg in path.split('.') {
+        cur = match cur {
+            Value::Object(m) => m.get(seg)?,
+            Value::Array(a) => a.get(seg.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(cur)
+}
+
+pub fn str_at<'a>(value: &'a Value, path: &str) -> Option<&'a str> {
+    get_path(value, path).and_then(Value::as_str)
+}
+
+/// The object at `path`, created (as `{}`) along the way when missing.
+pub fn object_at<'a>(value: &'a mut Value, path: &[&str]) -> &'a mut Map<String, Value> {
+    let mut cur = value;
+    for seg in path {
+        if !cur.is_object() {
+            *cur = Value::Object(Map::new());
+        }
+        cur = cur
+            .as_object_mut()
+            .expect("made an object above")
+            .entry(seg.to_string())
+            .or_insert_with(|| Value::Object(Map::new()));
+    }
+    if !cur.is_object() {
+        *cur = Value::Object(Map::new());
+    }
+    cur.as_object_mut().expect("made an object above")
+}
+
+pub fn set_path(value: &mut Value, path: &[&str], v: Value) {
+    let (last, parents) = path.split_last().expect("non-empty path");
+    object_at(value, parents).insert(last.to_string(), v);
+}
+
+pub fn name(obj: &Value) -> &str {
+    str_at(obj, "metadata.name").unwrap_or("")
+}
+
+pub fn namespace(obj: &Value) -> &str {
+    str_at(obj, "metadata.namespace").unwrap_or("")
+}
+
+pub fn kind(obj: &Value) -> &str {
+    str_at(obj, "kind").unwrap_or("")
+}
+
+pub fn api_version(obj: &Value) -> &str {
+    str_at(obj, "apiVersion").unwrap_or("")
+}
+
+/// The API group of an apiVersion (`apps/v1` → `apps`, `v1` → ``).
+pub fn group_of(api_version: &str) -> &str {
+    api_version
+        .split_once('/')
+        .map(|(g, _)| g)
+        .unwrap_or_default()
+}
+
+pub fn labels(obj: &Value) -> std::collections::BTreeMap<String, String> {
+    string_map(obj, "metadata.labels")
+}
+
+pub fn annotations(obj: &Value) -> std::collections::BTreeMap<String, String> {
+    string_map(obj, "metadata.annotations")
+}
+
+fn string_map(obj: &Value, path: &str) -> std::collections::BTreeMap<String, String> {
+    get_path(obj, path)
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn finalizers(obj: &Value) -> Vec<String> {
+    get_path(obj, "metadata.finalizers")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn is_deleting(obj: &Value) -> bool {
+    get_path(obj, "metadata.deletionTimestamp").is_some_and(|v| !v.is_null())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn merge_patch_follows_rfc7386() {
+        let mut doc = json!({"a": {"b": 1, "c": 2}, "l": [1, 2]});
+        merge_patch(&mut doc, &json!({"a": {"b": null, "d": 3}, "l": [3]}));
+        assert_eq!(doc, json!({"a": {"c": 2, "d": 3}, "l": [3]}));
+    }
+
+    #[test]
+    fn paths_support_dots_indexes_and_pointers() {
+        let doc = json!({"spec": {"list": ["x", "y"]}, "metadata": {"annotations": {"a/b": "v"}}});
+        assert_eq!(get_path(&doc, "spec.list.1"), Some(&json!("y")));
+        assert_eq!(
+            get_path(&doc, "/metadata/annotations/a~1b"),
+            Some(&json!("v"))
+        );
+        assert_eq!(get_path(&doc, "spec.missing"), None);
+    }
+}
+
+pub fn is_cluster_scoped_value(key: &super::store::ObjKey) -> bool {
+    super::store::is_cluster_scoped(&key.kind)
+}

@@ -1,0 +1,210 @@
+//! The fake Kubernetes API of every simulated cluster: objects with real write semantics,
+//! PDB-enforcing eviction, and the changes a watch would report.
+
+pub mod eviction;
+pub mod json;
+pub mod store;
+
+pub use store::{ApiError, ClusterStore, ObjKey, Part, Written};
+
+/// Lower-case plural resource name of a kind (`Node` → `nodes`, `Policy` → `policies`).
+pub fn plural(kind: &str) -> String {
+    let lower = kind.to_lowercase();
+    if lower.ends_with('s')
+        || lower.ends_with('x')
+        || lower.ends_with("ch")
+        || lower.ends_with("sh")
+    {
+        format!("{lower}es")
+    } else if let Some(stem) = lower.strip_suffix('y')
+        && !stem.ends_with(['a', 'e', 'i', 'o', 'u'])
+    {
+        format!("{stem}ies")
+    } else {
+        format!("{lower}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::eviction::{self, PDB_VIOLATION};
+    use super::*;
+    use engine::time::Timestamp;
+    use serde_json::json;
+
+    const NOW: Timestamp = Timestamp(1_704_067_200_000);
+
+    fn web_pod(name: &str, ready: bool) -> serde_json::Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": "app", "labels": {"app": "web"}},
+               "spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 30},
+               "status": {"phase": "Running",
+                          "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}})
+    }
+
+    fn store_with_pdb(min_available: serde_json::Value) -> ClusterStore {
+        let mut s = ClusterStore::new("c1");
+        for (name, ready) in [("web-0", true), ("web-1", true), ("web-2", true)] {
+            s.create(web_pod(name, ready), NOW).unwrap();
+        }
+        s.create(
+            json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                   "metadata": {"name": "web", "namespace": "app"},
+                   "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": "web"}}}}),
+            NOW,
+        )
+        .unwrap();
+        s
+    }
+
+    #[test]
+    fn eviction_refused_by_pdb_answers_429_with_the_budget_cause() {
+        let mut s = store_with_pdb(json!(3));
+        let key = ObjKey::new("", "Pod", "app", "web-0");
+        let err = eviction::evict(&mut s, &key, None, NOW).err().unwrap();
+        assert_eq!(
+            err,
+            ApiError::TooManyRequests {
+                message: PDB_VIOLATION.to_string(),
+                causes: vec![
+                    "The disruption budget web needs 3 healthy pods and has 3 currently".into()
+                ],
+            }
+        );
+        assert_eq!(err.code(), 429);
+        assert!(
+            !json::is_deleting(s.get(&key).unwrap()),
+            "a refused eviction changes nothing"
+        );
+    }
+
+    #[test]
+    fn eviction_allowed_by_pdb_marks_the_pod_deleting() {
+        let mut s = store_with_pdb(json!("50%"));
+        let key = ObjKey::new("", "Pod", "app", "web-0");
+        assert!(eviction::evict(&mut s, &key, None, NOW).is_ok());
+        let pod = s.get(&key).unwrap();
+        assert!(json::is_deleting(pod));
+        assert_eq!(
+            pod.pointer("/metadata/deletionGracePeriodSeconds"),
+            Some(&json!(30))
+        );
+        // 2 of 3 healthy left, 50% of 3 rounds up to 2: no more disruptions allowed.
+        let second = ObjKey::new("", "Pod", "app", "web-1");
+        assert!(matches!(
+            eviction::evict(&mut s, &second, None, NOW),
+            Err(ApiError::TooManyRequests { .. })
+        ));
+    }
+
+    #[test]
+    fn eviction_in_a_terminating_namespace_is_forbidden() {
+        let mut s = ClusterStore::new("c1");
+        s.create(web_pod("web-0", true), NOW).unwrap();
+        s.create(
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app"},
+                   "status": {"phase": "Terminating"}}),
+            NOW,
+        )
+        .unwrap();
+        let err = eviction::evict(&mut s, &ObjKey::new("", "Pod", "app", "web-0"), None, NOW)
+            .err()
+            .unwrap();
+        assert!(matches!(
+            err,
+            ApiError::Forbidden {
+                namespace_terminating: true,
+                ..
+            }
+        ));
+        assert_eq!(err.code(), 403);
+    }
+
+    #[test]
+    fn eviction_of_a_missing_pod_is_404() {
+        let mut s = ClusterStore::new("c1");
+        let err = eviction::evict(&mut s, &ObjKey::new("", "Pod", "app", "nope"), None, NOW)
+            .err()
+            .unwrap();
+        assert_eq!(err.code(), 404);
+    }
+
+    #[test]
+    fn finished_pods_bypass_the_pdb() {
+        let mut s = store_with_pdb(json!(3));
+        let key = ObjKey::new("", "Pod", "app", "web-0");
+        s.patch(
+            &key,
+            &json!({"status": {"phase": "Succeeded"}}),
+            Part::Whole,
+        )
+        .unwrap();
+        assert!(eviction::evict(&mut s, &key, None, NOW).is_ok());
+    }
+
+    #[test]
+    fn finalizers_hold_deletion_until_removed() {
+        let mut s = ClusterStore::new("m");
+        s.create(
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                   "metadata": {"name": "m1", "namespace": "default", "finalizers": ["x"]}}),
+            NOW,
+        )
+        .unwrap();
+        let key = ObjKey::new("cluster.x-k8s.io", "Machine", "default", "m1");
+        let w = s.delete(&key, NOW).unwrap();
+        assert!(json::is_deleting(w.object.as_ref().unwrap()));
+        let err = s
+            .patch(
+                &key,
+                &json!({"metadata": {"finalizers": ["x", "y"]}}),
+                Part::Main,
+            )
+            .err()
+            .unwrap();
+        assert_eq!(err.code(), 422);
+        let w = s
+            .patch(&key, &json!({"metadata": {"finalizers": null}}), Part::Main)
+            .unwrap();
+        assert!(w.object.is_none());
+        assert!(s.get(&key).is_none());
+    }
+
+    #[test]
+    fn status_subresource_writes_only_status() {
+        let mut s = ClusterStore::new("m");
+        s.create(
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "spec": {}}),
+            NOW,
+        )
+        .unwrap();
+        let key = ObjKey::new("", "Node", "", "n1");
+        s.patch(
+            &key,
+            &json!({"spec": {"unschedulable": true}, "status": {"x": 1}}),
+            Part::Status,
+        )
+        .unwrap();
+        let n = s.get(&key).unwrap();
+        assert_eq!(n.pointer("/status/x"), Some(&json!(1)));
+        assert_eq!(n.pointer("/spec/unschedulable"), None);
+        s.patch(
+            &key,
+            &json!({"spec": {"unschedulable": true}, "status": {"x": 2}}),
+            Part::Main,
+        )
+        .unwrap();
+        let n = s.get(&key).unwrap();
+        assert_eq!(n.pointer("/status/x"), Some(&json!(1)));
+        assert_eq!(n.pointer("/spec/unschedulable"), Some(&json!(true)));
+        assert_eq!(n.pointer("/metadata/generation"), Some(&json!(2)));
+    }
+
+    #[test]
+    fn plurals() {
+        assert_eq!(plural("Node"), "nodes");
+        assert_eq!(plural("Policy"), "policies");
+        assert_eq!(plural("Ingress"), "ingresses");
+        assert_eq!(plural("Gateway"), "gateways");
+    }
+}

@@ -1,0 +1,376 @@
+//! One cluster's objects with the API server's write semantics: resourceVersion, uid,
+//! generation, `deletionTimestamp` + finalizers, status subresource, merge patch.
+
+use super::json::{self, group_of};
+use engine::time::Timestamp;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// `(group, kind, namespace, name)`; namespace is empty for cluster-scoped kinds.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjKey {
+    pub group: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjKey {
+    pub fn new(group: &str, kind: &str, namespace: &str, name: &str) -> Self {
+        let namespace = if is_cluster_scoped(kind) {
+            ""
+        } else {
+            namespace
+        };
+        ObjKey {
+            group: group.to_string(),
+            kind: kind.to_string(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+
+    pub fn of(obj: &Value) -> Self {
+        ObjKey::new(
+            group_of(json::api_version(obj)),
+            json::kind(obj),
+            json::namespace(obj),
+            json::name(obj),
+        )
+    }
+}
+
+impl std::fmt::Display for ObjKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ", self.kind)?;
+        if !self.namespace.is_empty() {
+            write!(f, "{}/", self.namespace)?;
+        }
+        f.write_str(&self.name)
+    }
+}
+
+pub fn is_cluster_scoped(kind: &str) -> bool {
+    matches!(
+        kind,
+        "Node" | "Namespace" | "PersistentVolume" | "VolumeAttachment"
+    )
+}
+
+/// An API error as the server would return it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ApiError {
+    NotFound(String),
+    AlreadyExists(String),
+    Conflict(String),
+    Invalid(String),
+    TooManyRequests {
+        message: String,
+        causes: Vec<String>,
+    },
+    Forbidden {
+        message: String,
+        namespace_terminating: bool,
+    },
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn code(&self) -> u16 {
+        match self {
+            ApiError::NotFound(_) => 404,
+            ApiError::AlreadyExists(_) | ApiError::Conflict(_) => 409,
+            ApiError::Invalid(_) => 422,
+            ApiError::TooManyRequests { .. } => 429,
+            ApiError::Forbidden { .. } => 403,
+            ApiError::Internal(_) => 500,
+        }
+    }
+}
+
+/// Which part of an object a write may change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// The main resource: `.status` is left as stored.
+    Main,
+    /// The status subresource: only `.status` changes.
+    Status,
+    /// Everything (scenario steps play providers and users, status included).
+    Whole,
+}
+
+/// What a write did, as a watch would report it.
+#[derive(Clone, Debug)]
+pub struct Written {
+    pub key: ObjKey,
+    /// The object now, or `None` when the write removed it.
+    pub object: Option<Value>,
+    /// The object as it was last, when the write removed it.
+    pub removed: Option<Value>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ClusterStore {
+    objects: BTreeMap<ObjKey, Value>,
+    resource_version: u64,
+    uid_counter: u64,
+    /// Prefix of generated uids, so uids differ between clusters.
+    pub uid_prefix: String,
+}
+
+impl ClusterStore {
+    pub fn new(uid_prefix: &str) -> Self {
+        ClusterStore {
+            uid_prefix: uid_prefix.to_string(),
+            ..Default::default()
+        }
+    }
+
+    pub fn get(&self, key: &ObjKey) -> Option<&Value> {
+        self.objects.get(key)
+    }
+
+    pub fn resource_version(&self) -> u64 {
+        self.resource_version
+    }
+
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&ObjKey, &Value)> {
+        self.objects.iter()
+    }
+
+    /// Objects of one kind (any group with that kind name when `group` is None).
+    pub fn list<'a>(
+        &'a self,
+        group: &'a str,
+        kind: &'a str,
+    ) -> impl Iterator<Item = (&'a ObjKey, &'a Value)> + 'a {
+        let start = ObjKey {
+            group: group.to_string(),
+            kind: kind.to_string(),
+            namespace: String::new(),
+            name: String::new(),
+        };
+        self.objects
+            .range(start..)
+            .take_while(move |(k, _)| k.group == group && k.kind == kind)
+    }
+
+    fn bump(&mut self) -> u64 {
+        self.resource_version += 1;
+        self.resource_version
+    }
+
+    fn stamp(&mut self, obj: &mut Value) {
+        let rv = self.bump();
+        json::set_path(obj, &["metadata", "resourceVersion"], json!(rv.to_string()));
+    }
+
+    /// Creates an object; 409 when it exists.
+    pub fn create(&mut self, mut obj: Value, now: Timestamp) -> Result<Written, ApiError> {
+        let key = ObjKey::of(&obj);
+        if key.name.is_empty() {
+            return Err(ApiError::Invalid("metadata.name: Required value".into()));
+        }
+        if self.objects.contains_key(&key) {
+            return Err(ApiError::AlreadyExists(format!(
+                "{} {:?} already exists",
+                key.kind.to_lowercase(),
+                key.name
+            )));
+        }
+        self.uid_counter += 1;
+        let uid = format!("{}-{:06}", self.uid_prefix, self.uid_counter);
+        let meta = json::object_at(&mut obj, &["metadata"]);
+        meta.entry("uid").or_insert(json!(uid));
+        meta.entry("creationTimestamp")
+            .or_insert(json!(now.to_rfc3339()));
+        meta.insert("generation".into(), json!(1));
+        if json::is_cluster_scoped_value(&key) {
+            meta.remove("namespace");
+        }
+        self.stamp(&mut obj);
+        self.objects.insert(key.clone(), obj.clone());
+        Ok(Written {
+            key,
+            object: Some(obj),
+            removed: None,
+        })
+    }
+
+    /// Creates or replaces (a scenario `apply`): a replacement keeps uid and creation time.
+    pub fn apply(&mut self, mut obj: Value, now: Timestamp) -> Result<Written, ApiError> {
+        let key = ObjKey::of(&obj);
+        let Some(existing) = self.objects.get(&key) else {
+            return self.create(obj, now);
+        };
+        for field in ["uid", "creationTimestamp", "deletionTimestamp"] {
+            if let Some(v) = existing.pointer(&format!("/metadata/{field}")).cloned() {
+                json::object_at(&mut obj, &["metadata"])
+                    .entry(field)
+                    .or_insert(v);
+            }
+        }
+        self.finish_write(key, obj, false)
+    }
+
+    /// A JSON merge patch on `part` of the object.
+    pub fn patch(&mut self, key: &ObjKey, patch: &Value, part: Part) -> Result<Written, ApiError> {
+        let current = self.objects.get(key).ok_or_else(|| not_found(key))?.clone();
+        let mut next = current.clone();
+        match part {
+            Part::Whole => json::merge_patch(&mut next, patch),
+            Part::Main => {
+                let mut p = patch.clone();
+                if let Some(m) = p.as_object_mut() {
+                    m.remove("status");
+                }
+                json::merge_patch(&mut next, &p);
+            }
+            Part::Status => {
+                if let Some(status) = patch.get("status") {
+                    json::merge_patch(
+                        next.as_object_mut()
+                            .expect("stored objects are objects")
+                            .entry("status")
+                            .or_insert(Value::Null),
+                        status,
+                    );
+                }
+            }
+        }
+        if json::is_deleting(&current) && !json::is_deleting(&next) {
+            return Err(ApiError::Invalid(
+                "metadata.deletionTimestamp: field is immutable".into(),
+            ));
+        }
+        if json::is_deleting(&current) {
+            let before = json::finalizers(&current);
+            if json::finalizers(&next).iter().any(|f| !before.contains(f)) {
+                return Err(ApiError::Invalid(
+                    "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted".into(),
+                ));
+            }
+        }
+        if next == current {
+            return Ok(Written {
+                key: key.clone(),
+                object: Some(current),
+                removed: None,
+            });
+        }
+        if part != Part::Status && spec_changed(&current, &next) {
+            let generation = current
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            json::set_path(
+                &mut next,
+                &["metadata", "generation"],
+                json!(generation + 1),
+            );
+        }
+        let had_finalizers = !json::finalizers(&current).is_empty();
+        self.finish_write(key.clone(), next, had_finalizers)
+    }
+
+    /// Deletes: with finalizers the object stays with a `deletionTimestamp`; otherwise it is
+    /// removed at once. Graceful pod deletion is the world's business (see `mark_deleting`).
+    pub fn delete(&mut self, key: &ObjKey, now: Timestamp) -> Result<Written, ApiError> {
+        let current = self.objects.get(key).ok_or_else(|| not_found(key))?;
+        if json::is_deleting(current) {
+            return Ok(Written {
+                key: key.clone(),
+                object: Some(current.clone()),
+                removed: None,
+            });
+        }
+        if json::finalizers(current).is_empty() {
+            return Ok(self.remove(key));
+        }
+        self.mark_deleting(key, now, None)
+    }
+
+    /// Sets `deletionTimestamp` (and `deletionGracePeriodSeconds`) without removing.
+    pub fn mark_deleting(
+        &mut self,
+        key: &ObjKey,
+        now: Timestamp,
+        grace_seconds: Option<i64>,
+    ) -> Result<Written, ApiError> {
+        let mut next = self.objects.get(key).ok_or_else(|| not_found(key))?.clone();
+        if json::is_deleting(&next) {
+            return Ok(Written {
+                key: key.clone(),
+                object: Some(next),
+                removed: None,
+            });
+        }
+        let meta = json::object_at(&mut next, &["metadata"]);
+        meta.insert("deletionTimestamp".into(), json!(now.to_rfc3339()));
+        meta.insert(
+            "deletionGracePeriodSeconds".into(),
+            json!(grace_seconds.unwrap_or(0)),
+        );
+        self.finish_write(key.clone(), next, false)
+    }
+
+    /// Removes the object outright (the kubelet confirming a pod is gone, GC, a provider).
+    pub fn remove(&mut self, key: &ObjKey) -> Written {
+        let removed = self.objects.remove(key);
+        if removed.is_some() {
+            self.bump();
+        }
+        Written {
+            key: key.clone(),
+            object: None,
+            removed,
+        }
+    }
+
+    /// Stores a write; an object that is deleting and just lost its last finalizer is removed.
+    fn finish_write(
+        &mut self,
+        key: ObjKey,
+        mut next: Value,
+        had_finalizers: bool,
+    ) -> Result<Written, ApiError> {
+        if had_finalizers && json::is_deleting(&next) && json::finalizers(&next).is_empty() {
+            return Ok(self.remove(&key));
+        }
+        self.stamp(&mut next);
+        self.objects.insert(key.clone(), next.clone());
+        Ok(Written {
+            key,
+            object: Some(next),
+            removed: None,
+        })
+    }
+}
+
+fn spec_changed(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v.as_object_mut() {
+            m.remove("metadata");
+            m.remove("status");
+        }
+        v
+    };
+    strip(a) != strip(b)
+}
+
+pub fn not_found(key: &ObjKey) -> ApiError {
+    ApiError::NotFound(format!(
+        "{} {:?} not found",
+        super::plural(&key.kind),
+        key.name
+    ))
+}

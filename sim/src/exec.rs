@@ -1,0 +1,192 @@
+//! Carrying out controller commands against the fake API, through the engine's shared
+//! command → request mapping, and feeding the answers back.
+
+use crate::api::{ApiError, ObjKey, Part, Written, eviction, json};
+use crate::sim::{ActionRecord, EventRecord, Sim};
+use crate::timeline::Line;
+use engine::convert::{ApiRequest, Subresource, request_for};
+use engine::model::Scope;
+use engine::{Action, ApiOutcome, Command, Input, Target};
+use serde_json::json;
+
+fn obj_key(target: &Target) -> ObjKey {
+    ObjKey::new(
+        json::group_of(&target.api_version),
+        target.key.kind.name(),
+        &target.key.namespace,
+        &target.key.name,
+    )
+}
+
+fn outcome_of(err: ApiError) -> ApiOutcome {
+    match err {
+        ApiError::NotFound(_) => ApiOutcome::NotFound,
+        ApiError::AlreadyExists(m) | ApiError::Conflict(m) => ApiOutcome::Conflict { message: m },
+        ApiError::TooManyRequests { message, causes } => ApiOutcome::TooManyRequests {
+            message: if causes.is_empty() {
+                message
+            } else {
+                format!("{message} {}", causes.join(","))
+            },
+        },
+        ApiError::Forbidden {
+            message,
+            namespace_terminating,
+        } => ApiOutcome::Forbidden {
+            message,
+            namespace_terminating,
+        },
+        e @ (ApiError::Invalid(_) | ApiError::Internal(_)) => ApiOutcome::Error {
+            code: e.code(),
+            message: match e {
+                ApiError::Invalid(m) | ApiError::Internal(m) => m,
+                _ => unreachable!("matched above"),
+            },
+        },
+    }
+}
+
+impl Sim {
+    pub(crate) fn execute(&mut self, command: Command) {
+        self.record(&command);
+        self.invariants_before(&command);
+        let target = command.action.target().clone();
+        let scope = target.key.scope.clone();
+        let outcome = match self.faults.intercept(&scope, self.now, &mut self.rng) {
+            Some(outcome) => outcome,
+            None => self.apply_request(&scope, &command),
+        };
+        if !outcome.is_success() {
+            let object = target.key.to_string();
+            let detail = format!(
+                "{} #{}: {}",
+                command.action.name(),
+                command.id,
+                outcome.summary()
+            );
+            self.line("api", "Rejected", object, detail);
+        }
+        self.feed(Input::ApiResult {
+            command: command.id,
+            outcome,
+        });
+    }
+
+    fn record(&mut self, command: &Command) {
+        let target = command.action.target();
+        let cause = self.feeder.cause(command.cause).to_string();
+        let mut detail = command.action.detail();
+        if !command.reason.is_empty() {
+            if !detail.is_empty() {
+                detail.push_str(" | ");
+            }
+            detail.push_str(&command.reason);
+        }
+        detail.push_str(&format!(" [after #{}: {cause}]", command.cause));
+        let (action, object) = match &command.action {
+            Action::RecordEvent { reason, .. } => {
+                self.events.push(EventRecord {
+                    at: self.now,
+                    reason: reason.clone(),
+                    object: target.key.clone(),
+                });
+                ("Event", target.key.to_string())
+            }
+            other => {
+                self.actions.push(ActionRecord {
+                    at: self.now,
+                    name: other.name(),
+                    target: target.key.clone(),
+                    command: command.id,
+                });
+                (other.name(), target.key.to_string())
+            }
+        };
+        self.timeline.push(Line {
+            at_ms: self.now.since(self.start).as_millis(),
+            actor: command.controller.as_str().to_string(),
+            action: action.to_string(),
+            object,
+            detail,
+            cause: Some(command.cause),
+            command: Some(command.id),
+        });
+    }
+
+    /// Executes the request; returns the outcome, queuing the watch events of what it wrote.
+    fn apply_request(&mut self, scope: &Scope, command: &Command) -> ApiOutcome {
+        let now = self.now;
+        let request = request_for(command);
+        let key = obj_key(request.target());
+        let result: Result<Option<Written>, ApiError> = match &request {
+            ApiRequest::MergePatch {
+                subresource, patch, ..
+            } => {
+                let part = match subresource {
+                    Some(Subresource::Status) => Part::Status,
+                    _ => Part::Main,
+                };
+                self.store_mut(scope).patch(&key, patch, part).map(Some)
+            }
+            ApiRequest::Create { body, .. } => {
+                let mut body = body.clone();
+                crate::defaults::apply_defaults(&mut body);
+                if json::kind(&body) == "Event" {
+                    Ok(None)
+                } else {
+                    self.store_mut(scope).create(body, now).map(Some)
+                }
+            }
+            ApiRequest::Delete { .. } => {
+                if key.kind == "Pod" {
+                    Err(ApiError::Invalid(
+                        "the simulator refuses direct pod deletion".into(),
+                    ))
+                } else {
+                    self.store_mut(scope).delete(&key, now).map(Some)
+                }
+            }
+            ApiRequest::Evict {
+                grace_period_seconds,
+                ..
+            } => eviction::evict(self.store_mut(scope), &key, *grace_period_seconds, now)
+                .map(|eviction::Evicted::Deleting(w)| Some(w)),
+            ApiRequest::AddFinalizer { finalizer, .. }
+            | ApiRequest::RemoveFinalizer { finalizer, .. } => {
+                let add = matches!(request, ApiRequest::AddFinalizer { .. });
+                match self.get(scope, &key) {
+                    None => Err(crate::api::store::not_found(&key)),
+                    Some(obj) => {
+                        let mut list = json::finalizers(obj);
+                        let has = list.contains(finalizer);
+                        if add == has {
+                            Ok(None)
+                        } else {
+                            if add {
+                                list.push(finalizer.clone());
+                            } else {
+                                list.retain(|f| f != finalizer);
+                            }
+                            self.store_mut(scope)
+                                .patch(&key, &json!({"metadata": {"finalizers": list}}), Part::Main)
+                                .map(Some)
+                        }
+                    }
+                }
+            }
+        };
+        match result {
+            Ok(written) => {
+                let object = written
+                    .as_ref()
+                    .and_then(|w| w.object.clone())
+                    .and_then(|o| self.convert(scope, &key, &o));
+                if let Some(w) = written {
+                    self.changed(scope, w);
+                }
+                ApiOutcome::Ok { object }
+            }
+            Err(e) => outcome_of(e),
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! The fake pool provider: an InfraMachinePool that follows its MachinePool's `spec.replicas`.
+
+use crate::api::{ObjKey, Part, json};
+use crate::sim::{Event, Sim};
+use engine::model::Scope;
+use serde_json::{Value, json};
+
+impl Sim {
+    /// The InfraMachinePool a MachinePool references, when the fake provider plays it.
+    fn managed_infra_of(&self, pool: &Value) -> Option<ObjKey> {
+        let r = pool.pointer("/spec/template/spec/infrastructureRef")?;
+        let api_version = r
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .or_else(|| {
+                r.get("apiGroup")
+                    .and_then(Value::as_str)
+                    .map(|g| format!("{g}/v1beta2"))
+            })?;
+        let key = ObjKey::new(
+            json::group_of(&api_version),
+            r.get("kind").and_then(Value::as_str)?,
+            json::namespace(pool),
+            r.get("name").and_then(Value::as_str)?,
+        );
+        self.world.managed_pools.contains_key(&key).then_some(key)
+    }
+
+    /// Called on every MachinePool write: schedule a resize when `spec.replicas` changed.
+    pub(crate) fn follow_pool(&mut self, pool_key: &ObjKey, pool: Value) {
+        if json::is_deleting(&pool) {
+            return;
+        }
+        let Some(infra) = self.managed_infra_of(&pool) else {
+            return;
+        };
+        let want = pool
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        let have = self
+            .get(&Scope::Management, &infra)
+            .and_then(|i| i.pointer("/status/replicas"))
+            .and_then(Value::as_i64);
+        let pending = self.world.pool_targets.get(pool_key).copied();
+        if have == Some(want) && pending.is_none() || pending == Some(want) {
+            return;
+        }
+        self.world.pool_targets.insert(pool_key.clone(), want);
+        self.schedule_in(
+            self.knobs.infra_provision,
+            Event::PoolProvisioned {
+                pool: pool_key.clone(),
+            },
+        );
+    }
+
+    pub(crate) fn pool_provisioned(&mut self, pool_key: &ObjKey) {
+        let Some(want) = self.world.pool_targets.remove(pool_key) else {
+            return;
+        };
+        let Some(pool) = self.get(&Scope::Management, pool_key).cloned() else {
+            return;
+        };
+        let Some(infra) = self.managed_infra_of(&pool) else {
+            return;
+        };
+        let cluster = json::str_at(&pool, "spec.clusterName")
+            .unwrap_or_default()
+            .to_string();
+        let have = self
+            .get(&Scope::Management, &infra)
+            .and_then(|i| i.pointer("/status/replicas"))
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        let ids: Vec<String> = (0..want)
+            .map(|i| format!("sim://{cluster}/{}-{i}", pool_key.name))
+            .collect();
+        if let Ok(w) = self.store_mut(&Scope::Management).patch(
+            &infra,
+            &json!({"spec": {"providerIDList": ids},
+                    "status": {"replicas": want, "ready": true, "initialization": {"provisioned": true}}}),
+            Part::Whole,
+        ) {
+            self.line("world", "PoolProvisioned", infra.to_string(), format!("{want} instances (was {have})"));
+            self.changed(&Scope::Management, w);
+        }
+        for index in have..want {
+            self.schedule_in(
+                self.knobs.node_join,
+                Event::PoolNodeJoin {
+                    pool: pool_key.clone(),
+                    index: index as u32,
+                },
+            );
+        }
+    }
+
+    pub(crate) fn pool_node_join(&mut self, pool_key: &ObjKey, index: u32) {
+        let Some(pool) = self.get(&Scope::Management, pool_key).cloned() else {
+            return;
+        };
+        let Some(infra) = self.managed_infra_of(&pool) else {
+            return;
+        };
+        let replicas = self
+            .get(&Scope::Management, &infra)
+            .and_then(|i| i.pointer("/status/replicas"))
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        if i64::from(index) >= replicas || json::is_deleting(&pool) {
+            return;
+        }
+        let cluster = json::str_at(&pool, "spec.clusterName")
+            .unwrap_or_default()
+            .to_string();
+        let scope = self.workload_scope(&cluster);
+        let name = format!("{}-{index}", pool_key.name);
+        let node = json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name},
+            "spec": {"providerID": format!("sim://{cluster}/{name}"),
+                     "taints": [{"key": engine::model::UNINITIALIZED_TAINT, "effect": "NoSchedule"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                        "lastTransitionTime": self.now.to_rfc3339()}],
+                       "nodeInfo": {"kubeletVersion": "v1.31.0"}}
+        });
+        if let Ok(w) = {
+            let now = self.now;
+            self.store_mut(&scope).create(node, now)
+        } {
+            let object = Sim::describe(&scope, &w.key);
+            self.line(
+                "world",
+                "NodeJoin",
+                object,
+                format!("instance {index} of MachinePool {}", pool_key.name),
+            );
+            self.changed(&scope, w);
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! Running a scenario end to end and reporting the result.
+
+use crate::expect::Failure;
+use crate::feed::Feeder;
+use crate::scenario::Scenario;
+use crate::sim::Sim;
+use std::path::PathBuf;
+
+/// How to run a scenario.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Overrides the scenario's seed.
+    pub seed: Option<u64>,
+    /// Keep the journal in this directory (a temporary one otherwise).
+    pub journal_dir: Option<PathBuf>,
+    /// Skip the journal entirely (benchmarks of the simulator itself).
+    pub no_journal: bool,
+}
+
+/// What a run produced.
+pub struct Report {
+    pub seed: u64,
+    pub timeline: crate::timeline::Timeline,
+    pub failures: Vec<Failure>,
+    pub violations: Vec<String>,
+    pub inputs: u64,
+    pub engine_state_hash: u64,
+    pub simulated_ms: i64,
+    pub faults_fired: std::collections::BTreeMap<&'static str, u64>,
+    pub invariant_checks: u64,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty() && self.violations.is_empty()
+    }
+
+    /// The text after the timeline: each failed expectation and violation, then a verdict.
+    pub fn render_verdict(&self, file: &str) -> String {
+        let mut out = String::new();
+        for f in &self.failures {
+            out.push_str(&format!("FAIL {file}:{}: {}\n", f.line, f.message));
+        }
+        for v in &self.violations {
+            out.push_str(&format!("VIOLATION {v}\n"));
+        }
+        let verdict = if self.passed() { "ok" } else { "FAILED" };
+        out.push_str(&format!(
+            "{verdict}: seed {}, {} inputs journaled, {} expectation(s) failed, {} invariant violation(s), engine state {:016x}\n",
+            self.seed,
+            self.inputs,
+            self.failures.len(),
+            self.violations.len(),
+            self.engine_state_hash
+        ));
+        out
+    }
+}
+
+/// Runs `scenario` once.
+pub fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report, String> {
+    let seed = options.seed.unwrap_or(scenario.seed);
+    let journal = if options.no_journal {
+        None
+    } else {
+        Some(crate::journaling::SimJournal::open(
+            options.journal_dir.as_deref(),
+        )?)
+    };
+    let mut sim = Sim::new(scenario.clone(), seed, Feeder::new(journal));
+    sim.setup();
+    sim.run();
+    let simulated_ms = sim.end.since(sim.start).as_millis();
+    let engine_state_hash = sim.engine.state_hash();
+    if let Some(j) = &mut sim.feeder.journal {
+        j.finish(&sim.engine)?;
+    }
+    let mut violations = sim.invariants.violations.clone();
+    violations.dedup();
+    Ok(Report {
+        seed,
+        timeline: std::mem::take(&mut sim.timeline),
+        failures: sim.expect.failures.clone(),
+        violations,
+        inputs: sim.feeder.inputs,
+        engine_state_hash,
+        simulated_ms,
+        faults_fired: sim.faults.fired.clone(),
+        invariant_checks: sim.invariants.checks,
+    })
+}

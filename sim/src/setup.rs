@@ -1,0 +1,180 @@
+//! Building the starting world from a scenario.
+
+use crate::api::{ObjKey, json};
+use crate::defaults::{PROVIDER_FINALIZER, apply_defaults};
+use crate::sim::{Event, Sim};
+use engine::model::{ClusterName, Scope};
+use serde_json::{Value, json};
+
+impl Sim {
+    /// Creates every manifest and the objects the contract implies, schedules the timeline and
+    /// the expectation checkpoints, and syncs the engine with one relist per cluster.
+    pub fn setup(&mut self) {
+        let scenario = self.scenario.clone();
+        for name in scenario.workload.keys() {
+            let namespace = scenario
+                .management
+                .iter()
+                .find(|m| m.kind() == "Cluster" && m.name() == name)
+                .and_then(|m| m.namespace())
+                .unwrap_or("default")
+                .to_string();
+            self.workloads.insert(
+                name.clone(),
+                Scope::Workload(ClusterName::new(namespace, name)),
+            );
+        }
+        self.store_mut(&Scope::Management);
+        for manifest in &scenario.management {
+            self.create_initial(&Scope::Management, manifest.value.clone());
+        }
+        for (cluster, manifests) in &scenario.workload {
+            let scope = self.workload_scope(cluster);
+            self.store_mut(&scope);
+            for manifest in manifests {
+                self.create_initial(&scope, manifest.value.clone());
+            }
+            self.implied_namespaces(&scope);
+        }
+        let machines: Vec<Value> = self
+            .store(&Scope::Management)
+            .map(|s| {
+                s.list("cluster.x-k8s.io", "Machine")
+                    .map(|(_, v)| v.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for machine in machines {
+            self.ensure_provider_objects(&machine, true);
+        }
+        let pools: Vec<(ObjKey, Value)> = self
+            .store(&Scope::Management)
+            .map(|s| {
+                s.list("cluster.x-k8s.io", "MachinePool")
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (key, pool) in pools {
+            self.ensure_pool_objects(&pool);
+            self.follow_pool(&key, pool);
+        }
+        // The setup writes are the initial state, not watch events: the relists carry them.
+        self.work.clear();
+        for (i, step) in scenario.timeline.iter().enumerate() {
+            self.schedule(self.start + step.at, Event::Step(i));
+        }
+        for at in crate::expect::checkpoints(&self.scenario) {
+            self.schedule(self.start + at, Event::Checkpoint);
+        }
+        for scope in self.scopes() {
+            self.relist(&scope);
+        }
+        self.line(
+            "world",
+            "Start",
+            String::new(),
+            format!(
+                "{} objects in {} clusters; engine synced",
+                self.clusters.values().map(|c| c.len()).sum::<usize>(),
+                self.clusters.len()
+            ),
+        );
+    }
+
+    fn create_initial(&mut self, scope: &Scope, mut obj: Value) {
+        apply_defaults(&mut obj);
+        let group = json::group_of(json::api_version(&obj)).to_string();
+        if group.ends_with(".cluster.x-k8s.io") && group != "cluster.x-k8s.io" {
+            json::object_at(&mut obj, &["metadata"])
+                .entry("finalizers")
+                .or_insert(json!([]));
+            if let Some(list) = obj
+                .pointer_mut("/metadata/finalizers")
+                .and_then(Value::as_array_mut)
+                && !list.iter().any(|f| f == PROVIDER_FINALIZER)
+            {
+                list.push(json!(PROVIDER_FINALIZER));
+            }
+        }
+        let now = self.now;
+        if let Err(e) = self.store_mut(scope).apply(obj.clone(), now) {
+            let object = Sim::describe(scope, &ObjKey::of(&obj));
+            self.line("world", "Setup", object, format!("refused: {e:?}"));
+        }
+    }
+
+    fn implied_namespaces(&mut self, scope: &Scope) {
+        let namespaces: std::collections::BTreeSet<String> = self
+            .store(scope)
+            .map(|s| {
+                s.list("", "Pod")
+                    .map(|(k, _)| k.namespace.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for ns in namespaces {
+            let key = ObjKey::new("", "Namespace", "", &ns);
+            if self.get(scope, &key).is_none() {
+                let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns},
+                                 "status": {"phase": "Active"}});
+                let now = self.now;
+                let _ = self.store_mut(scope).create(obj, now);
+            }
+        }
+    }
+
+    /// A MachinePool's InfraMachinePool and BootstrapConfig, created by the fake providers when
+    /// the scenario does not list them.
+    pub(crate) fn ensure_pool_objects(&mut self, pool: &Value) {
+        let ns = json::namespace(pool).to_string();
+        let cluster = json::str_at(pool, "spec.clusterName")
+            .unwrap_or_default()
+            .to_string();
+        for (path, infra) in [
+            ("/spec/template/spec/infrastructureRef", true),
+            ("/spec/template/spec/bootstrap/configRef", false),
+        ] {
+            let Some(r) = pool.pointer(path) else {
+                continue;
+            };
+            let kind = r.get("kind").and_then(Value::as_str).unwrap_or_default();
+            let name = r.get("name").and_then(Value::as_str).unwrap_or_default();
+            let api_version = r
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .or_else(|| {
+                    r.get("apiGroup")
+                        .and_then(Value::as_str)
+                        .map(|g| format!("{g}/v1beta2"))
+                })
+                .unwrap_or_default();
+            let key = ObjKey::new(json::group_of(&api_version), kind, &ns, name);
+            if kind.is_empty() || self.get(&Scope::Management, &key).is_some() {
+                continue;
+            }
+            let status = if infra {
+                json!({})
+            } else {
+                json!({"ready": true, "dataSecretName": format!("{name}-bootstrap"),
+                       "initialization": {"dataSecretCreated": true}})
+            };
+            let obj = json!({
+                "apiVersion": api_version, "kind": kind,
+                "metadata": {"name": name, "namespace": ns, "finalizers": [PROVIDER_FINALIZER],
+                             "labels": {engine::model::CLUSTER_NAME_LABEL: cluster}},
+                "spec": {}, "status": status
+            });
+            let now = self.now;
+            if let Ok(w) = self.store_mut(&Scope::Management).create(obj, now) {
+                if infra {
+                    self.world
+                        .managed_pools
+                        .insert(key.clone(), ObjKey::of(pool));
+                }
+                self.changed(&Scope::Management, w);
+            }
+        }
+    }
+}

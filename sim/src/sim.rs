@@ -1,0 +1,404 @@
+//! The simulation: a virtual clock with an ordered event queue, the fake API of every cluster,
+//! the fake world reacting to writes, and the real engine fed through its journal.
+
+use crate::api::{ClusterStore, ObjKey, Written, json};
+use crate::scenario::{Scenario, WorldKnobs};
+use crate::timeline::{Line, Timeline};
+use engine::model::{ClusterName, Kind, ObjectKey, Scope};
+use engine::time::{Duration, Timestamp};
+use engine::{Engine, Input};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Bound on work items handled at one simulated instant (a controller/world feedback loop
+/// that never settles is a bug, reported instead of hanging).
+pub const WORK_PER_INSTANT_MAX: usize = 1_000_000;
+
+/// Something scheduled at a simulated time.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// Timeline step `index` of the scenario.
+    Step(usize),
+    /// The engine asked to be woken.
+    EngineTick,
+    /// The kubelet finished shutting a pod down.
+    PodGone { scope: Scope, pod: ObjKey },
+    /// A rescheduled pod became Ready.
+    PodReady { scope: Scope, pod: ObjKey },
+    /// A stopped kubelet's node turns `Ready=Unknown` (if it is still stopped).
+    NodeUnreachable { scope: Scope, node: String },
+    /// The node's volumes detached.
+    VolumesDetached { scope: Scope, node: String },
+    /// Pod garbage collection for pods bound to a Node that is gone.
+    PodGc { scope: Scope, node: String },
+    /// A provider object being deleted goes away.
+    ProviderGone { key: ObjKey },
+    /// A Machine's infrastructure became ready.
+    InfraReady { machine: ObjKey },
+    /// A Machine's Node joined its workload cluster.
+    NodeJoin { machine: ObjKey },
+    /// The fake pool provider finished provisioning (or resizing) an InfraMachinePool.
+    PoolProvisioned { pool: ObjKey },
+    /// A pool instance's Node joins.
+    PoolNodeJoin { pool: ObjKey, index: u32 },
+    /// A fault window ends.
+    FaultEnds { fault: usize },
+    /// A checkpoint for `{at: T}` expectations (evaluated after everything at T).
+    Checkpoint,
+}
+
+/// Work produced at one instant, handled in order.
+#[derive(Clone, Debug)]
+pub(crate) enum Work {
+    Changed { scope: Scope, written: Written },
+    Command(engine::Command),
+}
+
+/// A controller action as issued, for expectations.
+#[derive(Clone, Debug)]
+pub struct ActionRecord {
+    pub at: Timestamp,
+    pub name: &'static str,
+    pub target: ObjectKey,
+    pub command: u64,
+}
+
+/// A Kubernetes Event the controllers emitted.
+#[derive(Clone, Debug)]
+pub struct EventRecord {
+    pub at: Timestamp,
+    pub reason: String,
+    pub object: ObjectKey,
+}
+
+pub struct Sim {
+    pub scenario: Scenario,
+    pub knobs: WorldKnobs,
+    pub start: Timestamp,
+    pub now: Timestamp,
+    pub end: Timestamp,
+    queue: BTreeMap<(Timestamp, u64), Event>,
+    next_event_seq: u64,
+    pub clusters: BTreeMap<Scope, ClusterStore>,
+    /// Workload cluster name (as the scenario writes it) → its scope.
+    pub workloads: BTreeMap<String, Scope>,
+    pub rng: ChaCha8Rng,
+    pub engine: Engine,
+    pub feeder: crate::feed::Feeder,
+    pub timeline: Timeline,
+    pub actions: Vec<ActionRecord>,
+    pub events: Vec<EventRecord>,
+    pub(crate) work: VecDeque<Work>,
+    pub(crate) world: crate::world::WorldState,
+    pub(crate) faults: crate::faults::Faults,
+    pub(crate) expect: crate::expect::Tracker,
+    pub invariants: crate::invariants::Checker,
+    /// Objects the controllers could not read (malformed), reported once each.
+    pub(crate) malformed: BTreeSet<(Scope, ObjKey)>,
+}
+
+impl Sim {
+    pub fn new(scenario: Scenario, seed: u64, feeder: crate::feed::Feeder) -> Self {
+        let knobs = scenario.world.clone();
+        let start = knobs.start;
+        let end = start + scenario.duration;
+        let expect = crate::expect::Tracker::new(&scenario);
+
+        Sim {
+            knobs,
+            start,
+            now: start,
+            end,
+            queue: BTreeMap::new(),
+            next_event_seq: 0,
+            clusters: BTreeMap::new(),
+            workloads: BTreeMap::new(),
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            engine: Engine::new(),
+            feeder,
+            timeline: Timeline::default(),
+            actions: Vec::new(),
+            events: Vec::new(),
+            work: VecDeque::new(),
+            world: Default::default(),
+            faults: Default::default(),
+            expect,
+            invariants: Default::default(),
+            malformed: BTreeSet::new(),
+            scenario,
+        }
+    }
+
+    pub fn schedule(&mut self, at: Timestamp, event: Event) {
+        self.next_event_seq += 1;
+        self.queue.insert((at, self.next_event_seq), event);
+    }
+
+    pub fn schedule_in(&mut self, after: Duration, event: Event) {
+        self.schedule(self.now + after, event);
+    }
+
+    /// Scope of a workload cluster named in the scenario.
+    pub fn workload_scope(&self, cluster: &str) -> Scope {
+        self.workloads
+            .get(cluster)
+            .cloned()
+            .unwrap_or_else(|| Scope::Workload(ClusterName::new("default", cluster)))
+    }
+
+    /// A short name for a scope, as timelines print it.
+    pub fn scope_name(scope: &Scope) -> String {
+        match scope {
+            Scope::Management => String::new(),
+            Scope::Workload(c) => c.name.clone(),
+        }
+    }
+
+    pub fn store(&self, scope: &Scope) -> Option<&ClusterStore> {
+        self.clusters.get(scope)
+    }
+
+    pub fn store_mut(&mut self, scope: &Scope) -> &mut ClusterStore {
+        let prefix = match scope {
+            Scope::Management => "mgmt".to_string(),
+            Scope::Workload(c) => c.name.clone(),
+        };
+        self.clusters
+            .entry(scope.clone())
+            .or_insert_with(|| ClusterStore::new(&prefix))
+    }
+
+    pub fn get(&self, scope: &Scope, key: &ObjKey) -> Option<&Value> {
+        self.clusters.get(scope).and_then(|s| s.get(key))
+    }
+
+    /// Records a timeline line at the current time.
+    pub fn line(&mut self, actor: &str, action: &str, object: String, detail: String) {
+        self.timeline.push(Line {
+            at_ms: self.now.since(self.start).as_millis(),
+            actor: actor.to_string(),
+            action: action.to_string(),
+            object,
+            detail,
+            cause: None,
+            command: None,
+        });
+    }
+
+    /// `Pod app/web-0@c1`.
+    pub fn describe(scope: &Scope, key: &ObjKey) -> String {
+        match scope {
+            Scope::Management => key.to_string(),
+            Scope::Workload(c) => format!("{key}@{}", c.name),
+        }
+    }
+
+    /// The engine key of an API object key.
+    pub fn engine_key(scope: &Scope, key: &ObjKey) -> ObjectKey {
+        ObjectKey::new(
+            scope.clone(),
+            Kind::from_group_kind(&key.group, &key.kind),
+            &key.namespace,
+            &key.name,
+        )
+    }
+
+    /// Queues the watch event of a write.
+    pub(crate) fn changed(&mut self, scope: &Scope, written: Written) {
+        self.work.push_back(Work::Changed {
+            scope: scope.clone(),
+            written,
+        });
+    }
+
+    /// Feeds one input to the engine through the journal, then queues its commands.
+    pub(crate) fn feed(&mut self, input: Input) {
+        self.feeder.feed(&mut self.engine, self.now, input);
+        while let Some(command) = self.engine.poll_command() {
+            self.work.push_back(Work::Command(command));
+        }
+    }
+
+    /// Runs to the end of the scenario.
+    pub fn run(&mut self) {
+        self.schedule_engine_tick();
+        while let Some((&(at, seq), _)) = self.queue.first_key_value() {
+            if at > self.end {
+                break;
+            }
+            let event = self.queue.remove(&(at, seq)).expect("peeked");
+            self.now = at;
+            self.handle_event(event);
+            self.settle();
+            self.after_instant_step();
+        }
+        self.now = self.end;
+        self.with_tracker(|t, sim| t.finish(sim));
+    }
+
+    fn handle_event(&mut self, event: Event) {
+        match event {
+            Event::Step(i) => self.run_step(i),
+            Event::EngineTick => {
+                if self.engine.next_deadline().is_some_and(|d| d <= self.now) {
+                    self.feed(Input::Tick);
+                }
+            }
+            Event::Checkpoint => {}
+            other => self.world_event(other),
+        }
+    }
+
+    /// Handles queued work until nothing is left at this instant.
+    fn settle(&mut self) {
+        let mut budget = WORK_PER_INSTANT_MAX;
+        while let Some(work) = self.work.pop_front() {
+            if budget == 0 {
+                self.line(
+                    "invariant",
+                    "Violation",
+                    String::new(),
+                    "the world and the controllers did not settle at this instant".into(),
+                );
+                self.invariants
+                    .violate("liveness: no settling at one instant".to_string());
+                self.work.clear();
+                return;
+            }
+            budget -= 1;
+            match work {
+                Work::Changed { scope, written } => {
+                    self.react(&scope, &written);
+                    self.deliver(&scope, &written);
+                    self.with_tracker(|t, sim| t.observe(sim));
+                }
+                Work::Command(command) => self.execute(command),
+            }
+        }
+    }
+
+    fn after_instant_step(&mut self) {
+        self.schedule_engine_tick();
+        if !self.queue.keys().any(|(t, _)| *t == self.now) {
+            self.with_tracker(|t, sim| t.checkpoint(sim));
+        }
+    }
+
+    fn schedule_engine_tick(&mut self) {
+        if let Some(deadline) = self.engine.next_deadline() {
+            let at = deadline.max(self.now);
+            let already = self
+                .queue
+                .iter()
+                .any(|((t, _), e)| *t == at && matches!(e, Event::EngineTick));
+            if !already {
+                self.schedule(at, Event::EngineTick);
+            }
+        }
+    }
+
+    /// Delivers a write to the engine as a watch event would, unless a fault hides it.
+    fn deliver(&mut self, scope: &Scope, written: &Written) {
+        if self.faults.hides_watch(scope, self.now) {
+            self.faults.missed_watch(scope);
+            return;
+        }
+        match &written.object {
+            Some(obj) => {
+                if let Some(object) = self.convert(scope, &written.key, obj) {
+                    self.feed(Input::Upsert {
+                        scope: scope.clone(),
+                        object,
+                    });
+                }
+            }
+            None => {
+                let key = Self::engine_key(scope, &written.key);
+                self.feed(Input::Delete { key });
+            }
+        }
+    }
+
+    /// Converts an API object for the engine; a malformed one is reported once and not fed.
+    pub(crate) fn convert(
+        &mut self,
+        scope: &Scope,
+        key: &ObjKey,
+        obj: &Value,
+    ) -> Option<engine::model::Object> {
+        match engine::convert::object_from_json(obj) {
+            Ok(o) => o,
+            Err(e) => {
+                if self.malformed.insert((scope.clone(), key.clone())) {
+                    let object = Self::describe(scope, key);
+                    self.line(
+                        "api",
+                        "Malformed",
+                        object,
+                        format!("the controllers ignore this object: {e}"),
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// Relists one cluster into the engine (initial sync, after a watch gap or a restart).
+    pub(crate) fn relist(&mut self, scope: &Scope) {
+        let objects: Vec<(ObjKey, Value)> = self
+            .store(scope)
+            .map(|s| s.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default();
+        let converted = objects
+            .iter()
+            .filter_map(|(k, v)| self.convert(scope, k, v))
+            .collect();
+        self.feed(Input::Relist {
+            scope: scope.clone(),
+            objects: converted,
+        });
+    }
+
+    /// Every workload scope plus the management one, management first.
+    pub fn scopes(&self) -> Vec<Scope> {
+        let mut v = vec![Scope::Management];
+        v.extend(self.workloads.values().cloned());
+        v
+    }
+
+    fn with_tracker(&mut self, f: impl FnOnce(&mut crate::expect::Tracker, &Sim)) {
+        let mut tracker = std::mem::take(&mut self.expect);
+        f(&mut tracker, self);
+        self.expect = tracker;
+    }
+
+    pub fn offset_of(&self, t: Timestamp) -> Duration {
+        t.since(self.start)
+    }
+
+    /// Finds an object by a scenario reference (kind, name, namespace), any API group.
+    pub fn find(
+        &self,
+        scope: &Scope,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<(ObjKey, &Value)> {
+        let store = self.store(scope)?;
+        let namespace = if crate::api::store::is_cluster_scoped(kind) {
+            ""
+        } else {
+            namespace
+        };
+        store
+            .iter()
+            .find(|(k, _)| k.kind == kind && k.namespace == namespace && k.name == name)
+            .map(|(k, v)| (k.clone(), v))
+    }
+
+    pub fn name_of(obj: &Value) -> &str {
+        json::name(obj)
+    }
+}

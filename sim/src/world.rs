@@ -1,0 +1,845 @@
+//! The fake world's duties: kubelet, node lifecycle, volumes, rescheduling, pod GC, providers,
+//! the fake MachineSet and the provisioning half of the Machine controller.
+
+use crate::api::{ObjKey, Part, Written, json};
+use crate::defaults::PROVIDER_FINALIZER;
+use crate::scenario::MachineSetsMode;
+use crate::sim::{Event, Sim};
+use engine::model::Scope;
+use engine::time::{Duration, parse_go_duration};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+
+pub const POD_GC_DELAY: Duration = Duration::from_secs(40);
+pub const SHUTDOWN_ANNOTATION: &str = "sim.lifecycle.x-k8s.io/shutdown";
+
+#[derive(Clone, Debug, Default)]
+pub struct WorldState {
+    /// Nodes whose kubelet is stopped.
+    pub kubelet_stopped: BTreeSet<(Scope, String)>,
+    /// Replacement counters per MachineSet and reschedule counters per pod base name.
+    pub replacements: BTreeMap<ObjKey, u32>,
+    pub reschedules: BTreeMap<(Scope, ObjKey), u32>,
+    /// Pods waiting for a node to be scheduled on.
+    pub unscheduled: BTreeSet<(Scope, ObjKey)>,
+    /// Machines the world provisions (created during the run).
+    pub provisioning: BTreeSet<ObjKey>,
+    /// Provider objects whose deletion has been scheduled.
+    pub provider_deleting: BTreeSet<ObjKey>,
+    /// InfraMachinePools played by the fake pool provider, with the replicas provisioned.
+    pub managed_pools: BTreeMap<ObjKey, ObjKey>,
+    /// Replicas a pool resize is heading to, per MachinePool.
+    pub pool_targets: BTreeMap<ObjKey, i64>,
+    /// Pod deletions already scheduled with the kubelet.
+    pub shutting_down: BTreeSet<(Scope, ObjKey)>,
+}
+
+fn is_provider_group(group: &str) -> bool {
+    group.ends_with(".cluster.x-k8s.io") && group != "cluster.x-k8s.io"
+}
+
+fn controller_of(obj: &Value) -> Option<(String, String)> {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))
+        .map(|o| {
+            (
+                o.get("kind")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                o.get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+}
+
+impl Sim {
+    /// Reacts to a write as the world's controllers would.
+    pub(crate) fn react(&mut self, scope: &Scope, written: &Written) {
+        let key = &written.key;
+        match (&written.object, key.group.as_str(), key.kind.as_str()) {
+            (Some(pod), "", "Pod") if json::is_deleting(pod) => {
+                self.pod_deleting(scope, key, pod.clone())
+            }
+            (None, "", "Pod") => self.pod_gone(scope, key, written.removed.as_ref()),
+            (None, "", "Node") => {
+                self.schedule_in(
+                    POD_GC_DELAY,
+                    Event::PodGc {
+                        scope: scope.clone(),
+                        node: key.name.clone(),
+                    },
+                );
+            }
+            (Some(node), "", "Node") if !json::is_deleting(node) => {
+                self.schedule_pending_pods(scope);
+            }
+            (Some(m), "cluster.x-k8s.io", "Machine") if json::is_deleting(m) => {
+                self.replace_machine(key, m.clone())
+            }
+            (Some(obj), g, _) if is_provider_group(g) && json::is_deleting(obj) => {
+                if self.world.provider_deleting.insert(key.clone())
+                    && json::finalizers(obj)
+                        .iter()
+                        .any(|f| f == PROVIDER_FINALIZER)
+                {
+                    self.schedule_in(
+                        self.knobs.infra_delete,
+                        Event::ProviderGone { key: key.clone() },
+                    );
+                }
+            }
+            (Some(pool), "cluster.x-k8s.io", "MachinePool") => self.follow_pool(key, pool.clone()),
+            _ => {}
+        }
+    }
+
+    pub(crate) fn world_event(&mut self, event: Event) {
+        match event {
+            Event::PodGone { scope, pod } => {
+                let node = self
+                    .get(&scope, &pod)
+                    .and_then(|p| json::str_at(p, "spec.nodeName"))
+                    .map(str::to_string);
+                if node.is_some_and(|n| self.world.kubelet_stopped.contains(&(scope.clone(), n))) {
+                    // A stopped kubelet leaves its pods terminating; it resumes when it returns.
+                    self.world.shutting_down.remove(&(scope.clone(), pod));
+                    return;
+                }
+                self.world.shutting_down.remove(&(scope.clone(), pod.clone()));
+                if self.get(&scope, &pod).is_some() {
+                    let w = self.store_mut(&scope).remove(&pod);
+                    let object = Sim::describe(&scope, &pod);
+                    self.line("world", "PodGone", object, "the kubelet finished shutting it down".into());
+                    self.changed(&scope, w);
+                }
+            }
+            Event::PodReady { scope, pod } => {
+                if let Ok(w) = self.store_mut(&scope).patch(
+                    &pod,
+                    &json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}),
+                    Part::Whole,
+                ) {
+                    let object = Sim::describe(&scope, &pod);
+                    self.line("world", "PodReady", object, "the rescheduled replica is Ready".into());
+                    self.changed(&scope, w);
+                }
+            }
+            Event::NodeUnreachable { scope, node } => {
+                if self.world.kubelet_stopped.contains(&(scope.clone(), node.clone())) {
+                    self.set_node_condition(&scope, &node, "Ready", "Unknown", Some("NodeStatusUnknown"), Some("Kubelet stopped posting node status."));
+                }
+            }
+            Event::VolumesDetached { scope, node } => self.detach_volumes(&scope, &node),
+            Event::PodGc { scope, node } => {
+                let node_key = ObjKey::new("", "Node", "", &node);
+                if self.get(&scope, &node_key).is_some() {
+                    return;
+                }
+                let orphans: Vec<ObjKey> = self
+                    .store(&scope)
+                    .map(|s| {
+                        s.list("", "Pod")
+                            .filter(|(_, p)| json::str_at(p, "spec.nodeName") == Some(node.as_str()))
+                            .map(|(k, _)| k.clone())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for pod in orphans {
+                    let w = self.store_mut(&scope).remove(&pod);
+                    let object = Sim::describe(&scope, &pod);
+                    self.line("world", "PodGc", object, format!("its Node {node} is gone"));
+                    self.changed(&scope, w);
+                }
+            }
+            Event::ProviderGone { key } => {
+                let Some(obj) = self.get(&Scope::Management, &key).cloned() else {
+                    return;
+                };
+                let rest: Vec<String> = json::finalizers(&obj)
+                    .into_iter()
+                    .filter(|f| f != PROVIDER_FINALIZER)
+                    .collect();
+                let held = !rest.is_empty();
+                if let Ok(w) = self.store_mut(&Scope::Management).patch(
+                    &key,
+                    &json!({"metadata": {"finalizers": rest}}),
+                    Part::Main,
+                ) {
+                    let object = key.to_string();
+                    let detail = if held {
+                        "the provider finished; other finalizers still hold it".to_string()
+                    } else {
+                        "the provider finished deleting it".to_string()
+                    };
+                    self.line("world", "ProviderDeleted", object, detail);
+                    self.changed(&Scope::Management, w);
+                }
+            }
+            Event::InfraReady { machine } => self.infra_ready(&machine),
+            Event::NodeJoin { machine } => self.node_join(&machine),
+            Event::PoolProvisioned { pool } => self.pool_provisioned(&pool),
+            Event::PoolNodeJoin { pool, index } => self.pool_node_join(&pool, index),
+            Event::FaultEnds { fault } => self.fault_ends(fault),
+            Event::Step(_) | Event::EngineTick | Event::Checkpoint => {}
+        }
+    }
+
+    fn pod_deleting(&mut self, scope: &Scope, key: &ObjKey, pod: Value) {
+        if !self
+            .world
+            .shutting_down
+            .insert((scope.clone(), key.clone()))
+        {
+            return;
+        }
+        let node = json::str_at(&pod, "spec.nodeName")
+            .unwrap_or_default()
+            .to_string();
+        if self.world.kubelet_stopped.contains(&(scope.clone(), node)) {
+            self.world
+                .shutting_down
+                .remove(&(scope.clone(), key.clone()));
+            return;
+        }
+        let shutdown = json::annotations(&pod)
+            .get(SHUTDOWN_ANNOTATION)
+            .and_then(|d| parse_go_duration(d).ok())
+            .unwrap_or_else(|| {
+                let grace = pod
+                    .pointer("/metadata/deletionGracePeriodSeconds")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(30);
+                self.knobs.pod_shutdown.min(Duration::from_secs(grace))
+            });
+        self.schedule_in(
+            shutdown,
+            Event::PodGone {
+                scope: scope.clone(),
+                pod: key.clone(),
+            },
+        );
+    }
+
+    fn pod_gone(&mut self, scope: &Scope, key: &ObjKey, last: Option<&Value>) {
+        self.maybe_detach_volumes(scope, key);
+        if let Some(last) = last {
+            self.reschedule(scope, key, last.clone());
+        }
+    }
+
+    /// When the last pod (other than DaemonSet and mirror pods) leaves a node, its volumes
+    /// detach after `volumeDetach`.
+    fn maybe_detach_volumes(&mut self, scope: &Scope, _pod: &ObjKey) {
+        let Some(store) = self.store(scope) else {
+            return;
+        };
+        let mut busy: BTreeSet<String> = BTreeSet::new();
+        for (_, p) in store.list("", "Pod") {
+            let ds = controller_of(p).is_some_and(|(k, _)| k == "DaemonSet");
+            let mirror = json::annotations(p).contains_key("kubernetes.io/config.mirror");
+            if let Some(n) = json::str_at(p, "spec.nodeName")
+                && !ds
+                && !mirror
+            {
+                busy.insert(n.to_string());
+            }
+        }
+        let mut to_detach = Vec::new();
+        for (_, n) in store.list("", "Node") {
+            let name = json::name(n).to_string();
+            let attached = n
+                .pointer("/status/volumesAttached")
+                .and_then(Value::as_array)
+                .is_some_and(|a| !a.is_empty());
+            let va = store
+                .list("storage.k8s.io", "VolumeAttachment")
+                .any(|(_, v)| {
+                    json::str_at(v, "spec.nodeName") == Some(name.as_str())
+                        && v.pointer("/status/attached").and_then(Value::as_bool) == Some(true)
+                });
+            if (attached || va) && !busy.contains(&name) {
+                to_detach.push(name);
+            }
+        }
+        for node in to_detach {
+            let already = self.world.shutting_down.contains(&(
+                scope.clone(),
+                ObjKey::new("", "Node", "", &format!("detach:{node}")),
+            ));
+            if !already {
+                self.world.shutting_down.insert((
+                    scope.clone(),
+                    ObjKey::new("", "Node", "", &format!("detach:{node}")),
+                ));
+                self.schedule_in(
+                    self.knobs.volume_detach,
+                    Event::VolumesDetached {
+                        scope: scope.clone(),
+                        node,
+                    },
+                );
+            }
+        }
+    }
+
+    fn detach_volumes(&mut self, scope: &Scope, node: &str) {
+        self.world.shutting_down.remove(&(
+            scope.clone(),
+            ObjKey::new("", "Node", "", &format!("detach:{node}")),
+        ));
+        let node_key = ObjKey::new("", "Node", "", node);
+        if let Some(n) = self.get(scope, &node_key)
+            && n.pointer("/status/volumesAttached")
+                .and_then(Value::as_array)
+                .is_some_and(|a| !a.is_empty())
+            && let Ok(w) = self.store_mut(scope).patch(
+                &node_key,
+                &json!({"status": {"volumesAttached": null}}),
+                Part::Status,
+            )
+        {
+            let object = Sim::describe(scope, &node_key);
+            self.line(
+                "world",
+                "VolumesDetached",
+                object,
+                "status.volumesAttached emptied".into(),
+            );
+            self.changed(scope, w);
+        }
+        let vas: Vec<ObjKey> = self
+            .store(scope)
+            .map(|s| {
+                s.list("storage.k8s.io", "VolumeAttachment")
+                    .filter(|(_, v)| json::str_at(v, "spec.nodeName") == Some(node))
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for va in vas {
+            if let Ok(w) = self.store_mut(scope).patch(
+                &va,
+                &json!({"status": {"attached": false}}),
+                Part::Status,
+            ) {
+                let object = Sim::describe(scope, &va);
+                self.line(
+                    "world",
+                    "VolumesDetached",
+                    object,
+                    "status.attached=false".into(),
+                );
+                self.changed(scope, w);
+            }
+        }
+    }
+
+    /// A pod of a ReplicaSet or StatefulSet that went away gets a replacement elsewhere.
+    fn reschedule(&mut self, scope: &Scope, key: &ObjKey, last: Value) {
+        if !self.knobs.reschedule {
+            return;
+        }
+        if !controller_of(&last).is_some_and(|(k, _)| k == "ReplicaSet" || k == "StatefulSet") {
+            return;
+        }
+        let base = base_pod_name(&key.name).to_string();
+        let counter_key = (scope.clone(), ObjKey::new("", "Pod", &key.namespace, &base));
+        let n = self.world.reschedules.entry(counter_key).or_insert(0);
+        *n += 1;
+        let name = format!("{base}-r{n}");
+        let mut pod = last.clone();
+        let meta = json::object_at(&mut pod, &["metadata"]);
+        meta.insert("name".into(), json!(name));
+        for f in [
+            "uid",
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "creationTimestamp",
+            "generation",
+        ] {
+            meta.remove(f);
+        }
+        json::object_at(&mut pod, &["spec"]).remove("nodeName");
+        pod["status"] = json!({"phase": "Pending"});
+        let new_key = ObjKey::of(&pod);
+        if let Ok(w) = {
+            let now = self.now;
+            self.store_mut(scope).create(pod, now)
+        } {
+            self.changed(scope, w);
+            self.world.unscheduled.insert((scope.clone(), new_key));
+            self.schedule_pending_pods(scope);
+        }
+    }
+
+    /// Binds pending pods to the first schedulable Ready node (by name) whose NoSchedule taints
+    /// they tolerate.
+    fn schedule_pending_pods(&mut self, scope: &Scope) {
+        let pending: Vec<ObjKey> = self
+            .world
+            .unscheduled
+            .iter()
+            .filter(|(s, _)| s == scope)
+            .map(|(_, k)| k.clone())
+            .collect();
+        for pod_key in pending {
+            let Some(pod) = self.get(scope, &pod_key).cloned() else {
+                self.world.unscheduled.remove(&(scope.clone(), pod_key));
+                continue;
+            };
+            let Some(node) = self.pick_node(scope, &pod) else {
+                continue;
+            };
+            self.world
+                .unscheduled
+                .remove(&(scope.clone(), pod_key.clone()));
+            if let Ok(w) = self.store_mut(scope).patch(
+                &pod_key,
+                &json!({"spec": {"nodeName": node}}),
+                Part::Whole,
+            ) {
+                let object = Sim::describe(scope, &pod_key);
+                self.line(
+                    "world",
+                    "PodScheduled",
+                    object,
+                    format!("rescheduled onto {node}"),
+                );
+                self.changed(scope, w);
+                self.schedule_in(
+                    self.knobs.pod_startup,
+                    Event::PodReady {
+                        scope: scope.clone(),
+                        pod: pod_key,
+                    },
+                );
+            }
+        }
+    }
+
+    fn pick_node(&self, scope: &Scope, pod: &Value) -> Option<String> {
+        let tolerations: Vec<String> = pod
+            .pointer("/spec/tolerations")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|t| t.get("key").and_then(Value::as_str).map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let original_node = pod.pointer("/metadata/annotations/sim.lifecycle.x-k8s.io~1from-node");
+        let _ = original_node;
+        self.store(scope)?.list("", "Node").find_map(|(_, n)| {
+            let ready = n
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|c| {
+                    c.iter()
+                        .find(|c| c.get("type").and_then(Value::as_str) == Some("Ready"))
+                })
+                .and_then(|c| c.get("status").and_then(Value::as_str))
+                == Some("True");
+            let unschedulable =
+                n.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true);
+            let tainted = n
+                .pointer("/spec/taints")
+                .and_then(Value::as_array)
+                .is_some_and(|ts| {
+                    ts.iter().any(|t| {
+                        t.get("effect").and_then(Value::as_str) == Some("NoSchedule")
+                            && !t
+                                .get("key")
+                                .and_then(Value::as_str)
+                                .is_some_and(|k| tolerations.iter().any(|x| x == k))
+                    })
+                });
+            (ready && !unschedulable && !tainted && !json::is_deleting(n))
+                .then(|| json::name(n).to_string())
+        })
+    }
+
+    /// Sets a Node condition; `lastTransitionTime` moves only when the status changes.
+    pub(crate) fn set_node_condition(
+        &mut self,
+        scope: &Scope,
+        node: &str,
+        type_: &str,
+        status: &str,
+        reason: Option<&str>,
+        message: Option<&str>,
+    ) {
+        let key = ObjKey::new("", "Node", "", node);
+        let Some(current) = self.get(scope, &key).cloned() else {
+            let object = Sim::describe(scope, &key);
+            self.line("world", "NodeCondition", object, "no such Node".into());
+            return;
+        };
+        let mut conditions: Vec<Value> = current
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let now = self.now.to_rfc3339();
+        let pos = conditions
+            .iter()
+            .position(|c| c.get("type").and_then(Value::as_str) == Some(type_));
+        let mut cond = pos
+            .map(|i| conditions[i].clone())
+            .unwrap_or_else(|| json!({"type": type_}));
+        let changed = cond.get("status").and_then(Value::as_str) != Some(status);
+        cond["status"] = json!(status);
+        if changed || cond.get("lastTransitionTime").is_none() {
+            cond["lastTransitionTime"] = json!(now);
+        }
+        if let Some(r) = reason {
+            cond["reason"] = json!(r);
+        }
+        if let Some(m) = message {
+            cond["message"] = json!(m);
+        }
+        match pos {
+            Some(i) => conditions[i] = cond,
+            None => conditions.push(cond),
+        }
+        if let Ok(w) = self.store_mut(scope).patch(
+            &key,
+            &json!({"status": {"conditions": conditions}}),
+            Part::Status,
+        ) {
+            let object = Sim::describe(scope, &key);
+            let why = reason.map(|r| format!(" ({r})")).unwrap_or_default();
+            self.line(
+                "world",
+                "NodeCondition",
+                object,
+                format!("{type_}={status}{why}"),
+            );
+            self.changed(scope, w);
+        }
+    }
+
+    pub(crate) fn kubelet(&mut self, scope: &Scope, node: &str, running: bool) {
+        let k = (scope.clone(), node.to_string());
+        if running {
+            if !self.world.kubelet_stopped.remove(&k) {
+                return;
+            }
+            self.set_node_condition(
+                scope,
+                node,
+                "Ready",
+                "True",
+                Some("KubeletReady"),
+                Some("kubelet is posting ready status"),
+            );
+            let terminating: Vec<(ObjKey, Value)> = self
+                .store(scope)
+                .map(|s| {
+                    s.list("", "Pod")
+                        .filter(|(_, p)| {
+                            json::str_at(p, "spec.nodeName") == Some(node) && json::is_deleting(p)
+                        })
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            for (key, pod) in terminating {
+                self.pod_deleting(scope, &key, pod);
+            }
+        } else if self.world.kubelet_stopped.insert(k) {
+            self.schedule_in(
+                self.knobs.node_monitor_grace_period,
+                Event::NodeUnreachable {
+                    scope: scope.clone(),
+                    node: node.to_string(),
+                },
+            );
+        }
+    }
+
+    /// The fake MachineSet replaces a Machine it owns as soon as it starts deleting.
+    fn replace_machine(&mut self, key: &ObjKey, machine: Value) {
+        if self.knobs.machine_sets != MachineSetsMode::Replace {
+            return;
+        }
+        if !self.world.provider_deleting.insert(ObjKey::new(
+            "sim",
+            "Replaced",
+            &key.namespace,
+            &key.name,
+        )) {
+            return;
+        }
+        let Some((kind, ms_name)) = controller_of(&machine) else {
+            return;
+        };
+        if kind != "MachineSet" {
+            return;
+        }
+        let ms_key = ObjKey::new("cluster.x-k8s.io", "MachineSet", &key.namespace, &ms_name);
+        let Some(ms) = self.get(&Scope::Management, &ms_key).cloned() else {
+            return;
+        };
+        if json::is_deleting(&ms) {
+            return;
+        }
+        let n = self.world.replacements.entry(ms_key.clone()).or_insert(0);
+        *n += 1;
+        let name = format!("{ms_name}-r{n}");
+        let api_version = json::api_version(&ms).to_string();
+        let template = ms.pointer("/spec/template").cloned().unwrap_or(json!({}));
+        let mut spec = template.get("spec").cloned().unwrap_or(json!({}));
+        let cluster = json::str_at(&ms, "spec.clusterName")
+            .unwrap_or_default()
+            .to_string();
+        spec["clusterName"] = json!(cluster);
+        for (path, kind_suffix) in [
+            ("/infrastructureRef", "infra"),
+            ("/bootstrap/configRef", "bootstrap"),
+        ] {
+            let _ = kind_suffix;
+            if let Some(r) = spec.pointer_mut(path) {
+                r["name"] = json!(name);
+            }
+        }
+        let mut labels = template
+            .pointer("/metadata/labels")
+            .cloned()
+            .unwrap_or(json!({}));
+        labels["cluster.x-k8s.io/set-name"] = json!(ms_name);
+        let machine = json!({
+            "apiVersion": api_version,
+            "kind": "Machine",
+            "metadata": {
+                "name": name,
+                "namespace": key.namespace,
+                "labels": labels,
+                "finalizers": [engine::model::MACHINE_FINALIZER],
+                "ownerReferences": [{
+                    "apiVersion": api_version, "kind": "MachineSet", "name": ms_name,
+                    "uid": ms.pointer("/metadata/uid").cloned().unwrap_or(json!("")),
+                    "controller": true, "blockOwnerDeletion": true
+                }]
+            },
+            "spec": spec,
+            "status": {"phase": "Provisioning"}
+        });
+        self.create_machine_for_provisioning(
+            machine,
+            &format!("replaces {} for MachineSet {ms_name}", key.name),
+        );
+    }
+
+    /// Creates a Machine the world provisions: provider objects, then infrastructure, then Node.
+    pub(crate) fn create_machine_for_provisioning(&mut self, mut machine: Value, why: &str) {
+        crate::defaults::apply_defaults(&mut machine);
+        let key = ObjKey::of(&machine);
+        let now = self.now;
+        let Ok(w) = self
+            .store_mut(&Scope::Management)
+            .create(machine.clone(), now)
+        else {
+            return;
+        };
+        self.line("world", "CreateMachine", key.to_string(), why.to_string());
+        self.changed(&Scope::Management, w);
+        self.start_provisioning(&key, &machine);
+    }
+
+    pub(crate) fn start_provisioning(&mut self, key: &ObjKey, machine: &Value) {
+        self.ensure_provider_objects(machine, false);
+        self.world.provisioning.insert(key.clone());
+        self.schedule_in(
+            self.knobs.infra_provision,
+            Event::InfraReady {
+                machine: key.clone(),
+            },
+        );
+    }
+
+    /// Creates the InfrastructureMachine and BootstrapConfig a Machine references when missing.
+    pub(crate) fn ensure_provider_objects(&mut self, machine: &Value, ready: bool) {
+        let ns = json::namespace(machine).to_string();
+        let cluster = json::str_at(machine, "spec.clusterName")
+            .unwrap_or_default()
+            .to_string();
+        let machine_name = json::name(machine).to_string();
+        let provider_id = json::str_at(machine, "spec.providerID")
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("sim://{cluster}/{machine_name}"));
+        for (path, is_infra) in [
+            ("/spec/infrastructureRef", true),
+            ("/spec/bootstrap/configRef", false),
+        ] {
+            let Some(r) = machine.pointer(path) else {
+                continue;
+            };
+            let kind = r.get("kind").and_then(Value::as_str).unwrap_or_default();
+            let name = r.get("name").and_then(Value::as_str).unwrap_or_default();
+            let api_version = r
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .or_else(|| {
+                    r.get("apiGroup")
+                        .and_then(Value::as_str)
+                        .map(|g| format!("{g}/v1beta2"))
+                })
+                .unwrap_or_default();
+            let key = ObjKey::new(json::group_of(&api_version), kind, &ns, name);
+            if kind.is_empty() || self.get(&Scope::Management, &key).is_some() {
+                continue;
+            }
+            let mut obj = json!({
+                "apiVersion": api_version, "kind": kind,
+                "metadata": {"name": name, "namespace": ns, "finalizers": [PROVIDER_FINALIZER],
+                             "labels": {engine::model::CLUSTER_NAME_LABEL: cluster}},
+                "spec": {}, "status": {}
+            });
+            if is_infra {
+                if ready {
+                    obj["spec"]["providerID"] = json!(provider_id);
+                    obj["status"] = json!({"ready": true, "initialization": {"provisioned": true}});
+                }
+            } else {
+                obj["status"] = json!({"ready": true, "dataSecretName": format!("{name}-bootstrap"),
+                                       "initialization": {"dataSecretCreated": true}});
+            }
+            if let Ok(w) = {
+                let now = self.now;
+                self.store_mut(&Scope::Management).create(obj, now)
+            } {
+                self.changed(&Scope::Management, w);
+            }
+        }
+    }
+
+    fn infra_ready(&mut self, machine_key: &ObjKey) {
+        let Some(machine) = self.get(&Scope::Management, machine_key).cloned() else {
+            return;
+        };
+        if json::is_deleting(&machine) {
+            return;
+        }
+        let cluster = json::str_at(&machine, "spec.clusterName")
+            .unwrap_or_default()
+            .to_string();
+        let provider_id = format!("sim://{cluster}/{}", machine_key.name);
+        if let Some(r) = machine.pointer("/spec/infrastructureRef") {
+            let api_version = r
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .or_else(|| {
+                    r.get("apiGroup")
+                        .and_then(Value::as_str)
+                        .map(|g| format!("{g}/v1beta2"))
+                })
+                .unwrap_or_default();
+            let key = ObjKey::new(
+                json::group_of(&api_version),
+                r.get("kind").and_then(Value::as_str).unwrap_or_default(),
+                &machine_key.namespace,
+                r.get("name").and_then(Value::as_str).unwrap_or_default(),
+            );
+            if let Ok(w) = self.store_mut(&Scope::Management).patch(
+                &key,
+                &json!({"spec": {"providerID": provider_id},
+                        "status": {"ready": true, "initialization": {"provisioned": true}}}),
+                Part::Whole,
+            ) {
+                self.line(
+                    "world",
+                    "InfraReady",
+                    key.to_string(),
+                    format!("providerID {provider_id}"),
+                );
+                self.changed(&Scope::Management, w);
+            }
+        }
+        let v1beta1 = json::api_version(&machine).ends_with("v1beta1");
+        let status = if v1beta1 {
+            json!({"phase": "Provisioned", "infrastructureReady": true, "bootstrapReady": true})
+        } else {
+            json!({"phase": "Provisioned", "initialization": {"infrastructureProvisioned": true, "bootstrapDataSecretCreated": true}})
+        };
+        if let Ok(w) = self.store_mut(&Scope::Management).patch(
+            machine_key,
+            &json!({"spec": {"providerID": provider_id}, "status": status}),
+            Part::Whole,
+        ) {
+            self.changed(&Scope::Management, w);
+        }
+        self.schedule_in(
+            self.knobs.node_join,
+            Event::NodeJoin {
+                machine: machine_key.clone(),
+            },
+        );
+    }
+
+    fn node_join(&mut self, machine_key: &ObjKey) {
+        let Some(machine) = self.get(&Scope::Management, machine_key).cloned() else {
+            return;
+        };
+        if json::is_deleting(&machine) {
+            return;
+        }
+        let cluster = json::str_at(&machine, "spec.clusterName")
+            .unwrap_or_default()
+            .to_string();
+        let scope = self.workload_scope(&cluster);
+        let provider_id = json::str_at(&machine, "spec.providerID")
+            .unwrap_or_default()
+            .to_string();
+        let node_name = machine_key.name.clone();
+        let node = json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": node_name},
+            "spec": {"providerID": provider_id},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                        "lastTransitionTime": self.now.to_rfc3339()}]}
+        });
+        if let Ok(w) = {
+            let now = self.now;
+            self.store_mut(&scope).create(node, now)
+        } {
+            let object = Sim::describe(&scope, &w.key);
+            self.line(
+                "world",
+                "NodeJoin",
+                object,
+                format!("Machine {} joined", machine_key.name),
+            );
+            self.changed(&scope, w);
+        }
+        let v1beta1 = json::api_version(&machine).ends_with("v1beta1");
+        let node_ref = if v1beta1 {
+            json!({"apiVersion": "v1", "kind": "Node", "name": node_name})
+        } else {
+            json!({"name": node_name})
+        };
+        if let Ok(w) = self.store_mut(&Scope::Management).patch(
+            machine_key,
+            &json!({"status": {"nodeRef": node_ref, "phase": "Running"}}),
+            Part::Status,
+        ) {
+            self.changed(&Scope::Management, w);
+        }
+        self.world.provisioning.remove(machine_key);
+    }
+}
+
+/// `web-0-r2` → `web-0`.
+fn base_pod_name(name: &str) -> &str {
+    match name.rsplit_once("-r") {
+        Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
+        _ => name,
+    }
+}
