@@ -341,3 +341,140 @@ fn scenario_example_manifests_convert() {
     assert_eq!(pod.node_name.as_deref(), Some("n1"));
     assert_eq!(pod.phase, "Pending");
 }
+
+mod never_panics {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Field names the converters read, so random documents reach deep into every kind.
+    const KEYS: &[&str] = &[
+        "metadata",
+        "name",
+        "namespace",
+        "labels",
+        "finalizers",
+        "ownerReferences",
+        "resourceVersion",
+        "creationTimestamp",
+        "spec",
+        "status",
+        "conditions",
+        "type",
+        "status",
+        "severity",
+        "lastTransitionTime",
+        "v1beta2",
+        "deprecated",
+        "v1beta1",
+        "infrastructureRef",
+        "bootstrap",
+        "configRef",
+        "apiVersion",
+        "apiGroup",
+        "kind",
+        "deletion",
+        "nodeDrainTimeout",
+        "nodeDrainTimeoutSeconds",
+        "nodeRef",
+        "selector",
+        "matchLabels",
+        "matchExpressions",
+        "key",
+        "operator",
+        "values",
+        "template",
+        "checks",
+        "unhealthyNodeConditions",
+        "timeoutSeconds",
+        "timeout",
+        "remediation",
+        "triggerIf",
+        "unhealthyLessThanOrEqualTo",
+        "providerIDList",
+        "nodeRefs",
+        "versions",
+        "replicas",
+        "drain",
+        "machines",
+        "pods",
+        "volumes",
+        "emptyDir",
+        "taints",
+        "initialization",
+        "csi",
+        "claimRef",
+        "source",
+        "attached",
+    ];
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            (-1e12f64..1e12).prop_map(Value::from),
+            prop_oneof![
+                Just("True".to_string()),
+                Just("10m".to_string()),
+                Just("2024-01-01T00:00:00Z".to_string()),
+                Just("In".to_string()),
+                "[a-zA-Z0-9%./:-]{0,12}",
+            ]
+            .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(5, 64, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec((prop::sample::select(KEYS), inner), 0..6).prop_map(
+                    |pairs| {
+                        Value::Object(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+                    }
+                ),
+            ]
+        })
+    }
+
+    const TYPES: &[(&str, &str)] = &[
+        ("cluster.x-k8s.io/v1beta1", "Machine"),
+        ("cluster.x-k8s.io/v1beta2", "Machine"),
+        ("cluster.x-k8s.io/v1beta1", "Cluster"),
+        ("cluster.x-k8s.io/v1beta2", "MachineHealthCheck"),
+        ("cluster.x-k8s.io/v1beta1", "MachineHealthCheck"),
+        ("cluster.x-k8s.io/v1beta1", "MachinePool"),
+        ("cluster.x-k8s.io/v1beta2", "MachinePool"),
+        ("cluster.x-k8s.io/v1beta2", "MachineSet"),
+        ("cluster.x-k8s.io/v1beta1", "MachineDeployment"),
+        ("cluster.x-k8s.io/v1beta2", "MachineDrainRule"),
+        (
+            "infrastructure.cluster.x-k8s.io/v1beta2",
+            "DockerMachineTemplate",
+        ),
+        ("v1", "Node"),
+        ("v1", "Pod"),
+        ("v1", "Namespace"),
+        ("v1", "PersistentVolume"),
+        ("policy/v1", "PodDisruptionBudget"),
+        ("storage.k8s.io/v1", "VolumeAttachment"),
+    ];
+
+    proptest! {
+        #[test]
+        fn random_documents_convert_or_fail_with_a_path(
+            (api_version, kind) in prop::sample::select(TYPES),
+            spec in json_value(),
+            status in json_value(),
+            metadata in json_value(),
+        ) {
+            let mut doc = json!({"apiVersion": api_version, "kind": kind,
+                                 "metadata": {"name": "x", "namespace": "default"},
+                                 "spec": spec, "status": status});
+            if metadata.is_object() {
+                doc["metadata"] = metadata;
+            }
+            match object_from_json(&doc) {
+                Ok(_) => {}
+                Err(e) => prop_assert!(!e.path.is_empty() && !e.message.is_empty(), "{e:?}"),
+            }
+        }
+    }
+}
