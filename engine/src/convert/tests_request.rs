@@ -543,3 +543,20 @@ fn capi_version_of_target_api_versions() {
     );
     assert_eq!(capi_version_of("v1"), ApiVersion::V1Beta2);
 }
+
+#[test]
+fn event_names_stay_valid_for_long_object_names() {
+    let long = "m".repeat(253);
+    let r = request(Action::RecordEvent {
+        regarding: Target {
+            key: ObjectKey::management(Kind::Machine, "default", &long),
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+        },
+        type_: EventType::Normal,
+        reason: "R".into(),
+        message: "M".into(),
+    });
+    let name = &r.target().key.name;
+    assert_eq!(name.len(), 253);
+    assert!(name.starts_with("mmm") && name.as_bytes()[236] == b'.');
+}
