@@ -196,11 +196,7 @@ pub fn request_for(command: &Command) -> ApiRequest {
             } else {
                 regarding.key.namespace.as_str()
             };
-            let name = format!(
-                "{}.{:016x}",
-                regarding.key.name,
-                event_hash(reason, message, command.id)
-            );
+            let name = event_name(&regarding.key.name, reason, message, command.id);
             let mut involved = json!({
                 "apiVersion": regarding.api_version,
                 "kind": regarding.key.kind.name(),
@@ -245,6 +241,18 @@ fn merge_patch(merge: &JsonText, command: &Command) -> Value {
             json!({})
         }
     }
+}
+
+/// `<object>.<16 hex digits>`, the object part cut so the name stays a valid DNS subdomain
+/// (at most 253 characters).
+fn event_name(object: &str, reason: &str, message: &str, command_id: u64) -> String {
+    const NAME_MAX: usize = 253;
+    let suffix = format!(".{:016x}", event_hash(reason, message, command_id));
+    let mut cut = object.len().min(NAME_MAX - suffix.len());
+    while !object.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}{suffix}", object[..cut].trim_end_matches(['.', '-']))
 }
 
 /// FNV-1a (64 bit) of the event's reason, message and command id: a stable, deterministic
