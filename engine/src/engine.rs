@@ -6,7 +6,7 @@ use crate::controller::{Controller, Cx, Effects};
 use crate::deletion::MachineDeletion;
 use crate::health::HealthChecks;
 use crate::input::{ApiOutcome, Input};
-use crate::model::ObjectKey;
+use crate::model::{Object, ObjectKey};
 use crate::pool::Pools;
 use crate::store::{Change, Store};
 use crate::time::Timestamp;
@@ -193,7 +193,7 @@ impl Engine {
         } = outcome
         {
             let scope = command.action.target().key.scope.clone();
-            if let Some(change) = self.store.upsert(&scope, object.clone()) {
+            if let Some(change) = self.store.upsert(&scope, Object::clone(object)) {
                 self.route(&change, dirty);
             }
         }

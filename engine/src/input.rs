@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 ///
 /// Expected failures of the outside world (404, 409, a PDB refusing an eviction, an unreachable
 /// cluster) arrive as [`Input::ApiResult`], never as Rust errors.
+// Most inputs are upserts, so boxing the object would add an allocation to the common case.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Input {
     /// An object was created or changed (a watch event or a list item).
@@ -29,7 +31,7 @@ pub enum Input {
 pub enum ApiOutcome {
     /// 2xx; the object as the API returned it, when it returned one.
     Ok {
-        object: Option<Object>,
+        object: Option<Box<Object>>,
     },
     NotFound,
     Conflict {

@@ -180,7 +180,8 @@ impl Sim {
                 let object = written
                     .as_ref()
                     .and_then(|w| w.object.clone())
-                    .and_then(|o| self.convert(scope, &key, &o));
+                    .and_then(|o| self.convert(scope, &key, &o))
+                    .map(Box::new);
                 if let Some(w) = written {
                     self.changed(scope, w);
                 }

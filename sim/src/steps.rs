@@ -26,10 +26,8 @@ impl Sim {
                 let key = ObjKey::of(&obj);
                 let existed = self.get(&scope, &key).is_some();
                 let object = Sim::describe(&scope, &key);
-                match {
-                    let now = self.now;
-                    self.store_mut(&scope).apply(obj.clone(), now)
-                } {
+                let now = self.now;
+                match self.store_mut(&scope).apply(obj.clone(), now) {
                     Ok(w) => {
                         self.line(
                             "scenario",

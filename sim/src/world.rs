@@ -82,19 +82,23 @@ impl Sim {
                 self.replace_machine(key, m.clone())
             }
             (Some(obj), g, _) if is_provider_group(g) && json::is_deleting(obj) => {
-                if self.world.provider_deleting.insert(key.clone())
-                    && json::finalizers(obj)
-                        .iter()
-                        .any(|f| f == PROVIDER_FINALIZER)
-                {
-                    self.schedule_in(
-                        self.knobs.infra_delete,
-                        Event::ProviderGone { key: key.clone() },
-                    );
-                }
+                self.provider_deleting(key, obj)
             }
             (Some(pool), "cluster.x-k8s.io", "MachinePool") => self.follow_pool(key, pool.clone()),
             _ => {}
+        }
+    }
+
+    /// A provider object started deleting: the provider finishes after `infraDelete`.
+    fn provider_deleting(&mut self, key: &ObjKey, obj: &Value) {
+        let ours = json::finalizers(obj)
+            .iter()
+            .any(|f| f == PROVIDER_FINALIZER);
+        if ours && self.world.provider_deleting.insert(key.clone()) {
+            self.schedule_in(
+                self.knobs.infra_delete,
+                Event::ProviderGone { key: key.clone() },
+            );
         }
     }
 

@@ -147,7 +147,3 @@ mod tests {
         assert_eq!(get_path(&doc, "spec.missing"), None);
     }
 }
-
-pub fn is_cluster_scoped_value(key: &super::store::ObjKey) -> bool {
-    super::store::is_cluster_scoped(&key.kind)
-}

@@ -193,7 +193,7 @@ impl ClusterStore {
         meta.entry("creationTimestamp")
             .or_insert(json!(now.to_rfc3339()));
         meta.insert("generation".into(), json!(1));
-        if json::is_cluster_scoped_value(&key) {
+        if is_cluster_scoped(&key.kind) {
             meta.remove("namespace");
         }
         self.stamp(&mut obj);
