@@ -126,10 +126,8 @@ impl Sim {
                                         "lastTransitionTime": self.now.to_rfc3339()}],
                        "nodeInfo": {"kubeletVersion": "v1.31.0"}}
         });
-        if let Ok(w) = {
-            let now = self.now;
-            self.store_mut(&scope).create(node, now)
-        } {
+        let now = self.now;
+        if let Ok(w) = self.store_mut(&scope).create(node, now) {
             let object = Sim::describe(&scope, &w.key);
             self.line(
                 "world",

@@ -77,10 +77,16 @@ impl Sim {
                 };
                 match result {
                     Ok(w) => {
-                        let detail = if w.object.is_some() {
-                            "deletionTimestamp set; finalizers hold it"
-                        } else {
-                            "deleted"
+                        let detail = match &w.object {
+                            None => "deleted".to_string(),
+                            Some(_) if key.kind == "Pod" => format!(
+                                "terminating (grace period {}s)",
+                                grace_of(w.object.as_ref())
+                            ),
+                            Some(o) => format!(
+                                "deletionTimestamp set; finalizers {:?} hold it",
+                                json::finalizers(o)
+                            ),
                         };
                         self.line("scenario", "Delete", object, detail.into());
                         self.changed(&scope, w);
@@ -143,6 +149,12 @@ impl Sim {
             _ => {}
         }
     }
+}
+
+fn grace_of(pod: Option<&Value>) -> i64 {
+    pod.and_then(|p| p.pointer("/metadata/deletionGracePeriodSeconds"))
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
 }
 
 fn compact(v: &Value) -> String {

@@ -20,8 +20,9 @@ pub struct WorldState {
     /// Replacement counters per MachineSet and reschedule counters per pod base name.
     pub replacements: BTreeMap<ObjKey, u32>,
     pub reschedules: BTreeMap<(Scope, ObjKey), u32>,
-    /// Pods waiting for a node to be scheduled on.
-    pub unscheduled: BTreeSet<(Scope, ObjKey)>,
+    /// Pods waiting for a node to be scheduled on, with the node they must avoid (the one
+    /// their predecessor left).
+    pub unscheduled: BTreeMap<(Scope, ObjKey), Option<String>>,
     /// Machines the world provisions (created during the run).
     pub provisioning: BTreeSet<ObjKey>,
     /// Provider objects whose deletion has been scheduled.
@@ -369,15 +370,16 @@ impl Sim {
         ] {
             meta.remove(f);
         }
-        json::object_at(&mut pod, &["spec"]).remove("nodeName");
+        let left = json::object_at(&mut pod, &["spec"]).remove("nodeName");
         pod["status"] = json!({"phase": "Pending"});
         let new_key = ObjKey::of(&pod);
-        if let Ok(w) = {
-            let now = self.now;
-            self.store_mut(scope).create(pod, now)
-        } {
+        let now = self.now;
+        if let Ok(w) = self.store_mut(scope).create(pod, now) {
             self.changed(scope, w);
-            self.world.unscheduled.insert((scope.clone(), new_key));
+            let avoid = left.and_then(|v| v.as_str().map(str::to_string));
+            self.world
+                .unscheduled
+                .insert((scope.clone(), new_key), avoid);
             self.schedule_pending_pods(scope);
         }
     }
@@ -385,19 +387,19 @@ impl Sim {
     /// Binds pending pods to the first schedulable Ready node (by name) whose NoSchedule taints
     /// they tolerate.
     fn schedule_pending_pods(&mut self, scope: &Scope) {
-        let pending: Vec<ObjKey> = self
+        let pending: Vec<(ObjKey, Option<String>)> = self
             .world
             .unscheduled
             .iter()
-            .filter(|(s, _)| s == scope)
-            .map(|(_, k)| k.clone())
+            .filter(|((s, _), _)| s == scope)
+            .map(|((_, k), avoid)| (k.clone(), avoid.clone()))
             .collect();
-        for pod_key in pending {
+        for (pod_key, avoid) in pending {
             let Some(pod) = self.get(scope, &pod_key).cloned() else {
                 self.world.unscheduled.remove(&(scope.clone(), pod_key));
                 continue;
             };
-            let Some(node) = self.pick_node(scope, &pod) else {
+            let Some(node) = self.pick_node(scope, &pod, avoid.as_deref()) else {
                 continue;
             };
             self.world
@@ -427,7 +429,7 @@ impl Sim {
         }
     }
 
-    fn pick_node(&self, scope: &Scope, pod: &Value) -> Option<String> {
+    fn pick_node(&self, scope: &Scope, pod: &Value, avoid: Option<&str>) -> Option<String> {
         let tolerations: Vec<String> = pod
             .pointer("/spec/tolerations")
             .and_then(Value::as_array)
@@ -437,8 +439,6 @@ impl Sim {
                     .collect()
             })
             .unwrap_or_default();
-        let original_node = pod.pointer("/metadata/annotations/sim.lifecycle.x-k8s.io~1from-node");
-        let _ = original_node;
         self.store(scope)?.list("", "Node").find_map(|(_, n)| {
             let ready = n
                 .pointer("/status/conditions")
@@ -463,7 +463,8 @@ impl Sim {
                                 .is_some_and(|k| tolerations.iter().any(|x| x == k))
                     })
                 });
-            (ready && !unschedulable && !tainted && !json::is_deleting(n))
+            let other = avoid != Some(json::name(n));
+            (ready && !unschedulable && !tainted && other && !json::is_deleting(n))
                 .then(|| json::name(n).to_string())
         })
     }
@@ -715,10 +716,8 @@ impl Sim {
                 obj["status"] = json!({"ready": true, "dataSecretName": format!("{name}-bootstrap"),
                                        "initialization": {"dataSecretCreated": true}});
             }
-            if let Ok(w) = {
-                let now = self.now;
-                self.store_mut(&Scope::Management).create(obj, now)
-            } {
+            let now = self.now;
+            if let Ok(w) = self.store_mut(&Scope::Management).create(obj, now) {
                 self.changed(&Scope::Management, w);
             }
         }
@@ -810,10 +809,8 @@ impl Sim {
             "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                                         "lastTransitionTime": self.now.to_rfc3339()}]}
         });
-        if let Ok(w) = {
-            let now = self.now;
-            self.store_mut(&scope).create(node, now)
-        } {
+        let now = self.now;
+        if let Ok(w) = self.store_mut(&scope).create(node, now) {
             let object = Sim::describe(&scope, &w.key);
             self.line(
                 "world",
