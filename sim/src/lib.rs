@@ -10,6 +10,7 @@ mod exec;
 pub mod expect;
 mod faults;
 pub mod feed;
+pub mod generate;
 pub mod invariants;
 pub mod journaling;
 mod pools;
