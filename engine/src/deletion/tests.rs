@@ -1,0 +1,1 @@
+//! Engine-level tests of Machine deletion.
