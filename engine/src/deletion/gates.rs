@@ -194,14 +194,46 @@ mod tests {
         use ControlPlaneFact::*;
         use NodeDeletionBlocked::*;
         let cases = [
-            ("cluster deleting wins", facts(true, false, Deleting, 0), Err(ClusterIsBeingDeleted)),
-            ("no nodeRef", facts(false, false, Managed, 3), Err(NilNodeRef)),
-            ("control plane deleting", facts(false, true, Deleting, 3), Err(ControlPlaneIsBeingDeleted)),
-            ("externally managed, no machines", facts(false, true, ExternallyManaged, 0), Ok(())),
-            ("no active control-plane machine", facts(false, true, Managed, 0), Err(NoControlPlaneNodes)),
-            ("control plane object not found: counted", facts(false, true, Absent, 0), Err(NoControlPlaneNodes)),
-            ("one active control-plane machine", facts(false, true, Managed, 1), Ok(())),
-            ("no controlPlaneRef, machines exist", facts(false, true, Absent, 2), Ok(())),
+            (
+                "cluster deleting wins",
+                facts(true, false, Deleting, 0),
+                Err(ClusterIsBeingDeleted),
+            ),
+            (
+                "no nodeRef",
+                facts(false, false, Managed, 3),
+                Err(NilNodeRef),
+            ),
+            (
+                "control plane deleting",
+                facts(false, true, Deleting, 3),
+                Err(ControlPlaneIsBeingDeleted),
+            ),
+            (
+                "externally managed, no machines",
+                facts(false, true, ExternallyManaged, 0),
+                Ok(()),
+            ),
+            (
+                "no active control-plane machine",
+                facts(false, true, Managed, 0),
+                Err(NoControlPlaneNodes),
+            ),
+            (
+                "control plane object not found: counted",
+                facts(false, true, Absent, 0),
+                Err(NoControlPlaneNodes),
+            ),
+            (
+                "one active control-plane machine",
+                facts(false, true, Managed, 1),
+                Ok(()),
+            ),
+            (
+                "no controlPlaneRef, machines exist",
+                facts(false, true, Absent, 2),
+                Ok(()),
+            ),
         ];
         for (name, f, want) in cases {
             assert_eq!(is_delete_node_allowed(&f), want, "{name}");
@@ -241,17 +273,41 @@ mod tests {
         };
         let cases = [
             (base, Ok(())),
-            (WaitGateFacts { excluded: true, ..base }, Err(WaitSkipped::Excluded)),
             (
-                WaitGateFacts { pre_terminate_hooks_started: true, ..base },
+                WaitGateFacts {
+                    excluded: true,
+                    ..base
+                },
+                Err(WaitSkipped::Excluded),
+            ),
+            (
+                WaitGateFacts {
+                    pre_terminate_hooks_started: true,
+                    ..base
+                },
                 Err(WaitSkipped::PreTerminateHooksStarted),
             ),
-            (WaitGateFacts { infrastructure: Gone, ..base }, Err(WaitSkipped::InfrastructureGone)),
             (
-                WaitGateFacts { infrastructure: Deleting, ..base },
+                WaitGateFacts {
+                    infrastructure: Gone,
+                    ..base
+                },
+                Err(WaitSkipped::InfrastructureGone),
+            ),
+            (
+                WaitGateFacts {
+                    infrastructure: Deleting,
+                    ..base
+                },
                 Err(WaitSkipped::InfrastructureDeleting),
             ),
-            (WaitGateFacts { timed_out: true, ..base }, Err(WaitSkipped::TimedOut)),
+            (
+                WaitGateFacts {
+                    timed_out: true,
+                    ..base
+                },
+                Err(WaitSkipped::TimedOut),
+            ),
         ];
         for (f, want) in cases {
             assert_eq!(wait_allowed(&f), want, "{f:?}");
@@ -266,15 +322,37 @@ mod tests {
         let cases = [
             // (first attempt, timeout, now, keep trying)
             ("inside the 10s retry window", s(100), d(10), s(109), true),
-            ("window over, default timeout long expired", s(100), None, s(110), false),
-            ("window over, explicit 10s expired", s(100), d(10), s(110), false),
+            (
+                "window over, default timeout long expired",
+                s(100),
+                None,
+                s(110),
+                false,
+            ),
+            (
+                "window over, explicit 10s expired",
+                s(100),
+                d(10),
+                s(110),
+                false,
+            ),
             ("zero means forever", s(100), d(0), s(100_000), true),
             ("long timeout not yet expired", s(100), d(600), s(599), true),
             ("long timeout expired", s(100), d(600), s(600), false),
-            ("fast infra: default timeout still running", s(3), None, s(9), true),
+            (
+                "fast infra: default timeout still running",
+                s(3),
+                None,
+                s(9),
+                true,
+            ),
         ];
         for (name, first, timeout, now, want) in cases {
-            assert_eq!(keep_deleting_node(first, deleted_at, timeout, now), want, "{name}");
+            assert_eq!(
+                keep_deleting_node(first, deleted_at, timeout, now),
+                want,
+                "{name}"
+            );
         }
     }
 }

@@ -21,10 +21,9 @@ mod volumes;
 mod tests;
 
 pub use gates::{
-    ControlPlaneFact, InfrastructureFact, NODE_DELETION_RETRY_INTERVAL,
-    NODE_DELETION_RETRY_WINDOW, NODE_DELETION_TIMEOUT_DEFAULT, NodeDeletionBlocked,
-    NodeDeletionFacts, WaitGateFacts, WaitSkipped, is_delete_node_allowed, keep_deleting_node,
-    timeout_exceeded, wait_allowed,
+    ControlPlaneFact, InfrastructureFact, NODE_DELETION_RETRY_INTERVAL, NODE_DELETION_RETRY_WINDOW,
+    NODE_DELETION_TIMEOUT_DEFAULT, NodeDeletionBlocked, NodeDeletionFacts, WaitGateFacts,
+    WaitSkipped, is_delete_node_allowed, keep_deleting_node, timeout_exceeded, wait_allowed,
 };
 pub use status::{StatusFields, legacy, reason};
 pub use volumes::{VolumeWait, volumes_to_wait_for};
@@ -85,14 +84,36 @@ pub enum NodeDeletionOutcome {
     GaveUp(String),
 }
 
-/// Writes issued whose effect has not been observed yet: while the Machine's resourceVersion
-/// is the one they were issued against, they stand for the observed values, so a stale cache
-/// does not make the same write twice.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Written {
-    pub resource_version: u64,
-    pub conditions: Option<Conditions>,
-    pub status: Option<StatusFields>,
+/// A status write issued whose effect may not be observed yet. It stands for the observed
+/// value until the cache shows a Machine newer than the one seen when the write was answered,
+/// so a stale cache does not make the same write twice.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending<T> {
+    pub value: T,
+    pub answered: bool,
+    /// The Machine's resourceVersion at the first pass after the answer.
+    pub seen_resource_version: Option<u64>,
+}
+
+impl<T: PartialEq> Pending<T> {
+    pub fn new(value: T) -> Self {
+        Pending {
+            value,
+            answered: false,
+            seen_resource_version: None,
+        }
+    }
+
+    /// Whether it still stands for the observed value, given the observed one.
+    pub fn stands(&mut self, observed: &T, resource_version: u64) -> bool {
+        if &self.value == observed {
+            return false;
+        }
+        if !self.answered {
+            return true;
+        }
+        *self.seen_resource_version.get_or_insert(resource_version) == resource_version
+    }
 }
 
 /// What the controller remembers about one deleting Machine.
@@ -107,7 +128,8 @@ pub struct Memo {
     pub node_deletion: Option<NodeDeletion>,
     /// Events already recorded (`Reason` or `Reason:message`): events mark transitions.
     pub events: BTreeSet<String>,
-    pub written: Option<Written>,
+    pub pending_conditions: Option<Pending<Conditions>>,
+    pub pending_status: Option<Pending<StatusFields>>,
 }
 
 /// One deleting Machine and what routes changes to it.
@@ -184,12 +206,12 @@ impl MachineDeletion {
     }
 
     fn untrack(&mut self, key: &ObjectKey) {
-        if let Some(t) = self.machines.remove(key) {
-            if let Some(set) = self.by_cluster.get_mut(&t.cluster) {
-                set.remove(key);
-                if set.is_empty() {
-                    self.by_cluster.remove(&t.cluster);
-                }
+        if let Some(t) = self.machines.remove(key)
+            && let Some(set) = self.by_cluster.get_mut(&t.cluster)
+        {
+            set.remove(key);
+            if set.is_empty() {
+                self.by_cluster.remove(&t.cluster);
             }
         }
         self.timers.cancel(key);
@@ -213,7 +235,8 @@ impl Controller for MachineDeletion {
                         out.push(key.clone());
                     }
                     if m.is_control_plane() {
-                        control_plane_of = Some(ClusterName::new(&m.meta.namespace, &m.cluster_name));
+                        control_plane_of =
+                            Some(ClusterName::new(&m.meta.namespace, &m.cluster_name));
                     }
                 }
                 if self.machines.contains_key(key) {
@@ -249,7 +272,10 @@ impl Controller for MachineDeletion {
                 );
             }
             (Scope::Workload(cluster), Kind::Pod) => {
-                let (before, after) = (as_pod(change.before.as_ref()), as_pod(change.after.as_ref()));
+                let (before, after) = (
+                    as_pod(change.before.as_ref()),
+                    as_pod(change.after.as_ref()),
+                );
                 if !pod_change_matters(before, after) {
                     return;
                 }
@@ -321,7 +347,8 @@ impl Controller for MachineDeletion {
             return;
         }
         let cluster_name = ClusterName::new(&machine.meta.namespace, &machine.cluster_name);
-        let cluster_key = ObjectKey::management(Kind::Cluster, &cluster_name.namespace, &cluster_name.name);
+        let cluster_key =
+            ObjectKey::management(Kind::Cluster, &cluster_name.namespace, &cluster_name.name);
         let cluster = match store.get(&cluster_key) {
             Some(Object::Cluster(c)) => Some(c),
             _ => None,
@@ -340,6 +367,16 @@ impl Controller for MachineDeletion {
             .bootstrap_config_ref
             .as_ref()
             .map(|r| ref_key(r, &machine.meta.namespace));
+        // Routing facts known before any pass (the pass refines the node by providerID).
+        tracked.node = tracked.node.take().or_else(|| machine.node_ref.clone());
+        tracked.provider_id =
+            machine
+                .provider_id
+                .clone()
+                .or_else(|| match store.get(&tracked.infrastructure) {
+                    Some(Object::External(e)) => e.provider_id.clone(),
+                    _ => None,
+                });
         tracked.control_plane = cluster
             .and_then(|c| c.control_plane_ref.as_ref())
             .map(|r| ref_key(r, &cluster_name.namespace));
@@ -382,17 +419,22 @@ impl Controller for MachineDeletion {
         match &command.action {
             Action::Evict { pod, .. } => {
                 let outcome = eviction_failure_message(outcome);
-                let entry = memo.evictions.entry(pod.key.clone()).or_insert(EvictionAttempt {
-                    at: now,
-                    outcome: EvictionOutcome::Pending,
-                    last_failure: None,
-                });
+                let entry = memo
+                    .evictions
+                    .entry(pod.key.clone())
+                    .or_insert(EvictionAttempt {
+                        at: now,
+                        outcome: EvictionOutcome::Pending,
+                        last_failure: None,
+                    });
                 match &outcome {
                     EvictionOutcome::Failed(message) => {
                         tracing::info!(pod = %pod.key, "Eviction failed, will be retried in 20s: {message}");
                         entry.last_failure = Some(message.clone());
                     }
-                    EvictionOutcome::Evicted | EvictionOutcome::NotFound => entry.last_failure = None,
+                    EvictionOutcome::Evicted | EvictionOutcome::NotFound => {
+                        entry.last_failure = None
+                    }
                     EvictionOutcome::Pending => {}
                 }
                 entry.outcome = outcome;
@@ -411,12 +453,23 @@ impl Controller for MachineDeletion {
                     };
                 }
             }
-            Action::SetCondition { .. } | Action::PatchStatus { .. } => {
-                if failure.is_some() {
-                    // Not written after all: the next pass compares with what is observed.
-                    memo.written = None;
+            Action::SetCondition { .. } => match failure {
+                // Not written after all: the next pass compares with what is observed.
+                Some(_) => memo.pending_conditions = None,
+                None => {
+                    if let Some(p) = &mut memo.pending_conditions {
+                        p.answered = true;
+                    }
                 }
-            }
+            },
+            Action::PatchStatus { .. } => match failure {
+                Some(_) => memo.pending_status = None,
+                None => {
+                    if let Some(p) = &mut memo.pending_status {
+                        p.answered = true;
+                    }
+                }
+            },
             Action::AddFinalizer { .. }
             | Action::RemoveFinalizer { .. }
             | Action::PatchSpec { .. }

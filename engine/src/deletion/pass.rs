@@ -2,17 +2,14 @@
 //! Each phase either lets the pass continue or stops it (waiting for the world), after setting
 //! the `Deleting` reason and message it shows.
 
-use super::gates::{
-    self, ControlPlaneFact, InfrastructureFact, NodeDeletionFacts, WaitGateFacts,
-};
+use super::gates::{self, ControlPlaneFact, InfrastructureFact, NodeDeletionFacts, WaitGateFacts};
 use super::status::{
     self, DELETING, StatusFields, condition_summary, legacy, legacy_false, legacy_true, reason,
     set_condition,
 };
 use super::volumes::volumes_to_wait_for;
 use super::{
-    API_RETRY_INTERVAL, Attempt, DeletionTimer, NodeDeletion, NodeDeletionOutcome, Tracked,
-    Written,
+    API_RETRY_INTERVAL, Attempt, DeletionTimer, NodeDeletion, NodeDeletionOutcome, Pending, Tracked,
 };
 use crate::command::{Action, ControllerId, EventType, Target};
 use crate::controller::{Cx, Issued};
@@ -20,9 +17,9 @@ use crate::drain::{
     self, DrainBehavior, DrainContext, DrainPlan, EvictionAttempt, EvictionOutcome, PodDrain,
 };
 use crate::model::{
-    ApiVersion, CONTROL_PLANE_LABEL, CLUSTER_NAME_LABEL, Cluster, Condition, ConditionStatus,
-    Conditions, EXCLUDE_DRAIN_ANNOTATION, EXCLUDE_VOLUME_DETACH_ANNOTATION, Kind, MACHINE_FINALIZER,
-    Machine, MachineDrainRule, Node, Object, ObjectKey, PRE_DRAIN_HOOK_PREFIX,
+    ApiVersion, CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, Cluster, Condition, ConditionStatus,
+    Conditions, EXCLUDE_DRAIN_ANNOTATION, EXCLUDE_VOLUME_DETACH_ANNOTATION, Kind,
+    MACHINE_FINALIZER, Machine, MachineDrainRule, Node, Object, ObjectKey, PRE_DRAIN_HOOK_PREFIX,
     PRE_TERMINATE_HOOK_PREFIX, Scope, Severity,
 };
 use crate::store::Store;
@@ -92,16 +89,23 @@ impl<'p, 'a> Pass<'p, 'a> {
             deletion: m.deletion.clone(),
             node_ref: m.node_ref.clone().map(|n| (n, String::new())),
         };
-        match &tracked.memo.written {
-            Some(w) if w.resource_version == m.meta.resource_version => {
-                if let Some(c) = &w.conditions {
-                    base_conditions = c.clone();
-                }
-                if let Some(s) = &w.status {
-                    base_status = s.clone();
-                }
-            }
-            _ => tracked.memo.written = None,
+        let rv = m.meta.resource_version;
+        let memo = &mut tracked.memo;
+        let stands = memo
+            .pending_conditions
+            .as_mut()
+            .is_some_and(|p| p.stands(&base_conditions, rv));
+        match (&memo.pending_conditions, stands) {
+            (Some(p), true) => base_conditions = p.value.clone(),
+            _ => memo.pending_conditions = None,
+        }
+        let stands = memo
+            .pending_status
+            .as_mut()
+            .is_some_and(|p| p.stands(&base_status, rv));
+        match (&memo.pending_status, stands) {
+            (Some(p), true) => base_status = p.value.clone(),
+            _ => memo.pending_status = None,
         }
         let mut status = base_status.clone();
         status.phase = Some("Deleting".to_string());
@@ -140,14 +144,26 @@ impl<'p, 'a> Pass<'p, 'a> {
 
     pub fn run(&mut self) {
         self.set_deleting(reason::DELETING, "Deletion started");
+        let needs_workload = !self.cluster.meta.is_deleting()
+            && (self.m.node_ref.is_some() || self.provider_id().is_some());
+        if needs_workload && !self.store.is_synced(&self.scope) {
+            // Node operations (and the providerID lookup) need the workload cluster's cache.
+            tracing::debug!(machine = %self.key, "waiting for the workload cluster cache to sync");
+            return;
+        }
         let node = self.node_deletion_allowed();
-        if let Ok(node) = &node {
-            if self.pre_drain_hooks() == Flow::Wait
+        if node.is_ok() && !self.store.is_synced(&self.scope) {
+            // A Node or pod missing from an unsynced cache proves nothing: wait for the relist.
+            // Nothing is written either: the relist reconciles this Machine again.
+            tracing::debug!(machine = %self.key, "waiting for the workload cluster cache to sync");
+            return;
+        }
+        if let Ok(node) = &node
+            && (self.pre_drain_hooks() == Flow::Wait
                 || self.drain(node) == Flow::Wait
-                || self.volume_detach(node) == Flow::Wait
-            {
-                return self.flush();
-            }
+                || self.volume_detach(node) == Flow::Wait)
+        {
+            return self.flush();
         }
         if self.pre_terminate_hooks() == Flow::Wait
             || self.infrastructure() == Flow::Wait
@@ -198,22 +214,14 @@ impl<'p, 'a> Pass<'p, 'a> {
         }
     }
 
-    fn remember_written(&mut self, conditions: Option<Conditions>, status: Option<StatusFields>) {
-        let rv = self.m.meta.resource_version;
-        let w = self.tracked.memo.written.get_or_insert_with(|| Written {
-            resource_version: rv,
-            ..Default::default()
-        });
-        if conditions.is_some() {
-            w.conditions = conditions;
-        }
-        if status.is_some() {
-            w.status = status;
-        }
-    }
-
     /// Writes the status fields and conditions that differ from what is observed.
     fn flush(&mut self) {
+        self.flush_status();
+        self.flush_conditions();
+    }
+
+    /// Writes `status.phase`, `status.deletion.*` and `status.nodeRef` where they differ.
+    fn flush_status(&mut self) {
         if let Some((merge, summary)) =
             status::status_patch(self.m.version, &self.base_status, &self.status)
         {
@@ -228,9 +236,12 @@ impl<'p, 'a> Pass<'p, 'a> {
             );
             if let Issued::Queued(_) = issued {
                 self.base_status = self.status.clone();
-                self.remember_written(None, Some(self.status.clone()));
+                self.tracked.memo.pending_status = Some(Pending::new(self.status.clone()));
             }
         }
+    }
+
+    fn flush_conditions(&mut self) {
         if let Some((reason, message)) = &self.deleting {
             let c = Condition::new(DELETING, ConditionStatus::True, reason, message);
             set_condition(&mut self.conditions.current, c, self.now);
@@ -252,7 +263,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             );
             if let Issued::Queued(_) = issued {
                 self.base_conditions = self.conditions.clone();
-                self.remember_written(Some(self.conditions.clone()), None);
+                self.tracked.memo.pending_conditions = Some(Pending::new(self.conditions.clone()));
             }
         }
     }
@@ -316,10 +327,13 @@ impl<'p, 'a> Pass<'p, 'a> {
     }
 
     fn provider_id(&self) -> Option<String> {
-        self.m.provider_id.clone().or_else(|| match self.store.get(&self.tracked.infrastructure) {
-            Some(Object::External(e)) => e.provider_id.clone(),
-            _ => None,
-        })
+        self.m
+            .provider_id
+            .clone()
+            .or_else(|| match self.store.get(&self.tracked.infrastructure) {
+                Some(Object::External(e)) => e.provider_id.clone(),
+                _ => None,
+            })
     }
 
     /// Upstream's best-effort lookup of the Node by providerID when `status.nodeRef` is unset.
@@ -385,7 +399,10 @@ impl<'p, 'a> Pass<'p, 'a> {
         ));
         self.set_deleting(
             reason::WAITING_FOR_PRE_DRAIN_HOOK,
-            format!("Waiting for pre-drain hooks to succeed (hooks: {})", hooks.join(",")),
+            format!(
+                "Waiting for pre-drain hooks to succeed (hooks: {})",
+                hooks.join(",")
+            ),
         );
         Flow::Wait
     }
@@ -442,14 +459,21 @@ impl<'p, 'a> Pass<'p, 'a> {
     ) -> Result<(), gates::WaitSkipped> {
         gates::wait_allowed(&WaitGateFacts {
             excluded: self.m.meta.has_annotation(exclude_annotation),
-            pre_terminate_hooks_started: self.status.deletion.wait_for_pre_terminate_hook_start.is_some(),
+            pre_terminate_hooks_started: self
+                .status
+                .deletion
+                .wait_for_pre_terminate_hook_start
+                .is_some(),
             infrastructure: self.infrastructure_fact(),
             timed_out: gates::timeout_exceeded(start, timeout, self.now),
         })
     }
 
     fn node(&self, name: &str) -> Option<&'a Node> {
-        match self.store.get(&ObjectKey::new(self.scope.clone(), Kind::Node, "", name)) {
+        match self
+            .store
+            .get(&ObjectKey::new(self.scope.clone(), Kind::Node, "", name))
+        {
             Some(Object::Node(n)) => Some(n),
             _ => None,
         }
@@ -495,7 +519,6 @@ impl<'p, 'a> Pass<'p, 'a> {
             tracing::debug!(machine = %self.key, "Skipping drain: {skipped}");
             return Flow::Continue;
         }
-        let first_pass = self.base_status.deletion.node_drain_start.is_none();
         let start = self.start(|d| &mut d.node_drain_start);
         if let Some(at) = gates::deadline(Some(start), timeout) {
             self.wake_at(at, DeletionTimer::DrainTimeout);
@@ -513,10 +536,6 @@ impl<'p, 'a> Pass<'p, 'a> {
             start.to_rfc3339()
         );
         self.set_deleting(reason::DRAINING_NODE, header);
-        if first_pass {
-            // Upstream patches the Machine before draining, so the start time is visible.
-            self.flush();
-        }
         let Some(node) = self.node(node_name) else {
             return self.drain_completed(node_name);
         };
@@ -528,7 +547,8 @@ impl<'p, 'a> Pass<'p, 'a> {
         let rules = match self.drain_rules() {
             Ok(r) => r,
             Err(e) => {
-                return self.drain_failed(node_name, format!("failed to get Pods for eviction: {e}"));
+                return self
+                    .drain_failed(node_name, format!("failed to get Pods for eviction: {e}"));
             }
         };
         let unreachable = node.is_unreachable();
@@ -569,9 +589,9 @@ impl<'p, 'a> Pass<'p, 'a> {
             return self.drain_failed(node_name, error);
         }
         // Forget pods that are gone or deleting: their evictions are over.
-        self.tracked.memo.evictions.retain(|k, _| {
-            matches!(self.store.get(k), Some(Object::Pod(p)) if !p.meta.is_deleting())
-        });
+        self.tracked.memo.evictions.retain(
+            |k, _| matches!(self.store.get(k), Some(Object::Pod(p)) if !p.meta.is_deleting()),
+        );
         if let Some(at) = plan.next_wake {
             self.wake_at(at, DeletionTimer::EvictionRetry);
         }
@@ -602,6 +622,8 @@ impl<'p, 'a> Pass<'p, 'a> {
         let in_flight = self.cx.is_in_flight("Cordon", &node_key);
         let attempt = self.tracked.memo.cordon.clone();
         if attempt_due(&attempt, in_flight, self.now) {
+            // Upstream patches the Machine before draining, so the start time is visible.
+            self.flush_status();
             let issued = self.cx.issue(
                 ControllerId::Drain,
                 Action::Cordon {
@@ -623,10 +645,19 @@ impl<'p, 'a> Pass<'p, 'a> {
                     failure: attempt.and_then(|a| a.failure),
                 });
             }
-        } else if let Some(a) = &attempt {
-            self.wake_at(a.at.saturating_add(API_RETRY_INTERVAL), DeletionTimer::ApiRetry);
+        } else if let Some(a) = attempt.as_ref().filter(|a| a.failure.is_some()) {
+            self.wake_at(
+                a.at.saturating_add(API_RETRY_INTERVAL),
+                DeletionTimer::ApiRetry,
+            );
         }
-        match self.tracked.memo.cordon.as_ref().and_then(|a| a.failure.clone()) {
+        match self
+            .tracked
+            .memo
+            .cordon
+            .as_ref()
+            .and_then(|a| a.failure.clone())
+        {
             Some(f) => self.drain_failed(node_name, format!("failed to cordon Node: {f}")),
             None => Flow::Wait,
         }
@@ -636,6 +667,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         if plan.evict_now.is_empty() {
             return;
         }
+        self.flush_status();
         tracing::info!(
             machine = %self.key,
             node = node_name,
@@ -757,7 +789,9 @@ impl<'p, 'a> Pass<'p, 'a> {
                 self.event(
                     EventType::Normal,
                     "NodeVolumesDetached",
-                    format!("success waiting for node volumes detaching Machine's node {node_name:?}"),
+                    format!(
+                        "success waiting for node volumes detaching Machine's node {node_name:?}"
+                    ),
                     "NodeVolumesDetached".to_string(),
                 );
                 Flow::Continue
@@ -821,10 +855,18 @@ impl<'p, 'a> Pass<'p, 'a> {
                 legacy::INFRASTRUCTURE_READY,
                 reason::WAITING_FOR_INFRASTRUCTURE_DELETION,
             ),
-            ExternalRole::Bootstrap => (legacy::BOOTSTRAP_READY, reason::WAITING_FOR_BOOTSTRAP_DELETION),
+            ExternalRole::Bootstrap => (
+                legacy::BOOTSTRAP_READY,
+                reason::WAITING_FOR_BOOTSTRAP_DELETION,
+            ),
         };
         let Some(object) = self.store.get(key) else {
-            self.set_legacy(legacy_false(ready_type, legacy::DELETED, Severity::Info, ""));
+            self.set_legacy(legacy_false(
+                ready_type,
+                legacy::DELETED,
+                Severity::Info,
+                "",
+            ));
             return Flow::Continue;
         };
         let action_name = match role {
@@ -869,12 +911,17 @@ impl<'p, 'a> Pass<'p, 'a> {
                         failure: attempt.as_ref().and_then(|a| a.failure.clone()),
                     });
                     match role {
-                        ExternalRole::Infrastructure => self.tracked.memo.infrastructure_delete = fresh,
+                        ExternalRole::Infrastructure => {
+                            self.tracked.memo.infrastructure_delete = fresh
+                        }
                         ExternalRole::Bootstrap => self.tracked.memo.bootstrap_delete = fresh,
                     }
                 }
-            } else if let Some(a) = &attempt {
-                self.wake_at(a.at.saturating_add(API_RETRY_INTERVAL), DeletionTimer::ApiRetry);
+            } else if let Some(a) = attempt.as_ref().filter(|a| a.failure.is_some()) {
+                self.wake_at(
+                    a.at.saturating_add(API_RETRY_INTERVAL),
+                    DeletionTimer::ApiRetry,
+                );
             }
         }
         let failed = match role {
@@ -930,7 +977,9 @@ impl<'p, 'a> Pass<'p, 'a> {
                         }
                         return Flow::Continue;
                     }
-                    let due = d.last_at.saturating_add(gates::NODE_DELETION_RETRY_INTERVAL);
+                    let due = d
+                        .last_at
+                        .saturating_add(gates::NODE_DELETION_RETRY_INTERVAL);
                     if self.now < due {
                         self.wake_at(due, DeletionTimer::NodeDeletionRetry);
                         return Flow::Wait;

@@ -147,7 +147,9 @@ pub fn status_patch(
     {
         summary.push(format!("status.nodeRef.name={name}"));
         let node_ref = match version {
-            ApiVersion::V1Beta1 => json!({"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}),
+            ApiVersion::V1Beta1 => {
+                json!({"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid})
+            }
             ApiVersion::V1Beta2 => json!({"name": name}),
         };
         status.insert("nodeRef".into(), node_ref);
@@ -168,17 +170,31 @@ mod tests {
         let mut list = Vec::new();
         set_condition(
             &mut list,
-            legacy_false(legacy::DRAINING_SUCCEEDED, legacy::DRAINING, Severity::Info, "a"),
+            legacy_false(
+                legacy::DRAINING_SUCCEEDED,
+                legacy::DRAINING,
+                Severity::Info,
+                "a",
+            ),
             Timestamp(1),
         );
         set_condition(
             &mut list,
-            legacy_false(legacy::DRAINING_SUCCEEDED, legacy::DRAINING, Severity::Info, "b"),
+            legacy_false(
+                legacy::DRAINING_SUCCEEDED,
+                legacy::DRAINING,
+                Severity::Info,
+                "b",
+            ),
             Timestamp(2),
         );
         assert_eq!(list[0].last_transition_time, Some(Timestamp(1)));
         assert_eq!(list[0].message, "b");
-        set_condition(&mut list, legacy_true(legacy::DRAINING_SUCCEEDED), Timestamp(3));
+        set_condition(
+            &mut list,
+            legacy_true(legacy::DRAINING_SUCCEEDED),
+            Timestamp(3),
+        );
         assert_eq!(list[0].last_transition_time, Some(Timestamp(3)));
         assert_eq!(list[0].severity, Severity::None);
     }

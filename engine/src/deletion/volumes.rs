@@ -54,7 +54,11 @@ impl VolumeWait {
         ];
         for (title, list) in lines {
             if !list.is_empty() {
-                let _ = write!(msg, "\n* {title}: {}", list_to_string(list, VOLUME_NAMES_MAX));
+                let _ = write!(
+                    msg,
+                    "\n* {title}: {}",
+                    list_to_string(list, VOLUME_NAMES_MAX)
+                );
             }
         }
         msg
@@ -106,9 +110,7 @@ pub fn volumes_to_wait_for(
             .csi
             .as_ref()
             .map(|(driver, handle)| format!("kubernetes.io/csi/{driver}^{handle}"));
-        let by_attached = csi_name
-            .as_deref()
-            .is_some_and(|n| attached.contains(n));
+        let by_attached = csi_name.as_deref().is_some_and(|n| attached.contains(n));
         let by_attachment = attachments.contains(pv.meta.name.as_str());
         if !by_attached && !by_attachment {
             continue;
@@ -192,8 +194,16 @@ mod tests {
     #[test]
     fn the_four_lists_and_ignored_claims() {
         let s = store(vec![
-            pv("pv1", Some(("csi.x", "h1")), Some(("PersistentVolumeClaim", "app", "data-1"))),
-            pv("pv2", Some(("csi.x", "h2")), Some(("PersistentVolumeClaim", "app", "skipped"))),
+            pv(
+                "pv1",
+                Some(("csi.x", "h1")),
+                Some(("PersistentVolumeClaim", "app", "data-1")),
+            ),
+            pv(
+                "pv2",
+                Some(("csi.x", "h2")),
+                Some(("PersistentVolumeClaim", "app", "skipped")),
+            ),
             pv("pv3", None, None),
             pv("pv4", None, Some(("Other", "app", "x"))),
             va("va1", "n1", Some("pv3"), true),

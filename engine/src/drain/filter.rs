@@ -257,7 +257,10 @@ fn drain_label(pod: &Pod, _cx: &DrainContext<'_>) -> PodDeleteStatus {
     };
     if value.eq_ignore_ascii_case("skip") {
         PodDeleteStatus::skip()
-    } else if value.replacen('-', "", 1).eq_ignore_ascii_case("waitcompleted") {
+    } else if value
+        .replacen('-', "", 1)
+        .eq_ignore_ascii_case("waitcompleted")
+    {
         PodDeleteStatus::wait_completed()
     } else {
         tracing::debug!(
@@ -379,8 +382,8 @@ mod tests {
     fn skip_deleted_uses_whole_seconds_strictly_greater_than_the_threshold() {
         let store = store_with(vec![]);
         let cases = [
-            (1, 1_999, DrainBehavior::Drain), // 1 s elapsed: not > 1
-            (1, 2_000, DrainBehavior::Skip),  // 2 s elapsed
+            (1, 1_999, DrainBehavior::Drain),  // 1 s elapsed: not > 1
+            (1, 2_000, DrainBehavior::Skip),   // 2 s elapsed
             (0, 60_000, DrainBehavior::Drain), // threshold 0 disables the filter
         ];
         for (threshold, ago_ms, want) in cases {
@@ -490,7 +493,9 @@ mod tests {
         p.meta
             .annotations
             .insert(crate::model::MIRROR_POD_ANNOTATION.into(), "x".into());
-        p.meta.labels.insert(DRAIN_LABEL.into(), "wait-completed".into());
+        p.meta
+            .labels
+            .insert(DRAIN_LABEL.into(), "wait-completed".into());
         assert_eq!(run(&p, &store, 0, &[]).behavior, DrainBehavior::Skip);
     }
 

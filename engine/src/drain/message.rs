@@ -77,12 +77,7 @@ pub fn condition_message(plan: &DrainPlan<'_>, drain_started: Timestamp) -> Stri
         if !text.starts_with(PDB_PHRASE_LOWER) {
             text = format!("failed to evict Pod, {text}");
         }
-        let _ = write!(
-            msg,
-            "\n* {} {}: {text}",
-            pod_word(keys.len()),
-            pods(keys)
-        );
+        let _ = write!(msg, "\n* {} {}: {text}", pod_word(keys.len()), pods(keys));
     }
     if plan.failed.len() > CONDITION_FAILURE_MESSAGES_MAX {
         let others: usize = plan
@@ -180,8 +175,7 @@ mod tests {
                 .into(),
             refs(&pdb),
         );
-        plan.failed
-            .insert("some other error".into(), refs(&other));
+        plan.failed.insert("some other error".into(), refs(&other));
         let want = "Drain not completed yet (started at 2024-01-01T00:01:00Z):
 * Pods ns1/pod-1, ns1/pod-2, ns1/pod-3, ... (1 more): deletionTimestamp set, but still not removed from the Node
 * Pod ns2/pod-5: cannot evict pod as it would violate the pod's disruption budget. The disruption budget pdb-5 needs 1 healthy pods and has 1 currently

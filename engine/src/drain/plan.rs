@@ -318,7 +318,10 @@ mod tests {
         assert_eq!(names(&plan.trigger_eviction_later), ["a-now", "b-later"]);
         assert_eq!(names(&plan.deletion_timestamp_set), ["c-deleting"]);
         assert!(plan.wait_completed_now.is_empty());
-        assert_eq!(names(&plan.wait_completed_later), ["d-wait-now", "e-wait-later"]);
+        assert_eq!(
+            names(&plan.wait_completed_later),
+            ["d-wait-now", "e-wait-later"]
+        );
         assert_eq!(names(&plan.ignored), ["f-skip"]);
         assert!(!plan.is_complete());
     }
