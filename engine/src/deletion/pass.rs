@@ -558,13 +558,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             0
         };
         let grace_period_seconds = unreachable.then_some(drain::UNREACHABLE_GRACE_PERIOD_SECONDS);
-        let dcx = DrainContext {
-            store: self.store,
-            scope: &self.scope,
-            now: self.now,
-            skip_wait_for_delete_timeout_seconds: skip_seconds,
-            rules: &rules,
-        };
+        let dcx = DrainContext::new(self.store, &self.scope, self.now, skip_seconds, &rules);
         let pods: Vec<PodDrain<'a>> = self
             .store
             .pods_on_node(&self.scope, node_name)
@@ -808,13 +802,7 @@ impl<'p, 'a> Pass<'p, 'a> {
     /// Pods merely being deleted are not skipped here (upstream uses no skip threshold).
     fn ignored_claims(&self, node_name: &str) -> Result<BTreeSet<String>, String> {
         let rules = self.drain_rules().map_err(|e| e.to_string())?;
-        let dcx = DrainContext {
-            store: self.store,
-            scope: &self.scope,
-            now: self.now,
-            skip_wait_for_delete_timeout_seconds: 0,
-            rules: &rules,
-        };
+        let dcx = DrainContext::new(self.store, &self.scope, self.now, 0, &rules);
         let mut ignored = BTreeSet::new();
         for key in self.store.pods_on_node(&self.scope, node_name) {
             let Some(Object::Pod(pod)) = self.store.get(key) else {

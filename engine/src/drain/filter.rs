@@ -1,7 +1,7 @@
 //! Pod classification: upstream's drain filters, applied in upstream's order.
 
 use crate::model::{
-    DRAIN_LABEL, Kind, LabelSelector, MachineDrainRule, Object, ObjectKey, Pod, Scope,
+    DRAIN_LABEL, Kind, LabelSelector, MachineDrainRule, Namespace, Object, ObjectKey, Pod, Scope,
 };
 use crate::store::Store;
 use crate::time::Timestamp;
@@ -159,6 +159,34 @@ pub struct DrainContext<'a> {
     pub skip_wait_for_delete_timeout_seconds: i64,
     /// The rules that apply to the Machine, sorted by name (see [`matching_drain_rules`]).
     pub rules: &'a [&'a MachineDrainRule],
+    /// The workload cluster's Namespaces by name (upstream lists them once per drain too).
+    namespaces: BTreeMap<&'a str, &'a Namespace>,
+}
+
+impl<'a> DrainContext<'a> {
+    pub fn new(
+        store: &'a Store,
+        scope: &'a Scope,
+        now: Timestamp,
+        skip_wait_for_delete_timeout_seconds: i64,
+        rules: &'a [&'a MachineDrainRule],
+    ) -> Self {
+        let namespaces = store
+            .iter_kind(scope, &Kind::Namespace)
+            .filter_map(|(k, o)| match o {
+                Object::Namespace(n) => Some((k.name.as_str(), n)),
+                _ => None,
+            })
+            .collect();
+        DrainContext {
+            store,
+            scope,
+            now,
+            skip_wait_for_delete_timeout_seconds,
+            rules,
+            namespaces,
+        }
+    }
 }
 
 /// Classifies one pod with upstream's filters in upstream's order: skipDeleted, daemonSet,
@@ -273,8 +301,7 @@ fn drain_label(pod: &Pod, _cx: &DrainContext<'_>) -> PodDeleteStatus {
 }
 
 fn machine_drain_rules(pod: &Pod, cx: &DrainContext<'_>) -> PodDeleteStatus {
-    let ns_key = ObjectKey::new(cx.scope.clone(), Kind::Namespace, "", &pod.meta.namespace);
-    let Some(Object::Namespace(namespace)) = cx.store.get(&ns_key) else {
+    let Some(namespace) = cx.namespaces.get(pod.meta.namespace.as_str()) else {
         return PodDeleteStatus::error("Pod Namespace does not exist".to_string());
     };
     for rule in cx.rules {
@@ -324,13 +351,7 @@ mod tests {
 
     fn run(p: &Pod, store: &Store, skip_secs: i64, rules: &[&MachineDrainRule]) -> PodDeleteStatus {
         let scope = workload("c1");
-        let cx = DrainContext {
-            store,
-            scope: &scope,
-            now: NOW,
-            skip_wait_for_delete_timeout_seconds: skip_secs,
-            rules,
-        };
+        let cx = DrainContext::new(store, &scope, NOW, skip_secs, rules);
         classify(p, &cx)
     }
 
