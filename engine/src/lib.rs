@@ -10,6 +10,7 @@ pub mod command;
 pub mod controller;
 pub mod convert;
 pub mod deletion;
+pub mod drain;
 mod engine;
 pub mod health;
 pub mod input;
