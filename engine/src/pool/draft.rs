@@ -52,12 +52,6 @@ impl Draft {
         }
     }
 
-    pub fn provider_ids<'a>(&'a self, mp: &'a MachinePool) -> &'a [String] {
-        self.provider_id_list
-            .as_deref()
-            .unwrap_or(&mp.provider_id_list)
-    }
-
     pub fn node_refs<'a>(&'a self, mp: &'a MachinePool) -> &'a [NodeReference] {
         self.node_refs.as_deref().unwrap_or(&mp.status.node_refs)
     }

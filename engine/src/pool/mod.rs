@@ -13,6 +13,7 @@ mod conditions;
 mod deletion;
 mod draft;
 mod noderefs;
+mod nodes;
 mod phase;
 mod reconcile;
 
@@ -188,13 +189,13 @@ impl Controller for Pools {
         };
         let empty = PoolMemory::default();
         let memory = self.memory.get(key).unwrap_or(&empty);
-        let plan = reconcile::reconcile(&reconcile::Ctx {
-            store: cx.store,
-            now: cx.now,
-            key,
-            mp,
-            memory,
-        });
+        let workload = Scope::Workload(crate::model::ClusterName::new(
+            &mp.meta.namespace,
+            &mp.cluster_name,
+        ));
+        let plan = reconcile::reconcile(&reconcile::Ctx::new(
+            cx.store, cx.now, key, mp, memory, &workload,
+        ));
         let now = cx.now;
         let mut memory = memory.clone();
         for name in &plan.forget_nodes {

@@ -12,8 +12,10 @@ pub const OWNER_NAME_ANNOTATION: &str = "cluster.x-k8s.io/owner-name";
 
 /// What `getNodeReferences` finds: refs in providerID-list order and the counts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NodeRefsResult {
+pub struct NodeRefsResult<'a> {
     pub references: Vec<NodeReference>,
+    /// The matched Nodes, parallel to `references`.
+    pub nodes: Vec<&'a Node>,
     pub ready: i32,
     pub available: i32,
     /// The earliest moment a ready-but-not-yet-available Node becomes available.
@@ -33,9 +35,10 @@ pub fn node_references<'a>(
     min_ready: Duration,
     now: Timestamp,
     mut node_of: impl FnMut(&str) -> Option<&'a Node>,
-) -> Result<NodeRefsResult, NoAvailableNodes> {
+) -> Result<NodeRefsResult<'a>, NoAvailableNodes> {
     let mut out = NodeRefsResult {
         references: Vec::with_capacity(provider_ids.len()),
+        nodes: Vec::with_capacity(provider_ids.len()),
         ..Default::default()
     };
     for provider_id in provider_ids.iter().filter(|p| !p.is_empty()) {
@@ -63,6 +66,7 @@ pub fn node_references<'a>(
             name: node.meta.name.clone(),
             uid: node.meta.uid.clone(),
         });
+        out.nodes.push(node);
     }
     if out.references.is_empty() && !provider_ids.is_empty() {
         return Err(NoAvailableNodes);

@@ -6,6 +6,7 @@ use super::conditions::{self as cond};
 use super::deletion::{NodeDeleteFacts, NodeDeleteStep, node_delete_step};
 use super::draft::Draft;
 use super::noderefs::{self, NoAvailableNodes, node_patch, node_references};
+use super::nodes::{FnvSet, NodeIndex};
 use super::phase::{PhaseFacts, next_phase, replicas_managed_externally};
 use super::{NodeDeletion, PoolMemory, PoolWake};
 use crate::command::{Action, EventType, JsonText, Target};
@@ -13,6 +14,7 @@ use crate::model::*;
 use crate::store::Store;
 use crate::time::{Duration, Timestamp};
 use serde_json::{Map, Value, json};
+use std::cell::OnceCell;
 use std::collections::BTreeSet;
 
 /// Owner references written by the pool name the hub version; GC only looks at the group.
@@ -63,9 +65,37 @@ pub struct Ctx<'a> {
     pub key: &'a ObjectKey,
     pub mp: &'a MachinePool,
     pub memory: &'a PoolMemory,
+    pub workload: &'a Scope,
+    nodes: NodeIndex<'a>,
+    /// Nodes matched to this pass's nodeRefs, in order (when nodeRefs were computed).
+    matched: OnceCell<Vec<&'a Node>>,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    pub fn new(
+        store: &'a Store,
+        now: Timestamp,
+        key: &'a ObjectKey,
+        mp: &'a MachinePool,
+        memory: &'a PoolMemory,
+        workload: &'a Scope,
+    ) -> Self {
+        Ctx {
+            store,
+            now,
+            key,
+            mp,
+            memory,
+            workload,
+            nodes: NodeIndex::new(store, workload),
+            matched: OnceCell::new(),
+        }
+    }
+
+    fn nodes(&self) -> &NodeIndex<'a> {
+        &self.nodes
+    }
+
     fn pool_target(&self) -> Target {
         Target {
             key: self.key.clone(),
@@ -74,10 +104,7 @@ impl Ctx<'_> {
     }
 
     fn workload(&self) -> Scope {
-        Scope::Workload(ClusterName::new(
-            &self.mp.meta.namespace,
-            &self.mp.cluster_name,
-        ))
+        self.workload.clone()
     }
 
     fn pool_name(&self) -> String {
@@ -93,24 +120,12 @@ impl Ctx<'_> {
         (key, found)
     }
 
-    fn node_by_name(&self, scope: &Scope, name: &str) -> Option<&Node> {
-        match self
-            .store
-            .get(&ObjectKey::new(scope.clone(), Kind::Node, "", name))
-        {
-            Some(Object::Node(n)) => Some(n),
-            _ => None,
-        }
+    fn node_by_name(&self, name: &str) -> Option<&'a Node> {
+        self.nodes().by_name(name)
     }
 
-    /// Upstream's node map: providerID -> Node over every Node with that providerID; when
-    /// several share one, the last listed (by name) wins, as in upstream's map fill.
-    fn node_by_provider_id(&self, scope: &Scope, provider_id: &str) -> Option<&Node> {
-        let key = self.store.nodes_by_provider_id(scope, provider_id).last()?;
-        match self.store.get(key) {
-            Some(Object::Node(n)) => Some(n),
-            _ => None,
-        }
+    fn node_by_provider_id(&self, provider_id: &str) -> Option<&'a Node> {
+        self.nodes().by_provider_id(provider_id)
     }
 }
 
@@ -573,7 +588,6 @@ fn reconcile_machines(cx: &Ctx<'_>, infra: &External, plan: &mut Plan) {
         .filter(|m| m.meta.labels.get(POOL_NAME_LABEL).map(String::as_str) == Some(label))
         .map(|m| m.infrastructure_ref.name.as_str())
         .collect();
-    let workload = cx.workload();
     for (_, o) in cx.store.iter_kind(&Scope::Management, &infra_kind) {
         let Object::External(im) = o else { continue };
         if im.meta.namespace != mp.meta.namespace
@@ -589,7 +603,7 @@ fn reconcile_machines(cx: &Ctx<'_>, infra: &External, plan: &mut Plan) {
         let version = im
             .provider_id
             .as_deref()
-            .and_then(|p| cx.node_by_provider_id(&workload, p))
+            .and_then(|p| cx.node_by_provider_id(p))
             .and_then(|n| n.kubelet_version.clone())
             .filter(|v| !v.is_empty());
         let object = machine_pool_machine(mp, im, version);
@@ -677,16 +691,37 @@ fn reconcile_node_refs(cx: &Ctx<'_>, draft: &mut Draft, plan: &mut Plan) {
         plan.awaiting_workload_cache = true;
         return;
     }
-    let list = draft.provider_ids(mp).to_vec();
+    // Borrow the desired list without copying it (it can hold thousands of IDs).
+    let copied = draft.provider_id_list.take();
+    let list = copied.as_deref().unwrap_or(&mp.provider_id_list);
+    node_refs_from(cx, &workload, list, draft, plan);
+    draft.provider_id_list = copied;
+}
+
+fn node_refs_from(
+    cx: &Ctx<'_>,
+    workload: &Scope,
+    list: &[String],
+    draft: &mut Draft,
+    plan: &mut Plan,
+) {
+    let mp = cx.mp;
     if list.is_empty() && mp.replicas.is_none_or(|r| r != 0) {
         tracing::debug!(pool = %cx.pool_name(), "MachinePool doesn't have any ProviderIDs yet");
         return;
     }
-    delete_retired_nodes(cx, &workload, draft.node_refs(mp), &list, plan);
     let min_ready = Duration::from_secs(i64::from(mp.min_ready_seconds.unwrap_or(0).max(0)));
-    let result = match node_references(&list, min_ready, cx.now, |p| {
-        cx.node_by_provider_id(&workload, p)
-    }) {
+    let matched = node_references(list, min_ready, cx.now, |p| cx.node_by_provider_id(p));
+    // Retired Nodes: a nodeRef still matched through a listed providerID is not retired, so
+    // only refs that dropped out need a look (none in the steady state).
+    let observed = draft.node_refs(mp);
+    let kept = matched
+        .as_ref()
+        .map_or(&[][..], |r| r.references.as_slice());
+    if observed != kept {
+        delete_retired_nodes(cx, workload, observed, list, plan);
+    }
+    let result = match matched {
         Ok(r) => r,
         Err(NoAvailableNodes) => {
             tracing::info!(
@@ -718,10 +753,7 @@ fn reconcile_node_refs(cx: &Ctx<'_>, draft: &mut Draft, plan: &mut Plan) {
             );
         }
     }
-    for r in &result.references {
-        let Some(node) = cx.node_by_name(&workload, &r.name) else {
-            continue;
-        };
+    for (r, node) in result.references.iter().zip(&result.nodes) {
         if let Some(patch) = node_patch(node, &mp.cluster_name, &mp.meta.namespace, &mp.meta.name) {
             plan.issue(
                 Action::PatchSpec {
@@ -755,6 +787,7 @@ fn reconcile_node_refs(cx: &Ctx<'_>, draft: &mut Draft, plan: &mut Plan) {
         cond::legacy_true(cond::REPLICAS_READY)
     };
     cond::set(&mut draft.legacy_conditions, condition, cx.now);
+    let _ = cx.matched.set(result.nodes);
     draft.node_refs = Some(result.references);
 }
 
@@ -780,13 +813,13 @@ fn delete_retired_nodes(
     if node_refs.is_empty() {
         return;
     }
-    let listed: BTreeSet<&str> = list
+    let listed: FnvSet<'_> = list
         .iter()
         .map(String::as_str)
         .filter(|p| !p.is_empty())
         .collect();
     for r in node_refs {
-        let Some(node) = cx.node_by_name(workload, &r.name) else {
+        let Some(node) = cx.node_by_name(&r.name) else {
             continue;
         };
         let Some(pid) = node.provider_id.as_deref().filter(|p| !p.is_empty()) else {
@@ -847,12 +880,20 @@ fn update_status(cx: &Ctx<'_>, infra: &External, draft: &mut Draft) {
         draft.up_to_date = mp.replicas;
         let workload = cx.workload();
         if cx.store.is_synced(&workload) {
-            let versions = draft.node_refs(mp).iter().filter_map(|r| {
-                cx.node_by_name(&workload, &r.name)
+            let versions: Vec<String> = match cx.matched.get() {
+                Some(nodes) => nodes
+                    .iter()
+                    .filter_map(|n| n.kubelet_version.clone())
+                    .collect(),
+                None => draft
+                    .node_refs(mp)
+                    .iter()
+                    .filter_map(|r| cx.node_by_name(&r.name))
                     .filter(|n| n.provider_id.as_deref().is_some_and(|p| !p.is_empty()))
-                    .and_then(|n| n.kubelet_version.clone())
-            });
-            draft.versions = aggregate_versions(versions);
+                    .filter_map(|n| n.kubelet_version.clone())
+                    .collect(),
+            };
+            draft.versions = aggregate_versions(versions.into_iter());
         }
         return;
     }
@@ -928,7 +969,7 @@ fn reconcile_delete(cx: &Ctx<'_>, plan: &mut Plan) {
     let timeout_passed = !timeout.is_zero() && deleted_at + timeout < cx.now;
     let mut pending = false;
     for r in refs {
-        let node = cx.node_by_name(&workload, &r.name);
+        let node = cx.node_by_name(&r.name);
         let attempt = cx.memory.node_deletions.get(&r.name);
         if node.is_none() {
             if attempt.is_some() {
