@@ -110,9 +110,10 @@ impl Engine {
                 }
                 // Unchanged objects are routed too: a synced cache may unblock destructive
                 // commands that were held back while it was not.
+                let changed: BTreeSet<&ObjectKey> = changes.iter().map(|c| &c.key).collect();
                 for object in objects {
                     let key = object.key(scope);
-                    if !changes.iter().any(|c| c.key == key) {
+                    if !changed.contains(&key) {
                         let same = Change {
                             key,
                             before: Some(object.clone()),

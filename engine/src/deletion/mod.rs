@@ -130,6 +130,9 @@ pub struct Memo {
     pub events: BTreeSet<String>,
     pub pending_conditions: Option<Pending<Conditions>>,
     pub pending_status: Option<Pending<StatusFields>>,
+    /// The finalizer removal was answered with success: the Machine is on its way out and a
+    /// cache that still shows it must not trigger more writes.
+    pub finalizer_released: bool,
 }
 
 /// One deleting Machine and what routes changes to it.
@@ -470,8 +473,11 @@ impl Controller for MachineDeletion {
                     }
                 }
             },
+            Action::RemoveFinalizer { .. } => {
+                memo.finalizer_released =
+                    matches!(outcome, ApiOutcome::Ok { .. } | ApiOutcome::NotFound);
+            }
             Action::AddFinalizer { .. }
-            | Action::RemoveFinalizer { .. }
             | Action::PatchSpec { .. }
             | Action::SetOwnerReference { .. }
             | Action::CreateRemediation { .. }

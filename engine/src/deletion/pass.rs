@@ -143,6 +143,9 @@ impl<'p, 'a> Pass<'p, 'a> {
     }
 
     pub fn run(&mut self) {
+        if self.tracked.memo.finalizer_released {
+            return;
+        }
         self.set_deleting(reason::DELETING, "Deletion started");
         let needs_workload = !self.cluster.meta.is_deleting()
             && (self.m.node_ref.is_some() || self.provider_id().is_some());
@@ -178,6 +181,11 @@ impl<'p, 'a> Pass<'p, 'a> {
         }
         self.set_deleting(reason::DELETION_COMPLETED, "Deletion completed");
         self.flush();
+        if self.conditions != self.m.conditions {
+            // Upstream writes `DeletionCompleted` before the finalizer goes: wait until the
+            // condition write has landed (its answer reconciles this Machine again).
+            return;
+        }
         let issued = self.cx.issue(
             ControllerId::Deletion,
             Action::RemoveFinalizer {

@@ -559,7 +559,7 @@ fn scale_from_zero_picks_up_new_nodes_as_they_join() {
     mp.meta.resource_version = 2;
     for c in &commands {
         let landed = ApiOutcome::Ok {
-            object: Some(Object::MachinePool(mp.clone())),
+            object: Some(Box::new(Object::MachinePool(mp.clone()))),
         };
         assert_eq!(
             lines(&answer(&mut engine, secs(1), c, landed)),
