@@ -113,7 +113,9 @@ fn bench_pool(c: &mut Criterion) {
             mp.conditions = conditions.clone();
             mp.meta.resource_version = rv;
         }
-        let outcome = engine::ApiOutcome::Ok { object: settled.map(Box::new) };
+        let outcome = engine::ApiOutcome::Ok {
+            object: settled.map(Box::new),
+        };
         engine.handle(
             T0,
             &Input::ApiResult {

@@ -257,7 +257,8 @@ impl<'p, 'a> Pass<'p, 'a> {
         if self.conditions != self.base_conditions {
             let summary = condition_summary(&self.base_conditions, &self.conditions);
             let why = match &self.deleting {
-                Some((_, message)) => message.lines().next().unwrap_or_default().to_string(),
+                // The whole message: for a drain it lists the pods that hold it and why.
+                Some((_, message)) => message.clone(),
                 None => "deletion in progress".to_string(),
             };
             let issued = self.cx.issue(
