@@ -365,17 +365,14 @@ impl<'p, 'a> Pass<'p, 'a> {
     fn active_control_plane_machines(&self) -> usize {
         let cluster = &self.cluster.meta.name;
         self.store
-            .iter_kind(&Scope::Management, &Kind::Machine)
-            .filter(|(k, o)| {
-                k.namespace == self.cluster.meta.namespace
-                    && match o {
-                        Object::Machine(m) => {
-                            !m.meta.is_deleting()
-                                && m.meta.labels.get(CLUSTER_NAME_LABEL) == Some(cluster)
-                                && m.meta.has_label(CONTROL_PLANE_LABEL)
-                        }
-                        _ => false,
-                    }
+            .machines_of_cluster(&self.cluster.meta.namespace, cluster)
+            .filter(|k| match self.store.get(k) {
+                Some(Object::Machine(m)) => {
+                    !m.meta.is_deleting()
+                        && m.meta.labels.get(CLUSTER_NAME_LABEL) == Some(cluster)
+                        && m.meta.has_label(CONTROL_PLANE_LABEL)
+                }
+                _ => false,
             })
             .count()
     }
