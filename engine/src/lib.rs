@@ -1,2 +1,4 @@
 //! engine
+pub mod codec;
+pub mod journal;
 pub mod time;
