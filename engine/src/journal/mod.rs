@@ -4,9 +4,9 @@
 //! replay the tail with [`Journal::for_each_record`], then [`Journal::append_batch`] each step's
 //! inputs before applying them, and [`Journal::write_snapshot`] now and then.
 //!
-//! *Layout:* three sled trees in one directory. `batches` maps the big-endian first seq of a
-//! batch to many framed records (see `batch.rs`): one sled value and one flush per
-//! [`Journal::append_batch`] (group commit). `snapshots` holds the newest
+//! *Layout:* sled trees in one directory. Batch trees (`batches.<seq>`, see `chunks.rs`) map
+//! the big-endian first seq of a batch to many framed records (see `batch.rs`): one sled value
+//! and one flush per [`Journal::append_batch`] (group commit). `snapshots` holds the newest
 //! [`snapshot::SNAPSHOTS_KEPT_MAX`] snapshots. `meta` holds the format version.
 //!
 //! *Guarantees:* sequence numbers are dense and start at 1; every record and batch header is
@@ -14,6 +14,8 @@
 //! seq, and nothing after it is returned. Payloads are opaque bytes.
 
 mod batch;
+mod chunks;
+mod durable;
 mod error;
 mod read;
 mod snapshot;
@@ -27,14 +29,21 @@ pub use snapshot::{SNAPSHOTS_KEPT_MAX, Snapshot, SnapshotProblem};
 
 use crate::time::Timestamp;
 use batch::{BatchEncoder, BatchView, key_seq, seq_key};
+use chunks::Chunks;
 use std::ops::{ControlFlow, RangeInclusive};
 use std::path::{Path, PathBuf};
 
-const TREE_BATCHES: &str = "batches";
 const TREE_SNAPSHOTS: &str = "snapshots";
 const TREE_META: &str = "meta";
 const META_FORMAT_VERSION: &str = "format_version";
 const META_CREATED_BY: &str = "created_by";
+/// sled's segment size, fixed when a journal is created (sled refuses to reopen with another).
+///
+/// Why so small: batches are larger than a quarter segment, so sled stores each in its own blob
+/// file, and it deletes the blobs that tree-node rewrites made stale only when the log segment
+/// recording the rewrite fills up. Small segments fill after a few appends, which keeps disk
+/// use near the payload size (512 KiB segments measured 3x the payload bytes).
+const SLED_SEGMENT_BYTES: usize = 4096;
 /// `verify` stops collecting problems after this many (the first ones matter most).
 pub const VERIFY_PROBLEMS_MAX: usize = 1000;
 
@@ -176,11 +185,12 @@ pub enum Damage {
 pub struct Journal {
     dir: PathBuf,
     db: sled::Db,
-    batches: sled::Tree,
+    chunks: Chunks,
     snapshots: sled::Tree,
     opts: JournalOptions,
     next_seq: u64,
     encode_buf: Vec<u8>,
+    blob_sync: durable::BlobSync,
 }
 
 impl std::fmt::Debug for Journal {
@@ -202,30 +212,34 @@ impl Journal {
     pub fn open(dir: &Path, opts: JournalOptions) -> Result<(Journal, OpenReport), JournalError> {
         let opts = clamp_options(opts);
         create_private_dir(dir)?;
-        let db = sled::Config::new()
+        let config = sled::Config::new()
             .path(dir)
             .cache_capacity(opts.cache_bytes)
             .mode(sled::Mode::HighThroughput)
+            .segment_size(SLED_SEGMENT_BYTES)
             .use_compression(false)
-            .flush_every_ms(Some(500))
-            .open()
-            .map_err(|e| map_open_error(dir, e))?;
+            .flush_every_ms(Some(500));
+        let db = open_sled(dir, &config)?;
         let tree = |name: &'static str| {
             db.open_tree(name)
                 .map_err(JournalError::storage("opening a tree"))
         };
-        let batches = tree(TREE_BATCHES)?;
+        let chunks = Chunks::load(&db)?;
         let snapshots = tree(TREE_SNAPSHOTS)?;
         let meta = tree(TREE_META)?;
-        let created = check_or_write_meta(&meta, &batches)?;
+        let created = check_or_write_meta(&meta, &chunks)?;
         let mut journal = Journal {
             dir: dir.to_path_buf(),
             db,
-            batches,
+            chunks,
             snapshots,
             opts,
             next_seq: 1,
             encode_buf: Vec::new(),
+            blob_sync: durable::BlobSync::new(dir).map_err(|e| JournalError::Storage {
+                op: "listing blob files",
+                source: e.into(),
+            })?,
         };
         let truncated_tail = journal.truncate_torn_tail()?;
         journal.next_seq = journal.read_next_seq()?;
@@ -306,14 +320,23 @@ impl Journal {
     }
 
     /// Makes everything appended so far durable (useful with [`Durability::Buffered`]).
-    pub fn flush(&self) -> Result<(), JournalError> {
+    ///
+    /// Blob files sled wrote are fsynced before sled's log, so a durable pointer never
+    /// points at lost bytes (see `durable.rs`).
+    pub fn flush(&mut self) -> Result<(), JournalError> {
+        self.blob_sync
+            .sync_new()
+            .map_err(|e| JournalError::Storage {
+                op: "syncing blob files",
+                source: e.into(),
+            })?;
         self.db
             .flush()
             .map(|_| ())
             .map_err(JournalError::storage("flushing"))
     }
 
-    fn flush_per_durability(&self) -> Result<(), JournalError> {
+    fn flush_per_durability(&mut self) -> Result<(), JournalError> {
         match self.opts.durability {
             Durability::Flush => self.flush(),
             Durability::Buffered => Ok(()),
@@ -342,17 +365,9 @@ impl Journal {
                 BatchView::parse(first_seq, &buf).is_ok_and(|v| v.records().all(|r| r.is_ok())),
                 "a batch must decode as it was encoded"
             );
-            let stored = self
-                .batches
-                .compare_and_swap(seq_key(first_seq), None as Option<&[u8]>, Some(&buf[..]))
-                .map_err(JournalError::storage("storing a batch"));
+            let stored = self.chunks.insert_new(first_seq, &buf);
             self.encode_buf = buf;
-            if stored?.is_err() {
-                return Err(JournalError::Corrupt {
-                    seq: first_seq,
-                    reason: "a batch is already stored at the next seq".into(),
-                });
-            }
+            stored?;
             self.next_seq += u64::from(count);
             rest = &rest[taken..];
         }
@@ -361,7 +376,7 @@ impl Journal {
 
     /// Owned records from `from_seq` on; see [`Records`] for the guarantees.
     pub fn records(&self, from_seq: u64) -> Records<'_> {
-        Records::new(&self.batches, from_seq)
+        Records::new(&self.chunks, from_seq)
     }
 
     /// Replays records from `from_seq` on, borrowing each payload (no allocation per record).
@@ -374,7 +389,7 @@ impl Journal {
         from_seq: u64,
         visit: impl FnMut(RecordRef<'_>) -> ControlFlow<()>,
     ) -> Result<u64, JournalError> {
-        read::for_each(&self.batches, from_seq, visit)
+        read::for_each(&self.chunks, from_seq, visit)
     }
 
     /// Stores `state` as of `through_seq` and keeps only the newest [`SNAPSHOTS_KEPT_MAX`].
@@ -468,7 +483,7 @@ impl Journal {
             disk_allocated_bytes: 0,
             snapshots: Vec::new(),
         };
-        let mut walk = read::BatchWalk::new(&self.batches, 1)?;
+        let mut walk = read::BatchWalk::new(&self.chunks, 1)?;
         while let Some(value) = walk.next_batch() {
             let value = value?;
             let view = BatchView::parse(header_first_seq(&value), &value)?;
@@ -503,7 +518,14 @@ impl Journal {
                 report.problems.push(VerifyProblem { seq, reason });
             }
         };
-        for entry in self.batches.iter() {
+        let batches = match self.chunks.iter_from(1) {
+            Ok(iter) => iter,
+            Err(e) => {
+                problem(&mut report, 1, e.to_string());
+                return report;
+            }
+        };
+        for entry in batches {
             let near = expected.unwrap_or(0);
             let (key, value) = match entry {
                 Ok(kv) => kv,
@@ -574,22 +596,19 @@ impl Journal {
     /// Damages stored data on purpose. Tests only.
     #[doc(hidden)]
     pub fn damage_for_test(&mut self, damage: Damage) -> Result<(), JournalError> {
-        let batch_holding = |seq: u64| -> Result<(u64, Vec<u8>), JournalError> {
-            let (key, value) = self
-                .batches
-                .range(..=seq_key(seq))
-                .next_back()
-                .transpose()
-                .map_err(JournalError::storage("damage"))?
-                .ok_or(JournalError::Corrupt {
-                    seq,
-                    reason: "no batch holds it".into(),
-                })?;
-            Ok((key_seq(&key, seq)?, value.to_vec()))
+        let batch_holding = |seq: u64| -> Result<(sled::Tree, u64, Vec<u8>), JournalError> {
+            let (tree, first, value) =
+                self.chunks
+                    .batch_at_or_before(seq)?
+                    .ok_or(JournalError::Corrupt {
+                        seq,
+                        reason: "no batch holds it".into(),
+                    })?;
+            Ok((tree, first, value.to_vec()))
         };
         match damage {
             Damage::FlipRecord { seq } => {
-                let (first, mut value) = batch_holding(seq)?;
+                let (tree, first, mut value) = batch_holding(seq)?;
                 let view = BatchView::parse(first, &value)?;
                 let mut offset = batch::BATCH_HEADER_BYTES;
                 for record in view.records() {
@@ -605,30 +624,25 @@ impl Journal {
                     }
                     offset += batch::RECORD_HEADER_BYTES + record.payload.len();
                 }
-                self.batches
-                    .insert(seq_key(first), value)
+                tree.insert(seq_key(first), value)
                     .map_err(JournalError::storage("damage"))?;
             }
             Damage::TearBatch { seq } => {
-                let (first, mut value) = batch_holding(seq)?;
+                let (tree, first, mut value) = batch_holding(seq)?;
                 value.truncate(value.len() / 2);
-                self.batches
-                    .insert(seq_key(first), value)
+                tree.insert(seq_key(first), value)
                     .map_err(JournalError::storage("damage"))?;
             }
             Damage::RemoveBatch { seq } => {
-                let (first, _) = batch_holding(seq)?;
-                self.batches
-                    .remove(seq_key(first))
-                    .map_err(JournalError::storage("damage"))?;
+                let (tree, first, _) = batch_holding(seq)?;
+                self.chunks.remove_batch(&tree, first)?;
             }
             Damage::BatchFormatVersion { seq, version } => {
-                let (first, mut value) = batch_holding(seq)?;
+                let (tree, first, mut value) = batch_holding(seq)?;
                 value[0..2].copy_from_slice(&version.to_le_bytes());
                 let crc = crc32fast::hash(&value[..20]);
                 value[20..24].copy_from_slice(&crc.to_le_bytes());
-                self.batches
-                    .insert(seq_key(first), value)
+                tree.insert(seq_key(first), value)
                     .map_err(JournalError::storage("damage"))?;
             }
             Damage::MetaFormatVersion { version } => {
@@ -662,23 +676,16 @@ impl Journal {
 
     /// Removes the last batch if it fails its checks (a torn write).
     fn truncate_torn_tail(&mut self) -> Result<Option<TruncatedTail>, JournalError> {
-        let Some((key, value)) = self
-            .batches
-            .last()
-            .map_err(JournalError::storage("reading the last batch"))?
-        else {
+        let Some((tree, seq, value)) = self.chunks.last_batch()? else {
             return Ok(None);
         };
-        let seq = key_seq(&key, 0)?;
         let checked = BatchView::parse(seq, &value)
             .and_then(|view| view.records().try_for_each(|r| r.map(|_| ())));
         match checked {
             Ok(()) => Ok(None),
             Err(JournalError::Corrupt { reason, .. }) => {
                 tracing::warn!(from_seq = seq, bytes = value.len(), %reason, "removing torn last batch of the journal");
-                self.batches
-                    .remove(&key)
-                    .map_err(JournalError::storage("removing a torn batch"))?;
+                self.chunks.remove_batch(&tree, seq)?;
                 Ok(Some(TruncatedTail {
                     from_seq: seq,
                     bytes: value.len(),
@@ -690,16 +697,9 @@ impl Journal {
     }
 
     fn read_next_seq(&self) -> Result<u64, JournalError> {
-        match self
-            .batches
-            .last()
-            .map_err(JournalError::storage("reading the last batch"))?
-        {
+        match self.chunks.last_batch()? {
             None => Ok(1),
-            Some((key, value)) => {
-                let seq = key_seq(&key, 0)?;
-                Ok(BatchView::parse(seq, &value)?.last_seq() + 1)
-            }
+            Some((_, seq, value)) => Ok(BatchView::parse(seq, &value)?.last_seq() + 1),
         }
     }
 }
@@ -737,6 +737,24 @@ fn create_private_dir(dir: &Path) -> Result<(), JournalError> {
         })
 }
 
+/// How long `open` waits for a lock that may be held by a `Journal` being dropped in this
+/// process (sled's background threads release it shortly after the drop).
+const LOCK_WAIT_MS_MAX: u64 = 1000;
+const LOCK_RETRY_MS: u64 = 20;
+
+fn open_sled(dir: &Path, config: &sled::Config) -> Result<sled::Db, JournalError> {
+    let mut waited_ms = 0;
+    loop {
+        match config.open().map_err(|e| map_open_error(dir, e)) {
+            Err(JournalError::Locked { .. }) if waited_ms < LOCK_WAIT_MS_MAX => {
+                std::thread::sleep(std::time::Duration::from_millis(LOCK_RETRY_MS));
+                waited_ms += LOCK_RETRY_MS;
+            }
+            other => return other,
+        }
+    }
+}
+
 fn map_open_error(dir: &Path, e: sled::Error) -> JournalError {
     match &e {
         sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
@@ -752,7 +770,7 @@ fn map_open_error(dir: &Path, e: sled::Error) -> JournalError {
 }
 
 /// Returns whether the journal was just created.
-fn check_or_write_meta(meta: &sled::Tree, batches: &sled::Tree) -> Result<bool, JournalError> {
+fn check_or_write_meta(meta: &sled::Tree, chunks: &Chunks) -> Result<bool, JournalError> {
     let stored = meta
         .get(META_FORMAT_VERSION)
         .map_err(JournalError::storage("reading meta"))?;
@@ -777,12 +795,9 @@ fn check_or_write_meta(meta: &sled::Tree, batches: &sled::Tree) -> Result<bool, 
             Ok(false)
         }
         None => {
-            if let Some((key, _)) = batches
-                .first()
-                .map_err(JournalError::storage("reading the first batch"))?
-            {
+            if let Some(&start) = chunks.starts().first() {
                 return Err(JournalError::Corrupt {
-                    seq: key_seq(&key, 0)?,
+                    seq: start,
                     reason: "journal has batches but no meta record".into(),
                 });
             }

@@ -1,6 +1,7 @@
 //! Walking the journal in sequence order, checking continuity between batches.
 
-use super::batch::{BatchView, CursorState, key_seq, seq_key};
+use super::batch::{BatchView, CursorState, key_seq};
+use super::chunks::{ChunkIter, Chunks};
 use super::{JournalError, Record};
 
 /// Yields stored batches from the one holding `from_seq` onward, checking that they join up.
@@ -9,7 +10,7 @@ use super::{JournalError, Record};
 /// starts exactly where the previous one ended (or, for the first, at or before `from_seq`).
 /// After the first error the walk is over.
 pub(crate) struct BatchWalk {
-    iter: sled::Iter,
+    iter: ChunkIter,
     from_seq: u64,
     /// `None` until the first batch is seen.
     expected_seq: Option<u64>,
@@ -17,19 +18,10 @@ pub(crate) struct BatchWalk {
 }
 
 impl BatchWalk {
-    pub(crate) fn new(batches: &sled::Tree, from_seq: u64) -> Result<Self, JournalError> {
+    pub(crate) fn new(chunks: &Chunks, from_seq: u64) -> Result<Self, JournalError> {
         let from_seq = from_seq.max(1);
-        let start = match batches
-            .range(..=seq_key(from_seq))
-            .next_back()
-            .transpose()
-            .map_err(JournalError::storage("finding the batch to read from"))?
-        {
-            Some((key, _)) => key_seq(&key, from_seq)?,
-            None => from_seq,
-        };
         Ok(BatchWalk {
-            iter: batches.range(seq_key(start)..),
+            iter: chunks.iter_from(from_seq)?,
             from_seq,
             expected_seq: None,
             done: false,
@@ -57,7 +49,7 @@ impl BatchWalk {
         let near = self.expected_seq();
         let (key, value) = match self.iter.next()? {
             Ok(kv) => kv,
-            Err(e) => return Some(Err(JournalError::storage("reading a batch")(e))),
+            Err(e) => return Some(Err(e)),
         };
         let result = key_seq(&key, near).and_then(|seq| {
             let view = BatchView::parse(seq, &value)?;
@@ -101,7 +93,7 @@ impl BatchWalk {
 /// Calls `visit` for every record with `seq >= from_seq`, in order, without allocating per
 /// record. Returns how many records were visited.
 pub(crate) fn for_each(
-    batches: &sled::Tree,
+    batches: &Chunks,
     from_seq: u64,
     mut visit: impl FnMut(super::RecordRef<'_>) -> std::ops::ControlFlow<()>,
 ) -> Result<u64, JournalError> {
@@ -145,7 +137,7 @@ pub struct Records<'j> {
 }
 
 impl Records<'_> {
-    pub(crate) fn new(batches: &sled::Tree, from_seq: u64) -> Self {
+    pub(crate) fn new(batches: &Chunks, from_seq: u64) -> Self {
         let (walk, pending_error) = match BatchWalk::new(batches, from_seq) {
             Ok(w) => (Some(w), None),
             Err(e) => (None, Some(e)),

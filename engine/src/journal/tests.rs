@@ -417,3 +417,38 @@ proptest! {
         prop_assert_eq!(report.records_checked, expected.len() as u64);
     }
 }
+
+#[test]
+fn batches_span_chunk_trees_and_a_torn_single_batch_chunk_is_dropped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let per_chunk = chunks::BATCHES_PER_CHUNK_MAX as u64;
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 3 * per_chunk + 1, 1); // 3 full chunks + 1 chunk holding one batch
+    assert_eq!(j.chunks.starts().len(), 4);
+    let (tail, err) = read_all(&j, per_chunk + 2);
+    assert!(err.is_none());
+    assert_eq!(tail.len() as u64, 2 * per_chunk);
+    assert_intact(&tail, per_chunk + 2);
+    j.damage_for_test(Damage::TearBatch {
+        seq: 3 * per_chunk + 1,
+    })
+    .unwrap();
+    drop(j);
+    let (mut j, report) = open(tmp.path());
+    assert_eq!(
+        report.truncated_tail.map(|t| t.from_seq),
+        Some(3 * per_chunk + 1)
+    );
+    assert_eq!(j.chunks.starts().len(), 3);
+    append_n(&mut j, 2, 1);
+    assert_eq!(j.chunks.starts().len(), 4);
+    assert!(j.verify().is_clean());
+    // A whole chunk going missing is a gap, named by its first seq.
+    j.damage_for_test(Damage::RemoveBatch { seq: per_chunk + 1 })
+        .unwrap();
+    let report = j.verify();
+    assert_eq!(report.problems[0].seq, per_chunk + 1, "{report:?}");
+    assert!(
+        matches!(read_all(&j, 1).1, Some(JournalError::Corrupt { seq, .. }) if seq == per_chunk + 1)
+    );
+}
