@@ -30,8 +30,9 @@ pub(crate) struct Chunks {
 }
 
 impl Chunks {
-    /// Lists the chunk trees; drops empty ones (a crash between creating a chunk and storing
-    /// its first batch leaves one).
+    /// Lists the chunk trees without reading them (restart time must not grow with the
+    /// journal). Drops an empty last chunk: a crash between creating a chunk and storing its
+    /// first batch leaves one, and only the last chunk can be in that state.
     pub(crate) fn load(db: &sled::Db) -> Result<Self, JournalError> {
         let mut starts = Vec::new();
         for name in db.tree_names() {
@@ -48,14 +49,6 @@ impl Chunks {
                     String::from_utf8_lossy(&name)
                 ),
             })?;
-            let tree = db
-                .open_tree(&name)
-                .map_err(JournalError::storage("opening a chunk"))?;
-            if tree.is_empty() {
-                db.drop_tree(&name)
-                    .map_err(JournalError::storage("dropping an empty chunk"))?;
-                continue;
-            }
             starts.push(start);
         }
         starts.sort_unstable();
@@ -65,6 +58,15 @@ impl Chunks {
             head: None,
         };
         chunks.reload_head()?;
+        if let Some((tree, 0)) = &chunks.head {
+            let name = tree.name();
+            chunks
+                .db
+                .drop_tree(&name)
+                .map_err(JournalError::storage("dropping an empty chunk"))?;
+            chunks.starts.pop();
+            chunks.reload_head()?;
+        }
         Ok(chunks)
     }
 
