@@ -17,6 +17,7 @@ pub mod input;
 pub mod journal;
 pub mod model;
 pub mod pool;
+pub mod recovery;
 pub mod store;
 pub mod testing;
 pub mod time;

@@ -130,7 +130,15 @@ impl Sim {
     pub(crate) fn restart_controller(&mut self) {
         self.faults.fire(FaultKind::ControllerRestart);
         let before = self.engine.state_hash();
-        self.engine = self.feeder.rebuild(&self.engine);
+        match self.feeder.rebuild(&self.engine) {
+            Ok(engine) => self.engine = engine,
+            Err(e) => {
+                self.invariants.violate(format!(
+                    "recovery: the engine cannot be rebuilt from its journal: {e}"
+                ));
+                return;
+            }
+        }
         let after = self.engine.state_hash();
         if before != after {
             self.invariants.violate(format!(

@@ -27,31 +27,31 @@ impl Feeder {
         self.inputs += 1;
         self.causes.push(input.describe());
         engine.handle(now, &input);
-        debug_assert_eq!(engine.applied_seq(), self.inputs + self.base_seq());
-    }
-
-    fn base_seq(&self) -> u64 {
-        self.journal.as_ref().map_or(0, |j| j.base_seq())
+        debug_assert_eq!(engine.applied_seq(), self.inputs);
     }
 
     /// What the input with this sequence number was.
     pub fn cause(&self, seq: u64) -> &str {
-        let base = self.base_seq();
-        seq.checked_sub(base + 1)
+        seq.checked_sub(1)
             .and_then(|i| self.causes.get(i as usize))
             .map_or("", String::as_str)
+    }
+
+    /// Group commit at the end of a simulated instant.
+    pub fn end_of_instant(&mut self, engine: &Engine) {
+        if let Some(j) = &mut self.journal {
+            j.commit_and_maybe_snapshot(engine);
+        }
     }
 }
 
 impl Feeder {
     /// The engine as a restarted process would rebuild it: from the journal when there is one
     /// (snapshot + replay), else from a snapshot of the live state.
-    pub fn rebuild(&mut self, live: &Engine) -> Engine {
-        if let Some(j) = &mut self.journal
-            && let Some(engine) = j.rebuild()
-        {
-            return engine;
+    pub fn rebuild(&mut self, live: &Engine) -> Result<Engine, String> {
+        match &mut self.journal {
+            Some(j) => j.rebuild(),
+            None => Engine::decode_state(&live.encode_state()).map_err(|e| e.to_string()),
         }
-        Engine::decode_state(&live.encode_state()).expect("a snapshot of the live engine decodes")
     }
 }

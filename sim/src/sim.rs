@@ -280,6 +280,7 @@ impl Sim {
     }
 
     fn after_instant_step(&mut self) {
+        self.feeder.end_of_instant(&self.engine);
         self.schedule_engine_tick();
         if !self.queue.keys().any(|(t, _)| *t == self.now) {
             self.with_tracker(|t, sim| t.checkpoint(sim));
