@@ -161,7 +161,7 @@ pub fn served_types(
                 namespaced: *namespaced,
                 status: *status,
                 short_names: short.iter().map(|s| s.to_string()).collect(),
-                custom: group.contains('.') && !group.ends_with("k8s.io"),
+                custom: *group == CAPI,
             },
         )
         .collect();

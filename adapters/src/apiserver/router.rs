@@ -119,13 +119,21 @@ fn route(
     }
 }
 
+/// The parts of a resource path.
+struct ResourcePath<'a> {
+    namespace: Option<&'a str>,
+    plural: &'a str,
+    name: Option<&'a str>,
+    sub: Option<&'a str>,
+}
+
 /// `namespaces/{ns}/{plural}[/{name}[/{sub}]]` or `{plural}[/{name}[/{sub}]]`.
 fn split_resource_path<'a>(
     types: &[ResourceType],
     group: &str,
     version: &str,
     rest: &[&'a str],
-) -> Option<(Option<&'a str>, &'a str, Option<&'a str>, Option<&'a str>)> {
+) -> Option<ResourcePath<'a>> {
     let namespaced_path = rest.len() >= 3
         && rest[0] == "namespaces"
         && resources::resolve(types, group, version, rest[2]).is_some_and(|t| t.namespaced);
@@ -134,12 +142,18 @@ fn split_resource_path<'a>(
     } else {
         (None, rest)
     };
-    match rest {
-        [plural] => Some((namespace, plural, None, None)),
-        [plural, name] => Some((namespace, plural, Some(name), None)),
-        [plural, name, sub] => Some((namespace, plural, Some(name), Some(sub))),
-        _ => None,
-    }
+    let (plural, name, sub) = match rest {
+        [plural] => (*plural, None, None),
+        [plural, name] => (*plural, Some(*name), None),
+        [plural, name, sub] => (*plural, Some(*name), Some(*sub)),
+        _ => return None,
+    };
+    Some(ResourcePath {
+        namespace,
+        plural,
+        name,
+        sub,
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -154,7 +168,12 @@ fn resource(
     content_type: &str,
     body: &[u8],
 ) -> Response<Body> {
-    let Some((namespace, plural, name, sub)) = split_resource_path(types, group, version, rest)
+    let Some(ResourcePath {
+        namespace,
+        plural,
+        name,
+        sub,
+    }) = split_resource_path(types, group, version, rest)
     else {
         return failure(Failure::no_route());
     };
