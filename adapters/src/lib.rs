@@ -3,4 +3,5 @@
 
 pub mod apiserver;
 pub mod clock;
+pub mod kube;
 pub mod serve;
