@@ -1,1 +1,7 @@
-//! The kube adapter: watch events in, API calls out.
+//! The kube adapter (watch events in, API calls out), a fake Kubernetes API server over real
+//! HTTP for tests and demos, and the pieces of the `lifecycle` binary built on them.
+
+pub mod apiserver;
+pub mod clock;
+pub mod kube;
+pub mod serve;

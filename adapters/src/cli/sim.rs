@@ -31,6 +31,18 @@ pub enum SimCommand {
         #[arg(long)]
         journal: Option<PathBuf>,
     },
+    /// Serve a scenario's starting world over HTTP: a fake API server for the management
+    /// cluster (on PORT) and one per workload cluster (PORT+1, ...), until Ctrl-C.
+    Serve {
+        /// Scenario file.
+        file: PathBuf,
+        /// Port of the management cluster's server (0 = pick free ports).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        /// Where to write the kubeconfig files.
+        #[arg(long, default_value = ".lifecycle-serve")]
+        kubeconfig_dir: PathBuf,
+    },
 }
 
 pub fn main(command: SimCommand) -> u8 {
@@ -41,6 +53,11 @@ pub fn main(command: SimCommand) -> u8 {
             format,
             journal,
         } => run(file, seed, format, journal),
+        SimCommand::Serve {
+            file,
+            port,
+            kubeconfig_dir,
+        } => serve(&file, port, &kubeconfig_dir),
     }
 }
 
@@ -74,4 +91,54 @@ fn run(file: Option<PathBuf>, seed: Option<u64>, format: Format, journal: Option
     }
     print!("{}", report.render_verdict(&scenario.file));
     if report.passed() { 0 } else { 1 }
+}
+
+fn serve(file: &std::path::Path, port: u16, kubeconfig_dir: &std::path::Path) -> u8 {
+    let scenario = match scenario::load(file) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return 2;
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("starting the runtime: {e}");
+            return 1;
+        }
+    };
+    runtime.block_on(async {
+        let options = adapters::apiserver::ServerOptions::default();
+        let world = match adapters::serve::ServedWorld::start(&scenario, port, options).await {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("serving {}: {e}", file.display());
+                return 1;
+            }
+        };
+        match world.write_kubeconfigs(kubeconfig_dir) {
+            Ok(paths) => {
+                for (name, path) in paths {
+                    let url = match name.as_str() {
+                        "management" => world.management.url(),
+                        other => world
+                            .workloads
+                            .get(other)
+                            .map(|s| s.url())
+                            .unwrap_or_default(),
+                    };
+                    println!("{name}: {url} kubeconfig {}", path.display());
+                }
+            }
+            Err(e) => {
+                eprintln!("writing kubeconfigs to {}: {e}", kubeconfig_dir.display());
+                return 1;
+            }
+        }
+        println!("serving {} until Ctrl-C", scenario.file);
+        let _ = tokio::signal::ctrl_c().await;
+        world.shutdown().await;
+        0
+    })
 }

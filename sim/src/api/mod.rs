@@ -5,7 +5,7 @@ pub mod eviction;
 pub mod json;
 pub mod store;
 
-pub use store::{ApiError, ClusterStore, ObjKey, Part, Written};
+pub use store::{ApiError, Change, ChangeType, ClusterStore, ObjKey, Part, TooOld, Written};
 
 /// Lower-case plural resource name of a kind (`Node` → `nodes`, `Policy` → `policies`).
 pub fn plural(kind: &str) -> String {
@@ -198,6 +198,70 @@ mod tests {
         assert_eq!(n.pointer("/status/x"), Some(&json!(1)));
         assert_eq!(n.pointer("/spec/unschedulable"), Some(&json!(true)));
         assert_eq!(n.pointer("/metadata/generation"), Some(&json!(2)));
+    }
+
+    #[test]
+    fn change_log_reports_writes_in_order_and_expires_old_versions() {
+        let mut s = ClusterStore::new("m");
+        s.create(
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "early"}}),
+            NOW,
+        )
+        .unwrap();
+        assert!(s.changes_since(0).is_err(), "the log is off by default");
+        s.record_changes(3);
+        let start = s.resource_version();
+        assert!(
+            s.changes_since(start - 1).is_err(),
+            "writes before the log are unknown"
+        );
+        let key = ObjKey::new("", "Node", "", "n1");
+        s.create(
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}),
+            NOW,
+        )
+        .unwrap();
+        s.patch(&key, &json!({"spec": {"unschedulable": true}}), Part::Main)
+            .unwrap();
+        s.delete(&key, NOW).unwrap();
+        let seen: Vec<(ChangeType, String)> = s
+            .changes_since(start)
+            .unwrap()
+            .map(|c| {
+                (
+                    c.type_,
+                    json::str_at(&c.object, "metadata.resourceVersion")
+                        .unwrap()
+                        .to_string(),
+                )
+            })
+            .collect();
+        let rv = |d: u64| (start + d).to_string();
+        assert_eq!(
+            seen,
+            vec![
+                (ChangeType::Added, rv(1)),
+                (ChangeType::Modified, rv(2)),
+                (ChangeType::Deleted, rv(3)),
+            ]
+        );
+        assert_eq!(s.changes_since(start + 2).unwrap().count(), 1);
+        // A fourth write drops the oldest: a watch from `start` is now too old.
+        s.create(
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2"}}),
+            NOW,
+        )
+        .unwrap();
+        assert_eq!(
+            s.changes_since(start).err(),
+            Some(TooOld {
+                requested: start,
+                compacted: start + 1
+            })
+        );
+        s.compact_changes();
+        assert!(s.changes_since(start + 3).is_err());
+        assert_eq!(s.changes_since(s.resource_version()).unwrap().count(), 0);
     }
 
     #[test]

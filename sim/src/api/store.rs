@@ -4,7 +4,7 @@
 use super::json::{self, group_of};
 use engine::time::Timestamp;
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// `(group, kind, namespace, name)`; namespace is empty for cluster-scoped kinds.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -109,6 +109,53 @@ pub struct Written {
     pub removed: Option<Value>,
 }
 
+/// The type of a watch event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl ChangeType {
+    /// The watch event type as the API spells it (`ADDED`, `MODIFIED`, `DELETED`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeType::Added => "ADDED",
+            ChangeType::Modified => "MODIFIED",
+            ChangeType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One write as a watch reports it: the resourceVersion the write got and the object after it
+/// (for a deletion, the object's last state stamped with the deletion's resourceVersion).
+#[derive(Clone, Debug)]
+pub struct Change {
+    pub resource_version: u64,
+    pub type_: ChangeType,
+    pub key: ObjKey,
+    pub object: Value,
+}
+
+/// A watch asked for changes after a resourceVersion the change log no longer holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TooOld {
+    /// The requested resourceVersion.
+    pub requested: u64,
+    /// The newest resourceVersion whose change was dropped (watches must start at or after it).
+    pub compacted: u64,
+}
+
+/// The bounded log of recent writes, off unless [`ClusterStore::record_changes`] turned it on.
+#[derive(Clone, Debug, Default)]
+struct ChangeLog {
+    capacity: usize,
+    entries: VecDeque<Change>,
+    /// Every change with a resourceVersion up to this one is gone from `entries`.
+    compacted_rv: u64,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct ClusterStore {
     objects: BTreeMap<ObjKey, Value>,
@@ -116,6 +163,7 @@ pub struct ClusterStore {
     uid_counter: u64,
     /// Prefix of generated uids, so uids differ between clusters.
     pub uid_prefix: String,
+    changes: Option<ChangeLog>,
 }
 
 impl ClusterStore {
@@ -163,6 +211,63 @@ impl ClusterStore {
             .take_while(move |(k, _)| k.group == group && k.kind == kind)
     }
 
+    /// Starts keeping the last `capacity` writes for watches (the fake API server's change
+    /// feed). Writes made before this call are not in the log: a watch from an older
+    /// resourceVersion is [`TooOld`]. The simulator itself never turns it on.
+    pub fn record_changes(&mut self, capacity: usize) {
+        self.changes = Some(ChangeLog {
+            capacity: capacity.max(1),
+            entries: VecDeque::new(),
+            compacted_rv: self.resource_version,
+        });
+    }
+
+    /// Drops every logged change, as an etcd compaction would: watches from any
+    /// resourceVersion older than the current one become [`TooOld`].
+    pub fn compact_changes(&mut self) {
+        let rv = self.resource_version;
+        if let Some(log) = &mut self.changes {
+            log.entries.clear();
+            log.compacted_rv = rv;
+        }
+    }
+
+    /// The logged changes with a resourceVersion greater than `rv`, oldest first; [`TooOld`]
+    /// when some of them were dropped (or the log is off).
+    pub fn changes_since(&self, rv: u64) -> Result<impl Iterator<Item = &Change>, TooOld> {
+        let too_old = |compacted| TooOld {
+            requested: rv,
+            compacted,
+        };
+        let log = self
+            .changes
+            .as_ref()
+            .ok_or_else(|| too_old(self.resource_version))?;
+        if rv < log.compacted_rv {
+            return Err(too_old(log.compacted_rv));
+        }
+        let start = log.entries.partition_point(|c| c.resource_version <= rv);
+        Ok(log.entries.range(start..))
+    }
+
+    fn log_change(&mut self, type_: ChangeType, key: &ObjKey, object: &Value) {
+        let rv = self.resource_version;
+        let Some(log) = &mut self.changes else {
+            return;
+        };
+        if log.entries.len() == log.capacity
+            && let Some(dropped) = log.entries.pop_front()
+        {
+            log.compacted_rv = dropped.resource_version;
+        }
+        log.entries.push_back(Change {
+            resource_version: rv,
+            type_,
+            key: key.clone(),
+            object: object.clone(),
+        });
+    }
+
     fn bump(&mut self) -> u64 {
         self.resource_version += 1;
         self.resource_version
@@ -197,6 +302,7 @@ impl ClusterStore {
             meta.remove("namespace");
         }
         self.stamp(&mut obj);
+        self.log_change(ChangeType::Added, &key, &obj);
         self.objects.insert(key.clone(), obj.clone());
         Ok(Written {
             key,
@@ -325,8 +431,17 @@ impl ClusterStore {
     /// Removes the object outright (the kubelet confirming a pod is gone, GC, a provider).
     pub fn remove(&mut self, key: &ObjKey) -> Written {
         let removed = self.objects.remove(key);
-        if removed.is_some() {
-            self.bump();
+        if let Some(last) = &removed {
+            let rv = self.bump();
+            if self.changes.is_some() {
+                let mut last = last.clone();
+                json::set_path(
+                    &mut last,
+                    &["metadata", "resourceVersion"],
+                    json!(rv.to_string()),
+                );
+                self.log_change(ChangeType::Deleted, key, &last);
+            }
         }
         Written {
             key: key.clone(),
@@ -346,6 +461,7 @@ impl ClusterStore {
             return Ok(self.remove(&key));
         }
         self.stamp(&mut next);
+        self.log_change(ChangeType::Modified, &key, &next);
         self.objects.insert(key.clone(), next.clone());
         Ok(Written {
             key,

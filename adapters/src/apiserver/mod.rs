@@ -1,0 +1,193 @@
+//! A fake Kubernetes API server over real HTTP (plain HTTP/1.1 on 127.0.0.1), serving one
+//! simulator [`sim::api::ClusterStore`], faithful enough for unmodified kube-rs clients
+//! (`Api`, `kube::runtime::watcher`) and `kubectl`.
+//!
+//! What it serves (KUBE-NOTES §2): discovery (`/api`, `/apis`, resource lists; `/openapi/*`
+//! is 404), LIST with resourceVersion, `limit`/`continue` and selectors, WATCH as
+//! newline-delimited events with bookmarks and the in-stream 410, GET, POST, PUT, PATCH
+//! (merge, JSON patch, strategic merge for built-in kinds; server-side apply is 415), DELETE
+//! with finalizers and graceful pod deletion, the status subresource and pod eviction with PDBs.
+//! Failures are `metav1.Status` bodies. Writes go through `ClusterStore` methods, so the
+//! semantics are the simulator's. A background task plays kubelet, namespace and disruption
+//! controllers ([`kubelet`]).
+//!
+//! Not served: authentication, server-side apply, version conversion (objects come back in the
+//! apiVersion they were written in), `deletecollection`, Table output (kubectl prints its own
+//! columns), field managers.
+
+mod kubelet;
+mod list;
+mod objects;
+pub mod patch;
+pub mod resources;
+mod router;
+pub mod selector;
+mod state;
+pub mod status;
+mod watch;
+
+pub use state::{CHANGE_LOG_CAPACITY, ClusterState, SharedCluster};
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch as signal;
+use tokio::task::JoinSet;
+
+/// Response bodies: a whole JSON document or a watch stream.
+pub type Body = BoxBody<Bytes, Infallible>;
+
+/// Knobs of a fake server.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// How often an idle watch with `allowWatchBookmarks=true` gets a BOOKMARK.
+    pub bookmark_interval: Duration,
+    /// How often the fake kubelet / namespace / disruption controllers run; `None` = never.
+    pub controllers_interval: Option<Duration>,
+    /// Cap on a pod's grace period before the fake kubelet removes it.
+    pub pod_shutdown_max: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            bookmark_interval: Duration::from_secs(30),
+            controllers_interval: Some(Duration::from_millis(200)),
+            pod_shutdown_max: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Query parameters (the last value wins for repeated keys).
+#[derive(Clone, Debug, Default)]
+pub struct Query(BTreeMap<String, String>);
+
+impl Query {
+    pub fn parse(query: Option<&str>) -> Self {
+        Query(
+            form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+        )
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+}
+
+/// What every handler can see.
+pub struct Ctx {
+    pub cluster: SharedCluster,
+    pub options: ServerOptions,
+    pub addr: SocketAddr,
+}
+
+/// A running fake API server. Dropping it does not stop it; call [`ApiServer::shutdown`].
+pub struct ApiServer {
+    addr: SocketAddr,
+    cluster: SharedCluster,
+    stop: signal::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ApiServer {
+    /// Binds `addr` (port 0 picks a free port) and serves `cluster` until [`Self::shutdown`].
+    pub async fn start(
+        cluster: SharedCluster,
+        addr: SocketAddr,
+        options: ServerOptions,
+    ) -> std::io::Result<ApiServer> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let (stop, mut stopped) = signal::channel(false);
+        let ctx = Arc::new(Ctx {
+            cluster: cluster.clone(),
+            options: options.clone(),
+            addr,
+        });
+        let task = tokio::spawn(async move {
+            let mut connections = JoinSet::new();
+            if let Some(every) = options.controllers_interval {
+                let cluster = ctx.cluster.clone();
+                let cap = engine::Duration::from_millis(
+                    i64::try_from(options.pod_shutdown_max.as_millis()).unwrap_or(i64::MAX),
+                );
+                connections.spawn(async move {
+                    let mut interval = tokio::time::interval(every);
+                    loop {
+                        interval.tick().await;
+                        kubelet::tick(&cluster, crate::clock::wall_now(), cap);
+                    }
+                });
+            }
+            loop {
+                tokio::select! {
+                    _ = stopped.changed() => break,
+                    accepted = listener.accept() => {
+                        let Ok((stream, _)) = accepted else { continue };
+                        let ctx = ctx.clone();
+                        connections.spawn(async move {
+                            let service = service_fn(move |req| router::handle(ctx.clone(), req));
+                            if let Err(e) = http1::Builder::new()
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await
+                            {
+                                tracing::debug!("connection ended: {e}");
+                            }
+                        });
+                    }
+                    Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                }
+            }
+            ctx.cluster.end_watches();
+            connections.abort_all();
+        });
+        Ok(ApiServer {
+            addr,
+            cluster,
+            stop,
+            task,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn cluster(&self) -> &SharedCluster {
+        &self.cluster
+    }
+
+    /// A kubeconfig (YAML) whose only context points at this server as `name`.
+    pub fn kubeconfig(&self, name: &str) -> String {
+        kubeconfig_yaml(name, &self.url())
+    }
+
+    /// Stops accepting connections and ends every open connection and watch.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// A kubeconfig (YAML) with one cluster, user and context named `name`, pointing at `url`
+/// without credentials.
+pub fn kubeconfig_yaml(name: &str, url: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {url}\nusers:\n- name: {name}\n  user: {{}}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\ncurrent-context: {name}\npreferences: {{}}\n"
+    )
+}

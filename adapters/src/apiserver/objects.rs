@@ -1,0 +1,386 @@
+//! Single-object verbs: GET, POST (create), PUT (replace), PATCH, DELETE and the pod eviction
+//! subresource. Every write is a `ClusterStore` call (create, patch, delete, mark_deleting,
+//! remove, or `eviction::evict`), so the server has the simulator's semantics: finalizers and
+//! `deletionTimestamp`, status subresource separation, generation bumps.
+//!
+//! PUT and JSON patch are applied to a copy of the stored object and handed to the store as
+//! the merge patch between the two ([`super::patch::merge_diff`]); server-managed metadata
+//! (uid, resourceVersion, generation, timestamps) is never taken from a client.
+
+use super::Query;
+use super::patch::{
+    SERVER_FIELDS, apply_json_patch, keep_server_fields, merge_diff, strip_directives,
+};
+use super::resources::ResourceType;
+use super::state::SharedCluster;
+use super::status::{Failure, success};
+use engine::Timestamp;
+use serde_json::{Value, json};
+use sim::api::{ClusterStore, ObjKey, Part, Written, eviction, json as sjson};
+
+/// The object a request addresses.
+pub struct ObjectRef<'a> {
+    pub t: &'a ResourceType,
+    pub group_version: String,
+    /// The namespace of the path (empty for cluster-scoped types).
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectRef<'_> {
+    fn key(&self) -> ObjKey {
+        ObjKey::new(&self.t.group, &self.t.kind, &self.namespace, &self.name)
+    }
+}
+
+/// A successful answer: HTTP code and body.
+pub type Answer = Result<(u16, Value), Failure>;
+
+fn parse_body(body: &[u8]) -> Result<Value, Failure> {
+    serde_json::from_slice(body)
+        .map_err(|e| Failure::bad_request(format!("invalid JSON body: {e}")))
+}
+
+fn written_object(w: Written) -> Value {
+    w.object.or(w.removed).unwrap_or(Value::Null)
+}
+
+/// Which part of the object a write to the main resource or `/status` may change.
+fn part_for(t: &ResourceType, status: bool) -> Part {
+    match (status, t.status) {
+        (true, _) => Part::Status,
+        (false, true) => Part::Main,
+        (false, false) => Part::Whole,
+    }
+}
+
+pub fn get(cluster: &SharedCluster, r: &ObjectRef) -> Answer {
+    cluster.read(|s| match s.store.get(&r.key()) {
+        Some(o) => Ok((200, o.clone())),
+        None => Err(Failure::not_found(r.t, &r.name)),
+    })
+}
+
+fn namespace_terminating(store: &ClusterStore, namespace: &str) -> bool {
+    store
+        .get(&ObjKey::new("", "Namespace", "", namespace))
+        .is_some_and(|ns| {
+            sjson::is_deleting(ns) || sjson::str_at(ns, "status.phase") == Some("Terminating")
+        })
+}
+
+/// POST to a collection. `r.name` is ignored (taken from the body).
+pub fn create(cluster: &SharedCluster, r: &ObjectRef, body: &[u8], now: Timestamp) -> Answer {
+    let mut obj = parse_body(body)?;
+    if !obj.is_object() {
+        return Err(Failure::bad_request("the body must be a JSON object"));
+    }
+    match sjson::str_at(&obj, "kind") {
+        None => obj["kind"] = json!(r.t.kind),
+        Some(k) if k == r.t.kind => {}
+        Some(k) => {
+            return Err(Failure::bad_request(format!(
+                "kind {k:?} does not match the resource {}",
+                r.t.qualified()
+            )));
+        }
+    }
+    match sjson::str_at(&obj, "apiVersion") {
+        None => obj["apiVersion"] = json!(r.group_version),
+        Some(v) if sjson::group_of(v) == r.t.group => {}
+        Some(v) => {
+            return Err(Failure::bad_request(format!(
+                "apiVersion {v:?} does not match {}",
+                r.group_version
+            )));
+        }
+    }
+    let meta = sjson::object_at(&mut obj, &["metadata"]);
+    for field in SERVER_FIELDS {
+        meta.remove(*field);
+    }
+    if r.t.namespaced {
+        match meta.get("namespace").and_then(Value::as_str) {
+            None | Some("") => {
+                meta.insert("namespace".into(), json!(r.namespace));
+            }
+            Some(ns) if ns == r.namespace => {}
+            Some(_) => {
+                return Err(Failure::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+        }
+    } else {
+        meta.remove("namespace");
+    }
+    let name = meta
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let generate = meta
+        .get("generateName")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    cluster.write(|store| {
+        let mut obj = obj;
+        let name = if name.is_empty() && !generate.is_empty() {
+            let generated = format!(
+                "{generate}{:05x}",
+                (store.resource_version() + 1) % 0x10_0000
+            );
+            sjson::set_path(&mut obj, &["metadata", "name"], json!(generated));
+            generated
+        } else {
+            name
+        };
+        if r.t.namespaced && namespace_terminating(store, &r.namespace) {
+            return Err(Failure::namespace_terminating(r.t, &name, &r.namespace));
+        }
+        store
+            .create(obj, now)
+            .map(|w| (201, written_object(w)))
+            .map_err(|e| Failure::from_store(e, r.t, &name))
+    })
+}
+
+fn check_rv(
+    t: &ResourceType,
+    name: &str,
+    current: &Value,
+    wanted: Option<&str>,
+) -> Result<(), Failure> {
+    match wanted {
+        Some(rv)
+            if !rv.is_empty() && Some(rv) != sjson::str_at(current, "metadata.resourceVersion") =>
+        {
+            Err(Failure::conflict(t, name))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Hands `desired` (a full object) to the store as the merge patch from `current`.
+fn write_desired(
+    store: &mut ClusterStore,
+    r: &ObjectRef,
+    current: &Value,
+    mut desired: Value,
+    status: bool,
+) -> Answer {
+    keep_server_fields(current, &mut desired);
+    let diff = merge_diff(current, &desired);
+    let part = part_for(r.t, status);
+    let patch = match part {
+        Part::Status => json!({"status": diff.get("status").cloned().unwrap_or(json!({}))}),
+        Part::Main | Part::Whole => diff,
+    };
+    if part == Part::Status && patch["status"] == json!({}) {
+        return Ok((200, current.clone()));
+    }
+    store
+        .patch(&r.key(), &patch, part)
+        .map(|w| (200, written_object(w)))
+        .map_err(|e| Failure::from_store(e, r.t, &r.name))
+}
+
+/// PUT of the main resource or `/status`, guarded by `metadata.resourceVersion` when given.
+pub fn replace(cluster: &SharedCluster, r: &ObjectRef, body: &[u8], status: bool) -> Answer {
+    let desired = parse_body(body)?;
+    if sjson::name(&desired) != r.name {
+        return Err(Failure::bad_request(
+            "the name of the object does not match the name on the URL",
+        ));
+    }
+    cluster.write(|store| {
+        let current = store
+            .get(&r.key())
+            .cloned()
+            .ok_or_else(|| Failure::not_found(r.t, &r.name))?;
+        check_rv(
+            r.t,
+            &r.name,
+            &current,
+            sjson::str_at(&desired, "metadata.resourceVersion"),
+        )?;
+        write_desired(store, r, &current, desired, status)
+    })
+}
+
+/// PATCH of the main resource or `/status`: merge, JSON patch, or strategic merge (built-in
+/// kinds only, applied as a merge patch without its directives). Server-side apply is 415.
+pub fn patch(
+    cluster: &SharedCluster,
+    r: &ObjectRef,
+    content_type: &str,
+    body: &[u8],
+    status: bool,
+) -> Answer {
+    let media = content_type.split(';').next().unwrap_or_default().trim();
+    let patch = parse_body(body)?;
+    let merge = match media {
+        "application/merge-patch+json" => true,
+        "application/strategic-merge-patch+json" if !r.t.custom => true,
+        "application/json-patch+json" => false,
+        other => return Err(Failure::unsupported_media_type(other)),
+    };
+    cluster.write(|store| {
+        let current = store
+            .get(&r.key())
+            .cloned()
+            .ok_or_else(|| Failure::not_found(r.t, &r.name))?;
+        if merge {
+            let mut patch = patch;
+            if !patch.is_object() {
+                return Err(Failure::bad_request("a merge patch must be a JSON object"));
+            }
+            strip_directives(&mut patch);
+            check_rv(
+                r.t,
+                &r.name,
+                &current,
+                sjson::str_at(&patch, "metadata.resourceVersion"),
+            )?;
+            if let Some(meta) = patch.get_mut("metadata").and_then(Value::as_object_mut) {
+                for field in SERVER_FIELDS {
+                    meta.remove(*field);
+                }
+            }
+            let mut desired = current.clone();
+            sjson::merge_patch(&mut desired, &patch);
+            write_desired(store, r, &current, desired, status)
+        } else {
+            let mut desired = current.clone();
+            apply_json_patch(&mut desired, &patch)
+                .map_err(|m| Failure::invalid(r.t, &r.name, m))?;
+            write_desired(store, r, &current, desired, status)
+        }
+    })
+}
+
+/// `DeleteOptions` from the body and the query.
+struct DeleteOptions {
+    grace_seconds: Option<i64>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    dry_run: bool,
+}
+
+fn delete_options(body: &[u8], q: &Query) -> Result<DeleteOptions, Failure> {
+    let v = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        parse_body(body)?
+    };
+    let grace = v
+        .get("gracePeriodSeconds")
+        .and_then(Value::as_i64)
+        .or_else(|| q.get("gracePeriodSeconds").and_then(|s| s.parse().ok()));
+    let dry_run = v
+        .get("dryRun")
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty())
+        || q.get("dryRun").is_some_and(|s| !s.is_empty());
+    Ok(DeleteOptions {
+        grace_seconds: grace,
+        uid: sjson::str_at(&v, "preconditions.uid").map(str::to_string),
+        resource_version: sjson::str_at(&v, "preconditions.resourceVersion").map(str::to_string),
+        dry_run,
+    })
+}
+
+/// DELETE: objects with finalizers get a `deletionTimestamp`; pods bound to a node are
+/// deleted gracefully (the fake kubelet removes them); namespaces turn `Terminating` and the
+/// fake namespace controller empties them. Answers 200 with the object (its last state when
+/// it is gone).
+pub fn delete(
+    cluster: &SharedCluster,
+    r: &ObjectRef,
+    body: &[u8],
+    q: &Query,
+    now: Timestamp,
+) -> Answer {
+    let options = delete_options(body, q)?;
+    cluster.write(|store| {
+        let key = r.key();
+        let current = store
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| Failure::not_found(r.t, &r.name))?;
+        if let Some(uid) = &options.uid
+            && Some(uid.as_str()) != sjson::str_at(&current, "metadata.uid")
+        {
+            return Err(Failure {
+                details: None,
+                ..Failure::conflict(r.t, &r.name)
+            });
+        }
+        check_rv(r.t, &r.name, &current, options.resource_version.as_deref())?;
+        if options.dry_run {
+            return Ok((200, current));
+        }
+        let deleting = sjson::is_deleting(&current);
+        let result = match r.t.kind.as_str() {
+            "Namespace" if !deleting => store.mark_deleting(&key, now, None).and_then(|_| {
+                store.patch(
+                    &key,
+                    &json!({"status": {"phase": "Terminating"}}),
+                    Part::Status,
+                )
+            }),
+            "Pod" => {
+                let bound = sjson::str_at(&current, "spec.nodeName").is_some_and(|n| !n.is_empty());
+                let grace = options.grace_seconds.unwrap_or_else(|| {
+                    current
+                        .pointer("/spec/terminationGracePeriodSeconds")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(30)
+                });
+                let finalizers = !sjson::finalizers(&current).is_empty();
+                if bound && grace > 0 && !deleting {
+                    store.mark_deleting(&key, now, Some(grace))
+                } else if grace == 0 && !finalizers {
+                    Ok(store.remove(&key))
+                } else {
+                    store.delete(&key, now)
+                }
+            }
+            _ => store.delete(&key, now),
+        };
+        result
+            .map(|w| (200, written_object(w)))
+            .map_err(|e| Failure::from_store(e, r.t, &r.name))
+    })
+}
+
+/// POST `pods/{name}/eviction`: the PDB-enforcing eviction of the simulator. Accepts the
+/// `policy/v1` Eviction body (`deleteOptions`) and kube-rs's `EvictParams` body
+/// (`delete_options`); answers 201 with a Success Status.
+pub fn evict(cluster: &SharedCluster, r: &ObjectRef, body: &[u8], now: Timestamp) -> Answer {
+    let v = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        parse_body(body)?
+    };
+    if let Some(name) = sjson::str_at(&v, "metadata.name")
+        && !name.is_empty()
+        && name != r.name
+    {
+        return Err(Failure::bad_request(format!(
+            "name in URL does not match name in Eviction object: {name:?}"
+        )));
+    }
+    let options = v.get("deleteOptions").or_else(|| v.get("delete_options"));
+    let grace = options.and_then(|o| {
+        o.get("gracePeriodSeconds")
+            .or_else(|| o.get("grace_period_seconds"))
+            .and_then(Value::as_i64)
+    });
+    cluster.write(|store| {
+        eviction::evict(store, &r.key(), grace, now)
+            .map(|_| (201, success(201)))
+            .map_err(|e| Failure::from_store(e, r.t, &r.name))
+    })
+}

@@ -1,0 +1,280 @@
+//! Request routing: discovery paths, then `/api/v1/...` and `/apis/{group}/{version}/...`
+//! resource paths, dispatched by HTTP method to the list, watch and object handlers.
+
+use super::list::{self, Filter};
+use super::objects::{self, ObjectRef};
+use super::resources::{self, ResourceType};
+use super::status::Failure;
+use super::watch::{self, Start, WatchSpec};
+use super::{Body, Ctx, Query};
+use crate::clock::wall_now;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response};
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest request body accepted.
+const BODY_BYTES_MAX: usize = 8 << 20;
+
+pub fn json_response(code: u16, body: &Value) -> Response<Body> {
+    Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .body(
+            Full::new(bytes::Bytes::from(body.to_string()))
+                .map_err(|e| match e {})
+                .boxed(),
+        )
+        .expect("static headers are valid")
+}
+
+fn failure(f: Failure) -> Response<Body> {
+    json_response(f.code, &f.to_json())
+}
+
+/// The entry point of every HTTP request.
+pub async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let method = req.method().clone();
+    let path = req.uri().path().trim_end_matches('/').to_string();
+    let query = Query::parse(req.uri().query());
+    let content_type = req
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let body = match Limited::new(req.into_body(), BODY_BYTES_MAX)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return Ok(failure(Failure::bad_request(format!(
+                "reading the body: {e}"
+            ))));
+        }
+    };
+    let response = route(&ctx, &method, &path, &query, &content_type, &body);
+    tracing::debug!(%method, %path, status = response.status().as_u16(), "request");
+    Ok(response)
+}
+
+fn route(
+    ctx: &Ctx,
+    method: &Method,
+    path: &str,
+    q: &Query,
+    content_type: &str,
+    body: &[u8],
+) -> Response<Body> {
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let types = ctx.cluster.read(|s| s.types());
+    let discovery = |v: Option<Value>| match v {
+        Some(v) => json_response(200, &v),
+        None => failure(Failure::no_route()),
+    };
+    match (method, segments.as_slice()) {
+        (&Method::GET, ["healthz" | "livez" | "readyz"]) => Response::builder()
+            .status(200)
+            .body(
+                Full::new(bytes::Bytes::from_static(b"ok"))
+                    .map_err(|e| match e {})
+                    .boxed(),
+            )
+            .expect("static"),
+        (&Method::GET, ["version"]) => json_response(
+            200,
+            &json!({
+                "major": "1", "minor": "32", "gitVersion": "v1.32.0-lifecycle-fake",
+                "platform": "linux/amd64", "goVersion": "", "compiler": "rustc",
+            }),
+        ),
+        (&Method::GET, ["api"]) => {
+            json_response(200, &resources::core_versions(&ctx.addr.to_string()))
+        }
+        (&Method::GET, ["api", "v1"]) => discovery(resources::resource_list(&types, "", "v1")),
+        (&Method::GET, ["apis"]) => json_response(200, &resources::group_list(&types)),
+        (&Method::GET, ["apis", group]) => discovery(resources::group(&types, group)),
+        (&Method::GET, ["apis", group, version]) => {
+            discovery(resources::resource_list(&types, group, version))
+        }
+        (_, ["api", "v1", rest @ ..]) => {
+            resource(ctx, &types, method, "", "v1", rest, q, content_type, body)
+        }
+        (_, ["apis", group, version, rest @ ..]) => resource(
+            ctx,
+            &types,
+            method,
+            group,
+            version,
+            rest,
+            q,
+            content_type,
+            body,
+        ),
+        _ => failure(Failure::no_route()),
+    }
+}
+
+/// The parts of a resource path.
+struct ResourcePath<'a> {
+    namespace: Option<&'a str>,
+    plural: &'a str,
+    name: Option<&'a str>,
+    sub: Option<&'a str>,
+}
+
+/// `namespaces/{ns}/{plural}[/{name}[/{sub}]]` or `{plural}[/{name}[/{sub}]]`.
+fn split_resource_path<'a>(
+    types: &[ResourceType],
+    group: &str,
+    version: &str,
+    rest: &[&'a str],
+) -> Option<ResourcePath<'a>> {
+    let namespaced_path = rest.len() >= 3
+        && rest[0] == "namespaces"
+        && resources::resolve(types, group, version, rest[2]).is_some_and(|t| t.namespaced);
+    let (namespace, rest) = if namespaced_path {
+        (Some(rest[1]), &rest[2..])
+    } else {
+        (None, rest)
+    };
+    let (plural, name, sub) = match rest {
+        [plural] => (*plural, None, None),
+        [plural, name] => (*plural, Some(*name), None),
+        [plural, name, sub] => (*plural, Some(*name), Some(*sub)),
+        _ => return None,
+    };
+    Some(ResourcePath {
+        namespace,
+        plural,
+        name,
+        sub,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn resource(
+    ctx: &Ctx,
+    types: &[ResourceType],
+    method: &Method,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+    q: &Query,
+    content_type: &str,
+    body: &[u8],
+) -> Response<Body> {
+    let Some(ResourcePath {
+        namespace,
+        plural,
+        name,
+        sub,
+    }) = split_resource_path(types, group, version, rest)
+    else {
+        return failure(Failure::no_route());
+    };
+    let Some(t) = resources::resolve(types, group, version, plural) else {
+        return failure(Failure::no_route());
+    };
+    if namespace.is_some() != t.namespaced && name.is_some() {
+        return failure(Failure::no_route());
+    }
+    let group_version = t.group_version(version);
+    let now = wall_now();
+    let cluster = &ctx.cluster;
+    let Some(name) = name else {
+        return match *method {
+            Method::GET => collection_get(ctx, t, &group_version, namespace, q),
+            Method::POST if namespace.is_some() || !t.namespaced => {
+                let r = ObjectRef {
+                    t,
+                    group_version,
+                    namespace: namespace.unwrap_or_default().to_string(),
+                    name: String::new(),
+                };
+                answer(objects::create(cluster, &r, body, now))
+            }
+            _ => failure(Failure::method_not_allowed(method.as_str())),
+        };
+    };
+    let r = ObjectRef {
+        t,
+        group_version,
+        namespace: namespace.unwrap_or_default().to_string(),
+        name: name.to_string(),
+    };
+    let status = match sub {
+        None => false,
+        Some("status") if t.status => true,
+        Some("eviction") if t.kind == "Pod" && *method == Method::POST => {
+            return answer(objects::evict(cluster, &r, body, now));
+        }
+        Some(_) => return failure(Failure::no_route()),
+    };
+    let result = match *method {
+        Method::GET => objects::get(cluster, &r),
+        Method::PUT => objects::replace(cluster, &r, body, status),
+        Method::PATCH => objects::patch(cluster, &r, content_type, body, status),
+        Method::DELETE if !status => objects::delete(cluster, &r, body, q, now),
+        _ => Err(Failure::method_not_allowed(method.as_str())),
+    };
+    answer(result)
+}
+
+fn answer(result: objects::Answer) -> Response<Body> {
+    match result {
+        Ok((code, body)) => json_response(code, &body),
+        Err(f) => failure(f),
+    }
+}
+
+fn collection_get(
+    ctx: &Ctx,
+    t: &ResourceType,
+    group_version: &str,
+    namespace: Option<&str>,
+    q: &Query,
+) -> Response<Body> {
+    let filter = match Filter::from_query(t, namespace.map(str::to_string), q) {
+        Ok(f) => f,
+        Err(f) => return failure(f),
+    };
+    if !matches!(q.get("watch"), Some("true" | "1")) {
+        return answer(
+            ctx.cluster
+                .read(|s| list::list(s, t, group_version, &filter, q))
+                .map(|v| (200, v)),
+        );
+    }
+    let start = match q
+        .get("resourceVersion")
+        .filter(|s| !s.is_empty() && *s != "0")
+    {
+        None => Start::Now,
+        Some(rv) => match list::parse_rv(rv) {
+            Ok(rv) => Start::After(rv),
+            Err(f) => return failure(f),
+        },
+    };
+    let send_initial = q.get("sendInitialEvents") == Some("true");
+    let start = if send_initial { Start::Now } else { start };
+    let timeout = q
+        .get("timeoutSeconds")
+        .and_then(|s| s.parse::<u64>().ok())
+        .map_or(watch::WATCH_TIMEOUT_DEFAULT, Duration::from_secs);
+    let spec = WatchSpec {
+        group_version: group_version.to_string(),
+        kind: t.kind.clone(),
+        group: t.group.clone(),
+        filter,
+        start,
+        timeout,
+        bookmarks: q.get("allowWatchBookmarks") == Some("true"),
+        initial_events_end: send_initial,
+    };
+    watch::respond(ctx.cluster.clone(), spec, &ctx.options)
+}

@@ -1,0 +1,476 @@
+//! The adapter loop: one task owns the core (the engine), the mirror and the input log;
+//! watchers, command executors and workload-cluster connectors are tasks that talk to it
+//! through one channel.
+//!
+//! Expected flow: [`Adapter::run`] starts the management watchers, then loops: drain
+//! `poll_command()` (each command runs in its own task, at most `commands_in_flight_max` at
+//! once), then wait for the next event or `next_deadline()`. Every input is appended to the
+//! [`InputLog`] before the core handles it; an append error stops the loop.
+//! Provider kinds referenced by Machines, MachinePools and MachineHealthChecks get their own
+//! watchers when first seen; each Cluster gets a connector that reads its `<name>-kubeconfig`
+//! Secret (key `value`) and starts the workload watchers.
+
+use super::core::{Core, InputLog};
+use super::execute::execute;
+use super::metrics::Metrics;
+use super::mirror::{Mirror, StreamEvent};
+use super::streams::{StreamSpec, management_streams, run_stream, workload_streams};
+use crate::clock::{until, wall_now};
+use engine::model::{ClusterName, Scope};
+use engine::{ApiOutcome, Input, Timestamp};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinHandle;
+
+/// Messages to the adapter loop.
+pub enum Event {
+    Watch {
+        scope: Scope,
+        stream: String,
+        event: StreamEvent,
+    },
+    Result {
+        command: u64,
+        outcome: ApiOutcome,
+    },
+    /// A workload cluster's client is ready.
+    Connected {
+        scope: Scope,
+        client: Client,
+    },
+}
+
+/// Knobs of the loop.
+#[derive(Clone, Debug)]
+pub struct AdapterOptions {
+    pub commands_in_flight_max: usize,
+    /// How often a connector retries reading a missing or bad kubeconfig Secret.
+    pub connect_retry: Duration,
+    /// Shortest wait between two `Tick`s, so a deadline the core keeps in the past cannot spin.
+    pub tick_spacing_min: Duration,
+}
+
+impl Default for AdapterOptions {
+    fn default() -> Self {
+        AdapterOptions {
+            commands_in_flight_max: 32,
+            connect_retry: Duration::from_secs(5),
+            tick_spacing_min: Duration::from_millis(10),
+        }
+    }
+}
+
+const CHANNEL_CAPACITY: usize = 1024;
+
+pub struct Adapter<C: Core, L: InputLog> {
+    core: C,
+    log: L,
+    mirror: Mirror,
+    management: Client,
+    clients: BTreeMap<Scope, Client>,
+    metrics: Arc<Metrics>,
+    options: AdapterOptions,
+    tx: mpsc::Sender<Event>,
+    rx: mpsc::Receiver<Event>,
+    permits: Arc<Semaphore>,
+    /// `(group, kind)` of provider kinds with a watcher.
+    providers: BTreeSet<(String, String)>,
+    connectors: BTreeMap<Scope, JoinHandle<()>>,
+    tasks: Vec<JoinHandle<()>>,
+    last_tick: Option<tokio::time::Instant>,
+}
+
+impl<C: Core, L: InputLog> Drop for Adapter<C, L> {
+    fn drop(&mut self) {
+        for t in self.tasks.iter().chain(self.connectors.values()) {
+            t.abort();
+        }
+    }
+}
+
+/// A client for a workload cluster from its kubeconfig YAML, with kube's retries off.
+pub async fn client_from_kubeconfig(yaml: &str) -> Result<Client, String> {
+    let kubeconfig = Kubeconfig::from_yaml(yaml).map_err(|e| e.to_string())?;
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    config.default_retry = false;
+    Client::try_from(config).map_err(|e| e.to_string())
+}
+
+/// Reads `<cluster>-kubeconfig` (key `value`) through the management client.
+async fn workload_client(management: &Client, cluster: &ClusterName) -> Result<Client, String> {
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(management.clone(), &cluster.namespace);
+    let secret = secrets
+        .get(&format!("{}-kubeconfig", cluster.name))
+        .await
+        .map_err(|e| e.to_string())?;
+    let value = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("value"))
+        .map(|b| b.0.clone())
+        .or_else(|| {
+            secret
+                .string_data
+                .as_ref()
+                .and_then(|d| d.get("value"))
+                .map(|s| s.clone().into_bytes())
+        })
+        .ok_or("the secret has no key \"value\"")?;
+    let yaml = String::from_utf8(value).map_err(|e| e.to_string())?;
+    client_from_kubeconfig(&yaml).await
+}
+
+/// `(group, version if known, kind)` of the provider objects a CAPI object refers to.
+fn provider_refs(object: &Value) -> Vec<(String, Option<String>, String)> {
+    let paths = [
+        "/spec/infrastructureRef",
+        "/spec/bootstrap/configRef",
+        "/spec/template/spec/infrastructureRef",
+        "/spec/template/spec/bootstrap/configRef",
+        "/spec/remediationTemplate",
+        "/spec/remediation/templateRef",
+    ];
+    let mut out = Vec::new();
+    for path in paths {
+        let Some(r) = object.pointer(path) else {
+            continue;
+        };
+        let kind = r.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let (group, version) = match (
+            r.get("apiVersion").and_then(Value::as_str),
+            r.get("apiGroup").and_then(Value::as_str),
+        ) {
+            (Some(av), _) => match av.split_once('/') {
+                Some((g, v)) => (g.to_string(), Some(v.to_string())),
+                None => continue,
+            },
+            (None, Some(g)) => (g.to_string(), None),
+            (None, None) => continue,
+        };
+        if kind.is_empty() || !group.ends_with(".cluster.x-k8s.io") {
+            continue;
+        }
+        out.push((group.clone(), version.clone(), kind.to_string()));
+        // The external remediation object a template stamps out.
+        if path.contains("emediation")
+            && let Some(made) = kind.strip_suffix("Template")
+        {
+            out.push((group, version, made.to_string()));
+        }
+    }
+    out
+}
+
+/// The preferred version of `group` from discovery.
+async fn preferred_version(client: &Client, group: &str) -> Result<String, String> {
+    let request = http::Request::get(format!("/apis/{group}"))
+        .body(Vec::new())
+        .map_err(|e| e.to_string())?;
+    let v: Value = client.request(request).await.map_err(|e| e.to_string())?;
+    v.pointer("/preferredVersion/version")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| format!("no preferred version for {group}"))
+}
+
+impl<C: Core, L: InputLog> Adapter<C, L> {
+    /// An adapter over `core` for the management cluster of `management` (build the client
+    /// with `default_retry = false`).
+    pub fn new(
+        core: C,
+        log: L,
+        management: Client,
+        metrics: Arc<Metrics>,
+        options: AdapterOptions,
+    ) -> Self {
+        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        let mut clients = BTreeMap::new();
+        clients.insert(Scope::Management, management.clone());
+        Adapter {
+            core,
+            log,
+            mirror: Mirror::default(),
+            management,
+            clients,
+            metrics,
+            permits: Arc::new(Semaphore::new(options.commands_in_flight_max.max(1))),
+            options,
+            tx,
+            rx,
+            providers: BTreeSet::new(),
+            connectors: BTreeMap::new(),
+            tasks: Vec::new(),
+            last_tick: None,
+        }
+    }
+
+    pub fn core(&self) -> &C {
+        &self.core
+    }
+
+    pub fn log(&self) -> &L {
+        &self.log
+    }
+
+    fn start_stream(&mut self, client: Client, spec: StreamSpec) {
+        self.mirror.register(&spec.scope, &spec.id());
+        self.tasks
+            .push(tokio::spawn(run_stream(client, spec, self.tx.clone())));
+    }
+
+    /// Runs until `stop` completes, the input log fails (`Err`), or every sender is gone.
+    pub async fn run(&mut self, stop: impl Future<Output = ()>) -> Result<(), String> {
+        for spec in management_streams() {
+            self.start_stream(self.management.clone(), spec);
+        }
+        tokio::pin!(stop);
+        loop {
+            self.drain_commands()?;
+            let deadline = self.core.next_deadline();
+            let wait = deadline.map(|d| {
+                let spacing = self
+                    .last_tick
+                    .map(|t| self.options.tick_spacing_min.saturating_sub(t.elapsed()))
+                    .unwrap_or_default();
+                until(d).max(spacing)
+            });
+            tokio::select! {
+                _ = &mut stop => return Ok(()),
+                event = self.rx.recv() => match event {
+                    Some(event) => self.on_event(event)?,
+                    None => return Ok(()),
+                },
+                _ = tokio::time::sleep(wait.unwrap_or_default()), if wait.is_some() => {
+                    self.last_tick = Some(tokio::time::Instant::now());
+                    self.feed(wall_now(), Input::Tick)?;
+                }
+            }
+        }
+    }
+
+    fn feed(&mut self, now: Timestamp, input: Input) -> Result<(), String> {
+        self.log.append(now, &input)?;
+        self.metrics.input();
+        tracing::debug!(input = %input.describe(), "input");
+        self.core.handle(now, &input);
+        Ok(())
+    }
+
+    fn drain_commands(&mut self) -> Result<(), String> {
+        let mut no_client = Vec::new();
+        while let Some(command) = self.core.poll_command() {
+            self.metrics.command(command.action.name());
+            tracing::info!(command = %command, reason = %command.reason, "command");
+            let scope = command.action.target().key.scope.clone();
+            let Some(client) = self.clients.get(&scope).cloned() else {
+                no_client.push((command.id, scope));
+                continue;
+            };
+            let tx = self.tx.clone();
+            let permits = self.permits.clone();
+            let metrics = self.metrics.clone();
+            self.tasks.retain(|t| !t.is_finished());
+            self.tasks.push(tokio::spawn(async move {
+                let Ok(_permit) = permits.acquire_owned().await else {
+                    return;
+                };
+                let outcome = execute(&client, &command).await;
+                match &outcome {
+                    ApiOutcome::Ok { .. } => {}
+                    ApiOutcome::Unreachable { .. } => metrics.api_error("unreachable"),
+                    ApiOutcome::NotFound => metrics.api_error("404"),
+                    ApiOutcome::Conflict { .. } => metrics.api_error("409"),
+                    ApiOutcome::TooManyRequests { .. } => metrics.api_error("429"),
+                    ApiOutcome::Forbidden { .. } => metrics.api_error("403"),
+                    ApiOutcome::Error { code, .. } => metrics.api_error(&code.to_string()),
+                }
+                let _ = tx
+                    .send(Event::Result {
+                        command: command.id,
+                        outcome,
+                    })
+                    .await;
+            }));
+        }
+        for (command, scope) in no_client {
+            self.metrics.api_error("unreachable");
+            let message = format!("no connection to the API of {scope:?} yet");
+            self.feed(
+                wall_now(),
+                Input::ApiResult {
+                    command,
+                    outcome: ApiOutcome::Unreachable { message },
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    fn on_event(&mut self, event: Event) -> Result<(), String> {
+        match event {
+            Event::Result { command, outcome } => {
+                self.feed(wall_now(), Input::ApiResult { command, outcome })
+            }
+            Event::Connected { scope, client } => {
+                tracing::info!(?scope, "connected to workload cluster");
+                for spec in workload_streams(&scope) {
+                    self.start_stream(client.clone(), spec);
+                }
+                self.clients.insert(scope, client);
+                Ok(())
+            }
+            Event::Watch {
+                scope,
+                stream,
+                event,
+            } => {
+                if scope == Scope::Management {
+                    self.follow_references(&event);
+                }
+                for input in self.mirror.on_event(&scope, &stream, event) {
+                    self.feed(wall_now(), input)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Starts provider watchers and workload connectors for what a management object names.
+    fn follow_references(&mut self, event: &StreamEvent) {
+        let (object, deleted) = match event {
+            StreamEvent::InitApply(o) | StreamEvent::Apply(o) => (o, false),
+            StreamEvent::Delete(o) => (o, true),
+            StreamEvent::Init | StreamEvent::InitDone => return,
+        };
+        let kind = object
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if kind == "Cluster" {
+            let meta = |f: &str| {
+                object
+                    .pointer(&format!("/metadata/{f}"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            let scope = Scope::Workload(ClusterName::new(meta("namespace"), meta("name")));
+            if deleted {
+                if let Some(task) = self.connectors.remove(&scope) {
+                    task.abort();
+                }
+                self.clients.remove(&scope);
+                self.mirror.remove_scope(&scope);
+            } else if !self.connectors.contains_key(&scope) {
+                self.connect(scope);
+            }
+            return;
+        }
+        for (group, version, kind) in provider_refs(object) {
+            if self.providers.insert((group.clone(), kind.clone())) {
+                self.watch_provider(group, version, kind);
+            }
+        }
+    }
+
+    fn watch_provider(&mut self, group: String, version: Option<String>, kind: String) {
+        let client = self.management.clone();
+        let tx = self.tx.clone();
+        let retry = self.options.connect_retry;
+        let placeholder = StreamSpec::new(&Scope::Management, &group, "", &kind);
+        self.mirror.register(&Scope::Management, &placeholder.id());
+        self.tasks.push(tokio::spawn(async move {
+            let version = match version {
+                Some(v) => v,
+                None => loop {
+                    match preferred_version(&client, &group).await {
+                        Ok(v) => break v,
+                        Err(e) => {
+                            tracing::warn!(%group, "discovery: {e}");
+                            tokio::time::sleep(retry).await;
+                        }
+                    }
+                },
+            };
+            run_stream(
+                client,
+                StreamSpec::new(&Scope::Management, &group, &version, &kind),
+                tx,
+            )
+            .await;
+        }));
+    }
+
+    fn connect(&mut self, scope: Scope) {
+        let Scope::Workload(cluster) = scope.clone() else {
+            return;
+        };
+        for spec in workload_streams(&scope) {
+            self.mirror.register(&scope, &spec.id());
+        }
+        let management = self.management.clone();
+        let tx = self.tx.clone();
+        let retry = self.options.connect_retry;
+        let key = scope.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                match workload_client(&management, &cluster).await {
+                    Ok(client) => {
+                        let _ = tx.send(Event::Connected { scope, client }).await;
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(cluster = %cluster.name, "cannot connect to the workload cluster: {e}");
+                        tokio::time::sleep(retry).await;
+                    }
+                }
+            }
+        });
+        self.connectors.insert(key, task);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn provider_refs_in_both_api_versions_and_remediation_templates() {
+        let m = json!({"spec": {
+            "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DockerMachine", "name": "a"},
+            "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": "a"}},
+            "remediation": {"templateRef": {"apiVersion": "remediation.cluster.x-k8s.io/v1beta1", "kind": "RebootTemplate", "name": "r"}}}});
+        let refs = provider_refs(&m);
+        let names: Vec<(&str, Option<&str>, &str)> = refs
+            .iter()
+            .map(|(g, v, k)| (g.as_str(), v.as_deref(), k.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                (
+                    "infrastructure.cluster.x-k8s.io",
+                    Some("v1beta1"),
+                    "DockerMachine"
+                ),
+                ("bootstrap.cluster.x-k8s.io", None, "KubeadmConfig"),
+                (
+                    "remediation.cluster.x-k8s.io",
+                    Some("v1beta1"),
+                    "RebootTemplate"
+                ),
+                ("remediation.cluster.x-k8s.io", Some("v1beta1"), "Reboot"),
+            ]
+        );
+    }
+}

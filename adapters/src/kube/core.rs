@@ -1,0 +1,60 @@
+//! What the adapter loop drives and where it records inputs.
+
+use engine::{Command, Engine, Input, Timestamp};
+
+/// The sans-IO core the adapter feeds: [`Engine`] in production, a scripted stand-in in tests.
+pub trait Core {
+    fn handle(&mut self, now: Timestamp, input: &Input);
+    /// The next command to execute; call until `None` after every `handle`.
+    fn poll_command(&mut self) -> Option<Command>;
+    /// When the core wants an [`Input::Tick`].
+    fn next_deadline(&self) -> Option<Timestamp>;
+}
+
+impl Core for Engine {
+    fn handle(&mut self, now: Timestamp, input: &Input) {
+        Engine::handle(self, now, input);
+    }
+    fn poll_command(&mut self) -> Option<Command> {
+        Engine::poll_command(self)
+    }
+    fn next_deadline(&self) -> Option<Timestamp> {
+        Engine::next_deadline(self)
+    }
+}
+
+/// Where every input is appended before the core applies it. The engine's sled journal
+/// implements it once it lands on this branch; until then [`MemoryLog`] keeps inputs in memory.
+pub trait InputLog {
+    /// Appends one input; returns its sequence number (from 1). An error stops the adapter:
+    /// an input that cannot be journaled must not be applied.
+    fn append(&mut self, now: Timestamp, input: &Input) -> Result<u64, String>;
+}
+
+/// Inputs kept in memory, oldest first (bounded by `capacity`, dropping the oldest).
+#[derive(Debug, Default)]
+pub struct MemoryLog {
+    pub entries: std::collections::VecDeque<(u64, Timestamp, Input)>,
+    pub capacity: usize,
+    seq: u64,
+}
+
+impl MemoryLog {
+    pub fn new(capacity: usize) -> Self {
+        MemoryLog {
+            capacity: capacity.max(1),
+            ..Default::default()
+        }
+    }
+}
+
+impl InputLog for MemoryLog {
+    fn append(&mut self, now: Timestamp, input: &Input) -> Result<u64, String> {
+        self.seq += 1;
+        if self.entries.len() == self.capacity {
+            self.entries.pop_front();
+        }
+        self.entries.push_back((self.seq, now, input.clone()));
+        Ok(self.seq)
+    }
+}

@@ -1,0 +1,210 @@
+//! Commands → HTTP requests → [`ApiOutcome`]s, through `engine::convert::request_for`, so the
+//! adapter sends exactly what the simulator executes.
+//!
+//! Answers: 2xx → `Ok` with the returned object converted (none for a `Status` body, and none
+//! for a DELETE whose object is already gone); 404 → `NotFound`; 409 → `Conflict`; 429 →
+//! `TooManyRequests` with the message and the causes joined by ","; 403 → `Forbidden`
+//! (`namespace_terminating` from the `NamespaceTerminating` cause); any other code → `Error`;
+//! no HTTP answer at all → `Unreachable`. Finalizer commands are a GET then a guarded JSON
+//! patch ([`finalizer_json_patch`]); nothing to change is a success with the object read.
+
+use engine::convert::{
+    ApiRequest, FinalizerChange, finalizer_json_patch, object_from_json, request_for,
+};
+use engine::{ApiOutcome, Command};
+use http_body_util::BodyExt;
+use kube::Client;
+use kube::client::Body;
+use serde_json::Value;
+
+/// One HTTP exchange: the status code and the body read as JSON (`Null` when it is not JSON).
+async fn send(
+    client: &Client,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: Option<&Value>,
+) -> Result<(u16, Value), String> {
+    let mut builder = http::Request::builder().method(method).uri(path);
+    if let Some(ct) = content_type {
+        builder = builder.header("content-type", ct);
+    }
+    let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
+    let request = builder.body(Body::from(bytes)).map_err(|e| e.to_string())?;
+    let response = client.send(request).await.map_err(|e| e.to_string())?;
+    let code = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((code, serde_json::from_slice(&body).unwrap_or(Value::Null)))
+}
+
+fn status_message(body: &Value, code: u16) -> String {
+    body.get("message")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("HTTP {code}"))
+}
+
+fn causes(body: &Value) -> Vec<&Value> {
+    body.pointer("/details/causes")
+        .and_then(Value::as_array)
+        .map(|c| c.iter().collect())
+        .unwrap_or_default()
+}
+
+/// The outcome of an HTTP answer. `deleted`: the request was a DELETE, so a returned object
+/// without `deletionTimestamp` is its last state, not a live object.
+pub fn outcome_of(code: u16, body: &Value, deleted: bool) -> ApiOutcome {
+    match code {
+        200..=299 => {
+            let live = !deleted
+                || body
+                    .pointer("/metadata/deletionTimestamp")
+                    .is_some_and(|v| !v.is_null());
+            let is_object =
+                body.is_object() && body.get("kind").and_then(Value::as_str) != Some("Status");
+            let object = if live && is_object {
+                match object_from_json(body) {
+                    Ok(o) => o.map(Box::new),
+                    Err(e) => {
+                        tracing::warn!("cannot read the object the API returned: {e}");
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            ApiOutcome::Ok { object }
+        }
+        404 => ApiOutcome::NotFound,
+        409 => ApiOutcome::Conflict {
+            message: status_message(body, code),
+        },
+        429 => {
+            let message = status_message(body, code);
+            let causes: Vec<&str> = causes(body)
+                .iter()
+                .filter_map(|c| c.get("message").and_then(Value::as_str))
+                .collect();
+            ApiOutcome::TooManyRequests {
+                message: if causes.is_empty() {
+                    message
+                } else {
+                    format!("{message} {}", causes.join(","))
+                },
+            }
+        }
+        403 => ApiOutcome::Forbidden {
+            message: status_message(body, code),
+            namespace_terminating: causes(body)
+                .iter()
+                .any(|c| c.get("reason").and_then(Value::as_str) == Some("NamespaceTerminating")),
+        },
+        _ => ApiOutcome::Error {
+            code,
+            message: status_message(body, code),
+        },
+    }
+}
+
+/// Executes `command` against `client` (the client of the command's target cluster).
+pub async fn execute(client: &Client, command: &Command) -> ApiOutcome {
+    let request = request_for(command);
+    let path = request.path();
+    let result = match &request {
+        ApiRequest::AddFinalizer { finalizer, .. }
+        | ApiRequest::RemoveFinalizer { finalizer, .. } => {
+            let change = if matches!(request, ApiRequest::AddFinalizer { .. }) {
+                FinalizerChange::Add
+            } else {
+                FinalizerChange::Remove
+            };
+            match send(client, "GET", &path, None, None).await {
+                Ok((code, current)) if (200..300).contains(&code) => {
+                    match finalizer_json_patch(&current, finalizer, change) {
+                        None => Ok((code, current)),
+                        Some(patch) => {
+                            send(
+                                client,
+                                request.method(),
+                                &path,
+                                request.content_type(),
+                                Some(&patch),
+                            )
+                            .await
+                        }
+                    }
+                }
+                other => other,
+            }
+        }
+        _ => {
+            let body = request.body();
+            send(
+                client,
+                request.method(),
+                &path,
+                request.content_type(),
+                body.as_ref(),
+            )
+            .await
+        }
+    };
+    match result {
+        Ok((code, body)) => outcome_of(code, &body, request.method() == "DELETE"),
+        Err(message) => ApiOutcome::Unreachable { message },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn answers_map_to_outcomes() {
+        let pdb = json!({"kind": "Status", "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+                         "details": {"causes": [{"reason": "DisruptionBudget", "message": "The disruption budget web needs 2 healthy pods and has 2 currently"}]},
+                         "code": 429});
+        assert_eq!(
+            outcome_of(429, &pdb, false),
+            ApiOutcome::TooManyRequests {
+                message: "Cannot evict pod as it would violate the pod's disruption budget. The disruption budget web needs 2 healthy pods and has 2 currently".into()
+            }
+        );
+        let ns = json!({"message": "forbidden", "details": {"causes": [{"reason": "NamespaceTerminating"}]}});
+        assert!(matches!(
+            outcome_of(403, &ns, false),
+            ApiOutcome::Forbidden {
+                namespace_terminating: true,
+                ..
+            }
+        ));
+        assert_eq!(outcome_of(404, &Value::Null, false), ApiOutcome::NotFound);
+        assert_eq!(
+            outcome_of(500, &Value::Null, false),
+            ApiOutcome::Error {
+                code: 500,
+                message: "HTTP 500".into()
+            }
+        );
+        assert_eq!(
+            outcome_of(201, &json!({"kind": "Status", "code": 201}), false),
+            ApiOutcome::Ok { object: None }
+        );
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}});
+        assert!(matches!(
+            outcome_of(200, &node, false),
+            ApiOutcome::Ok { object: Some(_) }
+        ));
+        assert_eq!(
+            outcome_of(200, &node, true),
+            ApiOutcome::Ok { object: None },
+            "a deleted object is gone"
+        );
+    }
+}

@@ -1,0 +1,146 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, hand-rolled (KUBE-NOTES §1.5).
+//!
+//! Expected flow: [`acquire`] until it returns, then [`hold`] until it returns (leadership
+//! lost), then stop acting. A Lease is free when it has no holder or its holder has not renewed
+//! within `leaseDurationSeconds`. Every write is a resourceVersion-guarded create or replace:
+//! a 409 means another candidate won the race.
+
+use crate::clock::wall_now;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+use std::time::Duration;
+
+/// Lease timing (CAPI's defaults: 15 s lease; we renew every 10 s, retry every 2 s).
+#[derive(Clone, Debug)]
+pub struct LeaseConfig {
+    pub name: String,
+    pub identity: String,
+    pub lease_duration: Duration,
+    pub renew_interval: Duration,
+    pub retry_interval: Duration,
+}
+
+impl LeaseConfig {
+    pub fn new(name: &str, identity: &str) -> Self {
+        LeaseConfig {
+            name: name.to_string(),
+            identity: identity.to_string(),
+            lease_duration: Duration::from_secs(15),
+            renew_interval: Duration::from_secs(10),
+            retry_interval: Duration::from_secs(2),
+        }
+    }
+}
+
+fn micro_now() -> MicroTime {
+    let ms = wall_now().as_millis();
+    MicroTime(k8s_openapi::jiff::Timestamp::from_millisecond(ms).unwrap_or_default())
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+/// One attempt: `Ok(true)` when we hold the lease afterwards, `Ok(false)` when someone else
+/// does (or won a race), `Err` when the API could not be asked.
+pub async fn try_acquire_or_renew(
+    api: &Api<Lease>,
+    config: &LeaseConfig,
+) -> Result<bool, kube::Error> {
+    let now = micro_now();
+    let duration_s = i32::try_from(config.lease_duration.as_secs()).unwrap_or(i32::MAX);
+    let Some(mut lease) = api.get_opt(&config.name).await? else {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(config.name.clone()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(config.identity.clone()),
+                lease_duration_seconds: Some(duration_s),
+                acquire_time: Some(now.clone()),
+                renew_time: Some(now),
+                lease_transitions: Some(0),
+                ..Default::default()
+            }),
+        };
+        return match api.create(&PostParams::default(), &lease).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_conflict(&e) => Ok(false),
+            Err(e) => Err(e),
+        };
+    };
+    let mut spec = lease.spec.clone().unwrap_or_default();
+    let ours = spec.holder_identity.as_deref() == Some(config.identity.as_str());
+    let held = spec
+        .holder_identity
+        .as_deref()
+        .is_some_and(|h| !h.is_empty());
+    let expires_ms = spec.renew_time.as_ref().map_or(0, |t| t.0.as_millisecond())
+        + 1000 * i64::from(spec.lease_duration_seconds.unwrap_or(duration_s));
+    if held && !ours && expires_ms > now.0.as_millisecond() {
+        return Ok(false);
+    }
+    if !ours {
+        spec.acquire_time = Some(now.clone());
+        spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + i32::from(held));
+        spec.holder_identity = Some(config.identity.clone());
+    }
+    spec.renew_time = Some(now);
+    spec.lease_duration_seconds = Some(duration_s);
+    lease.spec = Some(spec);
+    // `lease.metadata.resourceVersion` is what we read: a concurrent write makes this a 409.
+    match api
+        .replace(&config.name, &PostParams::default(), &lease)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(e) if is_conflict(&e) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Waits until we hold the lease, trying every `retry_interval`.
+pub async fn acquire(api: &Api<Lease>, config: &LeaseConfig) {
+    loop {
+        match try_acquire_or_renew(api, config).await {
+            Ok(true) => {
+                tracing::info!(lease = %config.name, identity = %config.identity, "became leader");
+                return;
+            }
+            Ok(false) => tracing::debug!("lease held by another candidate"),
+            Err(e) => tracing::warn!("leader election: {e}"),
+        }
+        tokio::time::sleep(config.retry_interval).await;
+    }
+}
+
+/// Renews every `renew_interval` while we hold the lease; returns when it is lost: another
+/// holder (409 or a renewal answered "not ours"), or no successful renewal for a whole
+/// `lease_duration`.
+pub async fn hold(api: &Api<Lease>, config: &LeaseConfig) -> String {
+    let mut last_renewal = tokio::time::Instant::now();
+    let mut wait = config.renew_interval;
+    loop {
+        tokio::time::sleep(wait).await;
+        match try_acquire_or_renew(api, config).await {
+            Ok(true) => {
+                last_renewal = tokio::time::Instant::now();
+                wait = config.renew_interval;
+            }
+            Ok(false) => return "another candidate holds the lease".to_string(),
+            Err(e) => {
+                if last_renewal.elapsed() >= config.lease_duration {
+                    return format!(
+                        "could not renew the lease for {:?}: {e}",
+                        config.lease_duration
+                    );
+                }
+                tracing::warn!("lease renewal failed, retrying: {e}");
+                wait = config.retry_interval;
+            }
+        }
+    }
+}

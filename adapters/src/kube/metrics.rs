@@ -1,0 +1,130 @@
+//! Counters, `/metrics` (Prometheus text format) and `/healthz` on a small hyper server.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What the adapter counts. Shared by the loop, the executors and the HTTP server.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub inputs: AtomicU64,
+    /// Commands issued, by action name (`Cordon`, `Evict`, ...).
+    commands: Mutex<BTreeMap<String, u64>>,
+    /// Non-2xx answers and unreachable clusters, by code (`429`, `unreachable`).
+    api_errors: Mutex<BTreeMap<String, u64>>,
+    pub leader: AtomicBool,
+}
+
+fn bump(map: &Mutex<BTreeMap<String, u64>>, key: &str) {
+    *map.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(key.to_string())
+        .or_default() += 1;
+}
+
+impl Metrics {
+    pub fn input(&self) {
+        self.inputs.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn command(&self, action: &str) {
+        bump(&self.commands, action);
+    }
+    pub fn api_error(&self, code: &str) {
+        bump(&self.api_errors, code);
+    }
+
+    pub fn commands(&self, action: &str) -> u64 {
+        self.commands
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(action)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The Prometheus text exposition of every counter.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        out.push_str("# TYPE lifecycle_inputs_total counter\n");
+        out.push_str(&format!(
+            "lifecycle_inputs_total {}\n",
+            self.inputs.load(Ordering::Relaxed)
+        ));
+        out.push_str("# TYPE lifecycle_commands_total counter\n");
+        for (action, n) in self
+            .commands
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            out.push_str(&format!(
+                "lifecycle_commands_total{{action=\"{action}\"}} {n}\n"
+            ));
+        }
+        out.push_str("# TYPE lifecycle_api_errors_total counter\n");
+        for (code, n) in self
+            .api_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            out.push_str(&format!(
+                "lifecycle_api_errors_total{{code=\"{code}\"}} {n}\n"
+            ));
+        }
+        out.push_str("# TYPE lifecycle_leader gauge\n");
+        out.push_str(&format!(
+            "lifecycle_leader {}\n",
+            u8::from(self.leader.load(Ordering::Relaxed))
+        ));
+        out
+    }
+}
+
+/// Serves `/healthz` and `/metrics` on `addr` until the task is aborted; returns the bound
+/// address (port 0 picks one).
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let metrics = metrics.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let metrics = metrics.clone();
+                    async move {
+                        let (code, body) = match req.uri().path() {
+                            "/healthz" | "/readyz" | "/livez" => (200, "ok\n".to_string()),
+                            "/metrics" => (200, metrics.render()),
+                            _ => (404, "not found\n".to_string()),
+                        };
+                        Ok::<_, Infallible>(
+                            hyper::Response::builder()
+                                .status(code)
+                                .header("content-type", "text/plain; version=0.0.4")
+                                .body(Full::new(Bytes::from(body)))
+                                .expect("static headers are valid"),
+                        )
+                    }
+                });
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok((bound, task))
+}

@@ -1,0 +1,218 @@
+//! Watch events of many streams → engine inputs.
+//!
+//! The engine's [`Input::Relist`] replaces everything it knows about one scope (one cluster),
+//! while the adapter runs one watcher per resource type. The mirror keeps what each stream
+//! last reported, so a relist of one stream (its `InitDone`) becomes a `Relist` of the whole
+//! scope: every stream's objects. The first `Relist` of a scope waits until every stream
+//! registered for it has listed once; before that, events only update the mirror.
+//!
+//! Guarantees: objects the engine does not model (`Ok(None)` from `object_from_json`) never
+//! reach it; an object that does not convert is logged and left out (a DELETE still removes it
+//! by key); relist contents are sorted by key, so they are deterministic.
+
+use engine::Input;
+use engine::convert::{object_from_json, object_key_of_json};
+use engine::model::{Object, ObjectKey, Scope};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// One event of one watch stream, as kube's `watcher` reports it.
+#[derive(Clone, Debug)]
+pub enum StreamEvent {
+    Init,
+    InitApply(Value),
+    InitDone,
+    Apply(Value),
+    Delete(Value),
+}
+
+#[derive(Debug, Default)]
+struct Stream {
+    objects: BTreeMap<ObjectKey, Object>,
+    /// Objects of a list in progress (between `Init` and `InitDone`).
+    pending: Option<BTreeMap<ObjectKey, Object>>,
+    listed: bool,
+}
+
+#[derive(Debug, Default)]
+struct ScopeMirror {
+    streams: BTreeMap<String, Stream>,
+    /// A `Relist` went out; events now flow as `Upsert`/`Delete`.
+    relisted: bool,
+}
+
+/// The adapter's view of what every stream last reported.
+#[derive(Debug, Default)]
+pub struct Mirror {
+    scopes: BTreeMap<Scope, ScopeMirror>,
+}
+
+fn convert(scope: &Scope, value: &Value) -> Option<(ObjectKey, Object)> {
+    match object_from_json(value) {
+        Ok(Some(object)) => Some((object.key(scope), object)),
+        Ok(None) => None,
+        Err(e) => {
+            let name = value
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("?");
+            tracing::warn!(object = name, "cannot read object: {e}");
+            None
+        }
+    }
+}
+
+impl Mirror {
+    /// Declares a stream of `scope`; the scope's first `Relist` waits for it.
+    pub fn register(&mut self, scope: &Scope, stream: &str) {
+        self.scopes
+            .entry(scope.clone())
+            .or_default()
+            .streams
+            .entry(stream.to_string())
+            .or_default();
+    }
+
+    /// Forgets a scope (its cluster is gone or unreachable for good).
+    pub fn remove_scope(&mut self, scope: &Scope) {
+        self.scopes.remove(scope);
+    }
+
+    pub fn is_relisted(&self, scope: &Scope) -> bool {
+        self.scopes.get(scope).is_some_and(|s| s.relisted)
+    }
+
+    /// Applies one event; returns the inputs to feed (in order).
+    pub fn on_event(&mut self, scope: &Scope, stream: &str, event: StreamEvent) -> Vec<Input> {
+        let mirror = self.scopes.entry(scope.clone()).or_default();
+        let s = mirror.streams.entry(stream.to_string()).or_default();
+        match event {
+            StreamEvent::Init => {
+                s.pending = Some(BTreeMap::new());
+                Vec::new()
+            }
+            StreamEvent::InitApply(v) => {
+                if let Some((key, object)) = convert(scope, &v) {
+                    s.pending
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(key, object);
+                }
+                Vec::new()
+            }
+            StreamEvent::InitDone => {
+                s.objects = s.pending.take().unwrap_or_default();
+                s.listed = true;
+                let all_listed = mirror.streams.values().all(|s| s.listed);
+                if !(mirror.relisted || all_listed) {
+                    return Vec::new();
+                }
+                mirror.relisted = true;
+                let mut objects: BTreeMap<&ObjectKey, &Object> = BTreeMap::new();
+                for s in mirror.streams.values() {
+                    objects.extend(s.objects.iter());
+                }
+                vec![Input::Relist {
+                    scope: scope.clone(),
+                    objects: objects.into_values().cloned().collect(),
+                }]
+            }
+            StreamEvent::Apply(v) => {
+                let Some((key, object)) = convert(scope, &v) else {
+                    return Vec::new();
+                };
+                s.objects.insert(key, object.clone());
+                if mirror.relisted {
+                    vec![Input::Upsert {
+                        scope: scope.clone(),
+                        object,
+                    }]
+                } else {
+                    Vec::new()
+                }
+            }
+            StreamEvent::Delete(v) => {
+                let key = match object_key_of_json(scope, &v) {
+                    Ok(Some(key)) => key,
+                    Ok(None) => return Vec::new(),
+                    Err(e) => {
+                        tracing::warn!("cannot read deleted object: {e}");
+                        return Vec::new();
+                    }
+                };
+                s.objects.remove(&key);
+                if mirror.relisted {
+                    vec![Input::Delete { key }]
+                } else {
+                    Vec::new()
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(name: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+    }
+
+    fn pod(name: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "a"},
+               "spec": {"nodeName": "n1"}})
+    }
+
+    fn relist_names(inputs: &[Input]) -> Vec<String> {
+        match inputs {
+            [Input::Relist { objects, .. }] => {
+                objects.iter().map(|o| o.meta().name.clone()).collect()
+            }
+            other => panic!("expected one relist, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_first_relist_waits_for_every_stream_and_unites_them() {
+        let scope = Scope::Management;
+        let mut m = Mirror::default();
+        m.register(&scope, "nodes");
+        m.register(&scope, "pods");
+        assert!(m.on_event(&scope, "nodes", StreamEvent::Init).is_empty());
+        m.on_event(&scope, "nodes", StreamEvent::InitApply(node("n1")));
+        assert!(
+            m.on_event(&scope, "nodes", StreamEvent::InitDone)
+                .is_empty()
+        );
+        // Not relisted yet: an event only updates the mirror.
+        assert!(
+            m.on_event(&scope, "nodes", StreamEvent::Apply(node("n2")))
+                .is_empty()
+        );
+        m.on_event(&scope, "pods", StreamEvent::Init);
+        m.on_event(&scope, "pods", StreamEvent::InitApply(pod("p1")));
+        let inputs = m.on_event(&scope, "pods", StreamEvent::InitDone);
+        assert_eq!(relist_names(&inputs), ["n1", "n2", "p1"]);
+        // Now events flow; a secret (not modelled) never reaches the engine.
+        assert!(matches!(
+            m.on_event(&scope, "pods", StreamEvent::Apply(pod("p2")))
+                .as_slice(),
+            [Input::Upsert { .. }]
+        ));
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "a"}});
+        assert!(
+            m.on_event(&scope, "pods", StreamEvent::Apply(secret))
+                .is_empty()
+        );
+        assert!(matches!(
+            m.on_event(&scope, "nodes", StreamEvent::Delete(node("n2")))
+                .as_slice(),
+            [Input::Delete { .. }]
+        ));
+        // A relist of one stream (after a 410) relists the whole scope.
+        m.on_event(&scope, "nodes", StreamEvent::Init);
+        let inputs = m.on_event(&scope, "nodes", StreamEvent::InitDone);
+        assert_eq!(relist_names(&inputs), ["p1", "p2"]);
+    }
+}

@@ -1,0 +1,22 @@
+//! The kube adapter: watch events in, API calls out, around one sans-IO [`Core`] (the engine).
+//!
+//! * [`streams`]: one `kube::runtime::watcher` per resource type and cluster.
+//! * [`mirror`]: watch events → `Input::Upsert/Delete`, `InitDone` → `Input::Relist` of the scope.
+//! * [`execute`]: `Command` → HTTP request (`engine::convert::request_for`) → `ApiOutcome`.
+//! * [`adapter`]: the loop (journal every input before `handle`, timers from `next_deadline`).
+//! * [`lease`]: leader election on a coordination.k8s.io Lease.
+//! * [`metrics`]: counters, `/metrics` and `/healthz`.
+//!
+//! Wall-clock time is read here only ([`crate::clock`]) and handed to the core as values.
+
+pub mod adapter;
+pub mod core;
+pub mod execute;
+pub mod lease;
+pub mod metrics;
+pub mod mirror;
+pub mod streams;
+
+pub use adapter::{Adapter, AdapterOptions, client_from_kubeconfig};
+pub use core::{Core, InputLog, MemoryLog};
+pub use metrics::Metrics;

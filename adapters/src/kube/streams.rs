@@ -1,0 +1,127 @@
+//! The watch streams: which resource types are watched in which cluster, and the task that
+//! runs one `kube::runtime::watcher` and forwards its events to the adapter loop.
+
+use super::adapter::Event;
+use super::mirror::StreamEvent;
+use engine::model::Scope;
+use futures::StreamExt;
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+/// One watched resource type in one cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamSpec {
+    pub scope: Scope,
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+}
+
+impl StreamSpec {
+    pub fn new(scope: &Scope, group: &str, version: &str, kind: &str) -> Self {
+        StreamSpec {
+            scope: scope.clone(),
+            group: group.to_string(),
+            version: version.to_string(),
+            kind: kind.to_string(),
+        }
+    }
+
+    /// The stream's name within its scope (`cluster.x-k8s.io/Machine`).
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.group, self.kind)
+    }
+
+    pub fn api_resource(&self) -> ApiResource {
+        let api_version = if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        };
+        ApiResource {
+            group: self.group.clone(),
+            version: self.version.clone(),
+            api_version,
+            kind: self.kind.clone(),
+            plural: engine::convert::plural(&self.kind),
+        }
+    }
+}
+
+/// The CAPI kinds the engine reads from the management cluster (v1beta2, the storage version).
+pub fn management_streams() -> Vec<StreamSpec> {
+    let m = Scope::Management;
+    [
+        "Cluster",
+        "Machine",
+        "MachineSet",
+        "MachineDeployment",
+        "MachineHealthCheck",
+        "MachinePool",
+        "MachineDrainRule",
+    ]
+    .iter()
+    .map(|kind| StreamSpec::new(&m, engine::convert::CAPI_GROUP, "v1beta2", kind))
+    .collect()
+}
+
+/// The kinds the engine reads from a workload cluster.
+pub fn workload_streams(scope: &Scope) -> Vec<StreamSpec> {
+    [
+        ("", "v1", "Node"),
+        ("", "v1", "Pod"),
+        ("", "v1", "Namespace"),
+        ("", "v1", "PersistentVolume"),
+        ("", "v1", "PersistentVolumeClaim"),
+        ("apps", "v1", "DaemonSet"),
+        ("policy", "v1", "PodDisruptionBudget"),
+        ("storage.k8s.io", "v1", "VolumeAttachment"),
+    ]
+    .iter()
+    .map(|(g, v, k)| StreamSpec::new(scope, g, v, k))
+    .collect()
+}
+
+fn to_json(spec: &StreamSpec, object: &DynamicObject) -> Value {
+    let mut v = serde_json::to_value(object).unwrap_or(Value::Null);
+    if let Some(map) = v.as_object_mut() {
+        let ar = spec.api_resource();
+        map.entry("apiVersion").or_insert(json!(ar.api_version));
+        map.entry("kind").or_insert(json!(ar.kind));
+    }
+    v
+}
+
+/// Runs the watcher of `spec` until the receiver is gone (or the task is aborted). Watch
+/// errors are logged and retried with kube's default backoff; a 410 makes it relist.
+pub async fn run_stream(client: Client, spec: StreamSpec, tx: mpsc::Sender<Event>) {
+    let api: Api<DynamicObject> = Api::all_with(client, &spec.api_resource());
+    let mut events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let stream = spec.id();
+    while let Some(item) = events.next().await {
+        let event = match item {
+            Ok(watcher::Event::Init) => StreamEvent::Init,
+            Ok(watcher::Event::InitApply(o)) => StreamEvent::InitApply(to_json(&spec, &o)),
+            Ok(watcher::Event::InitDone) => StreamEvent::InitDone,
+            Ok(watcher::Event::Apply(o)) => StreamEvent::Apply(to_json(&spec, &o)),
+            Ok(watcher::Event::Delete(o)) => StreamEvent::Delete(to_json(&spec, &o)),
+            Err(e) => {
+                tracing::warn!(stream = %stream, scope = ?spec.scope, "watch: {e}");
+                continue;
+            }
+        };
+        let message = Event::Watch {
+            scope: spec.scope.clone(),
+            stream: stream.clone(),
+            event,
+        };
+        if tx.send(message).await.is_err() {
+            return;
+        }
+    }
+}

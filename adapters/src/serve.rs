@@ -1,0 +1,130 @@
+//! A scenario's starting world served over HTTP: one fake API server for the management
+//! cluster and one per workload cluster, with the `<cluster>-kubeconfig` Secrets (key `value`)
+//! in the management cluster pointing at the workload servers, as CAPI stores them.
+
+use crate::apiserver::{ApiServer, ServerOptions, SharedCluster, kubeconfig_yaml};
+use base64::Engine as _;
+use engine::model::Scope;
+use serde_json::{Value, json};
+use sim::api::ClusterStore;
+use sim::scenario::Scenario;
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+/// The servers of one scenario's world.
+pub struct ServedWorld {
+    pub management: ApiServer,
+    /// By workload cluster name, as the scenario writes it.
+    pub workloads: BTreeMap<String, ApiServer>,
+}
+
+/// The Secret CAPI keeps a workload cluster's kubeconfig in (`<cluster>-kubeconfig`, key
+/// `value`, type `cluster.x-k8s.io/secret`).
+pub fn kubeconfig_secret(namespace: &str, cluster: &str, kubeconfig: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "cluster.x-k8s.io/secret",
+        "metadata": {"name": format!("{cluster}-kubeconfig"), "namespace": namespace,
+                     "labels": {engine::model::CLUSTER_NAME_LABEL: cluster}},
+        "data": {"value": base64::engine::general_purpose::STANDARD.encode(kubeconfig)},
+    })
+}
+
+/// The scenario's starting stores (its manifests plus what the simulator's setup implies:
+/// provider objects, namespaces), by scope, with each workload's cluster name.
+pub fn starting_world(scenario: &Scenario) -> (ClusterStore, Vec<(String, Scope, ClusterStore)>) {
+    let mut sim = sim::sim::Sim::new(
+        scenario.clone(),
+        scenario.seed,
+        sim::feed::Feeder::new(None),
+    );
+    sim.setup();
+    let management = sim.clusters.remove(&Scope::Management).unwrap_or_default();
+    let workloads = sim
+        .workloads
+        .iter()
+        .map(|(name, scope)| {
+            let store = sim
+                .clusters
+                .remove(scope)
+                .unwrap_or_else(|| ClusterStore::new(name));
+            (name.clone(), scope.clone(), store)
+        })
+        .collect();
+    (management, workloads)
+}
+
+fn addr(port: u16) -> SocketAddr {
+    SocketAddr::from((Ipv4Addr::LOCALHOST, port))
+}
+
+impl ServedWorld {
+    /// Serves the scenario's starting world on 127.0.0.1: management on `first_port`, the
+    /// workload clusters on the following ports (all on free ports when `first_port` is 0).
+    pub async fn start(
+        scenario: &Scenario,
+        first_port: u16,
+        options: ServerOptions,
+    ) -> std::io::Result<ServedWorld> {
+        let (mut management_store, stores) = starting_world(scenario);
+        let mut workloads = BTreeMap::new();
+        let mut secrets = Vec::new();
+        for (i, (name, scope, store)) in stores.into_iter().enumerate() {
+            let port = if first_port == 0 {
+                0
+            } else {
+                first_port.saturating_add(1 + i as u16)
+            };
+            let server =
+                ApiServer::start(SharedCluster::new(store), addr(port), options.clone()).await?;
+            let namespace = match &scope {
+                Scope::Workload(c) => c.namespace.clone(),
+                Scope::Management => "default".to_string(),
+            };
+            secrets.push(kubeconfig_secret(
+                &namespace,
+                &name,
+                &kubeconfig_yaml(&name, &server.url()),
+            ));
+            workloads.insert(name, server);
+        }
+        let now = crate::clock::wall_now();
+        for secret in secrets {
+            if let Err(e) = management_store.apply(secret, now) {
+                tracing::warn!("kubeconfig secret refused: {e:?}");
+            }
+        }
+        let management = ApiServer::start(
+            SharedCluster::new(management_store),
+            addr(first_port),
+            options,
+        )
+        .await?;
+        Ok(ServedWorld {
+            management,
+            workloads,
+        })
+    }
+
+    /// Writes `management.kubeconfig` and `<cluster>.kubeconfig` into `dir`; returns
+    /// `(cluster name, path)` with `management` first.
+    pub fn write_kubeconfigs(&self, dir: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
+        std::fs::create_dir_all(dir)?;
+        let mut out = Vec::new();
+        let all = std::iter::once(("management", &self.management))
+            .chain(self.workloads.iter().map(|(n, s)| (n.as_str(), s)));
+        for (name, server) in all {
+            let path = dir.join(format!("{name}.kubeconfig"));
+            std::fs::write(&path, server.kubeconfig(name))?;
+            out.push((name.to_string(), path));
+        }
+        Ok(out)
+    }
+
+    pub async fn shutdown(self) {
+        self.management.shutdown().await;
+        for (_, server) in self.workloads {
+            server.shutdown().await;
+        }
+    }
+}

@@ -1,0 +1,555 @@
+//! The fake API server's protocol, exercised with an unmodified kube-rs client over HTTP on
+//! 127.0.0.1 (KUBE-NOTES §2).
+
+use adapters::apiserver::{ApiServer, ServerOptions, SharedCluster};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, EvictParams, GroupVersionKind, ListParams,
+    Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
+use kube::runtime::watcher;
+use kube::{Client, Config};
+use serde_json::{Value, json};
+use sim::api::ClusterStore;
+use std::time::Duration;
+
+/// Every test finishes within this, or fails.
+const TEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+async fn serve(store: ClusterStore) -> (ApiServer, Client) {
+    let options = ServerOptions {
+        bookmark_interval: Duration::from_millis(200),
+        controllers_interval: None,
+        ..Default::default()
+    };
+    let server = ApiServer::start(
+        SharedCluster::new(store),
+        "127.0.0.1:0".parse().unwrap(),
+        options,
+    )
+    .await
+    .unwrap();
+    let mut config = Config::new(server.url().parse().unwrap());
+    config.default_retry = false;
+    let client = Client::try_from(config).unwrap();
+    (server, client)
+}
+
+fn now() -> engine::Timestamp {
+    adapters::clock::wall_now()
+}
+
+fn pod(name: &str, node: &str, labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": "app", "labels": labels},
+           "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}],
+                    "terminationGracePeriodSeconds": 30},
+           "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+}
+
+fn node(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "spec": {},
+           "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+}
+
+fn machines(client: &Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine");
+    Api::namespaced_with(client.clone(), "default", &ApiResource::from_gvk(&gvk))
+}
+
+fn api_status(err: kube::Error) -> kube::core::Status {
+    match err {
+        kube::Error::Api(s) => *s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+async fn bounded<F: std::future::Future>(f: F) -> F::Output {
+    tokio::time::timeout(TEST_TIMEOUT, f)
+        .await
+        .expect("test timed out")
+}
+
+#[tokio::test]
+async fn list_carries_its_resource_version_and_pages_with_continue() {
+    bounded(async {
+        let mut store = ClusterStore::new("t");
+        for i in 0..5 {
+            store
+                .create(pod(&format!("p{i}"), "n1", json!({"app": "web"})), now())
+                .unwrap();
+        }
+        store
+            .create(pod("other", "n2", json!({"app": "db"})), now())
+            .unwrap();
+        let (server, client) = serve(store).await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "app");
+        let mut names = Vec::new();
+        let mut token: Option<String> = None;
+        let mut rvs = Vec::new();
+        for _ in 0..10 {
+            let mut lp = ListParams::default().limit(2).labels("app=web");
+            if let Some(t) = &token {
+                lp = lp.continue_token(t);
+            }
+            let page = pods.list(&lp).await.unwrap();
+            assert!(page.items.len() <= 2);
+            names.extend(page.items.iter().map(|p| p.metadata.name.clone().unwrap()));
+            rvs.push(page.metadata.resource_version.clone().unwrap());
+            token = page.metadata.continue_.clone().filter(|t| !t.is_empty());
+            if token.is_none() {
+                break;
+            }
+        }
+        assert_eq!(names, ["p0", "p1", "p2", "p3", "p4"]);
+        assert_eq!(rvs.len(), 3);
+        assert!(
+            rvs.iter().all(|rv| *rv == "6"),
+            "one list RV for every page: {rvs:?}"
+        );
+        let on_n2 = pods
+            .list(&ListParams::default().fields("spec.nodeName=n2"))
+            .await
+            .unwrap();
+        assert_eq!(on_n2.items.len(), 1);
+        let bad = pods
+            .list(&ListParams::default().fields("spec.bogus=x"))
+            .await
+            .unwrap_err();
+        assert_eq!(api_status(bad).code, 400);
+        server.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn watch_from_a_resource_version_sees_added_modified_deleted_in_order() {
+    bounded(async {
+        let (server, client) = serve(ClusterStore::new("t")).await;
+        let nodes: Api<Node> = Api::all(client.clone());
+        let rv = nodes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .metadata
+            .resource_version
+            .unwrap();
+        let mut stream = nodes
+            .watch(&WatchParams::default().timeout(10), &rv)
+            .await
+            .unwrap()
+            .boxed();
+        nodes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(node("n1")).unwrap(),
+            )
+            .await
+            .unwrap();
+        nodes
+            .patch(
+                "n1",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+            )
+            .await
+            .unwrap();
+        nodes.delete("n1", &DeleteParams::default()).await.unwrap();
+        let mut seen = Vec::new();
+        while seen.len() < 3 {
+            match stream
+                .try_next()
+                .await
+                .unwrap()
+                .expect("stream ended early")
+            {
+                WatchEvent::Added(n) => seen.push(("ADDED", n.metadata.resource_version.unwrap())),
+                WatchEvent::Modified(n) => {
+                    assert_eq!(n.spec.unwrap().unschedulable, Some(true));
+                    seen.push(("MODIFIED", n.metadata.resource_version.unwrap()))
+                }
+                WatchEvent::Deleted(n) => {
+                    seen.push(("DELETED", n.metadata.resource_version.unwrap()))
+                }
+                WatchEvent::Bookmark(_) => {}
+                WatchEvent::Error(e) => panic!("unexpected error event {e:?}"),
+            }
+        }
+        assert_eq!(
+            seen,
+            [
+                ("ADDED", "1".into()),
+                ("MODIFIED", "2".into()),
+                ("DELETED", "3".into())
+            ]
+        );
+        server.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn too_old_resource_version_is_an_in_stream_410_and_the_watcher_relists() {
+    bounded(async {
+        let mut store = ClusterStore::new("t");
+        store.create(node("n0"), now()).unwrap();
+        let (server, client) = serve(store).await;
+        let nodes: Api<Node> = Api::all(client.clone());
+        // Writes before the server started are not in its change log: RV 0 < 1 is too old.
+        let mut stream = nodes
+            .watch(&WatchParams::default(), "0")
+            .await
+            .unwrap()
+            .boxed();
+        // "0" means "any": that one starts with the current objects.
+        assert!(matches!(
+            stream.try_next().await.unwrap(),
+            Some(WatchEvent::Added(_))
+        ));
+        drop(stream);
+        server.cluster().expire_watches(|store| {
+            store.create(node("n9"), now()).unwrap();
+        });
+        let mut stream = nodes
+            .watch(&WatchParams::default(), "1")
+            .await
+            .unwrap()
+            .boxed();
+        match stream.try_next().await.unwrap() {
+            Some(WatchEvent::Error(status)) => {
+                assert_eq!(status.code, 410);
+                assert_eq!(status.reason, "Expired");
+            }
+            other => panic!("expected an ERROR event, got {other:?}"),
+        }
+        assert!(
+            stream.try_next().await.unwrap().is_none(),
+            "the stream ends after the ERROR"
+        );
+
+        let mut events = watcher(nodes.clone(), watcher::Config::default()).boxed();
+        let mut inits = 0;
+        let mut init_names: Vec<Vec<String>> = Vec::new();
+        let mut gone = 0;
+        while inits < 2 {
+            let event = match events.next().await.expect("the watcher never ends") {
+                Ok(e) => e,
+                Err(watcher::Error::WatchError(s)) if s.code == 410 => {
+                    gone += 1;
+                    continue;
+                }
+                Err(e) => panic!("unexpected watcher error {e:?}"),
+            };
+            match event {
+                watcher::Event::Init => init_names.push(Vec::new()),
+                watcher::Event::InitApply(n) => init_names
+                    .last_mut()
+                    .unwrap()
+                    .push(n.metadata.name.unwrap()),
+                watcher::Event::InitDone => {
+                    inits += 1;
+                    if inits == 1 {
+                        // The watcher now watches from the list RV; make that RV too old and
+                        // drop its connection: it must get the 410 and relist.
+                        server.cluster().expire_watches(|store| {
+                            store.create(node("n1"), now()).unwrap();
+                        });
+                    }
+                }
+                watcher::Event::Apply(_) | watcher::Event::Delete(_) => {}
+            }
+        }
+        assert_eq!(gone, 1, "the watcher saw the 410 once, then relisted");
+        assert_eq!(
+            init_names,
+            [
+                vec!["n0".to_string(), "n9".into()],
+                vec!["n0".into(), "n1".into(), "n9".into()]
+            ]
+        );
+        server.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn merge_patch_and_status_subresource_are_separate() {
+    bounded(async {
+        let mut store = ClusterStore::new("t");
+        store
+            .create(
+                json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                           "metadata": {"name": "m1", "namespace": "default"},
+                           "spec": {"clusterName": "c1"}, "status": {"phase": "Running"}}),
+                now(),
+            )
+            .unwrap();
+        let (server, client) = serve(store).await;
+        let api = machines(&client);
+        let m = api
+            .patch(
+                "m1",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"spec": {"providerID": "p://1"}, "status": {"phase": "Failed"}}),
+                ),
+            )
+            .await
+            .unwrap();
+        assert_eq!(m.data["spec"]["providerID"], "p://1");
+        assert_eq!(
+            m.data["status"]["phase"], "Running",
+            "main writes ignore status"
+        );
+        assert_eq!(m.metadata.generation, Some(2));
+        let m = api
+            .patch_status(
+                "m1",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"spec": {"providerID": "x"}, "status": {"phase": "Deleting"}}),
+                ),
+            )
+            .await
+            .unwrap();
+        assert_eq!(m.data["status"]["phase"], "Deleting");
+        assert_eq!(
+            m.data["spec"]["providerID"], "p://1",
+            "status writes ignore spec"
+        );
+        assert_eq!(
+            m.metadata.generation,
+            Some(2),
+            "status writes do not bump generation"
+        );
+        // A stale resourceVersion in a merge patch is a precondition: 409.
+        let stale = api
+            .patch(
+                "m1",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"resourceVersion": "1", "labels": {"a": "b"}}})),
+            )
+            .await
+            .unwrap_err();
+        let s = api_status(stale);
+        assert_eq!((s.code, s.reason.as_str()), (409, "Conflict"));
+        // Strategic merge patch is not for custom resources; server-side apply is not served.
+        let sm = api
+            .patch(
+                "m1",
+                &PatchParams::default(),
+                &Patch::Strategic(json!({"spec": {}})),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(api_status(sm).code, 415);
+        // A JSON patch whose test fails is 422.
+        let jp: json_patch_ops::Ops = serde_json::from_value(json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": ["x"]},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": "y"}]))
+        .unwrap();
+        let req =
+            http::Request::patch("/apis/cluster.x-k8s.io/v1beta2/namespaces/default/machines/m1")
+                .header("content-type", "application/json-patch+json")
+                .body(serde_json::to_vec(&jp).unwrap())
+                .unwrap();
+        let err = client.request_text(req).await.unwrap_err();
+        let s = api_status(err);
+        assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
+        server.shutdown().await;
+    })
+    .await;
+}
+
+/// JSON patch bodies without the `jsonpatch` feature of kube.
+mod json_patch_ops {
+    pub type Ops = Vec<serde_json::Value>;
+}
+
+#[tokio::test]
+async fn delete_with_finalizers_sets_deletion_timestamp_until_the_last_one_goes() {
+    bounded(async {
+        let mut store = ClusterStore::new("t");
+        store
+            .create(
+                json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                           "metadata": {"name": "m1", "namespace": "default",
+                                        "finalizers": ["machine.cluster.x-k8s.io"]},
+                           "spec": {"clusterName": "c1"}}),
+                now(),
+            )
+            .unwrap();
+        let (server, client) = serve(store).await;
+        let api = machines(&client);
+        let deleted = api.delete("m1", &DeleteParams::default()).await.unwrap();
+        let m = deleted
+            .left()
+            .expect("the object comes back while finalizers hold it");
+        assert!(m.metadata.deletion_timestamp.is_some());
+        // New finalizers cannot be added any more.
+        let add = api
+            .patch(
+                "m1",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"finalizers": ["machine.cluster.x-k8s.io", "x"]}}),
+                ),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(api_status(add).code, 422);
+        let rv = m.metadata.resource_version.clone().unwrap();
+        let mut stream = api
+            .watch(&WatchParams::default().timeout(10), &rv)
+            .await
+            .unwrap()
+            .boxed();
+        api.patch(
+            "m1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+        loop {
+            match stream
+                .try_next()
+                .await
+                .unwrap()
+                .expect("stream ended early")
+            {
+                WatchEvent::Deleted(o) => {
+                    assert_eq!(o.metadata.name.as_deref(), Some("m1"));
+                    break;
+                }
+                WatchEvent::Bookmark(_) => {}
+                other => panic!("expected DELETED, got {other:?}"),
+            }
+        }
+        let gone = api.get("m1").await.unwrap_err();
+        let s = api_status(gone);
+        assert_eq!(s.code, 404);
+        assert_eq!(s.message, "machines.cluster.x-k8s.io \"m1\" not found");
+        server.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn eviction_answers_201_404_and_429_with_the_pdb_status_body() {
+    bounded(async {
+        let mut store = ClusterStore::new("t");
+        for name in ["web-0", "web-1"] {
+            store.create(pod(name, "n1", json!({"app": "web"})), now()).unwrap();
+        }
+        store.create(pod("solo", "n1", json!({"app": "solo"})), now()).unwrap();
+        store
+            .create(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                           "metadata": {"name": "web", "namespace": "app"},
+                           "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}}), now())
+            .unwrap();
+        let (server, client) = serve(store).await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "app");
+        // kube's EvictParams body shape.
+        let ok = pods.evict("solo", &EvictParams::default()).await.unwrap();
+        assert_eq!(ok.code, 201);
+        assert!(pods.get("solo").await.unwrap().metadata.deletion_timestamp.is_some());
+        let missing = api_status(pods.evict("nope", &EvictParams::default()).await.unwrap_err());
+        assert_eq!((missing.code, missing.reason.as_str()), (404, "NotFound"));
+        // The policy/v1 Eviction body shape, with a grace period.
+        let eviction = k8s_openapi::api::policy::v1::Eviction {
+            metadata: kube::api::ObjectMeta { name: Some("web-0".into()), namespace: Some("app".into()), ..Default::default() },
+            delete_options: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions {
+                grace_period_seconds: Some(5),
+                ..Default::default()
+            }),
+        };
+        let refused = pods
+            .create_subresource::<_, kube::core::Status>("eviction", "web-0", &PostParams::default(), &eviction)
+            .await
+            .unwrap_err();
+        let s = api_status(refused);
+        assert_eq!(s.code, 429);
+        assert_eq!(s.reason, "TooManyRequests");
+        assert_eq!(s.message, "Cannot evict pod as it would violate the pod's disruption budget.");
+        let causes = s.details.unwrap().causes;
+        assert_eq!(causes.len(), 1);
+        assert_eq!(causes[0].reason, "DisruptionBudget");
+        assert_eq!(causes[0].message, "The disruption budget web needs 2 healthy pods and has 2 currently");
+        server.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn create_of_an_existing_name_is_409_and_terminating_namespaces_forbid_new_content() {
+    bounded(async {
+        let (server, client) = serve(ClusterStore::new("t")).await;
+        let nodes: Api<Node> = Api::all(client.clone());
+        let n: Node = serde_json::from_value(node("n1")).unwrap();
+        let created = nodes.create(&PostParams::default(), &n).await.unwrap();
+        assert_eq!(created.metadata.generation, Some(1));
+        assert!(created.metadata.uid.is_some());
+        let s = api_status(nodes.create(&PostParams::default(), &n).await.unwrap_err());
+        assert_eq!((s.code, s.reason.as_str()), (409, "AlreadyExists"));
+        assert_eq!(s.message, "nodes \"n1\" already exists");
+        // PUT with a stale resourceVersion is a conflict too.
+        let mut stale = created.clone();
+        nodes
+            .patch(
+                "n1",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})),
+            )
+            .await
+            .unwrap();
+        stale.metadata.labels = Some([("c".to_string(), "d".to_string())].into());
+        let s = api_status(
+            nodes
+                .replace("n1", &PostParams::default(), &stale)
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(s.code, 409);
+
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        namespaces
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "app"}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "app");
+        pods.create(
+            &PostParams::default(),
+            &serde_json::from_value(pod("p", "n1", json!({}))).unwrap(),
+        )
+        .await
+        .unwrap();
+        namespaces
+            .delete("app", &DeleteParams::default())
+            .await
+            .unwrap();
+        let s = api_status(
+            pods.create(
+                &PostParams::default(),
+                &serde_json::from_value(pod("q", "n1", json!({}))).unwrap(),
+            )
+            .await
+            .unwrap_err(),
+        );
+        assert_eq!(s.code, 403);
+        assert_eq!(s.details.unwrap().causes[0].reason, "NamespaceTerminating");
+        let s = api_status(pods.evict("p", &EvictParams::default()).await.unwrap_err());
+        assert_eq!(s.code, 403);
+        assert!(
+            s.message.contains("because it is being terminated"),
+            "{}",
+            s.message
+        );
+        server.shutdown().await;
+    })
+    .await;
+}
