@@ -4,7 +4,7 @@
 //! and whose pod must be evicted through the API.
 
 use adapters::apiserver::ServerOptions;
-use adapters::kube::{Adapter, AdapterOptions, Core, MemoryLog, Metrics};
+use adapters::kube::{Adapter, AdapterOptions, Core, MemoryLog, Metrics, SnapshotSource};
 use adapters::serve::ServedWorld;
 use engine::model::{ClusterName, Kind, Object, ObjectKey, Scope};
 use engine::{Action, ApiOutcome, Command, ControllerId, Input, Target, Timestamp};
@@ -70,6 +70,12 @@ impl Scripted {
         {
             self.machine_deleting = true;
         }
+    }
+}
+
+impl SnapshotSource for Scripted {
+    fn engine(&self) -> Option<&engine::Engine> {
+        None
     }
 }
 

@@ -2,7 +2,7 @@
 //! `<cluster>-kubeconfig` Secrets, its workload clusters).
 
 use adapters::kube::lease::{self, LeaseConfig};
-use adapters::kube::{Adapter, AdapterOptions, MemoryLog, Metrics};
+use adapters::kube::{Adapter, AdapterOptions, InputLog, Metrics, SledLog};
 use clap::Args;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
@@ -17,9 +17,10 @@ pub struct RunArgs {
     /// Kubeconfig of the management cluster (default: $KUBECONFIG, ~/.kube/config, in-cluster).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// Journal directory (the sled journal is not on this branch yet: inputs are kept in memory).
-    #[arg(long)]
-    pub journal: Option<PathBuf>,
+    /// Journal directory: every input is made durable here before it is applied, and the
+    /// engine is rebuilt from it on start.
+    #[arg(long, default_value = "lifecycle-journal")]
+    pub journal: PathBuf,
     /// Address of the `/metrics` and `/healthz` server.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub metrics_addr: SocketAddr,
@@ -34,9 +35,6 @@ pub struct RunArgs {
     #[arg(long)]
     pub run_for: Option<u64>,
 }
-
-/// Inputs kept in memory when there is no journal.
-const MEMORY_LOG_CAPACITY: usize = 100_000;
 
 async fn management_client(path: Option<&PathBuf>) -> Result<Client, String> {
     let mut config = match path {
@@ -61,9 +59,14 @@ fn identity() -> String {
 
 async fn run(args: RunArgs) -> Result<(), String> {
     let client = management_client(args.kubeconfig.as_ref()).await?;
-    if let Some(dir) = &args.journal {
-        tracing::warn!(dir = %dir.display(), "the sled journal is not on this branch yet; inputs are kept in memory");
-    }
+    let (mut log, restored) = SledLog::open(&args.journal)?;
+    let mut engine = restored.engine;
+    // Commands in flight when the last process stopped may never have run: the engine forgets
+    // them and the relists that follow show what did happen.
+    let now = adapters::clock::wall_now();
+    let restarted = engine::Input::Restarted;
+    log.append(now, &restarted)?;
+    engine.handle(now, &restarted);
     let metrics = Arc::new(Metrics::default());
     let (bound, _server) = adapters::kube::metrics::serve(args.metrics_addr, metrics.clone())
         .await
@@ -99,13 +102,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
         metrics.leader.store(true, Ordering::Relaxed);
         _no_election = Some(lost_tx);
     }
-    let mut adapter = Adapter::new(
-        engine::Engine::new(),
-        MemoryLog::new(MEMORY_LOG_CAPACITY),
-        client,
-        metrics,
-        AdapterOptions::default(),
-    );
+    let mut adapter = Adapter::new(engine, log, client, metrics, AdapterOptions::default());
     let mut lost = None;
     let stop = async {
         tokio::select! {

@@ -262,7 +262,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
         self.metrics.input();
         tracing::debug!(input = %input.describe(), "input");
         self.core.handle(now, &input);
-        Ok(())
+        self.log.after_handle(&self.core)
     }
 
     fn drain_commands(&mut self) -> Result<(), String> {

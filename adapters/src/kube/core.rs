@@ -1,9 +1,10 @@
 //! What the adapter loop drives and where it records inputs.
 
+use super::journal_log::SnapshotSource;
 use engine::{Command, Engine, Input, Timestamp};
 
 /// The sans-IO core the adapter feeds: [`Engine`] in production, a scripted stand-in in tests.
-pub trait Core {
+pub trait Core: SnapshotSource {
     fn handle(&mut self, now: Timestamp, input: &Input);
     /// The next command to execute; call until `None` after every `handle`.
     fn poll_command(&mut self) -> Option<Command>;
@@ -23,12 +24,22 @@ impl Core for Engine {
     }
 }
 
-/// Where every input is appended before the core applies it. The engine's sled journal
-/// implements it once it lands on this branch; until then [`MemoryLog`] keeps inputs in memory.
+/// Where every input is appended before the core applies it: the sled journal
+/// ([`super::journal_log::SledLog`]) in production, [`MemoryLog`] in tests.
 pub trait InputLog {
     /// Appends one input; returns its sequence number (from 1). An error stops the adapter:
     /// an input that cannot be journaled must not be applied.
     fn append(&mut self, now: Timestamp, input: &Input) -> Result<u64, String>;
+    /// Called after the core applied an input (the journal snapshots the engine now and then).
+    fn after_handle(&mut self, _core: &dyn SnapshotSource) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+impl SnapshotSource for Engine {
+    fn engine(&self) -> Option<&Engine> {
+        Some(self)
+    }
 }
 
 /// Inputs kept in memory, oldest first (bounded by `capacity`, dropping the oldest).

@@ -12,6 +12,7 @@
 pub mod adapter;
 pub mod core;
 pub mod execute;
+pub mod journal_log;
 pub mod lease;
 pub mod metrics;
 pub mod mirror;
@@ -19,4 +20,5 @@ pub mod streams;
 
 pub use adapter::{Adapter, AdapterOptions, client_from_kubeconfig};
 pub use core::{Core, InputLog, MemoryLog};
+pub use journal_log::{SledLog, SnapshotSource};
 pub use metrics::Metrics;
