@@ -15,6 +15,7 @@ pub mod health;
 pub mod input;
 pub mod model;
 pub mod pool;
+pub mod remediation;
 pub mod store;
 pub mod testing;
 pub mod time;

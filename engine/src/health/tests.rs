@@ -1,0 +1,1 @@
+// engine-level tests
