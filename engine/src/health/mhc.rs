@@ -24,6 +24,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// How often an MHC waiting for a workload cluster's cache looks again.
+pub const WORKLOAD_SYNC_RECHECK_INTERVAL: Duration = Duration::from_secs(10);
+
 const REMEDIATION_ALLOWED: &str = "RemediationAllowed";
 const TEMPLATE_AVAILABLE: &str = "ExternalRemediationTemplateAvailable";
 const REQUEST_AVAILABLE: &str = "ExternalRemediationRequestAvailable";
@@ -355,12 +358,18 @@ impl HealthChecks {
         self.timers.cancel(key);
     }
 
-    /// Stops judging until the next reconcile that can (all verdicts become stale).
-    fn suspend(&mut self, key: &ObjectKey, waiting_for: Option<ClusterName>) {
+    /// Stops judging until the next reconcile that can (all verdicts become stale). While
+    /// waiting for a workload cache, look again every [`WORKLOAD_SYNC_RECHECK_INTERVAL`]: a
+    /// relist of an empty cluster changes no object, so no change would wake the MHC.
+    fn suspend(&mut self, key: &ObjectKey, waiting_for: Option<ClusterName>, now: Timestamp) {
         let memo = self.mhcs.entry(key.clone()).or_default();
         memo.facts = None;
-        memo.waiting_for = waiting_for;
         self.timers.cancel(key);
+        if waiting_for.is_some() {
+            self.timers
+                .wake_at(key, now.saturating_add(WORKLOAD_SYNC_RECHECK_INTERVAL));
+        }
+        memo.waiting_for = waiting_for;
     }
 
     pub(super) fn reconcile_mhc(&mut self, key: &ObjectKey, cx: &mut Cx<'_>) {
@@ -374,12 +383,12 @@ impl HealthChecks {
             ObjectKey::management(Kind::Cluster, &mhc.meta.namespace, &mhc.cluster_name);
         let Some(Object::Cluster(cluster)) = store.get(&cluster_key) else {
             tracing::info!(mhc = %key, "Cluster {} not found; nothing to check", cluster_key);
-            self.suspend(key, None);
+            self.suspend(key, None, now);
             return;
         };
         if cluster.paused || mhc.meta.has_annotation(PAUSED_ANNOTATION) {
             tracing::debug!(mhc = %key, "Reconciliation is paused for this object");
-            self.suspend(key, None);
+            self.suspend(key, None, now);
             return;
         }
         ensure_cluster_owner(key, mhc, cluster, cx);
@@ -398,7 +407,7 @@ impl HealthChecks {
             && !store.is_synced(&Scope::Workload(c.clone()))
         {
             tracing::info!(mhc = %key, "Waiting for the cache of workload cluster {}/{} to sync", c.namespace, c.name);
-            self.suspend(key, Some(c.clone()));
+            self.suspend(key, Some(c.clone()), now);
             return;
         }
         let template = mhc.remediation_template.as_ref().map(|r| {

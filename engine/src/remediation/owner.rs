@@ -183,6 +183,16 @@ pub fn reconcile(key: &ObjectKey, cx: &mut Cx<'_>) {
             _ => None,
         })
         .collect();
+    // Decide only on settled observations: a condition write or deletion still in flight (ours
+    // or the MHC's) would make this pass count a mark twice or miss one.
+    let unsettled = machines.iter().find(|m| {
+        let mkey = ObjectKey::management(Kind::Machine, &m.meta.namespace, &m.meta.name);
+        cx.is_in_flight("SetCondition", &mkey) || cx.is_in_flight("DeleteMachine", &mkey)
+    });
+    if let Some(m) = unsettled {
+        tracing::debug!(machineset = %key, machine = %m.meta.name, "Waiting for a write in flight before deciding on remediation");
+        return;
+    }
     let plan = plan(ms, store, &machines);
     for (machine, edits, why) in &plan.edits {
         let Some((conditions, summary)) = apply(&machine.conditions, edits, cx.now) else {
