@@ -297,15 +297,13 @@ impl Controller for HealthChecks {
                 ),
             },
             // A write that failed is retried by judging the target again.
-            Action::SetCondition { target, .. } if target.key.kind == Kind::Machine => {
-                if !outcome.is_success() {
-                    memo.mark_dirty(&target.key.name);
-                }
+            Action::SetCondition { target, .. }
+                if target.key.kind == Kind::Machine && !outcome.is_success() =>
+            {
+                memo.mark_dirty(&target.key.name)
             }
-            Action::DeleteRemediation { target } => {
-                if !outcome.is_success() {
-                    memo.mark_dirty(&target.key.name);
-                }
+            Action::DeleteRemediation { target } if !outcome.is_success() => {
+                memo.mark_dirty(&target.key.name)
             }
             _ => {}
         }

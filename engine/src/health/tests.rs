@@ -97,7 +97,9 @@ fn bump(meta: &mut ObjectMeta) {
 /// The fake API's answer to one command (and the object it changed).
 fn answer(engine: &Engine, now: Timestamp, c: &Command) -> (ApiOutcome, Option<ObjectKey>) {
     let store = engine.store();
-    let ok = |o: Object| ApiOutcome::Ok { object: Some(o) };
+    let ok = |o: Object| ApiOutcome::Ok {
+        object: Some(Box::new(o)),
+    };
     match &c.action {
         Action::SetCondition {
             target, conditions, ..
