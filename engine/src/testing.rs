@@ -286,3 +286,23 @@ pub fn controlled_by(meta: &mut ObjectMeta, kind: &str, name: &str) {
         controller: true,
     });
 }
+
+/// Runs one reconcile of `key` on a controller outside an engine (tests and benchmarks), with
+/// nothing in flight; returns the commands it issued.
+pub fn reconcile(
+    controller: &mut dyn crate::controller::Controller,
+    store: &crate::store::Store,
+    key: &ObjectKey,
+    now: Timestamp,
+) -> Vec<crate::Command> {
+    let mut effects = crate::controller::Effects::default();
+    let mut cx = crate::controller::Cx {
+        now,
+        store,
+        cause: 0,
+        owner: key.clone(),
+        effects: &mut effects,
+    };
+    controller.reconcile(key, &mut cx);
+    std::iter::from_fn(|| effects.poll()).collect()
+}

@@ -13,8 +13,8 @@ use crate::command::{Action, ControllerId, EventType, JsonText, Target};
 use crate::controller::{Cx, Issued};
 use crate::model::{
     CLUSTER_NAME_LABEL, Cluster, ClusterName, ConditionStatus, Conditions, External, Kind,
-    LabelSelector, Machine, MachineHealthCheck, Object, ObjectKey, ObjectRef, PAUSED_ANNOTATION,
-    Scope, Severity, UnhealthyCondition,
+    LabelSelector, Machine, MachineHealthCheck, Node, Object, ObjectKey, ObjectRef,
+    PAUSED_ANNOTATION, Scope, Severity, UnhealthyCondition,
 };
 use crate::remediation::external::{request_key, request_object, request_target, template_key};
 use crate::remediation::{EXTERNALLY_REMEDIATED, OWNER_REMEDIATED, capi_target};
@@ -71,52 +71,17 @@ struct TargetMemo {
     marked: bool,
 }
 
-/// What the controller remembers of one MHC: the last verdict class of every target (so counts
-/// are O(1) to maintain), target deadlines, dirty targets, and what was already reported.
+/// Counts and deadlines kept in step with the targets' classes.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct MhcMemo {
-    /// `None`: verdicts are stale (never evaluated, paused, or inputs changed).
-    facts: Option<Facts>,
-    targets: BTreeMap<String, TargetMemo>,
+struct Tally {
     healthy: u32,
     unhealthy: BTreeSet<String>,
     deadlines: BTreeSet<(Timestamp, String)>,
-    dirty: BTreeSet<String>,
-    /// The observed `status.targets` was last seen equal to `targets`.
+    /// The observed `status.targets` was last seen equal to the target names.
     status_targets_match: bool,
-    allowed: bool,
-    restriction_reported: bool,
-    problem_reported: Option<String>,
-    request_retry_at: BTreeMap<String, Timestamp>,
-    request_error: Option<String>,
-    /// Waiting for this workload cluster's cache to sync before judging anything.
-    waiting_for: Option<ClusterName>,
 }
 
-impl MhcMemo {
-    pub(super) fn mark_dirty(&mut self, name: &str) {
-        if !self.dirty.contains(name) {
-            self.dirty.insert(name.to_string());
-        }
-    }
-
-    pub(super) fn waits_for(&self, cluster: &ClusterName) -> bool {
-        self.waiting_for.as_ref() == Some(cluster)
-    }
-
-    pub(super) fn request_created(&mut self, machine: &str) {
-        self.request_retry_at.remove(machine);
-        if self.request_retry_at.is_empty() {
-            self.request_error = None;
-        }
-    }
-
-    pub(super) fn request_failed(&mut self, machine: &str, error: String, retry_at: Timestamp) {
-        self.request_retry_at.insert(machine.to_string(), retry_at);
-        self.request_error = Some(error);
-        self.mark_dirty(machine);
-    }
-
+impl Tally {
     fn count(&mut self, class: TargetClass, name: &str, add: bool) {
         match class {
             TargetClass::Healthy => {
@@ -137,8 +102,143 @@ impl MhcMemo {
         }
     }
 
-    /// Records a fresh verdict for a target, keeping counts, deadlines and the node index.
+    fn move_deadline(&mut self, name: &str, old: Option<Timestamp>, new: Option<Timestamp>) {
+        if old == new {
+            return;
+        }
+        if let Some(t) = old {
+            self.deadlines.remove(&(t, name.to_string()));
+        }
+        if let Some(t) = new {
+            self.deadlines.insert((t, name.to_string()));
+        }
+    }
+}
+
+/// What the controller remembers of one MHC: the last verdict class of every target (so counts
+/// are O(1) to maintain), target deadlines, dirty targets, and what was already reported.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct MhcMemo {
+    /// `None`: verdicts are stale (never evaluated, paused, or inputs changed).
+    facts: Option<Facts>,
+    targets: BTreeMap<String, TargetMemo>,
+    tally: Tally,
+    dirty: BTreeSet<String>,
+    allowed: bool,
+    restriction_reported: bool,
+    problem_reported: Option<String>,
+    request_retry_at: BTreeMap<String, Timestamp>,
+    request_error: Option<String>,
+    /// Waiting for this workload cluster's cache to sync before judging anything.
+    waiting_for: Option<ClusterName>,
+}
+
+/// Where a target's Node is indexed.
+fn node_slot(m: &Machine, cluster_name: &str) -> Option<NodeSlot> {
+    m.node_ref
+        .as_ref()
+        .map(|n| (ClusterName::new(&m.meta.namespace, cluster_name), n.clone()))
+}
+
+/// Applies a fresh verdict to a known target: class counts, deadline, node index. Allocates
+/// nothing when nothing changed.
+#[allow(clippy::too_many_arguments)]
+fn update_target(
+    t: &mut TargetMemo,
+    tally: &mut Tally,
+    index: &mut TargetIndex,
+    retry_at: Option<Timestamp>,
+    mhc_key: &ObjectKey,
+    cluster_name: &str,
+    e: &Evaluated<'_>,
+    now: Timestamp,
+) {
+    let m = e.machine;
+    let name = m.meta.name.as_str();
+    let deadline = earliest(e.verdict.next_check, retry_at.filter(|r| *r > now));
+    if t.node_ref != m.node_ref {
+        t.node_ref = m.node_ref.clone();
+        let mkey = ObjectKey::management(Kind::Machine, &m.meta.namespace, name);
+        index.set_node(&mkey, node_slot(m, cluster_name));
+    }
+    if t.class != e.class {
+        tally.count(t.class, name, false);
+        tally.count(e.class, name, true);
+        t.class = e.class;
+        log_transition(mhc_key, m, e, now);
+    }
+    if e.class != TargetClass::Unhealthy {
+        t.marked = false;
+    }
+    tally.move_deadline(name, t.deadline, deadline);
+    t.deadline = deadline;
+}
+
+fn earliest(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl MhcMemo {
+    pub(super) fn mark_dirty(&mut self, name: &str) {
+        if !self.dirty.contains(name) {
+            self.dirty.insert(name.to_string());
+        }
+    }
+
+    pub(super) fn invalidate(&mut self) {
+        self.facts = None;
+    }
+
+    pub(super) fn waits_for(&self, cluster: &ClusterName) -> bool {
+        self.waiting_for.as_ref() == Some(cluster)
+    }
+
+    pub(super) fn request_created(&mut self, machine: &str) {
+        self.request_retry_at.remove(machine);
+        if self.request_retry_at.is_empty() {
+            self.request_error = None;
+        }
+    }
+
+    pub(super) fn request_failed(&mut self, machine: &str, error: String, retry_at: Timestamp) {
+        self.request_retry_at.insert(machine.to_string(), retry_at);
+        self.request_error = Some(error);
+        self.mark_dirty(machine);
+    }
+
+    /// Records a fresh verdict for one target (new or known).
     fn record(
+        &mut self,
+        index: &mut TargetIndex,
+        mhc_key: &ObjectKey,
+        cluster_name: &str,
+        e: &Evaluated<'_>,
+        now: Timestamp,
+    ) {
+        let name = e.machine.meta.name.as_str();
+        if !e.is_unhealthy_class() {
+            self.request_retry_at.remove(name);
+        }
+        let retry_at = self.request_retry_at.get(name).copied();
+        match self.targets.get_mut(name) {
+            Some(t) => update_target(
+                t,
+                &mut self.tally,
+                index,
+                retry_at,
+                mhc_key,
+                cluster_name,
+                e,
+                now,
+            ),
+            None => self.insert_target(index, mhc_key, cluster_name, e, now),
+        }
+    }
+
+    fn insert_target(
         &mut self,
         index: &mut TargetIndex,
         mhc_key: &ObjectKey,
@@ -148,68 +248,74 @@ impl MhcMemo {
     ) {
         let m = e.machine;
         let name = &m.meta.name;
-        let retry = self
-            .request_retry_at
-            .get(name)
-            .copied()
-            .filter(|t| *t > now);
-        let deadline = match (e.verdict.next_check, retry) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let slot = |m: &Machine| -> Option<NodeSlot> {
-            m.node_ref
-                .as_ref()
-                .map(|n| (ClusterName::new(&m.meta.namespace, cluster_name), n.clone()))
-        };
-        let (old_class, old_deadline) = match self.targets.get_mut(name.as_str()) {
-            Some(t) => {
-                if t.node_ref != m.node_ref {
-                    t.node_ref = m.node_ref.clone();
-                    let mkey = ObjectKey::management(Kind::Machine, &m.meta.namespace, name);
-                    index.set_node(&mkey, slot(m));
-                }
-                let old = (Some(t.class), t.deadline);
-                t.class = e.class;
-                t.deadline = deadline;
-                if e.class != TargetClass::Unhealthy {
-                    t.marked = false;
-                }
-                old
-            }
-            None => {
-                self.targets.insert(
-                    name.clone(),
-                    TargetMemo {
-                        class: e.class,
-                        deadline,
-                        node_ref: m.node_ref.clone(),
-                        marked: false,
-                    },
-                );
-                let mkey = ObjectKey::management(Kind::Machine, &m.meta.namespace, name);
-                index.link(&mkey, mhc_key, slot(m));
-                self.status_targets_match = false;
-                (None, None)
-            }
-        };
-        if old_class != Some(e.class) {
-            if let Some(old) = old_class {
-                self.count(old, name, false);
-            }
-            self.count(e.class, name, true);
-            log_transition(mhc_key, m, e, now);
-        }
-        if old_deadline != deadline {
-            if let Some(t) = old_deadline {
-                self.deadlines.remove(&(t, name.clone()));
-            }
-            if let Some(t) = deadline {
-                self.deadlines.insert((t, name.clone()));
+        let retry_at = self.request_retry_at.get(name).copied();
+        let deadline = earliest(e.verdict.next_check, retry_at.filter(|r| *r > now));
+        self.targets.insert(
+            name.clone(),
+            TargetMemo {
+                class: e.class,
+                deadline,
+                node_ref: m.node_ref.clone(),
+                marked: false,
+            },
+        );
+        self.tally.count(e.class, name, true);
+        self.tally.move_deadline(name, None, deadline);
+        self.tally.status_targets_match = false;
+        let mkey = ObjectKey::management(Kind::Machine, &m.meta.namespace, name);
+        index.link(&mkey, mhc_key, node_slot(m, cluster_name));
+        log_transition(mhc_key, m, e, now);
+    }
+
+    /// Records the verdicts of a full evaluation (`all` in name order): one merge pass over the
+    /// known targets, so a steady fleet costs no lookups; then drops the targets not seen.
+    fn record_all(
+        &mut self,
+        index: &mut TargetIndex,
+        mhc_key: &ObjectKey,
+        cluster_name: &str,
+        all: &[Evaluated<'_>],
+        now: Timestamp,
+    ) {
+        for e in all {
+            if !e.is_unhealthy_class() && self.request_retry_at.contains_key(&e.machine.meta.name) {
+                self.request_retry_at.remove(&e.machine.meta.name);
             }
         }
-        if e.class != TargetClass::Unhealthy {
-            self.request_retry_at.remove(name);
+        let mut new = Vec::new();
+        let mut gone = Vec::new();
+        {
+            let MhcMemo {
+                targets,
+                tally,
+                request_retry_at,
+                ..
+            } = self;
+            let mut known = targets.iter_mut().peekable();
+            for e in all {
+                let name = e.machine.meta.name.as_str();
+                while let Some((k, _)) = known.peek()
+                    && k.as_str() < name
+                {
+                    gone.push(k.to_string());
+                    known.next();
+                }
+                match known.peek() {
+                    Some((k, _)) if k.as_str() == name => {
+                        let (_, t) = known.next().expect("peeked");
+                        let retry_at = request_retry_at.get(name).copied();
+                        update_target(t, tally, index, retry_at, mhc_key, cluster_name, e, now);
+                    }
+                    _ => new.push(e),
+                }
+            }
+            gone.extend(known.map(|(k, _)| k.clone()));
+        }
+        for e in new {
+            self.insert_target(index, mhc_key, cluster_name, e, now);
+        }
+        for name in gone {
+            self.drop_target(index, mhc_key, &name);
         }
     }
 
@@ -217,12 +323,10 @@ impl MhcMemo {
         let Some(t) = self.targets.remove(name) else {
             return;
         };
-        self.count(t.class, name, false);
-        if let Some(d) = t.deadline {
-            self.deadlines.remove(&(d, name.to_string()));
-        }
+        self.tally.count(t.class, name, false);
+        self.tally.move_deadline(name, t.deadline, None);
         self.request_retry_at.remove(name);
-        self.status_targets_match = false;
+        self.tally.status_targets_match = false;
         let mkey = ObjectKey::management(Kind::Machine, &mhc_key.namespace, name);
         index.unlink(&mkey, mhc_key);
         tracing::info!(mhc = %mhc_key, machine = %mkey, "Machine is no longer a target");
@@ -268,6 +372,45 @@ struct Evaluated<'a> {
     class: TargetClass,
 }
 
+impl Evaluated<'_> {
+    fn is_unhealthy_class(&self) -> bool {
+        self.class == TargetClass::Unhealthy
+    }
+}
+
+/// The Nodes of one workload cluster in name order, for a full evaluation: found by a cursor
+/// when Node names sort like Machine names (the usual case), else by binary search. Either way
+/// no store lookup per target.
+struct NodeDirectory<'a> {
+    nodes: Vec<(&'a str, &'a Node)>,
+    cursor: usize,
+}
+
+impl<'a> NodeDirectory<'a> {
+    fn of(store: &'a Store, scope: &'a Scope) -> Self {
+        let nodes = store
+            .iter_kind(scope, &Kind::Node)
+            .filter_map(|(k, o)| match o {
+                Object::Node(n) => Some((k.name.as_str(), n)),
+                _ => None,
+            })
+            .collect();
+        NodeDirectory { nodes, cursor: 0 }
+    }
+
+    fn find(&mut self, name: &str) -> Option<&'a Node> {
+        if let Some((n, node)) = self.nodes.get(self.cursor)
+            && *n == name
+        {
+            self.cursor += 1;
+            return Some(node);
+        }
+        let i = self.nodes.binary_search_by(|(n, _)| (*n).cmp(name)).ok()?;
+        self.cursor = i + 1;
+        Some(self.nodes[i].1)
+    }
+}
+
 /// Judges targets of one MHC at one time, reusing a Node key buffer so a lookup does not
 /// allocate.
 struct Judge<'a> {
@@ -275,7 +418,9 @@ struct Judge<'a> {
     mhc: &'a MachineHealthCheck,
     gates: ClusterGates,
     checks: Checks<'a>,
+    workload: Option<&'a Scope>,
     node_key: Option<ObjectKey>,
+    directory: Option<NodeDirectory<'a>>,
     now: Timestamp,
 }
 
@@ -284,6 +429,12 @@ impl<'a> Judge<'a> {
         let (Some(key), Some(name)) = (&mut self.node_key, &m.node_ref) else {
             return NodeObservation::NotRead;
         };
+        if let Some(dir) = &mut self.directory {
+            return match dir.find(name) {
+                Some(n) => NodeObservation::Found(n),
+                None => NodeObservation::Missing,
+            };
+        }
         key.name.clear();
         key.name.push_str(name);
         let store: &'a Store = self.store;
@@ -326,6 +477,9 @@ impl<'a> Judge<'a> {
         }
         let ns = self.mhc.meta.namespace.as_str();
         let store: &'a Store = self.store;
+        if let Some(scope) = self.workload {
+            self.directory = Some(NodeDirectory::of(store, scope));
+        }
         for (k, o) in store.iter_kind(&Scope::Management, &Kind::Machine) {
             match k.namespace.as_str().cmp(ns) {
                 std::cmp::Ordering::Less => continue,
@@ -426,6 +580,7 @@ impl HealthChecks {
         } = self;
         let memo = mhcs.entry(key.clone()).or_default();
         memo.waiting_for = None;
+        let workload_scope = workload.map(Scope::Workload);
         let full = memo.facts.as_ref() != Some(&facts);
         let mut judge = Judge {
             store,
@@ -438,7 +593,11 @@ impl HealthChecks {
                     .node_startup_timeout
                     .unwrap_or(NODE_STARTUP_TIMEOUT_DEFAULT),
             },
-            node_key: workload.map(|c| ObjectKey::new(Scope::Workload(c), Kind::Node, "", "")),
+            workload: workload_scope.as_ref(),
+            node_key: workload_scope
+                .as_ref()
+                .map(|scope| ObjectKey::new(scope.clone(), Kind::Node, "", "")),
+            directory: None,
             now,
         };
 
@@ -447,21 +606,11 @@ impl HealthChecks {
             memo.facts = Some(facts);
             memo.dirty.clear();
             let all = judge.all(memo);
-            let selected: BTreeSet<&str> =
-                all.iter().map(|e| e.machine.meta.name.as_str()).collect();
-            let gone: Vec<String> = memo
-                .targets
-                .keys()
-                .filter(|n| !selected.contains(n.as_str()))
-                .cloned()
-                .collect();
-            for name in gone {
-                memo.drop_target(index, key, &name);
-            }
+            memo.record_all(index, key, &mhc.cluster_name, &all, now);
             all
         } else {
             let mut names = std::mem::take(&mut memo.dirty);
-            for (t, name) in &memo.deadlines {
+            for (t, name) in &memo.tally.deadlines {
                 if *t > now {
                     break;
                 }
@@ -474,16 +623,16 @@ impl HealthChecks {
                     None => memo.drop_target(index, key, &name),
                 }
             }
+            for e in &out {
+                memo.record(index, key, &mhc.cluster_name, e, now);
+            }
             out
         };
-        for e in &evaluated {
-            memo.record(index, key, &mhc.cluster_name, e, now);
-        }
 
         // 2. Decide on the complete counts.
         let expected = memo.targets.len() as u32;
-        let healthy = memo.healthy;
-        let listed = memo.unhealthy.len() as u32;
+        let healthy = memo.tally.healthy;
+        let listed = memo.tally.unhealthy.len() as u32;
         debug_assert!(
             healthy + listed <= expected,
             "classes partition the targets"
@@ -514,6 +663,7 @@ impl HealthChecks {
                 .map(|e| e.machine.meta.name.as_str())
                 .collect();
             let pending: Vec<String> = memo
+                .tally
                 .unhealthy
                 .iter()
                 .filter(|n| !judged.contains(n.as_str()))
@@ -542,7 +692,7 @@ impl HealthChecks {
 
         // 5. Wake at the earliest target deadline, short-circuited or not (decision 11).
         timers.cancel(key);
-        if let Some((at, _)) = memo.deadlines.first() {
+        if let Some((at, _)) = memo.tally.deadlines.first() {
             debug_assert!(
                 *at > now,
                 "every deadline is in the future after a reconcile"
@@ -650,6 +800,15 @@ impl SyncCx<'_> {
 
     fn sync_target(&self, e: &Evaluated<'_>, memo: &mut MhcMemo, cx: &mut Cx<'_>) {
         let m = e.machine;
+        // Fast path: nothing to write for a target that is not judged, or healthy and already
+        // marked so (most of a fleet, most of the time).
+        match e.class {
+            TargetClass::Pending | TargetClass::Unevaluated => return,
+            TargetClass::Healthy if self.template.is_none() && healthy_written(&m.conditions) => {
+                return;
+            }
+            TargetClass::Healthy | TargetClass::Unhealthy => {}
+        }
         let name = m.meta.name.as_str();
         let machine = format!("{}/{}", m.meta.namespace, name);
         let mkey = ObjectKey::management(Kind::Machine, &m.meta.namespace, name);
@@ -877,14 +1036,17 @@ impl SyncCx<'_> {
         if mhc.status.remediations_allowed != Some(remediations_allowed) {
             status.insert("remediationsAllowed".into(), json!(remediations_allowed));
         }
-        if full || !memo.status_targets_match || mhc.status.targets.len() != memo.targets.len() {
-            memo.status_targets_match = mhc
+        if full
+            || !memo.tally.status_targets_match
+            || mhc.status.targets.len() != memo.targets.len()
+        {
+            memo.tally.status_targets_match = mhc
                 .status
                 .targets
                 .iter()
                 .map(String::as_str)
                 .eq(memo.targets.keys().map(String::as_str));
-            if !memo.status_targets_match {
+            if !memo.tally.status_targets_match {
                 status.insert(
                     "targets".into(),
                     json!(memo.targets.keys().collect::<Vec<_>>()),

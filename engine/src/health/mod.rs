@@ -159,6 +159,15 @@ impl HealthChecks {
         }
     }
 
+    /// Forgets the verdicts of `mhc`, so that its next reconcile judges every target again
+    /// (benchmarks measure a full evaluation this way).
+    #[doc(hidden)]
+    pub fn invalidate(&mut self, mhc: &ObjectKey) {
+        if let Some(memo) = self.mhcs.get_mut(mhc) {
+            memo.invalidate();
+        }
+    }
+
     /// Number of MachineHealthChecks with state (for tests and metrics).
     pub fn len(&self) -> usize {
         self.mhcs.len()
