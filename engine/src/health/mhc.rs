@@ -27,6 +27,10 @@ use std::collections::{BTreeMap, BTreeSet};
 /// How often an MHC waiting for a workload cluster's cache looks again.
 pub const WORKLOAD_SYNC_RECHECK_INTERVAL: Duration = Duration::from_secs(10);
 
+/// Above this many dirty targets (or an eighth of the targets) a reconcile judges them all in
+/// one ordered pass instead of looking each up.
+const DIRTY_TARGETS_FULL_PASS_MIN: usize = 64;
+
 const REMEDIATION_ALLOWED: &str = "RemediationAllowed";
 const TEMPLATE_AVAILABLE: &str = "ExternalRemediationTemplateAvailable";
 const REQUEST_AVAILABLE: &str = "ExternalRemediationRequestAvailable";
@@ -69,6 +73,9 @@ struct TargetMemo {
     node_ref: Option<String>,
     /// `MachineMarkedUnhealthy` was emitted for the current unhealthy spell.
     marked: bool,
+    /// Healthy, and `HealthCheckSucceeded=True` was seen written on the Machine. Until the
+    /// Machine changes (which marks it dirty) a full evaluation need not look again.
+    written: bool,
 }
 
 /// Counts and deadlines kept in step with the targets' classes.
@@ -165,6 +172,7 @@ fn update_target(
         tally.count(t.class, name, false);
         tally.count(e.class, name, true);
         t.class = e.class;
+        t.written = false;
         log_transition(mhc_key, m, e, now);
     }
     if e.class != TargetClass::Unhealthy {
@@ -257,6 +265,7 @@ impl MhcMemo {
                 deadline,
                 node_ref: m.node_ref.clone(),
                 marked: false,
+                written: false,
             },
         );
         self.tally.count(e.class, name, true);
@@ -265,58 +274,6 @@ impl MhcMemo {
         let mkey = ObjectKey::management(Kind::Machine, &m.meta.namespace, name);
         index.link(&mkey, mhc_key, node_slot(m, cluster_name));
         log_transition(mhc_key, m, e, now);
-    }
-
-    /// Records the verdicts of a full evaluation (`all` in name order): one merge pass over the
-    /// known targets, so a steady fleet costs no lookups; then drops the targets not seen.
-    fn record_all(
-        &mut self,
-        index: &mut TargetIndex,
-        mhc_key: &ObjectKey,
-        cluster_name: &str,
-        all: &[Evaluated<'_>],
-        now: Timestamp,
-    ) {
-        for e in all {
-            if !e.is_unhealthy_class() && self.request_retry_at.contains_key(&e.machine.meta.name) {
-                self.request_retry_at.remove(&e.machine.meta.name);
-            }
-        }
-        let mut new = Vec::new();
-        let mut gone = Vec::new();
-        {
-            let MhcMemo {
-                targets,
-                tally,
-                request_retry_at,
-                ..
-            } = self;
-            let mut known = targets.iter_mut().peekable();
-            for e in all {
-                let name = e.machine.meta.name.as_str();
-                while let Some((k, _)) = known.peek()
-                    && k.as_str() < name
-                {
-                    gone.push(k.to_string());
-                    known.next();
-                }
-                match known.peek() {
-                    Some((k, _)) if k.as_str() == name => {
-                        let (_, t) = known.next().expect("peeked");
-                        let retry_at = request_retry_at.get(name).copied();
-                        update_target(t, tally, index, retry_at, mhc_key, cluster_name, e, now);
-                    }
-                    _ => new.push(e),
-                }
-            }
-            gone.extend(known.map(|(k, _)| k.clone()));
-        }
-        for e in new {
-            self.insert_target(index, mhc_key, cluster_name, e, now);
-        }
-        for name in gone {
-            self.drop_target(index, mhc_key, &name);
-        }
     }
 
     fn drop_target(&mut self, index: &mut TargetIndex, mhc_key: &ObjectKey, name: &str) {
@@ -330,6 +287,14 @@ impl MhcMemo {
         let mkey = ObjectKey::management(Kind::Machine, &mhc_key.namespace, name);
         index.unlink(&mkey, mhc_key);
         tracing::info!(mhc = %mhc_key, machine = %mkey, "Machine is no longer a target");
+    }
+
+    fn set_written(&mut self, name: &str, written: bool) {
+        if let Some(t) = self.targets.get_mut(name)
+            && t.written != written
+        {
+            t.written = written;
+        }
     }
 
     fn is_marked(&self, name: &str) -> bool {
@@ -469,33 +434,115 @@ impl<'a> Judge<'a> {
         }
     }
 
-    /// Every target, in name order.
-    fn all(&mut self, memo: &MhcMemo) -> Vec<Evaluated<'a>> {
+    /// Judges every target and records each verdict in one merge pass over the known targets
+    /// (both in name order), so a steady fleet costs no lookups; drops the targets not seen.
+    /// Returns only the evaluations that may need a write (unhealthy, or healthy but not yet
+    /// marked so, or with a remediation request to withdraw), in name order.
+    fn all(
+        &mut self,
+        memo: &mut MhcMemo,
+        index: &mut TargetIndex,
+        mhc_key: &ObjectKey,
+        has_template: bool,
+        dirty: &BTreeSet<String>,
+    ) -> Vec<Evaluated<'a>> {
+        let now = self.now;
+        let cluster_name = self.mhc.cluster_name.as_str();
         let mut out = Vec::new();
-        if selector_problem(self.mhc).is_some() {
-            return out;
-        }
+        let mut new = Vec::new();
+        let mut gone = Vec::new();
+        let valid = selector_problem(self.mhc).is_none();
         let ns = self.mhc.meta.namespace.as_str();
         let store: &'a Store = self.store;
         if let Some(scope) = self.workload {
             self.directory = Some(NodeDirectory::of(store, scope));
         }
-        for (k, o) in store.iter_kind(&Scope::Management, &Kind::Machine) {
-            match k.namespace.as_str().cmp(ns) {
-                std::cmp::Ordering::Less => continue,
-                std::cmp::Ordering::Greater => break,
-                std::cmp::Ordering::Equal => {}
-            }
-            let Object::Machine(m) = o else { continue };
-            match select(self.mhc, m) {
-                Selection::Target => out.push(self.judge(m)),
-                Selection::Skipped(why) => {
-                    if memo.targets.contains_key(&m.meta.name) {
-                        tracing::info!(machine = %k, "Skipping remediation: {why}");
+        {
+            let MhcMemo {
+                targets,
+                tally,
+                request_retry_at,
+                ..
+            } = memo;
+            let mut known = targets.iter_mut().peekable();
+            let machines = store
+                .iter_kind(&Scope::Management, &Kind::Machine)
+                .skip_while(|(k, _)| k.namespace.as_str() < ns)
+                .take_while(|(k, _)| k.namespace == ns)
+                .filter(|_| valid);
+            for (k, o) in machines {
+                let Object::Machine(m) = o else { continue };
+                let name = m.meta.name.as_str();
+                while let Some((t, _)) = known.peek()
+                    && t.as_str() < name
+                {
+                    gone.push(t.to_string());
+                    known.next();
+                }
+                let memo_entry = match known.peek() {
+                    Some((t, _)) if t.as_str() == name => known.next().map(|(_, t)| t),
+                    _ => None,
+                };
+                match select(self.mhc, m) {
+                    Selection::Target => {}
+                    Selection::Skipped(why) => {
+                        if memo_entry.is_some() {
+                            tracing::info!(machine = %k, "Skipping remediation: {why}");
+                            gone.push(name.to_string());
+                        }
+                        continue;
+                    }
+                    Selection::NotSelected => {
+                        if memo_entry.is_some() {
+                            gone.push(name.to_string());
+                        }
+                        continue;
                     }
                 }
-                Selection::NotSelected => {}
+                let e = self.judge(m);
+                if !e.is_unhealthy_class() && !request_retry_at.is_empty() {
+                    request_retry_at.remove(name);
+                }
+                let Some(t) = memo_entry else {
+                    new.push(e);
+                    continue;
+                };
+                // A healthy target still healthy, whose Machine did not change since its
+                // condition was seen written, has nothing to update or write.
+                let clean = dirty.is_empty() || !dirty.contains(name);
+                if clean
+                    && t.written
+                    && t.class == TargetClass::Healthy
+                    && e.class == TargetClass::Healthy
+                    && !has_template
+                {
+                    continue;
+                }
+                let retry_at = request_retry_at.get(name).copied();
+                update_target(t, tally, index, retry_at, mhc_key, cluster_name, &e, now);
+                let needs_write = match e.class {
+                    TargetClass::Unhealthy => true,
+                    TargetClass::Healthy => {
+                        t.written = healthy_written(&m.conditions);
+                        has_template || !t.written
+                    }
+                    TargetClass::Pending | TargetClass::Unevaluated => false,
+                };
+                if needs_write {
+                    out.push(e);
+                }
             }
+            gone.extend(known.map(|(k, _)| k.clone()));
+        }
+        for name in gone {
+            memo.drop_target(index, mhc_key, &name);
+        }
+        if !new.is_empty() {
+            for e in &new {
+                memo.insert_target(index, mhc_key, cluster_name, e, now);
+            }
+            out.extend(new);
+            out.sort_by(|a, b| a.machine.meta.name.cmp(&b.machine.meta.name));
         }
         out
     }
@@ -581,7 +628,10 @@ impl HealthChecks {
         let memo = mhcs.entry(key.clone()).or_default();
         memo.waiting_for = None;
         let workload_scope = workload.map(Scope::Workload);
-        let full = memo.facts.as_ref() != Some(&facts);
+        // Many dirty targets at once (a relist) are cheaper to judge in one ordered pass than
+        // by one store lookup each.
+        let many_dirty = memo.dirty.len() > DIRTY_TARGETS_FULL_PASS_MIN.max(memo.targets.len() / 8);
+        let full = memo.facts.as_ref() != Some(&facts) || many_dirty;
         let mut judge = Judge {
             store,
             mhc,
@@ -604,10 +654,8 @@ impl HealthChecks {
         // 1. Judge: everything, or only what changed or fell due.
         let evaluated = if full {
             memo.facts = Some(facts);
-            memo.dirty.clear();
-            let all = judge.all(memo);
-            memo.record_all(index, key, &mhc.cluster_name, &all, now);
-            all
+            let dirty = std::mem::take(&mut memo.dirty);
+            judge.all(memo, index, key, template.is_some(), &dirty)
         } else {
             let mut names = std::mem::take(&mut memo.dirty);
             for (t, name) in &memo.tally.deadlines {
@@ -657,7 +705,7 @@ impl HealthChecks {
         // 3. Write the targets: the judged ones, and every unhealthy one when remediation has
         //    just become allowed.
         let mut extra = Vec::new();
-        if newly_allowed && !full {
+        if newly_allowed {
             let judged: BTreeSet<&str> = evaluated
                 .iter()
                 .map(|e| e.machine.meta.name.as_str())
@@ -805,6 +853,7 @@ impl SyncCx<'_> {
         match e.class {
             TargetClass::Pending | TargetClass::Unevaluated => return,
             TargetClass::Healthy if self.template.is_none() && healthy_written(&m.conditions) => {
+                memo.set_written(&m.meta.name, true);
                 return;
             }
             TargetClass::Healthy | TargetClass::Unhealthy => {}
