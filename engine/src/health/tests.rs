@@ -901,3 +901,94 @@ fn machines_leaving_the_selection_are_dropped_from_the_targets() {
         serde_json::json!({"status": {"expectedMachines": 1, "currentHealthy": 1, "remediationsAllowed": 1, "targets": ["m1"]}})
     );
 }
+
+#[test]
+fn failed_remediation_request_is_reported_and_retried_after_the_interval() {
+    let mut mhc = testing::machine_health_check("c1", "mhc");
+    mhc.remediation_template = Some(ObjectRef {
+        api_group: "infrastructure.cluster.x-k8s.io".to_string(),
+        api_version: Some("infrastructure.cluster.x-k8s.io/v1beta2".to_string()),
+        kind: "DockerRemediationTemplate".to_string(),
+        name: "tmpl".to_string(),
+        namespace: String::new(),
+    });
+    let template = testing::external(
+        "infrastructure.cluster.x-k8s.io",
+        "DockerRemediationTemplate",
+        "tmpl",
+    );
+    let mut w = objects(mhc, vec![machine("m1")], vec![]);
+    w.push((Scope::Management, Object::External(template)));
+    let now = at(mins(1));
+    let (mut engine, first) = synced_engine(now, w);
+    // Land everything but the creation, which the API refuses.
+    let mut create = None;
+    for c in first {
+        if matches!(c.action, Action::CreateRemediation { .. }) {
+            create = Some(c);
+            continue;
+        }
+        settle(&mut engine, now, vec![c]);
+    }
+    let create = create.expect("a request is created");
+    engine.handle(
+        now,
+        &Input::ApiResult {
+            command: create.id,
+            outcome: ApiOutcome::Error {
+                code: 500,
+                message: "boom".to_string(),
+            },
+        },
+    );
+    let after = drain_commands(&mut engine);
+    let after_lines = lines(&after);
+    assert!(
+        after_lines.contains(
+            &"health SetCondition Machine default/m1 ExternallyRemediated=False (RemediationRequestCreationFailed)".to_string()
+        ),
+        "{after_lines:#?}"
+    );
+    assert!(
+        after_lines.contains(
+            &"health SetCondition MachineHealthCheck default/mhc ExternalRemediationRequestAvailable=False (ExternalRemediationRequestCreationFailed)".to_string()
+        ),
+        "{after_lines:#?}"
+    );
+    assert!(
+        !after_lines.iter().any(|l| l.contains("CreateRemediation")),
+        "no retry before the interval"
+    );
+    settle(&mut engine, now, after);
+    assert_eq!(
+        engine.next_deadline(),
+        Some(now.saturating_add(super::REMEDIATION_REQUEST_RETRY_INTERVAL))
+    );
+    engine.handle(now.saturating_add(secs(10)), &Input::Tick);
+    let retry = lines(&drain_commands(&mut engine));
+    assert!(
+        retry.contains(&"remediation CreateRemediation DockerRemediation default/m1".to_string()),
+        "{retry:#?}"
+    );
+}
+
+#[test]
+fn deleted_mhc_forgets_its_targets_and_timers() {
+    let world = objects(
+        testing::machine_health_check("c1", "mhc"),
+        vec![machine("m1")],
+        vec![node("m1", ConditionStatus::False, T0)],
+    );
+    let (mut engine, first) = synced_engine(at(mins(1)), world);
+    settle(&mut engine, at(mins(1)), first);
+    assert!(engine.next_deadline().is_some());
+    engine.handle(
+        at(mins(2)),
+        &Input::Delete {
+            key: ObjectKey::management(Kind::MachineHealthCheck, "default", "mhc"),
+        },
+    );
+    assert!(drain_commands(&mut engine).is_empty());
+    assert_eq!(engine.next_deadline(), None);
+    assert!(engine.controllers().health.is_empty());
+}
