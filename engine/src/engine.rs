@@ -110,9 +110,10 @@ impl Engine {
                 }
                 // Unchanged objects are routed too: a synced cache may unblock destructive
                 // commands that were held back while it was not.
+                let changed: BTreeSet<&ObjectKey> = changes.iter().map(|c| &c.key).collect();
                 for object in objects {
                     let key = object.key(scope);
-                    if !changes.iter().any(|c| c.key == key) {
+                    if !changed.contains(&key) {
                         let same = Change {
                             key,
                             before: Some(object.clone()),
@@ -160,12 +161,12 @@ impl Engine {
 
     /// A stable hash of the canonical encoding of the whole state (FNV-1a, 64 bits).
     pub fn state_hash(&self) -> u64 {
-        fnv1a(&codec::encode(self))
+        fnv1a(&self.encode_state())
     }
 
     /// The canonical encoding (for snapshots).
     pub fn encode_state(&self) -> Vec<u8> {
-        codec::encode(self)
+        codec::encode(self).expect("engine state always encodes: ordered maps, no floats")
     }
 
     pub fn decode_state(bytes: &[u8]) -> Result<Engine, codec::CodecError> {

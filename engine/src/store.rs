@@ -30,6 +30,8 @@ pub struct Store {
     pods_by_node: BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
     /// Nodes by (cluster, providerID).
     nodes_by_provider_id: BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
+    /// Machines by (management, `<namespace>/<spec.clusterName>`).
+    machines_by_cluster: BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
     synced: BTreeSet<Scope>,
 }
 
@@ -95,6 +97,18 @@ impl Store {
     ) -> impl Iterator<Item = &ObjectKey> {
         self.nodes_by_provider_id
             .get(&(scope.clone(), provider_id.to_string()))
+            .into_iter()
+            .flatten()
+    }
+
+    /// Keys of the Machines of the Cluster `namespace/cluster`.
+    pub fn machines_of_cluster(
+        &self,
+        namespace: &str,
+        cluster: &str,
+    ) -> impl Iterator<Item = &ObjectKey> {
+        self.machines_by_cluster
+            .get(&(Scope::Management, format!("{namespace}/{cluster}")))
             .into_iter()
             .flatten()
     }
@@ -182,6 +196,13 @@ impl Store {
                     (key.scope.clone(), p.clone()),
                 )
             }),
+            Object::Machine(m) => Some((
+                &mut self.machines_by_cluster,
+                (
+                    Scope::Management,
+                    format!("{}/{}", m.meta.namespace, m.cluster_name),
+                ),
+            )),
             _ => None,
         };
         let Some((index, index_key)) = entry else {

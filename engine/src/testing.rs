@@ -197,6 +197,51 @@ pub fn drain_commands(engine: &mut crate::Engine) -> Vec<crate::Command> {
     std::iter::from_fn(|| engine.poll_command()).collect()
 }
 
+/// A v1beta2 MachinePool of cluster `cluster` (Cluster `default/<cluster>`), adopted (finalizer,
+/// cluster-name label, Cluster owner reference), with bootstrap `KubeadmConfig/<name>` and
+/// infrastructure `DockerMachinePool/<name>`, and an empty status.
+pub fn machine_pool(cluster: &str, name: &str, replicas: i32) -> MachinePool {
+    let mut m = meta("default", name);
+    m.labels = labels(&[(CLUSTER_NAME_LABEL, cluster)]);
+    m.finalizers = vec![MACHINE_POOL_FINALIZER.to_string()];
+    m.owner_references = vec![OwnerReference {
+        api_version: "cluster.x-k8s.io/v1beta2".to_string(),
+        kind: "Cluster".to_string(),
+        name: cluster.to_string(),
+        uid: format!("uid-default-{cluster}"),
+        controller: false,
+    }];
+    MachinePool {
+        meta: m,
+        version: ApiVersion::V1Beta2,
+        cluster_name: cluster.to_string(),
+        replicas: Some(replicas),
+        bootstrap_config_ref: Some(provider_ref(
+            "bootstrap.cluster.x-k8s.io",
+            "KubeadmConfig",
+            name,
+        )),
+        bootstrap_data_secret_name: None,
+        infrastructure_ref: provider_ref(
+            "infrastructure.cluster.x-k8s.io",
+            "DockerMachinePool",
+            name,
+        ),
+        provider_id_list: Vec::new(),
+        min_ready_seconds: None,
+        node_deletion_timeout: None,
+        template_labels: BTreeMap::new(),
+        template_annotations: BTreeMap::new(),
+        status: MachinePoolStatus::default(),
+        conditions: Conditions::default(),
+    }
+}
+
+/// An InfrastructureMachinePool `DockerMachinePool/<name>`, ready, with no providerIDs yet.
+pub fn infra_machine_pool(name: &str) -> External {
+    external("infrastructure.cluster.x-k8s.io", "DockerMachinePool", name)
+}
+
 /// A Cluster whose `ControlPlaneInitialized` and `InfrastructureReady` are True since
 /// `Timestamp(0)` (v1beta2 conditions).
 pub fn ready_cluster(name: &str) -> Cluster {

@@ -41,8 +41,12 @@ fn bench(c: &mut Criterion) {
     }
     let mut group = c.benchmark_group("sim");
     group.sample_size(10);
-    group.bench_function("fleet_100_machines_1h_no_journal", |b| b.iter(|| run_once(false)));
-    group.bench_function("fleet_100_machines_1h_journal", |b| b.iter(|| run_once(true)));
+    group.bench_function("fleet_100_machines_1h_no_journal", |b| {
+        b.iter(|| run_once(false))
+    });
+    group.bench_function("fleet_100_machines_1h_journal", |b| {
+        b.iter(|| run_once(true))
+    });
     group.finish();
 }
 

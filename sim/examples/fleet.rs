@@ -13,7 +13,10 @@ fn peak_rss_mib() -> Option<f64> {
 }
 
 fn main() {
-    let args: Vec<u64> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let spec = FleetSpec {
         clusters: args.first().copied().unwrap_or(1000) as usize,
         machines_per_cluster: args.get(1).copied().unwrap_or(10) as usize,

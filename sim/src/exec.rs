@@ -76,7 +76,8 @@ impl Sim {
         let target = command.action.target();
         let cause = self.feeder.cause(command.cause).to_string();
         let mut detail = command.action.detail();
-        if !command.reason.is_empty() {
+        let is_event = matches!(command.action, Action::RecordEvent { .. });
+        if !command.reason.is_empty() && !is_event {
             if !detail.is_empty() {
                 detail.push_str(" | ");
             }

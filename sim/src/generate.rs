@@ -1,7 +1,7 @@
 //! Generated fleets for benchmarks and sweeps: many clusters, machines, nodes and pods, with
 //! seeded churn (machine deletions and node failures).
 
-use crate::scenario::{Manifest, Scenario, Step, StepAction, WorldKnobs, ObjRef};
+use crate::scenario::{Manifest, ObjRef, Scenario, Step, StepAction, WorldKnobs};
 use engine::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -91,7 +91,12 @@ pub fn fleet(spec: &FleetSpec) -> Scenario {
         for m in 0..spec.machines_per_cluster {
             let control_plane = m == 0;
             let name = format!("{cluster}-m{m}");
-            let mut mach = machine(&cluster, &name, control_plane, (!control_plane).then_some(ms.as_str()));
+            let mut mach = machine(
+                &cluster,
+                &name,
+                control_plane,
+                (!control_plane).then_some(ms.as_str()),
+            );
             if !control_plane {
                 mach["metadata"]["labels"]["cluster.x-k8s.io/set-name"] = json!(ms);
             }
@@ -114,11 +119,31 @@ pub fn fleet(spec: &FleetSpec) -> Scenario {
             if !control_plane {
                 let at = Duration(1000 * (rng.random_range(0..span) / 1000));
                 if rng.random_bool(spec.delete_fraction.clamp(0.0, 1.0)) {
-                    timeline.push(Step { at, line: 0, cluster: None, action: StepAction::Delete(ObjRef {
-                        kind: "Machine".into(), name: name.clone(), namespace: "default".into(), api_version: None, cluster: None }) });
+                    timeline.push(Step {
+                        at,
+                        line: 0,
+                        cluster: None,
+                        action: StepAction::Delete(ObjRef {
+                            kind: "Machine".into(),
+                            name: name.clone(),
+                            namespace: "default".into(),
+                            api_version: None,
+                            cluster: None,
+                        }),
+                    });
                 } else if rng.random_bool(spec.fail_fraction.clamp(0.0, 1.0)) {
-                    timeline.push(Step { at, line: 0, cluster: Some(cluster.clone()), action: StepAction::NodeCondition {
-                        node: name.clone(), type_: "Ready".into(), status: "False".into(), reason: Some("KubeletDown".into()), message: None } });
+                    timeline.push(Step {
+                        at,
+                        line: 0,
+                        cluster: Some(cluster.clone()),
+                        action: StepAction::NodeCondition {
+                            node: name.clone(),
+                            type_: "Ready".into(),
+                            status: "False".into(),
+                            reason: Some("KubeletDown".into()),
+                            message: None,
+                        },
+                    });
                 }
             }
         }

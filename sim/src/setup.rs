@@ -4,16 +4,18 @@ use crate::api::{ObjKey, json};
 use crate::defaults::{PROVIDER_FINALIZER, apply_defaults};
 use crate::sim::{Event, Sim};
 use engine::model::{ClusterName, Scope};
+use engine::time::Duration;
 use serde_json::{Value, json};
 
 impl Sim {
     /// Creates every manifest and the objects the contract implies, schedules the timeline and
     /// the expectation checkpoints, and syncs the engine with one relist per cluster.
     pub fn setup(&mut self) {
-        let scenario = self.scenario.clone();
-        for name in scenario.workload.keys() {
-            let namespace = scenario
-                .management
+        // The manifests are needed only here: take them rather than copy a large fleet.
+        let management = std::mem::take(&mut self.scenario.management);
+        let workload = std::mem::take(&mut self.scenario.workload);
+        for name in workload.keys() {
+            let namespace = management
                 .iter()
                 .find(|m| m.kind() == "Cluster" && m.name() == name)
                 .and_then(|m| m.namespace())
@@ -25,14 +27,14 @@ impl Sim {
             );
         }
         self.store_mut(&Scope::Management);
-        for manifest in &scenario.management {
-            self.create_initial(&Scope::Management, manifest.value.clone());
+        for manifest in management {
+            self.create_initial(&Scope::Management, manifest.value);
         }
-        for (cluster, manifests) in &scenario.workload {
-            let scope = self.workload_scope(cluster);
+        for (cluster, manifests) in workload {
+            let scope = self.workload_scope(&cluster);
             self.store_mut(&scope);
             for manifest in manifests {
-                self.create_initial(&scope, manifest.value.clone());
+                self.create_initial(&scope, manifest.value);
             }
             self.implied_namespaces(&scope);
         }
@@ -61,8 +63,9 @@ impl Sim {
         }
         // The setup writes are the initial state, not watch events: the relists carry them.
         self.work.clear();
-        for (i, step) in scenario.timeline.iter().enumerate() {
-            self.schedule(self.start + step.at, Event::Step(i));
+        let steps: Vec<Duration> = self.scenario.timeline.iter().map(|s| s.at).collect();
+        for (i, at) in steps.into_iter().enumerate() {
+            self.schedule(self.start + at, Event::Step(i));
         }
         for at in crate::expect::checkpoints(&self.scenario) {
             self.schedule(self.start + at, Event::Checkpoint);

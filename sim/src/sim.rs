@@ -331,33 +331,43 @@ impl Sim {
         match engine::convert::object_from_json(obj) {
             Ok(o) => o,
             Err(e) => {
-                if self.malformed.insert((scope.clone(), key.clone())) {
-                    let object = Self::describe(scope, key);
-                    self.line(
-                        "api",
-                        "Malformed",
-                        object,
-                        format!("the controllers ignore this object: {e}"),
-                    );
-                }
+                self.report_malformed(scope, key, &e.to_string());
                 None
             }
         }
     }
 
+    fn report_malformed(&mut self, scope: &Scope, key: &ObjKey, error: &str) {
+        if self.malformed.insert((scope.clone(), key.clone())) {
+            let object = Self::describe(scope, key);
+            self.line(
+                "api",
+                "Malformed",
+                object,
+                format!("the controllers ignore this object: {error}"),
+            );
+        }
+    }
+
     /// Relists one cluster into the engine (initial sync, after a watch gap or a restart).
     pub(crate) fn relist(&mut self, scope: &Scope) {
-        let objects: Vec<(ObjKey, Value)> = self
-            .store(scope)
-            .map(|s| s.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-            .unwrap_or_default();
-        let converted = objects
-            .iter()
-            .filter_map(|(k, v)| self.convert(scope, k, v))
-            .collect();
+        let mut objects = Vec::new();
+        let mut malformed = Vec::new();
+        if let Some(store) = self.clusters.get(scope) {
+            for (key, value) in store.iter() {
+                match engine::convert::object_from_json(value) {
+                    Ok(Some(o)) => objects.push(o),
+                    Ok(None) => {}
+                    Err(e) => malformed.push((key.clone(), e.to_string())),
+                }
+            }
+        }
+        for (key, error) in malformed {
+            self.report_malformed(scope, &key, &error);
+        }
         self.feed(Input::Relist {
             scope: scope.clone(),
-            objects: converted,
+            objects,
         });
     }
 

@@ -88,7 +88,7 @@ impl Sim {
                                 json::finalizers(o)
                             ),
                         };
-                        self.line("scenario", "Delete", object, detail.into());
+                        self.line("scenario", "Delete", object, detail);
                         self.changed(&scope, w);
                     }
                     Err(e) => self.line("scenario", "Delete", object, format!("refused: {e:?}")),

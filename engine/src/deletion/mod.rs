@@ -1,25 +1,518 @@
-//! Placeholder registry entry; the controller lands with its issue.
+//! Machine deletion: CAPI's `reconcileDelete` as a sans-IO state machine.
+//!
+//! Expected flow, for a Machine with a deletionTimestamp and the `machine.cluster.x-k8s.io`
+//! finalizer, in a Cluster that is not paused: pre-drain hooks → cordon and drain →
+//! volume-detach wait → pre-terminate hooks → delete the InfrastructureMachine and wait →
+//! delete the BootstrapConfig and wait → delete the Node → remove the finalizer. Each pass
+//! ([`pass`]) recomputes where the Machine stands from the store and a small memory of what
+//! was asked of the API ([`Memo`]), and issues only what differs.
+//!
+//! Guarantees: a failed eviction of a pod is retried 20 s after it was issued, never earlier;
+//! a drain completes at the input that removes the last pod it waits for; the Node gets at
+//! least one real deletion attempt (Part 1 decision 10). Timers are a closed enum
+//! ([`DeletionTimer`]) kept in one [`Timers`] table.
 
-use crate::command::{Command, ControllerId};
-use crate::controller::{Controller, Cx};
+mod gates;
+mod pass;
+mod status;
+mod volumes;
+
+#[cfg(test)]
+mod tests;
+
+pub use gates::{
+    ControlPlaneFact, InfrastructureFact, NODE_DELETION_RETRY_INTERVAL, NODE_DELETION_RETRY_WINDOW,
+    NODE_DELETION_TIMEOUT_DEFAULT, NodeDeletionBlocked, NodeDeletionFacts, WaitGateFacts,
+    WaitSkipped, is_delete_node_allowed, keep_deleting_node, timeout_exceeded, wait_allowed,
+};
+pub use status::{StatusFields, legacy, reason};
+pub use volumes::{VolumeWait, volumes_to_wait_for};
+
+use crate::command::{Action, Command, ControllerId};
+use crate::controller::{Controller, Cx, Timers};
+use crate::drain::{EvictionAttempt, EvictionOutcome, eviction_failure_message};
 use crate::input::ApiOutcome;
-use crate::model::ObjectKey;
+use crate::model::{
+    ClusterName, Conditions, DeletionTimes, Kind, Object, ObjectKey, ObjectRef, Pod, Scope,
+};
 use crate::store::{Change, Store};
-use crate::time::Timestamp;
+use crate::time::{Duration, Timestamp};
 use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
 
+/// Pause before re-issuing a delete or cordon the API refused (upstream backs off and retries;
+/// a fixed pace keeps a failing API from being hammered).
+pub const API_RETRY_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Why a deleting Machine asked to be woken (the closed set of deletion timers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum DeletionTimer {
+    /// A failed eviction may be retried (20 s after it was issued).
+    EvictionRetry,
+    /// A deleted pod on an unreachable Node starts being skipped.
+    SkipDeletedPod,
+    DrainTimeout,
+    VolumeDetachTimeout,
+    /// A refused cordon, InfrastructureMachine or BootstrapConfig deletion may be retried.
+    ApiRetry,
+    NodeDeletionRetry,
+}
+
+/// The last request of one kind (cordon, infrastructure or bootstrap deletion): when it was
+/// issued and the failure it got, if any.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub at: Timestamp,
+    pub answered: bool,
+    pub failure: Option<String>,
+}
+
+/// Node deletion attempts (Part 1 decision 10).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeDeletion {
+    pub first_at: Timestamp,
+    pub last_at: Timestamp,
+    pub outcome: NodeDeletionOutcome,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeDeletionOutcome {
+    Pending,
+    Deleted,
+    Failed(String),
+    /// `nodeDeletionTimeout` expired: continuing without Node deletion.
+    GaveUp(String),
+}
+
+/// A status write issued whose effect may not be observed yet. It stands for the observed
+/// value until the cache shows a Machine newer than the one seen when the write was answered,
+/// so a stale cache does not make the same write twice.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending<T> {
+    pub value: T,
+    pub answered: bool,
+    /// The Machine's resourceVersion at the first pass after the answer.
+    pub seen_resource_version: Option<u64>,
+}
+
+impl<T: PartialEq> Pending<T> {
+    pub fn new(value: T) -> Self {
+        Pending {
+            value,
+            answered: false,
+            seen_resource_version: None,
+        }
+    }
+
+    /// Whether it still stands for the observed value, given the observed one.
+    pub fn stands(&mut self, observed: &T, resource_version: u64) -> bool {
+        if &self.value == observed {
+            return false;
+        }
+        if !self.answered {
+            return true;
+        }
+        *self.seen_resource_version.get_or_insert(resource_version) == resource_version
+    }
+}
+
+/// What the controller remembers about one deleting Machine.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MachineDeletion {}
+pub struct Memo {
+    /// Start times chosen by this controller: chosen once, even if the patch is not yet seen.
+    pub started: DeletionTimes,
+    pub evictions: BTreeMap<ObjectKey, EvictionAttempt>,
+    pub cordon: Option<Attempt>,
+    pub infrastructure_delete: Option<Attempt>,
+    pub bootstrap_delete: Option<Attempt>,
+    pub node_deletion: Option<NodeDeletion>,
+    /// Events already recorded (`Reason` or `Reason:message`): events mark transitions.
+    pub events: BTreeSet<String>,
+    pub pending_conditions: Option<Pending<Conditions>>,
+    pub pending_status: Option<Pending<StatusFields>>,
+    /// The finalizer removal was answered with success: the Machine is on its way out and a
+    /// cache that still shows it must not trigger more writes.
+    pub finalizer_released: bool,
+}
+
+/// One deleting Machine and what routes changes to it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tracked {
+    pub cluster: ClusterName,
+    pub node: Option<String>,
+    pub provider_id: Option<String>,
+    pub infrastructure: ObjectKey,
+    pub bootstrap: Option<ObjectKey>,
+    pub control_plane: Option<ObjectKey>,
+    pub memo: Memo,
+}
+
+/// The Machine deletion controller (registry slot 0; issues `deletion` and `drain` commands).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineDeletion {
+    machines: BTreeMap<ObjectKey, Tracked>,
+    by_cluster: BTreeMap<ClusterName, BTreeSet<ObjectKey>>,
+    timers: Timers,
+}
+
+/// The key of an object a Machine references (provider refs default to the Machine's
+/// namespace; a v1beta1 ref may carry only `apiVersion`).
+pub fn ref_key(r: &ObjectRef, namespace: &str) -> ObjectKey {
+    let group = if r.api_group.is_empty() {
+        r.api_version
+            .as_deref()
+            .and_then(|v| v.rsplit_once('/').map(|(g, _)| g))
+            .unwrap_or("")
+    } else {
+        r.api_group.as_str()
+    };
+    let ns = if r.namespace.is_empty() {
+        namespace
+    } else {
+        r.namespace.as_str()
+    };
+    ObjectKey::management(Kind::from_group_kind(group, &r.kind), ns, &r.name)
+}
+
+/// Whether a pod change can matter to a drain or volume wait (readiness flips do not).
+fn pod_change_matters(before: Option<&Pod>, after: Option<&Pod>) -> bool {
+    match (before, after) {
+        (Some(a), Some(b)) => {
+            a.meta.deletion_timestamp != b.meta.deletion_timestamp
+                || a.node_name != b.node_name
+                || a.phase != b.phase
+                || a.meta.labels != b.meta.labels
+                || a.meta.annotations != b.meta.annotations
+                || a.meta.owner_references != b.meta.owner_references
+                || a.has_empty_dir != b.has_empty_dir
+                || a.pvc_names != b.pvc_names
+        }
+        _ => true,
+    }
+}
+
+fn as_pod(o: Option<&Object>) -> Option<&Pod> {
+    match o {
+        Some(Object::Pod(p)) => Some(p),
+        _ => None,
+    }
+}
+
+impl MachineDeletion {
+    /// Deleting Machines this controller is working on.
+    pub fn tracked(&self) -> impl Iterator<Item = (&ObjectKey, &Tracked)> {
+        self.machines.iter()
+    }
+
+    fn in_cluster<'a>(&'a self, cluster: &ClusterName) -> impl Iterator<Item = &'a ObjectKey> {
+        self.by_cluster.get(cluster).into_iter().flatten()
+    }
+
+    fn untrack(&mut self, key: &ObjectKey) {
+        if let Some(t) = self.machines.remove(key)
+            && let Some(set) = self.by_cluster.get_mut(&t.cluster)
+        {
+            set.remove(key);
+            if set.is_empty() {
+                self.by_cluster.remove(&t.cluster);
+            }
+        }
+        self.timers.cancel(key);
+    }
+}
 
 impl Controller for MachineDeletion {
     fn id(&self) -> ControllerId {
         ControllerId::Deletion
     }
-    fn affected(&self, _store: &Store, _change: &Change, _out: &mut Vec<ObjectKey>) {}
-    fn reconcile(&mut self, _key: &ObjectKey, _cx: &mut Cx<'_>) {}
-    fn on_result(&mut self, _command: &Command, _outcome: &ApiOutcome, _now: Timestamp) {}
-    fn take_due(&mut self, _now: Timestamp, _out: &mut Vec<ObjectKey>) {}
+
+    fn affected(&self, _store: &Store, change: &Change, out: &mut Vec<ObjectKey>) {
+        let key = &change.key;
+        match (&key.scope, &key.kind) {
+            (Scope::Management, Kind::Machine) => {
+                let machines = [change.before.as_ref(), change.after.as_ref()];
+                let mut control_plane_of = None;
+                for m in machines.into_iter().flatten() {
+                    let Object::Machine(m) = m else { continue };
+                    if m.meta.is_deleting() {
+                        out.push(key.clone());
+                    }
+                    if m.is_control_plane() {
+                        control_plane_of =
+                            Some(ClusterName::new(&m.meta.namespace, &m.cluster_name));
+                    }
+                }
+                if self.machines.contains_key(key) {
+                    out.push(key.clone());
+                }
+                // Control-plane Machines coming and going decide isDeleteNodeAllowed.
+                if let Some(cluster) = control_plane_of {
+                    out.extend(self.in_cluster(&cluster).cloned());
+                }
+            }
+            (Scope::Management, Kind::Cluster) => {
+                let cluster = ClusterName::new(&key.namespace, &key.name);
+                out.extend(self.in_cluster(&cluster).cloned());
+            }
+            (Scope::Management, Kind::MachineDrainRule) => {
+                out.extend(
+                    self.machines
+                        .keys()
+                        .filter(|m| m.namespace == key.namespace)
+                        .cloned(),
+                );
+            }
+            (Scope::Management, Kind::External(_)) => {
+                out.extend(
+                    self.machines
+                        .iter()
+                        .filter(|(_, t)| {
+                            &t.infrastructure == key
+                                || t.bootstrap.as_ref() == Some(key)
+                                || t.control_plane.as_ref() == Some(key)
+                        })
+                        .map(|(k, _)| k.clone()),
+                );
+            }
+            (Scope::Workload(cluster), Kind::Pod) => {
+                let (before, after) = (
+                    as_pod(change.before.as_ref()),
+                    as_pod(change.after.as_ref()),
+                );
+                if !pod_change_matters(before, after) {
+                    return;
+                }
+                let nodes: BTreeSet<&str> = [before, after]
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| p.node_name.as_deref())
+                    .collect();
+                out.extend(
+                    self.in_cluster(cluster)
+                        .filter(|m| {
+                            self.machines[*m]
+                                .node
+                                .as_deref()
+                                .is_some_and(|n| nodes.contains(n))
+                        })
+                        .cloned(),
+                );
+            }
+            (Scope::Workload(cluster), Kind::Node) => {
+                let provider_ids: BTreeSet<&str> = [change.before.as_ref(), change.after.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|o| match o {
+                        Object::Node(n) => n.provider_id.as_deref(),
+                        _ => None,
+                    })
+                    .collect();
+                out.extend(
+                    self.in_cluster(cluster)
+                        .filter(|m| {
+                            let t = &self.machines[*m];
+                            t.node.as_deref() == Some(key.name.as_str())
+                                || t.provider_id
+                                    .as_deref()
+                                    .is_some_and(|p| provider_ids.contains(p))
+                        })
+                        .cloned(),
+                );
+            }
+            (
+                Scope::Workload(cluster),
+                Kind::Namespace
+                | Kind::DaemonSet
+                | Kind::VolumeAttachment
+                | Kind::PersistentVolume
+                | Kind::PersistentVolumeClaim,
+            ) => out.extend(self.in_cluster(cluster).cloned()),
+            _ => {}
+        }
+    }
+
+    fn reconcile(&mut self, key: &ObjectKey, cx: &mut Cx<'_>) {
+        let store: &Store = cx.store;
+        let machine = match store.get(key) {
+            Some(Object::Machine(m)) => m,
+            _ => {
+                self.untrack(key);
+                return;
+            }
+        };
+        let holds_finalizer = machine
+            .meta
+            .finalizers
+            .iter()
+            .any(|f| f == crate::model::MACHINE_FINALIZER);
+        if !machine.meta.is_deleting() || !holds_finalizer {
+            self.untrack(key);
+            return;
+        }
+        let cluster_name = ClusterName::new(&machine.meta.namespace, &machine.cluster_name);
+        let cluster_key =
+            ObjectKey::management(Kind::Cluster, &cluster_name.namespace, &cluster_name.name);
+        let cluster = match store.get(&cluster_key) {
+            Some(Object::Cluster(c)) => Some(c),
+            _ => None,
+        };
+        let mut tracked = self.machines.remove(key).unwrap_or_else(|| Tracked {
+            cluster: cluster_name.clone(),
+            node: None,
+            provider_id: None,
+            infrastructure: ref_key(&machine.infrastructure_ref, &machine.meta.namespace),
+            bootstrap: None,
+            control_plane: None,
+            memo: Memo::default(),
+        });
+        tracked.infrastructure = ref_key(&machine.infrastructure_ref, &machine.meta.namespace);
+        tracked.bootstrap = machine
+            .bootstrap_config_ref
+            .as_ref()
+            .map(|r| ref_key(r, &machine.meta.namespace));
+        // Routing facts known before any pass (the pass refines the node by providerID).
+        tracked.node = tracked.node.take().or_else(|| machine.node_ref.clone());
+        tracked.provider_id =
+            machine
+                .provider_id
+                .clone()
+                .or_else(|| match store.get(&tracked.infrastructure) {
+                    Some(Object::External(e)) => e.provider_id.clone(),
+                    _ => None,
+                });
+        tracked.control_plane = cluster
+            .and_then(|c| c.control_plane_ref.as_ref())
+            .map(|r| ref_key(r, &cluster_name.namespace));
+        self.by_cluster
+            .entry(cluster_name.clone())
+            .or_default()
+            .insert(key.clone());
+
+        let wake = match cluster {
+            None => {
+                tracing::debug!(machine = %key, "waiting for Cluster {} to be observed", cluster_name.name);
+                None
+            }
+            Some(c) if c.paused || machine.meta.has_annotation(crate::model::PAUSED_ANNOTATION) => {
+                tracing::debug!(machine = %key, "Reconciliation is paused for this object");
+                None
+            }
+            Some(c) => {
+                let mut p = pass::Pass::new(key, machine, c, &mut tracked, cx);
+                p.run();
+                p.wake
+            }
+        };
+        self.machines.insert(key.clone(), tracked);
+        if let Some((at, timer)) = wake {
+            tracing::trace!(machine = %key, ?timer, at = %at, "deletion timer");
+            self.timers.wake_at(key, at);
+        }
+    }
+
+    fn on_result(&mut self, command: &Command, outcome: &ApiOutcome, now: Timestamp) {
+        let Some(tracked) = self.machines.get_mut(&command.owner) else {
+            return;
+        };
+        let memo = &mut tracked.memo;
+        let failure = match outcome {
+            ApiOutcome::Ok { .. } | ApiOutcome::NotFound => None,
+            other => Some(failure_text(other)),
+        };
+        match &command.action {
+            Action::Evict { pod, .. } => {
+                let outcome = eviction_failure_message(outcome);
+                let entry = memo
+                    .evictions
+                    .entry(pod.key.clone())
+                    .or_insert(EvictionAttempt {
+                        at: now,
+                        outcome: EvictionOutcome::Pending,
+                        last_failure: None,
+                    });
+                match &outcome {
+                    EvictionOutcome::Failed(message) => {
+                        tracing::info!(pod = %pod.key, "Eviction failed, will be retried in 20s: {message}");
+                        entry.last_failure = Some(message.clone());
+                    }
+                    EvictionOutcome::Evicted | EvictionOutcome::NotFound => {
+                        entry.last_failure = None
+                    }
+                    EvictionOutcome::Pending => {}
+                }
+                entry.outcome = outcome;
+            }
+            Action::Cordon { .. } => answer(&mut memo.cordon, failure),
+            Action::DeleteInfrastructure { .. } => answer(&mut memo.infrastructure_delete, failure),
+            Action::DeleteBootstrap { .. } => answer(&mut memo.bootstrap_delete, failure),
+            Action::DeleteNode { node } => {
+                if let Some(d) = &mut memo.node_deletion {
+                    d.outcome = match failure {
+                        None => NodeDeletionOutcome::Deleted,
+                        Some(f) => {
+                            tracing::info!(node = %node.key, "Node deletion failed: {f}");
+                            NodeDeletionOutcome::Failed(f)
+                        }
+                    };
+                }
+            }
+            Action::SetCondition { .. } => match failure {
+                // Not written after all: the next pass compares with what is observed.
+                Some(_) => memo.pending_conditions = None,
+                None => {
+                    if let Some(p) = &mut memo.pending_conditions {
+                        p.answered = true;
+                    }
+                }
+            },
+            Action::PatchStatus { .. } => match failure {
+                Some(_) => memo.pending_status = None,
+                None => {
+                    if let Some(p) = &mut memo.pending_status {
+                        p.answered = true;
+                    }
+                }
+            },
+            Action::RemoveFinalizer { .. } => {
+                memo.finalizer_released =
+                    matches!(outcome, ApiOutcome::Ok { .. } | ApiOutcome::NotFound);
+            }
+            Action::AddFinalizer { .. }
+            | Action::PatchSpec { .. }
+            | Action::SetOwnerReference { .. }
+            | Action::CreateRemediation { .. }
+            | Action::DeleteRemediation { .. }
+            | Action::DeleteMachine { .. }
+            | Action::CreateMachine { .. }
+            | Action::RecordEvent { .. } => {}
+        }
+    }
+
+    fn take_due(&mut self, now: Timestamp, out: &mut Vec<ObjectKey>) {
+        self.timers.take_due(now, out);
+    }
+
     fn next_deadline(&self) -> Option<Timestamp> {
-        None
+        self.timers.next_deadline()
+    }
+}
+
+fn answer(attempt: &mut Option<Attempt>, failure: Option<String>) {
+    if let Some(a) = attempt {
+        a.answered = true;
+        a.failure = failure;
+    }
+}
+
+/// The error text of a failed API call, as upstream's `err.Error()` would read.
+fn failure_text(outcome: &ApiOutcome) -> String {
+    match outcome {
+        ApiOutcome::Ok { .. } => String::new(),
+        ApiOutcome::NotFound => "not found".to_string(),
+        ApiOutcome::Conflict { message }
+        | ApiOutcome::TooManyRequests { message }
+        | ApiOutcome::Forbidden { message, .. }
+        | ApiOutcome::Error { message, .. }
+        | ApiOutcome::Unreachable { message } => message.clone(),
     }
 }

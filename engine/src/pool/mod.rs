@@ -1,25 +1,286 @@
-//! Placeholder registry entry; the controller lands with its issue.
+//! The MachinePool controller (CAPI-SEMANTICS §3 with Part 1 decisions 5, 6, 9 and 10).
+//!
+//! Expected flow: every change to a pool, its Cluster, its BootstrapConfig or
+//! InfrastructureMachinePool, its infrastructure machines and Machines, or a workload Node it
+//! lists makes [`Pools::affected`] name the pool; [`Pools::reconcile`] then computes the whole
+//! desired pool (owner references, bootstrap data secret, providerIDList, nodeRefs, counters,
+//! phase, conditions, MachinePool Machines, deletion) and issues only what differs from what is
+//! observed.
+//! Guarantees: reconciling twice with nothing changed issues nothing; Node changes wake the pool
+//! (no 30 s polling); a timer only covers `minReadySeconds` expiry and Node deletion retries.
 
-use crate::command::{Command, ControllerId};
-use crate::controller::{Controller, Cx};
+mod conditions;
+mod deletion;
+mod draft;
+mod noderefs;
+mod nodes;
+mod phase;
+mod reconcile;
+
+#[cfg(test)]
+mod tests;
+
+pub use deletion::{NODE_DELETE_RETRY_INTERVAL, NODE_DELETE_RETRY_WINDOW};
+pub use phase::PoolPhase;
+pub use reconcile::machine_pool_machine;
+
+use crate::command::{Action, Command, ControllerId};
+use crate::controller::{Controller, Cx, Issued, Timers};
 use crate::input::ApiOutcome;
-use crate::model::ObjectKey;
+use crate::model::{Kind, MachinePool, Object, ObjectKey, POOL_NAME_LABEL, Scope};
 use crate::store::{Change, Store};
-use crate::time::Timestamp;
+use crate::time::{Duration, Timestamp};
 use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
 
+/// Part 1, decision 2: an unset `nodeDeletionTimeout` means 10 s; zero means retry forever.
+pub const NODE_DELETION_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+
+/// Why a pool asked to be woken (one pending wake-up per pool, the earliest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PoolWake {
+    /// A ready Node becomes available when `minReadySeconds` have passed.
+    MinReadySeconds,
+    /// A failed Node deletion may be retried.
+    NodeDeletionRetry,
+}
+
+/// What the controller remembers about one Node it deletes.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Pools {}
+pub struct NodeDeletion {
+    pub first_try: Timestamp,
+    pub retry_not_before: Option<Timestamp>,
+    /// The API answered 2xx or 404.
+    pub done: bool,
+}
+
+/// The controller's own memory of one pool (everything else is read from the store).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolMemory {
+    /// Hash of the nodeRefs last announced with `SuccessfulSetNodeRefs`, so the event is
+    /// emitted once per change even while the status patch is on its way.
+    pub announced_node_refs: Option<u64>,
+    pub node_deletions: BTreeMap<String, NodeDeletion>,
+    /// Provider objects whose deletion the API accepted, so the delete is not repeated while
+    /// the watch catches up.
+    pub deleted_externals: BTreeSet<ObjectKey>,
+    /// The last reconcile could not match Nodes because the workload cache was not synced:
+    /// any Node of that cluster wakes the pool.
+    pub awaiting_workload_cache: bool,
+}
+
+/// The MachinePool controller (registry slot 2).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pools {
+    timers: Timers,
+    memory: BTreeMap<ObjectKey, PoolMemory>,
+}
+
+impl Pools {
+    pub fn memory(&self, pool: &ObjectKey) -> Option<&PoolMemory> {
+        self.memory.get(pool)
+    }
+
+    fn pools_of_cluster<'a>(
+        store: &'a Store,
+        namespace: &'a str,
+        cluster: &'a str,
+    ) -> impl Iterator<Item = (&'a ObjectKey, &'a MachinePool)> + 'a {
+        store
+            .iter_kind(&Scope::Management, &Kind::MachinePool)
+            .filter_map(|(k, o)| match o {
+                Object::MachinePool(mp) => Some((k, mp)),
+                _ => None,
+            })
+            .filter(move |(_, mp)| mp.meta.namespace == namespace && mp.cluster_name == cluster)
+    }
+
+    fn affected_by(
+        &self,
+        store: &Store,
+        key: &ObjectKey,
+        object: &Object,
+        out: &mut Vec<ObjectKey>,
+    ) {
+        let pool_key = |ns: &str, name: &str| ObjectKey::management(Kind::MachinePool, ns, name);
+        match object {
+            Object::MachinePool(_) => out.push(key.clone()),
+            Object::Cluster(c) if key.scope == Scope::Management => {
+                out.extend(
+                    Self::pools_of_cluster(store, &c.meta.namespace, &c.meta.name)
+                        .map(|(k, _)| k.clone()),
+                );
+            }
+            Object::External(e) if key.scope == Scope::Management => {
+                // Infrastructure machines of a pool carry its name.
+                if let Some(pool) = e.meta.labels.get(POOL_NAME_LABEL) {
+                    out.push(pool_key(&e.meta.namespace, pool));
+                }
+                let matches =
+                    |r: &crate::model::ObjectRef, ns: &str| &reconcile::external_key(r, ns) == key;
+                for (k, o) in store.iter_kind(&Scope::Management, &Kind::MachinePool) {
+                    let Object::MachinePool(mp) = o else { continue };
+                    let ns = &mp.meta.namespace;
+                    if matches(&mp.infrastructure_ref, ns)
+                        || mp
+                            .bootstrap_config_ref
+                            .as_ref()
+                            .is_some_and(|r| matches(r, ns))
+                    {
+                        out.push(k.clone());
+                    }
+                }
+            }
+            Object::Machine(m) => {
+                if let Some(pool) = m.meta.labels.get(POOL_NAME_LABEL) {
+                    out.push(pool_key(&m.meta.namespace, pool));
+                }
+            }
+            Object::Node(n) => {
+                let Scope::Workload(cluster) = &key.scope else {
+                    return;
+                };
+                // A Node the pool annotated names its pool; others are matched by providerID
+                // or by the pool's nodeRefs.
+                let a = &n.meta.annotations;
+                if a.get(noderefs::OWNER_KIND_ANNOTATION).map(String::as_str) == Some("MachinePool")
+                    && a.get(noderefs::CLUSTER_NAMESPACE_ANNOTATION) == Some(&cluster.namespace)
+                    && let Some(owner) = a.get(noderefs::OWNER_NAME_ANNOTATION)
+                {
+                    out.push(pool_key(&cluster.namespace, owner));
+                    return;
+                }
+                let pid = n.provider_id.as_deref().filter(|p| !p.is_empty());
+                for (k, mp) in Self::pools_of_cluster(store, &cluster.namespace, &cluster.name) {
+                    let listed = pid.is_some_and(|p| mp.provider_id_list.iter().any(|x| x == p));
+                    let waiting = self
+                        .memory
+                        .get(k)
+                        .is_some_and(|m| m.awaiting_workload_cache);
+                    if waiting
+                        || listed
+                        || mp.status.node_refs.iter().any(|r| r.name == n.meta.name)
+                    {
+                        out.push(k.clone());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
 
 impl Controller for Pools {
     fn id(&self) -> ControllerId {
         ControllerId::Pool
     }
-    fn affected(&self, _store: &Store, _change: &Change, _out: &mut Vec<ObjectKey>) {}
-    fn reconcile(&mut self, _key: &ObjectKey, _cx: &mut Cx<'_>) {}
-    fn on_result(&mut self, _command: &Command, _outcome: &ApiOutcome, _now: Timestamp) {}
-    fn take_due(&mut self, _now: Timestamp, _out: &mut Vec<ObjectKey>) {}
+
+    fn affected(&self, store: &Store, change: &Change, out: &mut Vec<ObjectKey>) {
+        for object in [&change.before, &change.after].into_iter().flatten() {
+            self.affected_by(store, &change.key, object, out);
+        }
+    }
+
+    fn reconcile(&mut self, key: &ObjectKey, cx: &mut Cx<'_>) {
+        self.timers.cancel(key);
+        let Some(Object::MachinePool(mp)) = cx.store.get(key) else {
+            self.memory.remove(key);
+            return;
+        };
+        let empty = PoolMemory::default();
+        let memory = self.memory.get(key).unwrap_or(&empty);
+        let workload = Scope::Workload(crate::model::ClusterName::new(
+            &mp.meta.namespace,
+            &mp.cluster_name,
+        ));
+        let plan = reconcile::reconcile(&reconcile::Ctx::new(
+            cx.store, cx.now, key, mp, memory, &workload,
+        ));
+        let now = cx.now;
+        let mut memory = memory.clone();
+        for name in &plan.forget_nodes {
+            memory.node_deletions.remove(name);
+        }
+        // A provider object that is gone needs no memory of its deletion.
+        memory
+            .deleted_externals
+            .retain(|k| cx.store.get(k).is_some());
+        memory.awaiting_workload_cache = plan.awaiting_workload_cache;
+        if let Some(hash) = plan.announced_node_refs {
+            memory.announced_node_refs = Some(hash);
+        }
+        for planned in plan.commands {
+            let issued = cx.issue(ControllerId::Pool, planned.action, planned.reason);
+            if let (Some(node), Issued::Queued(_)) = (planned.node_deletion, issued) {
+                let entry = memory.node_deletions.entry(node).or_insert(NodeDeletion {
+                    first_try: now,
+                    ..Default::default()
+                });
+                entry.retry_not_before = None;
+            }
+        }
+        if let Some((at, why)) = plan.wake {
+            tracing::trace!(pool = %key, ?why, at = %at, "wake-up");
+            self.timers.wake_at(key, at);
+        }
+        if memory == PoolMemory::default() {
+            self.memory.remove(key);
+        } else {
+            self.memory.insert(key.clone(), memory);
+        }
+    }
+
+    fn on_result(&mut self, command: &Command, outcome: &ApiOutcome, now: Timestamp) {
+        if let Action::DeleteBootstrap { target } | Action::DeleteInfrastructure { target } =
+            &command.action
+        {
+            if matches!(outcome, ApiOutcome::Ok { .. } | ApiOutcome::NotFound) {
+                self.memory
+                    .entry(command.owner.clone())
+                    .or_default()
+                    .deleted_externals
+                    .insert(target.key.clone());
+            }
+            return;
+        }
+        let Action::DeleteNode { node } = &command.action else {
+            return;
+        };
+        let Some(attempt) = self
+            .memory
+            .get_mut(&command.owner)
+            .and_then(|m| m.node_deletions.get_mut(&node.key.name))
+        else {
+            return;
+        };
+        match outcome {
+            ApiOutcome::Ok { .. } | ApiOutcome::NotFound => {
+                attempt.done = true;
+                attempt.retry_not_before = None;
+            }
+            ApiOutcome::Conflict { .. }
+            | ApiOutcome::TooManyRequests { .. }
+            | ApiOutcome::Forbidden { .. }
+            | ApiOutcome::Error { .. }
+            | ApiOutcome::Unreachable { .. } => {
+                tracing::info!(
+                    pool = %command.owner,
+                    node = %node.key.name,
+                    "Failed to delete Node: {}",
+                    outcome.summary()
+                );
+                let at = now + NODE_DELETE_RETRY_INTERVAL;
+                attempt.retry_not_before = Some(at);
+                self.timers.wake_at(&command.owner, at);
+            }
+        }
+    }
+
+    fn take_due(&mut self, now: Timestamp, out: &mut Vec<ObjectKey>) {
+        self.timers.take_due(now, out);
+    }
+
     fn next_deadline(&self) -> Option<Timestamp> {
-        None
+        self.timers.next_deadline()
     }
 }

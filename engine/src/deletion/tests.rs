@@ -1,0 +1,1175 @@
+//! Engine-level tests of Machine deletion: inputs in, exact commands out.
+
+use crate::command::{Action, Command, EventType};
+use crate::input::{ApiOutcome, Input};
+use crate::model::*;
+use crate::testing::*;
+use crate::time::{Duration, Timestamp};
+use crate::{Engine, Target};
+
+/// 2024-01-01T00:00:00Z
+const T0: Timestamp = Timestamp(1_704_067_200_000);
+
+fn at(secs: i64) -> Timestamp {
+    T0.saturating_add(Duration::from_secs(secs))
+}
+
+fn mgmt() -> Scope {
+    Scope::Management
+}
+
+/// Cluster c1 with an active control-plane Machine cp-1, worker m1 on node n1 with pods
+/// app/web-0 and app/web-1.
+fn world(m1: Machine) -> Vec<(Scope, Object)> {
+    let w = workload("c1");
+    vec![
+        (mgmt(), Object::Cluster(cluster("c1"))),
+        (
+            mgmt(),
+            Object::Machine(control_plane_machine("c1", "cp-1", Some("cp-1"))),
+        ),
+        (mgmt(), Object::External(infra_machine("cp-1"))),
+        (mgmt(), Object::External(bootstrap_config("cp-1"))),
+        (mgmt(), Object::Machine(m1)),
+        (mgmt(), Object::External(infra_machine("m1"))),
+        (mgmt(), Object::External(bootstrap_config("m1"))),
+        (w.clone(), Object::Node(node("cp-1"))),
+        (w.clone(), Object::Node(node("n1"))),
+        (w.clone(), Object::Namespace(namespace("app"))),
+        (w.clone(), Object::Pod(pod("app", "web-0", "n1"))),
+        (w, Object::Pod(pod("app", "web-1", "n1"))),
+    ]
+}
+
+fn deleting_m1() -> Machine {
+    let mut m = machine("c1", "m1", Some("n1"));
+    m.meta.deletion_timestamp = Some(T0);
+    m
+}
+
+/// Drives the engine and plays the API's part for status writes.
+struct Harness {
+    engine: Engine,
+    now: Timestamp,
+    rv: u64,
+}
+
+impl Harness {
+    fn start(objects: Vec<(Scope, Object)>) -> (Harness, Vec<Command>) {
+        let (engine, commands) = synced_engine(T0, objects);
+        (
+            Harness {
+                engine,
+                now: T0,
+                rv: 100,
+            },
+            commands,
+        )
+    }
+
+    fn input(&mut self, now: Timestamp, input: Input) -> Vec<Command> {
+        self.now = now;
+        self.engine.handle(now, &input);
+        drain_commands(&mut self.engine)
+    }
+
+    fn answer(&mut self, command: &Command, outcome: ApiOutcome) -> Vec<Command> {
+        self.input(
+            self.now,
+            Input::ApiResult {
+                command: command.id,
+                outcome,
+            },
+        )
+    }
+
+    fn ok(&mut self, command: &Command) -> Vec<Command> {
+        self.answer(command, ApiOutcome::Ok { object: None })
+    }
+
+    fn get(&self, key: &ObjectKey) -> Object {
+        self.engine
+            .store()
+            .get(key)
+            .cloned()
+            .expect("object observed")
+    }
+
+    fn machine(&self) -> Machine {
+        match self.get(&machine_key("m1")) {
+            Object::Machine(m) => m,
+            other => panic!("not a machine: {other:?}"),
+        }
+    }
+
+    /// Observes a changed object (as a watch event would deliver it).
+    fn observe(&mut self, scope: Scope, mut object: Object) -> Vec<Command> {
+        self.rv += 1;
+        set_rv(&mut object, self.rv);
+        self.input(self.now, Input::Upsert { scope, object })
+    }
+
+    fn gone(&mut self, key: ObjectKey) -> Vec<Command> {
+        self.input(self.now, Input::Delete { key })
+    }
+
+    fn tick(&mut self, now: Timestamp) -> Vec<Command> {
+        self.input(now, Input::Tick)
+    }
+
+    /// Applies status writes until none is left; returns m1's conditions and the other
+    /// commands issued on the way.
+    fn settle(&mut self, commands: &[Command]) -> (Conditions, Vec<Command>) {
+        let mut pending: Vec<Command> = commands.to_vec();
+        let mut others = Vec::new();
+        for _ in 0..10 {
+            let next = self.apply_status(&pending);
+            others.extend(
+                next.iter()
+                    .filter(|c| {
+                        !matches!(
+                            c.action,
+                            Action::SetCondition { .. } | Action::PatchStatus { .. }
+                        )
+                    })
+                    .cloned(),
+            );
+            if next.is_empty() {
+                return (self.machine().conditions, others);
+            }
+            pending = next;
+        }
+        panic!("status writes do not settle");
+    }
+
+    /// Answers the status writes among `commands` with Ok and observes their effect on m1;
+    /// returns everything issued on the way, other commands included.
+    fn apply_status(&mut self, commands: &[Command]) -> Vec<Command> {
+        let mut out = Vec::new();
+        for c in commands {
+            let mut m = self.machine();
+            match &c.action {
+                Action::SetCondition { conditions, .. } => m.conditions = conditions.clone(),
+                Action::PatchStatus { merge, .. } => apply_patch(&mut m, &merge.to_value()),
+                _ => continue,
+            }
+            out.extend(self.ok(c));
+            out.extend(self.observe(mgmt(), Object::Machine(m)));
+        }
+        out
+    }
+}
+
+fn set_rv(object: &mut Object, rv: u64) {
+    let meta = match object {
+        Object::Machine(o) => &mut o.meta,
+        Object::Node(o) => &mut o.meta,
+        Object::Pod(o) => &mut o.meta,
+        Object::External(o) => &mut o.meta,
+        Object::Cluster(o) => &mut o.meta,
+        _ => return,
+    };
+    meta.resource_version = rv;
+}
+
+fn apply_patch(m: &mut Machine, patch: &serde_json::Value) {
+    let status = &patch["status"];
+    if let Some(phase) = status["phase"].as_str() {
+        m.phase = Some(phase.to_string());
+    }
+    let t = |f: &str| {
+        status["deletion"][f]
+            .as_str()
+            .map(|s| Timestamp::parse_rfc3339(s).expect("rfc3339"))
+    };
+    let d = &mut m.deletion;
+    d.node_drain_start = t("nodeDrainStartTime").or(d.node_drain_start);
+    d.wait_for_node_volume_detach_start =
+        t("waitForNodeVolumeDetachStartTime").or(d.wait_for_node_volume_detach_start);
+    d.wait_for_pre_drain_hook_start =
+        t("waitForPreDrainHookStartTime").or(d.wait_for_pre_drain_hook_start);
+    d.wait_for_pre_terminate_hook_start =
+        t("waitForPreTerminateHookStartTime").or(d.wait_for_pre_terminate_hook_start);
+    if let Some(name) = status["nodeRef"]["name"].as_str() {
+        m.node_ref = Some(name.to_string());
+    }
+}
+
+fn machine_key(name: &str) -> ObjectKey {
+    ObjectKey::management(Kind::Machine, "default", name)
+}
+
+fn node_key(name: &str) -> ObjectKey {
+    ObjectKey::new(workload("c1"), Kind::Node, "", name)
+}
+
+fn pod_key(name: &str) -> ObjectKey {
+    ObjectKey::new(workload("c1"), Kind::Pod, "app", name)
+}
+
+fn infra_key(name: &str) -> ObjectKey {
+    ObjectKey::management(
+        Kind::External(GroupKind {
+            group: "infrastructure.cluster.x-k8s.io".into(),
+            kind: "DockerMachine".into(),
+        }),
+        "default",
+        name,
+    )
+}
+
+fn bootstrap_key(name: &str) -> ObjectKey {
+    ObjectKey::management(
+        Kind::External(GroupKind {
+            group: "bootstrap.cluster.x-k8s.io".into(),
+            kind: "KubeadmConfig".into(),
+        }),
+        "default",
+        name,
+    )
+}
+
+/// `controller Action Target` for every command (events show their reason).
+fn lines(commands: &[Command]) -> Vec<String> {
+    commands
+        .iter()
+        .map(|c| match &c.action {
+            Action::RecordEvent { reason, .. } => {
+                format!("{} RecordEvent {reason}", c.controller.as_str())
+            }
+            a => format!("{} {} {}", c.controller.as_str(), a.name(), a.target().key),
+        })
+        .collect()
+}
+
+fn find<'c>(commands: &'c [Command], name: &str) -> &'c Command {
+    commands
+        .iter()
+        .find(|c| c.action.name() == name)
+        .unwrap_or_else(|| panic!("no {name} in {:#?}", lines(commands)))
+}
+
+fn all<'c>(commands: &'c [Command], name: &str) -> Vec<&'c Command> {
+    commands
+        .iter()
+        .filter(|c| c.action.name() == name)
+        .collect()
+}
+
+fn last_conditions(commands: &[Command]) -> Conditions {
+    match &all(commands, "SetCondition")
+        .last()
+        .unwrap_or_else(|| panic!("no SetCondition in {:#?}", lines(commands)))
+        .action
+    {
+        Action::SetCondition { conditions, .. } => conditions.clone(),
+        _ => unreachable!(),
+    }
+}
+
+fn deleting(c: &Conditions) -> (String, String) {
+    let d = c.current("Deleting").expect("Deleting condition");
+    assert_eq!(d.status, ConditionStatus::True);
+    (d.reason.clone(), d.message.clone())
+}
+
+fn legacy(c: &Conditions, type_: &str) -> (ConditionStatus, String, String) {
+    let l = c.legacy(type_).unwrap_or_else(|| panic!("no {type_}"));
+    (l.status, l.reason.clone(), l.message.clone())
+}
+
+fn deleting_pod(name: &str, since: Timestamp) -> Object {
+    let mut p = pod("app", name, "n1");
+    p.meta.deletion_timestamp = Some(since);
+    Object::Pod(p)
+}
+
+/// Runs m1 through hooks (none) and the first drain pass; returns the harness with n1
+/// cordoned and the eviction commands.
+fn drained_start(m1: Machine, extra: Vec<(Scope, Object)>) -> (Harness, Vec<Command>) {
+    let mut objects = world(m1);
+    objects.extend(extra);
+    let (mut h, first) = Harness::start(objects);
+    let mut cmds = h.apply_status(&first);
+    cmds.extend(first);
+    let cordon = find(&cmds, "Cordon").clone();
+    let mut out = h.ok(&cordon);
+    let mut n1 = match h.get(&node_key("n1")) {
+        Object::Node(n) => n,
+        _ => unreachable!(),
+    };
+    n1.unschedulable = true;
+    out.extend(h.observe(workload("c1"), Object::Node(n1)));
+    (h, out)
+}
+
+#[test]
+fn pre_drain_hooks_hold_the_drain_and_list_sorted_hooks() {
+    let mut m1 = deleting_m1();
+    for hook in ["b-hook", "a-hook"] {
+        m1.meta
+            .annotations
+            .insert(format!("{PRE_DRAIN_HOOK_PREFIX}/{hook}"), "owner".into());
+    }
+    let (mut h, first) = Harness::start(world(m1));
+    assert_eq!(
+        lines(&first),
+        [
+            "deletion PatchStatus Machine default/m1",
+            "deletion SetCondition Machine default/m1"
+        ]
+    );
+    match &first[0].action {
+        Action::PatchStatus { merge, .. } => assert_eq!(
+            merge.0,
+            r#"{"status":{"phase":"Deleting","deletion":{"waitForPreDrainHookStartTime":"2024-01-01T00:00:00Z"}}}"#
+        ),
+        _ => unreachable!(),
+    }
+    let c = last_conditions(&first);
+    assert_eq!(
+        deleting(&c),
+        (
+            "WaitingForPreDrainHook".into(),
+            "Waiting for pre-drain hooks to succeed (hooks: \
+             pre-drain.delete.hook.machine.cluster.x-k8s.io/a-hook,\
+             pre-drain.delete.hook.machine.cluster.x-k8s.io/b-hook)"
+                .into()
+        )
+    );
+    assert_eq!(
+        legacy(&c, "PreDrainDeleteHookSucceeded"),
+        (
+            ConditionStatus::False,
+            "WaitingExternalHook".into(),
+            String::new()
+        )
+    );
+    assert_eq!(
+        c.legacy("PreDrainDeleteHookSucceeded").unwrap().severity,
+        Severity::Info
+    );
+    let settled = h.apply_status(&first);
+    assert!(settled.is_empty(), "{:#?}", lines(&settled));
+
+    // The hook owner removes its annotations: the drain starts in that same input.
+    let mut m = h.machine();
+    m.meta.annotations.clear();
+    let cmds = h.observe(mgmt(), Object::Machine(m));
+    assert_eq!(
+        lines(&cmds),
+        [
+            "deletion PatchStatus Machine default/m1",
+            "drain Cordon Node n1@c1",
+            "deletion SetCondition Machine default/m1"
+        ]
+    );
+    let c = last_conditions(&cmds);
+    assert_eq!(
+        deleting(&c),
+        (
+            "DrainingNode".into(),
+            "Drain not completed yet (started at 2024-01-01T00:00:00Z):".into()
+        )
+    );
+    assert_eq!(
+        legacy(&c, "DrainingSucceeded"),
+        (
+            ConditionStatus::False,
+            "Draining".into(),
+            "Draining the node before deletion".into()
+        )
+    );
+    assert_eq!(
+        legacy(&c, "PreDrainDeleteHookSucceeded").0,
+        ConditionStatus::True
+    );
+    assert!(find(&cmds, "Cordon").reason.contains("cordoning Node n1"));
+}
+
+#[test]
+fn drain_completes_at_the_input_that_removes_the_last_pod() {
+    let (mut h, cmds) = drained_start(deleting_m1(), vec![]);
+    // The eviction pass already reports what an accepted eviction means (as upstream's pass).
+    assert_eq!(
+        lines(&cmds),
+        [
+            "drain Evict Pod app/web-0@c1",
+            "drain Evict Pod app/web-1@c1",
+            "deletion SetCondition Machine default/m1"
+        ]
+    );
+    for c in all(&cmds, "Evict") {
+        match &c.action {
+            Action::Evict {
+                grace_period_seconds,
+                ..
+            } => assert_eq!(*grace_period_seconds, None),
+            _ => unreachable!(),
+        }
+        assert_eq!(c.reason, "draining Node n1: Machine m1 is being deleted");
+    }
+    let c = last_conditions(&cmds);
+    let want = "Drain not completed yet (started at 2024-01-01T00:00:00Z):\n\
+                * Pods app/web-0, app/web-1: deletionTimestamp set, but still not removed from the Node";
+    assert_eq!(deleting(&c), ("DrainingNode".into(), want.into()));
+    assert_eq!(
+        legacy(&c, "DrainingSucceeded"),
+        (ConditionStatus::False, "Draining".into(), want.into())
+    );
+    let mut out = h.ok(&cmds[0]);
+    out.extend(h.ok(&cmds[1]));
+    assert!(
+        out.is_empty(),
+        "accepted evictions change nothing: {:#?}",
+        lines(&out)
+    );
+    h.apply_status(&cmds);
+    // The pods terminate; nothing new to say until the last one is gone.
+    assert!(
+        h.observe(workload("c1"), deleting_pod("web-0", at(1)))
+            .is_empty()
+    );
+    assert!(
+        h.observe(workload("c1"), deleting_pod("web-1", at(1)))
+            .is_empty()
+    );
+    h.now = at(3);
+    let out = h.gone(pod_key("web-0"));
+    let c = last_conditions(&out);
+    assert_eq!(
+        deleting(&c).1,
+        "Drain not completed yet (started at 2024-01-01T00:00:00Z):\n\
+         * Pod app/web-1: deletionTimestamp set, but still not removed from the Node"
+    );
+    h.apply_status(&out);
+
+    h.now = at(7);
+    let out = h.gone(pod_key("web-1"));
+    assert_eq!(
+        lines(&out),
+        [
+            "deletion RecordEvent SuccessfulDrainNode",
+            "deletion RecordEvent NodeVolumesDetached",
+            "deletion DeleteInfrastructure DockerMachine default/m1",
+            "deletion PatchStatus Machine default/m1",
+            "deletion SetCondition Machine default/m1",
+        ]
+    );
+    let c = last_conditions(&out);
+    assert_eq!(legacy(&c, "DrainingSucceeded").0, ConditionStatus::True);
+    // The eviction-retry wake-up of the accepted evictions finds nothing to do.
+    h.apply_status(&out);
+    assert!(all(&h.tick(at(20)), "Evict").is_empty());
+    assert_eq!(legacy(&c, "VolumeDetachSucceeded").0, ConditionStatus::True);
+    assert_eq!(
+        legacy(&c, "PreTerminateDeleteHookSucceeded").0,
+        ConditionStatus::True
+    );
+    assert_eq!(
+        deleting(&c),
+        (
+            "WaitingForInfrastructureDeletion".into(),
+            "Waiting for DockerMachine to be deleted".into()
+        )
+    );
+    match &find(&out, "RecordEvent").action {
+        Action::RecordEvent { type_, message, .. } => {
+            assert_eq!(*type_, EventType::Normal);
+            assert_eq!(message, "success draining Machine's node \"n1\"");
+        }
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn failed_eviction_is_retried_after_20s_and_never_earlier() {
+    let (mut h, cmds) = drained_start(deleting_m1(), vec![]);
+    h.apply_status(&cmds);
+    let pdb = "Cannot evict pod as it would violate the pod's disruption budget. \
+               The disruption budget web needs 1 healthy pods and has 1 currently";
+    let mut out = h.answer(
+        &cmds[0],
+        ApiOutcome::TooManyRequests {
+            message: pdb.into(),
+        },
+    );
+    out.extend(h.answer(&cmds[1], ApiOutcome::NotFound));
+    let (c, _) = h.settle(&out);
+    assert_eq!(
+        deleting(&c).1,
+        "Drain not completed yet (started at 2024-01-01T00:00:00Z):\n\
+         * Pod app/web-0: cannot evict pod as it would violate the pod's disruption budget. \
+         The disruption budget web needs 1 healthy pods and has 1 currently"
+    );
+    assert_eq!(h.engine.next_deadline(), Some(at(20)));
+
+    // Other events do not add tries.
+    h.now = at(5);
+    let out = h.gone(pod_key("web-1"));
+    assert!(all(&out, "Evict").is_empty(), "{:#?}", lines(&out));
+    h.settle(&out);
+    assert!(h.tick(at(19)).is_empty());
+
+    let out = h.tick(at(20));
+    assert_eq!(lines(&out), ["drain Evict Pod app/web-0@c1"]);
+    assert!(
+        out[0]
+            .reason
+            .starts_with("retrying eviction 20s after it failed")
+    );
+    // While the retry is unanswered, the condition keeps the last failure.
+    let answered = h.ok(&out[0]);
+    let c = last_conditions(&answered);
+    assert!(
+        deleting(&c).1.ends_with(
+            "* Pod app/web-0: deletionTimestamp set, but still not removed from the Node"
+        )
+    );
+}
+
+#[test]
+fn eviction_failures_in_a_terminating_namespace_and_other_errors_are_grouped() {
+    let (mut h, cmds) = drained_start(deleting_m1(), vec![]);
+    h.apply_status(&cmds);
+    let mut out = h.answer(
+        &cmds[0],
+        ApiOutcome::Forbidden {
+            message: "forbidden".into(),
+            namespace_terminating: true,
+        },
+    );
+    out.extend(h.answer(
+        &cmds[1],
+        ApiOutcome::Error {
+            code: 500,
+            message: "etcdserver: request timed out".into(),
+        },
+    ));
+    let (c, _) = h.settle(&out);
+    assert_eq!(
+        deleting(&c).1,
+        "Drain not completed yet (started at 2024-01-01T00:00:00Z):\n\
+         * Pod app/web-0: failed to evict Pod, Cannot evict pod from terminating namespace: \
+         unable to create eviction (kube-controller-manager should set deletionTimestamp)\n\
+         * Pod app/web-1: failed to evict Pod, etcdserver: request timed out"
+    );
+}
+
+#[test]
+fn unreachable_node_evicts_with_grace_1s_and_skips_pods_deleted_more_than_1s_ago() {
+    let mut n1 = node("n1");
+    n1.conditions = vec![ready_condition(ConditionStatus::Unknown, T0)];
+    let mut objects = world(deleting_m1());
+    objects.retain(|(_, o)| !matches!(o, Object::Node(n) if n.meta.name == "n1"));
+    objects.push((workload("c1"), Object::Node(n1)));
+    // web-0 was deleted 5 s ago: it is skipped.
+    objects.retain(|(_, o)| !matches!(o, Object::Pod(p) if p.meta.name == "web-0"));
+    objects.push((workload("c1"), deleting_pod("web-0", at(-5))));
+    let (mut h, cmds) = drained_start_from(objects);
+    assert_eq!(
+        lines(&cmds),
+        [
+            "drain Evict Pod app/web-1@c1",
+            "deletion SetCondition Machine default/m1"
+        ]
+    );
+    match &cmds[0].action {
+        Action::Evict {
+            grace_period_seconds,
+            ..
+        } => assert_eq!(*grace_period_seconds, Some(1)),
+        _ => unreachable!(),
+    }
+    let out = h.ok(&cmds[0]);
+    h.apply_status(&out);
+    h.observe(workload("c1"), deleting_pod("web-1", at(0)));
+    // 1.999 s after its deletion the pod is still waited for; at 2 s it is skipped.
+    assert_eq!(h.engine.next_deadline(), Some(at(2)));
+    let out = h.tick(at(2));
+    assert!(
+        lines(&out).contains(&"deletion DeleteInfrastructure DockerMachine default/m1".to_string()),
+        "{:#?}",
+        lines(&out)
+    );
+}
+
+fn drained_start_from(objects: Vec<(Scope, Object)>) -> (Harness, Vec<Command>) {
+    let (mut h, first) = Harness::start(objects);
+    let mut cmds = h.apply_status(&first);
+    cmds.extend(first);
+    let cordon = find(&cmds, "Cordon").clone();
+    let mut out = h.ok(&cordon);
+    let mut n1 = match h.get(&node_key("n1")) {
+        Object::Node(n) => n,
+        _ => unreachable!(),
+    };
+    n1.unschedulable = true;
+    out.extend(h.observe(workload("c1"), Object::Node(n1)));
+    (h, out)
+}
+
+#[test]
+fn drain_rules_order_evictions_and_wait_completed_pods_are_not_evicted() {
+    let mut rule_late = MachineDrainRule {
+        meta: meta("default", "a-late"),
+        behavior: "Drain".into(),
+        order: Some(10),
+        machines: vec![],
+        pods: vec![PodSelectorEntry {
+            selector: Some(LabelSelector {
+                match_labels: labels(&[("tier", "db")]),
+                ..Default::default()
+            }),
+            namespace_selector: None,
+        }],
+    };
+    rule_late.meta.namespace = "default".into();
+    let mut db = pod("app", "db-0", "n1");
+    db.meta.labels = labels(&[("tier", "db")]);
+    let mut job = pod("app", "job-0", "n1");
+    job.meta.labels = labels(&[(DRAIN_LABEL, "wait-completed")]);
+    let (mut h, cmds) = drained_start(
+        deleting_m1(),
+        vec![
+            (mgmt(), Object::MachineDrainRule(rule_late)),
+            (workload("c1"), Object::Pod(db)),
+            (workload("c1"), Object::Pod(job)),
+        ],
+    );
+    assert_eq!(
+        lines(&cmds),
+        [
+            "drain Evict Pod app/web-0@c1",
+            "drain Evict Pod app/web-1@c1",
+            "deletion SetCondition Machine default/m1"
+        ]
+    );
+    let out = cmds.clone();
+    assert_eq!(
+        deleting(&last_conditions(&out)).1,
+        "Drain not completed yet (started at 2024-01-01T00:00:00Z):\n\
+         * Pods app/web-0, app/web-1: deletionTimestamp set, but still not removed from the Node\n\
+         * Pod app/job-0: waiting for completion\n\
+         After above Pods have been removed from the Node, the following Pods will be evicted: app/db-0"
+    );
+    h.apply_status(&out);
+    h.gone(pod_key("web-0"));
+    let out = h.gone(pod_key("web-1"));
+    assert!(
+        all(&out, "Evict").is_empty(),
+        "job-0 still holds the lower order"
+    );
+    let out = h.gone(pod_key("job-0"));
+    assert_eq!(all(&out, "Evict").len(), 1);
+    assert_eq!(find(&out, "Evict").action.target().key, pod_key("db-0"));
+}
+
+#[test]
+fn drain_timeout_skips_the_rest_of_the_drain() {
+    let mut m1 = deleting_m1();
+    m1.node_drain_timeout = Some(Duration::from_secs(30));
+    let (mut h, cmds) = drained_start(m1, vec![]);
+    let mut out = h.answer(
+        &cmds[0],
+        ApiOutcome::TooManyRequests {
+            message: "pdb".into(),
+        },
+    );
+    out.extend(h.answer(
+        &cmds[1],
+        ApiOutcome::TooManyRequests {
+            message: "pdb".into(),
+        },
+    ));
+    h.apply_status(&out);
+    let retries = h.tick(at(20));
+    assert_eq!(all(&retries, "Evict").len(), 2);
+    for r in &retries {
+        h.answer(
+            r,
+            ApiOutcome::TooManyRequests {
+                message: "pdb".into(),
+            },
+        );
+    }
+    assert!(h.tick(at(29)).is_empty());
+    let out = h.tick(at(30));
+    assert!(
+        lines(&out).contains(&"deletion DeleteInfrastructure DockerMachine default/m1".to_string()),
+        "{:#?}",
+        lines(&out)
+    );
+}
+
+#[test]
+fn exclude_node_draining_annotation_skips_cordon_and_eviction() {
+    let mut m1 = deleting_m1();
+    m1.meta
+        .annotations
+        .insert(EXCLUDE_DRAIN_ANNOTATION.into(), String::new());
+    let (_h, first) = Harness::start(world(m1));
+    assert!(all(&first, "Cordon").is_empty());
+    assert!(all(&first, "Evict").is_empty());
+    assert_eq!(all(&first, "DeleteInfrastructure").len(), 1);
+}
+
+#[test]
+fn volume_detach_waits_for_attached_volumes_and_wakes_on_change() {
+    let mut n1 = node("n1");
+    n1.volumes_attached = vec!["kubernetes.io/csi/csi.x^h1".into()];
+    n1.unschedulable = true;
+    let pv = PersistentVolume {
+        meta: meta("", "pv1"),
+        csi: Some(("csi.x".into(), "h1".into())),
+        claim_ref: Some(ClaimRef {
+            kind: "PersistentVolumeClaim".into(),
+            namespace: "app".into(),
+            name: "data".into(),
+        }),
+    };
+    let mut objects = world(deleting_m1());
+    objects.retain(|(_, o)| {
+        !matches!(o, Object::Node(n) if n.meta.name == "n1") && !matches!(o, Object::Pod(_))
+    });
+    objects.push((workload("c1"), Object::Node(n1.clone())));
+    objects.push((workload("c1"), Object::PersistentVolume(pv)));
+    let (mut h, first) = Harness::start(objects);
+    let c = last_conditions(&first);
+    assert_eq!(
+        deleting(&c),
+        (
+            "WaitingForVolumeDetach".into(),
+            "Waiting for Node volumes to be detached (started at 2024-01-01T00:00:00Z)\n\
+             * PersistentVolumeClaims: app/data"
+                .into()
+        )
+    );
+    assert_eq!(
+        legacy(&c, "VolumeDetachSucceeded"),
+        (
+            ConditionStatus::False,
+            "WaitingForVolumeDetach".into(),
+            "Waiting for node volumes to be detached".into()
+        )
+    );
+    assert!(all(&first, "DeleteInfrastructure").is_empty());
+    h.apply_status(&first);
+    h.now = at(5);
+    n1.volumes_attached.clear();
+    let out = h.observe(workload("c1"), Object::Node(n1));
+    assert!(lines(&out).contains(&"deletion RecordEvent NodeVolumesDetached".to_string()));
+    assert_eq!(all(&out, "DeleteInfrastructure").len(), 1);
+}
+
+#[test]
+fn full_sequence_infrastructure_then_bootstrap_then_node_then_finalizer() {
+    let mut m1 = deleting_m1();
+    m1.meta
+        .annotations
+        .insert(EXCLUDE_DRAIN_ANNOTATION.into(), String::new());
+    let (mut h, first) = Harness::start(world(m1));
+    let del_infra = find(&first, "DeleteInfrastructure").clone();
+    assert_eq!(
+        del_infra.action.target().api_version,
+        "infrastructure.cluster.x-k8s.io/v1beta2"
+    );
+    h.apply_status(&first);
+    let out = h.ok(&del_infra);
+    assert!(out.is_empty(), "{:#?}", lines(&out));
+    // The provider marks it deleting, then it goes away.
+    let mut infra = infra_machine("m1");
+    infra.meta.deletion_timestamp = Some(at(1));
+    assert!(h.observe(mgmt(), Object::External(infra)).is_empty());
+    h.now = at(10);
+    let out = h.gone(infra_key("m1"));
+    assert_eq!(
+        lines(&out),
+        [
+            "deletion DeleteBootstrap KubeadmConfig default/m1",
+            "deletion SetCondition Machine default/m1"
+        ]
+    );
+    let c = last_conditions(&out);
+    assert_eq!(
+        deleting(&c),
+        (
+            "WaitingForBootstrapDeletion".into(),
+            "Waiting for KubeadmConfig to be deleted".into()
+        )
+    );
+    assert_eq!(
+        legacy(&c, "InfrastructureReady"),
+        (ConditionStatus::False, "Deleted".into(), String::new())
+    );
+    h.apply_status(&out);
+    h.ok(&out[0]);
+    h.now = at(20);
+    let out = h.gone(bootstrap_key("m1"));
+    assert_eq!(
+        lines(&out),
+        [
+            "deletion DeleteNode Node n1@c1",
+            "deletion SetCondition Machine default/m1"
+        ]
+    );
+    assert_eq!(
+        legacy(&last_conditions(&out), "BootstrapReady"),
+        (ConditionStatus::False, "Deleted".into(), String::new())
+    );
+    // While the Node deletion is in flight the Deleting condition keeps its last stage.
+    assert_eq!(
+        deleting(&last_conditions(&out)).0,
+        "WaitingForBootstrapDeletion"
+    );
+    h.apply_status(&out);
+    let out = h.ok(&out[0]);
+    // `DeletionCompleted` is written first; the finalizer goes once that write has landed.
+    assert_eq!(lines(&out), ["deletion SetCondition Machine default/m1"]);
+    assert_eq!(
+        deleting(&last_conditions(&out)),
+        ("DeletionCompleted".into(), "Deletion completed".into())
+    );
+    let out = h.apply_status(&out);
+    assert_eq!(lines(&out), ["deletion RemoveFinalizer Machine default/m1"]);
+    match &out[0].action {
+        Action::RemoveFinalizer { finalizer, target } => {
+            assert_eq!(finalizer, "machine.cluster.x-k8s.io");
+            assert_eq!(
+                target,
+                &Target {
+                    key: machine_key("m1"),
+                    api_version: "cluster.x-k8s.io/v1beta2".into()
+                }
+            );
+        }
+        _ => unreachable!(),
+    }
+    assert!(
+        h.ok(&out[0]).is_empty(),
+        "a released finalizer is not removed twice while the cache still shows the Machine"
+    );
+    h.gone(machine_key("m1"));
+    assert_eq!(h.engine.controllers().deletion.tracked().count(), 0);
+}
+
+/// Infra and bootstrap gone already; m1 deleted at `deleted_at`; node deletion fails.
+fn node_deletion_world(
+    timeout: Option<Duration>,
+    deleted_at: Timestamp,
+) -> (Harness, Vec<Command>) {
+    let mut m1 = deleting_m1();
+    m1.meta.deletion_timestamp = Some(deleted_at);
+    m1.node_deletion_timeout = timeout;
+    m1.meta
+        .annotations
+        .insert(EXCLUDE_DRAIN_ANNOTATION.into(), String::new());
+    let mut objects = world(m1);
+    objects.retain(|(_, o)| !matches!(o, Object::External(e) if e.meta.name == "m1"));
+    Harness::start(objects)
+}
+
+#[test]
+fn node_deletion_gets_a_first_try_and_retries_every_2s_for_10s_with_the_default_timeout() {
+    // Deleted an hour ago: the 10 s default timeout expired long before the Node's turn.
+    let (mut h, first) = node_deletion_world(None, at(-3600));
+    let del = find(&first, "DeleteNode").clone();
+    h.apply_status(&first);
+    let fail = || ApiOutcome::Error {
+        code: 500,
+        message: "connection refused".into(),
+    };
+    let out = h.answer(&del, fail());
+    assert_eq!(
+        lines(&out),
+        [
+            "deletion RecordEvent FailedDeleteNode",
+            "deletion SetCondition Machine default/m1"
+        ]
+    );
+    let c = last_conditions(&out);
+    assert_eq!(
+        deleting(&c),
+        (
+            "DeletingNode".into(),
+            "Error deleting Node, please check controller logs for errors".into()
+        )
+    );
+    assert_eq!(
+        legacy(&c, "NodeHealthy"),
+        (
+            ConditionStatus::False,
+            "DeletionFailed".into(),
+            String::new()
+        )
+    );
+    assert_eq!(c.legacy("NodeHealthy").unwrap().severity, Severity::Warning);
+    h.apply_status(&out);
+    let mut attempts = 1;
+    for s in [2, 4, 6, 8] {
+        assert_eq!(h.engine.next_deadline(), Some(at(s)));
+        let out = h.tick(at(s));
+        assert_eq!(lines(&out), ["deletion DeleteNode Node n1@c1"], "at {s}s");
+        attempts += 1;
+        assert!(
+            h.answer(&out[0], fail()).is_empty(),
+            "event once, same condition"
+        );
+    }
+    let out = h.tick(at(10));
+    assert_eq!(attempts, 5);
+    assert!(all(&out, "DeleteNode").is_empty());
+    let out = h.apply_status(&out);
+    assert_eq!(all(&out, "RemoveFinalizer").len(), 1, "{:#?}", lines(&out));
+}
+
+#[test]
+fn node_deletion_timeout_zero_retries_forever() {
+    let (mut h, first) = node_deletion_world(Some(Duration::ZERO), at(-3600));
+    let del = find(&first, "DeleteNode").clone();
+    h.apply_status(&first);
+    let out = h.answer(
+        &del,
+        ApiOutcome::Unreachable {
+            message: "timeout".into(),
+        },
+    );
+    h.apply_status(&out);
+    let mut last = None;
+    for s in (2..=60).step_by(2) {
+        let out = h.tick(at(s));
+        assert_eq!(lines(&out), ["deletion DeleteNode Node n1@c1"], "at {s}s");
+        h.answer(
+            &out[0],
+            ApiOutcome::Unreachable {
+                message: "timeout".into(),
+            },
+        );
+        last = Some(s);
+    }
+    assert_eq!(last, Some(60));
+}
+
+#[test]
+fn node_deletion_404_counts_as_success() {
+    let (mut h, first) = node_deletion_world(None, T0);
+    let del = find(&first, "DeleteNode").clone();
+    h.apply_status(&first);
+    let out = h.answer(&del, ApiOutcome::NotFound);
+    let out = h.apply_status(&out);
+    assert_eq!(all(&out, "RemoveFinalizer").len(), 1);
+}
+
+#[test]
+fn worker_without_an_active_control_plane_machine_skips_node_operations() {
+    let mut m1 = deleting_m1();
+    m1.meta
+        .annotations
+        .insert(format!("{PRE_DRAIN_HOOK_PREFIX}/x"), String::new());
+    let mut objects = world(m1);
+    objects.retain(|(_, o)| !matches!(o, Object::Machine(m) if m.meta.name == "cp-1"));
+    let (_h, first) = Harness::start(objects);
+    assert!(all(&first, "Cordon").is_empty());
+    assert_eq!(all(&first, "DeleteInfrastructure").len(), 1);
+    let c = last_conditions(&first);
+    assert!(
+        c.legacy("PreDrainDeleteHookSucceeded").is_none(),
+        "pre-drain hooks not consulted"
+    );
+}
+
+#[test]
+fn externally_managed_control_plane_allows_node_deletion_without_machines() {
+    let mut cp = external(
+        "controlplane.cluster.x-k8s.io",
+        "AWSManagedControlPlane",
+        "cp",
+    );
+    cp.external_managed_control_plane = true;
+    let mut c1 = cluster("c1");
+    c1.control_plane_ref = Some(ObjectRef {
+        api_group: "controlplane.cluster.x-k8s.io".into(),
+        api_version: None,
+        kind: "AWSManagedControlPlane".into(),
+        name: "cp".into(),
+        namespace: String::new(),
+    });
+    let mut objects = world(deleting_m1());
+    objects.retain(|(_, o)| {
+        !matches!(o, Object::Machine(m) if m.meta.name == "cp-1")
+            && !matches!(o, Object::Cluster(_))
+    });
+    objects.push((mgmt(), Object::Cluster(c1)));
+    objects.push((mgmt(), Object::External(cp.clone())));
+    let (mut h, first) = Harness::start(objects);
+    assert_eq!(all(&first, "Cordon").len(), 1);
+    // The control plane starts deleting: node operations stop (cordon already issued).
+    h.apply_status(&first);
+    cp.meta.deletion_timestamp = Some(at(1));
+    let out = h.observe(mgmt(), Object::External(cp));
+    assert_eq!(
+        all(&out, "DeleteInfrastructure").len(),
+        1,
+        "{:#?}",
+        lines(&out)
+    );
+}
+
+#[test]
+fn node_ref_is_found_by_provider_id_and_written_back() {
+    let mut m1 = deleting_m1();
+    m1.node_ref = None;
+    m1.version = ApiVersion::V1Beta1;
+    let mut objects = world(m1);
+    for (_, o) in objects.iter_mut() {
+        if let Object::Node(n) = o
+            && n.meta.name == "n1"
+        {
+            n.provider_id = Some("sim://c1/m1".into());
+        }
+    }
+    let (_h, first) = Harness::start(objects);
+    let patch = find(&first, "PatchStatus");
+    assert_eq!(
+        patch.action.target().api_version,
+        "cluster.x-k8s.io/v1beta1"
+    );
+    match &patch.action {
+        Action::PatchStatus { merge, .. } => assert!(
+            merge.0.contains(
+                r#""nodeRef":{"apiVersion":"v1","kind":"Node","name":"n1","uid":"uid--n1"}"#
+            ),
+            "{}",
+            merge.0
+        ),
+        _ => unreachable!(),
+    }
+    assert_eq!(find(&first, "Cordon").action.target().key, node_key("n1"));
+}
+
+#[test]
+fn pre_terminate_hooks_hold_infrastructure_deletion_even_when_node_operations_are_skipped() {
+    let mut m1 = deleting_m1();
+    m1.meta
+        .annotations
+        .insert(format!("{PRE_TERMINATE_HOOK_PREFIX}/keep"), String::new());
+    let mut c1 = cluster("c1");
+    c1.meta.deletion_timestamp = Some(T0);
+    let mut objects = world(m1);
+    objects.retain(|(_, o)| !matches!(o, Object::Cluster(_)));
+    objects.push((mgmt(), Object::Cluster(c1)));
+    let (mut h, first) = Harness::start(objects);
+    assert!(all(&first, "Cordon").is_empty());
+    assert!(all(&first, "DeleteInfrastructure").is_empty());
+    assert_eq!(
+        deleting(&last_conditions(&first)),
+        (
+            "WaitingForPreTerminateHook".into(),
+            "Waiting for pre-terminate hooks to succeed (hooks: \
+             pre-terminate.delete.hook.machine.cluster.x-k8s.io/keep)"
+                .into()
+        )
+    );
+    h.apply_status(&first);
+    let mut m = h.machine();
+    m.meta.annotations.clear();
+    let out = h.observe(mgmt(), Object::Machine(m));
+    assert_eq!(all(&out, "DeleteInfrastructure").len(), 1);
+}
+
+#[test]
+fn paused_cluster_or_machine_does_nothing() {
+    let mut c1 = cluster("c1");
+    c1.paused = true;
+    let mut objects = world(deleting_m1());
+    objects.retain(|(_, o)| !matches!(o, Object::Cluster(_)));
+    objects.push((mgmt(), Object::Cluster(c1.clone())));
+    let (mut h, first) = Harness::start(objects);
+    assert!(first.is_empty(), "{:#?}", lines(&first));
+    // Unpausing starts the deletion.
+    c1.paused = false;
+    let out = h.observe(mgmt(), Object::Cluster(c1));
+    assert_eq!(all(&out, "Cordon").len(), 1);
+
+    let mut m1 = deleting_m1();
+    m1.meta
+        .annotations
+        .insert(PAUSED_ANNOTATION.into(), "true".into());
+    let (_h, first) = Harness::start(world(m1));
+    assert!(first.is_empty(), "{:#?}", lines(&first));
+}
+
+#[test]
+fn reconciling_again_with_nothing_changed_issues_nothing() {
+    let (mut h, cmds) = drained_start(deleting_m1(), vec![]);
+    let mut out = h.ok(&cmds[0]);
+    out.extend(h.ok(&cmds[1]));
+    h.apply_status(&out);
+    // Unrelated inputs (a readiness flip, a Tick, a relist of the same objects).
+    let mut web0 = pod("app", "web-0", "n1");
+    web0.ready = false;
+    assert!(h.observe(workload("c1"), Object::Pod(web0)).is_empty());
+    assert!(h.tick(at(1)).is_empty());
+    let objects: Vec<Object> = h
+        .engine
+        .store()
+        .iter_scope(&workload("c1"))
+        .map(|(_, o)| o.clone())
+        .collect();
+    let out = h.input(
+        at(2),
+        Input::Relist {
+            scope: workload("c1"),
+            objects,
+        },
+    );
+    assert!(out.is_empty(), "{:#?}", lines(&out));
+}
+
+#[test]
+fn invalid_drain_rule_selector_fails_the_drain_with_upstream_messages() {
+    let rule = MachineDrainRule {
+        meta: meta("default", "broken"),
+        behavior: "Drain".into(),
+        order: None,
+        machines: vec![MachineSelectorEntry {
+            selector: Some(LabelSelector {
+                invalid: Some("bad".into()),
+                ..Default::default()
+            }),
+            cluster_selector: None,
+        }],
+        pods: vec![],
+    };
+    let (_h, out) = drained_start(
+        deleting_m1(),
+        vec![(mgmt(), Object::MachineDrainRule(rule))],
+    );
+    assert!(all(&out, "Evict").is_empty());
+    let c = last_conditions(&out);
+    assert_eq!(
+        deleting(&c),
+        (
+            "DrainingNode".into(),
+            "Error draining Node, please check controller logs for errors".into()
+        )
+    );
+    assert_eq!(
+        legacy(&c, "DrainingSucceeded"),
+        (
+            ConditionStatus::False,
+            "DrainingFailed".into(),
+            "failed to get Pods for eviction: failed to get matching MachineDrainRules: \
+             invalid selectors in MachineDrainRule broken"
+                .into()
+        )
+    );
+    assert!(lines(&out).contains(&"deletion RecordEvent FailedDrainNode".to_string()));
+}
+
+#[test]
+fn a_machine_that_is_not_deleting_is_left_alone() {
+    let (h, first) = Harness::start(world(machine("c1", "m1", Some("n1"))));
+    assert!(first.is_empty());
+    assert_eq!(h.engine.controllers().deletion.tracked().count(), 0);
+}

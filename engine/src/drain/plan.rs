@@ -1,0 +1,499 @@
+//! The eviction plan: upstream's `EvictPods` buckets, computed from the classified pods and
+//! what the controller remembers of earlier evictions.
+
+use super::EVICTION_RETRY_INTERVAL;
+use super::filter::{DrainBehavior, PodDeleteStatus, StatusReason};
+use crate::input::ApiOutcome;
+use crate::model::{ObjectKey, Pod};
+use crate::time::Timestamp;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The API's answer to the last eviction of a pod, as far as the controller knows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EvictionOutcome {
+    /// Issued, no answer yet.
+    Pending,
+    /// Accepted: the pod gets a deletionTimestamp (observed later).
+    Evicted,
+    /// The pod was already gone (does not block the drain).
+    NotFound,
+    /// Refused or failed, with the message the condition shows.
+    Failed(String),
+}
+
+/// The last eviction of one pod: when it was issued and how it went.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvictionAttempt {
+    pub at: Timestamp,
+    pub outcome: EvictionOutcome,
+    /// The failure message of the latest failed try, kept while a retry is unanswered so the
+    /// condition keeps showing why the pod is still there.
+    pub last_failure: Option<String>,
+}
+
+impl EvictionAttempt {
+    /// The earliest time this pod may be evicted again.
+    pub fn retry_at(&self) -> Timestamp {
+        self.at.saturating_add(EVICTION_RETRY_INTERVAL)
+    }
+}
+
+/// The failure message of an eviction answer, as upstream records it (`None` for success and
+/// 404, which are not failures).
+pub fn eviction_failure_message(outcome: &ApiOutcome) -> EvictionOutcome {
+    match outcome {
+        ApiOutcome::Ok { .. } => EvictionOutcome::Evicted,
+        ApiOutcome::NotFound => EvictionOutcome::NotFound,
+        ApiOutcome::Forbidden {
+            namespace_terminating: true,
+            ..
+        } => EvictionOutcome::Failed(
+            "Cannot evict pod from terminating namespace: unable to create eviction \
+             (kube-controller-manager should set deletionTimestamp)"
+                .to_string(),
+        ),
+        // 429 already carries "<status message> <causes joined by ','>".
+        ApiOutcome::TooManyRequests { message }
+        | ApiOutcome::Forbidden { message, .. }
+        | ApiOutcome::Conflict { message }
+        | ApiOutcome::Error { message, .. }
+        | ApiOutcome::Unreachable { message } => EvictionOutcome::Failed(message.clone()),
+    }
+}
+
+/// One pod on the Node with its classification.
+#[derive(Clone, Debug)]
+pub struct PodDrain<'a> {
+    pub key: &'a ObjectKey,
+    pub pod: &'a Pod,
+    pub status: PodDeleteStatus,
+}
+
+/// Upstream's eviction buckets. Pod lists keep the input order (namespace/name).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DrainPlan<'a> {
+    /// Evict these now (no eviction in flight, none tried within the retry interval).
+    pub evict_now: Vec<&'a ObjectKey>,
+    /// Evictions issued (now or earlier) whose answer has not come back, with no earlier
+    /// failure to show: reported like an accepted eviction.
+    pub awaiting_answer: Vec<&'a ObjectKey>,
+    pub deletion_timestamp_set: Vec<&'a ObjectKey>,
+    /// Failure message → pods, messages sorted.
+    pub failed: BTreeMap<String, Vec<&'a ObjectKey>>,
+    pub not_found: Vec<&'a ObjectKey>,
+    pub trigger_eviction_later: Vec<&'a ObjectKey>,
+    pub wait_completed_now: Vec<&'a ObjectKey>,
+    pub wait_completed_later: Vec<&'a ObjectKey>,
+    pub ignored: Vec<&'a ObjectKey>,
+    /// Classification errors: message → pods. Any entry fails the whole drain.
+    pub errors: BTreeMap<String, Vec<&'a ObjectKey>>,
+    /// When something in the plan changes by the clock alone (an eviction retry becomes due,
+    /// a deleted pod on an unreachable Node starts being skipped).
+    pub next_wake: Option<Timestamp>,
+}
+
+impl<'a> DrainPlan<'a> {
+    /// Builds the plan. `pods` must be sorted by namespace/name (the store's key order);
+    /// `in_flight(pod)` says whether an eviction of that pod is still unanswered;
+    /// `skip_wait_for_delete_timeout_seconds` is the skipDeleted threshold in use (0 = off).
+    pub fn build(
+        pods: &[PodDrain<'a>],
+        attempts: &BTreeMap<ObjectKey, EvictionAttempt>,
+        now: Timestamp,
+        skip_wait_for_delete_timeout_seconds: i64,
+        in_flight: impl Fn(&ObjectKey) -> bool,
+    ) -> DrainPlan<'a> {
+        debug_assert!(pods.windows(2).all(|w| w[0].key <= w[1].key));
+        let mut plan = DrainPlan::default();
+        let min_order = pods
+            .iter()
+            .filter(|p| p.status.blocks())
+            .map(|p| p.status.order.unwrap_or(0))
+            .min()
+            .unwrap_or(0);
+        for p in pods {
+            if p.status.reason == StatusReason::Error {
+                let message = if p.status.message.is_empty() {
+                    "unexpected error".to_string()
+                } else {
+                    p.status.message.clone()
+                };
+                plan.errors.entry(message).or_default().push(p.key);
+                continue;
+            }
+            let order = p.status.order.unwrap_or(0);
+            let deleting = p.pod.meta.deletion_timestamp;
+            match (p.status.behavior, deleting) {
+                (DrainBehavior::Drain, None) if order == min_order => {
+                    plan.place_eviction(p.key, attempts.get(p.key), now, &in_flight);
+                }
+                (DrainBehavior::Drain, None) => plan.trigger_eviction_later.push(p.key),
+                (DrainBehavior::WaitCompleted, _) if order == min_order => {
+                    plan.wait_completed_now.push(p.key)
+                }
+                (DrainBehavior::WaitCompleted, _) => plan.wait_completed_later.push(p.key),
+                (DrainBehavior::Drain, Some(at)) => {
+                    plan.deletion_timestamp_set.push(p.key);
+                    if skip_wait_for_delete_timeout_seconds > 0 {
+                        // Skipped once whole seconds since deletion exceed the threshold.
+                        let skip_at = at.saturating_add(crate::time::Duration::from_secs(
+                            skip_wait_for_delete_timeout_seconds + 1,
+                        ));
+                        plan.wake(skip_at);
+                    }
+                }
+                (DrainBehavior::Skip, _) => plan.ignored.push(p.key),
+            }
+        }
+        plan
+    }
+
+    fn place_eviction(
+        &mut self,
+        key: &'a ObjectKey,
+        attempt: Option<&EvictionAttempt>,
+        now: Timestamp,
+        in_flight: &impl Fn(&ObjectKey) -> bool,
+    ) {
+        let Some(attempt) = attempt else {
+            self.evict_now.push(key);
+            self.awaiting_answer.push(key);
+            return;
+        };
+        let due = now >= attempt.retry_at();
+        let unanswered = match &attempt.outcome {
+            EvictionOutcome::Pending if in_flight(key) => true,
+            // Issued before a restart and never answered: try again.
+            EvictionOutcome::Pending => {
+                self.evict_now.push(key);
+                true
+            }
+            _ if due => {
+                self.evict_now.push(key);
+                true
+            }
+            EvictionOutcome::Evicted => {
+                self.deletion_timestamp_set.push(key);
+                self.wake(attempt.retry_at());
+                false
+            }
+            EvictionOutcome::NotFound => {
+                self.not_found.push(key);
+                self.wake(attempt.retry_at());
+                false
+            }
+            EvictionOutcome::Failed(message) => {
+                self.failed.entry(message.clone()).or_default().push(key);
+                self.wake(attempt.retry_at());
+                false
+            }
+        };
+        if unanswered {
+            match &attempt.last_failure {
+                Some(message) => self.failed.entry(message.clone()).or_default().push(key),
+                None => self.awaiting_answer.push(key),
+            }
+        }
+    }
+
+    fn wake(&mut self, at: Timestamp) {
+        self.next_wake = Some(self.next_wake.map_or(at, |w| w.min(at)));
+    }
+
+    /// Upstream's completion rule: nothing evicted now, nothing failed, nothing waited for.
+    pub fn is_complete(&self) -> bool {
+        self.evict_now.is_empty()
+            && self.awaiting_answer.is_empty()
+            && self.deletion_timestamp_set.is_empty()
+            && self.failed.is_empty()
+            && self.trigger_eviction_later.is_empty()
+            && self.wait_completed_now.is_empty()
+            && self.wait_completed_later.is_empty()
+    }
+
+    /// The aggregated classification error, as upstream's drain returns it.
+    pub fn error(&self) -> Option<String> {
+        if self.errors.is_empty() {
+            return None;
+        }
+        let parts: Vec<String> = self
+            .errors
+            .iter()
+            .map(|(msg, pods)| {
+                let names: Vec<String> = pods
+                    .iter()
+                    .map(|k| format!("{}/{}", k.namespace, k.name))
+                    .collect();
+                format!("Pods with error {msg:?}: {}", names.join(", "))
+            })
+            .collect();
+        let joined = if parts.len() == 1 {
+            parts.into_iter().next().unwrap_or_default()
+        } else {
+            format!("[{}]", parts.join(", "))
+        };
+        Some(format!("failed to get Pods for eviction: {joined}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Kind;
+    use crate::testing::{pod, workload};
+    use crate::time::Duration;
+
+    const NOW: Timestamp = Timestamp(100_000);
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::new(workload("c1"), Kind::Pod, "app", name)
+    }
+
+    fn status(behavior: DrainBehavior, order: Option<i32>) -> PodDeleteStatus {
+        PodDeleteStatus {
+            behavior,
+            order,
+            reason: StatusReason::Okay,
+            message: String::new(),
+        }
+    }
+
+    struct Fixture {
+        keys: Vec<ObjectKey>,
+        pods: Vec<Pod>,
+        statuses: Vec<PodDeleteStatus>,
+    }
+
+    impl Fixture {
+        fn new(rows: &[(&str, DrainBehavior, Option<i32>, bool)]) -> Fixture {
+            let mut f = Fixture {
+                keys: vec![],
+                pods: vec![],
+                statuses: vec![],
+            };
+            for (name, behavior, order, deleting) in rows {
+                f.keys.push(key(name));
+                let mut p = pod("app", name, "n1");
+                if *deleting {
+                    p.meta.deletion_timestamp = Some(Timestamp(NOW.0 - 500));
+                }
+                f.pods.push(p);
+                f.statuses.push(status(*behavior, *order));
+            }
+            f
+        }
+        fn drains(&self) -> Vec<PodDrain<'_>> {
+            (0..self.keys.len())
+                .map(|i| PodDrain {
+                    key: &self.keys[i],
+                    pod: &self.pods[i],
+                    status: self.statuses[i].clone(),
+                })
+                .collect()
+        }
+    }
+
+    fn names(keys: &[&ObjectKey]) -> Vec<String> {
+        keys.iter().map(|k| k.name.clone()).collect()
+    }
+
+    #[test]
+    fn buckets_follow_the_minimum_order() {
+        use DrainBehavior::*;
+        let f = Fixture::new(&[
+            ("a-now", Drain, None, false),
+            ("b-later", Drain, Some(10), false),
+            ("c-deleting", Drain, Some(10), true),
+            ("d-wait-now", WaitCompleted, Some(0), false),
+            ("e-wait-later", WaitCompleted, Some(0), false),
+            ("f-skip", Skip, None, false),
+            ("g-neg", Drain, Some(-5), false),
+        ]);
+        let mut drains = f.drains();
+        // Rule-assigned order for the WaitCompleted pod that is "later".
+        drains[4].status.order = Some(3);
+        let plan = DrainPlan::build(&drains, &BTreeMap::new(), NOW, 0, |_| false);
+        assert_eq!(names(&plan.evict_now), ["g-neg"]);
+        assert_eq!(names(&plan.trigger_eviction_later), ["a-now", "b-later"]);
+        assert_eq!(names(&plan.deletion_timestamp_set), ["c-deleting"]);
+        assert!(plan.wait_completed_now.is_empty());
+        assert_eq!(
+            names(&plan.wait_completed_later),
+            ["d-wait-now", "e-wait-later"]
+        );
+        assert_eq!(names(&plan.ignored), ["f-skip"]);
+        assert!(!plan.is_complete());
+    }
+
+    #[test]
+    fn deleting_pods_count_towards_the_minimum_order() {
+        use DrainBehavior::*;
+        let f = Fixture::new(&[("a", Drain, Some(1), true), ("b", Drain, Some(2), false)]);
+        let plan = DrainPlan::build(&f.drains(), &BTreeMap::new(), NOW, 0, |_| false);
+        assert!(plan.evict_now.is_empty());
+        assert_eq!(names(&plan.trigger_eviction_later), ["b"]);
+    }
+
+    #[test]
+    fn only_skipped_pods_means_complete() {
+        use DrainBehavior::*;
+        let f = Fixture::new(&[("ds", Skip, None, false)]);
+        let plan = DrainPlan::build(&f.drains(), &BTreeMap::new(), NOW, 0, |_| false);
+        assert!(plan.is_complete());
+    }
+
+    #[test]
+    fn eviction_outcomes_are_bucketed_and_retried_only_after_the_interval() {
+        use DrainBehavior::*;
+        let f = Fixture::new(&[
+            ("a-ok", Drain, None, false),
+            ("b-404", Drain, None, false),
+            ("c-pdb", Drain, None, false),
+            ("d-flight", Drain, None, false),
+            ("e-old", Drain, None, false),
+        ]);
+        let recent = Timestamp(NOW.0 - 19_999);
+        let attempts: BTreeMap<ObjectKey, EvictionAttempt> = [
+            ("a-ok", recent, EvictionOutcome::Evicted),
+            ("b-404", recent, EvictionOutcome::NotFound),
+            ("c-pdb", recent, EvictionOutcome::Failed("pdb".into())),
+            ("d-flight", recent, EvictionOutcome::Pending),
+            (
+                "e-old",
+                Timestamp(NOW.0 - 20_000),
+                EvictionOutcome::Failed("pdb".into()),
+            ),
+        ]
+        .into_iter()
+        .map(|(n, at, outcome)| {
+            let last_failure = match &outcome {
+                EvictionOutcome::Failed(m) => Some(m.clone()),
+                _ => None,
+            };
+            (
+                key(n),
+                EvictionAttempt {
+                    at,
+                    outcome,
+                    last_failure,
+                },
+            )
+        })
+        .collect();
+        let plan = DrainPlan::build(&f.drains(), &attempts, NOW, 0, |k| k.name == "d-flight");
+        assert_eq!(names(&plan.deletion_timestamp_set), ["a-ok"]);
+        assert_eq!(names(&plan.not_found), ["b-404"]);
+        // A retried pod keeps showing its last failure until the retry is answered.
+        assert_eq!(names(&plan.failed["pdb"]), ["c-pdb", "e-old"]);
+        assert_eq!(names(&plan.awaiting_answer), ["d-flight"]);
+        assert_eq!(names(&plan.evict_now), ["e-old"]);
+        assert_eq!(plan.next_wake, Some(Timestamp(NOW.0 + 1)));
+    }
+
+    #[test]
+    fn not_found_alone_does_not_block_completion() {
+        use DrainBehavior::*;
+        let f = Fixture::new(&[("gone", Drain, None, false)]);
+        let attempts = [(
+            key("gone"),
+            EvictionAttempt {
+                at: NOW,
+                outcome: EvictionOutcome::NotFound,
+                last_failure: None,
+            },
+        )]
+        .into_iter()
+        .collect();
+        let plan = DrainPlan::build(&f.drains(), &attempts, NOW, 0, |_| false);
+        assert!(plan.is_complete());
+    }
+
+    #[test]
+    fn an_unanswered_eviction_from_before_a_restart_is_issued_again() {
+        use DrainBehavior::*;
+        let f = Fixture::new(&[("a", Drain, None, false)]);
+        let attempts = [(
+            key("a"),
+            EvictionAttempt {
+                at: NOW,
+                outcome: EvictionOutcome::Pending,
+                last_failure: None,
+            },
+        )]
+        .into_iter()
+        .collect();
+        let plan = DrainPlan::build(&f.drains(), &attempts, NOW, 0, |_| false);
+        assert_eq!(names(&plan.evict_now), ["a"]);
+    }
+
+    #[test]
+    fn deleting_pods_on_an_unreachable_node_wake_the_drain_when_they_become_skippable() {
+        use DrainBehavior::*;
+        let f = Fixture::new(&[("a", Drain, None, true)]);
+        let plan = DrainPlan::build(&f.drains(), &BTreeMap::new(), NOW, 1, |_| false);
+        // Deleted at NOW-500ms; skipped once 2 whole seconds have passed.
+        assert_eq!(plan.next_wake, Some(Timestamp(NOW.0 - 500 + 2_000)));
+        let _ = Duration::ZERO;
+    }
+
+    #[test]
+    fn classification_errors_are_aggregated_like_upstream() {
+        use DrainBehavior::*;
+        let f = Fixture::new(&[("a", Drain, None, false), ("b", Drain, None, false)]);
+        let mut drains = f.drains();
+        for d in &mut drains {
+            d.status.reason = StatusReason::Error;
+            d.status.message = "Pod Namespace does not exist".into();
+        }
+        drains[1].status.message.clear();
+        let plan = DrainPlan::build(&drains, &BTreeMap::new(), NOW, 0, |_| false);
+        assert_eq!(
+            plan.error().unwrap(),
+            "failed to get Pods for eviction: [Pods with error \"Pod Namespace does not exist\": \
+             app/a, Pods with error \"unexpected error\": app/b]"
+        );
+    }
+
+    #[test]
+    fn eviction_answers_map_to_upstream_messages() {
+        assert_eq!(
+            eviction_failure_message(&ApiOutcome::Forbidden {
+                message: "x".into(),
+                namespace_terminating: true
+            }),
+            EvictionOutcome::Failed(
+                "Cannot evict pod from terminating namespace: unable to create eviction \
+                 (kube-controller-manager should set deletionTimestamp)"
+                    .into()
+            )
+        );
+        assert_eq!(
+            eviction_failure_message(&ApiOutcome::TooManyRequests {
+                message: "Cannot evict pod as it would violate the pod's disruption budget. \
+                          The disruption budget web needs 1 healthy pods"
+                    .into()
+            }),
+            EvictionOutcome::Failed(
+                "Cannot evict pod as it would violate the pod's disruption budget. \
+                 The disruption budget web needs 1 healthy pods"
+                    .into()
+            )
+        );
+        assert_eq!(
+            eviction_failure_message(&ApiOutcome::NotFound),
+            EvictionOutcome::NotFound
+        );
+        assert_eq!(
+            eviction_failure_message(&ApiOutcome::Ok { object: None }),
+            EvictionOutcome::Evicted
+        );
+        assert_eq!(
+            eviction_failure_message(&ApiOutcome::Error {
+                code: 500,
+                message: "etcd down".into()
+            }),
+            EvictionOutcome::Failed("etcd down".into())
+        );
+    }
+}

@@ -1,0 +1,113 @@
+//! Errors of the journal: I/O failures and corrupt data, each naming where it happened.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Why a journal operation failed.
+///
+/// *Errors that name a `seq`* point at the first record that cannot be trusted; nothing at or
+/// after it is returned by readers. Corruption is never skipped silently.
+#[derive(Debug)]
+pub enum JournalError {
+    /// Another process (or another `Journal` in this process) holds the journal open.
+    Locked { dir: PathBuf },
+    /// The journal directory could not be created.
+    CreateDir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    /// The underlying sled database failed (`op` says what the journal was doing).
+    Storage {
+        op: &'static str,
+        source: sled::Error,
+    },
+    /// Data written by a format this build does not understand. `seq` is `None` when the
+    /// journal's meta record (not a batch) carries the version.
+    UnknownFormat {
+        found: u16,
+        supported: u16,
+        seq: Option<u64>,
+    },
+    /// A record (or the batch holding it, or a gap before it) failed its checks.
+    Corrupt { seq: u64, reason: String },
+    /// A snapshot failed its checks and no older valid snapshot exists.
+    CorruptSnapshot { through_seq: u64, reason: String },
+    /// A payload larger than `JournalOptions::record_bytes_max` was offered.
+    RecordTooLarge { bytes: usize, max: usize },
+    /// A snapshot was offered for records the journal does not hold.
+    SnapshotBeyondEnd { through_seq: u64, last_seq: u64 },
+}
+
+impl JournalError {
+    pub(crate) fn storage(op: &'static str) -> impl FnOnce(sled::Error) -> JournalError {
+        move |source| JournalError::Storage { op, source }
+    }
+}
+
+impl fmt::Display for JournalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JournalError::Locked { dir } => write!(
+                f,
+                "journal {} is locked by another process (is another lifecycle instance running?)",
+                dir.display()
+            ),
+            JournalError::CreateDir { dir, source } => {
+                write!(
+                    f,
+                    "cannot create journal directory {}: {source}",
+                    dir.display()
+                )
+            }
+            JournalError::Storage { op, source } => {
+                write!(f, "journal storage failed while {op}: {source}")
+            }
+            JournalError::UnknownFormat {
+                found,
+                supported,
+                seq,
+            } => match seq {
+                Some(seq) => write!(
+                    f,
+                    "journal batch at seq {seq} has format version {found}; this build supports {supported}"
+                ),
+                None => write!(
+                    f,
+                    "journal has format version {found}; this build supports {supported}"
+                ),
+            },
+            JournalError::Corrupt { seq, reason } => {
+                write!(f, "journal corrupt at seq {seq}: {reason}")
+            }
+            JournalError::CorruptSnapshot {
+                through_seq,
+                reason,
+            } => {
+                write!(f, "snapshot through seq {through_seq} is corrupt: {reason}")
+            }
+            JournalError::RecordTooLarge { bytes, max } => {
+                write!(
+                    f,
+                    "journal record of {bytes} bytes exceeds record_bytes_max {max}"
+                )
+            }
+            JournalError::SnapshotBeyondEnd {
+                through_seq,
+                last_seq,
+            } => write!(
+                f,
+                "snapshot through seq {through_seq} is beyond the journal's last seq {last_seq}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for JournalError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            JournalError::CreateDir { source, .. } => Some(source),
+            JournalError::Storage { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,836 @@
+//! The journal: an append-only, checksummed log of engine inputs in sled.
+//!
+//! *Expected flow:* [`Journal::open`] (check [`OpenReport`]), load [`Journal::latest_snapshot`],
+//! replay the tail with [`Journal::for_each_record`], then [`Journal::append_batch`] each step's
+//! inputs before applying them, and [`Journal::write_snapshot`] now and then.
+//!
+//! *Layout:* sled trees in one directory. Batch trees (`batches.<seq>`, see `chunks.rs`) map
+//! the big-endian first seq of a batch to many framed records (see `batch.rs`): one sled value
+//! and one flush per [`Journal::append_batch`] (group commit). `snapshots` holds the newest
+//! [`snapshot::SNAPSHOTS_KEPT_MAX`] snapshots. `meta` holds the format version.
+//!
+//! *Guarantees:* sequence numbers are dense and start at 1; every record and batch header is
+//! checksummed when written and checked again when read; a failed check is an error naming the
+//! seq, and nothing after it is returned. Payloads are opaque bytes.
+
+mod batch;
+mod chunks;
+mod durable;
+mod error;
+mod read;
+mod snapshot;
+#[cfg(test)]
+mod tests;
+
+pub use batch::{FORMAT_VERSION, RecordRef};
+pub use error::JournalError;
+pub use read::Records;
+pub use snapshot::{SNAPSHOTS_KEPT_MAX, Snapshot, SnapshotProblem};
+
+use crate::time::Timestamp;
+use batch::{BatchEncoder, BatchView, key_seq, seq_key};
+use chunks::Chunks;
+use std::ops::{ControlFlow, RangeInclusive};
+use std::path::{Path, PathBuf};
+
+const TREE_SNAPSHOTS: &str = "snapshots";
+const TREE_META: &str = "meta";
+const META_FORMAT_VERSION: &str = "format_version";
+const META_CREATED_BY: &str = "created_by";
+/// sled's segment size, fixed when a journal is created (sled refuses to reopen with another).
+///
+/// Why so small: batches are larger than a quarter segment, so sled stores each in its own blob
+/// file, and it deletes the blobs that tree-node rewrites made stale only when the log segment
+/// recording the rewrite fills up. Small segments fill after a few appends, which keeps disk
+/// use near the payload size (512 KiB segments measured 3x the payload bytes).
+const SLED_SEGMENT_BYTES: usize = 4096;
+/// `verify` stops collecting problems after this many (the first ones matter most).
+pub const VERIFY_PROBLEMS_MAX: usize = 1000;
+
+/// When [`Journal::append_batch`] returns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// After sled has written and fsynced the batch: an acknowledged batch survives a process
+    /// crash and a power loss.
+    #[default]
+    Flush,
+    /// As soon as the batch is in sled's in-memory log buffer; sled writes it out in the
+    /// background (about every 500 ms) or on [`Journal::flush`] / drop. A crash of the process
+    /// or the machine may lose a *suffix* of acknowledged batches (never a record in the
+    /// middle). For simulations and benchmarks only.
+    Buffered,
+}
+
+/// How to open a journal. Limits carry their unit in the name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JournalOptions {
+    pub durability: Durability,
+    /// Records per sled value; a larger `append_batch` is split (still one flush).
+    pub batch_records_max: usize,
+    /// Framed bytes per sled value (records are never split).
+    pub batch_bytes_max: usize,
+    /// Largest accepted payload.
+    pub record_bytes_max: usize,
+    /// sled's page cache.
+    pub cache_bytes: u64,
+}
+
+impl Default for JournalOptions {
+    fn default() -> Self {
+        JournalOptions {
+            durability: Durability::Flush,
+            batch_records_max: 4096,
+            batch_bytes_max: 4 << 20,
+            record_bytes_max: 1 << 20,
+            cache_bytes: 64 << 20,
+        }
+    }
+}
+
+/// What [`Journal::open`] found and did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenReport {
+    /// The directory held no journal; an empty one was created.
+    pub created: bool,
+    /// A last batch failed its checks (a write torn by a crash) and was removed.
+    pub truncated_tail: Option<TruncatedTail>,
+    /// The seq the next appended record will get.
+    pub next_seq: u64,
+}
+
+/// The batch removed from the end of the journal on open.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TruncatedTail {
+    /// First seq of the removed batch; the journal now ends at `from_seq - 1`.
+    pub from_seq: u64,
+    /// Stored size of the removed batch.
+    pub bytes: usize,
+    /// Why the batch failed its checks.
+    pub reason: String,
+}
+
+/// One record, owned. Use [`Journal::for_each_record`] to replay without allocating.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub seq: u64,
+    pub at: Timestamp,
+    pub payload: Vec<u8>,
+}
+
+/// Sizes of a journal, for operators and benchmarks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JournalStats {
+    pub records: u64,
+    pub batches: u64,
+    pub first_seq: Option<u64>,
+    pub last_seq: Option<u64>,
+    /// Sum of payload lengths (what the caller asked to store).
+    pub payload_bytes: u64,
+    /// Sum of the lengths of all files in the journal directory.
+    pub disk_bytes: u64,
+    /// Blocks actually allocated to those files.
+    pub disk_allocated_bytes: u64,
+    /// `(through_seq, stored bytes)` of each snapshot, oldest first.
+    pub snapshots: Vec<(u64, u64)>,
+}
+
+/// A problem found by [`Journal::verify`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifyProblem {
+    pub seq: u64,
+    pub reason: String,
+}
+
+/// Result of a full check of every batch, record and snapshot.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    pub batches_checked: u64,
+    pub records_checked: u64,
+    pub last_seq: Option<u64>,
+    /// At most [`VERIFY_PROBLEMS_MAX`], in seq order.
+    pub problems: Vec<VerifyProblem>,
+    pub snapshot_problems: Vec<SnapshotProblem>,
+}
+
+impl VerifyReport {
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty() && self.snapshot_problems.is_empty()
+    }
+}
+
+/// Ways to damage a stored journal, so tests can prove damage is detected.
+#[doc(hidden)]
+#[derive(Clone, Debug)]
+pub enum Damage {
+    /// Flip one bit in the record's payload (or its checksum if the payload is empty).
+    FlipRecord { seq: u64 },
+    /// Cut the batch holding `seq` to half its length, as a torn write would.
+    TearBatch { seq: u64 },
+    /// Remove the batch holding `seq`, leaving a gap.
+    RemoveBatch { seq: u64 },
+    /// Rewrite the batch holding `seq` with another format version (valid checksum).
+    BatchFormatVersion { seq: u64, version: u16 },
+    /// Rewrite the journal's meta format version.
+    MetaFormatVersion { version: u16 },
+    /// Flip one bit in the state of the snapshot through `through_seq`.
+    FlipSnapshot { through_seq: u64 },
+}
+
+/// An open journal. Holds sled's exclusive lock on the directory until dropped.
+///
+/// *Guarantees:* appends are dense (`next_seq` grows by the number of records appended) and,
+/// with [`Durability::Flush`], durable when `append_batch` returns.
+/// *Errors:* see [`JournalError`]; a storage error during an append leaves `next_seq` re-read
+/// from disk, so a retry never leaves a gap.
+pub struct Journal {
+    dir: PathBuf,
+    db: sled::Db,
+    chunks: Chunks,
+    snapshots: sled::Tree,
+    opts: JournalOptions,
+    next_seq: u64,
+    encode_buf: Vec<u8>,
+    blob_sync: durable::BlobSync,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("dir", &self.dir)
+            .field("next_seq", &self.next_seq)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Journal {
+    /// Opens (or creates, with mode 0700) the journal in `dir`.
+    ///
+    /// *Errors:* [`JournalError::Locked`] if it is open elsewhere;
+    /// [`JournalError::UnknownFormat`] for a journal from another format version;
+    /// [`JournalError::Corrupt`] if the last batch's header is unreadable even after removing a
+    /// torn tail. A torn last batch is removed and reported in [`OpenReport::truncated_tail`].
+    pub fn open(dir: &Path, opts: JournalOptions) -> Result<(Journal, OpenReport), JournalError> {
+        let opts = clamp_options(opts);
+        create_private_dir(dir)?;
+        let config = sled::Config::new()
+            .path(dir)
+            .cache_capacity(opts.cache_bytes)
+            .mode(sled::Mode::HighThroughput)
+            .segment_size(SLED_SEGMENT_BYTES)
+            .use_compression(false)
+            .flush_every_ms(Some(500));
+        let db = open_sled(dir, &config)?;
+        let tree = |name: &'static str| {
+            db.open_tree(name)
+                .map_err(JournalError::storage("opening a tree"))
+        };
+        let chunks = Chunks::load(&db)?;
+        let snapshots = tree(TREE_SNAPSHOTS)?;
+        let meta = tree(TREE_META)?;
+        let created = check_or_write_meta(&meta, &chunks)?;
+        let mut journal = Journal {
+            dir: dir.to_path_buf(),
+            db,
+            chunks,
+            snapshots,
+            opts,
+            next_seq: 1,
+            encode_buf: Vec::new(),
+            blob_sync: durable::BlobSync::new(dir).map_err(|e| JournalError::Storage {
+                op: "listing blob files",
+                source: e.into(),
+            })?,
+        };
+        let truncated_tail = journal.truncate_torn_tail()?;
+        journal.next_seq = journal.read_next_seq()?;
+        if created || truncated_tail.is_some() {
+            journal
+                .db
+                .flush()
+                .map_err(JournalError::storage("flushing after open"))?;
+        }
+        let report = OpenReport {
+            created,
+            truncated_tail,
+            next_seq: journal.next_seq,
+        };
+        Ok((journal, report))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The seq the next appended record will get (1 for an empty journal).
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// The seq of the last record, `None` when empty.
+    pub fn last_seq(&self) -> Option<u64> {
+        (self.next_seq > 1).then(|| self.next_seq - 1)
+    }
+
+    /// Appends `entries` as consecutive records and returns their seqs.
+    ///
+    /// *Guarantees:* all-or-nothing per sled value; with [`Durability::Flush`] the records are on
+    /// disk when this returns. One flush however many values the entries need. An empty slice
+    /// returns the empty range `next_seq..=next_seq - 1` and writes nothing.
+    /// *Errors:* [`JournalError::RecordTooLarge`] (nothing written), storage errors.
+    pub fn append_batch(
+        &mut self,
+        entries: &[(Timestamp, &[u8])],
+    ) -> Result<RangeInclusive<u64>, JournalError> {
+        let first_seq = self.next_seq;
+        if let Some((_, p)) = entries
+            .iter()
+            .find(|(_, p)| p.len() > self.opts.record_bytes_max)
+        {
+            return Err(JournalError::RecordTooLarge {
+                bytes: p.len(),
+                max: self.opts.record_bytes_max,
+            });
+        }
+        if entries.is_empty() {
+            #[allow(clippy::reversed_empty_ranges)]
+            return Ok(first_seq..=first_seq - 1);
+        }
+        match self
+            .write_values(entries)
+            .and_then(|()| self.flush_per_durability())
+        {
+            Ok(()) => {
+                let last_seq = first_seq + entries.len() as u64 - 1;
+                assert_eq!(self.next_seq, last_seq + 1, "appends must stay dense");
+                Ok(first_seq..=last_seq)
+            }
+            Err(e) => {
+                // Some values may be stored; learn where the journal really ends.
+                if let Ok(next) = self.read_next_seq() {
+                    self.next_seq = next;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Appends one record; prefer [`Journal::append_batch`] (one flush per call).
+    pub fn append(&mut self, at: Timestamp, payload: &[u8]) -> Result<u64, JournalError> {
+        self.append_batch(&[(at, payload)]).map(|r| *r.start())
+    }
+
+    /// Makes everything appended so far durable (useful with [`Durability::Buffered`]).
+    ///
+    /// Blob files sled wrote are fsynced before sled's log, so a durable pointer never
+    /// points at lost bytes (see `durable.rs`).
+    pub fn flush(&mut self) -> Result<(), JournalError> {
+        self.blob_sync
+            .sync_new()
+            .map_err(|e| JournalError::Storage {
+                op: "syncing blob files",
+                source: e.into(),
+            })?;
+        self.db
+            .flush()
+            .map(|_| ())
+            .map_err(JournalError::storage("flushing"))
+    }
+
+    fn flush_per_durability(&mut self) -> Result<(), JournalError> {
+        match self.opts.durability {
+            Durability::Flush => self.flush(),
+            Durability::Buffered => Ok(()),
+        }
+    }
+
+    fn write_values(&mut self, entries: &[(Timestamp, &[u8])]) -> Result<(), JournalError> {
+        let mut rest = entries;
+        while !rest.is_empty() {
+            let first_seq = self.next_seq;
+            let mut buf = std::mem::take(&mut self.encode_buf);
+            let mut enc = BatchEncoder::begin(&mut buf, FORMAT_VERSION, first_seq);
+            let mut taken = 0;
+            for (at, payload) in rest {
+                let framed = batch::RECORD_HEADER_BYTES + payload.len();
+                let full = taken == self.opts.batch_records_max
+                    || (taken > 0 && enc.bytes() + framed > self.opts.batch_bytes_max);
+                if full {
+                    break;
+                }
+                enc.push(*at, payload);
+                taken += 1;
+            }
+            let count = enc.finish();
+            debug_assert!(
+                BatchView::parse(first_seq, &buf).is_ok_and(|v| v.records().all(|r| r.is_ok())),
+                "a batch must decode as it was encoded"
+            );
+            let stored = self.chunks.insert_new(first_seq, &buf);
+            self.encode_buf = buf;
+            stored?;
+            self.next_seq += u64::from(count);
+            rest = &rest[taken..];
+        }
+        Ok(())
+    }
+
+    /// Owned records from `from_seq` on; see [`Records`] for the guarantees.
+    pub fn records(&self, from_seq: u64) -> Records<'_> {
+        Records::new(&self.chunks, from_seq)
+    }
+
+    /// Replays records from `from_seq` on, borrowing each payload (no allocation per record).
+    /// Return [`ControlFlow::Break`] to stop early. Returns how many records were visited.
+    ///
+    /// *Errors:* [`JournalError::Corrupt`] naming the first bad seq (or the first missing
+    /// one); records before it have been visited, none after.
+    pub fn for_each_record(
+        &self,
+        from_seq: u64,
+        visit: impl FnMut(RecordRef<'_>) -> ControlFlow<()>,
+    ) -> Result<u64, JournalError> {
+        read::for_each(&self.chunks, from_seq, visit)
+    }
+
+    /// Stores `state` as of `through_seq` and keeps only the newest [`SNAPSHOTS_KEPT_MAX`].
+    ///
+    /// *Errors:* [`JournalError::SnapshotBeyondEnd`] if `through_seq` is 0 or after the last
+    /// record; storage errors. Durable per the journal's [`Durability`].
+    pub fn write_snapshot(
+        &mut self,
+        through_seq: u64,
+        at: Timestamp,
+        state: &[u8],
+    ) -> Result<(), JournalError> {
+        let last_seq = self.last_seq().unwrap_or(0);
+        if through_seq == 0 || through_seq > last_seq {
+            return Err(JournalError::SnapshotBeyondEnd {
+                through_seq,
+                last_seq,
+            });
+        }
+        let value = snapshot::encode(through_seq, at, state);
+        debug_assert!(snapshot::decode(through_seq, &value).is_ok());
+        self.snapshots
+            .insert(seq_key(through_seq), value)
+            .map_err(JournalError::storage("storing a snapshot"))?;
+        let keys: Vec<sled::IVec> = self
+            .snapshots
+            .iter()
+            .keys()
+            .collect::<Result<_, _>>()
+            .map_err(JournalError::storage("listing snapshots"))?;
+        let excess = keys.len().saturating_sub(SNAPSHOTS_KEPT_MAX);
+        for key in &keys[..excess] {
+            self.snapshots
+                .remove(key)
+                .map_err(JournalError::storage("removing an old snapshot"))?;
+        }
+        self.flush_per_durability()
+    }
+
+    /// The newest snapshot that passes its checks and lies within the journal.
+    ///
+    /// *Guarantees:* a newer snapshot that fails is listed in [`Snapshot::skipped`] (and logged).
+    /// *Errors:* [`JournalError::CorruptSnapshot`] naming the newest snapshot when none is
+    /// usable; the caller may then replay from seq 1. `Ok(None)` when there is no snapshot.
+    pub fn latest_snapshot(&self) -> Result<Option<Snapshot>, JournalError> {
+        let last_seq = self.last_seq().unwrap_or(0);
+        let mut skipped: Vec<SnapshotProblem> = Vec::new();
+        for entry in self.snapshots.iter().rev().take(SNAPSHOTS_KEPT_MAX + 1) {
+            let (key, value) = entry.map_err(JournalError::storage("reading a snapshot"))?;
+            let seq = key_seq(&key, last_seq)?;
+            let problem = match snapshot::decode(seq, &value) {
+                Ok(_) if seq > last_seq => {
+                    format!("snapshot is beyond the journal's last seq {last_seq}")
+                }
+                Ok((at, state)) => {
+                    for p in &skipped {
+                        tracing::warn!(through_seq = p.through_seq, reason = %p.reason, "skipping unusable snapshot");
+                    }
+                    return Ok(Some(Snapshot {
+                        through_seq: seq,
+                        at,
+                        state: state.to_vec(),
+                        skipped,
+                    }));
+                }
+                Err(e) => e.to_string(),
+            };
+            skipped.push(SnapshotProblem {
+                through_seq: seq,
+                reason: problem,
+            });
+        }
+        match skipped.into_iter().next() {
+            None => Ok(None),
+            Some(newest) => Err(JournalError::CorruptSnapshot {
+                through_seq: newest.through_seq,
+                reason: newest.reason,
+            }),
+        }
+    }
+
+    /// Counts and sizes. Reads every batch header (not the records).
+    pub fn stats(&self) -> Result<JournalStats, JournalError> {
+        let mut stats = JournalStats {
+            records: 0,
+            batches: 0,
+            first_seq: None,
+            last_seq: None,
+            payload_bytes: 0,
+            disk_bytes: 0,
+            disk_allocated_bytes: 0,
+            snapshots: Vec::new(),
+        };
+        let mut walk = read::BatchWalk::new(&self.chunks, 1)?;
+        while let Some(value) = walk.next_batch() {
+            let value = value?;
+            let view = BatchView::parse(header_first_seq(&value), &value)?;
+            stats.first_seq.get_or_insert(view.first_seq);
+            stats.last_seq = Some(view.last_seq());
+            stats.records += u64::from(view.count);
+            stats.batches += 1;
+            stats.payload_bytes += view.payload_bytes();
+        }
+        for entry in self.snapshots.iter() {
+            let (key, value) = entry.map_err(JournalError::storage("reading a snapshot"))?;
+            stats
+                .snapshots
+                .push((key_seq(&key, 0)?, value.len() as u64));
+        }
+        let (len, allocated) = dir_bytes(&self.dir).map_err(|e| JournalError::Storage {
+            op: "sizing the directory",
+            source: e.into(),
+        })?;
+        stats.disk_bytes = len;
+        stats.disk_allocated_bytes = allocated;
+        Ok(stats)
+    }
+
+    /// Checks every batch header, record checksum and the continuity of seqs, then every
+    /// snapshot. Unlike readers it carries on after a problem to list them all.
+    pub fn verify(&self) -> VerifyReport {
+        let mut report = VerifyReport::default();
+        let mut expected: Option<u64> = Some(1);
+        let problem = |report: &mut VerifyReport, seq: u64, reason: String| {
+            if report.problems.len() < VERIFY_PROBLEMS_MAX {
+                report.problems.push(VerifyProblem { seq, reason });
+            }
+        };
+        let batches = match self.chunks.iter_from(1) {
+            Ok(iter) => iter,
+            Err(e) => {
+                problem(&mut report, 1, e.to_string());
+                return report;
+            }
+        };
+        for entry in batches {
+            let near = expected.unwrap_or(0);
+            let (key, value) = match entry {
+                Ok(kv) => kv,
+                Err(e) => {
+                    problem(&mut report, near, format!("storage error: {e}"));
+                    break;
+                }
+            };
+            report.batches_checked += 1;
+            let view = match key_seq(&key, near).and_then(|seq| BatchView::parse(seq, &value)) {
+                Ok(view) => view,
+                Err(e) => {
+                    let seq = key_seq(&key, near).unwrap_or(near);
+                    problem(&mut report, seq, e.to_string());
+                    expected = None; // unknown length: resume continuity at the next batch
+                    continue;
+                }
+            };
+            match expected {
+                Some(exp) if view.first_seq > exp => problem(
+                    &mut report,
+                    exp,
+                    format!("records {exp}..{} are missing", view.first_seq),
+                ),
+                Some(exp) if view.first_seq < exp => problem(
+                    &mut report,
+                    view.first_seq,
+                    format!("batch overlaps records before {exp}"),
+                ),
+                _ => {}
+            }
+            for record in view.records() {
+                match record {
+                    Ok(_) => report.records_checked += 1,
+                    Err(e) => {
+                        let seq = match &e {
+                            JournalError::Corrupt { seq, .. } => *seq,
+                            _ => view.first_seq,
+                        };
+                        problem(&mut report, seq, e.to_string());
+                        break;
+                    }
+                }
+            }
+            expected = Some(view.last_seq() + 1);
+            report.last_seq = Some(view.last_seq());
+        }
+        for entry in self.snapshots.iter() {
+            match entry {
+                Ok((key, value)) => {
+                    let seq = key_seq(&key, 0).unwrap_or(0);
+                    if let Err(e) = snapshot::decode(seq, &value) {
+                        report.snapshot_problems.push(SnapshotProblem {
+                            through_seq: seq,
+                            reason: e.to_string(),
+                        });
+                    }
+                }
+                Err(e) => report.snapshot_problems.push(SnapshotProblem {
+                    through_seq: 0,
+                    reason: e.to_string(),
+                }),
+            }
+        }
+        report
+    }
+
+    /// Damages stored data on purpose. Tests only.
+    #[doc(hidden)]
+    pub fn damage_for_test(&mut self, damage: Damage) -> Result<(), JournalError> {
+        let batch_holding = |seq: u64| -> Result<(sled::Tree, u64, Vec<u8>), JournalError> {
+            let (tree, first, value) =
+                self.chunks
+                    .batch_at_or_before(seq)?
+                    .ok_or(JournalError::Corrupt {
+                        seq,
+                        reason: "no batch holds it".into(),
+                    })?;
+            Ok((tree, first, value.to_vec()))
+        };
+        match damage {
+            Damage::FlipRecord { seq } => {
+                let (tree, first, mut value) = batch_holding(seq)?;
+                let view = BatchView::parse(first, &value)?;
+                let mut offset = batch::BATCH_HEADER_BYTES;
+                for record in view.records() {
+                    let record = record?;
+                    if record.seq == seq {
+                        let at = if record.payload.is_empty() {
+                            offset + 12
+                        } else {
+                            offset + batch::RECORD_HEADER_BYTES
+                        };
+                        value[at] ^= 0x01;
+                        break;
+                    }
+                    offset += batch::RECORD_HEADER_BYTES + record.payload.len();
+                }
+                tree.insert(seq_key(first), value)
+                    .map_err(JournalError::storage("damage"))?;
+            }
+            Damage::TearBatch { seq } => {
+                let (tree, first, mut value) = batch_holding(seq)?;
+                value.truncate(value.len() / 2);
+                tree.insert(seq_key(first), value)
+                    .map_err(JournalError::storage("damage"))?;
+            }
+            Damage::RemoveBatch { seq } => {
+                let (tree, first, _) = batch_holding(seq)?;
+                self.chunks.remove_batch(&tree, first)?;
+            }
+            Damage::BatchFormatVersion { seq, version } => {
+                let (tree, first, mut value) = batch_holding(seq)?;
+                value[0..2].copy_from_slice(&version.to_le_bytes());
+                let crc = crc32fast::hash(&value[..20]);
+                value[20..24].copy_from_slice(&crc.to_le_bytes());
+                tree.insert(seq_key(first), value)
+                    .map_err(JournalError::storage("damage"))?;
+            }
+            Damage::MetaFormatVersion { version } => {
+                let meta = self
+                    .db
+                    .open_tree(TREE_META)
+                    .map_err(JournalError::storage("damage"))?;
+                meta.insert(META_FORMAT_VERSION, &version.to_le_bytes())
+                    .map_err(JournalError::storage("damage"))?;
+            }
+            Damage::FlipSnapshot { through_seq } => {
+                let key = seq_key(through_seq);
+                let mut value = self
+                    .snapshots
+                    .get(key)
+                    .map_err(JournalError::storage("damage"))?
+                    .ok_or(JournalError::CorruptSnapshot {
+                        through_seq,
+                        reason: "no such snapshot".into(),
+                    })?
+                    .to_vec();
+                let last = value.len() - 1;
+                value[last] ^= 0x01;
+                self.snapshots
+                    .insert(key, value)
+                    .map_err(JournalError::storage("damage"))?;
+            }
+        }
+        self.flush()
+    }
+
+    /// Removes the last batch if it fails its checks (a torn write).
+    fn truncate_torn_tail(&mut self) -> Result<Option<TruncatedTail>, JournalError> {
+        let Some((tree, seq, value)) = self.chunks.last_batch()? else {
+            return Ok(None);
+        };
+        let checked = BatchView::parse(seq, &value)
+            .and_then(|view| view.records().try_for_each(|r| r.map(|_| ())));
+        match checked {
+            Ok(()) => Ok(None),
+            Err(JournalError::Corrupt { reason, .. }) => {
+                tracing::warn!(from_seq = seq, bytes = value.len(), %reason, "removing torn last batch of the journal");
+                self.chunks.remove_batch(&tree, seq)?;
+                Ok(Some(TruncatedTail {
+                    from_seq: seq,
+                    bytes: value.len(),
+                    reason,
+                }))
+            }
+            Err(other) => Err(other),
+        }
+    }
+
+    fn read_next_seq(&self) -> Result<u64, JournalError> {
+        match self.chunks.last_batch()? {
+            None => Ok(1),
+            Some((_, seq, value)) => Ok(BatchView::parse(seq, &value)?.last_seq() + 1),
+        }
+    }
+}
+
+fn header_first_seq(value: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&value[4..12]);
+    u64::from_le_bytes(a)
+}
+
+fn clamp_options(mut opts: JournalOptions) -> JournalOptions {
+    opts.batch_records_max = opts
+        .batch_records_max
+        .clamp(1, batch::BATCH_RECORDS_LIMIT as usize);
+    opts.batch_bytes_max = opts.batch_bytes_max.clamp(1, batch::BATCH_BYTES_LIMIT / 2);
+    opts.record_bytes_max = opts
+        .record_bytes_max
+        .min(batch::RECORD_BYTES_LIMIT)
+        .min(batch::BATCH_BYTES_LIMIT / 2 - batch::RECORD_HEADER_BYTES);
+    opts
+}
+
+fn create_private_dir(dir: &Path) -> Result<(), JournalError> {
+    use std::os::unix::fs::DirBuilderExt;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|source| JournalError::CreateDir {
+            dir: dir.to_path_buf(),
+            source,
+        })
+}
+
+/// How long `open` waits for a lock that may be held by a `Journal` being dropped in this
+/// process (sled's background threads release it shortly after the drop).
+const LOCK_WAIT_MS_MAX: u64 = 1000;
+const LOCK_RETRY_MS: u64 = 20;
+
+fn open_sled(dir: &Path, config: &sled::Config) -> Result<sled::Db, JournalError> {
+    let mut waited_ms = 0;
+    loop {
+        match config.open().map_err(|e| map_open_error(dir, e)) {
+            Err(JournalError::Locked { .. }) if waited_ms < LOCK_WAIT_MS_MAX => {
+                std::thread::sleep(std::time::Duration::from_millis(LOCK_RETRY_MS));
+                waited_ms += LOCK_RETRY_MS;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn map_open_error(dir: &Path, e: sled::Error) -> JournalError {
+    match &e {
+        sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
+            JournalError::Locked {
+                dir: dir.to_path_buf(),
+            }
+        }
+        _ => JournalError::Storage {
+            op: "opening the journal",
+            source: e,
+        },
+    }
+}
+
+/// Returns whether the journal was just created.
+fn check_or_write_meta(meta: &sled::Tree, chunks: &Chunks) -> Result<bool, JournalError> {
+    let stored = meta
+        .get(META_FORMAT_VERSION)
+        .map_err(JournalError::storage("reading meta"))?;
+    match stored {
+        Some(v) => {
+            let found = <[u8; 2]>::try_from(&v[..])
+                .map(u16::from_le_bytes)
+                .map_err(|_| JournalError::Corrupt {
+                    seq: 0,
+                    reason: format!(
+                        "journal meta format_version is {} bytes, expected 2",
+                        v.len()
+                    ),
+                })?;
+            if found != FORMAT_VERSION {
+                return Err(JournalError::UnknownFormat {
+                    found,
+                    supported: FORMAT_VERSION,
+                    seq: None,
+                });
+            }
+            Ok(false)
+        }
+        None => {
+            if let Some(&start) = chunks.starts().first() {
+                return Err(JournalError::Corrupt {
+                    seq: start,
+                    reason: "journal has batches but no meta record".into(),
+                });
+            }
+            meta.insert(META_FORMAT_VERSION, &FORMAT_VERSION.to_le_bytes())
+                .map_err(JournalError::storage("writing meta"))?;
+            meta.insert(
+                META_CREATED_BY,
+                concat!("engine ", env!("CARGO_PKG_VERSION")),
+            )
+            .map_err(JournalError::storage("writing meta"))?;
+            Ok(true)
+        }
+    }
+}
+
+/// `(sum of file lengths, sum of allocated blocks)` under `dir`, two levels deep (sled keeps
+/// `blobs/` one level down).
+fn dir_bytes(dir: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut len = 0;
+    let mut allocated = 0;
+    let mut dirs = vec![(dir.to_path_buf(), 0u32)];
+    while let Some((d, depth)) = dirs.pop() {
+        for entry in std::fs::read_dir(&d)? {
+            let entry = entry?;
+            let md = entry.metadata()?;
+            if md.is_dir() && depth < 2 {
+                dirs.push((entry.path(), depth + 1));
+            } else if md.is_file() {
+                len += md.len();
+                allocated += md.blocks() * 512;
+            }
+        }
+    }
+    Ok((len, allocated))
+}

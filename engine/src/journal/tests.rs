@@ -1,0 +1,454 @@
+//! Journal behaviour against a real sled directory.
+
+use super::*;
+use proptest::prelude::*;
+
+fn open(dir: &Path) -> (Journal, OpenReport) {
+    Journal::open(dir, JournalOptions::default()).expect("open journal")
+}
+
+fn payload(seq: u64) -> Vec<u8> {
+    format!("input #{seq} ")
+        .repeat((seq % 5) as usize + 1)
+        .into_bytes()
+}
+
+/// Appends records `next..next+n` with `payload(seq)`, in batches of `per_batch`.
+fn append_n(j: &mut Journal, n: u64, per_batch: usize) {
+    let mut left = n;
+    while left > 0 {
+        let take = left.min(per_batch as u64);
+        let start = j.next_seq();
+        let owned: Vec<Vec<u8>> = (start..start + take).map(payload).collect();
+        let entries: Vec<(Timestamp, &[u8])> = owned
+            .iter()
+            .zip(start..)
+            .map(|(p, s)| (Timestamp(s as i64 * 10), &p[..]))
+            .collect();
+        let range = j.append_batch(&entries).unwrap();
+        assert_eq!(range, start..=start + take - 1);
+        left -= take;
+    }
+}
+
+fn read_all(j: &Journal, from: u64) -> (Vec<Record>, Option<JournalError>) {
+    let mut out = Vec::new();
+    for r in j.records(from) {
+        match r {
+            Ok(r) => out.push(r),
+            Err(e) => return (out, Some(e)),
+        }
+    }
+    (out, None)
+}
+
+fn assert_intact(records: &[Record], from: u64) {
+    for (r, seq) in records.iter().zip(from..) {
+        assert_eq!(r.seq, seq);
+        assert_eq!(r.at, Timestamp(seq as i64 * 10));
+        assert_eq!(r.payload, payload(seq));
+    }
+}
+
+#[test]
+fn round_trip_and_reopen_keep_sequence_continuity() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("j");
+    {
+        let (mut j, report) = open(&dir);
+        assert!(report.created);
+        assert_eq!((j.next_seq(), j.last_seq()), (1, None));
+        append_n(&mut j, 25, 10);
+        assert_eq!(j.last_seq(), Some(25));
+        let (all, err) = read_all(&j, 1);
+        assert!(err.is_none());
+        assert_eq!(all.len(), 25);
+        assert_intact(&all, 1);
+    }
+    let (mut j, report) = open(&dir);
+    assert_eq!(
+        report,
+        OpenReport {
+            created: false,
+            truncated_tail: None,
+            next_seq: 26
+        }
+    );
+    assert_eq!(j.append(Timestamp(260), &payload(26)).unwrap(), 26);
+    let (all, err) = read_all(&j, 1);
+    assert!(err.is_none());
+    assert_intact(&all, 1);
+    assert_eq!(all.len(), 26);
+    // Reading from the middle of a batch and past the end.
+    let (tail, _) = read_all(&j, 14);
+    assert_eq!(tail.first().map(|r| r.seq), Some(14));
+    assert_intact(&tail, 14);
+    assert!(read_all(&j, 27).0.is_empty());
+    assert!(j.verify().is_clean());
+}
+
+#[test]
+fn visitor_sees_the_same_records_and_can_stop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 100, 33);
+    let mut seen = Vec::new();
+    let n = j
+        .for_each_record(40, |r| {
+            assert_eq!(r.payload, &payload(r.seq)[..]);
+            seen.push(r.seq);
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    assert_eq!(n, 61);
+    assert_eq!(seen, (40..=100).collect::<Vec<_>>());
+    let stopped = j.for_each_record(1, |r| {
+        if r.seq == 5 {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    });
+    assert_eq!(stopped.unwrap(), 5);
+}
+
+#[test]
+fn large_appends_are_split_into_values_but_stay_dense() {
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = JournalOptions {
+        batch_records_max: 7,
+        batch_bytes_max: 200,
+        ..JournalOptions::default()
+    };
+    let (mut j, _) = Journal::open(tmp.path(), opts).unwrap();
+    append_n(&mut j, 50, 50);
+    let stats = j.stats().unwrap();
+    assert_eq!(stats.records, 50);
+    assert!(stats.batches >= 8, "{stats:?}");
+    assert_eq!((stats.first_seq, stats.last_seq), (Some(1), Some(50)));
+    assert_eq!(
+        stats.payload_bytes,
+        (1..=50).map(|s| payload(s).len() as u64).sum::<u64>()
+    );
+    assert!(stats.disk_bytes > 0);
+    let (all, err) = read_all(&j, 1);
+    assert!(err.is_none());
+    assert_intact(&all, 1);
+}
+
+#[test]
+fn oversized_record_is_refused_and_nothing_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = JournalOptions {
+        record_bytes_max: 8,
+        ..JournalOptions::default()
+    };
+    let (mut j, _) = Journal::open(tmp.path(), opts).unwrap();
+    let err = j
+        .append_batch(&[(Timestamp(1), b"ok"), (Timestamp(2), b"far too long")])
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        JournalError::RecordTooLarge { bytes: 12, max: 8 }
+    ));
+    assert_eq!(j.next_seq(), 1);
+    assert!(j.append_batch(&[]).unwrap().is_empty());
+}
+
+#[test]
+fn corrupt_record_in_the_middle_stops_reading_at_its_seq() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 30, 10); // batches 1..=10, 11..=20, 21..=30
+    j.damage_for_test(Damage::FlipRecord { seq: 15 }).unwrap();
+    drop(j);
+    let (j, report) = open(tmp.path());
+    assert_eq!(
+        report.truncated_tail, None,
+        "damage before the tail is not a torn tail"
+    );
+    let (good, err) = read_all(&j, 1);
+    assert_eq!(good.len(), 14);
+    assert_intact(&good, 1);
+    assert!(
+        matches!(err, Some(JournalError::Corrupt { seq: 15, .. })),
+        "{err:?}"
+    );
+    let mut visited = 0;
+    let err = j.for_each_record(1, |_| {
+        visited += 1;
+        ControlFlow::Continue(())
+    });
+    assert!(matches!(err, Err(JournalError::Corrupt { seq: 15, .. })));
+    assert_eq!(visited, 14);
+    let report = j.verify();
+    assert_eq!(report.problems.len(), 1);
+    assert_eq!(report.problems[0].seq, 15);
+    assert_eq!(report.last_seq, Some(30));
+}
+
+#[test]
+fn missing_batch_is_a_gap_not_skipped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 30, 10);
+    j.damage_for_test(Damage::RemoveBatch { seq: 11 }).unwrap();
+    let (good, err) = read_all(&j, 1);
+    assert_eq!(good.len(), 10);
+    assert!(
+        matches!(err, Some(JournalError::Corrupt { seq: 11, .. })),
+        "{err:?}"
+    );
+    assert!(matches!(
+        read_all(&j, 15).1,
+        Some(JournalError::Corrupt { seq: 11, .. })
+    ));
+    let report = j.verify();
+    assert_eq!(report.problems[0].seq, 11);
+}
+
+#[test]
+fn torn_tail_is_truncated_on_open_and_appends_continue() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 30, 10);
+    j.damage_for_test(Damage::TearBatch { seq: 25 }).unwrap();
+    drop(j);
+    let (mut j, report) = open(tmp.path());
+    let tail = report.truncated_tail.expect("torn tail reported");
+    assert_eq!(tail.from_seq, 21);
+    assert!(tail.bytes > 0);
+    assert_eq!(report.next_seq, 21);
+    append_n(&mut j, 5, 5);
+    let (all, err) = read_all(&j, 1);
+    assert!(err.is_none());
+    assert_eq!(all.len(), 25);
+    assert_intact(&all, 1);
+    assert!(j.verify().is_clean());
+}
+
+#[test]
+fn flipped_bit_in_last_batch_is_treated_as_torn_tail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 20, 10);
+    j.damage_for_test(Damage::FlipRecord { seq: 20 }).unwrap();
+    drop(j);
+    let (_j, report) = open(tmp.path());
+    assert_eq!(report.truncated_tail.map(|t| t.from_seq), Some(11));
+    assert_eq!(report.next_seq, 11);
+}
+
+#[test]
+fn unknown_format_version_is_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 3, 3);
+    j.damage_for_test(Damage::MetaFormatVersion { version: 9 })
+        .unwrap();
+    drop(j);
+    let err = Journal::open(tmp.path(), JournalOptions::default()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            JournalError::UnknownFormat {
+                found: 9,
+                supported: FORMAT_VERSION,
+                seq: None
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("format version 9"), "{err}");
+}
+
+#[test]
+fn batch_from_another_format_version_is_not_truncated() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 20, 10);
+    j.damage_for_test(Damage::BatchFormatVersion {
+        seq: 15,
+        version: 2,
+    })
+    .unwrap();
+    drop(j);
+    // The last batch has a valid checksum but a newer format: refuse, never truncate.
+    let err = Journal::open(tmp.path(), JournalOptions::default()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            JournalError::UnknownFormat {
+                found: 2,
+                seq: Some(11),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn directory_is_created_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("a").join("journal");
+    let _j = open(&dir);
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+}
+
+#[test]
+fn second_open_in_process_is_locked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let _j = open(tmp.path());
+    let err = Journal::open(tmp.path(), JournalOptions::default()).unwrap_err();
+    assert!(
+        matches!(&err, JournalError::Locked { dir } if dir == tmp.path()),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn snapshots_keep_two_and_fall_back_when_newest_is_corrupt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    assert_eq!(j.latest_snapshot().unwrap(), None);
+    assert!(matches!(
+        j.write_snapshot(1, Timestamp(0), b"s"),
+        Err(JournalError::SnapshotBeyondEnd {
+            through_seq: 1,
+            last_seq: 0
+        })
+    ));
+    append_n(&mut j, 30, 10);
+    for seq in [10, 20, 30] {
+        j.write_snapshot(
+            seq,
+            Timestamp(seq as i64),
+            format!("state@{seq}").as_bytes(),
+        )
+        .unwrap();
+    }
+    let seqs: Vec<u64> = j.stats().unwrap().snapshots.iter().map(|s| s.0).collect();
+    assert_eq!(seqs, vec![20, 30]);
+    let latest = j.latest_snapshot().unwrap().unwrap();
+    assert_eq!(
+        (
+            latest.through_seq,
+            latest.state.as_slice(),
+            latest.skipped.len()
+        ),
+        (30, &b"state@30"[..], 0)
+    );
+
+    j.damage_for_test(Damage::FlipSnapshot { through_seq: 30 })
+        .unwrap();
+    let fallback = j.latest_snapshot().unwrap().unwrap();
+    assert_eq!(fallback.through_seq, 20);
+    assert_eq!(fallback.state, b"state@20");
+    assert_eq!(fallback.skipped.len(), 1);
+    assert_eq!(fallback.skipped[0].through_seq, 30);
+    assert_eq!(j.verify().snapshot_problems.len(), 1);
+
+    j.damage_for_test(Damage::FlipSnapshot { through_seq: 20 })
+        .unwrap();
+    let err = j.latest_snapshot().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            JournalError::CorruptSnapshot {
+                through_seq: 30,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn snapshot_beyond_a_truncated_tail_is_skipped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 20, 10);
+    j.write_snapshot(10, Timestamp(1), b"ten").unwrap();
+    j.write_snapshot(20, Timestamp(2), b"twenty").unwrap();
+    j.damage_for_test(Damage::TearBatch { seq: 20 }).unwrap();
+    drop(j);
+    let (j, report) = open(tmp.path());
+    assert_eq!(report.next_seq, 11);
+    let snap = j.latest_snapshot().unwrap().unwrap();
+    assert_eq!(snap.through_seq, 10);
+    assert_eq!(snap.skipped[0].through_seq, 20);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_batches_survive_reopen(
+        batches in proptest::collection::vec(
+            proptest::collection::vec((any::<i64>(), proptest::collection::vec(any::<u8>(), 0..300)), 1..40),
+            1..12,
+        ),
+        batch_records_max in 1usize..64,
+    ) {
+        let tmp = tempfile::tempdir().unwrap();
+        let opts = JournalOptions { batch_records_max, ..JournalOptions::default() };
+        let mut expected = Vec::new();
+        {
+            let (mut j, _) = Journal::open(tmp.path(), opts.clone()).unwrap();
+            for batch in &batches {
+                let entries: Vec<(Timestamp, &[u8])> = batch.iter().map(|(t, p)| (Timestamp(*t), &p[..])).collect();
+                let range = j.append_batch(&entries).unwrap();
+                prop_assert_eq!(*range.start(), expected.len() as u64 + 1);
+                for ((t, p), seq) in batch.iter().zip(range) {
+                    expected.push(Record { seq, at: Timestamp(*t), payload: p.clone() });
+                }
+            }
+        }
+        let (j, report) = Journal::open(tmp.path(), opts).unwrap();
+        prop_assert_eq!(report.truncated_tail, None);
+        prop_assert_eq!(report.next_seq, expected.len() as u64 + 1);
+        let got: Vec<Record> = j.records(1).collect::<Result<_, _>>().unwrap();
+        prop_assert_eq!(&got, &expected);
+        let report = j.verify();
+        prop_assert!(report.is_clean());
+        prop_assert_eq!(report.records_checked, expected.len() as u64);
+    }
+}
+
+#[test]
+fn batches_span_chunk_trees_and_a_torn_single_batch_chunk_is_dropped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let per_chunk = chunks::BATCHES_PER_CHUNK_MAX as u64;
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 3 * per_chunk + 1, 1); // 3 full chunks + 1 chunk holding one batch
+    assert_eq!(j.chunks.starts().len(), 4);
+    let (tail, err) = read_all(&j, per_chunk + 2);
+    assert!(err.is_none());
+    assert_eq!(tail.len() as u64, 2 * per_chunk);
+    assert_intact(&tail, per_chunk + 2);
+    j.damage_for_test(Damage::TearBatch {
+        seq: 3 * per_chunk + 1,
+    })
+    .unwrap();
+    drop(j);
+    let (mut j, report) = open(tmp.path());
+    assert_eq!(
+        report.truncated_tail.map(|t| t.from_seq),
+        Some(3 * per_chunk + 1)
+    );
+    assert_eq!(j.chunks.starts().len(), 3);
+    append_n(&mut j, 2, 1);
+    assert_eq!(j.chunks.starts().len(), 4);
+    assert!(j.verify().is_clean());
+    // A whole chunk going missing is a gap, named by its first seq.
+    j.damage_for_test(Damage::RemoveBatch { seq: per_chunk + 1 })
+        .unwrap();
+    let report = j.verify();
+    assert_eq!(report.problems[0].seq, per_chunk + 1, "{report:?}");
+    assert!(
+        matches!(read_all(&j, 1).1, Some(JournalError::Corrupt { seq, .. }) if seq == per_chunk + 1)
+    );
+}

@@ -1,0 +1,961 @@
+//! Engine-level tests: drive `Engine::handle` with observed objects and assert the exact
+//! commands the pool controller issues.
+
+use super::*;
+use crate::command::{Action, Command};
+use crate::input::{ApiOutcome, Input};
+use crate::model::*;
+use crate::testing::*;
+use crate::time::Timestamp;
+use crate::{Engine, Target};
+
+const T0: Timestamp = Timestamp(1_700_000_000_000);
+
+fn secs(s: i64) -> Timestamp {
+    T0 + Duration::from_secs(s)
+}
+
+fn pool_key(name: &str) -> ObjectKey {
+    ObjectKey::management(Kind::MachinePool, "default", name)
+}
+
+/// A provider object already adopted by pool `pool` (controller ref + cluster-name label).
+fn adopted(mut e: External, pool: &str) -> External {
+    e.meta.labels.insert(CLUSTER_NAME_LABEL.into(), "c1".into());
+    e.meta.owner_references.push(OwnerReference {
+        api_version: "cluster.x-k8s.io/v1beta2".into(),
+        kind: "MachinePool".into(),
+        name: pool.into(),
+        uid: format!("uid-default-{pool}"),
+        controller: true,
+    });
+    e
+}
+
+/// A Node that just joined: providerID and kubelet version, nothing from the pool yet.
+fn bare_node(name: &str) -> Node {
+    let mut n = node(name);
+    n.meta.uid = format!("uid-{name}");
+    n.provider_id = Some(format!("sim://c1/{name}"));
+    n.kubelet_version = Some("v1.33.0".into());
+    n
+}
+
+/// A Node of pool `p1` as the pool left it (annotated, no uninitialized taint).
+fn pool_node(name: &str) -> Node {
+    let mut n = bare_node(name);
+    for (k, v) in [
+        ("cluster.x-k8s.io/cluster-name", "c1"),
+        ("cluster.x-k8s.io/cluster-namespace", "default"),
+        ("cluster.x-k8s.io/owner-kind", "MachinePool"),
+        ("cluster.x-k8s.io/owner-name", "p1"),
+    ] {
+        n.meta.annotations.insert(k.into(), v.into());
+    }
+    n
+}
+
+fn ids(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| format!("sim://c1/{n}")).collect()
+}
+
+fn refs(names: &[&str]) -> Vec<NodeReference> {
+    names
+        .iter()
+        .map(|n| NodeReference {
+            name: n.to_string(),
+            uid: format!("uid-{n}"),
+        })
+        .collect()
+}
+
+/// Bootstrap config ready with a data secret, infra pool ready listing `nodes`.
+fn world(pool: MachinePool, nodes: &[&str]) -> Vec<(Scope, Object)> {
+    let mut config = adopted(bootstrap_config("p1"), "p1");
+    config.data_secret_name = Some("p1-bootstrap".into());
+    let mut infra = adopted(infra_machine_pool("p1"), "p1");
+    infra.provider_id_list = Some(ids(nodes));
+    infra.status_replicas = Some(nodes.len() as i32);
+    let mut objects = vec![
+        (Scope::Management, Object::Cluster(cluster("c1"))),
+        (Scope::Management, Object::MachinePool(pool)),
+        (Scope::Management, Object::External(config)),
+        (Scope::Management, Object::External(infra)),
+    ];
+    for n in nodes {
+        objects.push((workload("c1"), Object::Node(pool_node(n))));
+    }
+    // A control-plane Node outside the pool, so the workload cluster is always relisted.
+    objects.push((workload("c1"), Object::Node(node("cp-0"))));
+    objects
+}
+
+/// The pool as it looks once everything the controller wrote for `world` has landed.
+fn settled_pool(nodes: &[&str]) -> MachinePool {
+    let n = nodes.len() as i32;
+    let mut mp = machine_pool("c1", "p1", n);
+    mp.bootstrap_data_secret_name = Some("p1-bootstrap".into());
+    mp.provider_id_list = ids(nodes);
+    mp.status = MachinePoolStatus {
+        replicas: Some(n),
+        legacy_ready_replicas: Some(n),
+        legacy_available_replicas: Some(n),
+        legacy_unavailable_replicas: Some(0),
+        ready_replicas: Some(n),
+        available_replicas: Some(n),
+        up_to_date_replicas: Some(n),
+        node_refs: refs(nodes),
+        phase: Some("Running".into()),
+        bootstrap_data_secret_created: true,
+        infrastructure_provisioned: true,
+        failure_reason: None,
+        failure_message: None,
+        versions: if n == 0 {
+            vec![]
+        } else {
+            vec![("v1.33.0".into(), n)]
+        },
+    };
+    let mut legacy = Vec::new();
+    for t in [
+        "Ready",
+        "BootstrapReady",
+        "InfrastructureReady",
+        "ReplicasReady",
+    ] {
+        let mut c = Condition::new(t, ConditionStatus::True, "", "");
+        c.last_transition_time = Some(T0);
+        legacy.push(c);
+    }
+    let mut current = Vec::new();
+    for t in ["BootstrapReady", "InfrastructureReady", "ReplicasReady"] {
+        let mut c = Condition::new(t, ConditionStatus::True, "Ready", "");
+        c.last_transition_time = Some(T0);
+        current.push(c);
+    }
+    mp.conditions = Conditions { current, legacy };
+    mp
+}
+
+/// A running system in which the pools of `objects` are then created: caches synced first,
+/// then one upsert per pool. Returns the commands of the pool upserts.
+fn started(now: Timestamp, objects: Vec<(Scope, Object)>) -> (Engine, Vec<Command>) {
+    let (pools, others): (Vec<_>, Vec<_>) = objects
+        .into_iter()
+        .partition(|(_, o)| matches!(o, Object::MachinePool(_)));
+    let (mut engine, _) = synced_engine(now, others);
+    let mut commands = Vec::new();
+    for (scope, pool) in pools {
+        commands.extend(upsert(&mut engine, now, scope, pool));
+    }
+    (engine, commands)
+}
+
+/// `Action target detail` per command, without ids.
+fn lines(commands: &[Command]) -> Vec<String> {
+    commands
+        .iter()
+        .map(|c| {
+            let detail = c.action.detail();
+            if detail.is_empty() {
+                format!("{} {}", c.action.name(), c.action.target().key)
+            } else {
+                format!("{} {} {}", c.action.name(), c.action.target().key, detail)
+            }
+        })
+        .collect()
+}
+
+fn merge_of(c: &Command) -> String {
+    match &c.action {
+        Action::PatchStatus { merge, .. }
+        | Action::PatchSpec { merge, .. }
+        | Action::SetOwnerReference { merge, .. } => merge.0.clone(),
+        Action::CreateMachine { object, .. } => object.0.clone(),
+        other => panic!("no merge in {other:?}"),
+    }
+}
+
+fn find<'a>(commands: &'a [Command], name: &str, target: &str) -> &'a Command {
+    commands
+        .iter()
+        .find(|c| c.action.name() == name && c.action.target().key.to_string() == target)
+        .unwrap_or_else(|| panic!("no {name} on {target} in {:#?}", lines(commands)))
+}
+
+fn upsert(engine: &mut Engine, now: Timestamp, scope: Scope, object: Object) -> Vec<Command> {
+    engine.handle(now, &Input::Upsert { scope, object });
+    drain_commands(engine)
+}
+
+fn answer(engine: &mut Engine, now: Timestamp, c: &Command, outcome: ApiOutcome) -> Vec<Command> {
+    engine.handle(
+        now,
+        &Input::ApiResult {
+            command: c.id,
+            outcome,
+        },
+    );
+    drain_commands(engine)
+}
+
+fn ok() -> ApiOutcome {
+    ApiOutcome::Ok { object: None }
+}
+
+#[test]
+fn finalizer_is_added_first_and_alone() {
+    let mut mp = machine_pool("c1", "p1", 1);
+    mp.meta.finalizers.clear();
+    let (_, commands) = synced_engine(T0, world(mp, &["p1-0"]));
+    assert_eq!(
+        lines(&commands),
+        ["AddFinalizer MachinePool default/p1 machinepool.cluster.x-k8s.io"]
+    );
+}
+
+#[test]
+fn paused_cluster_or_pool_does_nothing() {
+    let mut mp = machine_pool("c1", "p1", 1);
+    mp.meta
+        .annotations
+        .insert(PAUSED_ANNOTATION.into(), String::new());
+    let (_, commands) = synced_engine(T0, world(mp, &["p1-0"]));
+    assert_eq!(lines(&commands), Vec::<String>::new());
+
+    let mut objects = world(machine_pool("c1", "p1", 1), &["p1-0"]);
+    if let Object::Cluster(c) = &mut objects[0].1 {
+        c.paused = true;
+    }
+    let (_, commands) = synced_engine(T0, objects);
+    assert_eq!(lines(&commands), Vec::<String>::new());
+}
+
+#[test]
+fn settled_pool_issues_nothing() {
+    let (_, commands) = synced_engine(
+        T0,
+        world(settled_pool(&["p1-0", "p1-1"]), &["p1-0", "p1-1"]),
+    );
+    assert_eq!(lines(&commands), Vec::<String>::new());
+}
+
+#[test]
+fn owner_references_and_labels_on_pool_bootstrap_and_infra() {
+    let mut mp = settled_pool(&["p1-0"]);
+    mp.meta.labels.clear();
+    mp.meta.owner_references.clear();
+    let mut objects = world(mp, &["p1-0"]);
+    for (_, o) in &mut objects {
+        if let Object::External(e) = o {
+            e.meta.labels.clear();
+            e.meta.owner_references.clear();
+        }
+    }
+    let (_, commands) = synced_engine(T0, objects);
+    assert_eq!(
+        lines(&commands),
+        [
+            "SetOwnerReference MachinePool default/p1 owner Cluster c1",
+            "SetOwnerReference KubeadmConfig default/p1 controller MachinePool p1",
+            "SetOwnerReference DockerMachinePool default/p1 controller MachinePool p1",
+        ]
+    );
+    assert_eq!(
+        merge_of(&commands[0]),
+        r#"{"metadata":{"labels":{"cluster.x-k8s.io/cluster-name":"c1"},"ownerReferences":[{"apiVersion":"cluster.x-k8s.io/v1beta2","kind":"Cluster","name":"c1","uid":"uid-default-c1"}]}}"#
+    );
+    assert_eq!(
+        merge_of(&commands[2]),
+        r#"{"metadata":{"labels":{"cluster.x-k8s.io/cluster-name":"c1"},"ownerReferences":[{"apiVersion":"cluster.x-k8s.io/v1beta2","kind":"MachinePool","name":"p1","uid":"uid-default-p1","controller":true,"blockOwnerDeletion":true}]}}"#
+    );
+    assert_eq!(
+        commands[2].action.target().api_version,
+        "infrastructure.cluster.x-k8s.io/v1beta2"
+    );
+}
+
+#[test]
+fn provider_object_owned_by_another_controller_is_not_stolen() {
+    let mut objects = world(settled_pool(&["p1-0"]), &["p1-0"]);
+    if let Object::External(e) = &mut objects[2].1 {
+        e.meta.owner_references[0].name = "someone-else".into();
+    }
+    let (_, commands) = synced_engine(T0, objects);
+    assert_eq!(lines(&commands), Vec::<String>::new());
+}
+
+/// Upstream's `TestReconcileMachinePoolBootstrap` rows, over both bootstrap contracts.
+#[test]
+fn bootstrap_reconciliation_table() {
+    struct Case {
+        name: &'static str,
+        ready: Option<bool>,
+        data_secret_created: Option<bool>,
+        secret: Option<&'static str>,
+        want_spec: Option<&'static str>,
+        want_created: bool,
+    }
+    let cases = [
+        Case {
+            name: "v1beta1 contract: status.ready copies the secret name",
+            ready: Some(true),
+            data_secret_created: None,
+            secret: Some("secret-data"),
+            want_spec: Some(
+                r#"{"spec":{"template":{"spec":{"bootstrap":{"dataSecretName":"secret-data"}}}}}"#,
+            ),
+            want_created: true,
+        },
+        Case {
+            name: "v1beta2 contract: initialization.dataSecretCreated copies the secret name",
+            ready: None,
+            data_secret_created: Some(true),
+            secret: Some("secret-data"),
+            want_spec: Some(
+                r#"{"spec":{"template":{"spec":{"bootstrap":{"dataSecretName":"secret-data"}}}}}"#,
+            ),
+            want_created: true,
+        },
+        Case {
+            name: "not created: nothing copied, waiting",
+            ready: Some(false),
+            data_secret_created: Some(false),
+            secret: Some("secret-data"),
+            want_spec: None,
+            want_created: false,
+        },
+        Case {
+            name: "created but no secret name: error, nothing copied",
+            ready: Some(true),
+            data_secret_created: None,
+            secret: None,
+            want_spec: None,
+            want_created: false,
+        },
+    ];
+    for case in cases {
+        let mut mp = machine_pool("c1", "p1", 1);
+        mp.status.phase = Some("Pending".into());
+        let mut objects = world(mp, &[]);
+        if let Object::External(e) = &mut objects[2].1 {
+            e.ready = case.ready;
+            e.data_secret_created = case.data_secret_created;
+            e.data_secret_name = case.secret.map(str::to_string);
+        }
+        // Keep infrastructure out of the way.
+        if let Object::External(e) = &mut objects[3].1 {
+            e.ready = Some(false);
+            e.provisioned = Some(false);
+        }
+        let (engine, commands) = synced_engine(T0, objects);
+        let spec = commands
+            .iter()
+            .find(|c| c.action.name() == "PatchSpec")
+            .map(merge_of);
+        assert_eq!(spec.as_deref(), case.want_spec, "{}", case.name);
+        let status = merge_of(find(&commands, "PatchStatus", "MachinePool default/p1"));
+        assert_eq!(
+            status.contains(r#""bootstrapDataSecretCreated":true"#),
+            case.want_created,
+            "{}: {status}",
+            case.name
+        );
+        let _ = engine;
+        let Some(Action::SetCondition { conditions, .. }) = commands
+            .iter()
+            .find(|c| c.action.name() == "SetCondition")
+            .map(|c| &c.action)
+        else {
+            panic!("{}: no SetCondition", case.name);
+        };
+        let bootstrap = conditions.legacy("BootstrapReady").unwrap();
+        match case.ready.or(case.data_secret_created) {
+            Some(true) => assert!(bootstrap.is_true(), "{}", case.name),
+            _ => {
+                assert_eq!(bootstrap.reason, "WaitingForDataSecret", "{}", case.name);
+                assert_eq!(bootstrap.severity, Severity::Info, "{}", case.name);
+            }
+        }
+    }
+}
+
+#[test]
+fn user_provided_data_secret_without_config_ref_is_left_alone() {
+    let mut mp = settled_pool(&["p1-0"]);
+    mp.bootstrap_config_ref = None;
+    mp.bootstrap_data_secret_name = Some("my-own-data".into());
+    let mut objects = world(mp, &["p1-0"]);
+    objects.remove(2);
+    let (_, commands) = synced_engine(T0, objects);
+    assert_eq!(lines(&commands), Vec::<String>::new());
+}
+
+#[test]
+fn provider_ids_and_replicas_copied_from_infra_with_node_refs_set() {
+    let mut mp = machine_pool("c1", "p1", 2);
+    mp.status.phase = Some("Provisioning".into());
+    let mut objects = world(mp, &["p1-0", "p1-1"]);
+    for (_, o) in &mut objects {
+        if let Object::Node(n) = o {
+            *n = bare_node(&n.meta.name);
+        }
+    }
+    let (_, commands) = started(T0, objects);
+    assert_eq!(
+        lines(&commands),
+        [
+            "RecordEvent MachinePool default/p1 Normal SuccessfulSetNodeRefs: [{Kind:Node Namespace: Name:p1-0 UID:uid-p1-0 APIVersion:v1 ResourceVersion: FieldPath:} {Kind:Node Namespace: Name:p1-1 UID:uid-p1-1 APIVersion:v1 ResourceVersion: FieldPath:}]",
+            "PatchSpec Node p1-0@c1 MachinePool annotations, uninitialized taint removed",
+            "PatchSpec Node p1-1@c1 MachinePool annotations, uninitialized taint removed",
+            "PatchSpec MachinePool default/p1 spec.template.spec.bootstrap.dataSecretName=p1-bootstrap, spec.providerIDList (2 IDs)",
+            "PatchStatus MachinePool default/p1 replicas=2, deprecated.v1beta1.readyReplicas=2, deprecated.v1beta1.availableReplicas=2, deprecated.v1beta1.unavailableReplicas=0, readyReplicas=2, availableReplicas=2, upToDateReplicas=2, nodeRefs (2 Nodes), initialization.bootstrapDataSecretCreated=true, initialization.infrastructureProvisioned=true, versions, phase=Running",
+            "SetCondition MachinePool default/p1 Ready=True, BootstrapReady=True, InfrastructureReady=True, ReplicasReady=True",
+        ]
+    );
+    assert_eq!(
+        merge_of(&commands[1]),
+        r#"{"metadata":{"annotations":{"cluster.x-k8s.io/cluster-name":"c1","cluster.x-k8s.io/cluster-namespace":"default","cluster.x-k8s.io/owner-kind":"MachinePool","cluster.x-k8s.io/owner-name":"p1"}}}"#
+    );
+    assert_eq!(
+        merge_of(&commands[3]),
+        r#"{"spec":{"template":{"spec":{"bootstrap":{"dataSecretName":"p1-bootstrap"}}},"providerIDList":["sim://c1/p1-0","sim://c1/p1-1"]}}"#
+    );
+    assert_eq!(
+        merge_of(&commands[4]),
+        r#"{"status":{"replicas":2,"deprecated":{"v1beta1":{"readyReplicas":2,"availableReplicas":2,"unavailableReplicas":0}},"readyReplicas":2,"availableReplicas":2,"upToDateReplicas":2,"nodeRefs":[{"apiVersion":"v1","kind":"Node","name":"p1-0","uid":"uid-p1-0"},{"apiVersion":"v1","kind":"Node","name":"p1-1","uid":"uid-p1-1"}],"initialization":{"bootstrapDataSecretCreated":true,"infrastructureProvisioned":true},"versions":[{"version":"v1.33.0","replicas":2}],"phase":"Running"}}"#
+    );
+}
+
+#[test]
+fn empty_provider_id_list_with_nonzero_replicas_is_not_copied() {
+    let mut mp = settled_pool(&[]);
+    mp.replicas = Some(2);
+    mp.status.phase = Some("ScalingUp".into());
+    let mut objects = world(mp, &[]);
+    if let Object::External(e) = &mut objects[3].1 {
+        e.status_replicas = Some(2);
+    }
+    let (_, commands) = synced_engine(T0, objects);
+    let status = merge_of(find(&commands, "PatchStatus", "MachinePool default/p1"));
+    assert!(!commands.iter().any(|c| c.action.name() == "PatchSpec"));
+    assert_eq!(
+        status,
+        r#"{"status":{"replicas":2,"readyReplicas":2,"availableReplicas":2,"upToDateReplicas":2}}"#
+    );
+}
+
+#[test]
+fn infra_ready_through_initialization_provisioned_alone() {
+    let mut mp = settled_pool(&["p1-0"]);
+    mp.status.infrastructure_provisioned = false;
+    let mut objects = world(mp, &["p1-0"]);
+    if let Object::External(e) = &mut objects[3].1 {
+        e.ready = None;
+        e.provisioned = Some(true);
+    }
+    let (_, commands) = synced_engine(T0, objects);
+    assert_eq!(
+        lines(&commands),
+        ["PatchStatus MachinePool default/p1 initialization.infrastructureProvisioned=true"]
+    );
+}
+
+#[test]
+fn scale_down_deletes_the_retired_node_and_resets_counters() {
+    let mut mp = settled_pool(&["p1-0", "p1-1"]);
+    mp.replicas = Some(1);
+    mp.status.up_to_date_replicas = Some(1);
+    mp.status.phase = Some("ScalingDown".into());
+    let (mut engine, commands) = synced_engine(T0, world(mp, &["p1-0", "p1-1"]));
+    assert_eq!(lines(&commands), Vec::<String>::new());
+    let mut infra = adopted(infra_machine_pool("p1"), "p1");
+    infra.provider_id_list = Some(ids(&["p1-0"]));
+    infra.status_replicas = Some(1);
+    infra.meta.resource_version = 2;
+    let commands = upsert(
+        &mut engine,
+        secs(5),
+        Scope::Management,
+        Object::External(infra),
+    );
+    assert_eq!(
+        lines(&commands),
+        [
+            "DeleteNode Node p1-1@c1",
+            "RecordEvent MachinePool default/p1 Normal SuccessfulSetNodeRefs: [{Kind:Node Namespace: Name:p1-0 UID:uid-p1-0 APIVersion:v1 ResourceVersion: FieldPath:}]",
+            "PatchSpec MachinePool default/p1 spec.providerIDList (1 IDs)",
+            "PatchStatus MachinePool default/p1 replicas=1, deprecated.v1beta1.readyReplicas=1, deprecated.v1beta1.availableReplicas=1, readyReplicas=1, availableReplicas=1, nodeRefs (1 Nodes), versions, phase=Running",
+        ]
+    );
+    // The Node deletion is not repeated while the answer and the watch catch up.
+    let delete = commands[0].clone();
+    assert_eq!(
+        lines(&answer(&mut engine, secs(6), &delete, ok())),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn scale_to_zero_deletes_every_node_and_empties_node_refs() {
+    let mut mp = settled_pool(&["p1-0", "p1-1"]);
+    mp.replicas = Some(0);
+    mp.status.up_to_date_replicas = Some(0);
+    mp.status.phase = Some("ScalingDown".into());
+    let (mut engine, commands) = synced_engine(T0, world(mp, &["p1-0", "p1-1"]));
+    assert_eq!(lines(&commands), Vec::<String>::new());
+    let mut infra = adopted(infra_machine_pool("p1"), "p1");
+    infra.provider_id_list = Some(vec![]);
+    infra.status_replicas = Some(0);
+    infra.meta.resource_version = 2;
+    let commands = upsert(
+        &mut engine,
+        secs(5),
+        Scope::Management,
+        Object::External(infra),
+    );
+    assert_eq!(
+        lines(&commands),
+        [
+            "DeleteNode Node p1-0@c1",
+            "DeleteNode Node p1-1@c1",
+            "RecordEvent MachinePool default/p1 Normal SuccessfulSetNodeRefs: []",
+            "PatchSpec MachinePool default/p1 spec.providerIDList (0 IDs)",
+            "PatchStatus MachinePool default/p1 replicas=0, deprecated.v1beta1.readyReplicas=0, deprecated.v1beta1.availableReplicas=0, readyReplicas=0, availableReplicas=0, nodeRefs (0 Nodes), versions, phase=Running",
+        ]
+    );
+}
+
+#[test]
+fn scale_from_zero_picks_up_new_nodes_as_they_join() {
+    let mut mp = settled_pool(&[]);
+    mp.replicas = Some(1);
+    let mut objects = world(mp, &[]);
+    if let Object::External(e) = &mut objects[3].1 {
+        e.provider_id_list = Some(ids(&["p1-0"]));
+        e.status_replicas = Some(1);
+    }
+    let (mut engine, commands) = synced_engine(T0, objects);
+    // The list is copied; no Node yet: counters reset, nodeRefs untouched.
+    assert_eq!(
+        lines(&commands),
+        [
+            "PatchSpec MachinePool default/p1 spec.providerIDList (1 IDs)",
+            "PatchStatus MachinePool default/p1 replicas=1, deprecated.v1beta1.unavailableReplicas=1, readyReplicas=1, availableReplicas=1, upToDateReplicas=1, phase=ScalingUp",
+        ]
+    );
+    // The patches land (the API answers with the patched pool); then the Node joins.
+    let mut mp = settled_pool(&[]);
+    mp.replicas = Some(1);
+    mp.provider_id_list = ids(&["p1-0"]);
+    mp.status.replicas = Some(1);
+    mp.status.legacy_unavailable_replicas = Some(1);
+    (
+        mp.status.ready_replicas,
+        mp.status.available_replicas,
+        mp.status.up_to_date_replicas,
+    ) = (Some(1), Some(1), Some(1));
+    mp.status.phase = Some("ScalingUp".into());
+    mp.meta.resource_version = 2;
+    for c in &commands {
+        let landed = ApiOutcome::Ok {
+            object: Some(Box::new(Object::MachinePool(mp.clone()))),
+        };
+        assert_eq!(
+            lines(&answer(&mut engine, secs(1), c, landed)),
+            Vec::<String>::new()
+        );
+    }
+    let commands = upsert(
+        &mut engine,
+        secs(60),
+        workload("c1"),
+        Object::Node(bare_node("p1-0")),
+    );
+    assert_eq!(
+        lines(&commands)[..2],
+        [
+            "RecordEvent MachinePool default/p1 Normal SuccessfulSetNodeRefs: [{Kind:Node Namespace: Name:p1-0 UID:uid-p1-0 APIVersion:v1 ResourceVersion: FieldPath:}]",
+            "PatchSpec Node p1-0@c1 MachinePool annotations, uninitialized taint removed",
+        ]
+    );
+    assert!(
+        lines(&commands)[2].contains("phase=Running"),
+        "{:#?}",
+        lines(&commands)
+    );
+}
+
+#[test]
+fn uid_mismatch_reassigns_node_refs() {
+    let mut mp = settled_pool(&["p1-0"]);
+    mp.status.node_refs[0].uid = "uid-old".into();
+    let (_, commands) = synced_engine(T0, world(mp, &["p1-0"]));
+    assert_eq!(
+        lines(&commands),
+        [
+            "RecordEvent MachinePool default/p1 Normal SuccessfulSetNodeRefs: [{Kind:Node Namespace: Name:p1-0 UID:uid-p1-0 APIVersion:v1 ResourceVersion: FieldPath:}]",
+            "PatchStatus MachinePool default/p1 nodeRefs (1 Nodes)",
+        ]
+    );
+}
+
+#[test]
+fn min_ready_seconds_expiry_wakes_the_pool_and_counts_the_node_available() {
+    let mut mp = settled_pool(&["p1-0"]);
+    mp.min_ready_seconds = Some(30);
+    mp.status.legacy_available_replicas = Some(0);
+    mp.status.legacy_unavailable_replicas = Some(1);
+    let mut objects = world(mp, &["p1-0"]);
+    if let Object::Node(n) = &mut objects[4].1 {
+        n.conditions = vec![ready_condition(ConditionStatus::True, secs(0))];
+    }
+    let (mut engine, commands) = synced_engine(secs(10), objects);
+    assert_eq!(lines(&commands), Vec::<String>::new());
+    assert_eq!(
+        engine.next_deadline(),
+        Some(secs(30) + Duration::from_millis(1))
+    );
+    engine.handle(secs(31), &Input::Tick);
+    let commands = drain_commands(&mut engine);
+    assert_eq!(
+        lines(&commands),
+        [
+            "PatchStatus MachinePool default/p1 deprecated.v1beta1.availableReplicas=1, deprecated.v1beta1.unavailableReplicas=0"
+        ]
+    );
+    assert_eq!(engine.next_deadline(), None);
+}
+
+#[test]
+fn replicas_managed_by_annotation_makes_the_phase_scaling() {
+    let mut mp = settled_pool(&["p1-0"]);
+    mp.replicas = Some(3);
+    mp.meta
+        .annotations
+        .insert(REPLICAS_MANAGED_BY_ANNOTATION.into(), String::new());
+    let (_, commands) = synced_engine(T0, world(mp, &["p1-0"]));
+    assert_eq!(
+        lines(&commands),
+        ["PatchStatus MachinePool default/p1 upToDateReplicas=3, phase=Scaling"]
+    );
+}
+
+#[test]
+fn infra_failure_surfaces_and_failed_is_terminal() {
+    let mut objects = world(settled_pool(&["p1-0"]), &["p1-0"]);
+    if let Object::External(e) = &mut objects[3].1 {
+        e.failure_reason = Some("UpdateError".into());
+        e.failure_message = Some("instance group is broken".into());
+    }
+    let (_, commands) = synced_engine(T0, objects);
+    assert_eq!(
+        merge_of(&commands[0]),
+        r#"{"status":{"deprecated":{"v1beta1":{"failureReason":"UpdateError","failureMessage":"Failure detected from referenced resource infrastructure.cluster.x-k8s.io/v1beta2, Kind=DockerMachinePool with name \"p1\": instance group is broken"}},"phase":"Failed"}}"#
+    );
+    // Failure cleared on the provider, pool already Failed: stays Failed, nothing written.
+    let mut mp = settled_pool(&["p1-0"]);
+    mp.status.phase = Some("Failed".into());
+    let (_, commands) = synced_engine(T0, world(mp, &["p1-0"]));
+    assert_eq!(lines(&commands), Vec::<String>::new());
+}
+
+#[test]
+fn infra_deleted_after_ready_is_invalid_configuration() {
+    let mut objects = world(settled_pool(&["p1-0"]), &["p1-0"]);
+    objects.remove(3);
+    let (_, commands) = synced_engine(T0, objects);
+    assert_eq!(
+        merge_of(find(&commands, "PatchStatus", "MachinePool default/p1")),
+        r#"{"status":{"deprecated":{"v1beta1":{"failureReason":"InvalidConfiguration","failureMessage":"MachinePool infrastructure resource DockerMachinePool default/p1 has been deleted after being ready"}},"phase":"Failed"}}"#
+    );
+    let Action::SetCondition { conditions, .. } =
+        &find(&commands, "SetCondition", "MachinePool default/p1").action
+    else {
+        unreachable!()
+    };
+    let infra = conditions.legacy("InfrastructureReady").unwrap();
+    assert_eq!(
+        (
+            infra.reason.as_str(),
+            infra.severity,
+            infra.message.as_str()
+        ),
+        (
+            "IncorrectExternalRef",
+            Severity::Error,
+            "could not find infra reference of kind DockerMachinePool with name p1"
+        )
+    );
+    assert_eq!(
+        conditions.legacy("Ready").unwrap().reason,
+        "IncorrectExternalRef"
+    );
+    assert_eq!(
+        conditions.current("InfrastructureReady").unwrap().reason,
+        "IncorrectExternalRef"
+    );
+}
+
+#[test]
+fn v1beta1_pool_gets_its_own_paths_and_both_condition_lists() {
+    let mut mp = machine_pool("c1", "p1", 1);
+    mp.version = ApiVersion::V1Beta1;
+    let mut objects = world(mp, &["p1-0"]);
+    if let Object::Node(n) = &mut objects[4].1 {
+        *n = bare_node("p1-0");
+    }
+    let (_, commands) = started(T0, objects);
+    let status = find(&commands, "PatchStatus", "MachinePool default/p1");
+    assert_eq!(
+        status.action.target().api_version,
+        "cluster.x-k8s.io/v1beta1"
+    );
+    assert_eq!(
+        merge_of(status),
+        r#"{"status":{"replicas":1,"readyReplicas":1,"availableReplicas":1,"unavailableReplicas":0,"v1beta2":{"readyReplicas":1,"availableReplicas":1,"upToDateReplicas":1},"nodeRefs":[{"apiVersion":"v1","kind":"Node","name":"p1-0","uid":"uid-p1-0"}],"bootstrapReady":true,"infrastructureReady":true,"versions":[{"version":"v1.33.0","replicas":1}],"phase":"Running"}}"#
+    );
+    let Action::SetCondition { conditions, .. } =
+        &find(&commands, "SetCondition", "MachinePool default/p1").action
+    else {
+        unreachable!()
+    };
+    for t in ["BootstrapReady", "InfrastructureReady", "ReplicasReady"] {
+        assert!(conditions.legacy(t).unwrap().is_true(), "{t}");
+        assert!(conditions.current(t).unwrap().is_true(), "{t}");
+    }
+}
+
+fn deleting_world(timeout: Option<Duration>) -> (Engine, Vec<Command>) {
+    let mut mp = settled_pool(&["p1-0", "p1-1"]);
+    mp.meta.deletion_timestamp = Some(T0);
+    mp.node_deletion_timeout = timeout;
+    mp.status.phase = Some("Deleting".into());
+    synced_engine(T0, world(mp, &["p1-0", "p1-1"]))
+}
+
+fn remove(engine: &mut Engine, now: Timestamp, key: ObjectKey) -> Vec<Command> {
+    engine.handle(now, &Input::Delete { key });
+    drain_commands(engine)
+}
+
+fn external_key(kind: &str, group: &str) -> ObjectKey {
+    ObjectKey::management(
+        Kind::External(GroupKind {
+            group: group.into(),
+            kind: kind.into(),
+        }),
+        "default",
+        "p1",
+    )
+}
+
+#[test]
+fn deletion_removes_providers_then_every_node_then_the_finalizer() {
+    let (mut engine, commands) = deleting_world(None);
+    assert_eq!(
+        lines(&commands),
+        [
+            "DeleteBootstrap KubeadmConfig default/p1",
+            "DeleteInfrastructure DockerMachinePool default/p1",
+        ]
+    );
+    assert!(answer(&mut engine, secs(1), &commands[0], ok()).is_empty());
+    assert!(answer(&mut engine, secs(1), &commands[1], ok()).is_empty());
+    let bootstrap = external_key("KubeadmConfig", "bootstrap.cluster.x-k8s.io");
+    let infra = external_key("DockerMachinePool", "infrastructure.cluster.x-k8s.io");
+    assert!(remove(&mut engine, secs(10), bootstrap).is_empty());
+    let commands = remove(&mut engine, secs(20), infra);
+    // Decision 9: every Node in nodeRefs, although their providerIDs are still listed.
+    assert_eq!(
+        lines(&commands),
+        ["DeleteNode Node p1-0@c1", "DeleteNode Node p1-1@c1"]
+    );
+    assert!(answer(&mut engine, secs(21), &commands[0], ok()).is_empty());
+    let last = answer(&mut engine, secs(21), &commands[1], ApiOutcome::NotFound);
+    assert_eq!(
+        lines(&last),
+        ["RemoveFinalizer MachinePool default/p1 machinepool.cluster.x-k8s.io"]
+    );
+}
+
+#[test]
+fn node_deletion_gets_one_real_try_then_stops_after_the_timeout() {
+    let (mut engine, commands) = deleting_world(None);
+    answer(&mut engine, secs(1), &commands[0], ok());
+    answer(&mut engine, secs(1), &commands[1], ok());
+    remove(
+        &mut engine,
+        secs(30),
+        external_key("KubeadmConfig", "bootstrap.cluster.x-k8s.io"),
+    );
+    // 30 s after deletion: the 10 s timeout passed long ago, yet each Node gets a real try.
+    let commands = remove(
+        &mut engine,
+        secs(30),
+        external_key("DockerMachinePool", "infrastructure.cluster.x-k8s.io"),
+    );
+    assert_eq!(
+        lines(&commands),
+        ["DeleteNode Node p1-0@c1", "DeleteNode Node p1-1@c1"]
+    );
+    let unreachable = || ApiOutcome::Unreachable {
+        message: "connection refused".into(),
+    };
+    assert!(answer(&mut engine, secs(30), &commands[0], ok()).is_empty());
+    assert!(answer(&mut engine, secs(30), &commands[1], unreachable()).is_empty());
+    // Retries are paced and continue for 10 s after the first try.
+    let mut retries = 0;
+    let mut now = secs(30);
+    let finalizer = loop {
+        let deadline = engine.next_deadline().expect("a retry is scheduled");
+        assert!(deadline > now);
+        now = deadline;
+        engine.handle(now, &Input::Tick);
+        let commands = drain_commands(&mut engine);
+        match lines(&commands).as_slice() {
+            [one] if one == "DeleteNode Node p1-1@c1" => {
+                retries += 1;
+                assert!(answer(&mut engine, now, &commands[0], unreachable()).is_empty());
+            }
+            [one] if one.starts_with("RemoveFinalizer") => break now,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(retries, 9);
+    assert_eq!(finalizer, secs(40));
+}
+
+#[test]
+fn node_deletion_timeout_zero_retries_forever() {
+    let (mut engine, commands) = deleting_world(Some(Duration::ZERO));
+    answer(&mut engine, secs(1), &commands[0], ok());
+    answer(&mut engine, secs(1), &commands[1], ok());
+    remove(
+        &mut engine,
+        secs(2),
+        external_key("KubeadmConfig", "bootstrap.cluster.x-k8s.io"),
+    );
+    let commands = remove(
+        &mut engine,
+        secs(2),
+        external_key("DockerMachinePool", "infrastructure.cluster.x-k8s.io"),
+    );
+    let refused = ApiOutcome::Forbidden {
+        message: "nope".into(),
+        namespace_terminating: false,
+    };
+    answer(&mut engine, secs(2), &commands[0], ok());
+    let mut pending = commands[1].clone();
+    let mut now = secs(2);
+    for _ in 0..30 {
+        assert!(answer(&mut engine, now, &pending, refused.clone()).is_empty());
+        now = engine.next_deadline().unwrap();
+        engine.handle(now, &Input::Tick);
+        let commands = drain_commands(&mut engine);
+        assert_eq!(lines(&commands), ["DeleteNode Node p1-1@c1"]);
+        pending = commands[0].clone();
+    }
+    assert!(now > secs(30));
+}
+
+#[test]
+fn machine_pool_machines_are_created_per_infrastructure_machine() {
+    let mut mp = settled_pool(&["p1-0"]);
+    mp.template_labels = labels(&[("team", "blue")]);
+    mp.template_annotations = labels(&[("note", "x")]);
+    let mut objects = world(mp, &["p1-0"]);
+    if let Object::External(e) = &mut objects[3].1 {
+        e.infrastructure_machine_kind = Some("DockerMachinePoolMachine".into());
+    }
+    let mut im = external(
+        "infrastructure.cluster.x-k8s.io",
+        "DockerMachinePoolMachine",
+        "p1-0",
+    );
+    im.meta.labels = labels(&[(POOL_NAME_LABEL, "p1"), (CLUSTER_NAME_LABEL, "c1")]);
+    im.provider_id = Some("sim://c1/p1-0".into());
+    objects.push((Scope::Management, Object::External(im)));
+    let (mut engine, commands) = synced_engine(T0, objects);
+    let create = find(&commands, "CreateMachine", "Machine default/p1-0");
+    assert_eq!(
+        create.action.target().api_version,
+        "cluster.x-k8s.io/v1beta2"
+    );
+    assert_eq!(
+        merge_of(create),
+        r#"{"apiVersion":"cluster.x-k8s.io/v1beta2","kind":"Machine","metadata":{"name":"p1-0","namespace":"default","labels":{"team":"blue","cluster.x-k8s.io/pool-name":"p1","cluster.x-k8s.io/cluster-name":"c1"},"annotations":{"note":"x"},"ownerReferences":[{"apiVersion":"cluster.x-k8s.io/v1beta2","kind":"MachinePool","name":"p1","uid":"uid-default-p1","controller":true,"blockOwnerDeletion":true}]},"spec":{"clusterName":"c1","bootstrap":{"dataSecretName":""},"infrastructureRef":{"apiGroup":"infrastructure.cluster.x-k8s.io","kind":"DockerMachinePoolMachine","name":"p1-0"},"version":"v1.33.0"}}"#
+    );
+    // Counters now come from the Machines' conditions: none is Ready yet.
+    assert!(
+        merge_of(find(&commands, "PatchStatus", "MachinePool default/p1"))
+            .contains(r#""readyReplicas":0,"availableReplicas":0,"upToDateReplicas":0"#)
+    );
+    // Once the Machine exists, nothing more is created.
+    let mut m = machine("c1", "p1-0", Some("p1-0"));
+    m.meta.labels = labels(&[(POOL_NAME_LABEL, "p1"), (CLUSTER_NAME_LABEL, "c1")]);
+    m.infrastructure_ref.name = "p1-0".into();
+    let commands = upsert(&mut engine, secs(1), Scope::Management, Object::Machine(m));
+    assert!(!commands.iter().any(|c| c.action.name() == "CreateMachine"));
+}
+
+#[test]
+fn node_events_wake_only_the_pool_that_lists_them() {
+    let (mut engine, _) = synced_engine(T0, world(settled_pool(&["p1-0"]), &["p1-0"]));
+    let mut stranger = node("other");
+    stranger.provider_id = Some("sim://c1/other".into());
+    let commands = upsert(&mut engine, secs(1), workload("c1"), Object::Node(stranger));
+    assert!(commands.is_empty());
+    // The pool's Node goes NotReady: counters follow at once (no 30 s requeue).
+    let mut n = pool_node("p1-0");
+    n.conditions = vec![ready_condition(ConditionStatus::False, secs(2))];
+    n.meta.resource_version = 2;
+    let commands = upsert(&mut engine, secs(2), workload("c1"), Object::Node(n));
+    assert_eq!(
+        lines(&commands),
+        [
+            "PatchStatus MachinePool default/p1 deprecated.v1beta1.readyReplicas=0, deprecated.v1beta1.availableReplicas=0, deprecated.v1beta1.unavailableReplicas=1, phase=ScalingUp",
+            "SetCondition MachinePool default/p1 Ready=False (WaitingForReplicasReady), ReplicasReady=False (WaitingForReplicasReady)",
+        ]
+    );
+}
+
+#[test]
+fn reconciling_twice_issues_nothing_new_while_patches_are_in_flight() {
+    let mut engine = Engine::new();
+    for (scope, objects) in [
+        (Scope::Management, vec![]),
+        (workload("c1"), vec![Object::Node(pool_node("p1-0"))]),
+    ] {
+        engine.handle(T0, &Input::Relist { scope, objects });
+    }
+    let mp = machine_pool("c1", "p1", 1);
+    let mut objects: Vec<Object> = world(mp, &["p1-0"])
+        .into_iter()
+        .filter(|(s, _)| *s == Scope::Management)
+        .map(|(_, o)| o)
+        .collect();
+    engine.handle(
+        T0,
+        &Input::Relist {
+            scope: Scope::Management,
+            objects: objects.clone(),
+        },
+    );
+    let first = drain_commands(&mut engine);
+    assert!(!first.is_empty());
+    // The same objects again (a relist): everything is in flight, nothing new is queued.
+    objects.reverse();
+    engine.handle(
+        secs(1),
+        &Input::Relist {
+            scope: Scope::Management,
+            objects,
+        },
+    );
+    assert_eq!(lines(&drain_commands(&mut engine)), Vec::<String>::new());
+    let _ = Target {
+        key: pool_key("p1"),
+        api_version: String::new(),
+    };
+}
