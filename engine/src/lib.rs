@@ -18,6 +18,7 @@ pub mod journal;
 pub mod model;
 pub mod pool;
 pub mod recovery;
+pub mod remediation;
 pub mod store;
 pub mod testing;
 pub mod time;

@@ -241,3 +241,113 @@ pub fn machine_pool(cluster: &str, name: &str, replicas: i32) -> MachinePool {
 pub fn infra_machine_pool(name: &str) -> External {
     external("infrastructure.cluster.x-k8s.io", "DockerMachinePool", name)
 }
+
+/// A Cluster whose `ControlPlaneInitialized` and `InfrastructureReady` are True since
+/// `Timestamp(0)` (v1beta2 conditions).
+pub fn ready_cluster(name: &str) -> Cluster {
+    let mut c = cluster(name);
+    for type_ in ["ControlPlaneInitialized", "InfrastructureReady"] {
+        c.conditions.current.push(Condition {
+            last_transition_time: Some(Timestamp(0)),
+            ..Condition::new(type_, ConditionStatus::True, type_, "")
+        });
+    }
+    c
+}
+
+/// A v1beta2 MachineHealthCheck `default/<name>` for cluster `cluster`, selecting its Machines
+/// by the cluster-name label, with upstream's usual checks (`Ready` `Unknown` or `False` for
+/// 5m), labelled and owned by its Cluster.
+pub fn machine_health_check(cluster: &str, name: &str) -> MachineHealthCheck {
+    let mut m = meta("default", name);
+    m.labels = labels(&[(CLUSTER_NAME_LABEL, cluster)]);
+    m.owner_references = vec![OwnerReference {
+        api_version: "cluster.x-k8s.io/v1beta2".to_string(),
+        kind: "Cluster".to_string(),
+        name: cluster.to_string(),
+        uid: format!("uid-default-{cluster}"),
+        controller: false,
+    }];
+    let check = |status: &str| UnhealthyCondition {
+        type_: "Ready".to_string(),
+        status: status.to_string(),
+        timeout: crate::time::Duration::from_mins(5),
+    };
+    MachineHealthCheck {
+        meta: m,
+        version: ApiVersion::V1Beta2,
+        cluster_name: cluster.to_string(),
+        selector: LabelSelector {
+            match_labels: labels(&[(CLUSTER_NAME_LABEL, cluster)]),
+            ..Default::default()
+        },
+        unhealthy_node_conditions: vec![check("Unknown"), check("False")],
+        unhealthy_machine_conditions: Vec::new(),
+        node_startup_timeout: None,
+        max_unhealthy: None,
+        unhealthy_range: None,
+        remediation_template: None,
+        conditions: Conditions::default(),
+        status: MachineHealthCheckStatus::default(),
+    }
+}
+
+/// A v1beta2 MachineSet `default/<name>` of cluster `cluster`.
+pub fn machine_set(cluster: &str, name: &str, replicas: i32) -> MachineSet {
+    let mut m = meta("default", name);
+    m.labels = labels(&[(CLUSTER_NAME_LABEL, cluster)]);
+    MachineSet {
+        meta: m,
+        version: ApiVersion::V1Beta2,
+        cluster_name: cluster.to_string(),
+        replicas: Some(replicas),
+        selector: LabelSelector {
+            match_labels: labels(&[(CLUSTER_NAME_LABEL, cluster)]),
+            ..Default::default()
+        },
+    }
+}
+
+/// A v1beta2 MachineDeployment `default/<name>` of cluster `cluster`.
+pub fn machine_deployment(cluster: &str, name: &str, replicas: i32) -> MachineDeployment {
+    let mut m = meta("default", name);
+    m.labels = labels(&[(CLUSTER_NAME_LABEL, cluster)]);
+    MachineDeployment {
+        meta: m,
+        version: ApiVersion::V1Beta2,
+        cluster_name: cluster.to_string(),
+        replicas: Some(replicas),
+        remediation_max_in_flight: None,
+    }
+}
+
+/// Makes `owner` (kind, name) the controller of `meta`.
+pub fn controlled_by(meta: &mut ObjectMeta, kind: &str, name: &str) {
+    meta.owner_references.push(OwnerReference {
+        api_version: "cluster.x-k8s.io/v1beta2".to_string(),
+        kind: kind.to_string(),
+        name: name.to_string(),
+        uid: format!("uid-{}-{name}", meta.namespace),
+        controller: true,
+    });
+}
+
+/// Runs one reconcile of `key` on a controller outside an engine (tests and benchmarks), with
+/// nothing in flight; returns the commands it issued.
+pub fn reconcile(
+    controller: &mut dyn crate::controller::Controller,
+    store: &crate::store::Store,
+    key: &ObjectKey,
+    now: Timestamp,
+) -> Vec<crate::Command> {
+    let mut effects = crate::controller::Effects::default();
+    let mut cx = crate::controller::Cx {
+        now,
+        store,
+        cause: 0,
+        owner: key.clone(),
+        effects: &mut effects,
+    };
+    controller.reconcile(key, &mut cx);
+    std::iter::from_fn(|| effects.poll()).collect()
+}

@@ -1,25 +1,331 @@
-//! Placeholder registry entry; the controller lands with its issue.
+//! MachineHealthCheck (CAPI-SEMANTICS §2 with the product decisions of Part 1): select targets,
+//! judge each against its Machine and Node conditions and timeouts, gate remediation on
+//! `maxUnhealthy` / `unhealthyRange`, then remediate through the owner (conditions) or an
+//! external remediation request. The MachineSet side of owner remediation
+//! ([`crate::remediation::owner`]) runs in this controller slot too.
+//!
+//! Expected flow: reconcile keys are MachineHealthChecks (the health check), MachineSets (owner
+//! remediation) and Machines. A Machine key does no work of its own: it marks that target dirty
+//! in every MHC that covers (or may now cover) it. Keys are reconciled in key order and Machine
+//! sorts before MachineHealthCheck, so within one input every changed target is marked before its
+//! MHC is reconciled; the MHC then re-judges only its dirty and due targets and decides on the
+//! complete counts at one common `now`. A change to the MHC's spec, its Cluster's gates or its
+//! remediation template invalidates every verdict and brings a full evaluation.
+//! Guarantees: each MHC asks for the exact next deadline among its targets (`expiry + 1s`), so a
+//! timeout is acted on within one second, and it keeps that clock while short-circuited
+//! (decision 11). Reconciling with nothing changed issues nothing.
 
-use crate::command::{Command, ControllerId};
-use crate::controller::{Controller, Cx};
+pub mod conditions;
+mod mhc;
+pub mod targets;
+pub mod trigger;
+pub mod verdict;
+
+use crate::command::{Action, Command, ControllerId};
+use crate::controller::{Controller, Cx, Timers};
 use crate::input::ApiOutcome;
-use crate::model::ObjectKey;
+use crate::model::{CLUSTER_NAME_LABEL, ClusterName, Kind, Machine, Object, ObjectKey, Scope};
+use crate::remediation::owner;
 use crate::store::{Change, Store};
-use crate::time::Timestamp;
+use crate::time::{Duration, Timestamp};
+use mhc::MhcMemo;
 use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How long to wait before creating an external remediation request again after the API
+/// refused one (upstream retries through the controller's error backoff).
+pub const REMEDIATION_REQUEST_RETRY_INTERVAL: Duration = Duration::from_secs(10);
+
+/// A workload-cluster Node, by cluster and name.
+type NodeSlot = (ClusterName, String);
+
+/// The MachineHealthChecks this controller knows, and the reverse indexes that let a Machine or
+/// Node change find them in O(log n).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthChecks {
+    mhcs: BTreeMap<ObjectKey, MhcMemo>,
+    index: TargetIndex,
+    /// One wake-up per MHC: its earliest target deadline.
+    timers: Timers,
+}
+
+/// Which MHCs cover a Machine, and which Machines name a Node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct TargetIndex {
+    links: BTreeMap<ObjectKey, TargetLink>,
+    nodes: BTreeMap<NodeSlot, BTreeSet<ObjectKey>>,
+}
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HealthChecks {}
+struct TargetLink {
+    node: Option<NodeSlot>,
+    mhcs: BTreeSet<ObjectKey>,
+}
+
+impl TargetIndex {
+    fn link(&mut self, machine: &ObjectKey, mhc: &ObjectKey, node: Option<NodeSlot>) {
+        let link = self.links.entry(machine.clone()).or_default();
+        link.mhcs.insert(mhc.clone());
+        self.set_node(machine, node);
+    }
+
+    fn set_node(&mut self, machine: &ObjectKey, node: Option<NodeSlot>) {
+        let Some(link) = self.links.get_mut(machine) else {
+            return;
+        };
+        if link.node == node {
+            return;
+        }
+        if let Some(old) = link.node.take()
+            && let Some(set) = self.nodes.get_mut(&old)
+        {
+            set.remove(machine);
+            if set.is_empty() {
+                self.nodes.remove(&old);
+            }
+        }
+        if let Some(new) = &node {
+            self.nodes
+                .entry(new.clone())
+                .or_default()
+                .insert(machine.clone());
+        }
+        link.node = node;
+    }
+
+    fn unlink(&mut self, machine: &ObjectKey, mhc: &ObjectKey) {
+        let Some(link) = self.links.get_mut(machine) else {
+            return;
+        };
+        link.mhcs.remove(mhc);
+        if link.mhcs.is_empty() {
+            self.set_node(machine, None);
+            self.links.remove(machine);
+        }
+    }
+}
+
+impl HealthChecks {
+    /// MHCs that cover `machine_key` or may cover it now: those linked to it, and those of its
+    /// namespace and cluster (the MHC reconcile applies the exact selection).
+    fn mhcs_of_machine(
+        &self,
+        store: &Store,
+        machine_key: &ObjectKey,
+        machine: Option<&Machine>,
+        out: &mut Vec<ObjectKey>,
+    ) {
+        if let Some(link) = self.index.links.get(machine_key) {
+            out.extend(link.mhcs.iter().cloned());
+        }
+        let Some(m) = machine else { return };
+        let Some(cluster) = m.meta.labels.get(CLUSTER_NAME_LABEL) else {
+            return;
+        };
+        for (k, o) in store.iter_kind(&Scope::Management, &Kind::MachineHealthCheck) {
+            if let Object::MachineHealthCheck(mhc) = o
+                && k.namespace == machine_key.namespace
+                && &mhc.cluster_name == cluster
+                && !out.contains(k)
+            {
+                out.push(k.clone());
+            }
+        }
+    }
+
+    /// A Machine key: mark the target dirty in every MHC that may cover it.
+    fn mark_dirty(&mut self, key: &ObjectKey, store: &Store) {
+        let machine = match store.get(key) {
+            Some(Object::Machine(m)) => Some(m),
+            _ => None,
+        };
+        let mut mhcs = Vec::new();
+        self.mhcs_of_machine(store, key, machine, &mut mhcs);
+        for mhc in mhcs {
+            if let Some(memo) = self.mhcs.get_mut(&mhc) {
+                memo.mark_dirty(&key.name);
+            }
+        }
+    }
+
+    fn mhcs_of_cluster(store: &Store, cluster: &ObjectKey, out: &mut Vec<ObjectKey>) {
+        for (k, o) in store.iter_kind(&Scope::Management, &Kind::MachineHealthCheck) {
+            if let Object::MachineHealthCheck(mhc) = o
+                && k.namespace == cluster.namespace
+                && mhc.cluster_name == cluster.name
+            {
+                out.push(k.clone());
+            }
+        }
+    }
+
+    /// Forgets the verdicts of `mhc`, so that its next reconcile judges every target again
+    /// (benchmarks measure a full evaluation this way).
+    #[doc(hidden)]
+    pub fn invalidate(&mut self, mhc: &ObjectKey) {
+        if let Some(memo) = self.mhcs.get_mut(mhc) {
+            memo.invalidate();
+        }
+    }
+
+    /// Number of MachineHealthChecks with state (for tests and metrics).
+    pub fn len(&self) -> usize {
+        self.mhcs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.mhcs.is_empty()
+    }
+}
+
+fn push_unique(out: &mut Vec<ObjectKey>, key: ObjectKey) {
+    if !out.contains(&key) {
+        out.push(key);
+    }
+}
 
 impl Controller for HealthChecks {
     fn id(&self) -> ControllerId {
         ControllerId::Health
     }
-    fn affected(&self, _store: &Store, _change: &Change, _out: &mut Vec<ObjectKey>) {}
-    fn reconcile(&mut self, _key: &ObjectKey, _cx: &mut Cx<'_>) {}
-    fn on_result(&mut self, _command: &Command, _outcome: &ApiOutcome, _now: Timestamp) {}
-    fn take_due(&mut self, _now: Timestamp, _out: &mut Vec<ObjectKey>) {}
+
+    fn affected(&self, store: &Store, change: &Change, out: &mut Vec<ObjectKey>) {
+        let key = &change.key;
+        owner::affected(store, change, out);
+        match &key.scope {
+            Scope::Management => match &key.kind {
+                Kind::MachineHealthCheck => push_unique(out, key.clone()),
+                Kind::Machine => {
+                    push_unique(out, key.clone());
+                    let mut mhcs = Vec::new();
+                    for o in [&change.before, &change.after].into_iter().flatten() {
+                        if let Object::Machine(m) = o {
+                            self.mhcs_of_machine(store, key, Some(m), &mut mhcs);
+                        }
+                    }
+                    if change.latest().is_none() {
+                        self.mhcs_of_machine(store, key, None, &mut mhcs);
+                    }
+                    for k in mhcs {
+                        push_unique(out, k);
+                    }
+                }
+                Kind::Cluster => {
+                    let mut mhcs = Vec::new();
+                    Self::mhcs_of_cluster(store, key, &mut mhcs);
+                    for k in mhcs {
+                        push_unique(out, k);
+                    }
+                }
+                Kind::External(gk) => {
+                    if gk.kind.ends_with("Template") {
+                        // A remediation template: the MHCs that use it.
+                        for (k, o) in store.iter_kind(&Scope::Management, &Kind::MachineHealthCheck)
+                        {
+                            if let Object::MachineHealthCheck(mhc) = o
+                                && k.namespace == key.namespace
+                                && let Some(t) = &mhc.remediation_template
+                                && t.name == key.name
+                                && t.kind == gk.kind
+                            {
+                                push_unique(out, k.clone());
+                            }
+                        }
+                    } else {
+                        // Possibly a remediation request, named after its Machine.
+                        let machine =
+                            ObjectKey::management(Kind::Machine, &key.namespace, &key.name);
+                        if let Some(link) = self.index.links.get(&machine) {
+                            let requested = link.mhcs.iter().any(|mhc| {
+                                matches!(store.get(mhc), Some(Object::MachineHealthCheck(m))
+                                    if m.remediation_template.as_ref().is_some_and(|t|
+                                        crate::remediation::external::request_group_kind(t) == *gk))
+                            });
+                            if requested {
+                                push_unique(out, machine);
+                                for mhc in &link.mhcs {
+                                    push_unique(out, mhc.clone());
+                                }
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            },
+            Scope::Workload(cluster) => {
+                if key.kind == Kind::Node
+                    && let Some(machines) =
+                        self.index.nodes.get(&(cluster.clone(), key.name.clone()))
+                {
+                    for m in machines {
+                        push_unique(out, m.clone());
+                        if let Some(link) = self.index.links.get(m) {
+                            for mhc in &link.mhcs {
+                                push_unique(out, mhc.clone());
+                            }
+                        }
+                    }
+                }
+                // MHCs that could not judge anything until this cluster's cache synced.
+                for (k, memo) in &self.mhcs {
+                    if memo.waits_for(cluster) {
+                        push_unique(out, k.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    fn reconcile(&mut self, key: &ObjectKey, cx: &mut Cx<'_>) {
+        match key.kind {
+            Kind::Machine => self.mark_dirty(key, cx.store),
+            Kind::MachineHealthCheck => self.reconcile_mhc(key, cx),
+            Kind::MachineSet => owner::reconcile(key, cx),
+            _ => {}
+        }
+    }
+
+    fn on_result(&mut self, command: &Command, outcome: &ApiOutcome, now: Timestamp) {
+        let Some(memo) = self.mhcs.get_mut(&command.owner) else {
+            return;
+        };
+        match &command.action {
+            Action::CreateRemediation { target, .. } => match outcome {
+                // 409: it exists already, which is what was wanted.
+                ApiOutcome::Ok { .. } | ApiOutcome::Conflict { .. } => {
+                    memo.request_created(&target.key.name)
+                }
+                ApiOutcome::NotFound
+                | ApiOutcome::TooManyRequests { .. }
+                | ApiOutcome::Forbidden { .. }
+                | ApiOutcome::Error { .. }
+                | ApiOutcome::Unreachable { .. } => memo.request_failed(
+                    &target.key.name,
+                    outcome.summary(),
+                    now.saturating_add(REMEDIATION_REQUEST_RETRY_INTERVAL),
+                ),
+            },
+            // A write that failed is retried by judging the target again.
+            Action::SetCondition { target, .. }
+                if target.key.kind == Kind::Machine && !outcome.is_success() =>
+            {
+                memo.mark_dirty(&target.key.name)
+            }
+            Action::DeleteRemediation { target } if !outcome.is_success() => {
+                memo.mark_dirty(&target.key.name)
+            }
+            _ => {}
+        }
+    }
+
+    fn take_due(&mut self, now: Timestamp, out: &mut Vec<ObjectKey>) {
+        self.timers.take_due(now, out);
+    }
+
     fn next_deadline(&self) -> Option<Timestamp> {
-        None
+        self.timers.next_deadline()
     }
 }
+
+#[cfg(test)]
+mod tests;

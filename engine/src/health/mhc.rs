@@ -1,0 +1,1265 @@
+//! One MachineHealthCheck's reconcile: evaluate targets (all, or only the dirty and due ones),
+//! decide the gate on the complete counts, write what differs from what is observed.
+
+use super::conditions::{Edit, List, apply, legacy};
+use super::targets::{Selection, select, selector_problem};
+use super::trigger::{self, restricted_message};
+use super::verdict::{
+    Checks, ClusterGates, Gate, HEALTH_CHECK_SUCCEEDED, NODE_STARTUP_TIMEOUT_DEFAULT,
+    NodeObservation, TargetClass, Verdict, evaluate, failed_conditions,
+};
+use super::{HealthChecks, NodeSlot, TargetIndex};
+use crate::command::{Action, ControllerId, EventType, JsonText, Target};
+use crate::controller::{Cx, Issued};
+use crate::model::{
+    CLUSTER_NAME_LABEL, Cluster, ClusterName, ConditionStatus, Conditions, External, Kind,
+    LabelSelector, Machine, MachineHealthCheck, Node, Object, ObjectKey, ObjectRef,
+    PAUSED_ANNOTATION, Scope, Severity, UnhealthyCondition,
+};
+use crate::remediation::external::{request_key, request_object, request_target, template_key};
+use crate::remediation::{EXTERNALLY_REMEDIATED, OWNER_REMEDIATED, capi_target};
+use crate::store::Store;
+use crate::time::{Duration, Timestamp};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How often an MHC waiting for a workload cluster's cache looks again.
+pub const WORKLOAD_SYNC_RECHECK_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Above this many dirty targets (or an eighth of the targets) a reconcile judges them all in
+/// one ordered pass instead of looking each up.
+const DIRTY_TARGETS_FULL_PASS_MIN: usize = 64;
+
+const REMEDIATION_ALLOWED: &str = "RemediationAllowed";
+const TEMPLATE_AVAILABLE: &str = "ExternalRemediationTemplateAvailable";
+const REQUEST_AVAILABLE: &str = "ExternalRemediationRequestAvailable";
+
+/// Everything a verdict depends on besides the target itself. When it changes, every verdict
+/// is stale and the next reconcile evaluates all targets.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Facts {
+    cluster_name: String,
+    selector: LabelSelector,
+    node_checks: Vec<UnhealthyCondition>,
+    machine_checks: Vec<UnhealthyCondition>,
+    node_startup_timeout: Option<Duration>,
+    gates: ClusterGates,
+    template_ref: Option<ObjectRef>,
+    /// The template's apiVersion and body, when it exists.
+    template: Option<(String, Option<String>)>,
+}
+
+impl Facts {
+    fn of(mhc: &MachineHealthCheck, gates: ClusterGates, template: Option<&External>) -> Facts {
+        Facts {
+            cluster_name: mhc.cluster_name.clone(),
+            selector: mhc.selector.clone(),
+            node_checks: mhc.unhealthy_node_conditions.clone(),
+            machine_checks: mhc.unhealthy_machine_conditions.clone(),
+            node_startup_timeout: mhc.node_startup_timeout,
+            gates,
+            template_ref: mhc.remediation_template.clone(),
+            template: template.map(|t| (t.api_version.clone(), t.template_json.clone())),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct TargetMemo {
+    class: TargetClass,
+    /// When to look again: the next check, or a retry of a failed request creation.
+    deadline: Option<Timestamp>,
+    node_ref: Option<String>,
+    /// `MachineMarkedUnhealthy` was emitted for the current unhealthy spell.
+    marked: bool,
+    /// Healthy, and `HealthCheckSucceeded=True` was seen written on the Machine. Until the
+    /// Machine changes (which marks it dirty) a full evaluation need not look again.
+    written: bool,
+}
+
+/// Counts and deadlines kept in step with the targets' classes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Tally {
+    healthy: u32,
+    unhealthy: BTreeSet<String>,
+    deadlines: BTreeSet<(Timestamp, String)>,
+    /// The observed `status.targets` was last seen equal to the target names.
+    status_targets_match: bool,
+}
+
+impl Tally {
+    fn count(&mut self, class: TargetClass, name: &str, add: bool) {
+        match class {
+            TargetClass::Healthy => {
+                if add {
+                    self.healthy += 1
+                } else {
+                    self.healthy -= 1
+                }
+            }
+            TargetClass::Unhealthy => {
+                if add {
+                    self.unhealthy.insert(name.to_string());
+                } else {
+                    self.unhealthy.remove(name);
+                }
+            }
+            TargetClass::Pending | TargetClass::Unevaluated => {}
+        }
+    }
+
+    fn move_deadline(&mut self, name: &str, old: Option<Timestamp>, new: Option<Timestamp>) {
+        if old == new {
+            return;
+        }
+        if let Some(t) = old {
+            self.deadlines.remove(&(t, name.to_string()));
+        }
+        if let Some(t) = new {
+            self.deadlines.insert((t, name.to_string()));
+        }
+    }
+}
+
+/// What the controller remembers of one MHC: the last verdict class of every target (so counts
+/// are O(1) to maintain), target deadlines, dirty targets, and what was already reported.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct MhcMemo {
+    /// `None`: verdicts are stale (never evaluated, paused, or inputs changed).
+    facts: Option<Facts>,
+    targets: BTreeMap<String, TargetMemo>,
+    tally: Tally,
+    dirty: BTreeSet<String>,
+    allowed: bool,
+    restriction_reported: bool,
+    problem_reported: Option<String>,
+    request_retry_at: BTreeMap<String, Timestamp>,
+    request_error: Option<String>,
+    /// Waiting for this workload cluster's cache to sync before judging anything.
+    waiting_for: Option<ClusterName>,
+}
+
+/// Where a target's Node is indexed.
+fn node_slot(m: &Machine, cluster_name: &str) -> Option<NodeSlot> {
+    m.node_ref
+        .as_ref()
+        .map(|n| (ClusterName::new(&m.meta.namespace, cluster_name), n.clone()))
+}
+
+/// Applies a fresh verdict to a known target: class counts, deadline, node index. Allocates
+/// nothing when nothing changed.
+#[allow(clippy::too_many_arguments)]
+fn update_target(
+    t: &mut TargetMemo,
+    tally: &mut Tally,
+    index: &mut TargetIndex,
+    retry_at: Option<Timestamp>,
+    mhc_key: &ObjectKey,
+    cluster_name: &str,
+    e: &Evaluated<'_>,
+    now: Timestamp,
+) {
+    let m = e.machine;
+    let name = m.meta.name.as_str();
+    let deadline = earliest(e.verdict.next_check, retry_at.filter(|r| *r > now));
+    if t.node_ref != m.node_ref {
+        t.node_ref = m.node_ref.clone();
+        let mkey = ObjectKey::management(Kind::Machine, &m.meta.namespace, name);
+        index.set_node(&mkey, node_slot(m, cluster_name));
+    }
+    if t.class != e.class {
+        tally.count(t.class, name, false);
+        tally.count(e.class, name, true);
+        t.class = e.class;
+        t.written = false;
+        log_transition(mhc_key, m, e, now);
+    }
+    if e.class != TargetClass::Unhealthy {
+        t.marked = false;
+    }
+    tally.move_deadline(name, t.deadline, deadline);
+    t.deadline = deadline;
+}
+
+fn earliest(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl MhcMemo {
+    pub(super) fn mark_dirty(&mut self, name: &str) {
+        if !self.dirty.contains(name) {
+            self.dirty.insert(name.to_string());
+        }
+    }
+
+    pub(super) fn invalidate(&mut self) {
+        self.facts = None;
+    }
+
+    pub(super) fn waits_for(&self, cluster: &ClusterName) -> bool {
+        self.waiting_for.as_ref() == Some(cluster)
+    }
+
+    pub(super) fn request_created(&mut self, machine: &str) {
+        self.request_retry_at.remove(machine);
+        if self.request_retry_at.is_empty() {
+            self.request_error = None;
+        }
+    }
+
+    pub(super) fn request_failed(&mut self, machine: &str, error: String, retry_at: Timestamp) {
+        self.request_retry_at.insert(machine.to_string(), retry_at);
+        self.request_error = Some(error);
+        self.mark_dirty(machine);
+    }
+
+    /// Records a fresh verdict for one target (new or known).
+    fn record(
+        &mut self,
+        index: &mut TargetIndex,
+        mhc_key: &ObjectKey,
+        cluster_name: &str,
+        e: &Evaluated<'_>,
+        now: Timestamp,
+    ) {
+        let name = e.machine.meta.name.as_str();
+        if !e.is_unhealthy_class() {
+            self.request_retry_at.remove(name);
+        }
+        let retry_at = self.request_retry_at.get(name).copied();
+        match self.targets.get_mut(name) {
+            Some(t) => update_target(
+                t,
+                &mut self.tally,
+                index,
+                retry_at,
+                mhc_key,
+                cluster_name,
+                e,
+                now,
+            ),
+            None => self.insert_target(index, mhc_key, cluster_name, e, now),
+        }
+    }
+
+    fn insert_target(
+        &mut self,
+        index: &mut TargetIndex,
+        mhc_key: &ObjectKey,
+        cluster_name: &str,
+        e: &Evaluated<'_>,
+        now: Timestamp,
+    ) {
+        let m = e.machine;
+        let name = &m.meta.name;
+        let retry_at = self.request_retry_at.get(name).copied();
+        let deadline = earliest(e.verdict.next_check, retry_at.filter(|r| *r > now));
+        self.targets.insert(
+            name.clone(),
+            TargetMemo {
+                class: e.class,
+                deadline,
+                node_ref: m.node_ref.clone(),
+                marked: false,
+                written: false,
+            },
+        );
+        self.tally.count(e.class, name, true);
+        self.tally.move_deadline(name, None, deadline);
+        self.tally.status_targets_match = false;
+        let mkey = ObjectKey::management(Kind::Machine, &m.meta.namespace, name);
+        index.link(&mkey, mhc_key, node_slot(m, cluster_name));
+        log_transition(mhc_key, m, e, now);
+    }
+
+    fn drop_target(&mut self, index: &mut TargetIndex, mhc_key: &ObjectKey, name: &str) {
+        let Some(t) = self.targets.remove(name) else {
+            return;
+        };
+        self.tally.count(t.class, name, false);
+        self.tally.move_deadline(name, t.deadline, None);
+        self.request_retry_at.remove(name);
+        self.tally.status_targets_match = false;
+        let mkey = ObjectKey::management(Kind::Machine, &mhc_key.namespace, name);
+        index.unlink(&mkey, mhc_key);
+        tracing::info!(mhc = %mhc_key, machine = %mkey, "Machine is no longer a target");
+    }
+
+    fn set_written(&mut self, name: &str, written: bool) {
+        if let Some(t) = self.targets.get_mut(name)
+            && t.written != written
+        {
+            t.written = written;
+        }
+    }
+
+    fn is_marked(&self, name: &str) -> bool {
+        self.targets.get(name).is_some_and(|t| t.marked)
+    }
+
+    fn set_marked(&mut self, name: &str) {
+        if let Some(t) = self.targets.get_mut(name) {
+            t.marked = true;
+        }
+    }
+}
+
+fn log_transition(mhc: &ObjectKey, m: &Machine, e: &Evaluated<'_>, now: Timestamp) {
+    let machine = format!("{}/{}", m.meta.namespace, m.meta.name);
+    match e.class {
+        TargetClass::Unhealthy => {
+            let why: Vec<String> = e.verdict.findings.iter().map(|f| f.message()).collect();
+            tracing::info!(mhc = %mhc, machine, "Target is unhealthy: {}", why.join("; "));
+        }
+        TargetClass::Pending => {
+            let next = e
+                .verdict
+                .next_check
+                .map(|t| t.since(now))
+                .unwrap_or_default();
+            tracing::info!(mhc = %mhc, machine, "Target is likely to go unhealthy: checking again in {next}");
+        }
+        TargetClass::Healthy => tracing::debug!(mhc = %mhc, machine, "Target is healthy"),
+        TargetClass::Unevaluated => {
+            tracing::debug!(mhc = %mhc, machine, "Target is not judged (deleting, no Node yet, or the Cluster is not ready)")
+        }
+    }
+}
+
+/// One target judged at `now`.
+struct Evaluated<'a> {
+    machine: &'a Machine,
+    verdict: Verdict,
+    class: TargetClass,
+}
+
+impl Evaluated<'_> {
+    fn is_unhealthy_class(&self) -> bool {
+        self.class == TargetClass::Unhealthy
+    }
+}
+
+/// The Nodes of one workload cluster in name order, for a full evaluation: found by a cursor
+/// when Node names sort like Machine names (the usual case), else by binary search. Either way
+/// no store lookup per target.
+struct NodeDirectory<'a> {
+    nodes: Vec<(&'a str, &'a Node)>,
+    cursor: usize,
+}
+
+impl<'a> NodeDirectory<'a> {
+    fn of(store: &'a Store, scope: &'a Scope) -> Self {
+        let nodes = store
+            .iter_kind(scope, &Kind::Node)
+            .filter_map(|(k, o)| match o {
+                Object::Node(n) => Some((k.name.as_str(), n)),
+                _ => None,
+            })
+            .collect();
+        NodeDirectory { nodes, cursor: 0 }
+    }
+
+    fn find(&mut self, name: &str) -> Option<&'a Node> {
+        if let Some((n, node)) = self.nodes.get(self.cursor)
+            && *n == name
+        {
+            self.cursor += 1;
+            return Some(node);
+        }
+        let i = self.nodes.binary_search_by(|(n, _)| (*n).cmp(name)).ok()?;
+        self.cursor = i + 1;
+        Some(self.nodes[i].1)
+    }
+}
+
+/// Judges targets of one MHC at one time, reusing a Node key buffer so a lookup does not
+/// allocate.
+struct Judge<'a> {
+    store: &'a Store,
+    mhc: &'a MachineHealthCheck,
+    gates: ClusterGates,
+    checks: Checks<'a>,
+    workload: Option<&'a Scope>,
+    node_key: Option<ObjectKey>,
+    directory: Option<NodeDirectory<'a>>,
+    now: Timestamp,
+}
+
+impl<'a> Judge<'a> {
+    fn node_of(&mut self, m: &Machine) -> NodeObservation<'a> {
+        let (Some(key), Some(name)) = (&mut self.node_key, &m.node_ref) else {
+            return NodeObservation::NotRead;
+        };
+        if let Some(dir) = &mut self.directory {
+            return match dir.find(name) {
+                Some(n) => NodeObservation::Found(n),
+                None => NodeObservation::Missing,
+            };
+        }
+        key.name.clear();
+        key.name.push_str(name);
+        let store: &'a Store = self.store;
+        match store.get(key) {
+            Some(Object::Node(n)) => NodeObservation::Found(n),
+            _ => NodeObservation::Missing,
+        }
+    }
+
+    fn judge(&mut self, m: &'a Machine) -> Evaluated<'a> {
+        let node = self.node_of(m);
+        let verdict = evaluate(m, node, &self.gates, &self.checks, self.now);
+        let class = TargetClass::of(&verdict, m, node);
+        Evaluated {
+            machine: m,
+            verdict,
+            class,
+        }
+    }
+
+    fn target(&self, name: &str) -> Option<&'a Machine> {
+        let key = ObjectKey::management(Kind::Machine, &self.mhc.meta.namespace, name);
+        let store: &'a Store = self.store;
+        match store.get(&key) {
+            Some(Object::Machine(m))
+                if selector_problem(self.mhc).is_none()
+                    && select(self.mhc, m) == Selection::Target =>
+            {
+                Some(m)
+            }
+            _ => None,
+        }
+    }
+
+    /// Judges every target and records each verdict in one merge pass over the known targets
+    /// (both in name order), so a steady fleet costs no lookups; drops the targets not seen.
+    /// Returns only the evaluations that may need a write (unhealthy, or healthy but not yet
+    /// marked so, or with a remediation request to withdraw), in name order.
+    fn all(
+        &mut self,
+        memo: &mut MhcMemo,
+        index: &mut TargetIndex,
+        mhc_key: &ObjectKey,
+        has_template: bool,
+        dirty: &BTreeSet<String>,
+    ) -> Vec<Evaluated<'a>> {
+        let now = self.now;
+        let cluster_name = self.mhc.cluster_name.as_str();
+        let mut out = Vec::new();
+        let mut new = Vec::new();
+        let mut gone = Vec::new();
+        let valid = selector_problem(self.mhc).is_none();
+        let ns = self.mhc.meta.namespace.as_str();
+        let store: &'a Store = self.store;
+        if let Some(scope) = self.workload {
+            self.directory = Some(NodeDirectory::of(store, scope));
+        }
+        {
+            let MhcMemo {
+                targets,
+                tally,
+                request_retry_at,
+                ..
+            } = memo;
+            let mut known = targets.iter_mut().peekable();
+            let machines = store
+                .iter_kind(&Scope::Management, &Kind::Machine)
+                .skip_while(|(k, _)| k.namespace.as_str() < ns)
+                .take_while(|(k, _)| k.namespace == ns)
+                .filter(|_| valid);
+            for (k, o) in machines {
+                let Object::Machine(m) = o else { continue };
+                let name = m.meta.name.as_str();
+                while let Some((t, _)) = known.peek()
+                    && t.as_str() < name
+                {
+                    gone.push(t.to_string());
+                    known.next();
+                }
+                let memo_entry = match known.peek() {
+                    Some((t, _)) if t.as_str() == name => known.next().map(|(_, t)| t),
+                    _ => None,
+                };
+                match select(self.mhc, m) {
+                    Selection::Target => {}
+                    Selection::Skipped(why) => {
+                        if memo_entry.is_some() {
+                            tracing::info!(machine = %k, "Skipping remediation: {why}");
+                            gone.push(name.to_string());
+                        }
+                        continue;
+                    }
+                    Selection::NotSelected => {
+                        if memo_entry.is_some() {
+                            gone.push(name.to_string());
+                        }
+                        continue;
+                    }
+                }
+                let e = self.judge(m);
+                if !e.is_unhealthy_class() && !request_retry_at.is_empty() {
+                    request_retry_at.remove(name);
+                }
+                let Some(t) = memo_entry else {
+                    new.push(e);
+                    continue;
+                };
+                // A healthy target still healthy, whose Machine did not change since its
+                // condition was seen written, has nothing to update or write.
+                let clean = dirty.is_empty() || !dirty.contains(name);
+                if clean
+                    && t.written
+                    && t.class == TargetClass::Healthy
+                    && e.class == TargetClass::Healthy
+                    && !has_template
+                {
+                    continue;
+                }
+                let retry_at = request_retry_at.get(name).copied();
+                update_target(t, tally, index, retry_at, mhc_key, cluster_name, &e, now);
+                let needs_write = match e.class {
+                    TargetClass::Unhealthy => true,
+                    TargetClass::Healthy => {
+                        t.written = healthy_written(&m.conditions);
+                        has_template || !t.written
+                    }
+                    TargetClass::Pending | TargetClass::Unevaluated => false,
+                };
+                if needs_write {
+                    out.push(e);
+                }
+            }
+            gone.extend(known.map(|(k, _)| k.clone()));
+        }
+        for name in gone {
+            memo.drop_target(index, mhc_key, &name);
+        }
+        if !new.is_empty() {
+            for e in &new {
+                memo.insert_target(index, mhc_key, cluster_name, e, now);
+            }
+            out.extend(new);
+            out.sort_by(|a, b| a.machine.meta.name.cmp(&b.machine.meta.name));
+        }
+        out
+    }
+}
+
+impl HealthChecks {
+    pub(super) fn forget_mhc(&mut self, key: &ObjectKey) {
+        if let Some(memo) = self.mhcs.remove(key) {
+            for name in memo.targets.keys() {
+                let mkey = ObjectKey::management(Kind::Machine, &key.namespace, name);
+                self.index.unlink(&mkey, key);
+            }
+        }
+        self.timers.cancel(key);
+    }
+
+    /// Stops judging until the next reconcile that can (all verdicts become stale). While
+    /// waiting for a workload cache, look again every [`WORKLOAD_SYNC_RECHECK_INTERVAL`]: a
+    /// relist of an empty cluster changes no object, so no change would wake the MHC.
+    fn suspend(&mut self, key: &ObjectKey, waiting_for: Option<ClusterName>, now: Timestamp) {
+        let memo = self.mhcs.entry(key.clone()).or_default();
+        memo.facts = None;
+        self.timers.cancel(key);
+        if waiting_for.is_some() {
+            self.timers
+                .wake_at(key, now.saturating_add(WORKLOAD_SYNC_RECHECK_INTERVAL));
+        }
+        memo.waiting_for = waiting_for;
+    }
+
+    pub(super) fn reconcile_mhc(&mut self, key: &ObjectKey, cx: &mut Cx<'_>) {
+        let store: &Store = cx.store;
+        let now = cx.now;
+        let Some(Object::MachineHealthCheck(mhc)) = store.get(key) else {
+            self.forget_mhc(key);
+            return;
+        };
+        let cluster_key =
+            ObjectKey::management(Kind::Cluster, &mhc.meta.namespace, &mhc.cluster_name);
+        let Some(Object::Cluster(cluster)) = store.get(&cluster_key) else {
+            tracing::info!(mhc = %key, "Cluster {} not found; nothing to check", cluster_key);
+            self.suspend(key, None, now);
+            return;
+        };
+        if cluster.paused || mhc.meta.has_annotation(PAUSED_ANNOTATION) {
+            tracing::debug!(mhc = %key, "Reconciliation is paused for this object");
+            self.suspend(key, None, now);
+            return;
+        }
+        ensure_cluster_owner(key, mhc, cluster, cx);
+        let gates = ClusterGates {
+            control_plane_initialized: Gate::read(&cluster.conditions, "ControlPlaneInitialized"),
+            infrastructure_ready: Gate::read(&cluster.conditions, "InfrastructureReady"),
+        };
+        // Nodes are read only once the control plane is initialized (upstream has no workload
+        // client before), and never from a cache that has not synced: a Node missing from an
+        // unsynced cache is not a deleted Node.
+        let workload = gates
+            .control_plane_initialized
+            .is_true
+            .then(|| ClusterName::new(&mhc.meta.namespace, &mhc.cluster_name));
+        if let Some(c) = &workload
+            && !store.is_synced(&Scope::Workload(c.clone()))
+        {
+            tracing::info!(mhc = %key, "Waiting for the cache of workload cluster {}/{} to sync", c.namespace, c.name);
+            self.suspend(key, Some(c.clone()), now);
+            return;
+        }
+        let template = mhc.remediation_template.as_ref().map(|r| {
+            let t = match store.get(&template_key(mhc, r)) {
+                Some(Object::External(t)) => Some(t),
+                _ => None,
+            };
+            (r, t)
+        });
+        let facts = Facts::of(mhc, gates, template.and_then(|(_, t)| t));
+
+        let HealthChecks {
+            mhcs,
+            index,
+            timers,
+        } = self;
+        let memo = mhcs.entry(key.clone()).or_default();
+        memo.waiting_for = None;
+        let workload_scope = workload.map(Scope::Workload);
+        // Many dirty targets at once (a relist) are cheaper to judge in one ordered pass than
+        // by one store lookup each.
+        let many_dirty = memo.dirty.len() > DIRTY_TARGETS_FULL_PASS_MIN.max(memo.targets.len() / 8);
+        let full = memo.facts.as_ref() != Some(&facts) || many_dirty;
+        let mut judge = Judge {
+            store,
+            mhc,
+            gates,
+            checks: Checks {
+                unhealthy_node_conditions: &mhc.unhealthy_node_conditions,
+                unhealthy_machine_conditions: &mhc.unhealthy_machine_conditions,
+                node_startup_timeout: mhc
+                    .node_startup_timeout
+                    .unwrap_or(NODE_STARTUP_TIMEOUT_DEFAULT),
+            },
+            workload: workload_scope.as_ref(),
+            node_key: workload_scope
+                .as_ref()
+                .map(|scope| ObjectKey::new(scope.clone(), Kind::Node, "", "")),
+            directory: None,
+            now,
+        };
+
+        // 1. Judge: everything, or only what changed or fell due.
+        let evaluated = if full {
+            memo.facts = Some(facts);
+            let dirty = std::mem::take(&mut memo.dirty);
+            judge.all(memo, index, key, template.is_some(), &dirty)
+        } else {
+            let mut names = std::mem::take(&mut memo.dirty);
+            for (t, name) in &memo.tally.deadlines {
+                if *t > now {
+                    break;
+                }
+                names.insert(name.clone());
+            }
+            let mut out = Vec::new();
+            for name in names {
+                match judge.target(&name) {
+                    Some(m) => out.push(judge.judge(m)),
+                    None => memo.drop_target(index, key, &name),
+                }
+            }
+            for e in &out {
+                memo.record(index, key, &mhc.cluster_name, e, now);
+            }
+            out
+        };
+
+        // 2. Decide on the complete counts.
+        let expected = memo.targets.len() as u32;
+        let healthy = memo.tally.healthy;
+        let listed = memo.tally.unhealthy.len() as u32;
+        debug_assert!(
+            healthy + listed <= expected,
+            "classes partition the targets"
+        );
+        let gate = match selector_problem(mhc) {
+            Some(why) => Err((
+                "InvalidSelector",
+                format!("Remediation is not allowed: the selector is invalid ({why})"),
+            )),
+            None => trigger::decide(
+                mhc.max_unhealthy.as_ref(),
+                mhc.unhealthy_range.as_deref(),
+                expected,
+                expected - healthy,
+            )
+            .map_err(|e| (e.reason(), e.message())),
+        };
+        let allowed = gate.as_ref().is_ok_and(|g| g.allowed);
+        let newly_allowed = allowed && !memo.allowed;
+        memo.allowed = allowed;
+
+        // 3. Write the targets: the judged ones, and every unhealthy one when remediation has
+        //    just become allowed.
+        let mut extra = Vec::new();
+        if newly_allowed {
+            let judged: BTreeSet<&str> = evaluated
+                .iter()
+                .map(|e| e.machine.meta.name.as_str())
+                .collect();
+            let pending: Vec<String> = memo
+                .tally
+                .unhealthy
+                .iter()
+                .filter(|n| !judged.contains(n.as_str()))
+                .cloned()
+                .collect();
+            for name in pending {
+                if let Some(m) = judge.target(&name) {
+                    extra.push(judge.judge(m));
+                }
+            }
+        }
+        let ctx = SyncCx {
+            store,
+            mhc,
+            mhc_key: key,
+            allowed,
+            template,
+            now,
+        };
+        for e in evaluated.iter().chain(&extra) {
+            ctx.sync_target(e, memo, cx);
+        }
+
+        // 4. The MHC itself: status, conditions, events.
+        ctx.sync_mhc(memo, &gate, expected, healthy, listed, full, cx);
+
+        // 5. Wake at the earliest target deadline, short-circuited or not (decision 11).
+        timers.cancel(key);
+        if let Some((at, _)) = memo.tally.deadlines.first() {
+            debug_assert!(
+                *at > now,
+                "every deadline is in the future after a reconcile"
+            );
+            timers.wake_at(key, *at);
+        }
+    }
+}
+
+/// Adds the cluster-name label and an owner reference to the Cluster when missing (upstream
+/// reconcile step 2).
+fn ensure_cluster_owner(
+    key: &ObjectKey,
+    mhc: &MachineHealthCheck,
+    cluster: &Cluster,
+    cx: &mut Cx<'_>,
+) {
+    let label_ok = mhc.meta.labels.get(CLUSTER_NAME_LABEL) == Some(&mhc.cluster_name);
+    let owner_ok = mhc
+        .meta
+        .owner_references
+        .iter()
+        .any(|o| o.kind == "Cluster" && o.name == cluster.meta.name);
+    if label_ok && owner_ok {
+        return;
+    }
+    let mut meta = Map::new();
+    let mut summary = Vec::new();
+    if !label_ok {
+        meta.insert(
+            "labels".into(),
+            json!({ CLUSTER_NAME_LABEL: mhc.cluster_name }),
+        );
+        summary.push(format!("label {CLUSTER_NAME_LABEL}={}", mhc.cluster_name));
+    }
+    if !owner_ok {
+        let mut refs: Vec<Value> = mhc
+            .meta
+            .owner_references
+            .iter()
+            .map(|o| {
+                let mut r = json!({"apiVersion": o.api_version, "kind": o.kind, "name": o.name, "uid": o.uid});
+                if o.controller {
+                    r["controller"] = Value::Bool(true);
+                }
+                r
+            })
+            .collect();
+        refs.push(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2",
+            "kind": "Cluster",
+            "name": cluster.meta.name,
+            "uid": cluster.meta.uid,
+        }));
+        meta.insert("ownerReferences".into(), Value::Array(refs));
+        summary.push(format!("owner Cluster {}", cluster.meta.name));
+    }
+    cx.issue(
+        ControllerId::Health,
+        Action::SetOwnerReference {
+            target: capi_target(key.clone(), mhc.version),
+            merge: JsonText::from_value(&json!({ "metadata": meta })),
+            summary: summary.join(", "),
+        },
+        format!(
+            "MachineHealthCheck {} belongs to Cluster {}/{}",
+            key.name, cluster.meta.namespace, cluster.meta.name
+        ),
+    );
+}
+
+fn is_false(c: Option<&crate::model::Condition>) -> bool {
+    c.is_some_and(|c| c.status == ConditionStatus::False)
+}
+
+/// Whether a healthy target's `HealthCheckSucceeded` is already written (checked in place so
+/// a full evaluation of healthy targets does not allocate).
+fn healthy_written(c: &Conditions) -> bool {
+    let ok = |x: Option<&crate::model::Condition>, reason: &str| {
+        x.is_some_and(|x| {
+            x.status == ConditionStatus::True
+                && x.reason == reason
+                && x.message.is_empty()
+                && x.severity == Severity::None
+        })
+    };
+    ok(c.current(HEALTH_CHECK_SUCCEEDED), "HealthCheckSucceeded")
+        && ok(c.legacy(HEALTH_CHECK_SUCCEEDED), "")
+}
+
+/// What target and MHC writes need, for one reconcile.
+struct SyncCx<'a> {
+    store: &'a Store,
+    mhc: &'a MachineHealthCheck,
+    mhc_key: &'a ObjectKey,
+    allowed: bool,
+    template: Option<(&'a ObjectRef, Option<&'a External>)>,
+    now: Timestamp,
+}
+
+impl SyncCx<'_> {
+    fn mhc_name(&self) -> String {
+        format!("{}/{}", self.mhc.meta.namespace, self.mhc.meta.name)
+    }
+
+    fn sync_target(&self, e: &Evaluated<'_>, memo: &mut MhcMemo, cx: &mut Cx<'_>) {
+        let m = e.machine;
+        // Fast path: nothing to write for a target that is not judged, or healthy and already
+        // marked so (most of a fleet, most of the time).
+        match e.class {
+            TargetClass::Pending | TargetClass::Unevaluated => return,
+            TargetClass::Healthy if self.template.is_none() && healthy_written(&m.conditions) => {
+                memo.set_written(&m.meta.name, true);
+                return;
+            }
+            TargetClass::Healthy | TargetClass::Unhealthy => {}
+        }
+        let name = m.meta.name.as_str();
+        let machine = format!("{}/{}", m.meta.namespace, name);
+        let mkey = ObjectKey::management(Kind::Machine, &m.meta.namespace, name);
+        let mut edits: Vec<Edit> = Vec::new();
+        let mut actions: Vec<(Action, String)> = Vec::new();
+        let mut mark = false;
+        let why = match e.class {
+            TargetClass::Healthy => {
+                if !healthy_written(&m.conditions) {
+                    edits.push(Edit::set(
+                        List::Current,
+                        HEALTH_CHECK_SUCCEEDED,
+                        ConditionStatus::True,
+                        "HealthCheckSucceeded",
+                        "",
+                    ));
+                    edits.push(Edit::set(
+                        List::Legacy,
+                        HEALTH_CHECK_SUCCEEDED,
+                        ConditionStatus::True,
+                        "",
+                        "",
+                    ));
+                }
+                if let Some((tref, _)) = self.template {
+                    let rkey = request_key(tref, m);
+                    if let Some(Object::External(r)) = self.store.get(&rkey)
+                        && !r.meta.is_deleting()
+                    {
+                        actions.push((
+                            Action::DeleteRemediation {
+                                target: Target {
+                                    key: rkey,
+                                    api_version: r.api_version.clone(),
+                                },
+                            },
+                            format!("Machine {machine} is healthy again; its remediation request is no longer needed"),
+                        ));
+                    }
+                }
+                format!(
+                    "Machine {machine} passed MachineHealthCheck {}",
+                    self.mhc_name()
+                )
+            }
+            TargetClass::Unhealthy => {
+                let (current, legacy_c) = failed_conditions(&e.verdict.findings);
+                edits.push(Edit::set_with(List::Current, current));
+                edits.push(Edit::set_with(List::Legacy, legacy_c));
+                let first = e.verdict.findings[0].message();
+                if self.allowed {
+                    self.remediate(m, memo, &mut edits, &mut actions);
+                    mark = !memo.is_marked(name);
+                    format!(
+                        "Machine {machine} is unhealthy ({first}); MachineHealthCheck {} remediates it",
+                        self.mhc_name()
+                    )
+                } else {
+                    format!(
+                        "Machine {machine} is unhealthy ({first}); remediation by MachineHealthCheck {} is not allowed now",
+                        self.mhc_name()
+                    )
+                }
+            }
+            TargetClass::Pending | TargetClass::Unevaluated => return,
+        };
+        if let Some((conditions, summary)) = apply(&m.conditions, &edits, self.now) {
+            let issued = cx.issue(
+                ControllerId::Health,
+                Action::SetCondition {
+                    target: capi_target(mkey.clone(), m.version),
+                    conditions,
+                    summary,
+                },
+                why,
+            );
+            if !matches!(issued, Issued::Queued(_)) {
+                memo.mark_dirty(name);
+            }
+        }
+        for (action, why) in actions {
+            if !matches!(
+                cx.issue(ControllerId::Remediation, action, why),
+                Issued::Queued(_)
+            ) {
+                memo.mark_dirty(name);
+            }
+        }
+        if mark {
+            let message = format!(
+                "Machine {machine} has been marked as unhealthy by {}",
+                self.mhc_name()
+            );
+            cx.issue(
+                ControllerId::Health,
+                Action::RecordEvent {
+                    regarding: capi_target(mkey, m.version),
+                    type_: EventType::Normal,
+                    reason: "MachineMarkedUnhealthy".to_string(),
+                    message: message.clone(),
+                },
+                message,
+            );
+            memo.set_marked(name);
+        }
+    }
+
+    /// The remediation half for an unhealthy target when remediation is allowed (§2.5).
+    fn remediate(
+        &self,
+        m: &Machine,
+        memo: &mut MhcMemo,
+        edits: &mut Vec<Edit>,
+        actions: &mut Vec<(Action, String)>,
+    ) {
+        let name = m.meta.name.as_str();
+        let machine = format!("{}/{}", m.meta.namespace, name);
+        match self.template {
+            None => {
+                // Owner remediation; a False OwnerRemediated means the owner is on it already,
+                // in either API version (so its MachineDeleting mark is never taken back).
+                if m.meta.is_deleting() || is_false(m.conditions.current(OWNER_REMEDIATED)) {
+                    return;
+                }
+                edits.push(Edit::set(
+                    List::Current,
+                    OWNER_REMEDIATED,
+                    ConditionStatus::False,
+                    "WaitingForRemediation",
+                    "Waiting for remediation",
+                ));
+                if !is_false(m.conditions.legacy(OWNER_REMEDIATED)) {
+                    edits.push(Edit::set_with(
+                        List::Legacy,
+                        legacy(
+                            OWNER_REMEDIATED,
+                            ConditionStatus::False,
+                            "WaitingForRemediation",
+                            "",
+                            Severity::Warning,
+                        ),
+                    ));
+                }
+            }
+            Some((tref, None)) => {
+                let message = format!(
+                    "Error retrieving remediation template {} {}/{}",
+                    tref.kind, self.mhc.meta.namespace, tref.name
+                );
+                tracing::warn!(mhc = %self.mhc_key, machine, "{message}");
+                edits.push(Edit::set(
+                    List::Current,
+                    EXTERNALLY_REMEDIATED,
+                    ConditionStatus::False,
+                    "RemediationTemplateNotFound",
+                    &message,
+                ));
+            }
+            Some((tref, Some(template))) => {
+                let rkey = request_key(tref, m);
+                let exists = self.store.get(&rkey).is_some();
+                let retry_at = memo
+                    .request_retry_at
+                    .get(name)
+                    .copied()
+                    .filter(|t| *t > self.now);
+                if !exists && retry_at.is_some() {
+                    edits.push(Edit::set(
+                        List::Current,
+                        EXTERNALLY_REMEDIATED,
+                        ConditionStatus::False,
+                        "RemediationRequestCreationFailed",
+                        "Please check controller logs for errors",
+                    ));
+                    return;
+                }
+                if !exists {
+                    memo.request_retry_at.remove(name);
+                    actions.push((
+                        Action::CreateRemediation {
+                            target: request_target(tref, template, m),
+                            object: request_object(tref, template, m),
+                        },
+                        format!(
+                            "Machine {machine} is unhealthy; requesting external remediation from {} {}",
+                            tref.kind, tref.name
+                        ),
+                    ));
+                }
+                edits.push(Edit::set(
+                    List::Current,
+                    EXTERNALLY_REMEDIATED,
+                    ConditionStatus::False,
+                    "WaitingForRemediation",
+                    "",
+                ));
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn sync_mhc(
+        &self,
+        memo: &mut MhcMemo,
+        gate: &Result<trigger::Gate, (&'static str, String)>,
+        expected: u32,
+        healthy: u32,
+        listed: u32,
+        full: bool,
+        cx: &mut Cx<'_>,
+    ) {
+        let mhc = self.mhc;
+        let target = capi_target(self.mhc_key.clone(), mhc.version);
+        let to_i32 = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+        let remediations_allowed = gate.as_ref().map_or(0, |g| g.remediations_allowed);
+
+        // Status counters, and the target list when it may have changed.
+        let mut status = Map::new();
+        if mhc.status.expected_machines != Some(to_i32(expected)) {
+            status.insert("expectedMachines".into(), json!(expected));
+        }
+        if mhc.status.current_healthy != Some(to_i32(healthy)) {
+            status.insert("currentHealthy".into(), json!(healthy));
+        }
+        if mhc.status.remediations_allowed != Some(remediations_allowed) {
+            status.insert("remediationsAllowed".into(), json!(remediations_allowed));
+        }
+        if full
+            || !memo.tally.status_targets_match
+            || mhc.status.targets.len() != memo.targets.len()
+        {
+            memo.tally.status_targets_match = mhc
+                .status
+                .targets
+                .iter()
+                .map(String::as_str)
+                .eq(memo.targets.keys().map(String::as_str));
+            if !memo.tally.status_targets_match {
+                status.insert(
+                    "targets".into(),
+                    json!(memo.targets.keys().collect::<Vec<_>>()),
+                );
+            }
+        }
+        if !status.is_empty() {
+            let summary = format!(
+                "expectedMachines={expected} currentHealthy={healthy} remediationsAllowed={remediations_allowed}"
+            );
+            cx.issue(
+                ControllerId::Health,
+                Action::PatchStatus {
+                    target: target.clone(),
+                    merge: JsonText::from_value(&json!({ "status": status })),
+                    summary: summary.clone(),
+                },
+                format!("MachineHealthCheck {}: {summary}", self.mhc_name()),
+            );
+        }
+
+        // Conditions.
+        let mut edits = Vec::new();
+        let mut event: Option<(&'static str, String)> = None;
+        match gate {
+            Ok(g) if g.allowed => {
+                edits.push(Edit::set(
+                    List::Current,
+                    REMEDIATION_ALLOWED,
+                    ConditionStatus::True,
+                    "RemediationAllowed",
+                    "",
+                ));
+                edits.push(Edit::set(
+                    List::Legacy,
+                    REMEDIATION_ALLOWED,
+                    ConditionStatus::True,
+                    "",
+                    "",
+                ));
+                memo.restriction_reported = false;
+                memo.problem_reported = None;
+            }
+            Ok(g) => {
+                let message = restricted_message(&g.limit, expected, listed);
+                edits.push(Edit::set(
+                    List::Current,
+                    REMEDIATION_ALLOWED,
+                    ConditionStatus::False,
+                    "TooManyUnhealthy",
+                    &message,
+                ));
+                edits.push(Edit::set_with(
+                    List::Legacy,
+                    legacy(
+                        REMEDIATION_ALLOWED,
+                        ConditionStatus::False,
+                        "TooManyUnhealthy",
+                        &message,
+                        Severity::Warning,
+                    ),
+                ));
+                memo.problem_reported = None;
+                if listed > 0 && !memo.restriction_reported {
+                    tracing::warn!(mhc = %self.mhc_key, "{message}");
+                    memo.restriction_reported = true;
+                    event = Some(("RemediationRestricted", message));
+                }
+            }
+            Err((reason, message)) => {
+                edits.push(Edit::set(
+                    List::Current,
+                    REMEDIATION_ALLOWED,
+                    ConditionStatus::False,
+                    reason,
+                    message,
+                ));
+                edits.push(Edit::set_with(
+                    List::Legacy,
+                    legacy(
+                        REMEDIATION_ALLOWED,
+                        ConditionStatus::False,
+                        reason,
+                        message,
+                        Severity::Warning,
+                    ),
+                ));
+                memo.restriction_reported = false;
+                if memo.problem_reported.as_deref() != Some(message.as_str()) {
+                    tracing::error!(mhc = %self.mhc_key, "{message}");
+                    memo.problem_reported = Some(message.clone());
+                    event = Some((reason, message.clone()));
+                }
+            }
+        }
+        if let Some((tref, t)) = self.template {
+            match t {
+                None => edits.push(Edit::set_with(
+                    List::Legacy,
+                    legacy(
+                        TEMPLATE_AVAILABLE,
+                        ConditionStatus::False,
+                        "ExternalRemediationTemplateNotFound",
+                        &format!(
+                            "Error retrieving remediation template {} {}/{}",
+                            tref.kind, mhc.meta.namespace, tref.name
+                        ),
+                        Severity::Error,
+                    ),
+                )),
+                Some(_) if mhc.conditions.legacy(TEMPLATE_AVAILABLE).is_some() => {
+                    edits.push(Edit::set(
+                        List::Legacy,
+                        TEMPLATE_AVAILABLE,
+                        ConditionStatus::True,
+                        "",
+                        "",
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        match (&memo.request_error, memo.request_retry_at.is_empty()) {
+            (Some(err), false) => edits.push(Edit::set_with(
+                List::Legacy,
+                legacy(
+                    REQUEST_AVAILABLE,
+                    ConditionStatus::False,
+                    "ExternalRemediationRequestCreationFailed",
+                    err,
+                    Severity::Error,
+                ),
+            )),
+            _ if mhc.conditions.legacy(REQUEST_AVAILABLE).is_some() => edits.push(Edit::set(
+                List::Legacy,
+                REQUEST_AVAILABLE,
+                ConditionStatus::True,
+                "",
+                "",
+            )),
+            _ => {}
+        }
+        if let Some((conditions, summary)) = apply(&mhc.conditions, &edits, self.now) {
+            cx.issue(
+                ControllerId::Health,
+                Action::SetCondition {
+                    target: target.clone(),
+                    conditions,
+                    summary: summary.clone(),
+                },
+                format!("MachineHealthCheck {}: {summary}", self.mhc_name()),
+            );
+        }
+        if let Some((reason, message)) = event {
+            cx.issue(
+                ControllerId::Health,
+                Action::RecordEvent {
+                    regarding: target,
+                    type_: EventType::Warning,
+                    reason: reason.to_string(),
+                    message: message.clone(),
+                },
+                message,
+            );
+        }
+    }
+}

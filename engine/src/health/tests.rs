@@ -1,0 +1,994 @@
+//! Engine-level tests: drive `Engine::handle` with a tiny fake API that applies the health
+//! controller's writes, and assert the exact commands.
+
+use crate::Engine;
+use crate::command::{Action, Command};
+use crate::input::{ApiOutcome, Input};
+use crate::model::*;
+use crate::testing::{self, drain_commands, synced_engine, workload};
+use crate::time::{Duration, Timestamp};
+
+/// 2024-01-01T00:00:00Z.
+const T0: Timestamp = Timestamp(1_704_067_200_000);
+
+fn at(offset: Duration) -> Timestamp {
+    T0.saturating_add(offset)
+}
+
+fn mins(m: i64) -> Duration {
+    Duration::from_mins(m)
+}
+
+fn secs(s: i64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// A Node whose `Ready` condition has `status` since `since`.
+fn node(name: &str, status: ConditionStatus, since: Timestamp) -> Node {
+    let mut n = testing::node(name);
+    n.conditions = vec![NodeCondition {
+        type_: "Ready".to_string(),
+        status,
+        reason: if status == ConditionStatus::True {
+            "KubeletReady"
+        } else {
+            "KubeletDown"
+        }
+        .to_string(),
+        message: String::new(),
+        last_transition_time: Some(since),
+    }];
+    n
+}
+
+fn machine(name: &str) -> Machine {
+    testing::machine("c1", name, Some(name))
+}
+
+fn owned_machine(name: &str, created: Timestamp) -> Machine {
+    let mut m = machine(name);
+    m.meta.creation_timestamp = Some(created);
+    testing::controlled_by(&mut m.meta, "MachineSet", "ms");
+    m
+}
+
+fn objects(
+    mhc: MachineHealthCheck,
+    machines: Vec<Machine>,
+    nodes: Vec<Node>,
+) -> Vec<(Scope, Object)> {
+    let mut out = vec![
+        (
+            Scope::Management,
+            Object::Cluster(testing::ready_cluster("c1")),
+        ),
+        (Scope::Management, Object::MachineHealthCheck(mhc)),
+    ];
+    out.extend(
+        machines
+            .into_iter()
+            .map(|m| (Scope::Management, Object::Machine(m))),
+    );
+    out.extend(nodes.into_iter().map(|n| (workload("c1"), Object::Node(n))));
+    // A Node no Machine names, so the workload cluster is relisted (synced) in every test.
+    out.push((
+        workload("c1"),
+        Object::Node(node("spare", ConditionStatus::True, T0)),
+    ));
+    out
+}
+
+/// `controller Action Target detail`, without the command id.
+fn line(c: &Command) -> String {
+    let s = c.to_string();
+    s.split_once(' ')
+        .map(|(_, rest)| rest.to_string())
+        .unwrap_or(s)
+}
+
+fn lines(cs: &[Command]) -> Vec<String> {
+    cs.iter().map(line).collect()
+}
+
+fn bump(meta: &mut ObjectMeta) {
+    meta.resource_version += 1;
+}
+
+/// The fake API's answer to one command (and the object it changed).
+fn answer(engine: &Engine, now: Timestamp, c: &Command) -> (ApiOutcome, Option<ObjectKey>) {
+    let store = engine.store();
+    let ok = |o: Object| ApiOutcome::Ok {
+        object: Some(Box::new(o)),
+    };
+    match &c.action {
+        Action::SetCondition {
+            target, conditions, ..
+        } => match store.get(&target.key).cloned() {
+            Some(Object::Machine(mut m)) => {
+                m.conditions = conditions.clone();
+                bump(&mut m.meta);
+                (ok(Object::Machine(m)), None)
+            }
+            Some(Object::MachineHealthCheck(mut h)) => {
+                h.conditions = conditions.clone();
+                bump(&mut h.meta);
+                (ok(Object::MachineHealthCheck(h)), None)
+            }
+            _ => (ApiOutcome::NotFound, None),
+        },
+        Action::PatchStatus { target, merge, .. } => match store.get(&target.key).cloned() {
+            Some(Object::MachineHealthCheck(mut h)) => {
+                let v = merge.to_value();
+                let s = &v["status"];
+                let int = |k: &str, old: Option<i32>| {
+                    s.get(k).and_then(|x| x.as_i64()).map(|x| x as i32).or(old)
+                };
+                h.status.expected_machines = int("expectedMachines", h.status.expected_machines);
+                h.status.current_healthy = int("currentHealthy", h.status.current_healthy);
+                h.status.remediations_allowed =
+                    int("remediationsAllowed", h.status.remediations_allowed);
+                if let Some(t) = s.get("targets").and_then(|t| t.as_array()) {
+                    h.status.targets = t
+                        .iter()
+                        .filter_map(|x| x.as_str().map(String::from))
+                        .collect();
+                }
+                bump(&mut h.meta);
+                (ok(Object::MachineHealthCheck(h)), None)
+            }
+            _ => (ApiOutcome::NotFound, None),
+        },
+        Action::DeleteMachine { target } => match store.get(&target.key).cloned() {
+            Some(Object::Machine(mut m)) => {
+                m.meta.deletion_timestamp.get_or_insert(now);
+                bump(&mut m.meta);
+                (ok(Object::Machine(m)), None)
+            }
+            _ => (ApiOutcome::NotFound, None),
+        },
+        Action::CreateRemediation { target, object } => {
+            let v = object.to_value();
+            let Kind::External(gk) = target.key.kind.clone() else {
+                unreachable!()
+            };
+            let mut e =
+                testing::external(&gk.group, &gk.kind, v["metadata"]["name"].as_str().unwrap());
+            e.api_version = v["apiVersion"].as_str().unwrap().to_string();
+            (ok(Object::External(e)), None)
+        }
+        Action::DeleteRemediation { target } => {
+            (ApiOutcome::Ok { object: None }, Some(target.key.clone()))
+        }
+        _ => (ApiOutcome::Ok { object: None }, None),
+    }
+}
+
+/// Executes `commands` against the fake API until the engine issues nothing more; returns
+/// every command executed, in order.
+fn settle(engine: &mut Engine, now: Timestamp, mut commands: Vec<Command>) -> Vec<Command> {
+    let mut all = Vec::new();
+    for _ in 0..50 {
+        if commands.is_empty() {
+            return all;
+        }
+        let mut next = Vec::new();
+        for c in commands {
+            let (outcome, gone) = answer(engine, now, &c);
+            engine.handle(
+                now,
+                &Input::ApiResult {
+                    command: c.id,
+                    outcome,
+                },
+            );
+            if let Some(key) = gone {
+                engine.handle(now, &Input::Delete { key });
+            }
+            next.extend(drain_commands(engine));
+            all.push(c);
+        }
+        commands = next;
+    }
+    panic!("the engine did not settle: {:#?}", lines(&commands));
+}
+
+fn machine_of(engine: &Engine, name: &str) -> Machine {
+    match engine
+        .store()
+        .get(&ObjectKey::management(Kind::Machine, "default", name))
+    {
+        Some(Object::Machine(m)) => m.clone(),
+        other => panic!("no machine {name}: {other:?}"),
+    }
+}
+
+fn mhc_of(engine: &Engine) -> MachineHealthCheck {
+    match engine.store().get(&ObjectKey::management(
+        Kind::MachineHealthCheck,
+        "default",
+        "mhc",
+    )) {
+        Some(Object::MachineHealthCheck(m)) => m.clone(),
+        other => panic!("no mhc: {other:?}"),
+    }
+}
+
+fn upsert(engine: &mut Engine, now: Timestamp, scope: Scope, object: Object) -> Vec<Command> {
+    engine.handle(now, &Input::Upsert { scope, object });
+    drain_commands(engine)
+}
+
+#[test]
+fn healthy_targets_are_marked_and_counted() {
+    let mhc = testing::machine_health_check("c1", "mhc");
+    let world = objects(
+        mhc,
+        vec![machine("m1"), machine("m2")],
+        vec![
+            node("m1", ConditionStatus::True, T0),
+            node("m2", ConditionStatus::True, T0),
+        ],
+    );
+    let (mut engine, first) = synced_engine(at(mins(1)), world);
+    assert_eq!(
+        lines(&first),
+        [
+            "health SetCondition Machine default/m1 HealthCheckSucceeded=True (HealthCheckSucceeded), HealthCheckSucceeded=True",
+            "health SetCondition Machine default/m2 HealthCheckSucceeded=True (HealthCheckSucceeded), HealthCheckSucceeded=True",
+            "health PatchStatus MachineHealthCheck default/mhc expectedMachines=2 currentHealthy=2 remediationsAllowed=2",
+            "health SetCondition MachineHealthCheck default/mhc RemediationAllowed=True (RemediationAllowed), RemediationAllowed=True",
+        ]
+    );
+    let PatchStatusJson(status) = patch_status(&first[2]);
+    assert_eq!(
+        status,
+        serde_json::json!({"status": {"expectedMachines": 2, "currentHealthy": 2, "remediationsAllowed": 2, "targets": ["m1", "m2"]}})
+    );
+    let executed = settle(&mut engine, at(mins(1)), first);
+    assert_eq!(executed.len(), 4, "writes land once and bring nothing new");
+    assert_eq!(
+        engine.next_deadline(),
+        None,
+        "healthy targets need no timer"
+    );
+    // Idempotent: a Tick with nothing due and a repeated observation issue nothing.
+    engine.handle(at(mins(2)), &Input::Tick);
+    assert!(drain_commands(&mut engine).is_empty());
+    let again = machine_of(&engine, "m1");
+    assert!(
+        upsert(
+            &mut engine,
+            at(mins(2)),
+            Scope::Management,
+            Object::Machine(again)
+        )
+        .is_empty()
+    );
+}
+
+struct PatchStatusJson(serde_json::Value);
+
+fn patch_status(c: &Command) -> PatchStatusJson {
+    match &c.action {
+        Action::PatchStatus { merge, .. } => PatchStatusJson(merge.to_value()),
+        other => panic!("not a PatchStatus: {other:?}"),
+    }
+}
+
+fn set_condition(c: &Command) -> &Conditions {
+    match &c.action {
+        Action::SetCondition { conditions, .. } => conditions,
+        other => panic!("not a SetCondition: {other:?}"),
+    }
+}
+
+#[test]
+fn node_condition_timeout_is_remediated_within_one_second_of_expiry() {
+    let mhc = testing::machine_health_check("c1", "mhc");
+    let mut m1 = owned_machine("m1", T0);
+    m1.version = ApiVersion::V1Beta1;
+    let world = objects(
+        mhc,
+        vec![m1, machine("m2")],
+        vec![
+            node("m1", ConditionStatus::False, at(mins(1))),
+            node("m2", ConditionStatus::True, T0),
+        ],
+    );
+    let (mut engine, first) = synced_engine(at(mins(2)), world);
+    // m1 is pending: not healthy, no verdict yet; the MHC wakes at 1m + 5m + 1s.
+    assert_eq!(
+        lines(&first),
+        [
+            "health SetCondition Machine default/m2 HealthCheckSucceeded=True (HealthCheckSucceeded), HealthCheckSucceeded=True",
+            "health PatchStatus MachineHealthCheck default/mhc expectedMachines=2 currentHealthy=1 remediationsAllowed=1",
+            "health SetCondition MachineHealthCheck default/mhc RemediationAllowed=True (RemediationAllowed), RemediationAllowed=True",
+        ]
+    );
+    settle(&mut engine, at(mins(2)), first);
+    let deadline = at(mins(6) + secs(1));
+    assert_eq!(engine.next_deadline(), Some(deadline));
+    engine.handle(deadline, &Input::Tick);
+    let tick = drain_commands(&mut engine);
+    assert_eq!(
+        lines(&tick),
+        [
+            "health SetCondition Machine default/m1 HealthCheckSucceeded=False (UnhealthyNode), OwnerRemediated=False (WaitingForRemediation)",
+            "health RecordEvent Machine default/m1 Normal MachineMarkedUnhealthy: Machine default/m1 has been marked as unhealthy by default/mhc",
+        ],
+        "counts are unchanged (pending and unhealthy both count against currentHealthy)"
+    );
+    assert_eq!(
+        tick[0].action.target().api_version,
+        "cluster.x-k8s.io/v1beta1"
+    );
+    let c = set_condition(&tick[0]);
+    let hcs = c.current("HealthCheckSucceeded").unwrap();
+    assert_eq!(
+        hcs.message,
+        "Health check failed:\n  * Condition Ready on Node is reporting status False with reason KubeletDown for more than 5m0s"
+    );
+    assert_eq!(hcs.last_transition_time, Some(deadline));
+    let legacy = c.legacy("HealthCheckSucceeded").unwrap();
+    assert_eq!(
+        (
+            legacy.reason.as_str(),
+            legacy.message.as_str(),
+            legacy.severity
+        ),
+        (
+            "UnhealthyNode",
+            "Condition Ready on Node is reporting status False with reason KubeletDown for more than 5m0s",
+            Severity::Warning
+        )
+    );
+    let owner = c.current("OwnerRemediated").unwrap();
+    assert_eq!(
+        (owner.reason.as_str(), owner.message.as_str()),
+        ("WaitingForRemediation", "Waiting for remediation")
+    );
+    assert_eq!(
+        c.legacy("OwnerRemediated").unwrap().severity,
+        Severity::Warning
+    );
+}
+
+#[test]
+fn owner_remediation_closes_the_loop_through_the_machine_set() {
+    let mhc = testing::machine_health_check("c1", "mhc");
+    let world = {
+        let mut w = objects(
+            mhc,
+            vec![owned_machine("m1", T0), owned_machine("m2", T0)],
+            vec![node("m2", ConditionStatus::True, T0)],
+        );
+        w.push((
+            Scope::Management,
+            Object::MachineSet(testing::machine_set("c1", "ms", 2)),
+        ));
+        w
+    };
+    // m1's Node is gone: unhealthy at once.
+    let (mut engine, first) = synced_engine(at(mins(1)), world);
+    let executed = settle(&mut engine, at(mins(1)), first);
+    let executed = lines(&executed);
+    let expected = [
+        "health SetCondition Machine default/m1 HealthCheckSucceeded=False (NodeDeleted), HealthCheckSucceeded=False (NodeNotFound), OwnerRemediated=False (WaitingForRemediation)",
+        "health RecordEvent Machine default/m1 Normal MachineMarkedUnhealthy: Machine default/m1 has been marked as unhealthy by default/mhc",
+        "remediation SetCondition Machine default/m1 OwnerRemediated=False (MachineDeleting), OwnerRemediated=True",
+        "remediation DeleteMachine Machine default/m1",
+    ];
+    for e in expected {
+        assert!(
+            executed.iter().any(|l| l == e),
+            "missing {e:?} in {executed:#?}"
+        );
+    }
+    let pos = |s: &str| executed.iter().position(|l| l == s).unwrap();
+    assert!(pos(expected[2]) < pos(expected[3]), "marked before deleted");
+    let m1 = machine_of(&engine, "m1");
+    assert!(m1.meta.is_deleting());
+    assert_eq!(
+        m1.conditions.current("OwnerRemediated").unwrap().message,
+        "Machine is deleting"
+    );
+    assert_eq!(
+        executed
+            .iter()
+            .filter(|l| l.contains("DeleteMachine"))
+            .count(),
+        1,
+        "deleted exactly once"
+    );
+}
+
+#[test]
+fn max_in_flight_defers_remediations_beyond_the_limit() {
+    let mut mhc = testing::machine_health_check("c1", "mhc");
+    mhc.max_unhealthy = Some(IntOrString::Int(3));
+    let mut ms = testing::machine_set("c1", "ms", 3);
+    testing::controlled_by(&mut ms.meta, "MachineDeployment", "md");
+    let mut md = testing::machine_deployment("c1", "md", 3);
+    md.remediation_max_in_flight = Some(IntOrString::Int(1));
+    let mut w = objects(
+        mhc,
+        vec![
+            owned_machine("m1", T0),
+            owned_machine("m2", at(secs(5))),
+            owned_machine("m3", T0),
+        ],
+        vec![node("m3", ConditionStatus::True, T0)],
+    );
+    w.push((Scope::Management, Object::MachineSet(ms)));
+    w.push((Scope::Management, Object::MachineDeployment(md)));
+    let (mut engine, first) = synced_engine(at(mins(1)), w);
+    let executed = lines(&settle(&mut engine, at(mins(1)), first));
+    // The newest (m2) goes first; m1 waits.
+    assert!(
+        executed.contains(&"remediation DeleteMachine Machine default/m2".to_string()),
+        "{executed:#?}"
+    );
+    assert!(
+        !executed
+            .iter()
+            .any(|l| l == "remediation DeleteMachine Machine default/m1"),
+        "{executed:#?}"
+    );
+    let m1 = machine_of(&engine, "m1");
+    let c = m1.conditions.current("OwnerRemediated").unwrap();
+    assert_eq!(c.reason, "RemediationDeferred");
+    assert_eq!(
+        c.message,
+        "Waiting because there are already too many remediations in progress (spec.strategy.remediation.maxInFlight is 1)"
+    );
+    // Once m2 is gone, m1's turn comes.
+    engine.handle(
+        at(mins(2)),
+        &Input::Delete {
+            key: ObjectKey::management(Kind::Machine, "default", "m2"),
+        },
+    );
+    let next = drain_commands(&mut engine);
+    let executed = lines(&settle(&mut engine, at(mins(2)), next));
+    assert!(
+        executed.contains(&"remediation DeleteMachine Machine default/m1".to_string()),
+        "{executed:#?}"
+    );
+}
+
+#[test]
+fn short_circuit_reports_once_writes_only_health_and_keeps_its_clock() {
+    let mut mhc = testing::machine_health_check("c1", "mhc");
+    mhc.max_unhealthy = Some(IntOrString::String("40%".to_string()));
+    let world = objects(
+        mhc,
+        vec![
+            owned_machine("m1", T0),
+            owned_machine("m2", T0),
+            machine("m3"),
+            machine("m4"),
+        ],
+        vec![
+            node("m1", ConditionStatus::False, T0),
+            node("m2", ConditionStatus::False, T0),
+            node("m3", ConditionStatus::True, T0),
+            node("m4", ConditionStatus::False, at(mins(8))),
+        ],
+    );
+    let (mut engine, first) = synced_engine(at(mins(10)), world);
+    let message = "Remediation is not allowed, the number of not started or unhealthy machines exceeds maxUnhealthy (total: 4, unhealthy: 2, maxUnhealthy: 40%)";
+    assert_eq!(
+        lines(&first),
+        [
+            "health SetCondition Machine default/m1 HealthCheckSucceeded=False (UnhealthyNode)".to_string(),
+            "health SetCondition Machine default/m2 HealthCheckSucceeded=False (UnhealthyNode)".to_string(),
+            "health SetCondition Machine default/m3 HealthCheckSucceeded=True (HealthCheckSucceeded), HealthCheckSucceeded=True".to_string(),
+            "health PatchStatus MachineHealthCheck default/mhc expectedMachines=4 currentHealthy=1 remediationsAllowed=0".to_string(),
+            "health SetCondition MachineHealthCheck default/mhc RemediationAllowed=False (TooManyUnhealthy)".to_string(),
+            format!("health RecordEvent MachineHealthCheck default/mhc Warning RemediationRestricted: {message}"),
+        ]
+    );
+    let c = set_condition(&first[4]);
+    assert_eq!(c.current("RemediationAllowed").unwrap().message, message);
+    assert_eq!(
+        c.legacy("RemediationAllowed").unwrap().severity,
+        Severity::Warning
+    );
+    settle(&mut engine, at(mins(10)), first);
+    // m4 (Ready=False since 8m) is due at 13m1s even though remediation is not allowed.
+    assert_eq!(engine.next_deadline(), Some(at(mins(13) + secs(1))));
+    engine.handle(at(mins(13) + secs(1)), &Input::Tick);
+    let tick = lines(&drain_commands(&mut engine));
+    assert_eq!(
+        tick,
+        [
+            "health SetCondition Machine default/m4 HealthCheckSucceeded=False (UnhealthyNode)",
+            "health SetCondition MachineHealthCheck default/mhc RemediationAllowed=False (TooManyUnhealthy)",
+        ],
+        "the verdict is written, the restriction is not reported again"
+    );
+}
+
+#[test]
+fn remediation_resumes_for_every_unhealthy_target_when_the_count_allows() {
+    let mut mhc = testing::machine_health_check("c1", "mhc");
+    mhc.max_unhealthy = Some(IntOrString::Int(1));
+    let world = objects(
+        mhc,
+        vec![machine("m1"), machine("m2"), machine("m3")],
+        vec![
+            node("m1", ConditionStatus::False, T0),
+            node("m2", ConditionStatus::False, T0),
+            node("m3", ConditionStatus::True, T0),
+        ],
+    );
+    let (mut engine, first) = synced_engine(at(mins(10)), world);
+    settle(&mut engine, at(mins(10)), first);
+    assert!(
+        machine_of(&engine, "m1")
+            .conditions
+            .current("OwnerRemediated")
+            .is_none()
+    );
+    // m2's node recovers: one unhealthy left, within maxUnhealthy. m1 was not touched by this
+    // change, but is remediated now.
+    let changed = upsert(
+        &mut engine,
+        at(mins(11)),
+        workload("c1"),
+        Object::Node(node("m2", ConditionStatus::True, at(mins(11)))),
+    );
+    let changed = lines(&changed);
+    assert!(
+        changed.contains(
+            &"health SetCondition Machine default/m1 OwnerRemediated=False (WaitingForRemediation)"
+                .to_string()
+        ),
+        "{changed:#?}"
+    );
+    assert!(changed.contains(
+        &"health SetCondition Machine default/m2 HealthCheckSucceeded=True (HealthCheckSucceeded), HealthCheckSucceeded=True".to_string()
+    ));
+}
+
+#[test]
+fn invalid_max_unhealthy_is_reported_and_never_remediates() {
+    let mut mhc = testing::machine_health_check("c1", "mhc");
+    mhc.max_unhealthy = Some(IntOrString::String("abcdef".to_string()));
+    let world = objects(mhc, vec![machine("m1")], vec![]);
+    let (mut engine, first) = synced_engine(at(mins(1)), world);
+    let message = "Remediation is not allowed: maxUnhealthy \"abcdef\" is invalid (invalid value for IntOrString: invalid type: string is not a percentage); fix spec.remediation.triggerIf.unhealthyLessThanOrEqualTo (v1beta1 spec.maxUnhealthy)";
+    assert_eq!(
+        lines(&first),
+        [
+            "health SetCondition Machine default/m1 HealthCheckSucceeded=False (NodeDeleted), HealthCheckSucceeded=False (NodeNotFound)".to_string(),
+            "health PatchStatus MachineHealthCheck default/mhc expectedMachines=1 currentHealthy=0 remediationsAllowed=0".to_string(),
+            "health SetCondition MachineHealthCheck default/mhc RemediationAllowed=False (InvalidMaxUnhealthy)".to_string(),
+            format!("health RecordEvent MachineHealthCheck default/mhc Warning InvalidMaxUnhealthy: {message}"),
+        ]
+    );
+    let executed = settle(&mut engine, at(mins(1)), first);
+    assert!(
+        !lines(&executed)
+            .iter()
+            .any(|l| l.contains("OwnerRemediated") || l.contains("DeleteMachine"))
+    );
+    // Fixing it lets remediation proceed.
+    let mut fixed = mhc_of(&engine);
+    fixed.max_unhealthy = Some(IntOrString::Int(1));
+    fixed.meta.resource_version += 1;
+    let after = lines(&upsert(
+        &mut engine,
+        at(mins(2)),
+        Scope::Management,
+        Object::MachineHealthCheck(fixed),
+    ));
+    assert!(
+        after.contains(
+            &"health SetCondition Machine default/m1 OwnerRemediated=False (WaitingForRemediation)"
+                .to_string()
+        ),
+        "{after:#?}"
+    );
+}
+
+#[test]
+fn invalid_unhealthy_range_is_reported() {
+    let mut mhc = testing::machine_health_check("c1", "mhc");
+    mhc.unhealthy_range = Some("[2-1]".to_string());
+    let world = objects(
+        mhc,
+        vec![machine("m1")],
+        vec![node("m1", ConditionStatus::True, T0)],
+    );
+    let (_, first) = synced_engine(at(mins(1)), world);
+    let c = first
+        .iter()
+        .find(|c| line(c).starts_with("health SetCondition MachineHealthCheck"))
+        .map(set_condition)
+        .unwrap();
+    let r = c.current("RemediationAllowed").unwrap();
+    assert_eq!(r.reason, "InvalidUnhealthyRange");
+    assert!(
+        r.message
+            .contains("max value 1 cannot be less than min value 2 for unhealthyRange"),
+        "{}",
+        r.message
+    );
+}
+
+#[test]
+fn external_remediation_requests_every_unhealthy_target_and_withdraws_when_healthy() {
+    let mut mhc = testing::machine_health_check("c1", "mhc");
+    mhc.remediation_template = Some(ObjectRef {
+        api_group: "infrastructure.cluster.x-k8s.io".to_string(),
+        api_version: Some("infrastructure.cluster.x-k8s.io/v1beta2".to_string()),
+        kind: "DockerRemediationTemplate".to_string(),
+        name: "tmpl".to_string(),
+        namespace: String::new(),
+    });
+    let mut template = testing::external(
+        "infrastructure.cluster.x-k8s.io",
+        "DockerRemediationTemplate",
+        "tmpl",
+    );
+    template.template_json = Some(r#"{"spec":{"strategy":"Reboot"}}"#.to_string());
+    let mut w = objects(
+        mhc,
+        vec![machine("m1"), machine("m2"), machine("m3")],
+        vec![node("m3", ConditionStatus::True, T0)],
+    );
+    w.push((Scope::Management, Object::External(template)));
+    let (mut engine, first) = synced_engine(at(mins(1)), w);
+    let created: Vec<String> = lines(&first)
+        .into_iter()
+        .filter(|l| l.contains("CreateRemediation"))
+        .collect();
+    assert_eq!(
+        created,
+        [
+            "remediation CreateRemediation DockerRemediation default/m1",
+            "remediation CreateRemediation DockerRemediation default/m2",
+        ],
+        "every unhealthy target in one pass (decision 5)"
+    );
+    let m1_conditions = first
+        .iter()
+        .find(|c| line(c).starts_with("health SetCondition Machine default/m1"))
+        .map(set_condition)
+        .unwrap();
+    assert_eq!(
+        m1_conditions
+            .current("ExternallyRemediated")
+            .unwrap()
+            .reason,
+        "WaitingForRemediation"
+    );
+    assert!(m1_conditions.current("OwnerRemediated").is_none());
+    settle(&mut engine, at(mins(1)), first);
+    // m1's Node comes back: its request is withdrawn.
+    let back = upsert(
+        &mut engine,
+        at(mins(2)),
+        workload("c1"),
+        Object::Node(node("m1", ConditionStatus::True, at(mins(2)))),
+    );
+    let back = lines(&back);
+    assert!(
+        back.contains(&"remediation DeleteRemediation DockerRemediation default/m1".to_string()),
+        "{back:#?}"
+    );
+}
+
+#[test]
+fn missing_remediation_template_blocks_external_remediation() {
+    let mut mhc = testing::machine_health_check("c1", "mhc");
+    mhc.remediation_template = Some(ObjectRef {
+        api_group: "infrastructure.cluster.x-k8s.io".to_string(),
+        api_version: None,
+        kind: "DockerRemediationTemplate".to_string(),
+        name: "missing".to_string(),
+        namespace: String::new(),
+    });
+    let (_, first) = synced_engine(at(mins(1)), objects(mhc, vec![machine("m1")], vec![]));
+    assert!(
+        !lines(&first)
+            .iter()
+            .any(|l| l.contains("CreateRemediation"))
+    );
+    let m1 = set_condition(&first[0]);
+    let c = m1.current("ExternallyRemediated").unwrap();
+    assert_eq!(
+        (c.reason.as_str(), c.message.as_str()),
+        (
+            "RemediationTemplateNotFound",
+            "Error retrieving remediation template DockerRemediationTemplate default/missing"
+        )
+    );
+}
+
+#[test]
+fn paused_cluster_or_mhc_does_nothing() {
+    let mut paused_mhc = testing::machine_health_check("c1", "mhc");
+    paused_mhc
+        .meta
+        .annotations
+        .insert(PAUSED_ANNOTATION.into(), String::new());
+    let (_, first) = synced_engine(
+        at(mins(1)),
+        objects(paused_mhc, vec![machine("m1")], vec![]),
+    );
+    assert!(first.is_empty(), "{:#?}", lines(&first));
+
+    let mut w = objects(
+        testing::machine_health_check("c1", "mhc"),
+        vec![machine("m1")],
+        vec![],
+    );
+    if let (_, Object::Cluster(c)) = &mut w[0] {
+        c.paused = true;
+    }
+    let (_, first) = synced_engine(at(mins(1)), w);
+    assert!(first.is_empty(), "{:#?}", lines(&first));
+}
+
+#[test]
+fn skip_remediation_and_paused_machines_are_not_targets() {
+    let mut skip = machine("m1");
+    skip.meta
+        .annotations
+        .insert(SKIP_REMEDIATION_ANNOTATION.into(), String::new());
+    let mut paused = machine("m2");
+    paused
+        .meta
+        .annotations
+        .insert(PAUSED_ANNOTATION.into(), String::new());
+    let world = objects(
+        testing::machine_health_check("c1", "mhc"),
+        vec![skip, paused, machine("m3")],
+        vec![node("m3", ConditionStatus::True, T0)],
+    );
+    let (_, first) = synced_engine(at(mins(1)), world);
+    let PatchStatusJson(status) = patch_status(
+        first
+            .iter()
+            .find(|c| matches!(c.action, Action::PatchStatus { .. }))
+            .unwrap(),
+    );
+    assert_eq!(status["status"]["expectedMachines"], 1);
+    assert_eq!(status["status"]["targets"], serde_json::json!(["m3"]));
+    assert!(
+        !lines(&first)
+            .iter()
+            .any(|l| l.contains("default/m1") || l.contains("default/m2"))
+    );
+}
+
+#[test]
+fn unsynced_workload_cache_never_reports_a_deleted_node() {
+    let world = vec![
+        (
+            Scope::Management,
+            Object::Cluster(testing::ready_cluster("c1")),
+        ),
+        (
+            Scope::Management,
+            Object::MachineHealthCheck(testing::machine_health_check("c1", "mhc")),
+        ),
+        (Scope::Management, Object::Machine(machine("m1"))),
+    ];
+    let (mut engine, first) = synced_engine(at(mins(1)), world);
+    assert!(first.is_empty(), "{:#?}", lines(&first));
+    // The workload relist brings the Node: now the check runs.
+    engine.handle(
+        at(mins(1)),
+        &Input::Relist {
+            scope: workload("c1"),
+            objects: vec![Object::Node(node("m1", ConditionStatus::True, T0))],
+        },
+    );
+    let after = lines(&drain_commands(&mut engine));
+    assert_eq!(
+        after[0],
+        "health SetCondition Machine default/m1 HealthCheckSucceeded=True (HealthCheckSucceeded), HealthCheckSucceeded=True"
+    );
+}
+
+#[test]
+fn node_startup_timeout_counts_from_creation_and_is_disabled_by_zero() {
+    let mut young = machine("m1");
+    young.node_ref = None;
+    young.meta.creation_timestamp = Some(T0);
+    let world = objects(
+        testing::machine_health_check("c1", "mhc"),
+        vec![young.clone()],
+        vec![],
+    );
+    let (mut engine, first) = synced_engine(at(mins(1)), world);
+    settle(&mut engine, at(mins(1)), first);
+    assert_eq!(engine.next_deadline(), Some(at(mins(10) + secs(1))));
+    engine.handle(at(mins(10) + secs(1)), &Input::Tick);
+    let tick = drain_commands(&mut engine);
+    let c = set_condition(&tick[0]);
+    assert_eq!(
+        c.current("HealthCheckSucceeded").unwrap().reason,
+        "NodeStartupTimeout"
+    );
+    assert_eq!(
+        c.legacy("HealthCheckSucceeded").unwrap().message,
+        "Node failed to report startup in 10m0s"
+    );
+
+    let mut disabled = testing::machine_health_check("c1", "mhc");
+    disabled.node_startup_timeout = Some(Duration::ZERO);
+    let (engine, first) = synced_engine(at(mins(30)), objects(disabled, vec![young], vec![]));
+    assert!(
+        !lines(&first)
+            .iter()
+            .any(|l| l.contains("Machine default/m1")),
+        "{:#?}",
+        lines(&first)
+    );
+    assert_eq!(engine.next_deadline(), None);
+}
+
+#[test]
+fn cluster_owner_reference_and_label_are_ensured() {
+    let mut mhc = testing::machine_health_check("c1", "mhc");
+    mhc.meta.labels.clear();
+    mhc.meta.owner_references.clear();
+    let (_, first) = synced_engine(at(mins(1)), objects(mhc, vec![], vec![]));
+    let c = first
+        .iter()
+        .find(|c| matches!(c.action, Action::SetOwnerReference { .. }))
+        .unwrap();
+    let Action::SetOwnerReference { merge, .. } = &c.action else {
+        unreachable!()
+    };
+    assert_eq!(
+        merge.to_value(),
+        serde_json::json!({"metadata": {
+            "labels": {"cluster.x-k8s.io/cluster-name": "c1"},
+            "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1", "uid": "uid-default-c1"}]
+        }})
+    );
+}
+
+#[test]
+fn remediate_machine_annotation_marks_a_target_unhealthy_at_once() {
+    let mut m1 = machine("m1");
+    m1.meta
+        .annotations
+        .insert(REMEDIATE_MACHINE_ANNOTATION.into(), String::new());
+    let world = objects(
+        testing::machine_health_check("c1", "mhc"),
+        vec![m1],
+        vec![node("m1", ConditionStatus::True, T0)],
+    );
+    let (_, first) = synced_engine(at(mins(1)), world);
+    assert_eq!(
+        line(&first[0]),
+        "health SetCondition Machine default/m1 HealthCheckSucceeded=False (HasRemediateAnnotation), HealthCheckSucceeded=False (HasRemediateMachineAnnotation), OwnerRemediated=False (WaitingForRemediation)"
+    );
+}
+
+#[test]
+fn machines_leaving_the_selection_are_dropped_from_the_targets() {
+    let world = objects(
+        testing::machine_health_check("c1", "mhc"),
+        vec![machine("m1"), machine("m2")],
+        vec![
+            node("m1", ConditionStatus::True, T0),
+            node("m2", ConditionStatus::True, T0),
+        ],
+    );
+    let (mut engine, first) = synced_engine(at(mins(1)), world);
+    settle(&mut engine, at(mins(1)), first);
+    let mut m2 = machine_of(&engine, "m2");
+    m2.meta
+        .annotations
+        .insert(SKIP_REMEDIATION_ANNOTATION.into(), String::new());
+    bump(&mut m2.meta);
+    let out = upsert(
+        &mut engine,
+        at(mins(2)),
+        Scope::Management,
+        Object::Machine(m2),
+    );
+    let PatchStatusJson(status) = patch_status(&out[0]);
+    assert_eq!(
+        status,
+        serde_json::json!({"status": {"expectedMachines": 1, "currentHealthy": 1, "remediationsAllowed": 1, "targets": ["m1"]}})
+    );
+}
+
+#[test]
+fn failed_remediation_request_is_reported_and_retried_after_the_interval() {
+    let mut mhc = testing::machine_health_check("c1", "mhc");
+    mhc.remediation_template = Some(ObjectRef {
+        api_group: "infrastructure.cluster.x-k8s.io".to_string(),
+        api_version: Some("infrastructure.cluster.x-k8s.io/v1beta2".to_string()),
+        kind: "DockerRemediationTemplate".to_string(),
+        name: "tmpl".to_string(),
+        namespace: String::new(),
+    });
+    let template = testing::external(
+        "infrastructure.cluster.x-k8s.io",
+        "DockerRemediationTemplate",
+        "tmpl",
+    );
+    let mut w = objects(mhc, vec![machine("m1")], vec![]);
+    w.push((Scope::Management, Object::External(template)));
+    let now = at(mins(1));
+    let (mut engine, first) = synced_engine(now, w);
+    // Land everything but the creation, which the API refuses.
+    let mut create = None;
+    for c in first {
+        if matches!(c.action, Action::CreateRemediation { .. }) {
+            create = Some(c);
+            continue;
+        }
+        settle(&mut engine, now, vec![c]);
+    }
+    let create = create.expect("a request is created");
+    engine.handle(
+        now,
+        &Input::ApiResult {
+            command: create.id,
+            outcome: ApiOutcome::Error {
+                code: 500,
+                message: "boom".to_string(),
+            },
+        },
+    );
+    let after = drain_commands(&mut engine);
+    let after_lines = lines(&after);
+    assert!(
+        after_lines.contains(
+            &"health SetCondition Machine default/m1 ExternallyRemediated=False (RemediationRequestCreationFailed)".to_string()
+        ),
+        "{after_lines:#?}"
+    );
+    assert!(
+        after_lines.contains(
+            &"health SetCondition MachineHealthCheck default/mhc ExternalRemediationRequestAvailable=False (ExternalRemediationRequestCreationFailed)".to_string()
+        ),
+        "{after_lines:#?}"
+    );
+    assert!(
+        !after_lines.iter().any(|l| l.contains("CreateRemediation")),
+        "no retry before the interval"
+    );
+    settle(&mut engine, now, after);
+    assert_eq!(
+        engine.next_deadline(),
+        Some(now.saturating_add(super::REMEDIATION_REQUEST_RETRY_INTERVAL))
+    );
+    engine.handle(now.saturating_add(secs(10)), &Input::Tick);
+    let retry = lines(&drain_commands(&mut engine));
+    assert!(
+        retry.contains(&"remediation CreateRemediation DockerRemediation default/m1".to_string()),
+        "{retry:#?}"
+    );
+}
+
+#[test]
+fn deleted_mhc_forgets_its_targets_and_timers() {
+    let world = objects(
+        testing::machine_health_check("c1", "mhc"),
+        vec![machine("m1")],
+        vec![node("m1", ConditionStatus::False, T0)],
+    );
+    let (mut engine, first) = synced_engine(at(mins(1)), world);
+    settle(&mut engine, at(mins(1)), first);
+    assert!(engine.next_deadline().is_some());
+    engine.handle(
+        at(mins(2)),
+        &Input::Delete {
+            key: ObjectKey::management(Kind::MachineHealthCheck, "default", "mhc"),
+        },
+    );
+    assert!(drain_commands(&mut engine).is_empty());
+    assert_eq!(engine.next_deadline(), None);
+    assert!(engine.controllers().health.is_empty());
+}
