@@ -46,12 +46,11 @@ impl Report {
         }
         let verdict = if self.passed() { "ok" } else { "FAILED" };
         out.push_str(&format!(
-            "{verdict}: seed {}, {} inputs journaled, {} expectation(s) failed, {} invariant violation(s), engine state {:016x}\n",
+            "{verdict}: seed {}, {} inputs journaled, {} expectation(s) failed, {} invariant violation(s)\n",
             self.seed,
             self.inputs,
             self.failures.len(),
             self.violations.len(),
-            self.engine_state_hash
         ));
         out
     }

@@ -90,6 +90,7 @@ fn run(file: Option<PathBuf>, seed: Option<u64>, format: Format, journal: Option
         Format::Json => print!("{}", report.timeline.render_json()),
     }
     print!("{}", report.render_verdict(&scenario.file));
+    println!("engine state {:016x}", report.engine_state_hash);
     if report.passed() { 0 } else { 1 }
 }
 
