@@ -73,6 +73,7 @@ impl Sim {
         for scope in self.scopes() {
             self.relist(&scope);
         }
+        let start_line_at = self.timeline.lines.len();
         self.line(
             "world",
             "Start",
@@ -83,6 +84,10 @@ impl Sim {
                 self.clusters.len()
             ),
         );
+        debug_assert_eq!(self.timeline.lines.len(), start_line_at + 1);
+        // What the controllers do with the starting world happens at time zero.
+        self.settle();
+        self.feeder.end_of_instant(&self.engine);
     }
 
     fn create_initial(&mut self, scope: &Scope, mut obj: Value) {

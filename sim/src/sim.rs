@@ -252,7 +252,7 @@ impl Sim {
     }
 
     /// Handles queued work until nothing is left at this instant.
-    fn settle(&mut self) {
+    pub(crate) fn settle(&mut self) {
         let mut budget = WORK_PER_INSTANT_MAX;
         while let Some(work) = self.work.pop_front() {
             if budget == 0 {

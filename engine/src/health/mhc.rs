@@ -136,6 +136,9 @@ pub(super) struct MhcMemo {
     problem_reported: Option<String>,
     request_retry_at: BTreeMap<String, Timestamp>,
     request_error: Option<String>,
+    /// Requests whose deletion the API accepted: not deleted again while a cache that has not
+    /// caught up still shows them.
+    requests_deleted: BTreeSet<String>,
     /// Waiting for this workload cluster's cache to sync before judging anything.
     waiting_for: Option<ClusterName>,
 }
@@ -204,7 +207,12 @@ impl MhcMemo {
         self.waiting_for.as_ref() == Some(cluster)
     }
 
+    pub(super) fn request_deleted(&mut self, machine: &str) {
+        self.requests_deleted.insert(machine.to_string());
+    }
+
     pub(super) fn request_created(&mut self, machine: &str) {
+        self.requests_deleted.remove(machine);
         self.request_retry_at.remove(machine);
         if self.request_retry_at.is_empty() {
             self.request_error = None;
@@ -884,8 +892,13 @@ impl SyncCx<'_> {
                 }
                 if let Some((tref, _)) = self.template {
                     let rkey = request_key(tref, m);
-                    if let Some(Object::External(r)) = self.store.get(&rkey)
+                    let request = self.store.get(&rkey);
+                    if request.is_none() {
+                        memo.requests_deleted.remove(&m.meta.name);
+                    }
+                    if let Some(Object::External(r)) = request
                         && !r.meta.is_deleting()
+                        && !memo.requests_deleted.contains(&m.meta.name)
                     {
                         actions.push((
                             Action::DeleteRemediation {

@@ -311,9 +311,12 @@ impl Controller for HealthChecks {
             {
                 memo.mark_dirty(&target.key.name)
             }
-            Action::DeleteRemediation { target } if !outcome.is_success() => {
-                memo.mark_dirty(&target.key.name)
-            }
+            Action::DeleteRemediation { target } => match outcome {
+                ApiOutcome::Ok { .. } | ApiOutcome::NotFound => {
+                    memo.request_deleted(&target.key.name)
+                }
+                _ => memo.mark_dirty(&target.key.name),
+            },
             _ => {}
         }
     }
