@@ -234,7 +234,12 @@ impl Controller for MachineDeletion {
                 let mut control_plane_of = None;
                 for m in machines.into_iter().flatten() {
                     let Object::Machine(m) = m else { continue };
-                    if m.meta.is_deleting() {
+                    let lacks_finalizer = !m
+                        .meta
+                        .finalizers
+                        .iter()
+                        .any(|f| f == crate::model::MACHINE_FINALIZER);
+                    if m.meta.is_deleting() || lacks_finalizer {
                         out.push(key.clone());
                     }
                     if m.is_control_plane() {
@@ -345,10 +350,6 @@ impl Controller for MachineDeletion {
             .finalizers
             .iter()
             .any(|f| f == crate::model::MACHINE_FINALIZER);
-        if !machine.meta.is_deleting() || !holds_finalizer {
-            self.untrack(key);
-            return;
-        }
         let cluster_name = ClusterName::new(&machine.meta.namespace, &machine.cluster_name);
         let cluster_key =
             ObjectKey::management(Kind::Cluster, &cluster_name.namespace, &cluster_name.name);
@@ -356,6 +357,13 @@ impl Controller for MachineDeletion {
             Some(Object::Cluster(c)) => Some(c),
             _ => None,
         };
+        if !machine.meta.is_deleting() && !holds_finalizer {
+            ensure_finalizer(machine, cluster, key, cx);
+        }
+        if !machine.meta.is_deleting() || !holds_finalizer {
+            self.untrack(key);
+            return;
+        }
         let mut tracked = self.machines.remove(key).unwrap_or_else(|| Tracked {
             cluster: cluster_name.clone(),
             node: None,
@@ -495,6 +503,36 @@ impl Controller for MachineDeletion {
     fn next_deadline(&self) -> Option<Timestamp> {
         self.timers.next_deadline()
     }
+}
+
+/// §1.1: the finalizer comes first, so that the Machine's deletion waits for this controller.
+/// Nothing is written for a paused Cluster or Machine.
+fn ensure_finalizer(
+    machine: &crate::model::Machine,
+    cluster: Option<&crate::model::Cluster>,
+    key: &ObjectKey,
+    cx: &mut Cx<'_>,
+) {
+    let paused = cluster.is_some_and(|c| c.paused)
+        || machine.meta.has_annotation(crate::model::PAUSED_ANNOTATION);
+    if paused {
+        return;
+    }
+    cx.issue(
+        ControllerId::Deletion,
+        Action::AddFinalizer {
+            target: crate::command::Target {
+                key: key.clone(),
+                api_version: pass::api_version(machine.version).to_string(),
+            },
+            finalizer: crate::model::MACHINE_FINALIZER.to_string(),
+        },
+        format!(
+            "Machine {} has no {} finalizer yet: adding it so that its deletion waits for drain and cleanup",
+            machine.meta.name,
+            crate::model::MACHINE_FINALIZER
+        ),
+    );
 }
 
 fn answer(attempt: &mut Option<Attempt>, failure: Option<String>) {

@@ -54,7 +54,7 @@ pub(super) struct Pass<'p, 'a> {
     pub wake: Option<(Timestamp, DeletionTimer)>,
 }
 
-fn api_version(v: ApiVersion) -> &'static str {
+pub(super) fn api_version(v: ApiVersion) -> &'static str {
     match v {
         ApiVersion::V1Beta1 => "cluster.x-k8s.io/v1beta1",
         ApiVersion::V1Beta2 => "cluster.x-k8s.io/v1beta2",

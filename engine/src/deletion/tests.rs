@@ -1173,3 +1173,20 @@ fn a_machine_that_is_not_deleting_is_left_alone() {
     assert!(first.is_empty());
     assert_eq!(h.engine.controllers().deletion.tracked().count(), 0);
 }
+
+#[test]
+fn a_machine_without_the_finalizer_gets_it_first_unless_paused() {
+    let mut m1 = machine("c1", "m1", Some("n1"));
+    m1.meta.finalizers.clear();
+    let (_, first) = Harness::start(world(m1.clone()));
+    assert_eq!(lines(&first), ["deletion AddFinalizer Machine default/m1"]);
+    match &first[0].action {
+        Action::AddFinalizer { finalizer, .. } => assert_eq!(finalizer, MACHINE_FINALIZER),
+        _ => unreachable!(),
+    }
+    m1.meta
+        .annotations
+        .insert(PAUSED_ANNOTATION.into(), String::new());
+    let (_, paused) = Harness::start(world(m1));
+    assert!(paused.is_empty(), "{:#?}", lines(&paused));
+}

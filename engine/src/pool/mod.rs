@@ -64,6 +64,9 @@ pub struct PoolMemory {
     /// Provider objects whose deletion the API accepted, so the delete is not repeated while
     /// the watch catches up.
     pub deleted_externals: BTreeSet<ObjectKey>,
+    /// The finalizer removal was accepted: the pool is on its way out and a cache that still
+    /// shows it must not trigger the removal again.
+    pub finalizer_released: bool,
     /// The last reconcile could not match Nodes because the workload cache was not synced:
     /// any Node of that cluster wakes the pool.
     pub awaiting_workload_cache: bool,
@@ -240,6 +243,15 @@ impl Controller for Pools {
                     .or_default()
                     .deleted_externals
                     .insert(target.key.clone());
+            }
+            return;
+        }
+        if let Action::RemoveFinalizer { .. } = &command.action {
+            if matches!(outcome, ApiOutcome::Ok { .. } | ApiOutcome::NotFound) {
+                self.memory
+                    .entry(command.owner.clone())
+                    .or_default()
+                    .finalizer_released = true;
             }
             return;
         }

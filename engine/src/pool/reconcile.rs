@@ -1007,7 +1007,7 @@ fn reconcile_delete(cx: &Ctx<'_>, plan: &mut Plan) {
             }
         }
     }
-    if pending {
+    if pending || cx.memory.finalizer_released {
         return;
     }
     plan.issue(

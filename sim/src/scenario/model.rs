@@ -217,8 +217,9 @@ impl FaultKind {
     }
 }
 
-/// The controller actions of the contract (timeline, JSON output and `expect` use these names).
-pub const CONTROLLER_ACTIONS: [&str; 14] = [
+/// The controller actions of the contract (timeline, JSON output and `expect` use these names),
+/// plus `AddFinalizer`, which this product issues as an action of its own.
+pub const CONTROLLER_ACTIONS: [&str; 15] = [
     "Cordon",
     "Evict",
     "DeleteInfrastructure",
@@ -233,6 +234,7 @@ pub const CONTROLLER_ACTIONS: [&str; 14] = [
     "PatchSpec",
     "PatchStatus",
     "SetOwnerReference",
+    "AddFinalizer",
 ];
 
 /// One `expect` entry and the line it starts on.
