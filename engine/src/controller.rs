@@ -4,7 +4,7 @@ use crate::command::{Action, Command, ControllerId};
 use crate::input::ApiOutcome;
 use crate::model::{ObjectKey, Scope};
 use crate::store::{Change, Store};
-use crate::time::Timestamp;
+use crate::time::{Duration, Timestamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -26,6 +26,9 @@ pub trait Controller {
     /// Removes and returns the keys whose timers are due at `now`.
     fn take_due(&mut self, now: Timestamp, out: &mut Vec<ObjectKey>);
     fn next_deadline(&self) -> Option<Timestamp>;
+    /// Reconcile keys that were waiting for `scope`'s cache, which has just synced (a relist
+    /// with nothing new in it changes no object, so `affected` alone would not wake them).
+    fn on_synced(&self, _store: &Store, _scope: &Scope, _out: &mut Vec<ObjectKey>) {}
 }
 
 /// What keeps two commands from doing the same thing at once: the action name and its target.
@@ -57,6 +60,40 @@ pub enum Issued {
     InFlight,
     /// The target's cluster cache has not synced yet; destructive actions wait for it.
     NotSynced,
+    /// The same intent failed recently; the owner is reconciled again when the backoff ends.
+    Backoff,
+}
+
+/// First wait after a failed API call for the same intent; doubles per failure up to the max.
+pub const RETRY_BACKOFF_FIRST: Duration = Duration::from_secs(1);
+pub const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Failures of one intent in a row, and when it may be tried again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Backoff {
+    failures: u32,
+    until: Timestamp,
+}
+
+/// How long an intent waits after its `failures`-th failure in a row. Destructive actions are
+/// paced by their controllers (evictions every 20 s, Node deletion every 2 s), so they only get
+/// a floor that stops a same-instant loop; every other write backs off exponentially.
+fn backoff_after(action: &Action, failures: u32) -> Duration {
+    if action.is_destructive() {
+        return RETRY_BACKOFF_FIRST;
+    }
+    Duration(
+        RETRY_BACKOFF_FIRST
+            .as_millis()
+            .saturating_mul(1 << (failures - 1).min(16))
+            .min(RETRY_BACKOFF_MAX.as_millis()),
+    )
+}
+
+/// Whether an answer means the call should be paced before it is tried again. A 404 is an
+/// answer (the object is gone), not a failure to reach the API.
+fn is_failure(outcome: &ApiOutcome) -> bool {
+    !matches!(outcome, ApiOutcome::Ok { .. } | ApiOutcome::NotFound)
 }
 
 /// Commands in flight and queued, shared by all controllers.
@@ -67,6 +104,10 @@ pub struct Effects {
     intents: BTreeMap<Intent, u64>,
     /// Reconciles to repeat when an intent completes: (controller, owner).
     waiting: BTreeMap<Intent, BTreeSet<(ControllerId, ObjectKey)>>,
+    /// Intents whose last call failed, so a failing API is not hammered in a loop.
+    backoffs: BTreeMap<Intent, Backoff>,
+    /// Reconciles to repeat when a backoff ends.
+    retries: BTreeSet<(Timestamp, ControllerId, ObjectKey)>,
     /// Commands not yet polled. Transient: not part of the state hash or snapshots.
     #[serde(skip)]
     outbox: VecDeque<Command>,
@@ -81,13 +122,32 @@ impl Effects {
         self.in_flight.len()
     }
 
-    /// Completes a command; returns it with the reconciles that waited on its intent.
-    pub fn complete(&mut self, id: u64) -> Option<(Command, Vec<(ControllerId, ObjectKey)>)> {
+    /// Completes a command; returns it with the reconciles that waited on its intent. A failed
+    /// call starts (or extends) the intent's backoff.
+    pub fn complete(
+        &mut self,
+        id: u64,
+        outcome: &ApiOutcome,
+        now: Timestamp,
+    ) -> Option<(Command, Vec<(ControllerId, ObjectKey)>)> {
         let command = self.in_flight.remove(&id)?;
         let mut waiters = Vec::new();
         if let Some(intent) = Intent::of(&command.action) {
             if self.intents.get(&intent) == Some(&id) {
                 self.intents.remove(&intent);
+            }
+            if is_failure(outcome) {
+                let failures = self.backoffs.get(&intent).map_or(0, |b| b.failures) + 1;
+                let wait = backoff_after(&command.action, failures);
+                self.backoffs.insert(
+                    intent.clone(),
+                    Backoff {
+                        failures,
+                        until: now + wait,
+                    },
+                );
+            } else {
+                self.backoffs.remove(&intent);
             }
             if let Some(w) = self.waiting.remove(&intent) {
                 waiters.extend(w);
@@ -107,8 +167,28 @@ impl Effects {
         self.in_flight.clear();
         self.intents.clear();
         self.waiting.clear();
+        self.backoffs.clear();
+        self.retries.clear();
         self.outbox.clear();
         owners
+    }
+
+    /// When the earliest backoff ends.
+    pub fn next_retry(&self) -> Option<Timestamp> {
+        self.retries.first().map(|(at, _, _)| *at)
+    }
+
+    /// Reconciles whose backoff has ended by `now`.
+    pub fn take_due_retries(&mut self, now: Timestamp) -> Vec<(ControllerId, ObjectKey)> {
+        let mut due = Vec::new();
+        while let Some((at, _, _)) = self.retries.first() {
+            if *at > now {
+                break;
+            }
+            let (_, c, k) = self.retries.pop_first().expect("non-empty");
+            due.push((c, k));
+        }
+        due
     }
 }
 
@@ -139,6 +219,15 @@ impl<'a> Cx<'a> {
             return Issued::NotSynced;
         }
         let intent = Intent::of(&action);
+        if let Some(intent) = &intent
+            && let Some(b) = self.effects.backoffs.get(intent)
+            && b.until > self.now
+        {
+            self.effects
+                .retries
+                .insert((b.until, controller, self.owner.clone()));
+            return Issued::Backoff;
+        }
         if let Some(intent) = &intent
             && self.effects.intents.contains_key(intent)
         {
@@ -225,6 +314,68 @@ mod tests {
 
     fn key(name: &str) -> ObjectKey {
         ObjectKey::management(Kind::Machine, "default", name)
+    }
+
+    fn status_write(name: &str) -> Action {
+        Action::PatchStatus {
+            target: crate::command::Target {
+                key: key(name),
+                api_version: "cluster.x-k8s.io/v1beta2".into(),
+            },
+            merge: crate::command::JsonText("{}".into()),
+            summary: String::new(),
+        }
+    }
+
+    fn issue_at(effects: &mut Effects, store: &Store, now: Timestamp, action: Action) -> Issued {
+        let mut cx = Cx {
+            now,
+            store,
+            cause: 1,
+            owner: key("m1"),
+            effects,
+        };
+        cx.issue(ControllerId::Deletion, action, "test")
+    }
+
+    #[test]
+    fn a_failing_write_backs_off_exponentially_instead_of_looping() {
+        let store = Store::default();
+        let mut effects = Effects::default();
+        let unreachable = ApiOutcome::Unreachable {
+            message: "down".into(),
+        };
+        let mut now = Timestamp(0);
+        let mut waits = Vec::new();
+        for _ in 0..4 {
+            let Issued::Queued(id) = issue_at(&mut effects, &store, now, status_write("m1")) else {
+                panic!("expected a command at {now:?}");
+            };
+            effects.poll();
+            effects.complete(id, &unreachable, now);
+            // Asked again at once: held back, and the owner is queued for the backoff's end.
+            assert_eq!(
+                issue_at(&mut effects, &store, now, status_write("m1")),
+                Issued::Backoff
+            );
+            let retry_at = effects.next_retry().expect("a retry is scheduled");
+            waits.push(retry_at.since(now).as_millis());
+            assert_eq!(
+                effects.take_due_retries(retry_at),
+                vec![(ControllerId::Deletion, key("m1"))]
+            );
+            now = retry_at;
+        }
+        assert_eq!(waits, [1000, 2000, 4000, 8000]);
+        // Success resets it.
+        let Issued::Queued(id) = issue_at(&mut effects, &store, now, status_write("m1")) else {
+            panic!("expected a command");
+        };
+        effects.complete(id, &ApiOutcome::Ok { object: None }, now);
+        assert!(matches!(
+            issue_at(&mut effects, &store, now, status_write("m1")),
+            Issued::Queued(_)
+        ));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The core loop: `handle(now, input)`, `poll_command()`, `next_deadline()`.
 
 use crate::codec;
-use crate::command::{Command, ControllerId};
+use crate::command::{Action, Command, ControllerId};
 use crate::controller::{Controller, Cx, Effects};
 use crate::deletion::MachineDeletion;
 use crate::health::HealthChecks;
@@ -105,6 +105,11 @@ impl Engine {
             }
             Input::Relist { scope, objects } => {
                 let changes = self.store.replace_scope(scope, objects.clone());
+                for (slot, controller) in self.controllers.all().into_iter().enumerate() {
+                    let mut keys = Vec::new();
+                    controller.on_synced(&self.store, scope, &mut keys);
+                    dirty[slot].extend(keys);
+                }
                 for change in &changes {
                     self.route(change, &mut dirty);
                 }
@@ -128,6 +133,9 @@ impl Engine {
             }
             Input::Tick => {
                 let now = self.now;
+                for (controller, owner) in self.effects.take_due_retries(now) {
+                    dirty[slot_of(controller)].insert(owner);
+                }
                 for (slot, controller) in self.controllers.all_mut().into_iter().enumerate() {
                     let mut due = Vec::new();
                     controller.take_due(now, &mut due);
@@ -156,6 +164,7 @@ impl Engine {
             .all()
             .iter()
             .filter_map(|c| c.next_deadline())
+            .chain(self.effects.next_retry())
             .min()
     }
 
@@ -182,21 +191,27 @@ impl Engine {
     }
 
     fn complete(&mut self, id: u64, outcome: &ApiOutcome, dirty: &mut [BTreeSet<ObjectKey>; 3]) {
-        let Some((command, waiters)) = self.effects.complete(id) else {
+        let Some((command, waiters)) = self.effects.complete(id, outcome, self.now) else {
             tracing::debug!(
                 command = id,
                 "result for a command not in flight (after a restart?)"
             );
             return;
         };
-        if let ApiOutcome::Ok {
-            object: Some(object),
-        } = outcome
-        {
-            let scope = command.action.target().key.scope.clone();
-            if let Some(change) = self.store.upsert(&scope, Object::clone(object)) {
-                self.route(&change, dirty);
+        let target = &command.action.target().key;
+        let change = match outcome {
+            ApiOutcome::Ok {
+                object: Some(object),
+            } => self.store.upsert(&target.scope, Object::clone(object)),
+            // The API says the object does not exist: the cache learns it now, not when a
+            // (possibly lost) watch event catches up, so no controller keeps writing to it.
+            ApiOutcome::NotFound if !matches!(command.action, Action::RecordEvent { .. }) => {
+                self.store.remove(target)
             }
+            _ => None,
+        };
+        if let Some(change) = change {
+            self.route(&change, dirty);
         }
         let slot = slot_of(command.controller);
         self.controllers.all_mut()[slot].on_result(&command, outcome, self.now);

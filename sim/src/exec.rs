@@ -2,6 +2,7 @@
 //! command → request mapping, and feeding the answers back.
 
 use crate::api::{ApiError, ObjKey, Part, Written, eviction, json};
+use crate::faults::Intercept;
 use crate::sim::{ActionRecord, EventRecord, Sim};
 use crate::timeline::Line;
 use engine::convert::{ApiRequest, Subresource, request_for};
@@ -50,12 +51,39 @@ impl Sim {
     pub(crate) fn execute(&mut self, command: Command) {
         self.record(&command);
         self.invariants_before(&command);
+        self.carry_out(command, false);
+    }
+
+    /// A command a slow API held back reaches the server now.
+    pub(crate) fn execute_after_delay(&mut self, command: Command) {
+        self.carry_out(command, true);
+    }
+
+    fn carry_out(&mut self, command: Command, delayed: bool) {
         let target = command.action.target().clone();
         let scope = target.key.scope.clone();
-        let outcome = match self.faults.intercept(&scope, self.now, &mut self.rng) {
-            Some(outcome) => outcome,
-            None => self.apply_request(&scope, &command),
+        // The uid before the call: a delete removes the object.
+        let target_uid = self
+            .get(&scope, &obj_key(&target))
+            .and_then(|o| json::str_at(o, "metadata.uid"))
+            .map(str::to_string);
+        let intercept = self
+            .faults
+            .intercept(&scope, &command.action, self.now, delayed);
+        let outcome = match intercept {
+            Intercept::Pass => self.apply_request(&scope, &command),
+            Intercept::Fail(outcome) => outcome,
+            Intercept::Delay(delay) => {
+                let command = Box::new(command);
+                self.schedule_in(delay, crate::sim::Event::DelayedCommand { command });
+                return;
+            }
         };
+        self.invariants_after(
+            &command,
+            outcome.is_success(),
+            target_uid.unwrap_or_default(),
+        );
         if !outcome.is_success() {
             let object = target.key.to_string();
             let detail = format!(

@@ -1,85 +1,235 @@
-//! Faults from timeline `fault:` steps: API errors, partitions, watch gaps, controller restarts.
+//! Faults: from timeline `fault:` steps, or drawn per seed by a sweep. Each kind counts how often
+//! it fired, so a sweep can prove it was exercised.
 
+use crate::api::{ObjKey, Part};
 use crate::scenario::{FaultKind, FaultSpec};
 use crate::sim::{Event, Sim};
-use engine::model::Scope;
-use engine::time::Timestamp;
-use engine::{ApiOutcome, Input};
+use engine::model::{PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope};
+use engine::time::{Duration, Timestamp, parse_go_duration};
+use engine::{Action, ApiOutcome, Input};
 use rand::Rng;
-use rand_chacha::ChaCha8Rng;
+use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// Default delay of a `slow-api` fault and period of a `node-flap` fault.
+pub const SLOW_API_DELAY_DEFAULT: Duration = Duration::from_secs(3);
+pub const NODE_FLAP_PERIOD_DEFAULT: Duration = Duration::from_secs(30);
 
 #[derive(Clone, Debug)]
 pub struct ActiveFault {
     pub kind: FaultKind,
-    pub scope: Scope,
+    /// The cluster it applies to (`None`: every cluster, for world faults).
+    pub scope: Option<Scope>,
     pub rate: f64,
+    pub delay: Duration,
     pub until: Timestamp,
+}
+
+/// What a fault does to one API call.
+pub enum Intercept {
+    Pass,
+    Fail(ApiOutcome),
+    Delay(Duration),
 }
 
 #[derive(Clone, Debug, Default)]
 pub struct Faults {
     pub active: BTreeMap<usize, ActiveFault>,
     next_id: usize,
-    /// How often each kind fired (an API call failed, a watch event was lost, a restart happened).
+    /// How often each kind fired.
     pub fired: BTreeMap<&'static str, u64>,
     /// Clusters whose watch missed events and must be relisted when the fault ends.
     needs_relist: BTreeSet<Scope>,
+    /// Clusters whose cache has not synced since the controller restarted.
+    pub unsynced: BTreeSet<Scope>,
+    /// The run's seed: whether a call fails is decided by hashing it with the call, so the same
+    /// call at the same moment meets the same fate however many other calls were made.
+    pub seed: u64,
+}
+
+/// A number in [0, 1) decided by (seed, fault kind, time, action, target) alone.
+fn call_roll(seed: u64, kind: FaultKind, now: Timestamp, action: &Action) -> f64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
+    let text = format!(
+        "{}|{}|{}|{}",
+        kind.as_str(),
+        now.as_millis(),
+        action.name(),
+        action.target().key
+    );
+    for b in text.bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    (hash >> 11) as f64 / (1u64 << 53) as f64
+}
+
+fn is_patch(action: &Action) -> bool {
+    matches!(
+        action,
+        Action::Cordon { .. }
+            | Action::SetCondition { .. }
+            | Action::PatchStatus { .. }
+            | Action::PatchSpec { .. }
+            | Action::SetOwnerReference { .. }
+            | Action::AddFinalizer { .. }
+            | Action::RemoveFinalizer { .. }
+    )
 }
 
 impl Faults {
-    fn fire(&mut self, kind: FaultKind) {
+    pub fn new(seed: u64) -> Self {
+        Faults {
+            seed,
+            ..Default::default()
+        }
+    }
+
+    pub fn fire(&mut self, kind: FaultKind) {
         *self.fired.entry(kind.as_str()).or_default() += 1;
     }
 
     fn active_for(&self, scope: &Scope, now: Timestamp, kind: FaultKind) -> Option<&ActiveFault> {
-        self.active
-            .values()
-            .find(|f| f.kind == kind && &f.scope == scope && now < f.until)
+        self.active.values().find(|f| {
+            f.kind == kind && f.scope.as_ref().is_none_or(|s| s == scope) && now < f.until
+        })
     }
 
-    /// The outcome a fault imposes on an API call to `scope`, if any.
+    /// Whether a world fault of `kind` is in effect now.
+    pub fn world_active(&self, now: Timestamp, kind: FaultKind) -> bool {
+        self.active
+            .values()
+            .any(|f| f.kind == kind && now < f.until)
+    }
+
+    /// What the faults in effect do to `action` sent to `scope`.
     pub fn intercept(
         &mut self,
         scope: &Scope,
+        action: &Action,
         now: Timestamp,
-        rng: &mut ChaCha8Rng,
-    ) -> Option<ApiOutcome> {
+        delayed_already: bool,
+    ) -> Intercept {
         if self.active_for(scope, now, FaultKind::Partition).is_some() {
             self.fire(FaultKind::Partition);
-            return Some(ApiOutcome::Unreachable {
+            return Intercept::Fail(ApiOutcome::Unreachable {
                 message: "simulated partition: the cluster's API cannot be reached".into(),
             });
         }
-        let rate = self.active_for(scope, now, FaultKind::ApiErrors)?.rate;
-        if rng.random_bool(rate.clamp(0.0, 1.0)) {
-            self.fire(FaultKind::ApiErrors);
-            return Some(ApiOutcome::Error {
+        if !delayed_already && let Some(f) = self.active_for(scope, now, FaultKind::SlowApi) {
+            let delay = f.delay;
+            self.fire(FaultKind::SlowApi);
+            return Intercept::Delay(delay);
+        }
+        let roll = |faults: &mut Faults, kind: FaultKind| -> bool {
+            let Some(rate) = faults.active_for(scope, now, kind).map(|f| f.rate) else {
+                return false;
+            };
+            let hit = call_roll(faults.seed, kind, now, action) < rate.clamp(0.0, 1.0);
+            if hit {
+                faults.fire(kind);
+            }
+            hit
+        };
+        if roll(self, FaultKind::ApiErrors) {
+            return Intercept::Fail(ApiOutcome::Error {
                 code: 500,
                 message: "simulated API error".into(),
             });
         }
-        None
+        if is_patch(action) && roll(self, FaultKind::Conflicts) {
+            return Intercept::Fail(ApiOutcome::Conflict {
+                message: "Operation cannot be fulfilled: the object has been modified; please apply your changes to the latest version and try again".into(),
+            });
+        }
+        if matches!(action, Action::Evict { .. }) && roll(self, FaultKind::Eviction429) {
+            return Intercept::Fail(ApiOutcome::TooManyRequests {
+                message: format!(
+                    "{} The disruption budget (simulated) needs more healthy pods",
+                    crate::api::eviction::PDB_VIOLATION
+                ),
+            });
+        }
+        Intercept::Pass
     }
 
     pub fn hides_watch(&self, scope: &Scope, now: Timestamp) -> bool {
         self.active_for(scope, now, FaultKind::WatchGap).is_some()
             || self.active_for(scope, now, FaultKind::Partition).is_some()
+            || self.unsynced.contains(scope)
     }
 
-    pub fn missed_watch(&mut self, scope: &Scope) {
+    pub fn missed_watch(&mut self, scope: &Scope, now: Timestamp) {
         self.needs_relist.insert(scope.clone());
-        self.fire(FaultKind::WatchGap);
+        if self.active_for(scope, now, FaultKind::WatchGap).is_some() {
+            self.fire(FaultKind::WatchGap);
+        }
     }
+}
+
+fn extra_str<'a>(spec: &'a FaultSpec, key: &str) -> Option<&'a str> {
+    spec.extra.get(key).and_then(Value::as_str)
+}
+
+fn extra_duration(spec: &FaultSpec, key: &str) -> Option<Duration> {
+    extra_str(spec, key).and_then(|s| parse_go_duration(s).ok())
 }
 
 impl Sim {
     pub(crate) fn start_fault(&mut self, spec: &FaultSpec, cluster: Option<&str>) {
-        let scope = cluster.map_or(Scope::Management, |c| self.workload_scope(c));
+        let scope = cluster.map(|c| self.workload_scope(c));
+        let until = self.now + spec.for_.unwrap_or(Duration::from_secs(60));
         match spec.kind {
-            FaultKind::ControllerRestart => self.restart_controller(),
-            FaultKind::ApiErrors | FaultKind::Partition | FaultKind::WatchGap => {
-                let until = self.now + spec.for_.unwrap_or_default();
+            FaultKind::ControllerRestart => self.restart_controller(false),
+            FaultKind::TornJournal => self.restart_controller(true),
+            FaultKind::CacheUnsynced => {
+                let scope = scope.unwrap_or_else(|| self.first_workload());
+                self.faults.unsynced.insert(scope.clone());
+                self.restart_controller(false);
+                self.schedule(until, Event::CacheSynced { scope });
+            }
+            FaultKind::StuckHook => self.stick_hook(spec),
+            FaultKind::KubeletStop => {
+                let scope = scope.unwrap_or_else(|| self.first_workload());
+                if let Some(node) = self.fault_node(spec, &scope) {
+                    self.faults.fire(FaultKind::KubeletStop);
+                    self.kubelet(&scope, &node, false);
+                    self.schedule(until, Event::KubeletResume { scope, node });
+                }
+            }
+            FaultKind::NodeFlap => {
+                let scope = scope.unwrap_or_else(|| self.first_workload());
+                if let Some(node) = self.fault_node(spec, &scope) {
+                    let period = extra_duration(spec, "period").unwrap_or(NODE_FLAP_PERIOD_DEFAULT);
+                    self.schedule(
+                        self.now,
+                        Event::NodeFlap {
+                            scope,
+                            node,
+                            period,
+                            until,
+                            ready: false,
+                        },
+                    );
+                }
+            }
+            FaultKind::ApiErrors
+            | FaultKind::Partition
+            | FaultKind::WatchGap
+            | FaultKind::Conflicts
+            | FaultKind::SlowApi
+            | FaultKind::Eviction429
+            | FaultKind::NodeNeverJoins
+            | FaultKind::InfraProvisionFailure => {
+                let world_fault = matches!(
+                    spec.kind,
+                    FaultKind::NodeNeverJoins | FaultKind::InfraProvisionFailure
+                );
+                let scope = if world_fault {
+                    None
+                } else {
+                    Some(scope.unwrap_or(Scope::Management))
+                };
                 let id = self.faults.next_id;
                 self.faults.next_id += 1;
                 self.faults.active.insert(
@@ -88,22 +238,111 @@ impl Sim {
                         kind: spec.kind,
                         scope,
                         rate: spec.rate.unwrap_or(1.0),
+                        delay: extra_duration(spec, "delay").unwrap_or(SLOW_API_DELAY_DEFAULT),
                         until,
                     },
                 );
                 self.schedule(until, Event::FaultEnds { fault: id });
             }
-            other => {
-                self.line(
-                    "scenario",
-                    "Fault",
-                    String::new(),
-                    format!(
-                        "fault kind {} is not simulated yet; ignored",
-                        other.as_str()
-                    ),
-                );
-            }
+        }
+    }
+
+    fn first_workload(&self) -> Scope {
+        self.workloads
+            .values()
+            .next()
+            .cloned()
+            .unwrap_or(Scope::Management)
+    }
+
+    /// The node a fault names, or one drawn from the seed's stream.
+    fn fault_node(&mut self, spec: &FaultSpec, scope: &Scope) -> Option<String> {
+        if let Some(n) = extra_str(spec, "node") {
+            return Some(n.to_string());
+        }
+        let nodes: Vec<String> = self
+            .store(scope)?
+            .list("", "Node")
+            .map(|(k, _)| k.name.clone())
+            .collect();
+        if nodes.is_empty() {
+            return None;
+        }
+        let i = self.rng.random_range(0..nodes.len());
+        Some(nodes[i].clone())
+    }
+
+    /// A hook whose controller never removes it: added to the named Machine or one drawn from
+    /// the seed's stream.
+    fn stick_hook(&mut self, spec: &FaultSpec) {
+        let machines: Vec<ObjKey> = self
+            .store(&Scope::Management)
+            .map(|s| {
+                s.list("cluster.x-k8s.io", "Machine")
+                    .filter(|(k, _)| extra_str(spec, "machine").is_none_or(|m| m == k.name))
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if machines.is_empty() {
+            return;
+        }
+        let key = machines[self.rng.random_range(0..machines.len())].clone();
+        let prefix = match extra_str(spec, "hook") {
+            Some("pre-terminate") => PRE_TERMINATE_HOOK_PREFIX,
+            _ => PRE_DRAIN_HOOK_PREFIX,
+        };
+        let annotation = format!("{prefix}/stuck");
+        let patch = json!({"metadata": {"annotations": {annotation.clone(): "nobody"}}});
+        if let Ok(w) = self
+            .store_mut(&Scope::Management)
+            .patch(&key, &patch, Part::Whole)
+        {
+            self.faults.fire(FaultKind::StuckHook);
+            self.line(
+                "world",
+                "StuckHook",
+                key.to_string(),
+                format!("{annotation} added; its controller never removes it"),
+            );
+            self.changed(&Scope::Management, w);
+        }
+    }
+
+    pub(crate) fn node_flap(
+        &mut self,
+        scope: Scope,
+        node: String,
+        period: Duration,
+        until: Timestamp,
+        ready: bool,
+    ) {
+        let last = self.now + period >= until;
+        let status = if ready || last { "True" } else { "False" };
+        self.faults.fire(FaultKind::NodeFlap);
+        self.set_node_condition(
+            &scope,
+            &node,
+            "Ready",
+            status,
+            Some(if status == "True" {
+                "KubeletReady"
+            } else {
+                "KubeletNotReady"
+            }),
+            None,
+        );
+        if !last {
+            self.schedule_in(
+                period,
+                Event::NodeFlap {
+                    scope,
+                    node,
+                    period,
+                    until,
+                    ready: !ready,
+                },
+            );
         }
     }
 
@@ -111,25 +350,63 @@ impl Sim {
         let Some(fault) = self.faults.active.remove(&id) else {
             return;
         };
-        let scope_name = Sim::scope_name(&fault.scope);
+        let scope_name = fault
+            .scope
+            .as_ref()
+            .map(Sim::scope_name)
+            .unwrap_or_default();
         self.line(
             "world",
             "FaultEnds",
             scope_name,
             format!("{} is over", fault.kind.as_str()),
         );
-        if matches!(fault.kind, FaultKind::WatchGap | FaultKind::Partition)
-            && self.faults.needs_relist.remove(&fault.scope)
+        if let Some(scope) = &fault.scope
+            && matches!(fault.kind, FaultKind::WatchGap | FaultKind::Partition)
+            && self.faults.needs_relist.remove(scope)
         {
-            self.relist(&fault.scope);
+            self.relist(scope);
+        }
+    }
+
+    /// A cluster whose cache was held unsynced after a restart finally lists.
+    pub(crate) fn cache_synced(&mut self, scope: Scope) {
+        if self.faults.unsynced.remove(&scope) {
+            self.faults.fire(FaultKind::CacheUnsynced);
+            self.faults.needs_relist.remove(&scope);
+            self.line(
+                "world",
+                "CacheSynced",
+                Sim::scope_name(&scope),
+                "the controller's cache of this cluster synced".into(),
+            );
+            self.relist(&scope);
         }
     }
 
     /// The controller process dies and restarts: the engine is rebuilt from its journal, told it
-    /// restarted, and relists every cluster.
-    pub(crate) fn restart_controller(&mut self) {
-        self.faults.fire(FaultKind::ControllerRestart);
+    /// restarted, and relists every cluster whose cache is not held back by a fault. With
+    /// `torn`, the crash also loses uncommitted records and tears the last batch.
+    pub(crate) fn restart_controller(&mut self, torn: bool) {
+        let kind = if torn {
+            FaultKind::TornJournal
+        } else {
+            FaultKind::ControllerRestart
+        };
+        self.faults.fire(kind);
         let before = self.engine.state_hash();
+        let mut lost_from = None;
+        if torn {
+            match self.feeder.crash_with_torn_tail() {
+                Ok(lost) => lost_from = lost,
+                Err(e) => {
+                    self.invariants.violate(format!(
+                        "recovery: the journal cannot be reopened after a crash: {e}"
+                    ));
+                    return;
+                }
+            }
+        }
         match self.feeder.rebuild(&self.engine) {
             Ok(engine) => self.engine = engine,
             Err(e) => {
@@ -139,21 +416,34 @@ impl Sim {
                 return;
             }
         }
+        self.feeder.truncate_to(self.engine.applied_seq());
         let after = self.engine.state_hash();
-        if before != after {
+        if !torn && before != after {
             self.invariants.violate(format!(
                 "recovery: the engine rebuilt from its journal differs from the live one ({before:016x} vs {after:016x})"
             ));
         }
+        let detail = match lost_from {
+            Some(seq) => format!(
+                "crash tore the journal's tail: records from #{seq} lost; engine rebuilt from the journal; relisting"
+            ),
+            None => "engine rebuilt from the journal; relisting".to_string(),
+        };
         self.line(
             "world",
-            "ControllerRestart",
+            if torn { "Crash" } else { "ControllerRestart" },
             String::new(),
-            format!("engine rebuilt from the journal (state {after:016x}); relisting"),
+            detail,
         );
+        // Commands still queued died with the process, and its caches with it.
+        self.work
+            .retain(|w| !matches!(w, crate::sim::Work::Command(_)));
+        self.invariants.synced.clear();
         self.feed(Input::Restarted);
         for scope in self.scopes() {
-            self.relist(&scope);
+            if !self.faults.unsynced.contains(&scope) {
+                self.relist(&scope);
+            }
         }
     }
 }

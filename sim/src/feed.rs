@@ -9,6 +9,9 @@ pub struct Feeder {
     pub inputs: u64,
     /// Input descriptions by sequence number, so timelines can say what caused an action.
     pub causes: Vec<String>,
+    /// Changes every input before it is journaled: lets a test plant a bug from the outside
+    /// (for example, hide an annotation from the controllers) and show the checks catch it.
+    pub filter: Option<fn(&mut Input)>,
 }
 
 impl Feeder {
@@ -17,10 +20,14 @@ impl Feeder {
             journal,
             inputs: 0,
             causes: Vec::new(),
+            filter: None,
         }
     }
 
-    pub fn feed(&mut self, engine: &mut Engine, now: Timestamp, input: Input) {
+    pub fn feed(&mut self, engine: &mut Engine, now: Timestamp, mut input: Input) {
+        if let Some(filter) = self.filter {
+            filter(&mut input);
+        }
         if let Some(j) = &mut self.journal {
             j.append(now, &input);
         }
@@ -46,6 +53,23 @@ impl Feeder {
 }
 
 impl Feeder {
+    /// A crash that tears the journal's tail (see `SimJournal::crash_with_torn_tail`).
+    pub fn crash_with_torn_tail(&mut self) -> Result<Option<u64>, String> {
+        let Some(journal) = self.journal.take() else {
+            return Err("no journal to crash".into());
+        };
+        let (journal, lost) = journal.crash_with_torn_tail()?;
+        self.journal = Some(journal);
+        Ok(lost)
+    }
+
+    /// After a crash that lost the journal's tail: forget the inputs the rebuilt engine never
+    /// saw, so sequence numbers continue from the journal.
+    pub fn truncate_to(&mut self, applied_seq: u64) {
+        self.inputs = applied_seq;
+        self.causes.truncate(applied_seq as usize);
+    }
+
     /// The engine as a restarted process would rebuild it: from the journal when there is one
     /// (snapshot + replay), else from a snapshot of the live state.
     pub fn rebuild(&mut self, live: &Engine) -> Result<Engine, String> {

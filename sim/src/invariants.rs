@@ -1,18 +1,52 @@
-//! Safety rules checked on every run, whatever the scenario expects.
+//! Safety and liveness rules checked on every run, whatever the scenario expects.
+//!
+//! Safety is checked when a command is issued, against the world as it is then: hooks are never
+//! bypassed, infrastructure is not deleted before its Node is drained, nothing destructive is
+//! done to a cluster whose cache has not synced or twice for the same object, skipped or paused
+//! Machines are never remediated, and remediation respects maxInFlight and a short-circuited MHC.
+//! Liveness is checked at the end: a Machine still deleting long after it started must say why.
 
 use crate::api::{ObjKey, json};
 use crate::sim::Sim;
 use engine::model::{
-    EXCLUDE_DRAIN_ANNOTATION, Kind, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope,
+    CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, DRAIN_LABEL, EXCLUDE_DRAIN_ANNOTATION, Kind,
+    PAUSED_ANNOTATION, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX,
+    SKIP_REMEDIATION_ANNOTATION, Scope,
 };
-use engine::{Action, Command};
+use engine::time::Duration;
+use engine::{Action, Command, ControllerId};
 use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A Machine deleting longer than this at the end of a run must explain itself.
+pub const DELETION_EXPLAINED_AFTER: Duration = Duration::from_mins(10);
+
+/// Deleting reasons that name what a deletion waits for.
+const BLOCKING_REASONS: [&str; 8] = [
+    "WaitingForPreDrainHook",
+    "DrainingNode",
+    "WaitingForVolumeDetach",
+    "WaitingForPreTerminateHook",
+    "WaitingForInfrastructureDeletion",
+    "WaitingForBootstrapDeletion",
+    "DeletingNode",
+    "InternalError",
+];
 
 #[derive(Clone, Debug, Default)]
 pub struct Checker {
     pub violations: Vec<String>,
+    /// Machines still deleting at the end, with what holds them (not violations).
+    pub stuck: Vec<String>,
     /// How many checks were made (so a report can show they ran).
     pub checks: u64,
+    /// Destructive actions that succeeded: (action, target, target uid).
+    done: BTreeSet<(&'static str, String, String)>,
+    /// Clusters whose cache the controller has listed since it last started.
+    pub synced: BTreeSet<Scope>,
+    /// Each MHC's latest `RemediationAllowed` decision as the controller wrote it (whether or
+    /// not the write got through), and when: `(namespace, name) -> (allowed, at)`.
+    pub mhc_allowed: BTreeMap<(String, String), (bool, engine::Timestamp)>,
 }
 
 impl Checker {
@@ -28,22 +62,123 @@ fn has_prefix_annotation(obj: &Value, prefix: &str) -> Vec<String> {
         .collect()
 }
 
+fn uid(obj: Option<&Value>) -> String {
+    obj.and_then(|o| json::str_at(o, "metadata.uid"))
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
+    obj.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .chain(
+            obj.pointer("/status/v1beta2/conditions")
+                .and_then(Value::as_array),
+        )
+        .flatten()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(type_))
+}
+
 impl Sim {
+    fn target_object(&self, command: &Command) -> (ObjKey, Option<&Value>) {
+        let t = command.action.target();
+        let key = ObjKey::new(
+            json::group_of(&t.api_version),
+            t.key.kind.name(),
+            &t.key.namespace,
+            &t.key.name,
+        );
+        let obj = self.get(&t.key.scope, &key);
+        (key, obj)
+    }
+
     /// Checks a command against the world as it is when the command is issued.
     pub(crate) fn invariants_before(&mut self, command: &Command) {
         self.invariants.checks += 1;
+        let mut broken = Vec::new();
+        let target_scope = command.action.target().key.scope.clone();
+        if command.action.is_destructive() {
+            if !self.invariants.synced.contains(&target_scope) {
+                broken.push(format!(
+                    "unsynced cache: {} on {} before the controller listed that cluster",
+                    command.action.name(),
+                    command.action.target().key
+                ));
+            }
+            let (_, obj) = self.target_object(command);
+            let intent = (
+                command.action.name(),
+                command.action.target().key.to_string(),
+                uid(obj),
+            );
+            if obj.is_some() && self.invariants.done.contains(&intent) {
+                broken.push(format!(
+                    "repeated: {} on {} was already done for this object",
+                    intent.0, intent.1
+                ));
+            }
+        }
+        broken.extend(self.machine_rules(command));
+        broken.extend(self.remediation_rules(command));
+        self.note_decision(command);
+        for b in broken {
+            self.line(
+                "invariant",
+                "Violation",
+                command.owner.to_string(),
+                b.clone(),
+            );
+            self.invariants.violate(b);
+        }
+    }
+
+    /// Remembers an MHC's `RemediationAllowed` decision when the controller writes it.
+    pub(crate) fn note_decision(&mut self, command: &Command) {
+        if let Action::SetCondition {
+            target, conditions, ..
+        } = &command.action
+            && target.key.kind == Kind::MachineHealthCheck
+            && let Some(c) = conditions.current("RemediationAllowed")
+        {
+            let allowed = c.status == engine::model::ConditionStatus::True;
+            let key = (target.key.namespace.clone(), target.key.name.clone());
+            if self.invariants.mhc_allowed.get(&key).map(|(a, _)| *a) != Some(allowed) {
+                self.invariants.mhc_allowed.insert(key, (allowed, self.now));
+            }
+        }
+    }
+
+    /// Records a destructive command that succeeded, for the "not twice" rule.
+    pub(crate) fn invariants_after(
+        &mut self,
+        command: &Command,
+        succeeded: bool,
+        target_uid: String,
+    ) {
+        if succeeded && command.action.is_destructive() && !target_uid.is_empty() {
+            self.invariants.done.insert((
+                command.action.name(),
+                command.action.target().key.to_string(),
+                target_uid,
+            ));
+        }
+    }
+
+    /// Hooks and drain order for commands a Machine's deletion issues.
+    fn machine_rules(&self, command: &Command) -> Vec<String> {
         let owner = &command.owner;
         if owner.kind != Kind::Machine {
-            return;
+            return Vec::new();
         }
-        let machine_key = ObjKey::new("cluster.x-k8s.io", "Machine", &owner.namespace, &owner.name);
-        let Some(machine) = self.get(&Scope::Management, &machine_key).cloned() else {
-            return;
+        let key = ObjKey::new("cluster.x-k8s.io", "Machine", &owner.namespace, &owner.name);
+        let Some(machine) = self.get(&Scope::Management, &key) else {
+            return Vec::new();
         };
         let mut broken = Vec::new();
         match &command.action {
             Action::Cordon { .. } | Action::Evict { .. } => {
-                let hooks = has_prefix_annotation(&machine, PRE_DRAIN_HOOK_PREFIX);
+                let hooks = has_prefix_annotation(machine, PRE_DRAIN_HOOK_PREFIX);
                 if !hooks.is_empty() {
                     broken.push(format!(
                         "hook bypassed: {} on {} while pre-drain hooks {hooks:?} are present",
@@ -53,13 +188,13 @@ impl Sim {
                 }
             }
             Action::DeleteInfrastructure { .. } => {
-                let hooks = has_prefix_annotation(&machine, PRE_TERMINATE_HOOK_PREFIX);
+                let hooks = has_prefix_annotation(machine, PRE_TERMINATE_HOOK_PREFIX);
                 if !hooks.is_empty() {
                     broken.push(format!(
                         "hook bypassed: infrastructure of {owner} deleted while pre-terminate hooks {hooks:?} are present"
                     ));
                 }
-                if let Some(pods) = self.undrained_pods(&machine) {
+                if let Some(pods) = self.undrained_pods(machine) {
                     broken.push(format!(
                         "infrastructure of {owner} deleted before its Node was drained: {} still running",
                         pods.join(", ")
@@ -68,10 +203,137 @@ impl Sim {
             }
             _ => {}
         }
-        for b in broken {
-            self.line("invariant", "Violation", owner.to_string(), b.clone());
-            self.invariants.violate(b);
+        broken
+    }
+
+    /// Remediation never touches skipped or paused Machines, never runs while its MHC is
+    /// short-circuited, and stays within maxInFlight.
+    fn remediation_rules(&self, command: &Command) -> Vec<String> {
+        if command.controller != ControllerId::Remediation {
+            return Vec::new();
         }
+        let machine_name = match &command.action {
+            Action::DeleteMachine { target } | Action::CreateRemediation { target, .. } => {
+                target.key.name.clone()
+            }
+            _ => return Vec::new(),
+        };
+        let ns = &command.action.target().key.namespace;
+        let key = ObjKey::new("cluster.x-k8s.io", "Machine", ns, &machine_name);
+        let Some(machine) = self.get(&Scope::Management, &key) else {
+            return Vec::new();
+        };
+        let mut broken = Vec::new();
+        let annotations = json::annotations(machine);
+        for a in [SKIP_REMEDIATION_ANNOTATION, PAUSED_ANNOTATION] {
+            if annotations.contains_key(a) {
+                broken.push(format!("remediated a Machine annotated {a}: {key}"));
+            }
+        }
+        let cluster = json::str_at(machine, "spec.clusterName").unwrap_or_default();
+        let cluster_key = ObjKey::new("cluster.x-k8s.io", "Cluster", ns, cluster);
+        if self
+            .get(&Scope::Management, &cluster_key)
+            .and_then(|c| c.pointer("/spec/paused"))
+            .and_then(Value::as_bool)
+            == Some(true)
+        {
+            broken.push(format!("remediated {key} while its Cluster is paused"));
+        }
+        let labels = json::labels(machine);
+        for (_, mhc) in self
+            .store(&Scope::Management)
+            .into_iter()
+            .flat_map(|s| s.list("cluster.x-k8s.io", "MachineHealthCheck"))
+        {
+            let selects = json::namespace(mhc) == ns
+                && json::str_at(mhc, "spec.clusterName") == Some(cluster)
+                && mhc
+                    .pointer("/spec/selector/matchLabels")
+                    .and_then(Value::as_object)
+                    .is_some_and(|m| {
+                        m.iter()
+                            .all(|(k, v)| labels.get(k).map(String::as_str) == v.as_str())
+                    });
+            if !selects {
+                continue;
+            }
+            let decided = self.invariants.mhc_allowed.get(&(
+                json::namespace(mhc).to_string(),
+                json::name(mhc).to_string(),
+            ));
+            // Decided at an earlier instant: a decision at this instant may have been taken on
+            // the counts that lifted it.
+            if decided.is_some_and(|(allowed, at)| !allowed && *at < self.now) {
+                broken.push(format!(
+                    "remediated {key} while MachineHealthCheck {} is short-circuited",
+                    json::name(mhc)
+                ));
+            }
+        }
+        if let Some(limit) = self.max_in_flight(machine) {
+            let in_flight = self.remediations_in_flight(ns, cluster);
+            if in_flight >= limit && matches!(command.action, Action::DeleteMachine { .. }) {
+                broken.push(format!(
+                    "remediation beyond maxInFlight {limit}: {in_flight} already deleting when {key} was deleted"
+                ));
+            }
+        }
+        broken
+    }
+
+    /// `maxInFlight` of the MachineDeployment that owns the Machine's MachineSet, as a count.
+    fn max_in_flight(&self, machine: &Value) -> Option<usize> {
+        let owner = |o: &Value, kind: &str| -> Option<String> {
+            o.pointer("/metadata/ownerReferences")?
+                .as_array()?
+                .iter()
+                .find(|r| r.get("kind").and_then(Value::as_str) == Some(kind))
+                .and_then(|r| r.get("name").and_then(Value::as_str))
+                .map(str::to_string)
+        };
+        let ns = json::namespace(machine);
+        let ms = owner(machine, "MachineSet")?;
+        let ms = self.get(
+            &Scope::Management,
+            &ObjKey::new("cluster.x-k8s.io", "MachineSet", ns, &ms),
+        )?;
+        let md = owner(ms, "MachineDeployment")?;
+        let md = self.get(
+            &Scope::Management,
+            &ObjKey::new("cluster.x-k8s.io", "MachineDeployment", ns, &md),
+        )?;
+        let limit = md
+            .pointer("/spec/remediation/maxInFlight")
+            .or_else(|| md.pointer("/spec/strategy/remediation/maxInFlight"))?;
+        let replicas = md
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        match limit {
+            Value::Number(n) => n.as_u64().map(|n| n as usize),
+            Value::String(s) => {
+                let p: i64 = s.strip_suffix('%')?.parse().ok()?;
+                Some(((p * replicas + 99) / 100) as usize)
+            }
+            _ => None,
+        }
+    }
+
+    fn remediations_in_flight(&self, ns: &str, cluster: &str) -> usize {
+        self.store(&Scope::Management)
+            .into_iter()
+            .flat_map(|s| s.list("cluster.x-k8s.io", "Machine"))
+            .filter(|(_, m)| {
+                json::namespace(m) == ns
+                    && json::str_at(m, "spec.clusterName") == Some(cluster)
+                    && json::is_deleting(m)
+                    && condition(m, "OwnerRemediated")
+                        .and_then(|c| c.get("reason"))
+                        .and_then(Value::as_str)
+                        == Some("MachineDeleting")
+            })
+            .count()
     }
 
     /// Pods a drain would still have to evict from the Machine's Node, when the drain applies
@@ -87,19 +349,34 @@ impl Sim {
             return None;
         }
         let cluster = json::str_at(machine, "spec.clusterName")?;
+        let ns = json::namespace(machine);
         let active_cp = self
             .store(&Scope::Management)?
             .list("cluster.x-k8s.io", "Machine")
             .any(|(_, m)| {
                 json::str_at(m, "spec.clusterName") == Some(cluster)
-                    && json::labels(m).contains_key(engine::model::CONTROL_PLANE_LABEL)
+                    && json::namespace(m) == ns
                     && !json::is_deleting(m)
+                    && m.pointer("/metadata/labels")
+                        .and_then(Value::as_object)
+                        .is_some_and(|l| l.contains_key(CONTROL_PLANE_LABEL))
             });
         if !active_cp {
             return None;
         }
         let node = json::str_at(machine, "status.nodeRef.name")?;
         let scope = self.workload_scope(cluster);
+        let node_key = ObjKey::new("", "Node", "", node);
+        // An unreachable Node's pods never finish terminating; the drain skips them.
+        if self
+            .get(&scope, &node_key)
+            .and_then(|n| condition(n, "Ready"))
+            .and_then(|c| c.get("status"))
+            .and_then(Value::as_str)
+            == Some("Unknown")
+        {
+            return None;
+        }
         let pods: Vec<String> = self
             .store(&scope)?
             .list("", "Pod")
@@ -114,7 +391,7 @@ impl Sim {
             .filter(|(_, p)| !json::annotations(p).contains_key("kubernetes.io/config.mirror"))
             .filter(|(_, p)| {
                 json::labels(p)
-                    .get(engine::model::DRAIN_LABEL)
+                    .get(DRAIN_LABEL)
                     .is_none_or(|v| !v.eq_ignore_ascii_case("skip"))
             })
             .filter(|(_, p)| {
@@ -128,5 +405,89 @@ impl Sim {
             .map(|(k, _)| format!("{}/{}", k.namespace, k.name))
             .collect();
         (!pods.is_empty()).then_some(pods)
+    }
+
+    /// At the end of a run: every Machine deleting for longer than the bound must say what holds
+    /// it; those that do are reported as stuck, those that don't are violations.
+    pub(crate) fn check_liveness(&mut self) {
+        let mut found = Vec::new();
+        for (key, m) in self
+            .store(&Scope::Management)
+            .into_iter()
+            .flat_map(|s| s.list("cluster.x-k8s.io", "Machine"))
+        {
+            let Some(since) = m
+                .pointer("/metadata/deletionTimestamp")
+                .and_then(Value::as_str)
+                .and_then(|t| engine::Timestamp::parse_rfc3339(t).ok())
+            else {
+                continue;
+            };
+            if self.now.since(since) < DELETION_EXPLAINED_AFTER {
+                continue;
+            }
+            let deleting = ["/status/conditions", "/status/v1beta2/conditions"]
+                .iter()
+                .filter_map(|p| m.pointer(p).and_then(Value::as_array))
+                .flatten()
+                .find(|c| c.get("type").and_then(Value::as_str) == Some("Deleting"));
+            let reason = deleting
+                .and_then(|c| c.get("reason"))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let message = deleting
+                .and_then(|c| c.get("message"))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let paused = json::annotations(m).contains_key(PAUSED_ANNOTATION);
+            let explained = BLOCKING_REASONS.contains(&reason);
+            found.push((
+                key.clone(),
+                since,
+                reason.to_string(),
+                message.to_string(),
+                explained || paused,
+            ));
+        }
+        for (key, since, reason, message, explained) in found {
+            let age = self.now.since(since);
+            if explained || self.cluster_paused_for(&key) {
+                let line = format!(
+                    "{key} deleting for {age}: {reason}: {}",
+                    message.lines().next().unwrap_or_default()
+                );
+                self.line(
+                    "invariant",
+                    "Stuck",
+                    key.to_string(),
+                    format!("still deleting after {age}: {reason}: {message}"),
+                );
+                self.invariants.stuck.push(line);
+            } else {
+                let v = format!(
+                    "liveness: {key} has been deleting for {age} and no condition says why (Deleting reason {reason:?})"
+                );
+                self.line("invariant", "Violation", key.to_string(), v.clone());
+                self.invariants.violate(v);
+            }
+        }
+    }
+
+    fn cluster_paused_for(&self, machine: &ObjKey) -> bool {
+        let Some(m) = self.get(&Scope::Management, machine) else {
+            return false;
+        };
+        let cluster = json::labels(m)
+            .get(CLUSTER_NAME_LABEL)
+            .cloned()
+            .or_else(|| json::str_at(m, "spec.clusterName").map(str::to_string))
+            .unwrap_or_default();
+        self.get(
+            &Scope::Management,
+            &ObjKey::new("cluster.x-k8s.io", "Cluster", &machine.namespace, &cluster),
+        )
+        .and_then(|c| c.pointer("/spec/paused"))
+        .and_then(Value::as_bool)
+            == Some(true)
     }
 }

@@ -5,7 +5,7 @@
 //! fsync) and records are group-committed to sled once per simulated instant, or every
 //! [`COMMIT_RECORDS_MAX`] records — as a controller process commits one batch per wake-up.
 
-use engine::journal::{Durability, Journal, JournalOptions};
+use engine::journal::{Damage, Durability, Journal, JournalOptions};
 use engine::recovery;
 use engine::time::Timestamp;
 use engine::{Engine, Input};
@@ -18,6 +18,7 @@ pub const SNAPSHOT_EVERY_RECORDS: u64 = 10_000;
 
 pub struct SimJournal {
     journal: Journal,
+    dir: std::path::PathBuf,
     pending: Vec<(Timestamp, Vec<u8>)>,
     last_snapshot: u64,
     _temp: Option<tempfile::TempDir>,
@@ -40,6 +41,7 @@ impl SimJournal {
         };
         let (journal, report) =
             Journal::open(path, options).map_err(|e| format!("journal {}: {e}", path.display()))?;
+        let dir = path.to_path_buf();
         if report.next_seq != 1 {
             return Err(format!(
                 "journal {} already holds {} records: give `--journal` an empty directory",
@@ -49,6 +51,7 @@ impl SimJournal {
         }
         Ok(SimJournal {
             journal,
+            dir,
             pending: Vec::new(),
             last_snapshot: 0,
             _temp: temp,
@@ -97,6 +100,40 @@ impl SimJournal {
         recovery::restore(&self.journal)
             .map(|r| r.engine)
             .map_err(|e| e.to_string())
+    }
+
+    /// A crash mid-write: records not yet committed are lost, the last batch is torn in half,
+    /// and the journal is reopened (which truncates the torn batch). Returns the reopened
+    /// journal and the first sequence number the crash lost, as reopening reported it.
+    pub fn crash_with_torn_tail(mut self) -> Result<(SimJournal, Option<u64>), String> {
+        self.pending.clear();
+        if let Some(last) = self.journal.last_seq() {
+            self.journal
+                .damage_for_test(Damage::TearBatch { seq: last })
+                .map_err(|e| e.to_string())?;
+        }
+        let SimJournal {
+            journal,
+            dir,
+            _temp,
+            ..
+        } = self;
+        // sled holds the directory lock until the journal is dropped.
+        drop(journal);
+        let options = JournalOptions {
+            durability: Durability::Buffered,
+            ..Default::default()
+        };
+        let (journal, report) =
+            Journal::open(&dir, options).map_err(|e| format!("journal {}: {e}", dir.display()))?;
+        let reopened = SimJournal {
+            journal,
+            dir,
+            pending: Vec::new(),
+            last_snapshot: 0,
+            _temp,
+        };
+        Ok((reopened, report.truncated_tail.map(|t| t.from_seq)))
     }
 
     /// Commits and flushes; a kept journal is then complete on disk.

@@ -19,6 +19,7 @@ pub mod scenario;
 mod setup;
 pub mod sim;
 mod steps;
+pub mod sweep;
 pub mod timeline;
 mod world;
 

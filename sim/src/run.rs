@@ -15,6 +15,8 @@ pub struct RunOptions {
     pub journal_dir: Option<PathBuf>,
     /// Skip the journal entirely (benchmarks of the simulator itself).
     pub no_journal: bool,
+    /// Changes every input before the engine sees it (tests that plant a bug).
+    pub input_filter: Option<fn(&mut engine::Input)>,
 }
 
 /// What a run produced.
@@ -23,11 +25,15 @@ pub struct Report {
     pub timeline: crate::timeline::Timeline,
     pub failures: Vec<Failure>,
     pub violations: Vec<String>,
+    /// Machines still deleting at the end, with what holds them.
+    pub stuck: Vec<String>,
     pub inputs: u64,
     pub engine_state_hash: u64,
     pub simulated_ms: i64,
     pub faults_fired: std::collections::BTreeMap<&'static str, u64>,
     pub invariant_checks: u64,
+    /// A digest of which objects exist (and which are deleting) in every cluster at the end.
+    pub final_world: u64,
 }
 
 impl Report {
@@ -43,6 +49,9 @@ impl Report {
         }
         for v in &self.violations {
             out.push_str(&format!("VIOLATION {v}\n"));
+        }
+        for s in &self.stuck {
+            out.push_str(&format!("STUCK {s}\n"));
         }
         let verdict = if self.passed() { "ok" } else { "FAILED" };
         out.push_str(&format!(
@@ -66,7 +75,9 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report, String> 
             options.journal_dir.as_deref(),
         )?)
     };
-    let mut sim = Sim::new(scenario.clone(), seed, Feeder::new(journal));
+    let mut feeder = Feeder::new(journal);
+    feeder.filter = options.input_filter;
+    let mut sim = Sim::new(scenario.clone(), seed, feeder);
     sim.setup();
     sim.run();
     let simulated_ms = sim.end.since(sim.start).as_millis();
@@ -81,10 +92,31 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report, String> 
         timeline: std::mem::take(&mut sim.timeline),
         failures: sim.expect.failures.clone(),
         violations,
+        stuck: sim.invariants.stuck.clone(),
         inputs: sim.feeder.inputs,
         engine_state_hash,
         simulated_ms,
         faults_fired: sim.faults.fired.clone(),
         invariant_checks: sim.invariants.checks,
+        final_world: final_world(&sim),
     })
+}
+
+/// FNV-1a over the sorted object keys of every cluster, each marked when it is deleting.
+fn final_world(sim: &Sim) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for (scope, store) in &sim.clusters {
+        for (key, obj) in store.iter() {
+            let line = format!(
+                "{}|{key}|{}\n",
+                Sim::scope_name(scope),
+                crate::api::json::is_deleting(obj)
+            );
+            for b in line.bytes() {
+                hash ^= u64::from(b);
+                hash = hash.wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+    }
+    hash
 }

@@ -45,6 +45,20 @@ pub enum Event {
     PoolNodeJoin { pool: ObjKey, index: u32 },
     /// A fault window ends.
     FaultEnds { fault: usize },
+    /// A cluster's cache, held unsynced after a restart, syncs.
+    CacheSynced { scope: Scope },
+    /// A kubelet stopped by a fault comes back.
+    KubeletResume { scope: Scope, node: String },
+    /// A flapping node changes its Ready condition.
+    NodeFlap {
+        scope: Scope,
+        node: String,
+        period: Duration,
+        until: Timestamp,
+        ready: bool,
+    },
+    /// A command held back by a slow API.
+    DelayedCommand { command: Box<engine::Command> },
     /// A checkpoint for `{at: T}` expectations (evaluated after everything at T).
     Checkpoint,
 }
@@ -123,7 +137,7 @@ impl Sim {
             events: Vec::new(),
             work: VecDeque::new(),
             world: Default::default(),
-            faults: Default::default(),
+            faults: crate::faults::Faults::new(seed),
             expect,
             invariants: Default::default(),
             malformed: BTreeSet::new(),
@@ -235,6 +249,7 @@ impl Sim {
             self.after_instant_step();
         }
         self.now = self.end;
+        self.check_liveness();
         self.with_tracker(|t, sim| t.finish(sim));
     }
 
@@ -303,7 +318,7 @@ impl Sim {
     /// Delivers a write to the engine as a watch event would, unless a fault hides it.
     fn deliver(&mut self, scope: &Scope, written: &Written) {
         if self.faults.hides_watch(scope, self.now) {
-            self.faults.missed_watch(scope);
+            self.faults.missed_watch(scope, self.now);
             return;
         }
         match &written.object {
@@ -352,6 +367,7 @@ impl Sim {
 
     /// Relists one cluster into the engine (initial sync, after a watch gap or a restart).
     pub(crate) fn relist(&mut self, scope: &Scope) {
+        self.invariants.synced.insert(scope.clone());
         let mut objects = Vec::new();
         let mut malformed = Vec::new();
         if let Some(store) = self.clusters.get(scope) {

@@ -3,7 +3,7 @@
 
 use crate::api::{ObjKey, Part, Written, json};
 use crate::defaults::PROVIDER_FINALIZER;
-use crate::scenario::MachineSetsMode;
+use crate::scenario::{FaultKind, MachineSetsMode};
 use crate::sim::{Event, Sim};
 use engine::model::Scope;
 use engine::time::{Duration, parse_go_duration};
@@ -190,6 +190,16 @@ impl Sim {
             Event::PoolProvisioned { pool } => self.pool_provisioned(&pool),
             Event::PoolNodeJoin { pool, index } => self.pool_node_join(&pool, index),
             Event::FaultEnds { fault } => self.fault_ends(fault),
+            Event::CacheSynced { scope } => self.cache_synced(scope),
+            Event::KubeletResume { scope, node } => self.kubelet(&scope, &node, true),
+            Event::NodeFlap {
+                scope,
+                node,
+                period,
+                until,
+                ready,
+            } => self.node_flap(scope, node, period, until, ready),
+            Event::DelayedCommand { command } => self.execute_after_delay(*command),
             Event::Step(_) | Event::EngineTick | Event::Checkpoint => {}
         }
     }
@@ -730,6 +740,13 @@ impl Sim {
         if json::is_deleting(&machine) {
             return;
         }
+        if self
+            .faults
+            .world_active(self.now, FaultKind::InfraProvisionFailure)
+        {
+            self.faults.fire(FaultKind::InfraProvisionFailure);
+            return self.provisioning_failed(machine_key, &machine);
+        }
         let cluster = json::str_at(&machine, "spec.clusterName")
             .unwrap_or_default()
             .to_string();
@@ -794,6 +811,19 @@ impl Sim {
         if json::is_deleting(&machine) {
             return;
         }
+        if self
+            .faults
+            .world_active(self.now, FaultKind::NodeNeverJoins)
+        {
+            self.faults.fire(FaultKind::NodeNeverJoins);
+            self.line(
+                "world",
+                "NodeNeverJoins",
+                machine_key.to_string(),
+                "its Node never joins the workload cluster".into(),
+            );
+            return;
+        }
         let cluster = json::str_at(&machine, "spec.clusterName")
             .unwrap_or_default()
             .to_string();
@@ -834,6 +864,32 @@ impl Sim {
             self.changed(&Scope::Management, w);
         }
         self.world.provisioning.remove(machine_key);
+    }
+}
+
+impl Sim {
+    /// The infrastructure provider gives up: the Machine reports a failure, and no Node will
+    /// ever join.
+    fn provisioning_failed(&mut self, machine_key: &ObjKey, machine: &Value) {
+        let reason = "CreateError";
+        let message = "simulated: the provider could not create the instance";
+        let failure = if json::api_version(machine).ends_with("v1beta1") {
+            json!({"status": {"failureReason": reason, "failureMessage": message}})
+        } else {
+            json!({"status": {"deprecated": {"v1beta1": {"failureReason": reason, "failureMessage": message}}}})
+        };
+        if let Ok(w) = self
+            .store_mut(&Scope::Management)
+            .patch(machine_key, &failure, Part::Whole)
+        {
+            self.line(
+                "world",
+                "InfraFailed",
+                machine_key.to_string(),
+                message.into(),
+            );
+            self.changed(&Scope::Management, w);
+        }
     }
 }
 

@@ -3,3 +3,4 @@
 pub mod log;
 pub mod run;
 pub mod sim;
+pub mod sweep;

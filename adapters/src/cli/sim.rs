@@ -30,6 +30,35 @@ pub enum SimCommand {
         /// Keep the run's sled journal in this directory.
         #[arg(long)]
         journal: Option<PathBuf>,
+        /// Inject the faults a sweep draws for this seed (`all`, `none` or `kind,kind`):
+        /// reproduces a sweep's failing seed. Expectations are not checked then; invariants are.
+        #[arg(long)]
+        faults: Option<String>,
+    },
+    /// Run every scenario under many seeds with randomized faults, checking invariants.
+    /// Exit 1 if any seed breaks one; each failure is printed with the command that reproduces it.
+    Sweep {
+        /// Scenario files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Seeds per scenario.
+        #[arg(long, default_value_t = 100)]
+        seeds: u64,
+        /// First seed.
+        #[arg(long, default_value_t = 1)]
+        first_seed: u64,
+        /// Worker threads (default: all cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Fault kinds to draw from: `all`, `none`, or a comma-separated list.
+        #[arg(long, default_value = "all")]
+        faults: String,
+        /// Shrink each failing scenario (its first failing seed) to a minimal scenario file.
+        #[arg(long)]
+        shrink: bool,
+        /// Where shrunk scenarios are written.
+        #[arg(long, default_value = ".")]
+        out: PathBuf,
     },
     /// Serve a scenario's starting world over HTTP: a fake API server for the management
     /// cluster (on PORT) and one per workload cluster (PORT+1, ...), until Ctrl-C.
@@ -52,7 +81,25 @@ pub fn main(command: SimCommand) -> u8 {
             seed,
             format,
             journal,
-        } => run(file, seed, format, journal),
+            faults,
+        } => run(file, seed, format, journal, faults),
+        SimCommand::Sweep {
+            files,
+            seeds,
+            first_seed,
+            jobs,
+            faults,
+            shrink,
+            out,
+        } => super::sweep::main(super::sweep::SweepArgs {
+            files,
+            seeds,
+            first_seed,
+            jobs,
+            faults,
+            shrink,
+            out,
+        }),
         SimCommand::Serve {
             file,
             port,
@@ -61,22 +108,39 @@ pub fn main(command: SimCommand) -> u8 {
     }
 }
 
-fn run(file: Option<PathBuf>, seed: Option<u64>, format: Format, journal: Option<PathBuf>) -> u8 {
+fn run(
+    file: Option<PathBuf>,
+    seed: Option<u64>,
+    format: Format,
+    journal: Option<PathBuf>,
+    faults: Option<String>,
+) -> u8 {
     let parsed = match &file {
         Some(path) => scenario::load(path),
         None => scenario::parse(DEFAULT_SCENARIO.0, DEFAULT_SCENARIO.1),
     };
-    let scenario = match parsed {
+    let mut scenario = match parsed {
         Ok(s) => s,
         Err(e) => {
             eprintln!("{e}");
             return 2;
         }
     };
+    if let Some(faults) = faults {
+        let choice = match sim::sweep::FaultChoice::parse(&faults) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("--faults: {e}");
+                return 2;
+            }
+        };
+        let seed = seed.unwrap_or(scenario.seed);
+        scenario = sim::sweep::with_faults(&scenario, seed, &choice);
+    }
     let options = sim::RunOptions {
         seed,
         journal_dir: journal,
-        no_journal: false,
+        ..Default::default()
     };
     let report = match sim::run(&scenario, &options) {
         Ok(r) => r,

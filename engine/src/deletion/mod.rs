@@ -336,6 +336,18 @@ impl Controller for MachineDeletion {
         }
     }
 
+    fn on_synced(&self, store: &Store, scope: &Scope, out: &mut Vec<ObjectKey>) {
+        let Scope::Workload(cluster) = scope else {
+            return;
+        };
+        out.extend(
+            store
+                .machines_of_cluster(&cluster.namespace, &cluster.name)
+                .filter(|k| store.get(k).is_some_and(|o| o.meta().is_deleting()))
+                .cloned(),
+        );
+    }
+
     fn reconcile(&mut self, key: &ObjectKey, cx: &mut Cx<'_>) {
         let store: &Store = cx.store;
         let machine = match store.get(key) {

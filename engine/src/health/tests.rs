@@ -136,7 +136,9 @@ fn answer(engine: &Engine, now: Timestamp, c: &Command) -> (ApiOutcome, Option<O
                 bump(&mut h.meta);
                 (ok(Object::MachineHealthCheck(h)), None)
             }
-            _ => (ApiOutcome::NotFound, None),
+            // The deletion controller's status writes on a Machine: accepted, not modelled here.
+            Some(_) => (ApiOutcome::Ok { object: None }, None),
+            None => (ApiOutcome::NotFound, None),
         },
         Action::DeleteMachine { target } => match store.get(&target.key).cloned() {
             Some(Object::Machine(mut m)) => {

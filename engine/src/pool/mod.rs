@@ -171,11 +171,31 @@ impl Pools {
             _ => {}
         }
     }
+
+    /// Pools that could not match Nodes until `scope`'s cache synced.
+    fn waiting_for(&self, store: &Store, scope: &Scope, out: &mut Vec<ObjectKey>) {
+        let Scope::Workload(cluster) = scope else {
+            return;
+        };
+        for (k, _) in Self::pools_of_cluster(store, &cluster.namespace, &cluster.name) {
+            if self
+                .memory
+                .get(k)
+                .is_some_and(|m| m.awaiting_workload_cache)
+            {
+                out.push(k.clone());
+            }
+        }
+    }
 }
 
 impl Controller for Pools {
     fn id(&self) -> ControllerId {
         ControllerId::Pool
+    }
+
+    fn on_synced(&self, store: &Store, scope: &Scope, out: &mut Vec<ObjectKey>) {
+        self.waiting_for(store, scope, out);
     }
 
     fn affected(&self, store: &Store, change: &Change, out: &mut Vec<ObjectKey>) {

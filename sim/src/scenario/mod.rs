@@ -8,11 +8,13 @@
 mod error;
 mod model;
 mod parse;
+mod write;
 pub mod yaml;
 
 pub use error::ScenarioError;
 pub use model::*;
 pub use parse::{load, parse};
+pub use write::to_yaml;
 
 #[cfg(test)]
 mod tests;

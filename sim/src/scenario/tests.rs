@@ -1039,3 +1039,41 @@ fn load_reads_a_file_and_names_it() {
         .join("tests/fixtures/pre-drain-hook-holds-drain.yaml");
     assert_eq!(load(&fixture).unwrap().name, "pre-drain-hook-holds-drain");
 }
+
+#[test]
+fn a_written_scenario_reads_back_the_same() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/pre-drain-hook-holds-drain.yaml"
+    ))
+    .unwrap();
+    let original = parse("x.yaml", &text).unwrap();
+    let written = to_yaml(&original);
+    let back = parse("y.yaml", &written).unwrap_or_else(|e| panic!("{e}\n{written}"));
+    assert_eq!(back.name, original.name);
+    assert_eq!(back.duration, original.duration);
+    assert_eq!(back.world, original.world);
+    let values = |s: &Scenario| {
+        s.management
+            .iter()
+            .map(|m| m.value.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(values(&back), values(&original));
+    let steps = |s: &Scenario| {
+        s.timeline
+            .iter()
+            .map(|t| (t.at, t.cluster.clone(), t.action.clone()))
+            .collect::<Vec<_>>()
+    };
+    let fix_lines = |mut v: Vec<(engine::time::Duration, Option<String>, StepAction)>| {
+        for (_, _, a) in &mut v {
+            if let StepAction::Apply(m) = a {
+                m.line = 0;
+            }
+        }
+        v
+    };
+    assert_eq!(fix_lines(steps(&back)), fix_lines(steps(&original)));
+    assert!(back.expect.is_empty());
+}
