@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Bound on work items handled at one simulated instant (a controller/world feedback loop
 /// that never settles is a bug, reported instead of hanging).
-pub const WORK_PER_INSTANT_MAX: usize = 1_000_000;
+pub const WORK_PER_INSTANT_MAX: usize = 200_000;
 
 /// Something scheduled at a simulated time.
 #[derive(Clone, Debug)]
