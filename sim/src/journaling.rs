@@ -18,6 +18,8 @@ pub const SNAPSHOT_EVERY_RECORDS: u64 = 10_000;
 
 pub struct SimJournal {
     journal: Journal,
+    /// The first error the journal reported; appends stop after it and the run reports it.
+    pub error: Option<String>,
     dir: std::path::PathBuf,
     pending: Vec<(Timestamp, Vec<u8>)>,
     last_snapshot: u64,
@@ -51,6 +53,7 @@ impl SimJournal {
         }
         Ok(SimJournal {
             journal,
+            error: None,
             dir,
             pending: Vec::new(),
             last_snapshot: 0,
@@ -68,7 +71,8 @@ impl SimJournal {
 
     /// Writes the buffered records as one batch.
     pub fn commit(&mut self) {
-        if self.pending.is_empty() {
+        if self.pending.is_empty() || self.error.is_some() {
+            self.pending.clear();
             return;
         }
         let entries: Vec<(Timestamp, &[u8])> = self
@@ -76,9 +80,9 @@ impl SimJournal {
             .iter()
             .map(|(t, p)| (*t, p.as_slice()))
             .collect();
-        self.journal
-            .append_batch(&entries)
-            .expect("a simulation's journal accepts its records");
+        if let Err(e) = self.journal.append_batch(&entries) {
+            self.error = Some(format!("journal: {e}"));
+        }
         self.pending.clear();
     }
 
@@ -86,10 +90,11 @@ impl SimJournal {
     pub fn commit_and_maybe_snapshot(&mut self, engine: &Engine) {
         self.commit();
         let seq = engine.applied_seq();
-        if seq >= self.last_snapshot + SNAPSHOT_EVERY_RECORDS {
-            self.journal
-                .write_snapshot(seq, engine.now(), &engine.encode_state())
-                .expect("a simulation's journal accepts its snapshots");
+        if self.error.is_none() && seq >= self.last_snapshot + SNAPSHOT_EVERY_RECORDS {
+            let state = engine.encode_state();
+            if let Err(e) = self.journal.write_snapshot(seq, engine.now(), &state) {
+                self.error = Some(format!("journal snapshot: {e}"));
+            }
             self.last_snapshot = seq;
         }
     }
@@ -128,6 +133,7 @@ impl SimJournal {
             Journal::open(&dir, options).map_err(|e| format!("journal {}: {e}", dir.display()))?;
         let reopened = SimJournal {
             journal,
+            error: None,
             dir,
             pending: Vec::new(),
             last_snapshot: 0,
@@ -139,6 +145,9 @@ impl SimJournal {
     /// Commits and flushes; a kept journal is then complete on disk.
     pub fn finish(&mut self, engine: &Engine) -> Result<(), String> {
         self.commit();
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
         if engine.applied_seq() > self.last_snapshot {
             self.journal
                 .write_snapshot(engine.applied_seq(), engine.now(), &engine.encode_state())

@@ -81,7 +81,8 @@ impl Default for JournalOptions {
             durability: Durability::Flush,
             batch_records_max: 4096,
             batch_bytes_max: 4 << 20,
-            record_bytes_max: 1 << 20,
+            // A relist of a large management cluster is one input: allow what the codec decodes.
+            record_bytes_max: crate::codec::DECODE_BYTES_MAX,
             cache_bytes: 64 << 20,
         }
     }
