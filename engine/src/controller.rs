@@ -167,6 +167,31 @@ impl<'a> Cx<'a> {
         Issued::Queued(id)
     }
 
+    /// What [`Cx::issue`] does for a non-destructive action whose intent is in flight, without
+    /// building the action: the owner waits for it (and is reconciled when it completes).
+    /// Returns whether it was in flight. Saves building large actions (a condition list) that
+    /// could not be issued anyway.
+    pub fn wait_if_in_flight(
+        &mut self,
+        controller: ControllerId,
+        action: &str,
+        target: &ObjectKey,
+    ) -> bool {
+        let intent = Intent {
+            action: action.to_string(),
+            target: target.clone(),
+        };
+        if !self.effects.intents.contains_key(&intent) {
+            return false;
+        }
+        self.effects
+            .waiting
+            .entry(intent)
+            .or_default()
+            .insert((controller, self.owner.clone()));
+        true
+    }
+
     /// Whether an action with this name on this target is in flight.
     pub fn is_in_flight(&self, action: &str, target: &ObjectKey) -> bool {
         self.effects.intents.contains_key(&Intent {

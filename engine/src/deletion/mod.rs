@@ -152,6 +152,9 @@ pub struct Tracked {
 pub struct MachineDeletion {
     machines: BTreeMap<ObjectKey, Tracked>,
     by_cluster: BTreeMap<ClusterName, BTreeSet<ObjectKey>>,
+    /// Tracked Machines by cluster and [`Tracked::node`]: a pod change is routed to the Machines
+    /// of its Node without looking at the others (a cluster may delete hundreds at once).
+    by_node: BTreeMap<ClusterName, BTreeMap<String, BTreeSet<ObjectKey>>>,
     timers: Timers,
 }
 
@@ -209,15 +212,63 @@ impl MachineDeletion {
     }
 
     fn untrack(&mut self, key: &ObjectKey) {
-        if let Some(t) = self.machines.remove(key)
-            && let Some(set) = self.by_cluster.get_mut(&t.cluster)
-        {
-            set.remove(key);
-            if set.is_empty() {
-                self.by_cluster.remove(&t.cluster);
+        if let Some(t) = self.machines.remove(key) {
+            self.route_node(key, &t.cluster, t.node.as_deref(), None);
+            if let Some(set) = self.by_cluster.get_mut(&t.cluster) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.by_cluster.remove(&t.cluster);
+                }
             }
         }
         self.timers.cancel(key);
+    }
+
+    /// Moves `key` in [`MachineDeletion::by_node`] from Node `from` to Node `to`.
+    fn route_node(
+        &mut self,
+        key: &ObjectKey,
+        cluster: &ClusterName,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) {
+        if from == to {
+            return;
+        }
+        if let Some(from) = from
+            && let Some(nodes) = self.by_node.get_mut(cluster)
+        {
+            if let Some(set) = nodes.get_mut(from) {
+                set.remove(key);
+                if set.is_empty() {
+                    nodes.remove(from);
+                }
+            }
+            if nodes.is_empty() {
+                self.by_node.remove(cluster);
+            }
+        }
+        if let Some(to) = to {
+            self.by_node
+                .entry(cluster.clone())
+                .or_default()
+                .entry(to.to_string())
+                .or_default()
+                .insert(key.clone());
+        }
+    }
+
+    /// Tracked Machines of `cluster` whose Node is `node`.
+    fn on_node<'a>(
+        &'a self,
+        cluster: &ClusterName,
+        node: &str,
+    ) -> impl Iterator<Item = &'a ObjectKey> + use<'a> {
+        self.by_node
+            .get(cluster)
+            .and_then(|nodes| nodes.get(node))
+            .into_iter()
+            .flatten()
     }
 }
 
@@ -287,21 +338,14 @@ impl Controller for MachineDeletion {
                 if !pod_change_matters(before, after) {
                     return;
                 }
-                let nodes: BTreeSet<&str> = [before, after]
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|p| p.node_name.as_deref())
-                    .collect();
-                out.extend(
-                    self.in_cluster(cluster)
-                        .filter(|m| {
-                            self.machines[*m]
-                                .node
-                                .as_deref()
-                                .is_some_and(|n| nodes.contains(n))
-                        })
-                        .cloned(),
-                );
+                let node_before = before.and_then(|p| p.node_name.as_deref());
+                let node_after = after.and_then(|p| p.node_name.as_deref());
+                if let Some(node) = node_before {
+                    out.extend(self.on_node(cluster, node).cloned());
+                }
+                if let Some(node) = node_after.filter(|n| Some(*n) != node_before) {
+                    out.extend(self.on_node(cluster, node).cloned());
+                }
             }
             (Scope::Workload(cluster), Kind::Node) => {
                 let provider_ids: BTreeSet<&str> = [change.before.as_ref(), change.after.as_ref()]
@@ -373,6 +417,7 @@ impl Controller for MachineDeletion {
             control_plane: None,
             memo: Memo::default(),
         });
+        let routed_node = tracked.node.clone();
         tracked.infrastructure = ref_key(&machine.infrastructure_ref, &machine.meta.namespace);
         tracked.bootstrap = machine
             .bootstrap_config_ref
@@ -411,6 +456,15 @@ impl Controller for MachineDeletion {
                 p.wake
             }
         };
+        if routed_node != tracked.node {
+            let cluster = tracked.cluster.clone();
+            self.route_node(
+                key,
+                &cluster,
+                routed_node.as_deref(),
+                tracked.node.as_deref(),
+            );
+        }
         self.machines.insert(key.clone(), tracked);
         if let Some((at, timer)) = wake {
             tracing::trace!(machine = %key, ?timer, at = %at, "deletion timer");

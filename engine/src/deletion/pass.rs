@@ -52,6 +52,9 @@ pub(super) struct Pass<'p, 'a> {
     deleting: Option<(&'static str, String)>,
     /// The earliest clock-driven change this pass knows of.
     pub wake: Option<(Timestamp, DeletionTimer)>,
+    /// The Node's key and object, looked up once: drain, volume wait and Node deletion all
+    /// need them.
+    node_seen: Option<(ObjectKey, Option<&'a Node>)>,
 }
 
 pub(super) fn api_version(v: ApiVersion) -> &'static str {
@@ -139,6 +142,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             status,
             deleting: None,
             wake: None,
+            node_seen: None,
         }
     }
 
@@ -255,6 +259,13 @@ impl<'p, 'a> Pass<'p, 'a> {
             set_condition(&mut self.conditions.current, c, self.now);
         }
         if self.conditions != self.base_conditions {
+            // Same outcome as `issue` answering `InFlight`, without the summary and the clone.
+            if self
+                .cx
+                .wait_if_in_flight(ControllerId::Deletion, "SetCondition", self.key)
+            {
+                return;
+            }
             let summary = condition_summary(&self.base_conditions, &self.conditions);
             let why = match &self.deleting {
                 // The whole message: for a drain it lists the pods that hold it and why.
@@ -475,14 +486,28 @@ impl<'p, 'a> Pass<'p, 'a> {
         })
     }
 
-    fn node(&self, name: &str) -> Option<&'a Node> {
-        match self
-            .store
-            .get(&ObjectKey::new(self.scope.clone(), Kind::Node, "", name))
-        {
-            Some(Object::Node(n)) => Some(n),
-            _ => None,
-        }
+    fn node(&mut self, name: &str) -> Option<&'a Node> {
+        self.node_entry(name).1
+    }
+
+    fn node_key(&mut self, name: &str) -> ObjectKey {
+        self.node_entry(name).0.clone()
+    }
+
+    fn node_entry(&mut self, name: &str) -> &(ObjectKey, Option<&'a Node>) {
+        let store = self.store;
+        let seen = match self.node_seen.take() {
+            Some(seen) if seen.0.name == name => seen,
+            _ => {
+                let key = ObjectKey::new(self.scope.clone(), Kind::Node, "", name);
+                let node = match store.get(&key) {
+                    Some(Object::Node(n)) => Some(n),
+                    _ => None,
+                };
+                (key, node)
+            }
+        };
+        self.node_seen.insert(seen)
     }
 
     fn drain_rules(&self) -> Result<Vec<&'a MachineDrainRule>, drain::DrainRuleError> {
@@ -588,10 +613,19 @@ impl<'p, 'a> Pass<'p, 'a> {
         if let Some(error) = plan.error() {
             return self.drain_failed(node_name, error);
         }
-        // Forget pods that are gone or deleting: their evictions are over.
-        self.tracked.memo.evictions.retain(
-            |k, _| matches!(self.store.get(k), Some(Object::Pod(p)) if !p.meta.is_deleting()),
-        );
+        // Forget pods that are gone or deleting: their evictions are over. Pods still on the
+        // Node are found in `pods` (key order) rather than looked up in the store again.
+        let store = self.store;
+        self.tracked.memo.evictions.retain(|k, _| {
+            let pod = match pods.binary_search_by(|p| p.key.cmp(k)) {
+                Ok(i) => Some(pods[i].pod),
+                Err(_) => match store.get(k) {
+                    Some(Object::Pod(p)) => Some(p),
+                    _ => None,
+                },
+            };
+            pod.is_some_and(|p| !p.meta.is_deleting())
+        });
         if let Some(at) = plan.next_wake {
             self.wake_at(at, DeletionTimer::EvictionRetry);
         }
@@ -618,7 +652,7 @@ impl<'p, 'a> Pass<'p, 'a> {
     }
 
     fn cordon(&mut self, node_name: &str) -> Flow {
-        let node_key = ObjectKey::new(self.scope.clone(), Kind::Node, "", node_name);
+        let node_key = self.node_key(node_name);
         let in_flight = self.cx.is_in_flight("Cordon", &node_key);
         let attempt = self.tracked.memo.cordon.clone();
         if attempt_due(&attempt, in_flight, self.now) {
@@ -938,10 +972,10 @@ impl<'p, 'a> Pass<'p, 'a> {
     // ---- Node ----
 
     fn delete_node(&mut self, node_name: &str) -> Flow {
-        let node_key = ObjectKey::new(self.scope.clone(), Kind::Node, "", node_name);
-        if self.store.get(&node_key).is_none() {
+        if self.node(node_name).is_none() {
             return Flow::Continue;
         }
+        let node_key = self.node_key(node_name);
         let deleted_at = self.m.meta.deletion_timestamp.unwrap_or(self.now);
         let state = self.tracked.memo.node_deletion.clone();
         let in_flight = self.cx.is_in_flight("DeleteNode", &node_key);
