@@ -1,6 +1,6 @@
 //! The engine's cache of observed objects, with the indexes the controllers need.
 
-use crate::model::{Kind, Object, ObjectKey, Scope};
+use crate::model::{CLUSTER_NAME_LABEL, Kind, Machine, Object, ObjectKey, Scope};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -32,6 +32,9 @@ pub struct Store {
     nodes_by_provider_id: BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
     /// Machines by (management, `<namespace>/<spec.clusterName>`).
     machines_by_cluster: BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
+    /// The subset of `machines_by_cluster` that [`is_active_control_plane`]: the deletion of
+    /// every Machine counts them, so the count must not cost a lookup per Machine.
+    active_control_plane_by_cluster: BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
     synced: BTreeSet<Scope>,
 }
 
@@ -113,6 +116,13 @@ impl Store {
             .flatten()
     }
 
+    /// How many Machines of the Cluster `namespace/cluster` are [`is_active_control_plane`].
+    pub fn active_control_plane_machines(&self, namespace: &str, cluster: &str) -> usize {
+        self.active_control_plane_by_cluster
+            .get(&(Scope::Management, format!("{namespace}/{cluster}")))
+            .map_or(0, BTreeSet::len)
+    }
+
     /// Inserts or replaces an object. Returns the change, or `None` when nothing changed or the
     /// update is older than what is cached.
     pub fn upsert(&mut self, scope: &Scope, object: Object) -> Option<Change> {
@@ -185,36 +195,107 @@ impl Store {
     }
 
     fn index(&mut self, key: &ObjectKey, object: &Object, add: bool) {
-        let entry = match object {
-            Object::Pod(p) => p
-                .node_name
-                .as_ref()
-                .map(|n| (&mut self.pods_by_node, (key.scope.clone(), n.clone()))),
-            Object::Node(n) => n.provider_id.as_ref().map(|p| {
-                (
-                    &mut self.nodes_by_provider_id,
-                    (key.scope.clone(), p.clone()),
-                )
-            }),
-            Object::Machine(m) => Some((
-                &mut self.machines_by_cluster,
-                (
+        match object {
+            Object::Pod(p) => {
+                if let Some(n) = &p.node_name {
+                    let at = (key.scope.clone(), n.clone());
+                    set_membership(&mut self.pods_by_node, at, key, add);
+                }
+            }
+            Object::Node(n) => {
+                if let Some(p) = &n.provider_id {
+                    let at = (key.scope.clone(), p.clone());
+                    set_membership(&mut self.nodes_by_provider_id, at, key, add);
+                }
+            }
+            Object::Machine(m) => {
+                let at = (
                     Scope::Management,
                     format!("{}/{}", m.meta.namespace, m.cluster_name),
-                ),
-            )),
-            _ => None,
-        };
-        let Some((index, index_key)) = entry else {
-            return;
-        };
-        if add {
-            index.entry(index_key).or_default().insert(key.clone());
-        } else if let Some(set) = index.get_mut(&index_key) {
-            set.remove(key);
-            if set.is_empty() {
-                index.remove(&index_key);
+                );
+                if is_active_control_plane(m) {
+                    set_membership(
+                        &mut self.active_control_plane_by_cluster,
+                        at.clone(),
+                        key,
+                        add,
+                    );
+                }
+                set_membership(&mut self.machines_by_cluster, at, key, add);
             }
+            _ => {}
         }
+    }
+}
+
+/// A control-plane Machine of its Cluster that is not being deleted: what upstream's
+/// `isDeleteNodeAllowed` counts (it also requires the cluster-name label to name the Cluster).
+pub fn is_active_control_plane(m: &Machine) -> bool {
+    !m.meta.is_deleting()
+        && m.is_control_plane()
+        && m.meta.labels.get(CLUSTER_NAME_LABEL) == Some(&m.cluster_name)
+}
+
+fn set_membership(
+    index: &mut BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
+    at: (Scope, String),
+    key: &ObjectKey,
+    add: bool,
+) {
+    if add {
+        index.entry(at).or_default().insert(key.clone());
+    } else if let Some(set) = index.get_mut(&at) {
+        set.remove(key);
+        if set.is_empty() {
+            index.remove(&at);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{control_plane_machine, machine};
+    use crate::time::Timestamp;
+
+    #[test]
+    fn active_control_plane_count_follows_label_deletion_and_removal() {
+        let mut store = Store::default();
+        let cp = control_plane_machine("c1", "cp-1", Some("cp-1"));
+        let key = Object::Machine(cp.clone()).key(&Scope::Management);
+        store.upsert(&Scope::Management, Object::Machine(cp.clone()));
+        store.upsert(
+            &Scope::Management,
+            Object::Machine(machine("c1", "worker", None)),
+        );
+        assert_eq!(store.active_control_plane_machines("default", "c1"), 1);
+        assert_eq!(store.active_control_plane_machines("default", "c2"), 0);
+
+        let mut deleting = cp.clone();
+        deleting.meta.resource_version += 1;
+        deleting.meta.deletion_timestamp = Some(Timestamp(1));
+        store.upsert(&Scope::Management, Object::Machine(deleting));
+        assert_eq!(store.active_control_plane_machines("default", "c1"), 0);
+
+        // A relist may bring an older version back: the index follows the object.
+        store.replace_scope(&Scope::Management, vec![Object::Machine(cp.clone())]);
+        assert_eq!(store.active_control_plane_machines("default", "c1"), 1);
+
+        let mut mislabelled = cp;
+        mislabelled.meta.resource_version += 2;
+        mislabelled
+            .meta
+            .labels
+            .insert(CLUSTER_NAME_LABEL.to_string(), "other".to_string());
+        store.upsert(&Scope::Management, Object::Machine(mislabelled));
+        assert_eq!(store.active_control_plane_machines("default", "c1"), 0);
+
+        store.remove(&key);
+        assert_eq!(store.active_control_plane_machines("default", "c1"), 0);
+        assert_eq!(store, {
+            let mut empty = Store::default();
+            empty.synced.insert(Scope::Management);
+            empty
+        });
     }
 }

@@ -17,10 +17,9 @@ use crate::drain::{
     self, DrainBehavior, DrainContext, DrainPlan, EvictionAttempt, EvictionOutcome, PodDrain,
 };
 use crate::model::{
-    ApiVersion, CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, Cluster, Condition, ConditionStatus,
-    Conditions, EXCLUDE_DRAIN_ANNOTATION, EXCLUDE_VOLUME_DETACH_ANNOTATION, Kind,
-    MACHINE_FINALIZER, Machine, MachineDrainRule, Node, Object, ObjectKey, PRE_DRAIN_HOOK_PREFIX,
-    PRE_TERMINATE_HOOK_PREFIX, Scope, Severity,
+    ApiVersion, Cluster, Condition, ConditionStatus, Conditions, EXCLUDE_DRAIN_ANNOTATION,
+    EXCLUDE_VOLUME_DETACH_ANNOTATION, Kind, MACHINE_FINALIZER, Machine, MachineDrainRule, Node,
+    Object, ObjectKey, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope, Severity,
 };
 use crate::store::Store;
 use crate::time::Timestamp;
@@ -374,18 +373,9 @@ impl<'p, 'a> Pass<'p, 'a> {
     }
 
     fn active_control_plane_machines(&self) -> usize {
-        let cluster = &self.cluster.meta.name;
+        let c = &self.cluster.meta;
         self.store
-            .machines_of_cluster(&self.cluster.meta.namespace, cluster)
-            .filter(|k| match self.store.get(k) {
-                Some(Object::Machine(m)) => {
-                    !m.meta.is_deleting()
-                        && m.meta.labels.get(CLUSTER_NAME_LABEL) == Some(cluster)
-                        && m.meta.has_label(CONTROL_PLANE_LABEL)
-                }
-                _ => false,
-            })
-            .count()
+            .active_control_plane_machines(&c.namespace, &c.name)
     }
 
     // ---- hooks ----
