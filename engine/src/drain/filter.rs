@@ -189,6 +189,13 @@ impl<'a> DrainContext<'a> {
     }
 }
 
+impl<'a> DrainContext<'a> {
+    /// The workload cluster's Namespaces, in name order.
+    pub fn namespaces(&self) -> impl Iterator<Item = &'a Namespace> + '_ {
+        self.namespaces.values().copied()
+    }
+}
+
 /// One of upstream's filters: `None` is its `MakePodDeleteStatusOkay()` (the common answer,
 /// returned without building a status: classifying is per pod and per pass).
 type Filter = fn(&Pod, &DrainContext<'_>) -> Option<PodDeleteStatus>;
