@@ -618,12 +618,14 @@ impl<'p, 'a> Pass<'p, 'a> {
             return self.drain_failed(node_name, error);
         }
         // Forget pods that are gone or deleting: their evictions are over. Pods still on the
-        // Node are found in `cached` (key order) rather than looked up in the store again.
+        // Node are found in `cached` (both in key order: one walk) rather than in the store.
         let store = self.store;
+        let mut on_node = cached.iter().peekable();
         self.tracked.memo.evictions.retain(|k, _| {
-            match cached.binary_search_by(|c| c.key.cmp(k)) {
-                Ok(i) => cached[i].deletion_timestamp.is_none(),
-                Err(_) => matches!(store.get(k), Some(Object::Pod(p)) if !p.meta.is_deleting()),
+            while on_node.next_if(|c| c.key < *k).is_some() {}
+            match on_node.next_if(|c| c.key == *k) {
+                Some(c) => c.deletion_timestamp.is_none(),
+                None => matches!(store.get(k), Some(Object::Pod(p)) if !p.meta.is_deleting()),
             }
         });
         if let Some(at) = plan.next_wake {

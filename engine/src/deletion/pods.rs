@@ -71,7 +71,9 @@ impl NodePods {
             self.pods.clear();
         }
         let clock = dcx.skip_wait_for_delete_timeout_seconds > 0;
-        let mut old = std::mem::take(&mut self.pods).into_iter().peekable();
+        let old = std::mem::take(&mut self.pods);
+        self.pods.reserve(old.len());
+        let mut old = old.into_iter().peekable();
         for (key, version) in store.pods_on_node_versions(scope, node) {
             // Both lists are in key order: entries before `key` are pods that left the Node.
             let kept = loop {

@@ -113,6 +113,12 @@ impl<'a> DrainPlan<'a> {
             .map(|p| p.status.order.unwrap_or(0))
             .min()
             .unwrap_or(0);
+        // Pods and attempts are both in key order: walk them together instead of searching.
+        let mut attempts = attempts.iter().peekable();
+        let mut attempt_of = |key: &ObjectKey| {
+            while attempts.next_if(|(k, _)| *k < key).is_some() {}
+            attempts.next_if(|(k, _)| *k == key).map(|(_, a)| a)
+        };
         for p in pods {
             if p.status.reason == StatusReason::Error {
                 let message = if p.status.message.is_empty() {
@@ -127,7 +133,7 @@ impl<'a> DrainPlan<'a> {
             let deleting = p.deletion_timestamp;
             match (p.status.behavior, deleting) {
                 (DrainBehavior::Drain, None) if order == min_order => {
-                    plan.place_eviction(p.key, attempts.get(p.key), now, &in_flight);
+                    plan.place_eviction(p.key, attempt_of(p.key), now, &in_flight);
                 }
                 (DrainBehavior::Drain, None) => plan.trigger_eviction_later.push(p.key),
                 (DrainBehavior::WaitCompleted, _) if order == min_order => {
