@@ -1,6 +1,6 @@
 //! The engine's cache of observed objects, with the indexes the controllers need.
 
-use crate::model::{CLUSTER_NAME_LABEL, Kind, Machine, Object, ObjectKey, Scope};
+use crate::model::{CLUSTER_NAME_LABEL, Kind, Machine, Object, ObjectKey, Pod, Scope};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -28,9 +28,10 @@ pub struct Store {
     objects: BTreeMap<ObjectKey, Object>,
     /// Counts accepted changes (upserts that changed something, removals).
     changes: u64,
-    /// Pods by (cluster, node name), each with the value of `changes` when it last changed:
-    /// a drain keeps what it derived from a pod until that number moves.
-    pods_by_node: BTreeMap<(Scope, String), BTreeMap<ObjectKey, u64>>,
+    /// Pods by cluster and node name, each with the value of `changes` when it last changed:
+    /// a drain keeps what it derived from a pod until that number moves. Nested so that a
+    /// lookup borrows its keys instead of building them.
+    pods_by_node: BTreeMap<Scope, BTreeMap<String, BTreeMap<ObjectKey, u64>>>,
     /// Nodes by (cluster, providerID).
     nodes_by_provider_id: BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
     /// Machines by (management, `<namespace>/<spec.clusterName>`).
@@ -100,7 +101,8 @@ impl Store {
         node: &str,
     ) -> impl Iterator<Item = (&ObjectKey, u64)> {
         self.pods_by_node
-            .get(&(scope.clone(), node.to_string()))
+            .get(scope)
+            .and_then(|nodes| nodes.get(node))
             .into_iter()
             .flatten()
             .map(|(k, v)| (k, *v))
@@ -155,10 +157,15 @@ impl Store {
         }
         self.changes += 1;
         let before = self.objects.insert(key.clone(), object.clone());
-        if let Some(b) = &before {
-            self.index(&key, b, false);
+        match &before {
+            // Most updates (a pod's status) leave every index entry where it is.
+            Some(b) if IndexSlots::of(b) == IndexSlots::of(&object) => self.touch(&key, &object),
+            Some(b) => {
+                self.index(&key, b, false);
+                self.index(&key, &object, true);
+            }
+            None => self.index(&key, &object, true),
         }
-        self.index(&key, &object, true);
         Some(Change {
             key,
             before,
@@ -214,14 +221,23 @@ impl Store {
         match object {
             Object::Pod(p) => {
                 let Some(n) = &p.node_name else { return };
-                let at = (key.scope.clone(), n.clone());
                 if add {
-                    let pods = self.pods_by_node.entry(at).or_default();
+                    let pods = self
+                        .pods_by_node
+                        .entry(key.scope.clone())
+                        .or_default()
+                        .entry(n.clone())
+                        .or_default();
                     pods.insert(key.clone(), self.changes);
-                } else if let Some(pods) = self.pods_by_node.get_mut(&at) {
-                    pods.remove(key);
-                    if pods.is_empty() {
-                        self.pods_by_node.remove(&at);
+                } else if let Some(nodes) = self.pods_by_node.get_mut(&key.scope) {
+                    if let Some(pods) = nodes.get_mut(n.as_str()) {
+                        pods.remove(key);
+                        if pods.is_empty() {
+                            nodes.remove(n.as_str());
+                        }
+                    }
+                    if nodes.is_empty() {
+                        self.pods_by_node.remove(&key.scope);
                     }
                 }
             }
@@ -247,6 +263,48 @@ impl Store {
                 set_membership(&mut self.machines_by_cluster, at, key, add);
             }
             _ => {}
+        }
+    }
+}
+
+impl Store {
+    /// Records a change of an object whose index entries stay where they are.
+    fn touch(&mut self, key: &ObjectKey, object: &Object) {
+        if let Object::Pod(Pod {
+            node_name: Some(n), ..
+        }) = object
+            && let Some(version) = self
+                .pods_by_node
+                .get_mut(&key.scope)
+                .and_then(|nodes| nodes.get_mut(n.as_str()))
+                .and_then(|pods| pods.get_mut(key))
+        {
+            *version = self.changes;
+        }
+    }
+}
+
+/// Where an object sits in the indexes: two versions of an object with equal slots need no
+/// re-indexing (only a pod's change number moves).
+#[derive(PartialEq, Eq)]
+enum IndexSlots<'o> {
+    Pod(Option<&'o str>),
+    Node(Option<&'o str>),
+    Machine(&'o str, &'o str, bool),
+    None,
+}
+
+impl<'o> IndexSlots<'o> {
+    fn of(object: &'o Object) -> Self {
+        match object {
+            Object::Pod(p) => IndexSlots::Pod(p.node_name.as_deref()),
+            Object::Node(n) => IndexSlots::Node(n.provider_id.as_deref()),
+            Object::Machine(m) => IndexSlots::Machine(
+                &m.meta.namespace,
+                &m.cluster_name,
+                is_active_control_plane(m),
+            ),
+            _ => IndexSlots::None,
         }
     }
 }
