@@ -71,35 +71,50 @@ impl NodePods {
             self.pods.clear();
         }
         let clock = dcx.skip_wait_for_delete_timeout_seconds > 0;
-        let old = std::mem::take(&mut self.pods);
-        self.pods.reserve(old.len());
-        let mut old = old.into_iter().peekable();
-        for (key, version) in store.pods_on_node_versions(scope, node) {
-            // Both lists are in key order: entries before `key` are pods that left the Node.
-            let kept = loop {
-                match old.peek().map(|c| c.key.cmp(key)) {
-                    Some(Ordering::Less) => {
-                        old.next();
+        let classified = |key: &ObjectKey, version: u64| match store.get(key) {
+            Some(Object::Pod(pod)) => Some(CachedPod {
+                key: key.clone(),
+                deletion_timestamp: pod.meta.deletion_timestamp,
+                status: drain::classify(pod, dcx),
+                version,
+                volatile: clock || reads_daemon_set(pod),
+            }),
+            _ => None,
+        };
+        // Entries are updated in place, walking them with the store's index (both in key
+        // order); pods new to the Node are collected and merged in after the walk.
+        let mut on_node = store.pods_on_node_versions(scope, node).peekable();
+        let mut added = Vec::new();
+        self.pods.retain_mut(|entry| {
+            while let Some((key, version)) = on_node.peek().copied() {
+                match key.cmp(&entry.key) {
+                    Ordering::Less => {
+                        added.extend(classified(key, version));
+                        on_node.next();
                     }
-                    Some(Ordering::Equal) => break old.next(),
-                    Some(Ordering::Greater) | None => break None,
-                }
-            };
-            match kept {
-                Some(c) if c.version == version && !c.volatile && !clock => self.pods.push(c),
-                kept => {
-                    let Some(Object::Pod(pod)) = store.get(key) else {
-                        continue;
-                    };
-                    self.pods.push(CachedPod {
-                        key: kept.map_or_else(|| key.clone(), |c| c.key),
-                        deletion_timestamp: pod.meta.deletion_timestamp,
-                        status: drain::classify(pod, dcx),
-                        version,
-                        volatile: clock || reads_daemon_set(pod),
-                    });
+                    Ordering::Equal => {
+                        on_node.next();
+                        if entry.version == version && !entry.volatile && !clock {
+                            return true;
+                        }
+                        return match classified(key, version) {
+                            Some(fresh) => {
+                                *entry = fresh;
+                                true
+                            }
+                            None => false,
+                        };
+                    }
+                    // The entry's pod left the Node.
+                    Ordering::Greater => return false,
                 }
             }
+            false
+        });
+        added.extend(on_node.filter_map(|(key, version)| classified(key, version)));
+        if !added.is_empty() {
+            self.pods.append(&mut added);
+            self.pods.sort_by(|a, b| a.key.cmp(&b.key));
         }
         &self.pods
     }
