@@ -1,5 +1,7 @@
 //! The engine's cache of observed objects, with the indexes the controllers need.
 
+mod table;
+
 use crate::model::{CLUSTER_NAME_LABEL, Kind, Machine, Object, ObjectKey, Pod, Scope};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,7 +27,7 @@ impl Change {
 /// `resourceVersion` than the cached one is ignored (a stale watch event or API answer).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Store {
-    objects: BTreeMap<ObjectKey, Object>,
+    objects: table::Table,
     /// Counts accepted changes (upserts that changed something, removals).
     changes: u64,
     /// Pods by cluster and node name, each with the value of `changes` when it last changed:
@@ -52,7 +54,7 @@ impl Store {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.objects.is_empty()
+        self.objects.len() == 0
     }
 
     pub fn is_synced(&self, scope: &Scope) -> bool {
@@ -66,26 +68,18 @@ impl Store {
     /// Every object of `kind` in `scope`, in key order.
     pub fn iter_kind<'a>(
         &'a self,
-        scope: &'a Scope,
-        kind: &'a Kind,
-    ) -> impl Iterator<Item = (&'a ObjectKey, &'a Object)> + 'a {
-        let start = ObjectKey {
-            scope: scope.clone(),
-            kind: kind.clone(),
-            namespace: String::new(),
-            name: String::new(),
-        };
-        self.objects
-            .range(start..)
-            .take_while(move |(k, _)| &k.scope == scope && &k.kind == kind)
+        scope: &Scope,
+        kind: &Kind,
+    ) -> impl Iterator<Item = (&'a ObjectKey, &'a Object)> + use<'a> {
+        self.objects.iter_kind(scope, kind)
     }
 
     /// Every object in a scope, in key order.
     pub fn iter_scope<'a>(
         &'a self,
-        scope: &'a Scope,
-    ) -> impl Iterator<Item = (&'a ObjectKey, &'a Object)> + 'a {
-        self.objects.iter().filter(move |(k, _)| &k.scope == scope)
+        scope: &Scope,
+    ) -> impl Iterator<Item = (&'a ObjectKey, &'a Object)> + use<'a> {
+        self.objects.iter_scope(scope)
     }
 
     /// Keys of the pods bound to `node` in `scope`.
