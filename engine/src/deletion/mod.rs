@@ -412,16 +412,33 @@ impl Controller for MachineDeletion {
             self.untrack(key);
             return;
         }
-        let mut tracked = self.machines.remove(key).unwrap_or_else(|| Tracked {
-            cluster: cluster_name.clone(),
-            node: None,
-            provider_id: None,
-            infrastructure: ref_key(&machine.infrastructure_ref, &machine.meta.namespace),
-            bootstrap: None,
-            control_plane: None,
-            memo: Memo::default(),
-            pods: Default::default(),
-        });
+        if !self.machines.contains_key(key) {
+            let infrastructure = ref_key(&machine.infrastructure_ref, &machine.meta.namespace);
+            let fresh = Tracked {
+                cluster: cluster_name.clone(),
+                node: None,
+                provider_id: None,
+                infrastructure,
+                bootstrap: None,
+                control_plane: None,
+                memo: Memo::default(),
+                pods: Default::default(),
+            };
+            self.machines.insert(key.clone(), fresh);
+        }
+        if !self
+            .by_cluster
+            .get(&cluster_name)
+            .is_some_and(|machines| machines.contains(key))
+        {
+            self.by_cluster
+                .entry(cluster_name.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        // Updated in place: a `Tracked` is large, and moving it out of the map and back
+        // shifted B-tree nodes on every pass.
+        let tracked = self.machines.get_mut(key).expect("tracked above");
         let routed_node = tracked.node.clone();
         tracked.infrastructure = ref_key(&machine.infrastructure_ref, &machine.meta.namespace);
         tracked.bootstrap = machine
@@ -441,10 +458,6 @@ impl Controller for MachineDeletion {
         tracked.control_plane = cluster
             .and_then(|c| c.control_plane_ref.as_ref())
             .map(|r| ref_key(r, &cluster_name.namespace));
-        self.by_cluster
-            .entry(cluster_name.clone())
-            .or_default()
-            .insert(key.clone());
 
         let wake = match cluster {
             None => {
@@ -456,21 +469,15 @@ impl Controller for MachineDeletion {
                 None
             }
             Some(c) => {
-                let mut p = pass::Pass::new(key, machine, c, &mut tracked, cx);
+                let mut p = pass::Pass::new(key, machine, c, tracked, cx);
                 p.run();
                 p.wake
             }
         };
         if routed_node != tracked.node {
-            let cluster = tracked.cluster.clone();
-            self.route_node(
-                key,
-                &cluster,
-                routed_node.as_deref(),
-                tracked.node.as_deref(),
-            );
+            let (cluster, node) = (tracked.cluster.clone(), tracked.node.clone());
+            self.route_node(key, &cluster, routed_node.as_deref(), node.as_deref());
         }
-        self.machines.insert(key.clone(), tracked);
         if let Some((at, timer)) = wake {
             tracing::trace!(machine = %key, ?timer, at = %at, "deletion timer");
             self.timers.wake_at(key, at);
