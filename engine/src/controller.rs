@@ -18,7 +18,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 /// idempotent: reconciling twice with nothing changed issues nothing new.
 pub trait Controller {
     fn id(&self) -> ControllerId;
-    /// Reconcile keys (of this controller) that a change to one object affects.
+    /// Reconcile keys (of this controller) that a change to one object affects, pushed onto
+    /// `out` (which may hold keys of earlier changes of the same input; repeats are fine).
     fn affected(&self, store: &Store, change: &Change, out: &mut Vec<ObjectKey>);
     fn reconcile(&mut self, key: &ObjectKey, cx: &mut Cx<'_>);
     /// The API's answer to a command this controller issued.
