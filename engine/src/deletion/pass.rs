@@ -553,11 +553,8 @@ impl<'p, 'a> Pass<'p, 'a> {
                 "Draining the node before deletion",
             ));
         }
-        let header = format!(
-            "Drain not completed yet (started at {}):",
-            start.to_rfc3339()
-        );
-        self.set_deleting(reason::DRAINING_NODE, header);
+        let header = drain::condition_header(start);
+        self.set_deleting(reason::DRAINING_NODE, header.clone());
         let Some(node) = self.node(node_name) else {
             return self.drain_completed(node_name);
         };
@@ -584,7 +581,13 @@ impl<'p, 'a> Pass<'p, 'a> {
         // The cache leaves `tracked` for the rest of the phase: the plan borrows its keys.
         let mut cache = std::mem::take(&mut self.tracked.pods.0);
         let cached = cache.sync(self.store, &self.scope, node_name, &dcx, &rules);
-        let flow = self.drain_pods(node_name, start, cached, skip_seconds, grace_period_seconds);
+        let flow = self.drain_pods(
+            node_name,
+            header,
+            cached,
+            skip_seconds,
+            grace_period_seconds,
+        );
         self.tracked.pods.0 = cache;
         flow
     }
@@ -593,7 +596,7 @@ impl<'p, 'a> Pass<'p, 'a> {
     fn drain_pods(
         &mut self,
         node_name: &str,
-        start: Timestamp,
+        header: String,
         cached: &[CachedPod],
         skip_seconds: i64,
         grace_period_seconds: Option<i64>,
@@ -635,7 +638,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         if plan.is_complete() {
             return self.drain_completed(node_name);
         }
-        let message = drain::condition_message(&plan, start);
+        let message = drain::condition_message_after(header, &plan);
         tracing::debug!(
             machine = %self.key,
             node = node_name,

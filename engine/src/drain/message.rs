@@ -87,10 +87,20 @@ fn pod_word(n: usize) -> &'static str {
 /// deletionTimestamp set, which is what upstream reports for an accepted eviction in the same
 /// pass.
 pub fn condition_message(plan: &DrainPlan<'_>, drain_started: Timestamp) -> String {
-    let mut msg = format!(
+    condition_message_after(condition_header(drain_started), plan)
+}
+
+/// The first line of the message: all it says before the pods are known.
+pub fn condition_header(drain_started: Timestamp) -> String {
+    format!(
         "Drain not completed yet (started at {}):",
         drain_started.to_rfc3339()
-    );
+    )
+}
+
+/// [`condition_message`] continuing a [`condition_header`] already made.
+pub fn condition_message_after(header: String, plan: &DrainPlan<'_>) -> String {
+    let mut msg = header;
     let deleting = plan.deletion_timestamp_set.len() + plan.awaiting_answer.len();
     if deleting > 0 {
         let shown = merged_head(
