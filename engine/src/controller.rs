@@ -143,11 +143,7 @@ impl<'a> Cx<'a> {
         if let Some(intent) = &intent
             && self.effects.intents.contains_key(intent)
         {
-            self.effects
-                .waiting
-                .entry(intent.clone())
-                .or_default()
-                .insert((controller, self.owner.clone()));
+            self.wait_for(controller, intent.clone());
             return Issued::InFlight;
         }
         self.effects.next_command_id += 1;
@@ -185,12 +181,21 @@ impl<'a> Cx<'a> {
         if !self.effects.intents.contains_key(&intent) {
             return false;
         }
-        self.effects
-            .waiting
-            .entry(intent)
-            .or_default()
-            .insert((controller, self.owner.clone()));
+        self.wait_for(controller, intent);
         true
+    }
+
+    /// Reconciles the owner again when `intent` completes. A reconcile repeats while it waits,
+    /// so the owner is usually registered already: checked first, without cloning its key (by
+    /// a scan: the waiters of one intent are the few owners acting on the same target).
+    fn wait_for(&mut self, controller: ControllerId, intent: Intent) {
+        let waiters = self.effects.waiting.entry(intent).or_default();
+        if !waiters
+            .iter()
+            .any(|(c, o)| *c == controller && *o == self.owner)
+        {
+            waiters.insert((controller, self.owner.clone()));
+        }
     }
 
     /// Whether an action with this name on this target is in flight.
