@@ -36,7 +36,7 @@ fn drain_planning(c: &mut Criterion) {
                 .filter_map(|k| match store.get(k) {
                     Some(Object::Pod(p)) => Some(PodDrain {
                         key: k,
-                        pod: p,
+                        deletion_timestamp: p.meta.deletion_timestamp,
                         status: drain::classify(p, &cx),
                     }),
                     _ => None,

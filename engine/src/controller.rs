@@ -18,7 +18,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 /// idempotent: reconciling twice with nothing changed issues nothing new.
 pub trait Controller {
     fn id(&self) -> ControllerId;
-    /// Reconcile keys (of this controller) that a change to one object affects.
+    /// Reconcile keys (of this controller) that a change to one object affects, pushed onto
+    /// `out` (which may hold keys of earlier changes of the same input; repeats are fine).
     fn affected(&self, store: &Store, change: &Change, out: &mut Vec<ObjectKey>);
     fn reconcile(&mut self, key: &ObjectKey, cx: &mut Cx<'_>);
     /// The API's answer to a command this controller issued.
@@ -231,11 +232,7 @@ impl<'a> Cx<'a> {
         if let Some(intent) = &intent
             && self.effects.intents.contains_key(intent)
         {
-            self.effects
-                .waiting
-                .entry(intent.clone())
-                .or_default()
-                .insert((controller, self.owner.clone()));
+            self.wait_for(controller, intent.clone());
             return Issued::InFlight;
         }
         self.effects.next_command_id += 1;
@@ -254,6 +251,40 @@ impl<'a> Cx<'a> {
         self.effects.in_flight.insert(id, command.clone());
         self.effects.outbox.push_back(command);
         Issued::Queued(id)
+    }
+
+    /// What [`Cx::issue`] does for a non-destructive action whose intent is in flight, without
+    /// building the action: the owner waits for it (and is reconciled when it completes).
+    /// Returns whether it was in flight. Saves building large actions (a condition list) that
+    /// could not be issued anyway.
+    pub fn wait_if_in_flight(
+        &mut self,
+        controller: ControllerId,
+        action: &str,
+        target: &ObjectKey,
+    ) -> bool {
+        let intent = Intent {
+            action: action.to_string(),
+            target: target.clone(),
+        };
+        if !self.effects.intents.contains_key(&intent) {
+            return false;
+        }
+        self.wait_for(controller, intent);
+        true
+    }
+
+    /// Reconciles the owner again when `intent` completes. A reconcile repeats while it waits,
+    /// so the owner is usually registered already: checked first, without cloning its key (by
+    /// a scan: the waiters of one intent are the few owners acting on the same target).
+    fn wait_for(&mut self, controller: ControllerId, intent: Intent) {
+        let waiters = self.effects.waiting.entry(intent).or_default();
+        if !waiters
+            .iter()
+            .any(|(c, o)| *c == controller && *o == self.owner)
+        {
+            waiters.insert((controller, self.owner.clone()));
+        }
     }
 
     /// Whether an action with this name on this target is in flight.

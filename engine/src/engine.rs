@@ -35,6 +35,9 @@ impl Controllers {
     }
 }
 
+/// Keys to reconcile per registry slot, as routed (unsorted, with repeats).
+type Dirty = [Vec<ObjectKey>; 3];
+
 /// Which registry slot owns commands of a controller id (deletion also issues `drain`
 /// commands; health also issues `remediation` ones).
 fn slot_of(id: ControllerId) -> usize {
@@ -91,7 +94,7 @@ impl Engine {
     pub fn handle(&mut self, now: Timestamp, input: &Input) {
         self.now = self.now.max(now);
         self.applied_seq += 1;
-        let mut dirty: [BTreeSet<ObjectKey>; 3] = Default::default();
+        let mut dirty: Dirty = Default::default();
         match input {
             Input::Upsert { scope, object } => {
                 if let Some(change) = self.store.upsert(scope, object.clone()) {
@@ -134,17 +137,15 @@ impl Engine {
             Input::Tick => {
                 let now = self.now;
                 for (controller, owner) in self.effects.take_due_retries(now) {
-                    dirty[slot_of(controller)].insert(owner);
+                    dirty[slot_of(controller)].push(owner);
                 }
                 for (slot, controller) in self.controllers.all_mut().into_iter().enumerate() {
-                    let mut due = Vec::new();
-                    controller.take_due(now, &mut due);
-                    dirty[slot].extend(due);
+                    controller.take_due(now, &mut dirty[slot]);
                 }
             }
             Input::Restarted => {
                 for (id, owner) in self.effects.forget_in_flight() {
-                    dirty[slot_of(id)].insert(owner);
+                    dirty[slot_of(id)].push(owner);
                 }
                 self.store.mark_unsynced_all();
             }
@@ -182,15 +183,13 @@ impl Engine {
         codec::decode(bytes)
     }
 
-    fn route(&self, change: &Change, dirty: &mut [BTreeSet<ObjectKey>; 3]) {
+    fn route(&self, change: &Change, dirty: &mut Dirty) {
         for (slot, controller) in self.controllers.all().into_iter().enumerate() {
-            let mut keys = Vec::new();
-            controller.affected(&self.store, change, &mut keys);
-            dirty[slot].extend(keys);
+            controller.affected(&self.store, change, &mut dirty[slot]);
         }
     }
 
-    fn complete(&mut self, id: u64, outcome: &ApiOutcome, dirty: &mut [BTreeSet<ObjectKey>; 3]) {
+    fn complete(&mut self, id: u64, outcome: &ApiOutcome, dirty: &mut Dirty) {
         let Some((command, waiters)) = self.effects.complete(id, outcome, self.now) else {
             tracing::debug!(
                 command = id,
@@ -215,17 +214,20 @@ impl Engine {
         }
         let slot = slot_of(command.controller);
         self.controllers.all_mut()[slot].on_result(&command, outcome, self.now);
-        dirty[slot].insert(command.owner.clone());
+        dirty[slot].push(command.owner.clone());
         for (controller, owner) in waiters {
-            dirty[slot_of(controller)].insert(owner);
+            dirty[slot_of(controller)].push(owner);
         }
     }
 
-    fn reconcile(&mut self, dirty: [BTreeSet<ObjectKey>; 3]) {
+    fn reconcile(&mut self, dirty: Dirty) {
         let mut budget = RECONCILES_PER_INPUT_MAX;
         let now = self.now;
         let cause = self.applied_seq;
-        for (slot, keys) in dirty.into_iter().enumerate() {
+        for (slot, mut keys) in dirty.into_iter().enumerate() {
+            // Each key once, in key order (what a set would give; pushing is cheaper).
+            keys.sort_unstable();
+            keys.dedup();
             for key in keys {
                 if budget == 0 {
                     tracing::error!("reconcile budget exhausted for input #{cause}");

@@ -14,6 +14,7 @@
 
 mod gates;
 mod pass;
+mod pods;
 mod status;
 mod volumes;
 
@@ -145,6 +146,9 @@ pub struct Tracked {
     pub bootstrap: Option<ObjectKey>,
     pub control_plane: Option<ObjectKey>,
     pub memo: Memo,
+    /// The Node's classified pods from the last drain pass (a cache, not state).
+    #[serde(skip)]
+    pub pods: pods::PodCache,
 }
 
 /// The Machine deletion controller (registry slot 0; issues `deletion` and `drain` commands).
@@ -152,6 +156,9 @@ pub struct Tracked {
 pub struct MachineDeletion {
     machines: BTreeMap<ObjectKey, Tracked>,
     by_cluster: BTreeMap<ClusterName, BTreeSet<ObjectKey>>,
+    /// Tracked Machines by cluster and [`Tracked::node`]: a pod change is routed to the Machines
+    /// of its Node without looking at the others (a cluster may delete hundreds at once).
+    by_node: BTreeMap<ClusterName, BTreeMap<String, BTreeSet<ObjectKey>>>,
     timers: Timers,
 }
 
@@ -209,15 +216,63 @@ impl MachineDeletion {
     }
 
     fn untrack(&mut self, key: &ObjectKey) {
-        if let Some(t) = self.machines.remove(key)
-            && let Some(set) = self.by_cluster.get_mut(&t.cluster)
-        {
-            set.remove(key);
-            if set.is_empty() {
-                self.by_cluster.remove(&t.cluster);
+        if let Some(t) = self.machines.remove(key) {
+            self.route_node(key, &t.cluster, t.node.as_deref(), None);
+            if let Some(set) = self.by_cluster.get_mut(&t.cluster) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.by_cluster.remove(&t.cluster);
+                }
             }
         }
         self.timers.cancel(key);
+    }
+
+    /// Moves `key` in [`MachineDeletion::by_node`] from Node `from` to Node `to`.
+    fn route_node(
+        &mut self,
+        key: &ObjectKey,
+        cluster: &ClusterName,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) {
+        if from == to {
+            return;
+        }
+        if let Some(from) = from
+            && let Some(nodes) = self.by_node.get_mut(cluster)
+        {
+            if let Some(set) = nodes.get_mut(from) {
+                set.remove(key);
+                if set.is_empty() {
+                    nodes.remove(from);
+                }
+            }
+            if nodes.is_empty() {
+                self.by_node.remove(cluster);
+            }
+        }
+        if let Some(to) = to {
+            self.by_node
+                .entry(cluster.clone())
+                .or_default()
+                .entry(to.to_string())
+                .or_default()
+                .insert(key.clone());
+        }
+    }
+
+    /// Tracked Machines of `cluster` whose Node is `node`.
+    fn on_node<'a>(
+        &'a self,
+        cluster: &ClusterName,
+        node: &str,
+    ) -> impl Iterator<Item = &'a ObjectKey> + use<'a> {
+        self.by_node
+            .get(cluster)
+            .and_then(|nodes| nodes.get(node))
+            .into_iter()
+            .flatten()
     }
 }
 
@@ -287,21 +342,14 @@ impl Controller for MachineDeletion {
                 if !pod_change_matters(before, after) {
                     return;
                 }
-                let nodes: BTreeSet<&str> = [before, after]
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|p| p.node_name.as_deref())
-                    .collect();
-                out.extend(
-                    self.in_cluster(cluster)
-                        .filter(|m| {
-                            self.machines[*m]
-                                .node
-                                .as_deref()
-                                .is_some_and(|n| nodes.contains(n))
-                        })
-                        .cloned(),
-                );
+                let node_before = before.and_then(|p| p.node_name.as_deref());
+                let node_after = after.and_then(|p| p.node_name.as_deref());
+                if let Some(node) = node_before {
+                    out.extend(self.on_node(cluster, node).cloned());
+                }
+                if let Some(node) = node_after.filter(|n| Some(*n) != node_before) {
+                    out.extend(self.on_node(cluster, node).cloned());
+                }
             }
             (Scope::Workload(cluster), Kind::Node) => {
                 let provider_ids: BTreeSet<&str> = [change.before.as_ref(), change.after.as_ref()]
@@ -376,15 +424,34 @@ impl Controller for MachineDeletion {
             self.untrack(key);
             return;
         }
-        let mut tracked = self.machines.remove(key).unwrap_or_else(|| Tracked {
-            cluster: cluster_name.clone(),
-            node: None,
-            provider_id: None,
-            infrastructure: ref_key(&machine.infrastructure_ref, &machine.meta.namespace),
-            bootstrap: None,
-            control_plane: None,
-            memo: Memo::default(),
-        });
+        if !self.machines.contains_key(key) {
+            let infrastructure = ref_key(&machine.infrastructure_ref, &machine.meta.namespace);
+            let fresh = Tracked {
+                cluster: cluster_name.clone(),
+                node: None,
+                provider_id: None,
+                infrastructure,
+                bootstrap: None,
+                control_plane: None,
+                memo: Memo::default(),
+                pods: Default::default(),
+            };
+            self.machines.insert(key.clone(), fresh);
+        }
+        if !self
+            .by_cluster
+            .get(&cluster_name)
+            .is_some_and(|machines| machines.contains(key))
+        {
+            self.by_cluster
+                .entry(cluster_name.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        // Updated in place: a `Tracked` is large, and moving it out of the map and back
+        // shifted B-tree nodes on every pass.
+        let tracked = self.machines.get_mut(key).expect("tracked above");
+        let routed_node = tracked.node.clone();
         tracked.infrastructure = ref_key(&machine.infrastructure_ref, &machine.meta.namespace);
         tracked.bootstrap = machine
             .bootstrap_config_ref
@@ -403,10 +470,6 @@ impl Controller for MachineDeletion {
         tracked.control_plane = cluster
             .and_then(|c| c.control_plane_ref.as_ref())
             .map(|r| ref_key(r, &cluster_name.namespace));
-        self.by_cluster
-            .entry(cluster_name.clone())
-            .or_default()
-            .insert(key.clone());
 
         let wake = match cluster {
             None => {
@@ -418,12 +481,15 @@ impl Controller for MachineDeletion {
                 None
             }
             Some(c) => {
-                let mut p = pass::Pass::new(key, machine, c, &mut tracked, cx);
+                let mut p = pass::Pass::new(key, machine, c, tracked, cx);
                 p.run();
                 p.wake
             }
         };
-        self.machines.insert(key.clone(), tracked);
+        if routed_node != tracked.node {
+            let (cluster, node) = (tracked.cluster.clone(), tracked.node.clone());
+            self.route_node(key, &cluster, routed_node.as_deref(), node.as_deref());
+        }
         if let Some((at, timer)) = wake {
             tracing::trace!(machine = %key, ?timer, at = %at, "deletion timer");
             self.timers.wake_at(key, at);

@@ -3,6 +3,7 @@
 //! the `Deleting` reason and message it shows.
 
 use super::gates::{self, ControlPlaneFact, InfrastructureFact, NodeDeletionFacts, WaitGateFacts};
+use super::pods::CachedPod;
 use super::status::{
     self, DELETING, StatusFields, condition_summary, legacy, legacy_false, legacy_true, reason,
     set_condition,
@@ -17,10 +18,9 @@ use crate::drain::{
     self, DrainBehavior, DrainContext, DrainPlan, EvictionAttempt, EvictionOutcome, PodDrain,
 };
 use crate::model::{
-    ApiVersion, CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, Cluster, Condition, ConditionStatus,
-    Conditions, EXCLUDE_DRAIN_ANNOTATION, EXCLUDE_VOLUME_DETACH_ANNOTATION, Kind,
-    MACHINE_FINALIZER, Machine, MachineDrainRule, Node, Object, ObjectKey, PRE_DRAIN_HOOK_PREFIX,
-    PRE_TERMINATE_HOOK_PREFIX, Scope, Severity,
+    ApiVersion, Cluster, Condition, ConditionStatus, Conditions, EXCLUDE_DRAIN_ANNOTATION,
+    EXCLUDE_VOLUME_DETACH_ANNOTATION, Kind, MACHINE_FINALIZER, Machine, MachineDrainRule, Node,
+    Object, ObjectKey, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope, Severity,
 };
 use crate::store::Store;
 use crate::time::Timestamp;
@@ -52,6 +52,9 @@ pub(super) struct Pass<'p, 'a> {
     deleting: Option<(&'static str, String)>,
     /// The earliest clock-driven change this pass knows of.
     pub wake: Option<(Timestamp, DeletionTimer)>,
+    /// The Node's key and object, looked up once: drain, volume wait and Node deletion all
+    /// need them.
+    node_seen: Option<(ObjectKey, Option<&'a Node>)>,
 }
 
 pub(super) fn api_version(v: ApiVersion) -> &'static str {
@@ -139,6 +142,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             status,
             deleting: None,
             wake: None,
+            node_seen: None,
         }
     }
 
@@ -255,6 +259,13 @@ impl<'p, 'a> Pass<'p, 'a> {
             set_condition(&mut self.conditions.current, c, self.now);
         }
         if self.conditions != self.base_conditions {
+            // Same outcome as `issue` answering `InFlight`, without the summary and the clone.
+            if self
+                .cx
+                .wait_if_in_flight(ControllerId::Deletion, "SetCondition", self.key)
+            {
+                return;
+            }
             let summary = condition_summary(&self.base_conditions, &self.conditions);
             let why = match &self.deleting {
                 // The whole message: for a drain it lists the pods that hold it and why.
@@ -363,18 +374,9 @@ impl<'p, 'a> Pass<'p, 'a> {
     }
 
     fn active_control_plane_machines(&self) -> usize {
-        let cluster = &self.cluster.meta.name;
+        let c = &self.cluster.meta;
         self.store
-            .machines_of_cluster(&self.cluster.meta.namespace, cluster)
-            .filter(|k| match self.store.get(k) {
-                Some(Object::Machine(m)) => {
-                    !m.meta.is_deleting()
-                        && m.meta.labels.get(CLUSTER_NAME_LABEL) == Some(cluster)
-                        && m.meta.has_label(CONTROL_PLANE_LABEL)
-                }
-                _ => false,
-            })
-            .count()
+            .active_control_plane_machines(&c.namespace, &c.name)
     }
 
     // ---- hooks ----
@@ -475,14 +477,28 @@ impl<'p, 'a> Pass<'p, 'a> {
         })
     }
 
-    fn node(&self, name: &str) -> Option<&'a Node> {
-        match self
-            .store
-            .get(&ObjectKey::new(self.scope.clone(), Kind::Node, "", name))
-        {
-            Some(Object::Node(n)) => Some(n),
-            _ => None,
-        }
+    fn node(&mut self, name: &str) -> Option<&'a Node> {
+        self.node_entry(name).1
+    }
+
+    fn node_key(&mut self, name: &str) -> ObjectKey {
+        self.node_entry(name).0.clone()
+    }
+
+    fn node_entry(&mut self, name: &str) -> &(ObjectKey, Option<&'a Node>) {
+        let store = self.store;
+        let seen = match self.node_seen.take() {
+            Some(seen) if seen.0.name == name => seen,
+            _ => {
+                let key = ObjectKey::new(self.scope.clone(), Kind::Node, "", name);
+                let node = match store.get(&key) {
+                    Some(Object::Node(n)) => Some(n),
+                    _ => None,
+                };
+                (key, node)
+            }
+        };
+        self.node_seen.insert(seen)
     }
 
     fn drain_rules(&self) -> Result<Vec<&'a MachineDrainRule>, drain::DrainRuleError> {
@@ -537,11 +553,8 @@ impl<'p, 'a> Pass<'p, 'a> {
                 "Draining the node before deletion",
             ));
         }
-        let header = format!(
-            "Drain not completed yet (started at {}):",
-            start.to_rfc3339()
-        );
-        self.set_deleting(reason::DRAINING_NODE, header);
+        let header = drain::condition_header(start);
+        self.set_deleting(reason::DRAINING_NODE, header.clone());
         let Some(node) = self.node(node_name) else {
             return self.drain_completed(node_name);
         };
@@ -565,16 +578,35 @@ impl<'p, 'a> Pass<'p, 'a> {
         };
         let grace_period_seconds = unreachable.then_some(drain::UNREACHABLE_GRACE_PERIOD_SECONDS);
         let dcx = DrainContext::new(self.store, &self.scope, self.now, skip_seconds, &rules);
-        let pods: Vec<PodDrain<'a>> = self
-            .store
-            .pods_on_node(&self.scope, node_name)
-            .filter_map(|k| match self.store.get(k) {
-                Some(Object::Pod(p)) => Some(PodDrain {
-                    key: k,
-                    pod: p,
-                    status: drain::classify(p, &dcx),
-                }),
-                _ => None,
+        // The cache leaves `tracked` for the rest of the phase: the plan borrows its keys.
+        let mut cache = std::mem::take(&mut self.tracked.pods.0);
+        let cached = cache.sync(self.store, &self.scope, node_name, &dcx, &rules);
+        let flow = self.drain_pods(
+            node_name,
+            header,
+            cached,
+            skip_seconds,
+            grace_period_seconds,
+        );
+        self.tracked.pods.0 = cache;
+        flow
+    }
+
+    /// The eviction plan for the Node's classified pods, and what follows from it.
+    fn drain_pods(
+        &mut self,
+        node_name: &str,
+        header: String,
+        cached: &[CachedPod],
+        skip_seconds: i64,
+        grace_period_seconds: Option<i64>,
+    ) -> Flow {
+        let pods: Vec<PodDrain<'_>> = cached
+            .iter()
+            .map(|c| PodDrain {
+                key: &c.key,
+                deletion_timestamp: c.deletion_timestamp,
+                status: c.status.clone(),
             })
             .collect();
         let effects_view = &*self.cx;
@@ -588,10 +620,17 @@ impl<'p, 'a> Pass<'p, 'a> {
         if let Some(error) = plan.error() {
             return self.drain_failed(node_name, error);
         }
-        // Forget pods that are gone or deleting: their evictions are over.
-        self.tracked.memo.evictions.retain(
-            |k, _| matches!(self.store.get(k), Some(Object::Pod(p)) if !p.meta.is_deleting()),
-        );
+        // Forget pods that are gone or deleting: their evictions are over. Pods still on the
+        // Node are found in `cached` (both in key order: one walk) rather than in the store.
+        let store = self.store;
+        let mut on_node = cached.iter().peekable();
+        self.tracked.memo.evictions.retain(|k, _| {
+            while on_node.next_if(|c| c.key < *k).is_some() {}
+            match on_node.next_if(|c| c.key == *k) {
+                Some(c) => c.deletion_timestamp.is_none(),
+                None => matches!(store.get(k), Some(Object::Pod(p)) if !p.meta.is_deleting()),
+            }
+        });
         if let Some(at) = plan.next_wake {
             self.wake_at(at, DeletionTimer::EvictionRetry);
         }
@@ -599,7 +638,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         if plan.is_complete() {
             return self.drain_completed(node_name);
         }
-        let message = drain::condition_message(&plan, start);
+        let message = drain::condition_message_after(header, &plan);
         tracing::debug!(
             machine = %self.key,
             node = node_name,
@@ -618,7 +657,7 @@ impl<'p, 'a> Pass<'p, 'a> {
     }
 
     fn cordon(&mut self, node_name: &str) -> Flow {
-        let node_key = ObjectKey::new(self.scope.clone(), Kind::Node, "", node_name);
+        let node_key = self.node_key(node_name);
         let in_flight = self.cx.is_in_flight("Cordon", &node_key);
         let attempt = self.tracked.memo.cordon.clone();
         if attempt_due(&attempt, in_flight, self.now) {
@@ -663,7 +702,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         }
     }
 
-    fn evict(&mut self, node_name: &str, plan: &DrainPlan<'a>, grace_period_seconds: Option<i64>) {
+    fn evict(&mut self, node_name: &str, plan: &DrainPlan<'_>, grace_period_seconds: Option<i64>) {
         if plan.evict_now.is_empty() {
             return;
         }
@@ -938,10 +977,10 @@ impl<'p, 'a> Pass<'p, 'a> {
     // ---- Node ----
 
     fn delete_node(&mut self, node_name: &str) -> Flow {
-        let node_key = ObjectKey::new(self.scope.clone(), Kind::Node, "", node_name);
-        if self.store.get(&node_key).is_none() {
+        if self.node(node_name).is_none() {
             return Flow::Continue;
         }
+        let node_key = self.node_key(node_name);
         let deleted_at = self.m.meta.deletion_timestamp.unwrap_or(self.now);
         let state = self.tracked.memo.node_deletion.clone();
         let in_flight = self.cx.is_in_flight("DeleteNode", &node_key);

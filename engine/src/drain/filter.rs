@@ -189,12 +189,23 @@ impl<'a> DrainContext<'a> {
     }
 }
 
+impl<'a> DrainContext<'a> {
+    /// The workload cluster's Namespaces, in name order.
+    pub fn namespaces(&self) -> impl Iterator<Item = &'a Namespace> + '_ {
+        self.namespaces.values().copied()
+    }
+}
+
+/// One of upstream's filters: `None` is its `MakePodDeleteStatusOkay()` (the common answer,
+/// returned without building a status: classifying is per pod and per pass).
+type Filter = fn(&Pod, &DrainContext<'_>) -> Option<PodDeleteStatus>;
+
 /// Classifies one pod with upstream's filters in upstream's order: skipDeleted, daemonSet,
 /// mirrorPod, localStorage, unreplicated, drainLabel, machineDrainRules. The first Skip or
 /// WaitCompleted is final; otherwise the last filter's status wins, and collected warnings
 /// turn an Okay/Warning Drain into a Warning joining them.
 pub fn classify(pod: &Pod, cx: &DrainContext<'_>) -> PodDeleteStatus {
-    let filters: [fn(&Pod, &DrainContext<'_>) -> PodDeleteStatus; 7] = [
+    const FILTERS: [Filter; 7] = [
         skip_deleted,
         daemon_set,
         mirror_pod,
@@ -204,17 +215,21 @@ pub fn classify(pod: &Pod, cx: &DrainContext<'_>) -> PodDeleteStatus {
         machine_drain_rules,
     ];
     let mut warnings: Vec<String> = Vec::new();
-    let mut status = PodDeleteStatus::okay();
-    for filter in filters {
-        status = filter(pod, cx);
+    let mut last = None;
+    for filter in FILTERS {
+        last = filter(pod, cx);
+        let Some(status) = &last else { continue };
         if status.reason == StatusReason::Warning {
             warnings.push(status.message.clone());
         }
         match status.behavior {
-            DrainBehavior::Skip | DrainBehavior::WaitCompleted => return status,
+            DrainBehavior::Skip | DrainBehavior::WaitCompleted => {
+                return last.expect("matched Some");
+            }
             DrainBehavior::Drain => {}
         }
     }
+    let mut status = last.unwrap_or_else(PodDeleteStatus::okay);
     if matches!(status.reason, StatusReason::Okay | StatusReason::Warning) && !warnings.is_empty() {
         status.reason = StatusReason::Warning;
         status.message = warnings.join(", ");
@@ -222,22 +237,20 @@ pub fn classify(pod: &Pod, cx: &DrainContext<'_>) -> PodDeleteStatus {
     status
 }
 
-fn skip_deleted(pod: &Pod, cx: &DrainContext<'_>) -> PodDeleteStatus {
+fn skip_deleted(pod: &Pod, cx: &DrainContext<'_>) -> Option<PodDeleteStatus> {
     let threshold = cx.skip_wait_for_delete_timeout_seconds;
     match pod.meta.deletion_timestamp {
         Some(at) if threshold > 0 && cx.now.since(at).as_secs() > threshold => {
-            PodDeleteStatus::skip()
+            Some(PodDeleteStatus::skip())
         }
-        _ => PodDeleteStatus::okay(),
+        _ => None,
     }
 }
 
-fn daemon_set(pod: &Pod, cx: &DrainContext<'_>) -> PodDeleteStatus {
-    let Some(owner) = pod.meta.controller() else {
-        return PodDeleteStatus::okay();
-    };
+fn daemon_set(pod: &Pod, cx: &DrainContext<'_>) -> Option<PodDeleteStatus> {
+    let owner = pod.meta.controller()?;
     if owner.kind != "DaemonSet" || pod.is_finished() {
-        return PodDeleteStatus::okay();
+        return None;
     }
     // The cache stands for upstream's GET: absent means NotFound (an orphaned pod).
     let key = ObjectKey::new(
@@ -246,63 +259,54 @@ fn daemon_set(pod: &Pod, cx: &DrainContext<'_>) -> PodDeleteStatus {
         &pod.meta.namespace,
         &owner.name,
     );
-    match cx.store.get(&key) {
+    Some(match cx.store.get(&key) {
         Some(_) => PodDeleteStatus::warning(DrainBehavior::Skip, "ignoring DaemonSet-managed Pod"),
         None => PodDeleteStatus::warning(
             DrainBehavior::Drain,
             "evicting orphaned DaemonSet-managed Pod",
         ),
-    }
+    })
 }
 
-fn mirror_pod(pod: &Pod, _cx: &DrainContext<'_>) -> PodDeleteStatus {
-    if pod.is_mirror() {
-        PodDeleteStatus::skip()
-    } else {
-        PodDeleteStatus::okay()
-    }
+fn mirror_pod(pod: &Pod, _cx: &DrainContext<'_>) -> Option<PodDeleteStatus> {
+    pod.is_mirror().then(PodDeleteStatus::skip)
 }
 
-fn local_storage(pod: &Pod, _cx: &DrainContext<'_>) -> PodDeleteStatus {
-    if pod.has_empty_dir && !pod.is_finished() {
-        PodDeleteStatus::warning(DrainBehavior::Drain, "evicting Pod with local storage")
-    } else {
-        PodDeleteStatus::okay()
-    }
+fn local_storage(pod: &Pod, _cx: &DrainContext<'_>) -> Option<PodDeleteStatus> {
+    (pod.has_empty_dir && !pod.is_finished())
+        .then(|| PodDeleteStatus::warning(DrainBehavior::Drain, "evicting Pod with local storage"))
 }
 
-fn unreplicated(pod: &Pod, _cx: &DrainContext<'_>) -> PodDeleteStatus {
-    if !pod.is_finished() && pod.meta.controller().is_none() {
+fn unreplicated(pod: &Pod, _cx: &DrainContext<'_>) -> Option<PodDeleteStatus> {
+    (!pod.is_finished() && pod.meta.controller().is_none()).then(|| {
         PodDeleteStatus::warning(DrainBehavior::Drain, "evicting Pod that has no controller")
-    } else {
-        PodDeleteStatus::okay()
-    }
+    })
 }
 
-fn drain_label(pod: &Pod, _cx: &DrainContext<'_>) -> PodDeleteStatus {
-    let Some(value) = pod.meta.labels.get(DRAIN_LABEL) else {
-        return PodDeleteStatus::okay();
-    };
+fn drain_label(pod: &Pod, _cx: &DrainContext<'_>) -> Option<PodDeleteStatus> {
+    let value = pod.meta.labels.get(DRAIN_LABEL)?;
     if value.eq_ignore_ascii_case("skip") {
-        PodDeleteStatus::skip()
+        Some(PodDeleteStatus::skip())
     } else if value
         .replacen('-', "", 1)
         .eq_ignore_ascii_case("waitcompleted")
     {
-        PodDeleteStatus::wait_completed()
+        Some(PodDeleteStatus::wait_completed())
     } else {
         tracing::debug!(
             pod = %pod.meta.name,
             value = %value,
             "ignoring unknown value of label {DRAIN_LABEL}"
         );
-        PodDeleteStatus::okay()
+        None
     }
 }
 
-fn machine_drain_rules(pod: &Pod, cx: &DrainContext<'_>) -> PodDeleteStatus {
+fn machine_drain_rules(pod: &Pod, cx: &DrainContext<'_>) -> Option<PodDeleteStatus> {
     let Some(namespace) = cx.namespaces.get(pod.meta.namespace.as_str()) else {
-        return PodDeleteStatus::error("Pod Namespace does not exist".to_string());
+        return Some(PodDeleteStatus::error(
+            "Pod Namespace does not exist".to_string(),
+        ));
     };
     for rule in cx.rules {
         let applies = rule.pods.is_empty()
@@ -314,19 +318,19 @@ fn machine_drain_rules(pod: &Pod, cx: &DrainContext<'_>) -> PodDeleteStatus {
             continue;
         }
         return match rule.behavior.as_str() {
-            "Drain" => PodDeleteStatus {
-                order: rule.order,
+            "Drain" => rule.order.map(|order| PodDeleteStatus {
+                order: Some(order),
                 ..PodDeleteStatus::okay()
-            },
-            "Skip" => PodDeleteStatus::skip(),
-            "WaitCompleted" => PodDeleteStatus::wait_completed(),
-            other => PodDeleteStatus::error(format!(
+            }),
+            "Skip" => Some(PodDeleteStatus::skip()),
+            "WaitCompleted" => Some(PodDeleteStatus::wait_completed()),
+            other => Some(PodDeleteStatus::error(format!(
                 "MachineDrainRule {:?} has unknown spec.drain.behavior: {:?}",
                 rule.meta.name, other
-            )),
+            ))),
         };
     }
-    PodDeleteStatus::okay()
+    None
 }
 
 #[cfg(test)]

@@ -24,23 +24,56 @@ pub fn list_to_string<S: AsRef<str>>(items: &[S], max: usize) -> String {
     out
 }
 
-fn pod_name(key: &ObjectKey) -> String {
-    if key.namespace.is_empty() {
-        key.name.clone()
-    } else {
-        format!("{}/{}", key.namespace, key.name)
+fn push_pod_name(out: &mut String, key: &ObjectKey) {
+    if !key.namespace.is_empty() {
+        out.push_str(&key.namespace);
+        out.push('/');
     }
+    out.push_str(&key.name);
+}
+
+/// `a, b, c, ... (K more)` for a list of `total` pods whose first names are `shown`.
+fn pods_of<'k>(shown: impl Iterator<Item = &'k ObjectKey>, total: usize) -> String {
+    let mut out = String::new();
+    for (i, key) in shown.take(CONDITION_POD_NAMES_MAX).enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        push_pod_name(&mut out, key);
+    }
+    if total > CONDITION_POD_NAMES_MAX {
+        let _ = write!(out, ", ... ({} more)", total - CONDITION_POD_NAMES_MAX);
+    }
+    out
 }
 
 fn pods(keys: &[&ObjectKey]) -> String {
-    let shown: Vec<String> = keys
-        .iter()
-        .take(CONDITION_POD_NAMES_MAX)
-        .map(|k| pod_name(k))
-        .collect();
-    let mut out = shown.join(", ");
-    if keys.len() > CONDITION_POD_NAMES_MAX {
-        let _ = write!(out, ", ... ({} more)", keys.len() - CONDITION_POD_NAMES_MAX);
+    pods_of(keys.iter().copied(), keys.len())
+}
+
+/// The first `n` keys of the sorted union of two sorted, disjoint lists: only the names shown
+/// are merged, so a drain of thousands of pods does not sort them on every pass.
+fn merged_head<'k>(a: &[&'k ObjectKey], b: &[&'k ObjectKey], n: usize) -> Vec<&'k ObjectKey> {
+    debug_assert!(a.is_sorted() && b.is_sorted());
+    let (mut i, mut j) = (0, 0);
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let next = match (a.get(i), b.get(j)) {
+            (Some(x), Some(y)) if x <= y => {
+                i += 1;
+                x
+            }
+            (_, Some(y)) => {
+                j += 1;
+                y
+            }
+            (Some(x), None) => {
+                i += 1;
+                x
+            }
+            (None, None) => break,
+        };
+        out.push(*next);
     }
     out
 }
@@ -54,21 +87,32 @@ fn pod_word(n: usize) -> &'static str {
 /// deletionTimestamp set, which is what upstream reports for an accepted eviction in the same
 /// pass.
 pub fn condition_message(plan: &DrainPlan<'_>, drain_started: Timestamp) -> String {
-    let mut msg = format!(
+    condition_message_after(condition_header(drain_started), plan)
+}
+
+/// The first line of the message: all it says before the pods are known.
+pub fn condition_header(drain_started: Timestamp) -> String {
+    format!(
         "Drain not completed yet (started at {}):",
         drain_started.to_rfc3339()
-    );
-    let mut deleting: Vec<&ObjectKey> = plan.deletion_timestamp_set.clone();
-    if !plan.awaiting_answer.is_empty() {
-        deleting.extend(plan.awaiting_answer.iter().copied());
-        deleting.sort();
-    }
-    if !deleting.is_empty() {
+    )
+}
+
+/// [`condition_message`] continuing a [`condition_header`] already made.
+pub fn condition_message_after(header: String, plan: &DrainPlan<'_>) -> String {
+    let mut msg = header;
+    let deleting = plan.deletion_timestamp_set.len() + plan.awaiting_answer.len();
+    if deleting > 0 {
+        let shown = merged_head(
+            &plan.deletion_timestamp_set,
+            &plan.awaiting_answer,
+            CONDITION_POD_NAMES_MAX,
+        );
         let _ = write!(
             msg,
             "\n* {} {}: deletionTimestamp set, but still not removed from the Node",
-            pod_word(deleting.len()),
-            pods(&deleting)
+            pod_word(deleting),
+            pods_of(shown.into_iter(), deleting)
         );
     }
     // BTreeMap keys are already sorted lexicographically, as upstream sorts them.

@@ -18,7 +18,7 @@ pub use filter::{
     DrainBehavior, DrainContext, DrainRuleError, PodDeleteStatus, StatusReason, classify,
     matching_drain_rules,
 };
-pub use message::{condition_message, list_to_string};
+pub use message::{condition_header, condition_message, condition_message_after, list_to_string};
 pub use plan::{DrainPlan, EvictionAttempt, EvictionOutcome, PodDrain, eviction_failure_message};
 
 use crate::time::Duration;

@@ -4,7 +4,7 @@
 use super::EVICTION_RETRY_INTERVAL;
 use super::filter::{DrainBehavior, PodDeleteStatus, StatusReason};
 use crate::input::ApiOutcome;
-use crate::model::{ObjectKey, Pod};
+use crate::model::ObjectKey;
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -62,11 +62,12 @@ pub fn eviction_failure_message(outcome: &ApiOutcome) -> EvictionOutcome {
     }
 }
 
-/// One pod on the Node with its classification.
+/// One pod on the Node with its classification and the one pod field the plan reads (so a
+/// plan can be built from classifications kept between passes, without the pods).
 #[derive(Clone, Debug)]
 pub struct PodDrain<'a> {
     pub key: &'a ObjectKey,
-    pub pod: &'a Pod,
+    pub deletion_timestamp: Option<Timestamp>,
     pub status: PodDeleteStatus,
 }
 
@@ -112,6 +113,12 @@ impl<'a> DrainPlan<'a> {
             .map(|p| p.status.order.unwrap_or(0))
             .min()
             .unwrap_or(0);
+        // Pods and attempts are both in key order: walk them together instead of searching.
+        let mut attempts = attempts.iter().peekable();
+        let mut attempt_of = |key: &ObjectKey| {
+            while attempts.next_if(|(k, _)| *k < key).is_some() {}
+            attempts.next_if(|(k, _)| *k == key).map(|(_, a)| a)
+        };
         for p in pods {
             if p.status.reason == StatusReason::Error {
                 let message = if p.status.message.is_empty() {
@@ -123,10 +130,10 @@ impl<'a> DrainPlan<'a> {
                 continue;
             }
             let order = p.status.order.unwrap_or(0);
-            let deleting = p.pod.meta.deletion_timestamp;
+            let deleting = p.deletion_timestamp;
             match (p.status.behavior, deleting) {
                 (DrainBehavior::Drain, None) if order == min_order => {
-                    plan.place_eviction(p.key, attempts.get(p.key), now, &in_flight);
+                    plan.place_eviction(p.key, attempt_of(p.key), now, &in_flight);
                 }
                 (DrainBehavior::Drain, None) => plan.trigger_eviction_later.push(p.key),
                 (DrainBehavior::WaitCompleted, _) if order == min_order => {
@@ -240,7 +247,7 @@ impl<'a> DrainPlan<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Kind;
+    use crate::model::{Kind, Pod};
     use crate::testing::{pod, workload};
     use crate::time::Duration;
 
@@ -287,7 +294,7 @@ mod tests {
             (0..self.keys.len())
                 .map(|i| PodDrain {
                     key: &self.keys[i],
-                    pod: &self.pods[i],
+                    deletion_timestamp: self.pods[i].meta.deletion_timestamp,
                     status: self.statuses[i].clone(),
                 })
                 .collect()

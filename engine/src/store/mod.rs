@@ -1,0 +1,373 @@
+//! The engine's cache of observed objects, with the indexes the controllers need.
+
+mod table;
+
+use crate::model::{CLUSTER_NAME_LABEL, Kind, Machine, Object, ObjectKey, Pod, Scope};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One observed change: the object before and after (either may be absent).
+#[derive(Clone, Debug)]
+pub struct Change {
+    pub key: ObjectKey,
+    pub before: Option<Object>,
+    pub after: Option<Object>,
+}
+
+impl Change {
+    /// The object as it is now, or as it was last seen when it is gone.
+    pub fn latest(&self) -> Option<&Object> {
+        self.after.as_ref().or(self.before.as_ref())
+    }
+}
+
+/// Observed objects of every cluster, keyed canonically, plus secondary indexes.
+///
+/// Guarantees: iteration order is the key order (deterministic); an upsert with an older
+/// `resourceVersion` than the cached one is ignored (a stale watch event or API answer).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Store {
+    objects: table::Table,
+    /// Counts accepted changes (upserts that changed something, removals).
+    changes: u64,
+    /// Pods by cluster and node name, each with the value of `changes` when it last changed:
+    /// a drain keeps what it derived from a pod until that number moves. Nested so that a
+    /// lookup borrows its keys instead of building them.
+    pods_by_node: BTreeMap<Scope, BTreeMap<String, BTreeMap<ObjectKey, u64>>>,
+    /// Nodes by (cluster, providerID).
+    nodes_by_provider_id: BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
+    /// Machines by (management, `<namespace>/<spec.clusterName>`).
+    machines_by_cluster: BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
+    /// The subset of `machines_by_cluster` that [`is_active_control_plane`]: the deletion of
+    /// every Machine counts them, so the count must not cost a lookup per Machine.
+    active_control_plane_by_cluster: BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
+    synced: BTreeSet<Scope>,
+}
+
+impl Store {
+    pub fn get(&self, key: &ObjectKey) -> Option<&Object> {
+        self.objects.get(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.objects.len() == 0
+    }
+
+    pub fn is_synced(&self, scope: &Scope) -> bool {
+        self.synced.contains(scope)
+    }
+
+    pub fn mark_unsynced_all(&mut self) {
+        self.synced.clear();
+    }
+
+    /// Every object of `kind` in `scope`, in key order.
+    pub fn iter_kind<'a>(
+        &'a self,
+        scope: &Scope,
+        kind: &Kind,
+    ) -> impl Iterator<Item = (&'a ObjectKey, &'a Object)> + use<'a> {
+        self.objects.iter_kind(scope, kind)
+    }
+
+    /// Every object in a scope, in key order.
+    pub fn iter_scope<'a>(
+        &'a self,
+        scope: &Scope,
+    ) -> impl Iterator<Item = (&'a ObjectKey, &'a Object)> + use<'a> {
+        self.objects.iter_scope(scope)
+    }
+
+    /// Keys of the pods bound to `node` in `scope`.
+    pub fn pods_on_node(&self, scope: &Scope, node: &str) -> impl Iterator<Item = &ObjectKey> {
+        self.pods_on_node_versions(scope, node).map(|(k, _)| k)
+    }
+
+    /// Keys of the pods bound to `node` in `scope`, in key order, each with a number that
+    /// changes whenever the pod changes (and only then).
+    pub fn pods_on_node_versions(
+        &self,
+        scope: &Scope,
+        node: &str,
+    ) -> impl Iterator<Item = (&ObjectKey, u64)> {
+        self.pods_by_node
+            .get(scope)
+            .and_then(|nodes| nodes.get(node))
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k, *v))
+    }
+
+    /// Nodes in `scope` whose `spec.providerID` is `provider_id`.
+    pub fn nodes_by_provider_id(
+        &self,
+        scope: &Scope,
+        provider_id: &str,
+    ) -> impl Iterator<Item = &ObjectKey> {
+        self.nodes_by_provider_id
+            .get(&(scope.clone(), provider_id.to_string()))
+            .into_iter()
+            .flatten()
+    }
+
+    /// Keys of the Machines of the Cluster `namespace/cluster`.
+    pub fn machines_of_cluster(
+        &self,
+        namespace: &str,
+        cluster: &str,
+    ) -> impl Iterator<Item = &ObjectKey> {
+        self.machines_by_cluster
+            .get(&(Scope::Management, format!("{namespace}/{cluster}")))
+            .into_iter()
+            .flatten()
+    }
+
+    /// How many Machines of the Cluster `namespace/cluster` are [`is_active_control_plane`].
+    pub fn active_control_plane_machines(&self, namespace: &str, cluster: &str) -> usize {
+        self.active_control_plane_by_cluster
+            .get(&(Scope::Management, format!("{namespace}/{cluster}")))
+            .map_or(0, BTreeSet::len)
+    }
+
+    /// Inserts or replaces an object. Returns the change, or `None` when nothing changed or the
+    /// update is older than what is cached.
+    pub fn upsert(&mut self, scope: &Scope, object: Object) -> Option<Change> {
+        let key = object.key(scope);
+        if let Some(existing) = self.objects.get(&key) {
+            let (old_rv, new_rv) = (
+                existing.meta().resource_version,
+                object.meta().resource_version,
+            );
+            if new_rv != 0 && old_rv > new_rv {
+                return None;
+            }
+            if existing == &object {
+                return None;
+            }
+        }
+        self.changes += 1;
+        let before = self.objects.insert(key.clone(), object.clone());
+        match &before {
+            // Most updates (a pod's status) leave every index entry where it is.
+            Some(b) if IndexSlots::of(b) == IndexSlots::of(&object) => self.touch(&key, &object),
+            Some(b) => {
+                self.index(&key, b, false);
+                self.index(&key, &object, true);
+            }
+            None => self.index(&key, &object, true),
+        }
+        Some(Change {
+            key,
+            before,
+            after: Some(object),
+        })
+    }
+
+    pub fn remove(&mut self, key: &ObjectKey) -> Option<Change> {
+        let before = self.objects.remove(key)?;
+        self.changes += 1;
+        self.index(key, &before, false);
+        Some(Change {
+            key: key.clone(),
+            before: Some(before),
+            after: None,
+        })
+    }
+
+    /// Replaces everything in `scope` with `objects` (a relist) and marks the scope synced.
+    pub fn replace_scope(&mut self, scope: &Scope, objects: Vec<Object>) -> Vec<Change> {
+        let incoming: BTreeSet<ObjectKey> = objects.iter().map(|o| o.key(scope)).collect();
+        let stale: Vec<ObjectKey> = self
+            .iter_scope(scope)
+            .map(|(k, _)| k.clone())
+            .filter(|k| !incoming.contains(k))
+            .collect();
+        let mut changes: Vec<Change> = stale.iter().filter_map(|k| self.remove(k)).collect();
+        for object in objects {
+            changes.extend(self.upsert_unordered(scope, object));
+        }
+        self.synced.insert(scope.clone());
+        changes
+    }
+
+    /// A relist answer is authoritative: it replaces the cached object whatever its version.
+    fn upsert_unordered(&mut self, scope: &Scope, object: Object) -> Option<Change> {
+        let key = object.key(scope);
+        if self.objects.get(&key) == Some(&object) {
+            return None;
+        }
+        let before = self.remove(&key).and_then(|c| c.before);
+        self.changes += 1;
+        self.index(&key, &object, true);
+        self.objects.insert(key.clone(), object.clone());
+        Some(Change {
+            key,
+            before,
+            after: Some(object),
+        })
+    }
+
+    fn index(&mut self, key: &ObjectKey, object: &Object, add: bool) {
+        match object {
+            Object::Pod(p) => {
+                let Some(n) = &p.node_name else { return };
+                if add {
+                    let pods = self
+                        .pods_by_node
+                        .entry(key.scope.clone())
+                        .or_default()
+                        .entry(n.clone())
+                        .or_default();
+                    pods.insert(key.clone(), self.changes);
+                } else if let Some(nodes) = self.pods_by_node.get_mut(&key.scope) {
+                    if let Some(pods) = nodes.get_mut(n.as_str()) {
+                        pods.remove(key);
+                        if pods.is_empty() {
+                            nodes.remove(n.as_str());
+                        }
+                    }
+                    if nodes.is_empty() {
+                        self.pods_by_node.remove(&key.scope);
+                    }
+                }
+            }
+            Object::Node(n) => {
+                if let Some(p) = &n.provider_id {
+                    let at = (key.scope.clone(), p.clone());
+                    set_membership(&mut self.nodes_by_provider_id, at, key, add);
+                }
+            }
+            Object::Machine(m) => {
+                let at = (
+                    Scope::Management,
+                    format!("{}/{}", m.meta.namespace, m.cluster_name),
+                );
+                if is_active_control_plane(m) {
+                    set_membership(
+                        &mut self.active_control_plane_by_cluster,
+                        at.clone(),
+                        key,
+                        add,
+                    );
+                }
+                set_membership(&mut self.machines_by_cluster, at, key, add);
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Store {
+    /// Records a change of an object whose index entries stay where they are.
+    fn touch(&mut self, key: &ObjectKey, object: &Object) {
+        if let Object::Pod(Pod {
+            node_name: Some(n), ..
+        }) = object
+            && let Some(version) = self
+                .pods_by_node
+                .get_mut(&key.scope)
+                .and_then(|nodes| nodes.get_mut(n.as_str()))
+                .and_then(|pods| pods.get_mut(key))
+        {
+            *version = self.changes;
+        }
+    }
+}
+
+/// Where an object sits in the indexes: two versions of an object with equal slots need no
+/// re-indexing (only a pod's change number moves).
+#[derive(PartialEq, Eq)]
+enum IndexSlots<'o> {
+    Pod(Option<&'o str>),
+    Node(Option<&'o str>),
+    Machine(&'o str, &'o str, bool),
+    None,
+}
+
+impl<'o> IndexSlots<'o> {
+    fn of(object: &'o Object) -> Self {
+        match object {
+            Object::Pod(p) => IndexSlots::Pod(p.node_name.as_deref()),
+            Object::Node(n) => IndexSlots::Node(n.provider_id.as_deref()),
+            Object::Machine(m) => IndexSlots::Machine(
+                &m.meta.namespace,
+                &m.cluster_name,
+                is_active_control_plane(m),
+            ),
+            _ => IndexSlots::None,
+        }
+    }
+}
+
+/// A control-plane Machine of its Cluster that is not being deleted: what upstream's
+/// `isDeleteNodeAllowed` counts (it also requires the cluster-name label to name the Cluster).
+pub fn is_active_control_plane(m: &Machine) -> bool {
+    !m.meta.is_deleting()
+        && m.is_control_plane()
+        && m.meta.labels.get(CLUSTER_NAME_LABEL) == Some(&m.cluster_name)
+}
+
+fn set_membership(
+    index: &mut BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
+    at: (Scope, String),
+    key: &ObjectKey,
+    add: bool,
+) {
+    if add {
+        index.entry(at).or_default().insert(key.clone());
+    } else if let Some(set) = index.get_mut(&at) {
+        set.remove(key);
+        if set.is_empty() {
+            index.remove(&at);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{control_plane_machine, machine};
+    use crate::time::Timestamp;
+
+    #[test]
+    fn active_control_plane_count_follows_label_deletion_and_removal() {
+        let mut store = Store::default();
+        let cp = control_plane_machine("c1", "cp-1", Some("cp-1"));
+        let key = Object::Machine(cp.clone()).key(&Scope::Management);
+        store.upsert(&Scope::Management, Object::Machine(cp.clone()));
+        store.upsert(
+            &Scope::Management,
+            Object::Machine(machine("c1", "worker", None)),
+        );
+        assert_eq!(store.active_control_plane_machines("default", "c1"), 1);
+        assert_eq!(store.active_control_plane_machines("default", "c2"), 0);
+
+        let mut deleting = cp.clone();
+        deleting.meta.resource_version += 1;
+        deleting.meta.deletion_timestamp = Some(Timestamp(1));
+        store.upsert(&Scope::Management, Object::Machine(deleting));
+        assert_eq!(store.active_control_plane_machines("default", "c1"), 0);
+
+        // A relist may bring an older version back: the index follows the object.
+        store.replace_scope(&Scope::Management, vec![Object::Machine(cp.clone())]);
+        assert_eq!(store.active_control_plane_machines("default", "c1"), 1);
+
+        let mut mislabelled = cp;
+        mislabelled.meta.resource_version += 2;
+        mislabelled
+            .meta
+            .labels
+            .insert(CLUSTER_NAME_LABEL.to_string(), "other".to_string());
+        store.upsert(&Scope::Management, Object::Machine(mislabelled));
+        assert_eq!(store.active_control_plane_machines("default", "c1"), 0);
+
+        store.remove(&key);
+        assert_eq!(store.active_control_plane_machines("default", "c1"), 0);
+        assert!(store.active_control_plane_by_cluster.is_empty());
+        assert!(store.machines_by_cluster.is_empty());
+    }
+}
