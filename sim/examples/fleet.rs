@@ -1,5 +1,5 @@
 //! One seeded run of a large generated fleet, timed, with peak memory:
-//! `cargo run --release -p sim --example fleet -- [clusters] [machines_per_cluster] [seed]`
+//! `cargo run --release -p sim --example fleet -- [clusters] [machines_per_cluster] [seed] [--no-journal]`
 //! (defaults: 1000 clusters x 10 machines, 5% deleted, 5% of nodes failing, one simulated hour).
 
 use engine::time::Duration;
@@ -13,6 +13,7 @@ fn peak_rss_mib() -> Option<f64> {
 }
 
 fn main() {
+    let no_journal = std::env::args().any(|a| a == "--no-journal");
     let args: Vec<u64> = std::env::args()
         .skip(1)
         .filter_map(|a| a.parse().ok())
@@ -30,7 +31,11 @@ fn main() {
     let scenario = fleet(&spec);
     let built = build.elapsed();
     let start = std::time::Instant::now();
-    let report = sim::run(&scenario, &sim::RunOptions::default()).expect("fleet runs");
+    let options = sim::RunOptions {
+        no_journal,
+        ..Default::default()
+    };
+    let report = sim::run(&scenario, &options).expect("fleet runs");
     let wall = start.elapsed();
     println!(
         "{} machines in {} clusters, seed {}: generated in {:.2?}, ran 1h simulated in {:.2?} wall ({} inputs journaled, {} timeline lines, {} violations); peak RSS {:.0} MiB",

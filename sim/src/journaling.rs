@@ -11,10 +11,13 @@ use engine::time::Timestamp;
 use engine::{Engine, Input};
 use std::path::Path;
 
+/// sled segments for simulation journals: large, so that the many small per-instant batches
+/// stay in sled's log rather than each becoming a file (space is not a concern for them).
+pub const SIM_SEGMENT_BYTES: usize = 8 << 20;
 /// Records buffered before they are written to sled even within one instant.
 pub const COMMIT_RECORDS_MAX: usize = 4096;
 /// A state snapshot is written after this many records.
-pub const SNAPSHOT_EVERY_RECORDS: u64 = 10_000;
+pub const SNAPSHOT_EVERY_RECORDS: u64 = 50_000;
 
 pub struct SimJournal {
     journal: Journal,
@@ -39,6 +42,7 @@ impl SimJournal {
         let path = dir.unwrap_or_else(|| temp.as_ref().expect("set above").path());
         let options = JournalOptions {
             durability: Durability::Buffered,
+            segment_bytes: SIM_SEGMENT_BYTES,
             ..Default::default()
         };
         let (journal, report) =
@@ -86,7 +90,8 @@ impl SimJournal {
         self.pending.clear();
     }
 
-    /// Commits, and writes a snapshot of `engine` when enough records have passed.
+    /// Commits (once per simulated instant, as a controller commits once per wake-up), and
+    /// writes a snapshot of `engine` when enough records have passed.
     pub fn commit_and_maybe_snapshot(&mut self, engine: &Engine) {
         self.commit();
         let seq = engine.applied_seq();
@@ -127,6 +132,7 @@ impl SimJournal {
         drop(journal);
         let options = JournalOptions {
             durability: Durability::Buffered,
+            segment_bytes: SIM_SEGMENT_BYTES,
             ..Default::default()
         };
         let (journal, report) =

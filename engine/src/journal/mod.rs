@@ -43,7 +43,16 @@ const META_CREATED_BY: &str = "created_by";
 /// file, and it deletes the blobs that tree-node rewrites made stale only when the log segment
 /// recording the rewrite fills up. Small segments fill after a few appends, which keeps disk
 /// use near the payload size (512 KiB segments measured 3x the payload bytes).
-const SLED_SEGMENT_BYTES: usize = 4096;
+pub const SLED_SEGMENT_BYTES: usize = 4096;
+/// The segment size an existing sled database was created with (from its `conf` file): sled
+/// refuses to open it with another.
+fn existing_segment_bytes(dir: &Path) -> Option<usize> {
+    let conf = std::fs::read_to_string(dir.join("conf")).ok()?;
+    conf.lines()
+        .find_map(|l| l.strip_prefix("segment_size:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// `verify` stops collecting problems after this many (the first ones matter most).
 pub const VERIFY_PROBLEMS_MAX: usize = 1000;
 
@@ -73,6 +82,10 @@ pub struct JournalOptions {
     pub record_bytes_max: usize,
     /// sled's page cache.
     pub cache_bytes: u64,
+    /// sled's segment size for a journal created now ([`SLED_SEGMENT_BYTES`] by default); an
+    /// existing journal keeps the size it was created with. Simulations use large segments so
+    /// small frequent batches stay in sled's log instead of a file each.
+    pub segment_bytes: usize,
 }
 
 impl Default for JournalOptions {
@@ -84,6 +97,7 @@ impl Default for JournalOptions {
             // A relist of a large management cluster is one input: allow what the codec decodes.
             record_bytes_max: crate::codec::DECODE_BYTES_MAX,
             cache_bytes: 64 << 20,
+            segment_bytes: SLED_SEGMENT_BYTES,
         }
     }
 }
@@ -217,7 +231,7 @@ impl Journal {
             .path(dir)
             .cache_capacity(opts.cache_bytes)
             .mode(sled::Mode::HighThroughput)
-            .segment_size(SLED_SEGMENT_BYTES)
+            .segment_size(existing_segment_bytes(dir).unwrap_or(opts.segment_bytes))
             .use_compression(false)
             .flush_every_ms(Some(500));
         let db = open_sled(dir, &config)?;

@@ -173,11 +173,14 @@ pub fn reconcile(key: &ObjectKey, cx: &mut Cx<'_>) {
         tracing::debug!(machineset = %key, "Reconciliation is paused for this object");
         return;
     }
+    // A MachineSet's Machines belong to its Cluster: the store's per-cluster index finds them
+    // without walking every Machine of the management cluster.
     let machines: Vec<&Machine> = store
-        .iter_kind(&Scope::Management, &Kind::Machine)
-        .filter(|(k, _)| k.namespace == key.namespace)
-        .filter_map(|(_, o)| match o {
-            Object::Machine(m) if controlled_by(&m.meta, "MachineSet") == Some(&ms.meta.name) => {
+        .machines_of_cluster(&ms.meta.namespace, &ms.cluster_name)
+        .filter_map(|k| match store.get(k) {
+            Some(Object::Machine(m))
+                if controlled_by(&m.meta, "MachineSet") == Some(&ms.meta.name) =>
+            {
                 Some(m)
             }
             _ => None,

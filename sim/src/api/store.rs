@@ -329,7 +329,7 @@ impl ClusterStore {
 
     /// A JSON merge patch on `part` of the object.
     pub fn patch(&mut self, key: &ObjKey, patch: &Value, part: Part) -> Result<Written, ApiError> {
-        let current = self.objects.get(key).ok_or_else(|| not_found(key))?.clone();
+        let current = self.objects.get(key).ok_or_else(|| not_found(key))?;
         let mut next = current.clone();
         match part {
             Part::Whole => json::merge_patch(&mut next, patch),
@@ -352,27 +352,27 @@ impl ClusterStore {
                 }
             }
         }
-        if json::is_deleting(&current) && !json::is_deleting(&next) {
+        if json::is_deleting(current) && !json::is_deleting(&next) {
             return Err(ApiError::Invalid(
                 "metadata.deletionTimestamp: field is immutable".into(),
             ));
         }
-        if json::is_deleting(&current) {
-            let before = json::finalizers(&current);
+        if json::is_deleting(current) {
+            let before = json::finalizers(current);
             if json::finalizers(&next).iter().any(|f| !before.contains(f)) {
                 return Err(ApiError::Invalid(
                     "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted".into(),
                 ));
             }
         }
-        if next == current {
+        if &next == current {
             return Ok(Written {
                 key: key.clone(),
-                object: Some(current),
+                object: Some(next),
                 removed: None,
             });
         }
-        if part != Part::Status && spec_changed(&current, &next) {
+        if part != Part::Status && spec_changed(current, &next) {
             let generation = current
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64)
@@ -383,7 +383,7 @@ impl ClusterStore {
                 json!(generation + 1),
             );
         }
-        let had_finalizers = !json::finalizers(&current).is_empty();
+        let had_finalizers = !json::finalizers(current).is_empty();
         self.finish_write(key.clone(), next, had_finalizers)
     }
 
@@ -471,16 +471,13 @@ impl ClusterStore {
     }
 }
 
+/// Whether anything outside `metadata` and `status` differs (what bumps `generation`).
 fn spec_changed(a: &Value, b: &Value) -> bool {
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        if let Some(m) = v.as_object_mut() {
-            m.remove("metadata");
-            m.remove("status");
-        }
-        v
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a != b;
     };
-    strip(a) != strip(b)
+    let outside = |(k, _): &(&String, &Value)| k.as_str() != "metadata" && k.as_str() != "status";
+    !a.iter().filter(outside).eq(b.iter().filter(outside))
 }
 
 pub fn not_found(key: &ObjKey) -> ApiError {
