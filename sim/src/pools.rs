@@ -9,21 +9,7 @@ impl Sim {
     /// The InfraMachinePool a MachinePool references, when the fake provider plays it.
     fn managed_infra_of(&self, pool: &Value) -> Option<ObjKey> {
         let r = pool.pointer("/spec/template/spec/infrastructureRef")?;
-        let api_version = r
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .or_else(|| {
-                r.get("apiGroup")
-                    .and_then(Value::as_str)
-                    .map(|g| format!("{g}/v1beta2"))
-            })?;
-        let key = ObjKey::new(
-            json::group_of(&api_version),
-            r.get("kind").and_then(Value::as_str)?,
-            json::namespace(pool),
-            r.get("name").and_then(Value::as_str)?,
-        );
+        let (key, _) = json::ref_target(r, json::namespace(pool))?;
         self.world.managed_pools.contains_key(&key).then_some(key)
     }
 
@@ -117,25 +103,12 @@ impl Sim {
             .to_string();
         let scope = self.workload_scope(&cluster);
         let name = format!("{}-{index}", pool_key.name);
-        let node = json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name},
-            "spec": {"providerID": format!("sim://{cluster}/{name}"),
-                     "taints": [{"key": engine::model::UNINITIALIZED_TAINT, "effect": "NoSchedule"}]},
-            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                        "lastTransitionTime": self.now.to_rfc3339()}],
-                       "nodeInfo": {"kubeletVersion": "v1.31.0"}}
-        });
-        let now = self.now;
-        if let Ok(w) = self.store_mut(&scope).create(node, now) {
-            let object = Sim::describe(&scope, &w.key);
-            self.line(
-                "world",
-                "NodeJoin",
-                object,
-                format!("instance {index} of MachinePool {}", pool_key.name),
-            );
-            self.changed(&scope, w);
-        }
+        let mut node =
+            crate::world::ready_node(&name, &format!("sim://{cluster}/{name}"), self.now);
+        node["spec"]["taints"] =
+            json!([{"key": engine::model::UNINITIALIZED_TAINT, "effect": "NoSchedule"}]);
+        node["status"]["nodeInfo"] = json!({"kubeletVersion": "v1.31.0"});
+        let why = format!("instance {index} of MachinePool {}", pool_key.name);
+        self.node_joins(&scope, node, why);
     }
 }

@@ -146,22 +146,13 @@ impl Sim {
             let Some(r) = pool.pointer(path) else {
                 continue;
             };
-            let kind = r.get("kind").and_then(Value::as_str).unwrap_or_default();
-            let name = r.get("name").and_then(Value::as_str).unwrap_or_default();
-            let api_version = r
-                .get("apiVersion")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .or_else(|| {
-                    r.get("apiGroup")
-                        .and_then(Value::as_str)
-                        .map(|g| format!("{g}/v1beta2"))
-                })
-                .unwrap_or_default();
-            let key = ObjKey::new(json::group_of(&api_version), kind, &ns, name);
-            if kind.is_empty() || self.get(&Scope::Management, &key).is_some() {
+            let Some((key, api_version)) = json::ref_target(r, &ns) else {
+                continue;
+            };
+            if self.get(&Scope::Management, &key).is_some() {
                 continue;
             }
+            let (kind, name) = (key.kind.clone(), key.name.clone());
             let status = if infra {
                 json!({})
             } else {

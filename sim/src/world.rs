@@ -695,22 +695,13 @@ impl Sim {
             let Some(r) = machine.pointer(path) else {
                 continue;
             };
-            let kind = r.get("kind").and_then(Value::as_str).unwrap_or_default();
-            let name = r.get("name").and_then(Value::as_str).unwrap_or_default();
-            let api_version = r
-                .get("apiVersion")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .or_else(|| {
-                    r.get("apiGroup")
-                        .and_then(Value::as_str)
-                        .map(|g| format!("{g}/v1beta2"))
-                })
-                .unwrap_or_default();
-            let key = ObjKey::new(json::group_of(&api_version), kind, &ns, name);
-            if kind.is_empty() || self.get(&Scope::Management, &key).is_some() {
+            let Some((key, api_version)) = json::ref_target(r, &ns) else {
+                continue;
+            };
+            if self.get(&Scope::Management, &key).is_some() {
                 continue;
             }
+            let (kind, name) = (&key.kind, &key.name);
             let mut obj = json!({
                 "apiVersion": api_version, "kind": kind,
                 "metadata": {"name": name, "namespace": ns, "finalizers": [PROVIDER_FINALIZER],
@@ -751,23 +742,10 @@ impl Sim {
             .unwrap_or_default()
             .to_string();
         let provider_id = format!("sim://{cluster}/{}", machine_key.name);
-        if let Some(r) = machine.pointer("/spec/infrastructureRef") {
-            let api_version = r
-                .get("apiVersion")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .or_else(|| {
-                    r.get("apiGroup")
-                        .and_then(Value::as_str)
-                        .map(|g| format!("{g}/v1beta2"))
-                })
-                .unwrap_or_default();
-            let key = ObjKey::new(
-                json::group_of(&api_version),
-                r.get("kind").and_then(Value::as_str).unwrap_or_default(),
-                &machine_key.namespace,
-                r.get("name").and_then(Value::as_str).unwrap_or_default(),
-            );
+        if let Some((key, _)) = machine
+            .pointer("/spec/infrastructureRef")
+            .and_then(|r| json::ref_target(r, &machine_key.namespace))
+        {
             if let Ok(w) = self.store_mut(&Scope::Management).patch(
                 &key,
                 &json!({"spec": {"providerID": provider_id},
@@ -832,24 +810,8 @@ impl Sim {
             .unwrap_or_default()
             .to_string();
         let node_name = machine_key.name.clone();
-        let node = json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": node_name},
-            "spec": {"providerID": provider_id},
-            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                        "lastTransitionTime": self.now.to_rfc3339()}]}
-        });
-        let now = self.now;
-        if let Ok(w) = self.store_mut(&scope).create(node, now) {
-            let object = Sim::describe(&scope, &w.key);
-            self.line(
-                "world",
-                "NodeJoin",
-                object,
-                format!("Machine {} joined", machine_key.name),
-            );
-            self.changed(&scope, w);
-        }
+        let node = ready_node(&node_name, &provider_id, self.now);
+        self.node_joins(&scope, node, format!("Machine {} joined", machine_key.name));
         let v1beta1 = json::api_version(&machine).ends_with("v1beta1");
         let node_ref = if v1beta1 {
             json!({"apiVersion": "v1", "kind": "Node", "name": node_name})
@@ -867,7 +829,28 @@ impl Sim {
     }
 }
 
+/// A Node that has just joined: Ready, with its providerID.
+pub(crate) fn ready_node(name: &str, provider_id: &str, now: engine::time::Timestamp) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name},
+        "spec": {"providerID": provider_id},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                    "lastTransitionTime": now.to_rfc3339()}]}
+    })
+}
+
 impl Sim {
+    /// Creates a joining Node in a workload cluster.
+    pub(crate) fn node_joins(&mut self, scope: &Scope, node: Value, why: String) {
+        let now = self.now;
+        if let Ok(w) = self.store_mut(scope).create(node, now) {
+            let object = Sim::describe(scope, &w.key);
+            self.line("world", "NodeJoin", object, why);
+            self.changed(scope, w);
+        }
+    }
+
     /// The infrastructure provider gives up: the Machine reports a failure, and no Node will
     /// ever join.
     fn provisioning_failed(&mut self, machine_key: &ObjKey, machine: &Value) {

@@ -124,10 +124,48 @@ pub fn is_deleting(obj: &Value) -> bool {
     get_path(obj, "metadata.deletionTimestamp").is_some_and(|v| !v.is_null())
 }
 
+/// The object a reference names (`{apiVersion|apiGroup, kind, name}`) in `namespace`, with the
+/// apiVersion to create it in (a v1beta2 reference has only a group: its `v1beta2` is assumed).
+pub fn ref_target(r: &Value, namespace: &str) -> Option<(super::ObjKey, String)> {
+    let api_version = r
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| {
+            r.get("apiGroup")
+                .and_then(Value::as_str)
+                .map(|g| format!("{g}/v1beta2"))
+        })?;
+    let kind = r
+        .get("kind")
+        .and_then(Value::as_str)
+        .filter(|k| !k.is_empty())?;
+    let name = r.get("name").and_then(Value::as_str)?;
+    let key = super::ObjKey::new(group_of(&api_version), kind, namespace, name);
+    Some((key, api_version))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn references_name_their_object_in_either_api_version() {
+        let v1 = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DockerMachine", "name": "m1"});
+        let v2 = json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerMachine", "name": "m1"});
+        let (k1, a1) = ref_target(&v1, "ns").unwrap();
+        let (k2, a2) = ref_target(&v2, "ns").unwrap();
+        assert_eq!(k1, k2);
+        assert_eq!(
+            (a1.as_str(), a2.as_str()),
+            (
+                "infrastructure.cluster.x-k8s.io/v1beta1",
+                "infrastructure.cluster.x-k8s.io/v1beta2"
+            )
+        );
+        assert!(ref_target(&json!({"name": "x"}), "ns").is_none());
+    }
 
     #[test]
     fn merge_patch_follows_rfc7386() {
