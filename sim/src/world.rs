@@ -742,24 +742,19 @@ impl Sim {
             .unwrap_or_default()
             .to_string();
         let provider_id = format!("sim://{cluster}/{}", machine_key.name);
-        if let Some((key, _)) = machine
+        let infra = machine
             .pointer("/spec/infrastructureRef")
-            .and_then(|r| json::ref_target(r, &machine_key.namespace))
+            .and_then(|r| json::ref_target(r, &machine_key.namespace));
+        let ready = json!({"spec": {"providerID": provider_id},
+                           "status": {"ready": true, "initialization": {"provisioned": true}}});
+        if let Some((key, _)) = infra
+            && let Ok(w) = self
+                .store_mut(&Scope::Management)
+                .patch(&key, &ready, Part::Whole)
         {
-            if let Ok(w) = self.store_mut(&Scope::Management).patch(
-                &key,
-                &json!({"spec": {"providerID": provider_id},
-                        "status": {"ready": true, "initialization": {"provisioned": true}}}),
-                Part::Whole,
-            ) {
-                self.line(
-                    "world",
-                    "InfraReady",
-                    key.to_string(),
-                    format!("providerID {provider_id}"),
-                );
-                self.changed(&Scope::Management, w);
-            }
+            let detail = format!("providerID {provider_id}");
+            self.line("world", "InfraReady", key.to_string(), detail);
+            self.changed(&Scope::Management, w);
         }
         let v1beta1 = json::api_version(&machine).ends_with("v1beta1");
         let status = if v1beta1 {
