@@ -200,6 +200,33 @@ fn earliest(a: Option<Timestamp>, b: Timestamp) -> Option<Timestamp> {
 }
 
 /// Upstream's `needsRemediation`, evaluated at `now`.
+/// Where a condition stands against one unhealthy-condition check.
+enum Held {
+    /// Not in the checked status: the check does not apply.
+    NotInStatus,
+    /// Held past the timeout (strictly after it): unhealthy.
+    Past,
+    /// Held, but not past the timeout: check again at this time (expiry + 1 s).
+    Until(Timestamp),
+}
+
+fn held(
+    check: &UnhealthyCondition,
+    status: ConditionStatus,
+    since: Option<Timestamp>,
+    now: Timestamp,
+) -> Held {
+    if status.as_str() != check.status {
+        return Held::NotInStatus;
+    }
+    let expiry = since.unwrap_or_default().saturating_add(check.timeout);
+    if expiry < now {
+        Held::Past
+    } else {
+        Held::Until(expiry.saturating_add(NEXT_CHECK_MARGIN))
+    }
+}
+
 pub fn evaluate(
     machine: &Machine,
     node: NodeObservation<'_>,
@@ -230,22 +257,15 @@ pub fn evaluate(
         let Some(c) = machine.conditions.current(&check.type_) else {
             continue;
         };
-        if c.status.as_str() != check.status {
-            continue;
-        }
-        let expiry = c
-            .last_transition_time
-            .unwrap_or_default()
-            .saturating_add(check.timeout);
-        if expiry < now {
-            findings.push(Finding::MachineCondition {
+        match held(check, c.status, c.last_transition_time, now) {
+            Held::Past => findings.push(Finding::MachineCondition {
                 type_: check.type_.clone(),
                 status: check.status.clone(),
                 reason: c.reason.clone(),
                 timeout: check.timeout,
-            });
-        } else {
-            next_check = earliest(next_check, expiry.saturating_add(NEXT_CHECK_MARGIN));
+            }),
+            Held::Until(t) => next_check = earliest(next_check, t),
+            Held::NotInStatus => {}
         }
     }
 
@@ -277,22 +297,15 @@ pub fn evaluate(
                 let Some(c) = n.condition(&check.type_) else {
                     continue;
                 };
-                if c.status.as_str() != check.status {
-                    continue;
-                }
-                let expiry = c
-                    .last_transition_time
-                    .unwrap_or_default()
-                    .saturating_add(check.timeout);
-                if expiry < now {
-                    findings.push(Finding::NodeCondition {
+                match held(check, c.status, c.last_transition_time, now) {
+                    Held::Past => findings.push(Finding::NodeCondition {
                         type_: check.type_.clone(),
                         status: check.status.clone(),
                         reason: c.reason.clone(),
                         timeout: check.timeout,
-                    });
-                } else {
-                    next_check = earliest(next_check, expiry.saturating_add(NEXT_CHECK_MARGIN));
+                    }),
+                    Held::Until(t) => next_check = earliest(next_check, t),
+                    Held::NotInStatus => {}
                 }
             }
         }
