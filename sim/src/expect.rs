@@ -352,7 +352,7 @@ impl Sim {
                 self.find(&scope, &r.kind, &r.namespace, &r.name)
                     .map(|(k, _)| k.group)
             })
-            .unwrap_or_else(|| default_group(&r.kind).to_string());
+            .unwrap_or_else(|| crate::api::default_group(&r.kind).to_string());
         ObjectKey::new(
             scope,
             engine::model::Kind::from_group_kind(&group, &r.kind),
@@ -445,17 +445,6 @@ fn same_object(a: &ObjectKey, b: &ObjectKey) -> bool {
         && a.kind.name() == b.kind.name()
         && a.namespace == b.namespace
         && a.name == b.name
-}
-
-fn default_group(kind: &str) -> &'static str {
-    match kind {
-        "Cluster" | "Machine" | "MachineSet" | "MachineDeployment" | "MachineHealthCheck"
-        | "MachinePool" | "MachineDrainRule" => "cluster.x-k8s.io",
-        "PodDisruptionBudget" => "policy",
-        "DaemonSet" | "ReplicaSet" | "StatefulSet" | "Deployment" => "apps",
-        "VolumeAttachment" => "storage.k8s.io",
-        _ => "",
-    }
 }
 
 /// The condition in `status.conditions`, else in the other API version's list.

@@ -321,13 +321,10 @@ impl Sim {
     }
 
     fn remediations_in_flight(&self, ns: &str, cluster: &str) -> usize {
-        self.store(&Scope::Management)
+        self.machines_of(ns, cluster)
             .into_iter()
-            .flat_map(|s| s.list("cluster.x-k8s.io", "Machine"))
-            .filter(|(_, m)| {
-                json::namespace(m) == ns
-                    && json::str_at(m, "spec.clusterName") == Some(cluster)
-                    && json::is_deleting(m)
+            .filter(|m| {
+                json::is_deleting(m)
                     && condition(m, "OwnerRemediated")
                         .and_then(|c| c.get("reason"))
                         .and_then(Value::as_str)
@@ -350,17 +347,12 @@ impl Sim {
         }
         let cluster = json::str_at(machine, "spec.clusterName")?;
         let ns = json::namespace(machine);
-        let active_cp = self
-            .store(&Scope::Management)?
-            .list("cluster.x-k8s.io", "Machine")
-            .any(|(_, m)| {
-                json::str_at(m, "spec.clusterName") == Some(cluster)
-                    && json::namespace(m) == ns
-                    && !json::is_deleting(m)
-                    && m.pointer("/metadata/labels")
-                        .and_then(Value::as_object)
-                        .is_some_and(|l| l.contains_key(CONTROL_PLANE_LABEL))
-            });
+        let active_cp = self.machines_of(ns, cluster).into_iter().any(|m| {
+            !json::is_deleting(m)
+                && m.pointer("/metadata/labels")
+                    .and_then(Value::as_object)
+                    .is_some_and(|l| l.contains_key(CONTROL_PLANE_LABEL))
+        });
         if !active_cp {
             return None;
         }

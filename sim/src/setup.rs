@@ -61,6 +61,21 @@ impl Sim {
             self.ensure_pool_objects(&pool);
             self.follow_pool(&key, pool);
         }
+        let machines: Vec<(ObjKey, Value)> = self
+            .store(&Scope::Management)
+            .map(|s| {
+                s.list("cluster.x-k8s.io", "Machine")
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (key, object) in machines {
+            self.index_machine(&crate::api::Written {
+                key,
+                object: Some(object),
+                removed: None,
+            });
+        }
         // The setup writes are the initial state, not watch events: the relists carry them.
         self.work.clear();
         let steps: Vec<Duration> = self.scenario.timeline.iter().map(|s| s.at).collect();

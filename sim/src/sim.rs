@@ -109,6 +109,9 @@ pub struct Sim {
     pub(crate) faults: crate::faults::Faults,
     pub(crate) expect: crate::expect::Tracker,
     pub invariants: crate::invariants::Checker,
+    /// Machines of each Cluster `(namespace, clusterName)` in the fake API, so checks that look
+    /// at one cluster's Machines do not walk every Machine of the fleet.
+    pub(crate) machines_by_cluster: BTreeMap<(String, String), BTreeSet<ObjKey>>,
     /// Objects the controllers could not read (malformed), reported once each.
     pub(crate) malformed: BTreeSet<(Scope, ObjKey)>,
 }
@@ -141,6 +144,7 @@ impl Sim {
             expect,
             invariants: Default::default(),
             malformed: BTreeSet::new(),
+            machines_by_cluster: BTreeMap::new(),
             scenario,
         }
     }
@@ -219,8 +223,43 @@ impl Sim {
         )
     }
 
+    /// Keeps `machines_by_cluster` in step with a write to a Machine.
+    pub(crate) fn index_machine(&mut self, written: &Written) {
+        let key = &written.key;
+        if key.group != "cluster.x-k8s.io" || key.kind != "Machine" {
+            return;
+        }
+        let obj = written.object.as_ref().or(written.removed.as_ref());
+        let cluster = obj
+            .and_then(|o| json::str_at(o, "spec.clusterName"))
+            .unwrap_or_default()
+            .to_string();
+        let slot = (key.namespace.clone(), cluster);
+        if written.object.is_some() {
+            self.machines_by_cluster
+                .entry(slot)
+                .or_default()
+                .insert(key.clone());
+        } else if let Some(set) = self.machines_by_cluster.get_mut(&slot) {
+            set.remove(key);
+        }
+    }
+
+    /// The Machines of one Cluster in the fake API.
+    pub(crate) fn machines_of(&self, namespace: &str, cluster: &str) -> Vec<&Value> {
+        self.machines_by_cluster
+            .get(&(namespace.to_string(), cluster.to_string()))
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.get(&Scope::Management, k))
+            .collect()
+    }
+
     /// Queues the watch event of a write.
     pub(crate) fn changed(&mut self, scope: &Scope, written: Written) {
+        if *scope == Scope::Management {
+            self.index_machine(&written);
+        }
         self.work.push_back(Work::Changed {
             scope: scope.clone(),
             written,
@@ -419,6 +458,11 @@ impl Sim {
         } else {
             namespace
         };
+        // Known kinds have one group: a direct lookup. Provider kinds may live in any group.
+        let direct = ObjKey::new(crate::api::default_group(kind), kind, namespace, name);
+        if let Some(v) = store.get(&direct) {
+            return Some((direct, v));
+        }
         store
             .iter()
             .find(|(k, _)| k.kind == kind && k.namespace == namespace && k.name == name)

@@ -122,12 +122,8 @@ impl HealthChecks {
         let Some(cluster) = m.meta.labels.get(CLUSTER_NAME_LABEL) else {
             return;
         };
-        for (k, o) in store.iter_kind(&Scope::Management, &Kind::MachineHealthCheck) {
-            if let Object::MachineHealthCheck(mhc) = o
-                && k.namespace == machine_key.namespace
-                && &mhc.cluster_name == cluster
-                && !out.contains(k)
-            {
+        for k in store.health_checks_of_cluster(&machine_key.namespace, cluster) {
+            if !out.contains(k) {
                 out.push(k.clone());
             }
         }

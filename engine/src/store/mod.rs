@@ -41,6 +41,9 @@ pub struct Store {
     /// The subset of `machines_by_cluster` that [`is_active_control_plane`]: the deletion of
     /// every Machine counts them, so the count must not cost a lookup per Machine.
     active_control_plane_by_cluster: BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
+    /// MachineHealthChecks by (management, `<namespace>/<spec.clusterName>`): a Machine change
+    /// finds the MHCs that may cover it without walking every MHC.
+    health_checks_by_cluster: BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
     synced: BTreeSet<Scope>,
 }
 
@@ -121,6 +124,18 @@ impl Store {
         cluster: &str,
     ) -> impl Iterator<Item = &ObjectKey> {
         self.machines_by_cluster
+            .get(&(Scope::Management, format!("{namespace}/{cluster}")))
+            .into_iter()
+            .flatten()
+    }
+
+    /// Keys of the MachineHealthChecks of the Cluster `namespace/cluster`.
+    pub fn health_checks_of_cluster(
+        &self,
+        namespace: &str,
+        cluster: &str,
+    ) -> impl Iterator<Item = &ObjectKey> {
+        self.health_checks_by_cluster
             .get(&(Scope::Management, format!("{namespace}/{cluster}")))
             .into_iter()
             .flatten()
@@ -256,6 +271,13 @@ impl Store {
                 }
                 set_membership(&mut self.machines_by_cluster, at, key, add);
             }
+            Object::MachineHealthCheck(h) => {
+                let at = (
+                    Scope::Management,
+                    format!("{}/{}", h.meta.namespace, h.cluster_name),
+                );
+                set_membership(&mut self.health_checks_by_cluster, at, key, add);
+            }
             _ => {}
         }
     }
@@ -285,6 +307,7 @@ enum IndexSlots<'o> {
     Pod(Option<&'o str>),
     Node(Option<&'o str>),
     Machine(&'o str, &'o str, bool),
+    HealthCheck(&'o str, &'o str),
     None,
 }
 
@@ -298,6 +321,9 @@ impl<'o> IndexSlots<'o> {
                 &m.cluster_name,
                 is_active_control_plane(m),
             ),
+            Object::MachineHealthCheck(h) => {
+                IndexSlots::HealthCheck(&h.meta.namespace, &h.cluster_name)
+            }
             _ => IndexSlots::None,
         }
     }

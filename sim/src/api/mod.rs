@@ -7,6 +7,19 @@ pub mod store;
 
 pub use store::{ApiError, Change, ChangeType, ClusterStore, ObjKey, Part, TooOld, Written};
 
+/// The API group of a kind the simulator knows (`Machine` → `cluster.x-k8s.io`, `Pod` → ``);
+/// provider kinds are not known and get ``.
+pub fn default_group(kind: &str) -> &'static str {
+    match kind {
+        "Cluster" | "Machine" | "MachineSet" | "MachineDeployment" | "MachineHealthCheck"
+        | "MachinePool" | "MachineDrainRule" => "cluster.x-k8s.io",
+        "PodDisruptionBudget" => "policy",
+        "DaemonSet" | "ReplicaSet" | "StatefulSet" | "Deployment" => "apps",
+        "VolumeAttachment" => "storage.k8s.io",
+        _ => "",
+    }
+}
+
 /// Lower-case plural resource name of a kind (`Node` → `nodes`, `Policy` → `policies`).
 pub fn plural(kind: &str) -> String {
     let lower = kind.to_lowercase();
