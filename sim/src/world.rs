@@ -724,20 +724,31 @@ impl Sim {
         }
     }
 
+    /// A Machine still being provisioned, unless it is gone or deleting; a world fault of
+    /// `kind` in effect stops the step (and counts as fired).
+    fn provisioning(
+        &mut self,
+        machine_key: &ObjKey,
+        kind: FaultKind,
+    ) -> Result<Value, Option<Value>> {
+        let machine = self
+            .get(&Scope::Management, machine_key)
+            .filter(|m| !json::is_deleting(m))
+            .cloned()
+            .ok_or(None)?;
+        if self.faults.world_active(self.now, kind) {
+            self.faults.fire(kind);
+            return Err(Some(machine));
+        }
+        Ok(machine)
+    }
+
     fn infra_ready(&mut self, machine_key: &ObjKey) {
-        let Some(machine) = self.get(&Scope::Management, machine_key).cloned() else {
-            return;
+        let machine = match self.provisioning(machine_key, FaultKind::InfraProvisionFailure) {
+            Ok(m) => m,
+            Err(Some(m)) => return self.provisioning_failed(machine_key, &m),
+            Err(None) => return,
         };
-        if json::is_deleting(&machine) {
-            return;
-        }
-        if self
-            .faults
-            .world_active(self.now, FaultKind::InfraProvisionFailure)
-        {
-            self.faults.fire(FaultKind::InfraProvisionFailure);
-            return self.provisioning_failed(machine_key, &machine);
-        }
         let cluster = json::str_at(&machine, "spec.clusterName")
             .unwrap_or_default()
             .to_string();
@@ -778,25 +789,15 @@ impl Sim {
     }
 
     fn node_join(&mut self, machine_key: &ObjKey) {
-        let Some(machine) = self.get(&Scope::Management, machine_key).cloned() else {
-            return;
+        let machine = match self.provisioning(machine_key, FaultKind::NodeNeverJoins) {
+            Ok(m) => m,
+            Err(Some(_)) => {
+                let why = "its Node never joins the workload cluster".to_string();
+                self.line("world", "NodeNeverJoins", machine_key.to_string(), why);
+                return;
+            }
+            Err(None) => return,
         };
-        if json::is_deleting(&machine) {
-            return;
-        }
-        if self
-            .faults
-            .world_active(self.now, FaultKind::NodeNeverJoins)
-        {
-            self.faults.fire(FaultKind::NodeNeverJoins);
-            self.line(
-                "world",
-                "NodeNeverJoins",
-                machine_key.to_string(),
-                "its Node never joins the workload cluster".into(),
-            );
-            return;
-        }
         let cluster = json::str_at(&machine, "spec.clusterName")
             .unwrap_or_default()
             .to_string();
