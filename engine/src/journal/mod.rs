@@ -47,8 +47,10 @@ pub const SLED_SEGMENT_BYTES: usize = 4096;
 /// The segment size an existing sled database was created with (from its `conf` file): sled
 /// refuses to open it with another.
 fn existing_segment_bytes(dir: &Path) -> Option<usize> {
-    let conf = std::fs::read_to_string(dir.join("conf")).ok()?;
-    conf.lines()
+    // The file ends with a binary checksum: read it as bytes.
+    let conf = std::fs::read(dir.join("conf")).ok()?;
+    String::from_utf8_lossy(&conf)
+        .lines()
         .find_map(|l| l.strip_prefix("segment_size:"))
         .and_then(|v| v.trim().parse().ok())
 }

@@ -452,3 +452,23 @@ fn batches_span_chunk_trees_and_a_torn_single_batch_chunk_is_dropped() {
         matches!(read_all(&j, 1).1, Some(JournalError::Corrupt { seq, .. }) if seq == per_chunk + 1)
     );
 }
+
+#[test]
+fn a_journal_reopens_with_the_segment_size_it_was_created_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = JournalOptions {
+        segment_bytes: 8 << 20,
+        ..JournalOptions::default()
+    };
+    {
+        let (mut j, _) = Journal::open(dir.path(), big).unwrap();
+        append_n(&mut j, 10, 5);
+        j.flush().unwrap();
+    }
+    // Opened with the default (smaller) segment size, as `lifecycle log verify` does.
+    let (j, report) = open(dir.path());
+    assert_eq!(report.next_seq, 11);
+    let (records, err) = read_all(&j, 1);
+    assert!(err.is_none(), "{err:?}");
+    assert_intact(&records, 1);
+}

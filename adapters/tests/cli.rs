@@ -1,0 +1,112 @@
+//! The `lifecycle` binary as users run it: exit codes, messages, and the journal round trip.
+
+use std::path::Path;
+use std::process::Command;
+
+fn lifecycle() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lifecycle"))
+}
+
+fn scenarios() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios")
+}
+
+#[test]
+fn the_embedded_default_scenario_replays_and_passes() {
+    let out = lifecycle().args(["sim", "run"]).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("drain     Cordon"), "{text}");
+    assert!(text.contains("ok: seed 0"), "{text}");
+}
+
+#[test]
+fn a_simulated_run_keeps_a_journal_that_verifies_and_explains_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("j");
+    let file = scenarios().join("deletion-pdb-blocks-until-rescheduled.yaml");
+    let run = lifecycle()
+        .args(["sim", "run"])
+        .arg(&file)
+        .arg("--journal")
+        .arg(&journal)
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0));
+    let verify = lifecycle()
+        .args(["log", "verify", "--journal"])
+        .arg(&journal)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&verify.stdout);
+    assert_eq!(verify.status.code(), Some(0), "{text}");
+    assert!(text.contains("ok"), "{text}");
+    let show = lifecycle()
+        .args(["log", "show", "--journal"])
+        .arg(&journal)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        text.contains("-> #") && text.contains("drain Evict Pod app/web-1@c1"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_invalid_scenario_exits_2_naming_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.yaml");
+    std::fs::write(
+        &file,
+        "name: bad\ntimeline:\n  - {at: 30, delete: {kind: Machine, name: m1}}\n",
+    )
+    .unwrap();
+    let out = lifecycle()
+        .args(["sim", "run"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.yaml:3: timeline[0].at: \"30\" is not a duration (use 30s)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_failed_expectation_exits_1_and_says_what_was_seen() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("wrong.yaml");
+    let mut text =
+        std::fs::read_to_string(scenarios().join("pre-drain-hook-holds-drain.yaml")).unwrap();
+    text.push_str("  - {at: 10m, exists: {kind: Machine, name: m1}}\n");
+    std::fs::write(&file, text).unwrap();
+    let out = lifecycle()
+        .args(["sim", "run"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("Machine default/m1 exists; saw: it does not exist"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn log_verify_on_a_missing_journal_is_a_clear_error() {
+    let out = lifecycle()
+        .args(["log", "verify", "--journal", "/nonexistent/journal"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no journal here"));
+}
