@@ -265,19 +265,11 @@ fn set_owner_and_labels(cx: &Ctx<'_>, cluster: &Cluster, plan: &mut Plan) {
     if label_ok && owner_ok {
         return;
     }
-    let mut refs = mp.meta.owner_references.clone();
-    match refs.iter_mut().find(|o| same_owner(o, &want)) {
-        Some(existing) => *existing = want,
-        None => refs.push(want),
-    }
-    let merge = json!({"metadata": {
-        "labels": {CLUSTER_NAME_LABEL: mp.cluster_name},
-        "ownerReferences": refs.iter().map(owner_ref_json).collect::<Vec<_>>(),
-    }});
+    let merge = ownership_patch(&mp.meta.owner_references, want, &mp.cluster_name);
     plan.issue(
         Action::SetOwnerReference {
             target: cx.pool_target(),
-            merge: JsonText::from_value(&merge),
+            merge,
             summary: format!("owner Cluster {}", cluster.meta.name),
         },
         format!(
@@ -286,6 +278,20 @@ fn set_owner_and_labels(cx: &Ctx<'_>, cluster: &Cluster, plan: &mut Plan) {
             cluster.meta.name
         ),
     );
+}
+
+/// The merge patch that sets the cluster-name label and puts `want` among `refs` (replacing a
+/// reference to the same owner): merge patches replace lists, so the whole list is sent.
+fn ownership_patch(refs: &[OwnerReference], want: OwnerReference, cluster: &str) -> JsonText {
+    let mut refs = refs.to_vec();
+    match refs.iter_mut().find(|o| same_owner(o, &want)) {
+        Some(existing) => *existing = want,
+        None => refs.push(want),
+    }
+    JsonText::from_value(&json!({"metadata": {
+        "labels": {CLUSTER_NAME_LABEL: cluster},
+        "ownerReferences": refs.iter().map(owner_ref_json).collect::<Vec<_>>(),
+    }}))
 }
 
 /// Controller reference to the pool and the cluster-name label on a provider object
@@ -322,22 +328,14 @@ fn adopt(cx: &Ctx<'_>, key: &ObjectKey, obj: &External, plan: &mut Plan) {
     if label_ok && owner_ok {
         return;
     }
-    let mut refs = obj.meta.owner_references.clone();
-    match refs.iter_mut().find(|o| same_owner(o, &want)) {
-        Some(existing) => *existing = want,
-        None => refs.push(want),
-    }
-    let merge = json!({"metadata": {
-        "labels": {CLUSTER_NAME_LABEL: mp.cluster_name},
-        "ownerReferences": refs.iter().map(owner_ref_json).collect::<Vec<_>>(),
-    }});
+    let merge = ownership_patch(&obj.meta.owner_references, want, &mp.cluster_name);
     plan.issue(
         Action::SetOwnerReference {
             target: Target {
                 key: key.clone(),
                 api_version: obj.api_version.clone(),
             },
-            merge: JsonText::from_value(&merge),
+            merge,
             summary: format!("controller MachinePool {}", mp.meta.name),
         },
         format!(
