@@ -79,8 +79,8 @@ impl SnapshotSource for Scripted {
     }
 }
 
-impl Core for Scripted {
-    fn handle(&mut self, _now: Timestamp, input: &Input) {
+impl Scripted {
+    fn observe(&mut self, input: &Input) {
         match input {
             Input::Relist { scope, objects } => {
                 self.relisted.insert(scope.clone());
@@ -92,8 +92,15 @@ impl Core for Scripted {
             }
             Input::Upsert { object, .. } => self.see(object),
             Input::ApiResult { command, outcome } => self.results.push((*command, outcome.clone())),
+            Input::Batch { inputs } => inputs.iter().for_each(|i| self.observe(i)),
             Input::Delete { .. } | Input::Tick | Input::Restarted => {}
         }
+    }
+}
+
+impl Core for Scripted {
+    fn handle(&mut self, _now: Timestamp, input: Input) {
+        self.observe(&input);
         if self.machine_deleting && self.relisted.contains(&workload()) && !self.issued {
             self.issued = true;
             let node = Target {

@@ -82,9 +82,7 @@ fn deletion_stream(machines: usize, pods: usize) -> (Engine, Vec<Input>) {
     }
     let (mut engine, first) = synced_engine(T0, objects);
     for c in &first {
-        engine.handle(
-            T0,
-            &Input::ApiResult {
+        engine.handle(T0, Input::ApiResult {
                 command: c.id,
                 outcome: engine::ApiOutcome::Ok { object: None },
             },
@@ -120,25 +118,44 @@ fn deletion_stream(machines: usize, pods: usize) -> (Engine, Vec<Input>) {
     (engine, stream)
 }
 
+/// Feeds `stream` in batches of `batch` inputs (one [`Input::Batch`] each; plain inputs when
+/// `batch` is 1), draining commands after each.
+fn feed(b: &mut criterion::Bencher<'_>, engine: &Engine, stream: &[Input], batch: usize) {
+    b.iter_batched(
+        || {
+            let inputs: Vec<Input> = if batch == 1 {
+                stream.to_vec()
+            } else {
+                stream
+                    .chunks(batch)
+                    .map(|c| Input::Batch { inputs: c.to_vec() })
+                    .collect()
+            };
+            (engine.clone(), inputs)
+        },
+        |(mut e, inputs)| {
+            for input in inputs {
+                e.handle(T0, input);
+                while let Some(c) = e.poll_command() {
+                    black_box(c);
+                }
+            }
+            e
+        },
+        BatchSize::LargeInput,
+    )
+}
+
 fn engine_throughput(c: &mut Criterion) {
     let (engine, stream) = deletion_stream(20, 25);
     let mut group = c.benchmark_group("engine");
     group.throughput(Throughput::Elements(stream.len() as u64));
     group.sample_size(10);
-    group.bench_function("deletion_stream", |b| {
-        b.iter_batched(
-            || engine.clone(),
-            |mut e| {
-                for input in &stream {
-                    e.handle(T0, input);
-                    while let Some(c) = e.poll_command() {
-                        black_box(c);
-                    }
-                }
-                e
-            },
-            BatchSize::LargeInput,
-        )
+    // Every input reconciled on its own: the latency path, no coalescing at all.
+    group.bench_function("deletion_stream", |b| feed(b, &engine, &stream, 1));
+    // A backlog, fed as the adapter feeds one: up to `BATCH_INPUTS_MAX` inputs per batch.
+    group.bench_function("deletion_stream_batched", |b| {
+        feed(b, &engine, &stream, engine::BATCH_INPUTS_MAX)
     });
     group.finish();
 }

@@ -137,7 +137,7 @@ fn node_change(c: &mut Criterion) {
                     (NOW.saturating_add(Duration::from_secs(flip)), input)
                 },
                 |(now, input)| {
-                    engine.handle(now, &input);
+                    engine.handle(now, input);
                     black_box(testing::drain_commands(&mut engine))
                 },
                 BatchSize::SmallInput,

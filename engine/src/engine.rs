@@ -90,49 +90,53 @@ impl Engine {
         self.effects.in_flight_len()
     }
 
-    /// Applies one input at time `now` (a clock that goes backwards is held at its maximum).
-    pub fn handle(&mut self, now: Timestamp, input: &Input) {
+    /// Applies one input at time `now` (a clock that goes backwards is held at its maximum),
+    /// then reconciles every key it affected, each once.
+    pub fn handle(&mut self, now: Timestamp, input: Input) {
         self.now = self.now.max(now);
         self.applied_seq += 1;
         let mut dirty: Dirty = Default::default();
+        self.apply(input, &mut dirty);
+        self.reconcile(dirty);
+    }
+
+    /// Updates the store and the controllers' memory for one input; collects affected keys.
+    fn apply(&mut self, input: Input, dirty: &mut Dirty) {
         match input {
             Input::Upsert { scope, object } => {
-                if let Some(change) = self.store.upsert(scope, object.clone()) {
-                    self.route(&change, &mut dirty);
+                if let Some(replaced) = self.store.upsert(&scope, object) {
+                    self.route(self.store.change(&replaced), dirty);
                 }
             }
             Input::Delete { key } => {
-                if let Some(change) = self.store.remove(key) {
-                    self.route(&change, &mut dirty);
+                if let Some(replaced) = self.store.remove(&key) {
+                    self.route(self.store.change(&replaced), dirty);
                 }
             }
             Input::Relist { scope, objects } => {
-                let changes = self.store.replace_scope(scope, objects.clone());
+                let replaced = self.store.replace_scope(&scope, objects);
                 for (slot, controller) in self.controllers.all().into_iter().enumerate() {
-                    let mut keys = Vec::new();
-                    controller.on_synced(&self.store, scope, &mut keys);
-                    dirty[slot].extend(keys);
+                    controller.on_synced(&self.store, &scope, &mut dirty[slot]);
                 }
-                for change in &changes {
-                    self.route(change, &mut dirty);
+                for r in &replaced {
+                    self.route(self.store.change(r), dirty);
                 }
                 // Unchanged objects are routed too: a synced cache may unblock destructive
                 // commands that were held back while it was not.
-                let changed: BTreeSet<&ObjectKey> = changes.iter().map(|c| &c.key).collect();
-                for object in objects {
-                    let key = object.key(scope);
-                    if !changed.contains(&key) {
+                let changed: BTreeSet<&ObjectKey> = replaced.iter().map(|r| &r.key).collect();
+                for (key, object) in self.store.iter_scope(&scope) {
+                    if !changed.contains(key) {
                         let same = Change {
                             key,
-                            before: Some(object.clone()),
-                            after: Some(object.clone()),
+                            before: Some(object),
+                            after: Some(object),
                         };
-                        self.route(&same, &mut dirty);
+                        self.route(same, dirty);
                     }
                 }
             }
             Input::ApiResult { command, outcome } => {
-                self.complete(*command, outcome, &mut dirty);
+                self.complete(command, &outcome, dirty);
             }
             Input::Tick => {
                 let now = self.now;
@@ -149,8 +153,12 @@ impl Engine {
                 }
                 self.store.mark_unsynced_all();
             }
+            Input::Batch { inputs } => {
+                for input in inputs {
+                    self.apply(input, dirty);
+                }
+            }
         }
-        self.reconcile(dirty);
     }
 
     /// The next command to execute, if any. Call until `None` after every `handle`.
@@ -183,9 +191,9 @@ impl Engine {
         codec::decode(bytes)
     }
 
-    fn route(&self, change: &Change, dirty: &mut Dirty) {
+    fn route(&self, change: Change<'_>, dirty: &mut Dirty) {
         for (slot, controller) in self.controllers.all().into_iter().enumerate() {
-            controller.affected(&self.store, change, &mut dirty[slot]);
+            controller.affected(&self.store, &change, &mut dirty[slot]);
         }
     }
 
@@ -198,7 +206,7 @@ impl Engine {
             return;
         };
         let target = &command.action.target().key;
-        let change = match outcome {
+        let replaced = match outcome {
             ApiOutcome::Ok {
                 object: Some(object),
             } => self.store.upsert(&target.scope, Object::clone(object)),
@@ -209,8 +217,8 @@ impl Engine {
             }
             _ => None,
         };
-        if let Some(change) = change {
-            self.route(&change, dirty);
+        if let Some(replaced) = replaced {
+            self.route(self.store.change(&replaced), dirty);
         }
         let slot = slot_of(command.controller);
         self.controllers.all_mut()[slot].on_result(&command, outcome, self.now);

@@ -24,7 +24,15 @@ pub enum Input {
     Tick,
     /// The controller process restarted: commands that were in flight may never have run.
     Restarted,
+    /// Inputs that queued up while the engine was busy, applied in order and then reconciled
+    /// together: a key affected by several of them is reconciled once, against the latest
+    /// state (what a work queue does with repeated keys).
+    Batch { inputs: Vec<Input> },
 }
+
+/// The most inputs a driver puts in one [`Input::Batch`]: a bound on the work, and on the
+/// commands held back, between two polls.
+pub const BATCH_INPUTS_MAX: usize = 256;
 
 /// How the API answered a command.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,6 +102,10 @@ impl Input {
             }
             Input::Tick => "timer".to_string(),
             Input::Restarted => "controller restarted".to_string(),
+            Input::Batch { inputs } => match inputs.as_slice() {
+                [one] => one.describe(),
+                _ => format!("{} inputs", inputs.len()),
+            },
         }
     }
 }

@@ -25,5 +25,5 @@ pub mod time;
 
 pub use command::{Action, Command, ControllerId, Target};
 pub use engine::{Controllers, Engine};
-pub use input::{ApiOutcome, Input};
+pub use input::{ApiOutcome, BATCH_INPUTS_MAX, Input};
 pub use time::{Duration, Timestamp};

@@ -84,7 +84,7 @@ pub fn replay_into(engine: &mut Engine, journal: &Journal) -> Result<u64, Recove
     journal.for_each_record(engine.applied_seq() + 1, |record| {
         match decode_input(record.seq, record.payload) {
             Ok(input) => {
-                engine.handle(record.at, &input);
+                engine.handle(record.at, input);
                 assert_eq!(engine.applied_seq(), record.seq, "replay stays in step");
                 // Commands were executed when the input was live; their results are journaled.
                 while engine.poll_command().is_some() {}

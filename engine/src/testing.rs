@@ -187,7 +187,7 @@ pub fn synced_engine(
     }
     let mut engine = crate::Engine::new();
     for (scope, objects) in by_scope {
-        engine.handle(now, &crate::Input::Relist { scope, objects });
+        engine.handle(now, crate::Input::Relist { scope, objects });
     }
     let commands = drain_commands(&mut engine);
     (engine, commands)

@@ -77,7 +77,7 @@ impl Live {
     fn feed(&mut self, input: Input) {
         let payload = recovery::encode_input(&input);
         self.journal.append(self.now, &payload).unwrap();
-        self.engine.handle(self.now, &input);
+        self.engine.handle(self.now, input);
         while let Some(c) = self.engine.poll_command() {
             self.outstanding.push_back(c.id);
         }

@@ -33,7 +33,7 @@ impl Feeder {
         }
         self.inputs += 1;
         self.causes.push(input.describe());
-        engine.handle(now, &input);
+        engine.handle(now, input);
         debug_assert_eq!(engine.applied_seq(), self.inputs);
     }
 

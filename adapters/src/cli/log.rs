@@ -122,15 +122,17 @@ fn show(dir: &Path, format: Format, from: u64) -> Result<u8, String> {
                     return ControlFlow::Break(());
                 }
             };
-            engine.handle(r.at, &input);
+            let shown = r.seq >= from;
+            let described = if shown { input.describe() } else { String::new() };
+            engine.handle(r.at, input);
             let commands: Vec<engine::Command> =
                 std::iter::from_fn(|| engine.poll_command()).collect();
-            if r.seq < from {
+            if !shown {
                 return ControlFlow::Continue(());
             }
             let text = match format {
                 Format::Text => {
-                    let mut t = format!("{:>8}  {}  {}", r.seq, r.at, input.describe());
+                    let mut t = format!("{:>8}  {}  {described}", r.seq, r.at);
                     for c in &commands {
                         t.push_str(&format!(
                             "\n          -> {c}  ({})",
@@ -141,7 +143,7 @@ fn show(dir: &Path, format: Format, from: u64) -> Result<u8, String> {
                 }
                 Format::Json => serde_json::json!({
                     "seq": r.seq, "at": r.at.to_rfc3339(), "at_ms": r.at.as_millis(),
-                    "input": input.describe(),
+                    "input": described,
                     "commands": commands.iter().map(|c| serde_json::json!({
                         "id": c.id, "controller": c.controller.as_str(), "action": c.action.name(),
                         "object": c.action.target().key.to_string(), "detail": c.action.detail(),

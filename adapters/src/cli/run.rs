@@ -66,7 +66,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
     let now = adapters::clock::wall_now();
     let restarted = engine::Input::Restarted;
     log.append(now, &restarted)?;
-    engine.handle(now, &restarted);
+    engine.handle(now, restarted);
     let metrics = Arc::new(Metrics::default());
     let (bound, _server) = adapters::kube::metrics::serve(args.metrics_addr, metrics.clone())
         .await

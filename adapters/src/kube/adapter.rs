@@ -17,7 +17,7 @@ use super::mirror::{Mirror, StreamEvent};
 use super::streams::{StreamSpec, management_streams, run_stream, workload_streams};
 use crate::clock::{until, wall_now};
 use engine::model::{ClusterName, Scope};
-use engine::{ApiOutcome, Input, Timestamp};
+use engine::{ApiOutcome, BATCH_INPUTS_MAX, Input, Timestamp};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde_json::Value;
@@ -246,7 +246,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             tokio::select! {
                 _ = &mut stop => return Ok(()),
                 event = self.rx.recv() => match event {
-                    Some(event) => self.on_event(event)?,
+                    Some(event) => self.on_backlog(event)?,
                     None => return Ok(()),
                 },
                 _ = tokio::time::sleep(wait.unwrap_or_default()), if wait.is_some() => {
@@ -257,11 +257,31 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
         }
     }
 
+    /// Turns `first` and whatever else is already queued (up to [`BATCH_INPUTS_MAX`] inputs)
+    /// into one input: under load the engine reconciles each affected key once per batch
+    /// instead of once per event; when idle a batch is a single event.
+    fn on_backlog(&mut self, first: Event) -> Result<(), String> {
+        let mut inputs = Vec::new();
+        self.on_event(first, &mut inputs);
+        while inputs.len() < BATCH_INPUTS_MAX {
+            match self.rx.try_recv() {
+                Ok(event) => self.on_event(event, &mut inputs),
+                Err(_) => break,
+            }
+        }
+        let input = match inputs.len() {
+            0 => return Ok(()),
+            1 => inputs.pop().expect("one input"),
+            _ => Input::Batch { inputs },
+        };
+        self.feed(wall_now(), input)
+    }
+
     fn feed(&mut self, now: Timestamp, input: Input) -> Result<(), String> {
         self.log.append(now, &input)?;
         self.metrics.input();
         tracing::debug!(input = %input.describe(), "input");
-        self.core.handle(now, &input);
+        self.core.handle(now, input);
         self.log.after_handle(&self.core)
     }
 
@@ -315,10 +335,10 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
         Ok(())
     }
 
-    fn on_event(&mut self, event: Event) -> Result<(), String> {
+    fn on_event(&mut self, event: Event, inputs: &mut Vec<Input>) {
         match event {
             Event::Result { command, outcome } => {
-                self.feed(wall_now(), Input::ApiResult { command, outcome })
+                inputs.push(Input::ApiResult { command, outcome });
             }
             Event::Connected { scope, client } => {
                 tracing::info!(?scope, "connected to workload cluster");
@@ -326,7 +346,6 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
                     self.start_stream(client.clone(), spec);
                 }
                 self.clients.insert(scope, client);
-                Ok(())
             }
             Event::Watch {
                 scope,
@@ -336,10 +355,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
                 if scope == Scope::Management {
                     self.follow_references(&event);
                 }
-                for input in self.mirror.on_event(&scope, &stream, event) {
-                    self.feed(wall_now(), input)?;
-                }
-                Ok(())
+                inputs.extend(self.mirror.on_event(&scope, &stream, event));
             }
         }
     }

@@ -5,7 +5,7 @@ use engine::{Command, Engine, Input, Timestamp};
 
 /// The sans-IO core the adapter feeds: [`Engine`] in production, a scripted stand-in in tests.
 pub trait Core: SnapshotSource {
-    fn handle(&mut self, now: Timestamp, input: &Input);
+    fn handle(&mut self, now: Timestamp, input: Input);
     /// The next command to execute; call until `None` after every `handle`.
     fn poll_command(&mut self) -> Option<Command>;
     /// When the core wants an [`Input::Tick`].
@@ -13,7 +13,7 @@ pub trait Core: SnapshotSource {
 }
 
 impl Core for Engine {
-    fn handle(&mut self, now: Timestamp, input: &Input) {
+    fn handle(&mut self, now: Timestamp, input: Input) {
         Engine::handle(self, now, input);
     }
     fn poll_command(&mut self) -> Option<Command> {

@@ -117,7 +117,7 @@ mod tests {
             for (i, input) in inputs.iter().enumerate() {
                 let at = Timestamp(1_000 * i as i64);
                 assert_eq!(log.append(at, input).unwrap(), i as u64 + 1);
-                engine.handle(at, input);
+                engine.handle(at, input.clone());
                 log.after_handle(&engine).unwrap();
             }
             engine.state_hash()

@@ -282,10 +282,10 @@ impl Controller for MachineDeletion {
     }
 
     fn affected(&self, _store: &Store, change: &Change, out: &mut Vec<ObjectKey>) {
-        let key = &change.key;
+        let key = change.key;
         match (&key.scope, &key.kind) {
             (Scope::Management, Kind::Machine) => {
-                let machines = [change.before.as_ref(), change.after.as_ref()];
+                let machines = [change.before, change.after];
                 let mut control_plane_of = None;
                 for m in machines.into_iter().flatten() {
                     let Object::Machine(m) = m else { continue };
@@ -336,8 +336,8 @@ impl Controller for MachineDeletion {
             }
             (Scope::Workload(cluster), Kind::Pod) => {
                 let (before, after) = (
-                    as_pod(change.before.as_ref()),
-                    as_pod(change.after.as_ref()),
+                    as_pod(change.before),
+                    as_pod(change.after),
                 );
                 if !pod_change_matters(before, after) {
                     return;
@@ -352,7 +352,7 @@ impl Controller for MachineDeletion {
                 }
             }
             (Scope::Workload(cluster), Kind::Node) => {
-                let provider_ids: BTreeSet<&str> = [change.before.as_ref(), change.after.as_ref()]
+                let provider_ids: BTreeSet<&str> = [change.before, change.after]
                     .into_iter()
                     .flatten()
                     .filter_map(|o| match o {

@@ -69,7 +69,7 @@ impl Harness {
 
     fn input(&mut self, now: Timestamp, input: Input) -> Vec<Command> {
         self.now = now;
-        self.engine.handle(now, &input);
+        self.engine.handle(now, input);
         drain_commands(&mut self.engine)
     }
 

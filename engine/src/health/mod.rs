@@ -186,7 +186,7 @@ impl Controller for HealthChecks {
     }
 
     fn affected(&self, store: &Store, change: &Change, out: &mut Vec<ObjectKey>) {
-        let key = &change.key;
+        let key = change.key;
         owner::affected(store, change, out);
         match &key.scope {
             Scope::Management => match &key.kind {
@@ -194,7 +194,7 @@ impl Controller for HealthChecks {
                 Kind::Machine => {
                     push_unique(out, key.clone());
                     let mut mhcs = Vec::new();
-                    for o in [&change.before, &change.after].into_iter().flatten() {
+                    for o in [change.before, change.after].into_iter().flatten() {
                         if let Object::Machine(m) = o {
                             self.mhcs_of_machine(store, key, Some(m), &mut mhcs);
                         }

@@ -176,15 +176,13 @@ fn settle(engine: &mut Engine, now: Timestamp, mut commands: Vec<Command>) -> Ve
         let mut next = Vec::new();
         for c in commands {
             let (outcome, gone) = answer(engine, now, &c);
-            engine.handle(
-                now,
-                &Input::ApiResult {
+            engine.handle(now, Input::ApiResult {
                     command: c.id,
                     outcome,
                 },
             );
             if let Some(key) = gone {
-                engine.handle(now, &Input::Delete { key });
+                engine.handle(now, Input::Delete { key });
             }
             next.extend(drain_commands(engine));
             all.push(c);
@@ -216,7 +214,7 @@ fn mhc_of(engine: &Engine) -> MachineHealthCheck {
 }
 
 fn upsert(engine: &mut Engine, now: Timestamp, scope: Scope, object: Object) -> Vec<Command> {
-    engine.handle(now, &Input::Upsert { scope, object });
+    engine.handle(now, Input::Upsert { scope, object });
     drain_commands(engine)
 }
 
@@ -254,7 +252,7 @@ fn healthy_targets_are_marked_and_counted() {
         "healthy targets need no timer"
     );
     // Idempotent: a Tick with nothing due and a repeated observation issue nothing.
-    engine.handle(at(mins(2)), &Input::Tick);
+    engine.handle(at(mins(2)), Input::Tick);
     assert!(drain_commands(&mut engine).is_empty());
     let again = machine_of(&engine, "m1");
     assert!(
@@ -310,7 +308,7 @@ fn node_condition_timeout_is_remediated_within_one_second_of_expiry() {
     settle(&mut engine, at(mins(2)), first);
     let deadline = at(mins(6) + secs(1));
     assert_eq!(engine.next_deadline(), Some(deadline));
-    engine.handle(deadline, &Input::Tick);
+    engine.handle(deadline, Input::Tick);
     let tick = drain_commands(&mut engine);
     assert_eq!(
         lines(&tick),
@@ -444,9 +442,7 @@ fn max_in_flight_defers_remediations_beyond_the_limit() {
         "Waiting because there are already too many remediations in progress (spec.strategy.remediation.maxInFlight is 1)"
     );
     // Once m2 is gone, m1's turn comes.
-    engine.handle(
-        at(mins(2)),
-        &Input::Delete {
+    engine.handle(at(mins(2)), Input::Delete {
             key: ObjectKey::management(Kind::Machine, "default", "m2"),
         },
     );
@@ -499,7 +495,7 @@ fn short_circuit_reports_once_writes_only_health_and_keeps_its_clock() {
     settle(&mut engine, at(mins(10)), first);
     // m4 (Ready=False since 8m) is due at 13m1s even though remediation is not allowed.
     assert_eq!(engine.next_deadline(), Some(at(mins(13) + secs(1))));
-    engine.handle(at(mins(13) + secs(1)), &Input::Tick);
+    engine.handle(at(mins(13) + secs(1)), Input::Tick);
     let tick = lines(&drain_commands(&mut engine));
     assert_eq!(
         tick,
@@ -782,9 +778,7 @@ fn unsynced_workload_cache_never_reports_a_deleted_node() {
     let (mut engine, first) = synced_engine(at(mins(1)), world);
     assert!(first.is_empty(), "{:#?}", lines(&first));
     // The workload relist brings the Node: now the check runs.
-    engine.handle(
-        at(mins(1)),
-        &Input::Relist {
+    engine.handle(at(mins(1)), Input::Relist {
             scope: workload("c1"),
             objects: vec![Object::Node(node("m1", ConditionStatus::True, T0))],
         },
@@ -809,7 +803,7 @@ fn node_startup_timeout_counts_from_creation_and_is_disabled_by_zero() {
     let (mut engine, first) = synced_engine(at(mins(1)), world);
     settle(&mut engine, at(mins(1)), first);
     assert_eq!(engine.next_deadline(), Some(at(mins(10) + secs(1))));
-    engine.handle(at(mins(10) + secs(1)), &Input::Tick);
+    engine.handle(at(mins(10) + secs(1)), Input::Tick);
     let tick = drain_commands(&mut engine);
     let c = set_condition(&tick[0]);
     assert_eq!(
@@ -933,9 +927,7 @@ fn failed_remediation_request_is_reported_and_retried_after_the_interval() {
         settle(&mut engine, now, vec![c]);
     }
     let create = create.expect("a request is created");
-    engine.handle(
-        now,
-        &Input::ApiResult {
+    engine.handle(now, Input::ApiResult {
             command: create.id,
             outcome: ApiOutcome::Error {
                 code: 500,
@@ -966,7 +958,7 @@ fn failed_remediation_request_is_reported_and_retried_after_the_interval() {
         engine.next_deadline(),
         Some(now.saturating_add(super::REMEDIATION_REQUEST_RETRY_INTERVAL))
     );
-    engine.handle(now.saturating_add(secs(10)), &Input::Tick);
+    engine.handle(now.saturating_add(secs(10)), Input::Tick);
     let retry = lines(&drain_commands(&mut engine));
     assert!(
         retry.contains(&"remediation CreateRemediation DockerRemediation default/m1".to_string()),
@@ -984,9 +976,7 @@ fn deleted_mhc_forgets_its_targets_and_timers() {
     let (mut engine, first) = synced_engine(at(mins(1)), world);
     settle(&mut engine, at(mins(1)), first);
     assert!(engine.next_deadline().is_some());
-    engine.handle(
-        at(mins(2)),
-        &Input::Delete {
+    engine.handle(at(mins(2)), Input::Delete {
             key: ObjectKey::management(Kind::MachineHealthCheck, "default", "mhc"),
         },
     );

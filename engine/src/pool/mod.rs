@@ -199,8 +199,8 @@ impl Controller for Pools {
     }
 
     fn affected(&self, store: &Store, change: &Change, out: &mut Vec<ObjectKey>) {
-        for object in [&change.before, &change.after].into_iter().flatten() {
-            self.affected_by(store, &change.key, object, out);
+        for object in [change.before, change.after].into_iter().flatten() {
+            self.affected_by(store, change.key, object, out);
         }
     }
 

@@ -184,14 +184,12 @@ fn find<'a>(commands: &'a [Command], name: &str, target: &str) -> &'a Command {
 }
 
 fn upsert(engine: &mut Engine, now: Timestamp, scope: Scope, object: Object) -> Vec<Command> {
-    engine.handle(now, &Input::Upsert { scope, object });
+    engine.handle(now, Input::Upsert { scope, object });
     drain_commands(engine)
 }
 
 fn answer(engine: &mut Engine, now: Timestamp, c: &Command, outcome: ApiOutcome) -> Vec<Command> {
-    engine.handle(
-        now,
-        &Input::ApiResult {
+    engine.handle(now, Input::ApiResult {
             command: c.id,
             outcome,
         },
@@ -616,7 +614,7 @@ fn min_ready_seconds_expiry_wakes_the_pool_and_counts_the_node_available() {
         engine.next_deadline(),
         Some(secs(30) + Duration::from_millis(1))
     );
-    engine.handle(secs(31), &Input::Tick);
+    engine.handle(secs(31), Input::Tick);
     let commands = drain_commands(&mut engine);
     assert_eq!(
         lines(&commands),
@@ -735,7 +733,7 @@ fn deleting_world(timeout: Option<Duration>) -> (Engine, Vec<Command>) {
 }
 
 fn remove(engine: &mut Engine, now: Timestamp, key: ObjectKey) -> Vec<Command> {
-    engine.handle(now, &Input::Delete { key });
+    engine.handle(now, Input::Delete { key });
     drain_commands(engine)
 }
 
@@ -811,7 +809,7 @@ fn node_deletion_gets_one_real_try_then_stops_after_the_timeout() {
         let deadline = engine.next_deadline().expect("a retry is scheduled");
         assert!(deadline > now);
         now = deadline;
-        engine.handle(now, &Input::Tick);
+        engine.handle(now, Input::Tick);
         let commands = drain_commands(&mut engine);
         match lines(&commands).as_slice() {
             [one] if one == "DeleteNode Node p1-1@c1" => {
@@ -851,7 +849,7 @@ fn node_deletion_timeout_zero_retries_forever() {
     for _ in 0..30 {
         assert!(answer(&mut engine, now, &pending, refused.clone()).is_empty());
         now = engine.next_deadline().unwrap();
-        engine.handle(now, &Input::Tick);
+        engine.handle(now, Input::Tick);
         let commands = drain_commands(&mut engine);
         assert_eq!(lines(&commands), ["DeleteNode Node p1-1@c1"]);
         pending = commands[0].clone();
@@ -927,7 +925,7 @@ fn reconciling_twice_issues_nothing_new_while_patches_are_in_flight() {
         (Scope::Management, vec![]),
         (workload("c1"), vec![Object::Node(pool_node("p1-0"))]),
     ] {
-        engine.handle(T0, &Input::Relist { scope, objects });
+        engine.handle(T0, Input::Relist { scope, objects });
     }
     let mp = machine_pool("c1", "p1", 1);
     let mut objects: Vec<Object> = world(mp, &["p1-0"])
@@ -935,9 +933,7 @@ fn reconciling_twice_issues_nothing_new_while_patches_are_in_flight() {
         .filter(|(s, _)| *s == Scope::Management)
         .map(|(_, o)| o)
         .collect();
-    engine.handle(
-        T0,
-        &Input::Relist {
+    engine.handle(T0, Input::Relist {
             scope: Scope::Management,
             objects: objects.clone(),
         },
@@ -946,9 +942,7 @@ fn reconciling_twice_issues_nothing_new_while_patches_are_in_flight() {
     assert!(!first.is_empty());
     // The same objects again (a relist): everything is in flight, nothing new is queued.
     objects.reverse();
-    engine.handle(
-        secs(1),
-        &Input::Relist {
+    engine.handle(secs(1), Input::Relist {
             scope: Scope::Management,
             objects,
         },

@@ -60,11 +60,11 @@ fn facts(m: &Machine) -> impl PartialEq + '_ {
 /// a remediation fact changed, a MachineSet itself, the MachineSets of a changed
 /// MachineDeployment, and every MachineSet of a Cluster whose pause changed.
 pub fn affected(store: &Store, change: &Change, out: &mut Vec<ObjectKey>) {
-    let key = &change.key;
+    let key = change.key;
     if key.scope != Scope::Management {
         return;
     }
-    match (&key.kind, &change.before, &change.after) {
+    match (&key.kind, change.before, change.after) {
         (Kind::Machine, before, after) => {
             let b = match before {
                 Some(Object::Machine(m)) => Some(m),
@@ -100,7 +100,7 @@ pub fn affected(store: &Store, change: &Change, out: &mut Vec<ObjectKey>) {
             }
         }
         (Kind::Cluster, before, after) => {
-            let paused = |o: &Option<Object>| match o {
+            let paused = |o: Option<&Object>| match o {
                 Some(Object::Cluster(c)) => Some(c.paused),
                 _ => None,
             };

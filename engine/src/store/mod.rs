@@ -6,19 +6,29 @@ use crate::model::{CLUSTER_NAME_LABEL, Kind, Machine, Object, ObjectKey, Pod, Sc
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// One observed change: the object before and after (either may be absent).
-#[derive(Clone, Debug)]
-pub struct Change {
-    pub key: ObjectKey,
-    pub before: Option<Object>,
-    pub after: Option<Object>,
+/// One observed change, borrowed: the object before and after (either may be absent).
+/// Nothing is cloned to describe a change: `after` is the stored object, `before` the one it
+/// replaced ([`Replaced`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Change<'a> {
+    pub key: &'a ObjectKey,
+    pub before: Option<&'a Object>,
+    pub after: Option<&'a Object>,
 }
 
-impl Change {
+impl<'a> Change<'a> {
     /// The object as it is now, or as it was last seen when it is gone.
-    pub fn latest(&self) -> Option<&Object> {
-        self.after.as_ref().or(self.before.as_ref())
+    pub fn latest(&self) -> Option<&'a Object> {
+        self.after.or(self.before)
     }
+}
+
+/// What an accepted write replaced: the object's key and its previous version, moved out of
+/// the store. [`Store::change`] turns it into the [`Change`] controllers see.
+#[derive(Debug)]
+pub struct Replaced {
+    pub key: ObjectKey,
+    pub before: Option<Object>,
 }
 
 /// Observed objects of every cluster, keyed canonically, plus secondary indexes.
@@ -30,6 +40,14 @@ pub struct Store {
     objects: table::Table,
     /// Counts accepted changes (upserts that changed something, removals).
     changes: u64,
+    indexes: Indexes,
+    synced: BTreeSet<Scope>,
+}
+
+/// The store's secondary indexes (a separate field so that they can be updated while the
+/// stored object is borrowed).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Indexes {
     /// Pods by cluster and node name, each with the value of `changes` when it last changed:
     /// a drain keeps what it derived from a pod until that number moves. Nested so that a
     /// lookup borrows its keys instead of building them.
@@ -44,7 +62,6 @@ pub struct Store {
     /// MachineHealthChecks by (management, `<namespace>/<spec.clusterName>`): a Machine change
     /// finds the MHCs that may cover it without walking every MHC.
     health_checks_by_cluster: BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
-    synced: BTreeSet<Scope>,
 }
 
 impl Store {
@@ -97,7 +114,7 @@ impl Store {
         scope: &Scope,
         node: &str,
     ) -> impl Iterator<Item = (&ObjectKey, u64)> {
-        self.pods_by_node
+        self.indexes.pods_by_node
             .get(scope)
             .and_then(|nodes| nodes.get(node))
             .into_iter()
@@ -111,7 +128,7 @@ impl Store {
         scope: &Scope,
         provider_id: &str,
     ) -> impl Iterator<Item = &ObjectKey> {
-        self.nodes_by_provider_id
+        self.indexes.nodes_by_provider_id
             .get(&(scope.clone(), provider_id.to_string()))
             .into_iter()
             .flatten()
@@ -123,7 +140,7 @@ impl Store {
         namespace: &str,
         cluster: &str,
     ) -> impl Iterator<Item = &ObjectKey> {
-        self.machines_by_cluster
+        self.indexes.machines_by_cluster
             .get(&(Scope::Management, format!("{namespace}/{cluster}")))
             .into_iter()
             .flatten()
@@ -135,7 +152,7 @@ impl Store {
         namespace: &str,
         cluster: &str,
     ) -> impl Iterator<Item = &ObjectKey> {
-        self.health_checks_by_cluster
+        self.indexes.health_checks_by_cluster
             .get(&(Scope::Management, format!("{namespace}/{cluster}")))
             .into_iter()
             .flatten()
@@ -143,65 +160,67 @@ impl Store {
 
     /// How many Machines of the Cluster `namespace/cluster` are [`is_active_control_plane`].
     pub fn active_control_plane_machines(&self, namespace: &str, cluster: &str) -> usize {
-        self.active_control_plane_by_cluster
+        self.indexes.active_control_plane_by_cluster
             .get(&(Scope::Management, format!("{namespace}/{cluster}")))
             .map_or(0, BTreeSet::len)
     }
 
-    /// Inserts or replaces an object. Returns the change, or `None` when nothing changed or the
-    /// update is older than what is cached.
-    pub fn upsert(&mut self, scope: &Scope, object: Object) -> Option<Change> {
+    /// The change a write made, as controllers see it.
+    pub fn change<'a>(&'a self, replaced: &'a Replaced) -> Change<'a> {
+        Change {
+            key: &replaced.key,
+            before: replaced.before.as_ref(),
+            after: self.objects.get(&replaced.key),
+        }
+    }
+
+    /// Inserts or replaces an object. Returns what it replaced, or `None` when nothing changed
+    /// or the update is older than what is cached.
+    pub fn upsert(&mut self, scope: &Scope, object: Object) -> Option<Replaced> {
         let key = object.key(scope);
-        if let Some(existing) = self.objects.get(&key) {
-            let (old_rv, new_rv) = (
-                existing.meta().resource_version,
-                object.meta().resource_version,
-            );
-            if new_rv != 0 && old_rv > new_rv {
-                return None;
-            }
-            if existing == &object {
-                return None;
-            }
+        let Some(existing) = self.objects.get_mut(&key) else {
+            self.changes += 1;
+            self.indexes.update(&key, None, &object, self.changes);
+            self.objects.insert(key.clone(), object);
+            return Some(Replaced { key, before: None });
+        };
+        let (old_rv, new_rv) = (
+            existing.meta().resource_version,
+            object.meta().resource_version,
+        );
+        if (new_rv != 0 && old_rv > new_rv) || *existing == object {
+            return None;
         }
         self.changes += 1;
-        let before = self.objects.insert(key.clone(), object.clone());
-        match &before {
-            // Most updates (a pod's status) leave every index entry where it is.
-            Some(b) if IndexSlots::of(b) == IndexSlots::of(&object) => self.touch(&key, &object),
-            Some(b) => {
-                self.index(&key, b, false);
-                self.index(&key, &object, true);
-            }
-            None => self.index(&key, &object, true),
-        }
-        Some(Change {
+        let before = std::mem::replace(existing, object);
+        self.indexes
+            .update(&key, Some(&before), existing, self.changes);
+        Some(Replaced {
             key,
-            before,
-            after: Some(object),
+            before: Some(before),
         })
     }
 
-    pub fn remove(&mut self, key: &ObjectKey) -> Option<Change> {
+    pub fn remove(&mut self, key: &ObjectKey) -> Option<Replaced> {
         let before = self.objects.remove(key)?;
         self.changes += 1;
-        self.index(key, &before, false);
-        Some(Change {
+        self.indexes.index(key, &before, false, self.changes);
+        Some(Replaced {
             key: key.clone(),
             before: Some(before),
-            after: None,
         })
     }
 
     /// Replaces everything in `scope` with `objects` (a relist) and marks the scope synced.
-    pub fn replace_scope(&mut self, scope: &Scope, objects: Vec<Object>) -> Vec<Change> {
+    /// Returns what changed, in order: removals first, then insertions and replacements.
+    pub fn replace_scope(&mut self, scope: &Scope, objects: Vec<Object>) -> Vec<Replaced> {
         let incoming: BTreeSet<ObjectKey> = objects.iter().map(|o| o.key(scope)).collect();
         let stale: Vec<ObjectKey> = self
             .iter_scope(scope)
             .map(|(k, _)| k.clone())
             .filter(|k| !incoming.contains(k))
             .collect();
-        let mut changes: Vec<Change> = stale.iter().filter_map(|k| self.remove(k)).collect();
+        let mut changes: Vec<Replaced> = stale.iter().filter_map(|k| self.remove(k)).collect();
         for object in objects {
             changes.extend(self.upsert_unordered(scope, object));
         }
@@ -210,23 +229,34 @@ impl Store {
     }
 
     /// A relist answer is authoritative: it replaces the cached object whatever its version.
-    fn upsert_unordered(&mut self, scope: &Scope, object: Object) -> Option<Change> {
+    fn upsert_unordered(&mut self, scope: &Scope, object: Object) -> Option<Replaced> {
         let key = object.key(scope);
         if self.objects.get(&key) == Some(&object) {
             return None;
         }
-        let before = self.remove(&key).and_then(|c| c.before);
+        let before = self.remove(&key).and_then(|r| r.before);
         self.changes += 1;
-        self.index(&key, &object, true);
-        self.objects.insert(key.clone(), object.clone());
-        Some(Change {
-            key,
-            before,
-            after: Some(object),
-        })
+        self.indexes.index(&key, &object, true, self.changes);
+        self.objects.insert(key.clone(), object);
+        Some(Replaced { key, before })
+    }
+}
+
+impl Indexes {
+    /// Moves `key` from where `before` sat to where `after` sits.
+    fn update(&mut self, key: &ObjectKey, before: Option<&Object>, after: &Object, change: u64) {
+        match before {
+            // Most updates (a pod's status) leave every index entry where it is.
+            Some(b) if IndexSlots::of(b) == IndexSlots::of(after) => self.touch(key, after, change),
+            Some(b) => {
+                self.index(key, b, false, change);
+                self.index(key, after, true, change);
+            }
+            None => self.index(key, after, true, change),
+        }
     }
 
-    fn index(&mut self, key: &ObjectKey, object: &Object, add: bool) {
+    fn index(&mut self, key: &ObjectKey, object: &Object, add: bool, change: u64) {
         match object {
             Object::Pod(p) => {
                 let Some(n) = &p.node_name else { return };
@@ -237,7 +267,7 @@ impl Store {
                         .or_default()
                         .entry(n.clone())
                         .or_default();
-                    pods.insert(key.clone(), self.changes);
+                    pods.insert(key.clone(), change);
                 } else if let Some(nodes) = self.pods_by_node.get_mut(&key.scope) {
                     if let Some(pods) = nodes.get_mut(n.as_str()) {
                         pods.remove(key);
@@ -281,11 +311,9 @@ impl Store {
             _ => {}
         }
     }
-}
 
-impl Store {
     /// Records a change of an object whose index entries stay where they are.
-    fn touch(&mut self, key: &ObjectKey, object: &Object) {
+    fn touch(&mut self, key: &ObjectKey, object: &Object, change: u64) {
         if let Object::Pod(Pod {
             node_name: Some(n), ..
         }) = object
@@ -295,7 +323,7 @@ impl Store {
                 .and_then(|nodes| nodes.get_mut(n.as_str()))
                 .and_then(|pods| pods.get_mut(key))
         {
-            *version = self.changes;
+            *version = change;
         }
     }
 }
@@ -393,7 +421,7 @@ mod tests {
 
         store.remove(&key);
         assert_eq!(store.active_control_plane_machines("default", "c1"), 0);
-        assert!(store.active_control_plane_by_cluster.is_empty());
-        assert!(store.machines_by_cluster.is_empty());
+        assert!(store.indexes.active_control_plane_by_cluster.is_empty());
+        assert!(store.indexes.machines_by_cluster.is_empty());
     }
 }

@@ -13,8 +13,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Objects of one namespace (and kind, and scope) by name, with their full keys (iteration
-/// hands out `&ObjectKey`s).
-type Names = BTreeMap<String, (ObjectKey, Object)>;
+/// hands out `&ObjectKey`s). Boxed: an entry is about 1 KB, and B-tree inserts and removals
+/// shift entries within a node.
+type Names = BTreeMap<String, Box<(ObjectKey, Object)>>;
 type Namespaces = BTreeMap<String, Names>;
 type Kinds = BTreeMap<Kind, Namespaces>;
 
@@ -30,7 +31,7 @@ impl Table {
     }
 
     pub fn get(&self, key: &ObjectKey) -> Option<&Object> {
-        let (_, object) = self
+        let (_, object) = &**self
             .scopes
             .get(&key.scope)?
             .get(&key.kind)?
@@ -39,13 +40,23 @@ impl Table {
         Some(object)
     }
 
+    pub fn get_mut(&mut self, key: &ObjectKey) -> Option<&mut Object> {
+        let (_, object) = &mut **self
+            .scopes
+            .get_mut(&key.scope)?
+            .get_mut(&key.kind)?
+            .get_mut(key.namespace.as_str())?
+            .get_mut(key.name.as_str())?;
+        Some(object)
+    }
+
     /// Inserts or replaces; returns the replaced object.
     pub fn insert(&mut self, key: ObjectKey, object: Object) -> Option<Object> {
         let names = self.names_mut(&key);
-        if let Some((_, existing)) = names.get_mut(key.name.as_str()) {
+        if let Some((_, existing)) = names.get_mut(key.name.as_str()).map(|e| &mut **e) {
             return Some(std::mem::replace(existing, object));
         }
-        names.insert(key.name.clone(), (key, object));
+        names.insert(key.name.clone(), Box::new((key, object)));
         self.len += 1;
         None
     }
@@ -54,7 +65,7 @@ impl Table {
         let kinds = self.scopes.get_mut(&key.scope)?;
         let namespaces = kinds.get_mut(&key.kind)?;
         let names = namespaces.get_mut(key.namespace.as_str())?;
-        let (_, object) = names.remove(key.name.as_str())?;
+        let (_, object) = *names.remove(key.name.as_str())?;
         self.len -= 1;
         if names.is_empty() {
             namespaces.remove(key.namespace.as_str());
@@ -118,7 +129,7 @@ impl Table {
 fn in_namespaces(namespaces: &Namespaces) -> impl Iterator<Item = (&ObjectKey, &Object)> {
     namespaces
         .values()
-        .flat_map(|names| names.values().map(|(k, o)| (k, o)))
+        .flat_map(|names| names.values().map(|e| (&e.0, &e.1)))
 }
 
 #[cfg(test)]
