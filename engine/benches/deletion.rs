@@ -82,7 +82,9 @@ fn deletion_stream(machines: usize, pods: usize) -> (Engine, Vec<Input>) {
     }
     let (mut engine, first) = synced_engine(T0, objects);
     for c in &first {
-        engine.handle(T0, Input::ApiResult {
+        engine.handle(
+            T0,
+            Input::ApiResult {
                 command: c.id,
                 outcome: engine::ApiOutcome::Ok { object: None },
             },

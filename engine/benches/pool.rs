@@ -116,7 +116,9 @@ fn bench_pool(c: &mut Criterion) {
         let outcome = engine::ApiOutcome::Ok {
             object: settled.map(Box::new),
         };
-        engine.handle(T0, Input::ApiResult {
+        engine.handle(
+            T0,
+            Input::ApiResult {
                 command: cmd.id,
                 outcome,
             },
@@ -133,7 +135,9 @@ fn bench_pool(c: &mut Criterion) {
             n.meta
                 .labels
                 .insert("bench".into(), (toggle % 2).to_string());
-            engine.handle(T0, Input::Upsert {
+            engine.handle(
+                T0,
+                Input::Upsert {
                     scope: workload("c1"),
                     object: Object::Node(n),
                 },
@@ -154,7 +158,9 @@ fn bench_pool(c: &mut Criterion) {
         b.iter_batched(
             || base.clone(),
             |mut engine: Engine| {
-                engine.handle(T0, Input::Upsert {
+                engine.handle(
+                    T0,
+                    Input::Upsert {
                         scope: Scope::Management,
                         object: Object::MachinePool(pool.clone()),
                     },

@@ -20,6 +20,8 @@ enum Op {
     Advance(u16),
     Restart,
     Snapshot,
+    /// Starts collecting inputs into one `Input::Batch`, or feeds the batch collected so far.
+    ToggleBatch,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -32,6 +34,7 @@ fn op() -> impl Strategy<Value = Op> {
         (1u16..600).prop_map(Op::Advance),
         Just(Op::Restart),
         Just(Op::Snapshot),
+        Just(Op::ToggleBatch),
     ]
 }
 
@@ -71,10 +74,25 @@ struct Live {
     now: Timestamp,
     outstanding: VecDeque<u64>,
     objects: Vec<(Scope, Object)>,
+    batch: Option<Vec<Input>>,
 }
 
 impl Live {
     fn feed(&mut self, input: Input) {
+        match &mut self.batch {
+            Some(batch) => batch.push(input),
+            None => self.handle(input),
+        }
+    }
+
+    fn toggle_batch(&mut self) {
+        match self.batch.take() {
+            Some(inputs) => self.handle(Input::Batch { inputs }),
+            None => self.batch = Some(Vec::new()),
+        }
+    }
+
+    fn handle(&mut self, input: Input) {
         let payload = recovery::encode_input(&input);
         self.journal.append(self.now, &payload).unwrap();
         self.engine.handle(self.now, input);
@@ -119,6 +137,7 @@ fn run(ops: &[Op]) {
         now: Timestamp(1_704_067_200_000),
         outstanding: VecDeque::new(),
         objects: starting_world(),
+        batch: None,
     };
     let mut by_scope: std::collections::BTreeMap<Scope, Vec<Object>> = Default::default();
     for (s, o) in &live.objects {
@@ -203,6 +222,7 @@ fn run(ops: &[Op]) {
                 live.outstanding.clear();
                 live.feed(Input::Restarted);
             }
+            Op::ToggleBatch => live.toggle_batch(),
             Op::Snapshot => {
                 let seq = live.engine.applied_seq();
                 live.journal

@@ -123,7 +123,11 @@ fn show(dir: &Path, format: Format, from: u64) -> Result<u8, String> {
                 }
             };
             let shown = r.seq >= from;
-            let described = if shown { input.describe() } else { String::new() };
+            let described = if shown {
+                input.describe()
+            } else {
+                String::new()
+            };
             engine.handle(r.at, input);
             let commands: Vec<engine::Command> =
                 std::iter::from_fn(|| engine.poll_command()).collect();

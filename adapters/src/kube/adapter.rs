@@ -489,4 +489,84 @@ mod tests {
             ]
         );
     }
+
+    /// Records what it is fed.
+    #[derive(Default)]
+    struct Recorder(Vec<Input>);
+
+    impl crate::kube::SnapshotSource for Recorder {
+        fn engine(&self) -> Option<&engine::Engine> {
+            None
+        }
+    }
+
+    impl Core for Recorder {
+        fn handle(&mut self, _now: Timestamp, input: Input) {
+            self.0.push(input);
+        }
+        fn poll_command(&mut self) -> Option<engine::Command> {
+            None
+        }
+        fn next_deadline(&self) -> Option<Timestamp> {
+            None
+        }
+    }
+
+    fn result(command: u64) -> Event {
+        Event::Result {
+            command,
+            outcome: ApiOutcome::NotFound,
+        }
+    }
+
+    fn adapter() -> Adapter<Recorder, crate::kube::MemoryLog> {
+        let mut config = Config::new("http://127.0.0.1:9".parse().unwrap());
+        config.default_retry = false;
+        Adapter::new(
+            Recorder::default(),
+            crate::kube::MemoryLog::new(10_000),
+            Client::try_from(config).unwrap(),
+            Arc::new(Metrics::default()),
+            AdapterOptions::default(),
+        )
+    }
+
+    #[tokio::test]
+    async fn queued_events_are_fed_as_one_batch_of_at_most_the_cap() {
+        let mut a = adapter();
+        for id in 2..=(BATCH_INPUTS_MAX as u64 + 10) {
+            a.tx.try_send(result(id)).unwrap();
+        }
+        a.on_backlog(result(1)).unwrap();
+        let next = a.rx.try_recv().unwrap();
+        a.on_backlog(next).unwrap();
+        let sizes: Vec<usize> = a
+            .core
+            .0
+            .iter()
+            .map(|i| match i {
+                Input::Batch { inputs } => inputs.len(),
+                _ => 1,
+            })
+            .collect();
+        assert_eq!(sizes, [BATCH_INPUTS_MAX, 10]);
+        // Journaled exactly as fed, in order.
+        let logged: Vec<&Input> = a.log.entries.iter().map(|(_, _, i)| i).collect();
+        assert_eq!(logged, a.core.0.iter().collect::<Vec<_>>());
+        let Input::Batch { inputs } = &a.core.0[0] else {
+            unreachable!()
+        };
+        assert!(matches!(inputs[0], Input::ApiResult { command: 1, .. }));
+        assert!(matches!(inputs[255], Input::ApiResult { command: 256, .. }));
+    }
+
+    #[tokio::test]
+    async fn a_lone_event_is_fed_as_itself() {
+        let mut a = adapter();
+        a.on_backlog(result(7)).unwrap();
+        assert!(matches!(
+            a.core.0.as_slice(),
+            [Input::ApiResult { command: 7, .. }]
+        ));
+    }
 }

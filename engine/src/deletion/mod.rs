@@ -335,10 +335,7 @@ impl Controller for MachineDeletion {
                 );
             }
             (Scope::Workload(cluster), Kind::Pod) => {
-                let (before, after) = (
-                    as_pod(change.before),
-                    as_pod(change.after),
-                );
+                let (before, after) = (as_pod(change.before), as_pod(change.after));
                 if !pod_change_matters(before, after) {
                     return;
                 }

@@ -482,6 +482,75 @@ fn drain_completes_at_the_input_that_removes_the_last_pod() {
     }
 }
 
+/// The drained world of the test above, with both evictions accepted and the status applied.
+fn evicted_start() -> Harness {
+    let (mut h, cmds) = drained_start(deleting_m1(), vec![]);
+    h.ok(&cmds[0]);
+    h.ok(&cmds[1]);
+    h.apply_status(&cmds);
+    h
+}
+
+/// The pods of n1 terminating and going away, as four watch events.
+fn pods_terminate(h: &mut Harness) -> Vec<Input> {
+    let mut inputs = Vec::new();
+    for name in ["web-0", "web-1"] {
+        let mut object = deleting_pod(name, at(1));
+        h.rv += 1;
+        set_rv(&mut object, h.rv);
+        inputs.push(Input::Upsert {
+            scope: workload("c1"),
+            object,
+        });
+    }
+    inputs.push(Input::Delete {
+        key: pod_key("web-0"),
+    });
+    inputs.push(Input::Delete {
+        key: pod_key("web-1"),
+    });
+    inputs
+}
+
+#[test]
+fn a_batch_is_reconciled_once_against_its_latest_state() {
+    let mut one_by_one = evicted_start();
+    let mut seen = Vec::new();
+    for input in pods_terminate(&mut one_by_one) {
+        seen.push(lines(&one_by_one.input(at(7), input)));
+    }
+    // One by one, the first removal writes an intermediate drain message.
+    assert!(
+        seen[2].contains(&"deletion SetCondition Machine default/m1".to_string()),
+        "{seen:#?}"
+    );
+
+    let mut batched = evicted_start();
+    let inputs = pods_terminate(&mut batched);
+    let out = batched.input(at(7), Input::Batch { inputs });
+    // Batched, m1 is reconciled once, with both pods gone: the drain completes and nothing
+    // about the intermediate state is written.
+    assert_eq!(
+        lines(&out),
+        [
+            "deletion RecordEvent SuccessfulDrainNode",
+            "deletion RecordEvent NodeVolumesDetached",
+            "deletion DeleteInfrastructure DockerMachine default/m1",
+            "deletion PatchStatus Machine default/m1",
+            "deletion SetCondition Machine default/m1",
+        ]
+    );
+    // One by one, the last removal does the same (its condition write waits for the one
+    // still in flight).
+    assert_eq!(seen[3], lines(&out)[..4]);
+    assert_eq!(batched.engine.store(), one_by_one.engine.store());
+    assert_eq!(
+        batched.engine.applied_seq() + 3,
+        one_by_one.engine.applied_seq(),
+        "a batch is one input"
+    );
+}
+
 #[test]
 fn failed_eviction_is_retried_after_20s_and_never_earlier() {
     let (mut h, cmds) = drained_start(deleting_m1(), vec![]);

@@ -176,7 +176,9 @@ fn settle(engine: &mut Engine, now: Timestamp, mut commands: Vec<Command>) -> Ve
         let mut next = Vec::new();
         for c in commands {
             let (outcome, gone) = answer(engine, now, &c);
-            engine.handle(now, Input::ApiResult {
+            engine.handle(
+                now,
+                Input::ApiResult {
                     command: c.id,
                     outcome,
                 },
@@ -442,7 +444,9 @@ fn max_in_flight_defers_remediations_beyond_the_limit() {
         "Waiting because there are already too many remediations in progress (spec.strategy.remediation.maxInFlight is 1)"
     );
     // Once m2 is gone, m1's turn comes.
-    engine.handle(at(mins(2)), Input::Delete {
+    engine.handle(
+        at(mins(2)),
+        Input::Delete {
             key: ObjectKey::management(Kind::Machine, "default", "m2"),
         },
     );
@@ -778,7 +782,9 @@ fn unsynced_workload_cache_never_reports_a_deleted_node() {
     let (mut engine, first) = synced_engine(at(mins(1)), world);
     assert!(first.is_empty(), "{:#?}", lines(&first));
     // The workload relist brings the Node: now the check runs.
-    engine.handle(at(mins(1)), Input::Relist {
+    engine.handle(
+        at(mins(1)),
+        Input::Relist {
             scope: workload("c1"),
             objects: vec![Object::Node(node("m1", ConditionStatus::True, T0))],
         },
@@ -927,7 +933,9 @@ fn failed_remediation_request_is_reported_and_retried_after_the_interval() {
         settle(&mut engine, now, vec![c]);
     }
     let create = create.expect("a request is created");
-    engine.handle(now, Input::ApiResult {
+    engine.handle(
+        now,
+        Input::ApiResult {
             command: create.id,
             outcome: ApiOutcome::Error {
                 code: 500,
@@ -976,7 +984,9 @@ fn deleted_mhc_forgets_its_targets_and_timers() {
     let (mut engine, first) = synced_engine(at(mins(1)), world);
     settle(&mut engine, at(mins(1)), first);
     assert!(engine.next_deadline().is_some());
-    engine.handle(at(mins(2)), Input::Delete {
+    engine.handle(
+        at(mins(2)),
+        Input::Delete {
             key: ObjectKey::management(Kind::MachineHealthCheck, "default", "mhc"),
         },
     );

@@ -189,7 +189,9 @@ fn upsert(engine: &mut Engine, now: Timestamp, scope: Scope, object: Object) -> 
 }
 
 fn answer(engine: &mut Engine, now: Timestamp, c: &Command, outcome: ApiOutcome) -> Vec<Command> {
-    engine.handle(now, Input::ApiResult {
+    engine.handle(
+        now,
+        Input::ApiResult {
             command: c.id,
             outcome,
         },
@@ -933,7 +935,9 @@ fn reconciling_twice_issues_nothing_new_while_patches_are_in_flight() {
         .filter(|(s, _)| *s == Scope::Management)
         .map(|(_, o)| o)
         .collect();
-    engine.handle(T0, Input::Relist {
+    engine.handle(
+        T0,
+        Input::Relist {
             scope: Scope::Management,
             objects: objects.clone(),
         },
@@ -942,7 +946,9 @@ fn reconciling_twice_issues_nothing_new_while_patches_are_in_flight() {
     assert!(!first.is_empty());
     // The same objects again (a relist): everything is in flight, nothing new is queued.
     objects.reverse();
-    engine.handle(secs(1), Input::Relist {
+    engine.handle(
+        secs(1),
+        Input::Relist {
             scope: Scope::Management,
             objects,
         },

@@ -114,7 +114,8 @@ impl Store {
         scope: &Scope,
         node: &str,
     ) -> impl Iterator<Item = (&ObjectKey, u64)> {
-        self.indexes.pods_by_node
+        self.indexes
+            .pods_by_node
             .get(scope)
             .and_then(|nodes| nodes.get(node))
             .into_iter()
@@ -128,7 +129,8 @@ impl Store {
         scope: &Scope,
         provider_id: &str,
     ) -> impl Iterator<Item = &ObjectKey> {
-        self.indexes.nodes_by_provider_id
+        self.indexes
+            .nodes_by_provider_id
             .get(&(scope.clone(), provider_id.to_string()))
             .into_iter()
             .flatten()
@@ -140,7 +142,8 @@ impl Store {
         namespace: &str,
         cluster: &str,
     ) -> impl Iterator<Item = &ObjectKey> {
-        self.indexes.machines_by_cluster
+        self.indexes
+            .machines_by_cluster
             .get(&(Scope::Management, format!("{namespace}/{cluster}")))
             .into_iter()
             .flatten()
@@ -152,7 +155,8 @@ impl Store {
         namespace: &str,
         cluster: &str,
     ) -> impl Iterator<Item = &ObjectKey> {
-        self.indexes.health_checks_by_cluster
+        self.indexes
+            .health_checks_by_cluster
             .get(&(Scope::Management, format!("{namespace}/{cluster}")))
             .into_iter()
             .flatten()
@@ -160,7 +164,8 @@ impl Store {
 
     /// How many Machines of the Cluster `namespace/cluster` are [`is_active_control_plane`].
     pub fn active_control_plane_machines(&self, namespace: &str, cluster: &str) -> usize {
-        self.indexes.active_control_plane_by_cluster
+        self.indexes
+            .active_control_plane_by_cluster
             .get(&(Scope::Management, format!("{namespace}/{cluster}")))
             .map_or(0, BTreeSet::len)
     }
