@@ -78,7 +78,7 @@ impl ServedWorld {
             let server =
                 ApiServer::start(SharedCluster::new(store), addr(port), options.clone()).await?;
             let namespace = match &scope {
-                Scope::Workload(c) => c.namespace.clone(),
+                Scope::Workload(c) => c.namespace.to_string(),
                 Scope::Management => "default".to_string(),
             };
             secrets.push(kubeconfig_secret(

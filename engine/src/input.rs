@@ -93,7 +93,7 @@ impl Input {
             Input::Relist { scope, objects } => {
                 let name = match scope {
                     Scope::Management => "management".to_string(),
-                    Scope::Workload(c) => c.name.clone(),
+                    Scope::Workload(c) => c.name.to_string(),
                 };
                 format!("relisted {name} ({} objects)", objects.len())
             }

@@ -142,7 +142,10 @@ impl Sim {
             && let Some(c) = conditions.current("RemediationAllowed")
         {
             let allowed = c.status == engine::model::ConditionStatus::True;
-            let key = (target.key.namespace.clone(), target.key.name.clone());
+            let key = (
+                target.key.namespace.to_string(),
+                target.key.name.to_string(),
+            );
             if self.invariants.mhc_allowed.get(&key).map(|(a, _)| *a) != Some(allowed) {
                 self.invariants.mhc_allowed.insert(key, (allowed, self.now));
             }

@@ -170,7 +170,7 @@ impl Sim {
     pub fn scope_name(scope: &Scope) -> String {
         match scope {
             Scope::Management => String::new(),
-            Scope::Workload(c) => c.name.clone(),
+            Scope::Workload(c) => c.name.to_string(),
         }
     }
 
@@ -181,7 +181,7 @@ impl Sim {
     pub fn store_mut(&mut self, scope: &Scope) -> &mut ClusterStore {
         let prefix = match scope {
             Scope::Management => "mgmt".to_string(),
-            Scope::Workload(c) => c.name.clone(),
+            Scope::Workload(c) => c.name.to_string(),
         };
         self.clusters
             .entry(scope.clone())

@@ -369,8 +369,8 @@ impl<'p, 'a> Pass<'p, 'a> {
             .get(&key)
             .map(|o| o.meta().uid.clone())
             .unwrap_or_default();
-        self.status.node_ref = Some((key.name.clone(), uid));
-        Some(key.name)
+        self.status.node_ref = Some((key.name.to_string(), uid));
+        Some(key.name.to_string())
     }
 
     fn active_control_plane_machines(&self) -> usize {

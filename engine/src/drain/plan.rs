@@ -302,7 +302,7 @@ mod tests {
     }
 
     fn names(keys: &[&ObjectKey]) -> Vec<String> {
-        keys.iter().map(|k| k.name.clone()).collect()
+        keys.iter().map(|k| k.name.to_string()).collect()
     }
 
     #[test]

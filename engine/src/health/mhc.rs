@@ -408,8 +408,9 @@ impl<'a> Judge<'a> {
                 None => NodeObservation::Missing,
             };
         }
-        key.name.clear();
-        key.name.push_str(name);
+        if key.name != name.as_str() {
+            key.name = crate::model::Name::from(name.as_str());
+        }
         let store: &'a Store = self.store;
         match store.get(key) {
             Some(Object::Node(n)) => NodeObservation::Found(n),

@@ -250,8 +250,10 @@ impl Controller for HealthChecks {
             },
             Scope::Workload(cluster) => {
                 if key.kind == Kind::Node
-                    && let Some(machines) =
-                        self.index.nodes.get(&(cluster.clone(), key.name.clone()))
+                    && let Some(machines) = self
+                        .index
+                        .nodes
+                        .get(&(cluster.clone(), key.name.to_string()))
                 {
                     for m in machines {
                         push_unique(out, m.clone());

@@ -1,3 +1,4 @@
+use super::Name;
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -14,12 +15,12 @@ pub enum Scope {
 /// A CAPI Cluster's identity in the management cluster.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ClusterName {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Name,
+    pub name: Name,
 }
 
 impl ClusterName {
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+    pub fn new(namespace: impl Into<Name>, name: impl Into<Name>) -> Self {
         ClusterName {
             namespace: namespace.into(),
             name: name.into(),
@@ -114,22 +115,22 @@ impl Kind {
 pub struct ObjectKey {
     pub scope: Scope,
     pub kind: Kind,
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Name,
+    pub name: Name,
 }
 
 impl ObjectKey {
     pub fn new(scope: Scope, kind: Kind, namespace: &str, name: &str) -> Self {
         let namespace = if kind.is_cluster_scoped() {
-            String::new()
+            ""
         } else {
-            namespace.to_string()
+            namespace
         };
         ObjectKey {
             scope,
             kind,
-            namespace,
-            name: name.to_string(),
+            namespace: Name::from(namespace),
+            name: Name::from(name),
         }
     }
 

@@ -7,11 +7,13 @@
 mod capi;
 mod core;
 mod meta;
+mod name;
 mod selector;
 
 pub use capi::*;
 pub use core::*;
 pub use meta::*;
+pub use name::Name;
 pub use selector::*;
 
 use serde::{Deserialize, Serialize};
@@ -87,15 +89,15 @@ impl Object {
         let meta = self.meta();
         let kind = self.kind();
         let namespace = if kind.is_cluster_scoped() {
-            String::new()
+            ""
         } else {
-            meta.namespace.clone()
+            meta.namespace.as_str()
         };
         ObjectKey {
             scope: scope.clone(),
             kind,
-            namespace,
-            name: meta.name.clone(),
+            namespace: Name::from(namespace),
+            name: Name::from(meta.name.as_str()),
         }
     }
 }

@@ -147,7 +147,9 @@ impl Pools {
                 // or by the pool's nodeRefs.
                 let a = &n.meta.annotations;
                 if a.get(noderefs::OWNER_KIND_ANNOTATION).map(String::as_str) == Some("MachinePool")
-                    && a.get(noderefs::CLUSTER_NAMESPACE_ANNOTATION) == Some(&cluster.namespace)
+                    && a.get(noderefs::CLUSTER_NAMESPACE_ANNOTATION)
+                        .map(String::as_str)
+                        == Some(cluster.namespace.as_str())
                     && let Some(owner) = a.get(noderefs::OWNER_NAME_ANNOTATION)
                 {
                     out.push(pool_key(&cluster.namespace, owner));
@@ -281,7 +283,7 @@ impl Controller for Pools {
         let Some(attempt) = self
             .memory
             .get_mut(&command.owner)
-            .and_then(|m| m.node_deletions.get_mut(&node.key.name))
+            .and_then(|m| m.node_deletions.get_mut(node.key.name.as_str()))
         else {
             return;
         };

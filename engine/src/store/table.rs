@@ -8,15 +8,15 @@
 //! Guarantees: iteration is in [`ObjectKey`] order (scope, kind, namespace, name), the order
 //! of the flat map this replaces; empty levels are removed, so equal contents mean equal tables.
 
-use crate::model::{Kind, Object, ObjectKey, Scope};
+use crate::model::{Kind, Name, Object, ObjectKey, Scope};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Objects of one namespace (and kind, and scope) by name, with their full keys (iteration
 /// hands out `&ObjectKey`s). Boxed: an entry is about 1 KB, and B-tree inserts and removals
 /// shift entries within a node.
-type Names = BTreeMap<String, Box<(ObjectKey, Object)>>;
-type Namespaces = BTreeMap<String, Names>;
+type Names = BTreeMap<Name, Box<(ObjectKey, Object)>>;
+type Namespaces = BTreeMap<Name, Names>;
 type Kinds = BTreeMap<Kind, Namespaces>;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,8 +35,8 @@ impl Table {
             .scopes
             .get(&key.scope)?
             .get(&key.kind)?
-            .get(key.namespace.as_str())?
-            .get(key.name.as_str())?;
+            .get(&key.namespace)?
+            .get(&key.name)?;
         Some(object)
     }
 
@@ -45,15 +45,15 @@ impl Table {
             .scopes
             .get_mut(&key.scope)?
             .get_mut(&key.kind)?
-            .get_mut(key.namespace.as_str())?
-            .get_mut(key.name.as_str())?;
+            .get_mut(&key.namespace)?
+            .get_mut(&key.name)?;
         Some(object)
     }
 
     /// Inserts or replaces; returns the replaced object.
     pub fn insert(&mut self, key: ObjectKey, object: Object) -> Option<Object> {
         let names = self.names_mut(&key);
-        if let Some((_, existing)) = names.get_mut(key.name.as_str()).map(|e| &mut **e) {
+        if let Some((_, existing)) = names.get_mut(&key.name).map(|e| &mut **e) {
             return Some(std::mem::replace(existing, object));
         }
         names.insert(key.name.clone(), Box::new((key, object)));
@@ -64,11 +64,11 @@ impl Table {
     pub fn remove(&mut self, key: &ObjectKey) -> Option<Object> {
         let kinds = self.scopes.get_mut(&key.scope)?;
         let namespaces = kinds.get_mut(&key.kind)?;
-        let names = namespaces.get_mut(key.namespace.as_str())?;
-        let (_, object) = *names.remove(key.name.as_str())?;
+        let names = namespaces.get_mut(&key.namespace)?;
+        let (_, object) = *names.remove(&key.name)?;
         self.len -= 1;
         if names.is_empty() {
-            namespaces.remove(key.namespace.as_str());
+            namespaces.remove(&key.namespace);
             if namespaces.is_empty() {
                 kinds.remove(&key.kind);
                 if kinds.is_empty() {
@@ -117,11 +117,11 @@ impl Table {
             kinds.insert(key.kind.clone(), Namespaces::new());
         }
         let namespaces = kinds.get_mut(&key.kind).expect("kind inserted above");
-        if !namespaces.contains_key(key.namespace.as_str()) {
+        if !namespaces.contains_key(&key.namespace) {
             namespaces.insert(key.namespace.clone(), Names::new());
         }
         namespaces
-            .get_mut(key.namespace.as_str())
+            .get_mut(&key.namespace)
             .expect("namespace inserted above")
     }
 }
