@@ -35,8 +35,25 @@ impl Controllers {
     }
 }
 
-/// Keys to reconcile per registry slot, as routed (unsorted, with repeats).
-type Dirty = [Vec<ObjectKey>; 3];
+/// Keys to reconcile per registry slot, each once, in key order. A batch that touches one
+/// Machine a thousand times keeps one key.
+#[derive(Default)]
+struct Dirty {
+    slots: [BTreeSet<ObjectKey>; 3],
+    /// Where controllers push the keys a change affects (reused between changes).
+    routed: Vec<ObjectKey>,
+}
+
+impl Dirty {
+    fn push(&mut self, slot: usize, key: ObjectKey) {
+        self.slots[slot].insert(key);
+    }
+
+    /// Moves what was pushed into `routed` into `slot`.
+    fn absorb(&mut self, slot: usize) {
+        self.slots[slot].extend(self.routed.drain(..));
+    }
+}
 
 /// Which registry slot owns commands of a controller id (deletion also issues `drain`
 /// commands; health also issues `remediation` ones).
@@ -116,7 +133,8 @@ impl Engine {
             Input::Relist { scope, objects } => {
                 let replaced = self.store.replace_scope(&scope, objects);
                 for (slot, controller) in self.controllers.all().into_iter().enumerate() {
-                    controller.on_synced(&self.store, &scope, &mut dirty[slot]);
+                    controller.on_synced(&self.store, &scope, &mut dirty.routed);
+                    dirty.absorb(slot);
                 }
                 for r in &replaced {
                     self.route(self.store.change(r), dirty);
@@ -141,15 +159,16 @@ impl Engine {
             Input::Tick => {
                 let now = self.now;
                 for (controller, owner) in self.effects.take_due_retries(now) {
-                    dirty[slot_of(controller)].push(owner);
+                    dirty.push(slot_of(controller), owner);
                 }
                 for (slot, controller) in self.controllers.all_mut().into_iter().enumerate() {
-                    controller.take_due(now, &mut dirty[slot]);
+                    controller.take_due(now, &mut dirty.routed);
+                    dirty.absorb(slot);
                 }
             }
             Input::Restarted => {
                 for (id, owner) in self.effects.forget_in_flight() {
-                    dirty[slot_of(id)].push(owner);
+                    dirty.push(slot_of(id), owner);
                 }
                 self.store.mark_unsynced_all();
             }
@@ -193,7 +212,8 @@ impl Engine {
 
     fn route(&self, change: Change<'_>, dirty: &mut Dirty) {
         for (slot, controller) in self.controllers.all().into_iter().enumerate() {
-            controller.affected(&self.store, &change, &mut dirty[slot]);
+            controller.affected(&self.store, &change, &mut dirty.routed);
+            dirty.absorb(slot);
         }
     }
 
@@ -222,9 +242,9 @@ impl Engine {
         }
         let slot = slot_of(command.controller);
         self.controllers.all_mut()[slot].on_result(&command, outcome, self.now);
-        dirty[slot].push(command.owner.clone());
+        dirty.push(slot, command.owner.clone());
         for (controller, owner) in waiters {
-            dirty[slot_of(controller)].push(owner);
+            dirty.push(slot_of(controller), owner);
         }
     }
 
@@ -232,10 +252,7 @@ impl Engine {
         let mut budget = RECONCILES_PER_INPUT_MAX;
         let now = self.now;
         let cause = self.applied_seq;
-        for (slot, mut keys) in dirty.into_iter().enumerate() {
-            // Each key once, in key order (what a set would give; pushing is cheaper).
-            keys.sort_unstable();
-            keys.dedup();
+        for (slot, keys) in dirty.slots.into_iter().enumerate() {
             for key in keys {
                 if budget == 0 {
                     tracing::error!("reconcile budget exhausted for input #{cause}");

@@ -409,7 +409,7 @@ impl<'a> Judge<'a> {
             };
         }
         if key.name != name.as_str() {
-            key.name = crate::model::Name::from(name.as_str());
+            *key = ObjectKey::new(key.scope.clone(), Kind::Node, "", name);
         }
         let store: &'a Store = self.store;
         match store.get(key) {

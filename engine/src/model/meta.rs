@@ -3,6 +3,7 @@ use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 /// Where an object lives: the management cluster, or the workload cluster of a CAPI Cluster.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -111,8 +112,15 @@ impl Kind {
 }
 
 /// Identity of an observed object: cluster, kind, namespace ("" when cluster-scoped), name.
+///
+/// Shared: a clone is one reference-count increment (keys are cloned on every routed change
+/// and every command), and two clones compare equal by pointer. Fields read through
+/// [`KeyParts`]; order, equality, hashing and encoding are those of the parts.
+#[derive(Clone)]
+pub struct ObjectKey(Arc<KeyParts>);
+
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct ObjectKey {
+pub struct KeyParts {
     pub scope: Scope,
     pub kind: Kind,
     pub namespace: Name,
@@ -126,16 +134,75 @@ impl ObjectKey {
         } else {
             namespace
         };
-        ObjectKey {
+        ObjectKey(Arc::new(KeyParts {
             scope,
             kind,
             namespace: Name::from(namespace),
             name: Name::from(name),
-        }
+        }))
     }
 
     pub fn management(kind: Kind, namespace: &str, name: &str) -> Self {
         Self::new(Scope::Management, kind, namespace, name)
+    }
+}
+
+impl std::ops::Deref for ObjectKey {
+    type Target = KeyParts;
+    fn deref(&self) -> &KeyParts {
+        &self.0
+    }
+}
+
+impl PartialEq for ObjectKey {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+impl Eq for ObjectKey {}
+
+impl Ord for ObjectKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        if Arc::ptr_eq(&self.0, &other.0) {
+            return std::cmp::Ordering::Equal;
+        }
+        self.0.cmp(&other.0)
+    }
+}
+
+impl PartialOrd for ObjectKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::hash::Hash for ObjectKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state)
+    }
+}
+
+impl fmt::Debug for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectKey")
+            .field("scope", &self.scope)
+            .field("kind", &self.kind)
+            .field("namespace", &self.namespace)
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl Serialize for ObjectKey {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for ObjectKey {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        KeyParts::deserialize(deserializer).map(|parts| ObjectKey(Arc::new(parts)))
     }
 }
 

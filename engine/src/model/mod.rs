@@ -88,16 +88,6 @@ impl Object {
     pub fn key(&self, scope: &Scope) -> ObjectKey {
         let meta = self.meta();
         let kind = self.kind();
-        let namespace = if kind.is_cluster_scoped() {
-            ""
-        } else {
-            meta.namespace.as_str()
-        };
-        ObjectKey {
-            scope: scope.clone(),
-            kind,
-            namespace: Name::from(namespace),
-            name: Name::from(meta.name.as_str()),
-        }
+        ObjectKey::new(scope.clone(), kind, &meta.namespace, &meta.name)
     }
 }

@@ -182,8 +182,16 @@ impl Store {
     /// Inserts or replaces an object. Returns what it replaced, or `None` when nothing changed
     /// or the update is older than what is cached.
     pub fn upsert(&mut self, scope: &Scope, object: Object) -> Option<Replaced> {
-        let key = object.key(scope);
-        let Some(existing) = self.objects.get_mut(&key) else {
+        let kind = object.kind();
+        let meta = object.meta();
+        let namespace = if kind.is_cluster_scoped() {
+            ""
+        } else {
+            meta.namespace.as_str()
+        };
+        let Some((stored, existing)) = self.objects.entry_mut(scope, &kind, namespace, &meta.name)
+        else {
+            let key = object.key(scope);
             self.changes += 1;
             self.indexes.update(&key, None, &object, self.changes);
             self.objects.insert(key.clone(), object);
@@ -196,6 +204,8 @@ impl Store {
         if (new_rv != 0 && old_rv > new_rv) || *existing == object {
             return None;
         }
+        // The stored key: cloning it shares its names instead of allocating new ones.
+        let key = stored.clone();
         self.changes += 1;
         let before = std::mem::replace(existing, object);
         self.indexes

@@ -40,14 +40,22 @@ impl Table {
         Some(object)
     }
 
-    pub fn get_mut(&mut self, key: &ObjectKey) -> Option<&mut Object> {
-        let (_, object) = &mut **self
+    /// The stored key and object at (scope, kind, namespace, name), found without building
+    /// a key.
+    pub fn entry_mut<'t>(
+        &'t mut self,
+        scope: &Scope,
+        kind: &Kind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<&'t mut (ObjectKey, Object)> {
+        let entry = self
             .scopes
-            .get_mut(&key.scope)?
-            .get_mut(&key.kind)?
-            .get_mut(&key.namespace)?
-            .get_mut(&key.name)?;
-        Some(object)
+            .get_mut(scope)?
+            .get_mut(kind)?
+            .get_mut(namespace)?
+            .get_mut(name)?;
+        Some(&mut **entry)
     }
 
     /// Inserts or replaces; returns the replaced object.
@@ -177,12 +185,12 @@ mod tests {
                 prop_assert_eq!(table.len(), model.len());
             }
             for s in 0..3 {
-                let scope = key(s, 0, 0, 0).scope;
+                let scope = key(s, 0, 0, 0).scope.clone();
                 let got: Vec<_> = table.iter_scope(&scope).collect();
                 let want: Vec<_> = model.iter().filter(|(k, _)| k.scope == scope).collect();
                 prop_assert_eq!(got, want);
                 for k in 0..4 {
-                    let kind = key(s, k, 0, 0).kind;
+                    let kind = key(s, k, 0, 0).kind.clone();
                     let got: Vec<_> = table.iter_kind(&scope, &kind).collect();
                     let want: Vec<_> = model
                         .iter()
