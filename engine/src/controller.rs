@@ -35,7 +35,8 @@ pub trait Controller {
 /// What keeps two commands from doing the same thing at once: the action name and its target.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Intent {
-    pub action: String,
+    /// Borrowed for lookups (no allocation); decoded state holds it owned.
+    pub action: std::borrow::Cow<'static, str>,
     pub target: ObjectKey,
 }
 
@@ -45,7 +46,7 @@ impl Intent {
         match action {
             Action::RecordEvent { .. } => None,
             _ => Some(Intent {
-                action: action.name().to_string(),
+                action: action.name().into(),
                 target: action.target().key.clone(),
             }),
         }
@@ -260,11 +261,11 @@ impl<'a> Cx<'a> {
     pub fn wait_if_in_flight(
         &mut self,
         controller: ControllerId,
-        action: &str,
+        action: &'static str,
         target: &ObjectKey,
     ) -> bool {
         let intent = Intent {
-            action: action.to_string(),
+            action: action.into(),
             target: target.clone(),
         };
         if !self.effects.intents.contains_key(&intent) {
@@ -288,9 +289,9 @@ impl<'a> Cx<'a> {
     }
 
     /// Whether an action with this name on this target is in flight.
-    pub fn is_in_flight(&self, action: &str, target: &ObjectKey) -> bool {
+    pub fn is_in_flight(&self, action: &'static str, target: &ObjectKey) -> bool {
         self.effects.intents.contains_key(&Intent {
-            action: action.to_string(),
+            action: action.into(),
             target: target.clone(),
         })
     }

@@ -15,7 +15,7 @@ use super::{
 use crate::command::{Action, ControllerId, EventType, Target};
 use crate::controller::{Cx, Issued};
 use crate::drain::{
-    self, DrainBehavior, DrainContext, DrainPlan, EvictionAttempt, EvictionOutcome, PodDrain,
+    self, DrainBehavior, DrainContext, DrainPlan, EvictionAttempt, EvictionOutcome,
 };
 use crate::model::{
     ApiVersion, Cluster, Condition, ConditionStatus, Conditions, EXCLUDE_DRAIN_ANNOTATION,
@@ -601,17 +601,9 @@ impl<'p, 'a> Pass<'p, 'a> {
         skip_seconds: i64,
         grace_period_seconds: Option<i64>,
     ) -> Flow {
-        let pods: Vec<PodDrain<'_>> = cached
-            .iter()
-            .map(|c| PodDrain {
-                key: &c.key,
-                deletion_timestamp: c.deletion_timestamp,
-                status: c.status.clone(),
-            })
-            .collect();
         let effects_view = &*self.cx;
         let plan = DrainPlan::build(
-            &pods,
+            cached,
             &self.tracked.memo.evictions,
             self.now,
             skip_seconds,
@@ -638,7 +630,6 @@ impl<'p, 'a> Pass<'p, 'a> {
         if plan.is_complete() {
             return self.drain_completed(node_name);
         }
-        let message = drain::condition_message_after(header, &plan);
         tracing::debug!(
             machine = %self.key,
             node = node_name,
@@ -646,6 +637,12 @@ impl<'p, 'a> Pass<'p, 'a> {
             failed = plan.failed.len(),
             "Drain not completed yet, requeuing in 20s"
         );
+        if self.cx.is_in_flight("SetCondition", self.key) {
+            // Nothing is written until that write is answered, and its answer reconciles
+            // this Machine again: a message built now would be thrown away.
+            return Flow::Wait;
+        }
+        let message = drain::condition_message_after(header, &plan);
         self.set_legacy(legacy_false(
             legacy::DRAINING_SUCCEEDED,
             legacy::DRAINING,

@@ -296,3 +296,15 @@ mod tests {
         w.check(0);
     }
 }
+
+impl crate::drain::PodFacts for CachedPod {
+    fn key(&self) -> &ObjectKey {
+        &self.key
+    }
+    fn deletion_timestamp(&self) -> Option<Timestamp> {
+        self.deletion_timestamp
+    }
+    fn status(&self) -> &crate::drain::PodDeleteStatus {
+        &self.status
+    }
+}

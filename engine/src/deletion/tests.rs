@@ -513,6 +513,25 @@ fn pods_terminate(h: &mut Harness) -> Vec<Input> {
 }
 
 #[test]
+fn a_drain_message_held_back_by_a_write_in_flight_is_written_after_its_answer() {
+    let (mut h, cmds) = drained_start(deleting_m1(), vec![]);
+    h.ok(&cmds[0]);
+    h.ok(&cmds[1]);
+    let write = find(&cmds, "SetCondition").clone();
+    h.observe(workload("c1"), deleting_pod("web-0", at(1)));
+    h.now = at(3);
+    // The first message is still being written: nothing new is said yet.
+    assert!(lines(&h.gone(pod_key("web-0"))).is_empty());
+    // Its answer reconciles m1, which now says what is left.
+    let out = h.ok(&write);
+    assert_eq!(
+        deleting(&last_conditions(&out)).1,
+        "Drain not completed yet (started at 2024-01-01T00:00:00Z):\n\
+         * Pod app/web-1: deletionTimestamp set, but still not removed from the Node"
+    );
+}
+
+#[test]
 fn a_batch_is_reconciled_once_against_its_latest_state() {
     let mut one_by_one = evicted_start();
     let mut seen = Vec::new();

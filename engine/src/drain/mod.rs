@@ -19,7 +19,9 @@ pub use filter::{
     matching_drain_rules,
 };
 pub use message::{condition_header, condition_message, condition_message_after, list_to_string};
-pub use plan::{DrainPlan, EvictionAttempt, EvictionOutcome, PodDrain, eviction_failure_message};
+pub use plan::{
+    DrainPlan, EvictionAttempt, EvictionOutcome, PodDrain, PodFacts, eviction_failure_message,
+};
 
 use crate::time::Duration;
 

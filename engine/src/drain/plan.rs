@@ -71,6 +71,26 @@ pub struct PodDrain<'a> {
     pub status: PodDeleteStatus,
 }
 
+/// What a plan reads of one pod: implemented by [`PodDrain`] and by the classifications a
+/// deletion keeps between passes, so a plan is built from those without copying them.
+pub trait PodFacts {
+    fn key(&self) -> &ObjectKey;
+    fn deletion_timestamp(&self) -> Option<Timestamp>;
+    fn status(&self) -> &PodDeleteStatus;
+}
+
+impl PodFacts for PodDrain<'_> {
+    fn key(&self) -> &ObjectKey {
+        self.key
+    }
+    fn deletion_timestamp(&self) -> Option<Timestamp> {
+        self.deletion_timestamp
+    }
+    fn status(&self) -> &PodDeleteStatus {
+        &self.status
+    }
+}
+
 /// Upstream's eviction buckets. Pod lists keep the input order (namespace/name).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DrainPlan<'a> {
@@ -98,19 +118,19 @@ impl<'a> DrainPlan<'a> {
     /// Builds the plan. `pods` must be sorted by namespace/name (the store's key order);
     /// `in_flight(pod)` says whether an eviction of that pod is still unanswered;
     /// `skip_wait_for_delete_timeout_seconds` is the skipDeleted threshold in use (0 = off).
-    pub fn build(
-        pods: &[PodDrain<'a>],
+    pub fn build<P: PodFacts>(
+        pods: &'a [P],
         attempts: &BTreeMap<ObjectKey, EvictionAttempt>,
         now: Timestamp,
         skip_wait_for_delete_timeout_seconds: i64,
         in_flight: impl Fn(&ObjectKey) -> bool,
     ) -> DrainPlan<'a> {
-        debug_assert!(pods.windows(2).all(|w| w[0].key <= w[1].key));
+        debug_assert!(pods.windows(2).all(|w| w[0].key() <= w[1].key()));
         let mut plan = DrainPlan::default();
         let min_order = pods
             .iter()
-            .filter(|p| p.status.blocks())
-            .map(|p| p.status.order.unwrap_or(0))
+            .filter(|p| p.status().blocks())
+            .map(|p| p.status().order.unwrap_or(0))
             .min()
             .unwrap_or(0);
         // Pods and attempts are both in key order: walk them together instead of searching.
@@ -120,28 +140,28 @@ impl<'a> DrainPlan<'a> {
             attempts.next_if(|(k, _)| *k == key).map(|(_, a)| a)
         };
         for p in pods {
-            if p.status.reason == StatusReason::Error {
-                let message = if p.status.message.is_empty() {
+            let (key, status) = (p.key(), p.status());
+            if status.reason == StatusReason::Error {
+                let message = if status.message.is_empty() {
                     "unexpected error".to_string()
                 } else {
-                    p.status.message.clone()
+                    status.message.clone()
                 };
-                plan.errors.entry(message).or_default().push(p.key);
+                plan.errors.entry(message).or_default().push(key);
                 continue;
             }
-            let order = p.status.order.unwrap_or(0);
-            let deleting = p.deletion_timestamp;
-            match (p.status.behavior, deleting) {
+            let order = status.order.unwrap_or(0);
+            match (status.behavior, p.deletion_timestamp()) {
                 (DrainBehavior::Drain, None) if order == min_order => {
-                    plan.place_eviction(p.key, attempt_of(p.key), now, &in_flight);
+                    plan.place_eviction(key, attempt_of(key), now, &in_flight);
                 }
-                (DrainBehavior::Drain, None) => plan.trigger_eviction_later.push(p.key),
+                (DrainBehavior::Drain, None) => plan.trigger_eviction_later.push(key),
                 (DrainBehavior::WaitCompleted, _) if order == min_order => {
-                    plan.wait_completed_now.push(p.key)
+                    plan.wait_completed_now.push(key)
                 }
-                (DrainBehavior::WaitCompleted, _) => plan.wait_completed_later.push(p.key),
+                (DrainBehavior::WaitCompleted, _) => plan.wait_completed_later.push(key),
                 (DrainBehavior::Drain, Some(at)) => {
-                    plan.deletion_timestamp_set.push(p.key);
+                    plan.deletion_timestamp_set.push(key);
                     if skip_wait_for_delete_timeout_seconds > 0 {
                         // Skipped once whole seconds since deletion exceed the threshold.
                         let skip_at = at.saturating_add(crate::time::Duration::from_secs(
@@ -150,7 +170,7 @@ impl<'a> DrainPlan<'a> {
                         plan.wake(skip_at);
                     }
                 }
-                (DrainBehavior::Skip, _) => plan.ignored.push(p.key),
+                (DrainBehavior::Skip, _) => plan.ignored.push(key),
             }
         }
         plan
@@ -337,7 +357,8 @@ mod tests {
     fn deleting_pods_count_towards_the_minimum_order() {
         use DrainBehavior::*;
         let f = Fixture::new(&[("a", Drain, Some(1), true), ("b", Drain, Some(2), false)]);
-        let plan = DrainPlan::build(&f.drains(), &BTreeMap::new(), NOW, 0, |_| false);
+        let drains = f.drains();
+        let plan = DrainPlan::build(&drains, &BTreeMap::new(), NOW, 0, |_| false);
         assert!(plan.evict_now.is_empty());
         assert_eq!(names(&plan.trigger_eviction_later), ["b"]);
     }
@@ -346,7 +367,8 @@ mod tests {
     fn only_skipped_pods_means_complete() {
         use DrainBehavior::*;
         let f = Fixture::new(&[("ds", Skip, None, false)]);
-        let plan = DrainPlan::build(&f.drains(), &BTreeMap::new(), NOW, 0, |_| false);
+        let drains = f.drains();
+        let plan = DrainPlan::build(&drains, &BTreeMap::new(), NOW, 0, |_| false);
         assert!(plan.is_complete());
     }
 
@@ -388,7 +410,8 @@ mod tests {
             )
         })
         .collect();
-        let plan = DrainPlan::build(&f.drains(), &attempts, NOW, 0, |k| k.name == "d-flight");
+        let drains = f.drains();
+        let plan = DrainPlan::build(&drains, &attempts, NOW, 0, |k| k.name == "d-flight");
         assert_eq!(names(&plan.deletion_timestamp_set), ["a-ok"]);
         assert_eq!(names(&plan.not_found), ["b-404"]);
         // A retried pod keeps showing its last failure until the retry is answered.
@@ -412,7 +435,8 @@ mod tests {
         )]
         .into_iter()
         .collect();
-        let plan = DrainPlan::build(&f.drains(), &attempts, NOW, 0, |_| false);
+        let drains = f.drains();
+        let plan = DrainPlan::build(&drains, &attempts, NOW, 0, |_| false);
         assert!(plan.is_complete());
     }
 
@@ -430,7 +454,8 @@ mod tests {
         )]
         .into_iter()
         .collect();
-        let plan = DrainPlan::build(&f.drains(), &attempts, NOW, 0, |_| false);
+        let drains = f.drains();
+        let plan = DrainPlan::build(&drains, &attempts, NOW, 0, |_| false);
         assert_eq!(names(&plan.evict_now), ["a"]);
     }
 
@@ -438,7 +463,8 @@ mod tests {
     fn deleting_pods_on_an_unreachable_node_wake_the_drain_when_they_become_skippable() {
         use DrainBehavior::*;
         let f = Fixture::new(&[("a", Drain, None, true)]);
-        let plan = DrainPlan::build(&f.drains(), &BTreeMap::new(), NOW, 1, |_| false);
+        let drains = f.drains();
+        let plan = DrainPlan::build(&drains, &BTreeMap::new(), NOW, 1, |_| false);
         // Deleted at NOW-500ms; skipped once 2 whole seconds have passed.
         assert_eq!(plan.next_wake, Some(Timestamp(NOW.0 - 500 + 2_000)));
         let _ = Duration::ZERO;
