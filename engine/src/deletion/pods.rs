@@ -125,6 +125,18 @@ fn reads_daemon_set(pod: &Pod) -> bool {
     pod.meta.controller().is_some_and(|o| o.kind == "DaemonSet")
 }
 
+impl crate::drain::PodFacts for CachedPod {
+    fn key(&self) -> &ObjectKey {
+        &self.key
+    }
+    fn deletion_timestamp(&self) -> Option<Timestamp> {
+        self.deletion_timestamp
+    }
+    fn status(&self) -> &crate::drain::PodDeleteStatus {
+        &self.status
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,17 +306,5 @@ mod tests {
         w.check(0);
         w.store.replace_scope(&w.scope, objects);
         w.check(0);
-    }
-}
-
-impl crate::drain::PodFacts for CachedPod {
-    fn key(&self) -> &ObjectKey {
-        &self.key
-    }
-    fn deletion_timestamp(&self) -> Option<Timestamp> {
-        self.deletion_timestamp
-    }
-    fn status(&self) -> &crate::drain::PodDeleteStatus {
-        &self.status
     }
 }
