@@ -1,43 +1,110 @@
-//! The store's objects, nested by scope, kind, namespace and name.
+//! The store's objects: in slots, found by a probe-only hash index, ordered by a nested map.
 //!
-//! Why nested: keyed by whole [`ObjectKey`]s, a lookup compared ~20 keys, and every comparison
-//! of two keys of one workload cluster began with two `memcmp`s of that cluster's namespace and
-//! name (equal in all its keys, each a separate heap string): that was most of the cost of a
-//! deletion pass. Nested, each part is compared once per level, and lookups borrow their keys.
+//! Why: a lookup in nested B-trees by name compared ~15 names, each behind a pointer, and
+//! lookups are most of what the store does (every input finds its object twice, every pass
+//! finds its Machine, Cluster, Node and providers). Keys carry a precomputed hash
+//! ([`key_hash`]), so a lookup is one probe; a caller that has the parts but no key probes
+//! without building one ([`Table::entry_mut`]).
 //!
-//! Guarantees: iteration is in [`ObjectKey`] order (scope, kind, namespace, name), the order
-//! of the flat map this replaces; empty levels are removed, so equal contents mean equal tables.
+//! Guarantees: iteration is in [`ObjectKey`] order (scope, kind, namespace, name); equality
+//! and the encoding depend only on the contents (not on slots, free lists or hash order):
+//! the encoding is that of the nested map of entries this replaced.
 
-use crate::model::{Kind, Name, Object, ObjectKey, Scope};
+use crate::model::{Kind, Name, Object, ObjectKey, Scope, key_hash};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
-/// Objects of one namespace (and kind, and scope) by name, with their full keys (iteration
-/// hands out `&ObjectKey`s). Boxed: an entry is about 1 KB, and B-tree inserts and removals
-/// shift entries within a node.
-type Names = BTreeMap<Name, Box<(ObjectKey, Object)>>;
+type Entry = (ObjectKey, Object);
+/// Slots by name, nested by scope, kind and namespace: the order of iteration.
+type Names = BTreeMap<Name, u32>;
 type Namespaces = BTreeMap<Name, Names>;
 type Kinds = BTreeMap<Kind, Namespaces>;
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default)]
 pub(super) struct Table {
-    scopes: BTreeMap<Scope, Kinds>,
-    len: usize,
+    /// Entries; `None` marks a free slot (listed in `free`, reused first).
+    slots: Vec<Option<Entry>>,
+    free: Vec<u32>,
+    /// The slot of every key (probed only, never iterated).
+    by_key: HashMap<ObjectKey, u32, BuildHasherDefault<PrecomputedHash>>,
+    order: BTreeMap<Scope, Kinds>,
 }
+
+/// Hashes a key by the hash it carries.
+#[derive(Default)]
+pub(super) struct PrecomputedHash(u64);
+
+impl Hasher for PrecomputedHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, _: &[u8]) {
+        unreachable!("keys hash with write_u64 only")
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// A key's parts, owned ([`ObjectKey`]) or borrowed ([`Probe`]): what the index is probed by.
+trait KeyView {
+    fn parts(&self) -> (&Scope, &Kind, &str, &str);
+    fn hash64(&self) -> u64;
+}
+
+impl KeyView for ObjectKey {
+    fn parts(&self) -> (&Scope, &Kind, &str, &str) {
+        (&self.scope, &self.kind, &self.namespace, &self.name)
+    }
+    fn hash64(&self) -> u64 {
+        ObjectKey::hash64(self)
+    }
+}
+
+struct Probe<'a> {
+    parts: (&'a Scope, &'a Kind, &'a str, &'a str),
+    hash: u64,
+}
+
+impl KeyView for Probe<'_> {
+    fn parts(&self) -> (&Scope, &Kind, &str, &str) {
+        self.parts
+    }
+    fn hash64(&self) -> u64 {
+        self.hash
+    }
+}
+
+impl<'a> Borrow<dyn KeyView + 'a> for ObjectKey {
+    fn borrow(&self) -> &(dyn KeyView + 'a) {
+        self
+    }
+}
+
+impl Hash for dyn KeyView + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash64())
+    }
+}
+
+impl PartialEq for dyn KeyView + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash64() == other.hash64() && self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn KeyView + '_ {}
 
 impl Table {
     pub fn len(&self) -> usize {
-        self.len
+        self.by_key.len()
     }
 
     pub fn get(&self, key: &ObjectKey) -> Option<&Object> {
-        let (_, object) = &**self
-            .scopes
-            .get(&key.scope)?
-            .get(&key.kind)?
-            .get(&key.namespace)?
-            .get(&key.name)?;
-        Some(object)
+        let slot = *self.by_key.get(key)?;
+        self.entry(slot).map(|(_, o)| o)
     }
 
     /// The stored key and object at (scope, kind, namespace, name), found without building
@@ -49,40 +116,58 @@ impl Table {
         namespace: &str,
         name: &str,
     ) -> Option<&'t mut (ObjectKey, Object)> {
-        let entry = self
-            .scopes
-            .get_mut(scope)?
-            .get_mut(kind)?
-            .get_mut(namespace)?
-            .get_mut(name)?;
-        Some(&mut **entry)
+        let probe = Probe {
+            parts: (scope, kind, namespace, name),
+            hash: key_hash(scope, kind, namespace, name),
+        };
+        let slot = *self.by_key.get(&probe as &dyn KeyView)?;
+        self.slots.get_mut(slot as usize)?.as_mut()
     }
 
     /// Inserts or replaces; returns the replaced object.
     pub fn insert(&mut self, key: ObjectKey, object: Object) -> Option<Object> {
-        let names = self.names_mut(&key);
-        if let Some((_, existing)) = names.get_mut(&key.name).map(|e| &mut **e) {
+        if let Some(&slot) = self.by_key.get(&key) {
+            let (_, existing) = self.slots[slot as usize]
+                .as_mut()
+                .expect("indexed slots are filled");
             return Some(std::mem::replace(existing, object));
         }
-        names.insert(key.name.clone(), Box::new((key, object)));
-        self.len += 1;
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                self.slots.push(None);
+                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 objects")
+            }
+        };
+        self.names_mut(&key).insert(key.name.clone(), slot);
+        self.by_key.insert(key.clone(), slot);
+        self.slots[slot as usize] = Some((key, object));
         None
     }
 
     pub fn remove(&mut self, key: &ObjectKey) -> Option<Object> {
-        let kinds = self.scopes.get_mut(&key.scope)?;
-        let namespaces = kinds.get_mut(&key.kind)?;
-        let names = namespaces.get_mut(&key.namespace)?;
-        let (_, object) = *names.remove(&key.name)?;
-        self.len -= 1;
+        let slot = self.by_key.remove(key)?;
+        let (_, object) = self.slots[slot as usize]
+            .take()
+            .expect("indexed slots are filled");
+        self.free.push(slot);
+        let kinds = self.order.get_mut(&key.scope).expect("ordered");
+        let namespaces = kinds.get_mut(&key.kind).expect("ordered");
+        let names = namespaces.get_mut(&key.namespace).expect("ordered");
+        names.remove(&key.name);
         if names.is_empty() {
             namespaces.remove(&key.namespace);
             if namespaces.is_empty() {
                 kinds.remove(&key.kind);
                 if kinds.is_empty() {
-                    self.scopes.remove(&key.scope);
+                    self.order.remove(&key.scope);
                 }
             }
+        }
+        if self.by_key.is_empty() {
+            // Nothing left: drop the slots too, so an emptied table is a new one.
+            self.slots.clear();
+            self.free.clear();
         }
         Some(object)
     }
@@ -93,11 +178,11 @@ impl Table {
         scope: &Scope,
         kind: &Kind,
     ) -> impl Iterator<Item = (&'a ObjectKey, &'a Object)> + use<'a> {
-        self.scopes
+        self.order
             .get(scope)
             .and_then(|kinds| kinds.get(kind))
             .into_iter()
-            .flat_map(in_namespaces)
+            .flat_map(|namespaces| self.in_namespaces(namespaces))
     }
 
     /// Every object in `scope`, in key order.
@@ -105,20 +190,47 @@ impl Table {
         &'a self,
         scope: &Scope,
     ) -> impl Iterator<Item = (&'a ObjectKey, &'a Object)> + use<'a> {
-        self.scopes
-            .get(scope)
-            .into_iter()
-            .flat_map(|kinds| kinds.values().flat_map(in_namespaces))
+        self.order.get(scope).into_iter().flat_map(|kinds| {
+            kinds
+                .values()
+                .flat_map(|namespaces| self.in_namespaces(namespaces))
+        })
+    }
+
+    /// Every entry, in key order.
+    fn iter_all(&self) -> impl Iterator<Item = &Entry> {
+        self.order.values().flat_map(|kinds| {
+            kinds.values().flat_map(|namespaces| {
+                namespaces
+                    .values()
+                    .flat_map(|names| names.values().filter_map(|&s| self.entry(s)))
+            })
+        })
+    }
+
+    fn entry(&self, slot: u32) -> Option<&Entry> {
+        self.slots.get(slot as usize)?.as_ref()
+    }
+
+    fn in_namespaces<'a>(
+        &'a self,
+        namespaces: &'a Namespaces,
+    ) -> impl Iterator<Item = (&'a ObjectKey, &'a Object)> + use<'a> {
+        namespaces.values().flat_map(|names| {
+            names
+                .values()
+                .filter_map(|&s| self.entry(s).map(|(k, o)| (k, o)))
+        })
     }
 
     /// The names level for `key`, created if missing (without building owned keys for the
-    /// levels that exist: inserts into an existing namespace allocate nothing here).
+    /// levels that exist).
     fn names_mut(&mut self, key: &ObjectKey) -> &mut Names {
-        if !self.scopes.contains_key(&key.scope) {
-            self.scopes.insert(key.scope.clone(), Kinds::new());
+        if !self.order.contains_key(&key.scope) {
+            self.order.insert(key.scope.clone(), Kinds::new());
         }
         let kinds = self
-            .scopes
+            .order
             .get_mut(&key.scope)
             .expect("scope inserted above");
         if !kinds.contains_key(&key.kind) {
@@ -134,10 +246,72 @@ impl Table {
     }
 }
 
-fn in_namespaces(namespaces: &Namespaces) -> impl Iterator<Item = (&ObjectKey, &Object)> {
-    namespaces
-        .values()
-        .flat_map(|names| names.values().map(|e| (&e.0, &e.1)))
+impl PartialEq for Table {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter_all().eq(other.iter_all())
+    }
+}
+
+impl Eq for Table {}
+
+/// The encoded form: entries nested by scope, kind, namespace and name, and their count.
+#[derive(Serialize)]
+struct Encoded<'a> {
+    scopes:
+        BTreeMap<&'a Scope, BTreeMap<&'a Kind, BTreeMap<&'a Name, BTreeMap<&'a Name, &'a Entry>>>>,
+    len: usize,
+}
+
+#[derive(Deserialize)]
+struct Decoded {
+    scopes: BTreeMap<Scope, BTreeMap<Kind, BTreeMap<Name, BTreeMap<Name, Entry>>>>,
+    len: usize,
+}
+
+impl Serialize for Table {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut scopes: Encoded<'_> = Encoded {
+            scopes: BTreeMap::new(),
+            len: self.len(),
+        };
+        for entry in self.iter_all() {
+            let k = &entry.0;
+            scopes
+                .scopes
+                .entry(&k.scope)
+                .or_default()
+                .entry(&k.kind)
+                .or_default()
+                .entry(&k.namespace)
+                .or_default()
+                .insert(&k.name, entry);
+        }
+        scopes.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Table {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let decoded = Decoded::deserialize(deserializer)?;
+        let mut table = Table::default();
+        for (key, object) in decoded
+            .scopes
+            .into_values()
+            .flat_map(BTreeMap::into_values)
+            .flat_map(BTreeMap::into_values)
+            .flat_map(BTreeMap::into_values)
+        {
+            table.insert(key, object);
+        }
+        if table.len() != decoded.len {
+            return Err(serde::de::Error::custom(format!(
+                "store table says {} objects but holds {}",
+                decoded.len,
+                table.len()
+            )));
+        }
+        Ok(table)
+    }
 }
 
 #[cfg(test)]
@@ -164,6 +338,36 @@ mod tests {
         };
         let namespace = ["", "a", "ab"][usize::from(namespace % 3)];
         ObjectKey::new(scope, kind, namespace, &format!("n{name}"))
+    }
+
+    #[test]
+    fn equality_and_encoding_depend_on_contents_not_on_history() {
+        let object = |v: &str| Object::Namespace(namespace(v));
+        let mut direct = Table::default();
+        direct.insert(key(1, 0, 1, 2), object("b"));
+        direct.insert(key(0, 3, 1, 1), object("a"));
+        let mut churned = Table::default();
+        for n in 0..5 {
+            churned.insert(key(1, 1, 2, n), object("x"));
+        }
+        churned.insert(key(0, 3, 1, 1), object("old"));
+        churned.insert(key(1, 0, 1, 2), object("b"));
+        for n in 0..5 {
+            churned.remove(&key(1, 1, 2, n));
+        }
+        churned.insert(key(0, 3, 1, 1), object("a"));
+        assert_eq!(direct, churned);
+        let bytes = crate::codec::encode(&direct).unwrap();
+        assert_eq!(bytes, crate::codec::encode(&churned).unwrap());
+        let mut decoded: Table = crate::codec::decode(&bytes).unwrap();
+        assert_eq!(decoded, direct);
+        assert_eq!(decoded.get(&key(0, 3, 1, 1)), Some(&object("a")));
+        assert_eq!(
+            decoded
+                .entry_mut(&key(1, 0, 0, 0).scope.clone(), &Kind::Pod, "a", "n2")
+                .map(|e| e.1.clone()),
+            Some(object("b"))
+        );
     }
 
     proptest! {
