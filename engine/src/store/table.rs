@@ -254,17 +254,19 @@ impl PartialEq for Table {
 
 impl Eq for Table {}
 
+/// Scope → kind → namespace → name → value.
+type Nested<S, K, N, V> = BTreeMap<S, BTreeMap<K, BTreeMap<N, BTreeMap<N, V>>>>;
+
 /// The encoded form: entries nested by scope, kind, namespace and name, and their count.
 #[derive(Serialize)]
 struct Encoded<'a> {
-    scopes:
-        BTreeMap<&'a Scope, BTreeMap<&'a Kind, BTreeMap<&'a Name, BTreeMap<&'a Name, &'a Entry>>>>,
+    scopes: Nested<&'a Scope, &'a Kind, &'a Name, &'a Entry>,
     len: usize,
 }
 
 #[derive(Deserialize)]
 struct Decoded {
-    scopes: BTreeMap<Scope, BTreeMap<Kind, BTreeMap<Name, BTreeMap<Name, Entry>>>>,
+    scopes: Nested<Scope, Kind, Name, Entry>,
     len: usize,
 }
 
