@@ -102,7 +102,7 @@ fn deletion_stream(machines: usize, pods: usize) -> (Engine, Vec<Input>) {
             flip.meta.resource_version = rv;
             stream.push(Input::Upsert {
                 scope: w.clone(),
-                object: Object::Pod(flip.clone()),
+                object: Box::new(Object::Pod(flip.clone())),
             });
             let mut deleting = flip;
             deleting.meta.deletion_timestamp = Some(T0);
@@ -110,7 +110,7 @@ fn deletion_stream(machines: usize, pods: usize) -> (Engine, Vec<Input>) {
             deleting.meta.resource_version = rv;
             stream.push(Input::Upsert {
                 scope: w.clone(),
-                object: Object::Pod(deleting.clone()),
+                object: Box::new(Object::Pod(deleting.clone())),
             });
             stream.push(Input::Delete {
                 key: ObjectKey::new(w.clone(), Kind::Pod, "app", &deleting.meta.name),

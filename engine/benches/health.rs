@@ -132,7 +132,7 @@ fn node_change(c: &mut Criterion) {
                     )];
                     let input = Input::Upsert {
                         scope: testing::workload("c1"),
-                        object: Object::Node(node),
+                        object: Box::new(Object::Node(node)),
                     };
                     (NOW.saturating_add(Duration::from_secs(flip)), input)
                 },

@@ -139,7 +139,7 @@ fn bench_pool(c: &mut Criterion) {
                 T0,
                 Input::Upsert {
                     scope: workload("c1"),
-                    object: Object::Node(n),
+                    object: Box::new(Object::Node(n)),
                 },
             );
             let commands = drain_commands(&mut engine);
@@ -162,7 +162,7 @@ fn bench_pool(c: &mut Criterion) {
                     T0,
                     Input::Upsert {
                         scope: Scope::Management,
-                        object: Object::MachinePool(pool.clone()),
+                        object: Box::new(Object::MachinePool(pool.clone())),
                     },
                 );
                 let commands = drain_commands(&mut engine);

@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Input {
     /// An object was created or changed (a watch event or a list item).
-    Upsert { scope: Scope, object: Object },
+    /// Boxed: an object is about 1 KB, and inputs are moved through queues and batches.
+    Upsert { scope: Scope, object: Box<Object> },
     /// An object is gone from the API.
     Delete { key: ObjectKey },
     /// A relist of one cluster finished: `objects` is everything now in it, replacing the cache

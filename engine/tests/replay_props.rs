@@ -106,7 +106,10 @@ impl Live {
         change(&mut object);
         bump(&mut object);
         self.objects[index] = (scope.clone(), object.clone());
-        self.feed(Input::Upsert { scope, object });
+        self.feed(Input::Upsert {
+            scope,
+            object: Box::new(object),
+        });
     }
 }
 

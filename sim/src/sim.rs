@@ -365,7 +365,7 @@ impl Sim {
                 if let Some(object) = self.convert(scope, &written.key, obj) {
                     self.feed(Input::Upsert {
                         scope: scope.clone(),
-                        object,
+                        object: Box::new(object),
                     });
                 }
             }

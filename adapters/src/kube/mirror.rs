@@ -124,7 +124,7 @@ impl Mirror {
                 if mirror.relisted {
                     vec![Input::Upsert {
                         scope: scope.clone(),
-                        object,
+                        object: Box::new(object),
                     }]
                 } else {
                     Vec::new()

@@ -106,7 +106,13 @@ impl Harness {
     fn observe(&mut self, scope: Scope, mut object: Object) -> Vec<Command> {
         self.rv += 1;
         set_rv(&mut object, self.rv);
-        self.input(self.now, Input::Upsert { scope, object })
+        self.input(
+            self.now,
+            Input::Upsert {
+                scope,
+                object: Box::new(object),
+            },
+        )
     }
 
     fn gone(&mut self, key: ObjectKey) -> Vec<Command> {
@@ -500,7 +506,7 @@ fn pods_terminate(h: &mut Harness) -> Vec<Input> {
         set_rv(&mut object, h.rv);
         inputs.push(Input::Upsert {
             scope: workload("c1"),
-            object,
+            object: Box::new(object),
         });
     }
     inputs.push(Input::Delete {

@@ -216,7 +216,13 @@ fn mhc_of(engine: &Engine) -> MachineHealthCheck {
 }
 
 fn upsert(engine: &mut Engine, now: Timestamp, scope: Scope, object: Object) -> Vec<Command> {
-    engine.handle(now, Input::Upsert { scope, object });
+    engine.handle(
+        now,
+        Input::Upsert {
+            scope,
+            object: Box::new(object),
+        },
+    );
     drain_commands(engine)
 }
 

@@ -184,7 +184,13 @@ fn find<'a>(commands: &'a [Command], name: &str, target: &str) -> &'a Command {
 }
 
 fn upsert(engine: &mut Engine, now: Timestamp, scope: Scope, object: Object) -> Vec<Command> {
-    engine.handle(now, Input::Upsert { scope, object });
+    engine.handle(
+        now,
+        Input::Upsert {
+            scope,
+            object: Box::new(object),
+        },
+    );
     drain_commands(engine)
 }
 

@@ -28,7 +28,7 @@ impl<'a> Change<'a> {
 #[derive(Debug)]
 pub struct Replaced {
     pub key: ObjectKey,
-    pub before: Option<Object>,
+    pub before: Option<Box<Object>>,
 }
 
 /// Observed objects of every cluster, keyed canonically, plus secondary indexes.
@@ -174,14 +174,15 @@ impl Store {
     pub fn change<'a>(&'a self, replaced: &'a Replaced) -> Change<'a> {
         Change {
             key: &replaced.key,
-            before: replaced.before.as_ref(),
+            before: replaced.before.as_deref(),
             after: self.objects.get(&replaced.key),
         }
     }
 
     /// Inserts or replaces an object. Returns what it replaced, or `None` when nothing changed
     /// or the update is older than what is cached.
-    pub fn upsert(&mut self, scope: &Scope, object: Object) -> Option<Replaced> {
+    pub fn upsert(&mut self, scope: &Scope, object: impl Into<Box<Object>>) -> Option<Replaced> {
+        let object: Box<Object> = object.into();
         let kind = object.kind();
         let meta = object.meta();
         let namespace = if kind.is_cluster_scoped() {
@@ -201,7 +202,7 @@ impl Store {
             existing.meta().resource_version,
             object.meta().resource_version,
         );
-        if (new_rv != 0 && old_rv > new_rv) || *existing == object {
+        if (new_rv != 0 && old_rv > new_rv) || **existing == *object {
             return None;
         }
         // The stored key: cloning it shares its names instead of allocating new ones.
@@ -252,7 +253,7 @@ impl Store {
         let before = self.remove(&key).and_then(|r| r.before);
         self.changes += 1;
         self.indexes.index(&key, &object, true, self.changes);
-        self.objects.insert(key.clone(), object);
+        self.objects.insert(key.clone(), Box::new(object));
         Some(Replaced { key, before })
     }
 }

@@ -16,7 +16,8 @@ use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
-type Entry = (ObjectKey, Object);
+/// Objects are boxed: one moves from its input to its slot without being copied.
+type Entry = (ObjectKey, Box<Object>);
 /// Slots by name, nested by scope, kind and namespace: the order of iteration.
 type Names = BTreeMap<Name, u32>;
 type Namespaces = BTreeMap<Name, Names>;
@@ -104,7 +105,7 @@ impl Table {
 
     pub fn get(&self, key: &ObjectKey) -> Option<&Object> {
         let slot = *self.by_key.get(key)?;
-        self.entry(slot).map(|(_, o)| o)
+        self.entry(slot).map(|(_, o)| &**o)
     }
 
     /// The stored key and object at (scope, kind, namespace, name), found without building
@@ -115,7 +116,7 @@ impl Table {
         kind: &Kind,
         namespace: &str,
         name: &str,
-    ) -> Option<&'t mut (ObjectKey, Object)> {
+    ) -> Option<&'t mut Entry> {
         let probe = Probe {
             parts: (scope, kind, namespace, name),
             hash: key_hash(scope, kind, namespace, name),
@@ -125,7 +126,7 @@ impl Table {
     }
 
     /// Inserts or replaces; returns the replaced object.
-    pub fn insert(&mut self, key: ObjectKey, object: Object) -> Option<Object> {
+    pub fn insert(&mut self, key: ObjectKey, object: Box<Object>) -> Option<Box<Object>> {
         if let Some(&slot) = self.by_key.get(&key) {
             let (_, existing) = self.slots[slot as usize]
                 .as_mut()
@@ -145,7 +146,7 @@ impl Table {
         None
     }
 
-    pub fn remove(&mut self, key: &ObjectKey) -> Option<Object> {
+    pub fn remove(&mut self, key: &ObjectKey) -> Option<Box<Object>> {
         let slot = self.by_key.remove(key)?;
         let (_, object) = self.slots[slot as usize]
             .take()
@@ -219,7 +220,7 @@ impl Table {
         namespaces.values().flat_map(|names| {
             names
                 .values()
-                .filter_map(|&s| self.entry(s).map(|(k, o)| (k, o)))
+                .filter_map(|&s| self.entry(s).map(|(k, o)| (k, &**o)))
         })
     }
 
@@ -344,7 +345,7 @@ mod tests {
 
     #[test]
     fn equality_and_encoding_depend_on_contents_not_on_history() {
-        let object = |v: &str| Object::Namespace(namespace(v));
+        let object = |v: &str| Box::new(Object::Namespace(namespace(v)));
         let mut direct = Table::default();
         direct.insert(key(1, 0, 1, 2), object("b"));
         direct.insert(key(0, 3, 1, 1), object("a"));
@@ -363,7 +364,7 @@ mod tests {
         assert_eq!(bytes, crate::codec::encode(&churned).unwrap());
         let mut decoded: Table = crate::codec::decode(&bytes).unwrap();
         assert_eq!(decoded, direct);
-        assert_eq!(decoded.get(&key(0, 3, 1, 1)), Some(&object("a")));
+        assert_eq!(decoded.get(&key(0, 3, 1, 1)), Some(&*object("a")));
         assert_eq!(
             decoded
                 .entry_mut(&key(1, 0, 0, 0).scope.clone(), &Kind::Pod, "a", "n2")
@@ -379,11 +380,11 @@ mod tests {
             ops in proptest::collection::vec((any::<bool>(), 0u8..3, 0u8..4, 0u8..3, 0u8..12), 1..120)
         ) {
             let mut table = Table::default();
-            let mut model: BTreeMap<ObjectKey, Object> = BTreeMap::new();
+            let mut model: BTreeMap<ObjectKey, Box<Object>> = BTreeMap::new();
             for (i, (insert, s, k, ns, n)) in ops.into_iter().enumerate() {
                 let key = key(s, k, ns, n);
                 if insert {
-                    let object = Object::Namespace(namespace(&format!("v{i}")));
+                    let object = Box::new(Object::Namespace(namespace(&format!("v{i}"))));
                     prop_assert_eq!(table.insert(key.clone(), object.clone()), model.insert(key, object));
                 } else {
                     prop_assert_eq!(table.remove(&key), model.remove(&key));
@@ -393,7 +394,11 @@ mod tests {
             for s in 0..3 {
                 let scope = key(s, 0, 0, 0).scope.clone();
                 let got: Vec<_> = table.iter_scope(&scope).collect();
-                let want: Vec<_> = model.iter().filter(|(k, _)| k.scope == scope).collect();
+                let want: Vec<_> = model
+                    .iter()
+                    .filter(|(k, _)| k.scope == scope)
+                    .map(|(k, o)| (k, &**o))
+                    .collect();
                 prop_assert_eq!(got, want);
                 for k in 0..4 {
                     let kind = key(s, k, 0, 0).kind.clone();
@@ -401,12 +406,13 @@ mod tests {
                     let want: Vec<_> = model
                         .iter()
                         .filter(|(key, _)| key.scope == scope && key.kind == kind)
+                        .map(|(k, o)| (k, &**o))
                         .collect();
                     prop_assert_eq!(got, want);
                 }
             }
             for key in model.keys() {
-                prop_assert_eq!(table.get(key), model.get(key));
+                prop_assert_eq!(table.get(key), model.get(key).map(|o| &**o));
             }
             // Empty levels are pruned: removing everything leaves the empty table.
             for key in model.keys() {
