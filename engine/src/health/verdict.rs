@@ -195,13 +195,12 @@ impl TargetClass {
     }
 }
 
-fn earliest(a: Option<Timestamp>, b: Timestamp) -> Option<Timestamp> {
+pub(super) fn earliest(a: Option<Timestamp>, b: Timestamp) -> Option<Timestamp> {
     Some(a.map_or(b, |a| a.min(b)))
 }
 
-/// Upstream's `needsRemediation`, evaluated at `now`.
 /// Where a condition stands against one unhealthy-condition check.
-enum Held {
+pub(super) enum Held {
     /// Not in the checked status: the check does not apply.
     NotInStatus,
     /// Held past the timeout (strictly after it): unhealthy.
@@ -210,7 +209,7 @@ enum Held {
     Until(Timestamp),
 }
 
-fn held(
+pub(super) fn held(
     check: &UnhealthyCondition,
     status: ConditionStatus,
     since: Option<Timestamp>,
@@ -227,6 +226,7 @@ fn held(
     }
 }
 
+/// Upstream's `needsRemediation`, evaluated at `now`.
 pub fn evaluate(
     machine: &Machine,
     node: NodeObservation<'_>,
@@ -324,18 +324,32 @@ pub fn evaluate(
 /// True transitions of Cluster `ControlPlaneInitialized`, Cluster `InfrastructureReady` and
 /// Machine `InfrastructureReady`.
 pub fn startup_reference(machine: &Machine, gates: &ClusterGates) -> Timestamp {
-    let machine_infra = Gate::read(&machine.conditions, "InfrastructureReady");
+    startup_reference_of(
+        machine.meta.creation_timestamp.unwrap_or_default(),
+        machine_infrastructure_ready_since(machine),
+        gates,
+    )
+}
+
+/// When the Machine's `InfrastructureReady` turned True, if it is True.
+pub(super) fn machine_infrastructure_ready_since(machine: &Machine) -> Option<Timestamp> {
+    Gate::read(&machine.conditions, "InfrastructureReady").true_since()
+}
+
+/// [`startup_reference`] from what it reads of the Machine.
+pub(super) fn startup_reference_of(
+    created: Timestamp,
+    infrastructure_ready_since: Option<Timestamp>,
+    gates: &ClusterGates,
+) -> Timestamp {
     [
         gates.control_plane_initialized.true_since(),
         gates.infrastructure_ready.true_since(),
-        machine_infra.true_since(),
+        infrastructure_ready_since,
     ]
     .into_iter()
     .flatten()
-    .fold(
-        machine.meta.creation_timestamp.unwrap_or_default(),
-        Timestamp::max,
-    )
+    .fold(created, Timestamp::max)
 }
 
 /// `HealthCheckSucceeded` as written for an unhealthy target: (v1beta2, v1beta1).
