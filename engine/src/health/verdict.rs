@@ -324,32 +324,28 @@ pub fn evaluate(
 /// True transitions of Cluster `ControlPlaneInitialized`, Cluster `InfrastructureReady` and
 /// Machine `InfrastructureReady`.
 pub fn startup_reference(machine: &Machine, gates: &ClusterGates) -> Timestamp {
-    startup_reference_of(
+    startup_reference_of(startup_base_of(machine), gates)
+}
+
+/// The Machine's part of [`startup_reference`]: the later of its creation and the True
+/// transition of its `InfrastructureReady`.
+pub(super) fn startup_base_of(machine: &Machine) -> Timestamp {
+    let infrastructure_ready = Gate::read(&machine.conditions, "InfrastructureReady");
+    infrastructure_ready.true_since().into_iter().fold(
         machine.meta.creation_timestamp.unwrap_or_default(),
-        machine_infrastructure_ready_since(machine),
-        gates,
+        Timestamp::max,
     )
 }
 
-/// When the Machine's `InfrastructureReady` turned True, if it is True.
-pub(super) fn machine_infrastructure_ready_since(machine: &Machine) -> Option<Timestamp> {
-    Gate::read(&machine.conditions, "InfrastructureReady").true_since()
-}
-
-/// [`startup_reference`] from what it reads of the Machine.
-pub(super) fn startup_reference_of(
-    created: Timestamp,
-    infrastructure_ready_since: Option<Timestamp>,
-    gates: &ClusterGates,
-) -> Timestamp {
+/// [`startup_reference`] from the Machine's part ([`startup_base_of`]) and the Cluster's gates.
+pub(super) fn startup_reference_of(machine_base: Timestamp, gates: &ClusterGates) -> Timestamp {
     [
         gates.control_plane_initialized.true_since(),
         gates.infrastructure_ready.true_since(),
-        infrastructure_ready_since,
     ]
     .into_iter()
     .flatten()
-    .fold(created, Timestamp::max)
+    .fold(machine_base, Timestamp::max)
 }
 
 /// `HealthCheckSucceeded` as written for an unhealthy target: (v1beta2, v1beta1).

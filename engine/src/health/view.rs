@@ -18,7 +18,7 @@
 
 use super::verdict::{
     Checks, ClusterGates, Held, NEXT_CHECK_MARGIN, NodeObservation, TargetClass, earliest, held,
-    machine_infrastructure_ready_since, startup_reference_of,
+    startup_base_of, startup_reference_of,
 };
 use crate::model::{
     ClusterName, ConditionStatus, LabelSelector, Machine, MachineHealthCheck,
@@ -53,18 +53,13 @@ impl<T> Eq for Cached<T> {}
 /// Whether the Node was looked at, and what was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum NodeSeen {
-    /// What the startup timeout counts from besides the Cluster's gates (read only here: with
-    /// a Node, the startup check does not apply).
-    NotRead {
-        created: Timestamp,
-        infrastructure_ready_since: Option<Timestamp>,
-    },
+    NotRead,
     Missing,
     Found,
 }
 
 /// What [`evaluate`](super::verdict::evaluate) reads from one target, without the texts its
-/// findings quote.
+/// findings quote. Compact (56 bytes): a full evaluation walks one per target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct TargetView {
     remediate_annotation: bool,
@@ -74,9 +69,13 @@ pub(super) struct TargetView {
     failed: bool,
     node: NodeSeen,
     /// Per check, Machine checks first, then Node checks: the status of the condition of that
-    /// type and its last transition time (absent counts as the epoch, as in `held`), or `None`
-    /// when there is no such condition.
-    conditions: [Option<(ConditionStatus, Timestamp)>; VIEW_CHECKS_MAX],
+    /// type, `None` when there is no such condition...
+    statuses: [Option<ConditionStatus>; VIEW_CHECKS_MAX],
+    /// ...and its last transition time (absent counts as the epoch, as in `held`).
+    since: [Timestamp; VIEW_CHECKS_MAX],
+    /// What the startup timeout counts from, before the Cluster's gates are taken into
+    /// account (read only without a Node).
+    startup_base: Timestamp,
 }
 
 impl TargetView {
@@ -91,25 +90,30 @@ impl TargetView {
         if machine_checks.len() + node_checks.len() > VIEW_CHECKS_MAX {
             return None;
         }
-        let mut conditions = [None; VIEW_CHECKS_MAX];
-        for (slot, check) in conditions.iter_mut().zip(machine_checks) {
-            *slot = machine
-                .conditions
-                .current(&check.type_)
-                .map(|c| (c.status, c.last_transition_time.unwrap_or_default()));
+        let mut statuses = [None; VIEW_CHECKS_MAX];
+        let mut since = [Timestamp::default(); VIEW_CHECKS_MAX];
+        let mut slot = 0;
+        for check in machine_checks {
+            if let Some(c) = machine.conditions.current(&check.type_) {
+                statuses[slot] = Some(c.status);
+                since[slot] = c.last_transition_time.unwrap_or_default();
+            }
+            slot += 1;
         }
+        let mut startup_base = Timestamp::default();
         let node_seen = match node {
-            NodeObservation::NotRead => NodeSeen::NotRead {
-                created: machine.meta.creation_timestamp.unwrap_or_default(),
-                infrastructure_ready_since: machine_infrastructure_ready_since(machine),
-            },
+            NodeObservation::NotRead => {
+                startup_base = startup_base_of(machine);
+                NodeSeen::NotRead
+            }
             NodeObservation::Missing => NodeSeen::Missing,
             NodeObservation::Found(n) => {
-                let slots = conditions[machine_checks.len()..].iter_mut();
-                for (slot, check) in slots.zip(node_checks) {
-                    *slot = n
-                        .condition(&check.type_)
-                        .map(|c| (c.status, c.last_transition_time.unwrap_or_default()));
+                for check in node_checks {
+                    if let Some(c) = n.condition(&check.type_) {
+                        statuses[slot] = Some(c.status);
+                        since[slot] = c.last_transition_time.unwrap_or_default();
+                    }
+                    slot += 1;
                 }
                 NodeSeen::Found
             }
@@ -120,7 +124,9 @@ impl TargetView {
             deleting: machine.meta.is_deleting(),
             failed: machine.failure_reason.is_some() || machine.failure_message.is_some(),
             node: node_seen,
-            conditions,
+            statuses,
+            since,
+            startup_base,
         })
     }
 }
@@ -162,11 +168,12 @@ fn next_check(
     }
     let machine_checks = checks.unhealthy_machine_conditions;
     let mut next = None;
-    for (check, condition) in machine_checks.iter().zip(&view.conditions) {
-        let Some((status, since)) = *condition else {
+    let conditions = view.statuses.iter().zip(&view.since);
+    for (check, (status, since)) in machine_checks.iter().zip(conditions.clone()) {
+        let Some(status) = *status else {
             continue;
         };
-        match held(check, status, Some(since), now) {
+        match held(check, status, Some(*since), now) {
             Held::Past => return None,
             Held::Until(t) => next = earliest(next, t),
             Held::NotInStatus => {}
@@ -177,13 +184,10 @@ fn next_check(
     }
     match view.node {
         NodeSeen::Missing => return None,
-        NodeSeen::NotRead {
-            created,
-            infrastructure_ready_since,
-        } => {
+        NodeSeen::NotRead => {
             let timeout = checks.node_startup_timeout;
             if !timeout.is_zero() {
-                let since = startup_reference_of(created, infrastructure_ready_since, gates);
+                let since = startup_reference_of(view.startup_base, gates);
                 let expiry = since.saturating_add(timeout);
                 if expiry < now {
                     return None;
@@ -192,12 +196,14 @@ fn next_check(
             }
         }
         NodeSeen::Found => {
-            let node_conditions = &view.conditions[machine_checks.len()..];
-            for (check, condition) in checks.unhealthy_node_conditions.iter().zip(node_conditions) {
-                let Some((status, since)) = *condition else {
+            let node_conditions = conditions.skip(machine_checks.len());
+            for (check, (status, since)) in
+                checks.unhealthy_node_conditions.iter().zip(node_conditions)
+            {
+                let Some(status) = *status else {
                     continue;
                 };
-                match held(check, status, Some(since), now) {
+                match held(check, status, Some(*since), now) {
                     Held::Past => return None,
                     Held::Until(t) => next = earliest(next, t),
                     Held::NotInStatus => {}
