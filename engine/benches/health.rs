@@ -1,6 +1,6 @@
 //! MachineHealthCheck cost at fleet scale: a full evaluation of one MHC over 10 000 targets
-//! (from the targets' views, and from the store), and the incremental re-evaluation after one Node changes (at 1 000 and 10 000 targets, to
-//! show it does not grow with the fleet).
+//! (from the targets' views, and from the store), and the incremental re-evaluation after one
+//! Node changes (at 1 000 and 10 000 targets, to show it does not grow with the fleet).
 //!
 //! `cargo bench -p engine --bench health`
 
