@@ -8,6 +8,7 @@ use super::verdict::{
     Checks, ClusterGates, Gate, HEALTH_CHECK_SUCCEEDED, NODE_STARTUP_TIMEOUT_DEFAULT,
     NodeObservation, TargetClass, Verdict, evaluate, failed_conditions,
 };
+use super::view::{Cached, TargetView, VIEW_CHECKS_MAX, ViewContext, judge_view};
 use super::{HealthChecks, NodeSlot, TargetIndex};
 use crate::command::{Action, ControllerId, EventType, JsonText, Target};
 use crate::controller::{Cx, Issued};
@@ -76,6 +77,9 @@ struct TargetMemo {
     /// Healthy, and `HealthCheckSucceeded=True` was seen written on the Machine. Until the
     /// Machine changes (which marks it dirty) a full evaluation need not look again.
     written: bool,
+    /// What the last verdict read from the Machine and Node (a cache, not state).
+    #[serde(skip)]
+    view: Cached<TargetView>,
 }
 
 /// Counts and deadlines kept in step with the targets' classes.
@@ -141,6 +145,14 @@ pub(super) struct MhcMemo {
     requests_deleted: BTreeSet<String>,
     /// Waiting for this workload cluster's cache to sync before judging anything.
     waiting_for: Option<ClusterName>,
+    /// What the targets' views were read with; `None` until a full evaluation from the store
+    /// (a cache, not state).
+    #[serde(skip)]
+    views_read_with: Cached<ViewContext>,
+    /// Full evaluations made from the views (for tests that must know which pass ran).
+    #[cfg(test)]
+    #[serde(skip)]
+    passes_from_views: Cached<usize>,
 }
 
 /// Where a target's Node is indexed.
@@ -166,6 +178,7 @@ fn update_target(
     let m = e.machine;
     let name = m.meta.name.as_str();
     let deadline = earliest(e.verdict.next_check, retry_at.filter(|r| *r > now));
+    t.view = Cached(e.view);
     if t.node_ref != m.node_ref {
         t.node_ref = m.node_ref.clone();
         let mkey = ObjectKey::management(Kind::Machine, &m.meta.namespace, name);
@@ -201,6 +214,15 @@ impl MhcMemo {
 
     pub(super) fn invalidate(&mut self) {
         self.facts = None;
+    }
+
+    pub(super) fn forget_views(&mut self) {
+        self.views_read_with = Cached(None);
+    }
+
+    #[cfg(test)]
+    pub(super) fn passes_from_views(&self) -> usize {
+        self.passes_from_views.0.unwrap_or(0)
     }
 
     pub(super) fn waits_for(&self, cluster: &ClusterName) -> bool {
@@ -274,6 +296,7 @@ impl MhcMemo {
                 node_ref: m.node_ref.clone(),
                 marked: false,
                 written: false,
+                view: Cached(e.view),
             },
         );
         self.tally.count(e.class, name, true);
@@ -343,6 +366,19 @@ struct Evaluated<'a> {
     machine: &'a Machine,
     verdict: Verdict,
     class: TargetClass,
+    /// What the verdict read (`None` when the MHC has more checks than a view holds).
+    view: Option<TargetView>,
+}
+
+/// What a full evaluation found besides the verdicts it keeps.
+#[derive(Default)]
+struct Found<'a> {
+    /// Evaluations that may need a write.
+    out: Vec<Evaluated<'a>>,
+    /// Evaluations of Machines that were not targets.
+    new: Vec<Evaluated<'a>>,
+    /// Targets that are no longer.
+    gone: Vec<String>,
 }
 
 impl Evaluated<'_> {
@@ -426,6 +462,7 @@ impl<'a> Judge<'a> {
             machine: m,
             verdict,
             class,
+            view: TargetView::read(m, node, &self.checks),
         }
     }
 
@@ -455,11 +492,7 @@ impl<'a> Judge<'a> {
         has_template: bool,
         dirty: &BTreeSet<String>,
     ) -> Vec<Evaluated<'a>> {
-        let now = self.now;
-        let cluster_name = self.mhc.cluster_name.as_str();
-        let mut out = Vec::new();
-        let mut new = Vec::new();
-        let mut gone = Vec::new();
+        let mut found = Found::default();
         let valid = selector_problem(self.mhc).is_none();
         let ns = self.mhc.meta.namespace.as_str();
         let store: &'a Store = self.store;
@@ -479,82 +512,222 @@ impl<'a> Judge<'a> {
                 .skip_while(|(k, _)| k.namespace.as_str() < ns)
                 .take_while(|(k, _)| k.namespace == ns)
                 .filter(|_| valid);
-            for (k, o) in machines {
+            for (_, o) in machines {
                 let Object::Machine(m) = o else { continue };
                 let name = m.meta.name.as_str();
                 while let Some((t, _)) = known.peek()
                     && t.as_str() < name
                 {
-                    gone.push(t.to_string());
+                    found.gone.push(t.to_string());
                     known.next();
                 }
-                let memo_entry = match known.peek() {
+                let entry = match known.peek() {
                     Some((t, _)) if t.as_str() == name => known.next().map(|(_, t)| t),
                     _ => None,
                 };
-                match select(self.mhc, m) {
-                    Selection::Target => {}
-                    Selection::Skipped(why) => {
-                        if memo_entry.is_some() {
-                            tracing::info!(machine = %k, "Skipping remediation: {why}");
-                            gone.push(name.to_string());
-                        }
-                        continue;
-                    }
-                    Selection::NotSelected => {
-                        if memo_entry.is_some() {
-                            gone.push(name.to_string());
-                        }
-                        continue;
-                    }
+                let clean = dirty.is_empty() || !dirty.contains(name);
+                let visit = Visit {
+                    clean,
+                    has_template,
+                    mhc_key,
+                };
+                self.visit(m, entry, &visit, tally, request_retry_at, index, &mut found);
+            }
+            found.gone.extend(known.map(|(k, _)| k.clone()));
+        }
+        self.finish(memo, index, mhc_key, found)
+    }
+
+    /// What [`Judge::all`] does, from the targets' views instead of the store: the Machines
+    /// of the namespace that are not targets are not looked at (one that became a target
+    /// changed, so it is dirty), and a target is read from the store only when it is dirty or
+    /// its view cannot settle it (no view, unhealthy, or something to update or write).
+    /// Requires views read with the MHC's current [`ViewContext`] and no remediation template
+    /// (with one, every healthy target is written to, which needs its Machine).
+    fn all_from_views(
+        &mut self,
+        memo: &mut MhcMemo,
+        index: &mut TargetIndex,
+        mhc_key: &ObjectKey,
+        dirty: &BTreeSet<String>,
+    ) -> Vec<Evaluated<'a>> {
+        let now = self.now;
+        let mut again = Vec::new();
+        {
+            let MhcMemo {
+                targets,
+                request_retry_at,
+                ..
+            } = &mut *memo;
+            for (name, t) in targets.iter_mut() {
+                if !dirty.is_empty() && dirty.contains(name) {
+                    continue;
                 }
-                let e = self.judge(m);
-                if !e.is_unhealthy_class() && !request_retry_at.is_empty() {
+                let judged = t
+                    .view
+                    .0
+                    .as_ref()
+                    .and_then(|v| judge_view(v, &self.gates, &self.checks, now));
+                let Some((class, next_check)) = judged else {
+                    again.push(name.clone());
+                    continue;
+                };
+                // Not unhealthy: a pending request retry is dropped, as `visit` does.
+                if !request_retry_at.is_empty() {
                     request_retry_at.remove(name);
                 }
-                let Some(t) = memo_entry else {
-                    new.push(e);
-                    continue;
-                };
-                // A healthy target still healthy, whose Machine did not change since its
-                // condition was seen written, has nothing to update or write.
-                let clean = dirty.is_empty() || !dirty.contains(name);
-                if clean
-                    && t.written
-                    && t.class == TargetClass::Healthy
-                    && e.class == TargetClass::Healthy
-                    && !has_template
-                {
-                    continue;
-                }
-                let retry_at = request_retry_at.get(name).copied();
-                update_target(t, tally, index, retry_at, mhc_key, cluster_name, &e, now);
-                let needs_write = match e.class {
-                    TargetClass::Unhealthy => true,
-                    TargetClass::Healthy => {
-                        t.written = healthy_written(&m.conditions);
-                        has_template || !t.written
+                // What `visit` would leave as it is: a healthy target whose condition was seen
+                // written, or a pending or unjudged one whose deadline stays.
+                let unchanged = match class {
+                    TargetClass::Healthy => t.class == TargetClass::Healthy && t.written,
+                    TargetClass::Pending | TargetClass::Unevaluated => {
+                        t.class == class && t.deadline == next_check && !t.marked
                     }
-                    TargetClass::Pending | TargetClass::Unevaluated => false,
+                    TargetClass::Unhealthy => false,
                 };
-                if needs_write {
-                    out.push(e);
+                if !unchanged {
+                    again.push(name.clone());
                 }
             }
-            gone.extend(known.map(|(k, _)| k.clone()));
         }
+        let mut found = Found::default();
+        let mut key = ObjectKey::management(Kind::Machine, &self.mhc.meta.namespace, "");
+        let store: &'a Store = self.store;
+        let MhcMemo {
+            targets,
+            tally,
+            request_retry_at,
+            ..
+        } = &mut *memo;
+        for name in dirty.iter().chain(&again) {
+            key.name.clear();
+            key.name.push_str(name);
+            let entry = targets.get_mut(name.as_str());
+            match store.get(&key) {
+                Some(Object::Machine(m)) => {
+                    let visit = Visit {
+                        clean: !dirty.contains(name),
+                        has_template: false,
+                        mhc_key,
+                    };
+                    self.visit(m, entry, &visit, tally, request_retry_at, index, &mut found);
+                }
+                _ if entry.is_some() => found.gone.push(name.clone()),
+                _ => {}
+            }
+        }
+        found
+            .out
+            .sort_by(|a, b| a.machine.meta.name.cmp(&b.machine.meta.name));
+        self.finish(memo, index, mhc_key, found)
+    }
+
+    /// One Machine of the namespace in a full evaluation: select, judge, and record the
+    /// verdict of a known target (or collect a new or lost one in `found`).
+    #[allow(clippy::too_many_arguments)]
+    fn visit(
+        &mut self,
+        m: &'a Machine,
+        entry: Option<&mut TargetMemo>,
+        visit: &Visit<'_>,
+        tally: &mut Tally,
+        request_retry_at: &mut BTreeMap<String, Timestamp>,
+        index: &mut TargetIndex,
+        found: &mut Found<'a>,
+    ) {
+        let name = m.meta.name.as_str();
+        match select(self.mhc, m) {
+            Selection::Target => {}
+            Selection::Skipped(why) => {
+                if entry.is_some() {
+                    let key = ObjectKey::management(Kind::Machine, &m.meta.namespace, name);
+                    tracing::info!(machine = %key, "Skipping remediation: {why}");
+                    found.gone.push(name.to_string());
+                }
+                return;
+            }
+            Selection::NotSelected => {
+                if entry.is_some() {
+                    found.gone.push(name.to_string());
+                }
+                return;
+            }
+        }
+        let e = self.judge(m);
+        if !e.is_unhealthy_class() && !request_retry_at.is_empty() {
+            request_retry_at.remove(name);
+        }
+        let Some(t) = entry else {
+            found.new.push(e);
+            return;
+        };
+        // A healthy target still healthy, whose Machine did not change since its condition
+        // was seen written, has nothing to update or write.
+        if visit.clean
+            && t.written
+            && t.class == TargetClass::Healthy
+            && e.class == TargetClass::Healthy
+            && !visit.has_template
+        {
+            t.view = Cached(e.view);
+            return;
+        }
+        let retry_at = request_retry_at.get(name).copied();
+        let cluster_name = self.mhc.cluster_name.as_str();
+        update_target(
+            t,
+            tally,
+            index,
+            retry_at,
+            visit.mhc_key,
+            cluster_name,
+            &e,
+            self.now,
+        );
+        let needs_write = match e.class {
+            TargetClass::Unhealthy => true,
+            TargetClass::Healthy => {
+                t.written = healthy_written(&m.conditions);
+                visit.has_template || !t.written
+            }
+            TargetClass::Pending | TargetClass::Unevaluated => false,
+        };
+        if needs_write {
+            found.out.push(e);
+        }
+    }
+
+    /// Drops the lost targets and records the new ones; returns the evaluations to write, in
+    /// name order.
+    fn finish(
+        &self,
+        memo: &mut MhcMemo,
+        index: &mut TargetIndex,
+        mhc_key: &ObjectKey,
+        found: Found<'a>,
+    ) -> Vec<Evaluated<'a>> {
+        let Found { mut out, new, gone } = found;
         for name in gone {
             memo.drop_target(index, mhc_key, &name);
         }
         if !new.is_empty() {
+            let cluster_name = self.mhc.cluster_name.as_str();
             for e in &new {
-                memo.insert_target(index, mhc_key, cluster_name, e, now);
+                memo.insert_target(index, mhc_key, cluster_name, e, self.now);
             }
             out.extend(new);
             out.sort_by(|a, b| a.machine.meta.name.cmp(&b.machine.meta.name));
         }
         out
     }
+}
+
+/// How [`Judge::visit`] treats one Machine.
+struct Visit<'k> {
+    /// Not marked dirty since the last reconcile.
+    clean: bool,
+    has_template: bool,
+    mhc_key: &'k ObjectKey,
 }
 
 impl HealthChecks {
@@ -636,7 +809,12 @@ impl HealthChecks {
         } = self;
         let memo = mhcs.entry(key.clone()).or_default();
         memo.waiting_for = None;
-        let workload_scope = workload.map(Scope::Workload);
+        let views_hold = template.is_none()
+            && mhc.unhealthy_machine_conditions.len() + mhc.unhealthy_node_conditions.len()
+                <= VIEW_CHECKS_MAX
+            && (memo.views_read_with.0.as_ref())
+                .is_some_and(|c| c.holds_for(mhc, workload.as_ref()));
+        let workload_scope = workload.clone().map(Scope::Workload);
         // Many dirty targets at once (a relist) are cheaper to judge in one ordered pass than
         // by one store lookup each.
         let many_dirty = memo.dirty.len() > DIRTY_TARGETS_FULL_PASS_MIN.max(memo.targets.len() / 8);
@@ -664,7 +842,21 @@ impl HealthChecks {
         let evaluated = if full {
             memo.facts = Some(facts);
             let dirty = std::mem::take(&mut memo.dirty);
-            judge.all(memo, index, key, template.is_some(), &dirty)
+            if views_hold && !many_dirty {
+                // A change of the gates, timeouts or limits: every target is judged again,
+                // from what was read of it unless it changed.
+                #[cfg(test)]
+                {
+                    *memo.passes_from_views.0.get_or_insert(0) += 1;
+                }
+                judge.all_from_views(memo, index, key, &dirty)
+            } else {
+                let out = judge.all(memo, index, key, template.is_some(), &dirty);
+                if !views_hold {
+                    memo.views_read_with = Cached(Some(ViewContext::of(mhc, workload.as_ref())));
+                }
+                out
+            }
         } else {
             let mut names = std::mem::take(&mut memo.dirty);
             for (t, name) in &memo.tally.deadlines {

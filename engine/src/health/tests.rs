@@ -1000,3 +1000,342 @@ fn deleted_mhc_forgets_its_targets_and_timers() {
     assert_eq!(engine.next_deadline(), None);
     assert!(engine.controllers().health.is_empty());
 }
+
+/// Applies `input` to `engine` and to a copy decoded from its encoding (which has no target
+/// views, so its full evaluations read the store), settles both against the fake API, and
+/// checks that they issue the same commands and end in the same state.
+fn step_both(engine: &mut Engine, now: Timestamp, input: Input) -> Vec<String> {
+    let mut fresh = Engine::decode_state(&engine.encode_state()).expect("state decodes");
+    let run = |e: &mut Engine| {
+        e.handle(now, &input);
+        let first = drain_commands(e);
+        lines(&settle(e, now, first))
+    };
+    let (with_views, from_store) = (run(engine), run(&mut fresh));
+    assert_eq!(with_views, from_store, "after {input:?}");
+    assert_eq!(
+        engine.encode_state(),
+        fresh.encode_state(),
+        "state after {input:?}"
+    );
+    with_views
+}
+
+/// A full evaluation from the targets' views decides exactly what one from the store decides,
+/// after every kind of change: Node condition, Machine label, Machine condition, annotation,
+/// Node and Machine deletion, a new Machine and Node, time passing past a timeout (with no
+/// Tick between), and spec changes (timeouts keep the views; a new check type does not).
+#[test]
+fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
+    let mut mhc = testing::machine_health_check("c1", "mhc");
+    mhc.selector
+        .match_labels
+        .insert("role".into(), "worker".into());
+    mhc.unhealthy_machine_conditions = vec![UnhealthyCondition {
+        type_: "Ready".into(),
+        status: "False".into(),
+        timeout: mins(10),
+    }];
+    let worker = |name: &str, node_ref: Option<&str>| {
+        let mut m = testing::machine("c1", name, node_ref);
+        m.meta.labels.insert("role".into(), "worker".into());
+        m.meta.creation_timestamp = Some(T0);
+        m
+    };
+    let machines = vec![
+        worker("m1", Some("m1")),
+        worker("m2", Some("m2")),
+        worker("m3", Some("m3")),
+        worker("m4", Some("m4")),
+        worker("m5", None),
+        worker("m6", Some("m6")),
+    ];
+    let nodes = ["m1", "m2", "m3", "m4"]
+        .map(|n| node(n, ConditionStatus::True, T0))
+        .to_vec();
+    let (mut engine, first) = synced_engine(at(mins(1)), objects(mhc, machines, nodes));
+    settle(&mut engine, at(mins(1)), first);
+    let key = ObjectKey::management(Kind::MachineHealthCheck, "default", "mhc");
+    let views_used = |e: &Engine| e.controllers().health.passes_from_views(&key);
+
+    // Moving the Cluster's InfrastructureReady transition (still long before any Machine was
+    // created, so no deadline moves) changes the gates: every verdict is stale and the MHC
+    // evaluates all targets, each from its view unless it changed.
+    let mut gate_moves = 0;
+    let mut force_full = |engine: &mut Engine, now: Timestamp| {
+        let before = views_used(engine);
+        gate_moves += 1;
+        let mut cluster = testing::ready_cluster("c1");
+        cluster.meta.resource_version = 100 + gate_moves;
+        cluster.conditions.current[1].last_transition_time = Some(Timestamp(gate_moves as i64));
+        let cluster = Object::Cluster(cluster);
+        let out = step_both(
+            engine,
+            now,
+            Input::Upsert {
+                scope: Scope::Management,
+                object: cluster,
+            },
+        );
+        assert_eq!(views_used(engine), before + 1, "the pass read the views");
+        out
+    };
+    force_full(&mut engine, at(mins(2)));
+
+    let mut t = at(mins(3));
+    let put_node = |engine: &mut Engine, t: Timestamp, n: Node| {
+        step_both(
+            engine,
+            t,
+            Input::Upsert {
+                scope: workload("c1"),
+                object: Object::Node(n),
+            },
+        )
+    };
+    // Node condition change.
+    let mut n1 = node("m1", ConditionStatus::False, t);
+    n1.meta.resource_version = 10;
+    put_node(&mut engine, t, n1);
+    force_full(&mut engine, t);
+
+    // Machine label change: out of the selection, and back.
+    let mut m2 = machine_of(&engine, "m2");
+    m2.meta.labels.remove("role");
+    bump(&mut m2.meta);
+    step_both(
+        &mut engine,
+        t,
+        Input::Upsert {
+            scope: Scope::Management,
+            object: Object::Machine(m2.clone()),
+        },
+    );
+    force_full(&mut engine, t);
+    assert!(!mhc_of(&engine).status.targets.contains(&"m2".to_string()));
+    m2.meta.labels.insert("role".into(), "worker".into());
+    bump(&mut m2.meta);
+    step_both(
+        &mut engine,
+        t,
+        Input::Upsert {
+            scope: Scope::Management,
+            object: Object::Machine(m2),
+        },
+    );
+    force_full(&mut engine, t);
+
+    // Machine condition change (the Machine check), then time past its timeout, m1's Node
+    // timeout and m5's startup timeout, with no Tick in between: the full pass finds them.
+    let mut m2 = machine_of(&engine, "m2");
+    m2.conditions.current.push(Condition {
+        last_transition_time: Some(t),
+        ..Condition::new("Ready", ConditionStatus::False, "NotReady", "")
+    });
+    bump(&mut m2.meta);
+    step_both(
+        &mut engine,
+        t,
+        Input::Upsert {
+            scope: Scope::Management,
+            object: Object::Machine(m2),
+        },
+    );
+    force_full(&mut engine, t);
+    t = at(mins(20));
+    let late = force_full(&mut engine, t);
+    for m in ["m1", "m2", "m5"] {
+        assert!(
+            late.iter().any(|l| l.starts_with(&format!(
+                "health SetCondition Machine default/{m} HealthCheckSucceeded=False"
+            ))),
+            "{m} is found unhealthy by the full pass: {late:#?}"
+        );
+    }
+
+    // Node deleted; Machine deleted.
+    step_both(
+        &mut engine,
+        t,
+        Input::Delete {
+            key: ObjectKey::new(workload("c1"), Kind::Node, "", "m3"),
+        },
+    );
+    force_full(&mut engine, t);
+    step_both(
+        &mut engine,
+        t,
+        Input::Delete {
+            key: ObjectKey::management(Kind::Machine, "default", "m4"),
+        },
+    );
+    force_full(&mut engine, t);
+
+    // A new Machine and its Node; the missing Node of m6 appears; m1's Node recovers.
+    step_both(
+        &mut engine,
+        t,
+        Input::Upsert {
+            scope: Scope::Management,
+            object: Object::Machine(worker("m7", Some("m7"))),
+        },
+    );
+    put_node(&mut engine, t, node("m7", ConditionStatus::Unknown, t));
+    // m6's Node appears, and the gates move before its HealthCheckSucceeded=True lands: the
+    // full pass sees a healthy target whose condition is not written yet.
+    let mut fresh = Engine::decode_state(&engine.encode_state()).expect("state decodes");
+    let appears = Input::Upsert {
+        scope: workload("c1"),
+        object: Object::Node(node("m6", ConditionStatus::True, T0)),
+    };
+    let mut held = Vec::new();
+    for e in [&mut engine, &mut fresh] {
+        e.handle(t, &appears);
+        held.push(drain_commands(e));
+    }
+    assert_eq!(held[0], held[1]);
+    assert_eq!(engine.encode_state(), fresh.encode_state());
+    let held = held.swap_remove(0);
+    assert!(!held.is_empty(), "m6 is written healthy");
+    force_full(&mut engine, t);
+    for c in held {
+        let (outcome, _) = answer(&engine, t, &c);
+        step_both(
+            &mut engine,
+            t,
+            Input::ApiResult {
+                command: c.id,
+                outcome,
+            },
+        );
+    }
+    let mut n1 = node("m1", ConditionStatus::True, t);
+    n1.meta.resource_version = 11;
+    put_node(&mut engine, t, n1);
+    force_full(&mut engine, t);
+    // A shorter timeout for m7's pending Node condition: its deadline moves (from the view).
+    let mut spec = mhc_of(&engine);
+    spec.unhealthy_node_conditions[0].timeout = mins(3);
+    bump(&mut spec.meta);
+    let before = views_used(&engine);
+    step_both(
+        &mut engine,
+        t,
+        Input::Upsert {
+            scope: Scope::Management,
+            object: Object::MachineHealthCheck(spec),
+        },
+    );
+    assert_eq!(
+        views_used(&engine),
+        before + 1,
+        "a timeout change keeps the views"
+    );
+    assert_eq!(
+        engine.next_deadline(),
+        Some(t.saturating_add(mins(3) + secs(1)))
+    );
+
+    // A relist that changes a Machine and the gates at once: the full pass reads the changed
+    // (dirty) target from the store and the others from their views.
+    let mut relisted: Vec<Object> = engine
+        .store()
+        .iter_scope(&Scope::Management)
+        .map(|(_, o)| o.clone())
+        .collect();
+    for o in &mut relisted {
+        match o {
+            Object::Machine(m) if m.meta.name == "m6" => {
+                m.conditions.current.push(Condition {
+                    last_transition_time: Some(T0),
+                    ..Condition::new("Ready", ConditionStatus::False, "NotReady", "")
+                });
+                bump(&mut m.meta);
+            }
+            Object::Cluster(c) => {
+                c.conditions.current[1].last_transition_time = Some(Timestamp(1));
+                bump(&mut c.meta);
+            }
+            _ => {}
+        }
+    }
+    let before = views_used(&engine);
+    let relist = step_both(
+        &mut engine,
+        t,
+        Input::Relist {
+            scope: Scope::Management,
+            objects: relisted,
+        },
+    );
+    assert_eq!(
+        views_used(&engine),
+        before + 1,
+        "the relist's pass read the views"
+    );
+    assert!(
+        relist
+            .iter()
+            .any(|l| l.contains("Machine default/m6 HealthCheckSucceeded=False (UnhealthyMachine)")),
+        "{relist:#?}"
+    );
+
+    // The remediate-machine annotation.
+    let mut m1 = machine_of(&engine, "m1");
+    m1.meta
+        .annotations
+        .insert(REMEDIATE_MACHINE_ANNOTATION.into(), String::new());
+    bump(&mut m1.meta);
+    step_both(
+        &mut engine,
+        t,
+        Input::Upsert {
+            scope: Scope::Management,
+            object: Object::Machine(m1),
+        },
+    );
+    t = at(mins(30));
+    force_full(&mut engine, t);
+
+    // Spec changes: a timeout (views kept), then a new check type (views read again).
+    let mut spec = mhc_of(&engine);
+    spec.unhealthy_node_conditions[0].timeout = mins(1);
+    bump(&mut spec.meta);
+    let before = views_used(&engine);
+    step_both(
+        &mut engine,
+        t,
+        Input::Upsert {
+            scope: Scope::Management,
+            object: Object::MachineHealthCheck(spec.clone()),
+        },
+    );
+    assert_eq!(
+        views_used(&engine),
+        before + 1,
+        "a timeout change keeps the views"
+    );
+    spec.unhealthy_node_conditions.push(UnhealthyCondition {
+        type_: "DiskPressure".into(),
+        status: "True".into(),
+        timeout: mins(1),
+    });
+    bump(&mut spec.meta);
+    step_both(
+        &mut engine,
+        t,
+        Input::Upsert {
+            scope: Scope::Management,
+            object: Object::MachineHealthCheck(spec),
+        },
+    );
+    assert_eq!(
+        views_used(&engine),
+        before + 1,
+        "a new check type reads the store"
+    );
+    t = at(mins(40));
+    force_full(&mut engine, t);
+    let mhc = mhc_of(&engine);
+    assert_eq!(mhc.status.targets, ["m1", "m2", "m3", "m5", "m6", "m7"]);
+}

@@ -195,13 +195,12 @@ impl TargetClass {
     }
 }
 
-fn earliest(a: Option<Timestamp>, b: Timestamp) -> Option<Timestamp> {
+pub(super) fn earliest(a: Option<Timestamp>, b: Timestamp) -> Option<Timestamp> {
     Some(a.map_or(b, |a| a.min(b)))
 }
 
-/// Upstream's `needsRemediation`, evaluated at `now`.
 /// Where a condition stands against one unhealthy-condition check.
-enum Held {
+pub(super) enum Held {
     /// Not in the checked status: the check does not apply.
     NotInStatus,
     /// Held past the timeout (strictly after it): unhealthy.
@@ -210,7 +209,7 @@ enum Held {
     Until(Timestamp),
 }
 
-fn held(
+pub(super) fn held(
     check: &UnhealthyCondition,
     status: ConditionStatus,
     since: Option<Timestamp>,
@@ -227,6 +226,7 @@ fn held(
     }
 }
 
+/// Upstream's `needsRemediation`, evaluated at `now`.
 pub fn evaluate(
     machine: &Machine,
     node: NodeObservation<'_>,
@@ -324,18 +324,28 @@ pub fn evaluate(
 /// True transitions of Cluster `ControlPlaneInitialized`, Cluster `InfrastructureReady` and
 /// Machine `InfrastructureReady`.
 pub fn startup_reference(machine: &Machine, gates: &ClusterGates) -> Timestamp {
-    let machine_infra = Gate::read(&machine.conditions, "InfrastructureReady");
-    [
-        gates.control_plane_initialized.true_since(),
-        gates.infrastructure_ready.true_since(),
-        machine_infra.true_since(),
-    ]
-    .into_iter()
-    .flatten()
-    .fold(
+    startup_reference_of(startup_base_of(machine), gates)
+}
+
+/// The Machine's part of [`startup_reference`]: the later of its creation and the True
+/// transition of its `InfrastructureReady`.
+pub(super) fn startup_base_of(machine: &Machine) -> Timestamp {
+    let infrastructure_ready = Gate::read(&machine.conditions, "InfrastructureReady");
+    infrastructure_ready.true_since().into_iter().fold(
         machine.meta.creation_timestamp.unwrap_or_default(),
         Timestamp::max,
     )
+}
+
+/// [`startup_reference`] from the Machine's part ([`startup_base_of`]) and the Cluster's gates.
+pub(super) fn startup_reference_of(machine_base: Timestamp, gates: &ClusterGates) -> Timestamp {
+    [
+        gates.control_plane_initialized.true_since(),
+        gates.infrastructure_ready.true_since(),
+    ]
+    .into_iter()
+    .flatten()
+    .fold(machine_base, Timestamp::max)
 }
 
 /// `HealthCheckSucceeded` as written for an unhealthy target: (v1beta2, v1beta1).
