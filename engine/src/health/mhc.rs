@@ -591,7 +591,7 @@ impl<'a> Judge<'a> {
             }
         }
         let mut found = Found::default();
-        let mut key = ObjectKey::management(Kind::Machine, &self.mhc.meta.namespace, "");
+        let namespace = &self.mhc.meta.namespace;
         let store: &'a Store = self.store;
         let MhcMemo {
             targets,
@@ -600,8 +600,7 @@ impl<'a> Judge<'a> {
             ..
         } = &mut *memo;
         for name in dirty.iter().chain(&again) {
-            key.name.clear();
-            key.name.push_str(name);
+            let key = ObjectKey::management(Kind::Machine, namespace, name);
             let entry = targets.get_mut(name.as_str());
             match store.get(&key) {
                 Some(Object::Machine(m)) => {

@@ -1007,7 +1007,7 @@ fn deleted_mhc_forgets_its_targets_and_timers() {
 fn step_both(engine: &mut Engine, now: Timestamp, input: Input) -> Vec<String> {
     let mut fresh = Engine::decode_state(&engine.encode_state()).expect("state decodes");
     let run = |e: &mut Engine| {
-        e.handle(now, &input);
+        e.handle(now, input.clone());
         let first = drain_commands(e);
         lines(&settle(e, now, first))
     };
@@ -1074,7 +1074,7 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
             now,
             Input::Upsert {
                 scope: Scope::Management,
-                object: cluster,
+                object: Box::new(cluster),
             },
         );
         assert_eq!(views_used(engine), before + 1, "the pass read the views");
@@ -1089,7 +1089,7 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
             t,
             Input::Upsert {
                 scope: workload("c1"),
-                object: Object::Node(n),
+                object: Box::new(Object::Node(n)),
             },
         )
     };
@@ -1108,7 +1108,7 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
         t,
         Input::Upsert {
             scope: Scope::Management,
-            object: Object::Machine(m2.clone()),
+            object: Box::new(Object::Machine(m2.clone())),
         },
     );
     force_full(&mut engine, t);
@@ -1120,7 +1120,7 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
         t,
         Input::Upsert {
             scope: Scope::Management,
-            object: Object::Machine(m2),
+            object: Box::new(Object::Machine(m2)),
         },
     );
     force_full(&mut engine, t);
@@ -1138,7 +1138,7 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
         t,
         Input::Upsert {
             scope: Scope::Management,
-            object: Object::Machine(m2),
+            object: Box::new(Object::Machine(m2)),
         },
     );
     force_full(&mut engine, t);
@@ -1177,7 +1177,7 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
         t,
         Input::Upsert {
             scope: Scope::Management,
-            object: Object::Machine(worker("m7", Some("m7"))),
+            object: Box::new(Object::Machine(worker("m7", Some("m7")))),
         },
     );
     put_node(&mut engine, t, node("m7", ConditionStatus::Unknown, t));
@@ -1186,11 +1186,11 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
     let mut fresh = Engine::decode_state(&engine.encode_state()).expect("state decodes");
     let appears = Input::Upsert {
         scope: workload("c1"),
-        object: Object::Node(node("m6", ConditionStatus::True, T0)),
+        object: Box::new(Object::Node(node("m6", ConditionStatus::True, T0))),
     };
     let mut held = Vec::new();
     for e in [&mut engine, &mut fresh] {
-        e.handle(t, &appears);
+        e.handle(t, appears.clone());
         held.push(drain_commands(e));
     }
     assert_eq!(held[0], held[1]);
@@ -1223,7 +1223,7 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
         t,
         Input::Upsert {
             scope: Scope::Management,
-            object: Object::MachineHealthCheck(spec),
+            object: Box::new(Object::MachineHealthCheck(spec)),
         },
     );
     assert_eq!(
@@ -1291,7 +1291,7 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
         t,
         Input::Upsert {
             scope: Scope::Management,
-            object: Object::Machine(m1),
+            object: Box::new(Object::Machine(m1)),
         },
     );
     t = at(mins(30));
@@ -1307,7 +1307,7 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
         t,
         Input::Upsert {
             scope: Scope::Management,
-            object: Object::MachineHealthCheck(spec.clone()),
+            object: Box::new(Object::MachineHealthCheck(spec.clone())),
         },
     );
     assert_eq!(
@@ -1326,7 +1326,7 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
         t,
         Input::Upsert {
             scope: Scope::Management,
-            object: Object::MachineHealthCheck(spec),
+            object: Box::new(Object::MachineHealthCheck(spec)),
         },
     );
     assert_eq!(
