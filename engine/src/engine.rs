@@ -141,7 +141,10 @@ impl Engine {
                 }
                 // Unchanged objects are routed too: a synced cache may unblock destructive
                 // commands that were held back while it was not.
-                let changed: BTreeSet<&ObjectKey> = replaced.iter().map(|r| &r.key).collect();
+                let changed: BTreeSet<&ObjectKey> = replaced
+                    .iter()
+                    .map(|r| self.store.replaced_key(r))
+                    .collect();
                 for (key, object) in self.store.iter_scope(&scope) {
                     if !changed.contains(key) {
                         let same = Change {

@@ -55,6 +55,9 @@ pub(super) struct Pass<'p, 'a> {
     /// The Node's key and object, looked up once: drain, volume wait and Node deletion all
     /// need them.
     node_seen: Option<(ObjectKey, Option<&'a Node>)>,
+    /// A condition write of this Machine is unanswered: nothing is written until its answer
+    /// reconciles the Machine again, so messages that only feed conditions are not built.
+    conditions_in_flight: bool,
 }
 
 pub(super) fn api_version(v: ApiVersion) -> &'static str {
@@ -123,6 +126,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         d.wait_for_pre_terminate_hook_start = d
             .wait_for_pre_terminate_hook_start
             .or(memo.wait_for_pre_terminate_hook_start);
+        let conditions_in_flight = cx.is_in_flight("SetCondition", key);
         Pass {
             key,
             m,
@@ -143,6 +147,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             deleting: None,
             wake: None,
             node_seen: None,
+            conditions_in_flight,
         }
     }
 
@@ -234,6 +239,13 @@ impl<'p, 'a> Pass<'p, 'a> {
 
     /// Writes `status.phase`, `status.deletion.*` and `status.nodeRef` where they differ.
     fn flush_status(&mut self) {
+        if self.status == self.base_status
+            || self
+                .cx
+                .wait_if_in_flight(ControllerId::Deletion, "PatchStatus", self.key)
+        {
+            return;
+        }
         if let Some((merge, summary)) =
             status::status_patch(self.m.version, &self.base_status, &self.status)
         {
@@ -553,7 +565,11 @@ impl<'p, 'a> Pass<'p, 'a> {
                 "Draining the node before deletion",
             ));
         }
-        let header = drain::condition_header(start);
+        let header = if self.conditions_in_flight {
+            String::new()
+        } else {
+            drain::condition_header(start)
+        };
         self.set_deleting(reason::DRAINING_NODE, header.clone());
         let Some(node) = self.node(node_name) else {
             return self.drain_completed(node_name);
@@ -637,9 +653,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             failed = plan.failed.len(),
             "Drain not completed yet, requeuing in 20s"
         );
-        if self.cx.is_in_flight("SetCondition", self.key) {
-            // Nothing is written until that write is answered, and its answer reconciles
-            // this Machine again: a message built now would be thrown away.
+        if self.conditions_in_flight {
             return Flow::Wait;
         }
         let message = drain::condition_message_after(header, &plan);

@@ -23,12 +23,20 @@ impl<'a> Change<'a> {
     }
 }
 
-/// What an accepted write replaced: the object's key and its previous version, moved out of
-/// the store. [`Store::change`] turns it into the [`Change`] controllers see.
+/// What an accepted write replaced: the object's previous version, moved out of the store,
+/// and where the object is now. [`Store::change`] turns it into the [`Change`] controllers
+/// see; use it before the next write.
 #[derive(Debug)]
 pub struct Replaced {
-    pub key: ObjectKey,
     pub before: Option<Box<Object>>,
+    now: Now,
+}
+
+#[derive(Debug)]
+enum Now {
+    /// Stored in this table slot (its key is the stored one: nothing is cloned).
+    Stored(u32),
+    Removed(ObjectKey),
 }
 
 /// Observed objects of every cluster, keyed canonically, plus secondary indexes.
@@ -172,10 +180,21 @@ impl Store {
 
     /// The change a write made, as controllers see it.
     pub fn change<'a>(&'a self, replaced: &'a Replaced) -> Change<'a> {
-        Change {
-            key: &replaced.key,
-            before: replaced.before.as_deref(),
-            after: self.objects.get(&replaced.key),
+        let before = replaced.before.as_deref();
+        match &replaced.now {
+            Now::Stored(slot) => {
+                let (key, after) = self.objects.at(*slot).expect("a write's slot is filled");
+                Change {
+                    key,
+                    before,
+                    after: Some(after),
+                }
+            }
+            Now::Removed(key) => Change {
+                key,
+                before,
+                after: None,
+            },
         }
     }
 
@@ -190,13 +209,17 @@ impl Store {
         } else {
             meta.namespace.as_str()
         };
-        let Some((stored, existing)) = self.objects.entry_mut(scope, &kind, namespace, &meta.name)
+        let Some((slot, (stored, existing))) =
+            self.objects.entry_mut(scope, &kind, namespace, &meta.name)
         else {
             let key = object.key(scope);
             self.changes += 1;
             self.indexes.update(&key, None, &object, self.changes);
-            self.objects.insert(key.clone(), object);
-            return Some(Replaced { key, before: None });
+            let (slot, _) = self.objects.insert(key, object);
+            return Some(Replaced {
+                before: None,
+                now: Now::Stored(slot),
+            });
         };
         let (old_rv, new_rv) = (
             existing.meta().resource_version,
@@ -205,15 +228,13 @@ impl Store {
         if (new_rv != 0 && old_rv > new_rv) || **existing == *object {
             return None;
         }
-        // The stored key: cloning it shares its names instead of allocating new ones.
-        let key = stored.clone();
         self.changes += 1;
         let before = std::mem::replace(existing, object);
         self.indexes
-            .update(&key, Some(&before), existing, self.changes);
+            .update(stored, Some(&before), existing, self.changes);
         Some(Replaced {
-            key,
             before: Some(before),
+            now: Now::Stored(slot),
         })
     }
 
@@ -222,8 +243,8 @@ impl Store {
         self.changes += 1;
         self.indexes.index(key, &before, false, self.changes);
         Some(Replaced {
-            key: key.clone(),
             before: Some(before),
+            now: Now::Removed(key.clone()),
         })
     }
 
@@ -250,11 +271,20 @@ impl Store {
         if self.objects.get(&key) == Some(&object) {
             return None;
         }
-        let before = self.remove(&key).and_then(|r| r.before);
         self.changes += 1;
-        self.indexes.index(&key, &object, true, self.changes);
-        self.objects.insert(key.clone(), Box::new(object));
-        Some(Replaced { key, before })
+        let (slot, before) = self.objects.insert(key, Box::new(object));
+        let (key, after) = self.objects.at(slot).expect("inserted above");
+        self.indexes
+            .update(key, before.as_deref(), after, self.changes);
+        Some(Replaced {
+            before,
+            now: Now::Stored(slot),
+        })
+    }
+
+    /// The key of the object a write concerned.
+    pub fn replaced_key<'a>(&'a self, replaced: &'a Replaced) -> &'a ObjectKey {
+        self.change(replaced).key
     }
 }
 

@@ -116,22 +116,27 @@ impl Table {
         kind: &Kind,
         namespace: &str,
         name: &str,
-    ) -> Option<&'t mut Entry> {
+    ) -> Option<(u32, &'t mut Entry)> {
         let probe = Probe {
             parts: (scope, kind, namespace, name),
             hash: key_hash(scope, kind, namespace, name),
         };
         let slot = *self.by_key.get(&probe as &dyn KeyView)?;
-        self.slots.get_mut(slot as usize)?.as_mut()
+        Some((slot, self.slots.get_mut(slot as usize)?.as_mut()?))
     }
 
-    /// Inserts or replaces; returns the replaced object.
-    pub fn insert(&mut self, key: ObjectKey, object: Box<Object>) -> Option<Box<Object>> {
+    /// The entry in `slot` (slots stay with their key until it is removed).
+    pub fn at(&self, slot: u32) -> Option<&Entry> {
+        self.entry(slot)
+    }
+
+    /// Inserts or replaces; returns the entry's slot and the replaced object.
+    pub fn insert(&mut self, key: ObjectKey, object: Box<Object>) -> (u32, Option<Box<Object>>) {
         if let Some(&slot) = self.by_key.get(&key) {
             let (_, existing) = self.slots[slot as usize]
                 .as_mut()
                 .expect("indexed slots are filled");
-            return Some(std::mem::replace(existing, object));
+            return (slot, Some(std::mem::replace(existing, object)));
         }
         let slot = match self.free.pop() {
             Some(slot) => slot,
@@ -143,7 +148,7 @@ impl Table {
         self.names_mut(&key).insert(key.name.clone(), slot);
         self.by_key.insert(key.clone(), slot);
         self.slots[slot as usize] = Some((key, object));
-        None
+        (slot, None)
     }
 
     pub fn remove(&mut self, key: &ObjectKey) -> Option<Box<Object>> {
@@ -368,7 +373,7 @@ mod tests {
         assert_eq!(
             decoded
                 .entry_mut(&key(1, 0, 0, 0).scope.clone(), &Kind::Pod, "a", "n2")
-                .map(|e| e.1.clone()),
+                .map(|(_, e)| e.1.clone()),
             Some(object("b"))
         );
     }
@@ -385,7 +390,7 @@ mod tests {
                 let key = key(s, k, ns, n);
                 if insert {
                     let object = Box::new(Object::Namespace(namespace(&format!("v{i}"))));
-                    prop_assert_eq!(table.insert(key.clone(), object.clone()), model.insert(key, object));
+                    prop_assert_eq!(table.insert(key.clone(), object.clone()).1, model.insert(key, object));
                 } else {
                     prop_assert_eq!(table.remove(&key), model.remove(&key));
                 }
