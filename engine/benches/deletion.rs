@@ -159,6 +159,10 @@ fn engine_throughput(c: &mut Criterion) {
     group.bench_function("deletion_stream_batched", |b| {
         feed(b, &engine, &stream, engine::BATCH_INPUTS_MAX)
     });
+    // How much the batch size matters: a quarter of the cap.
+    group.bench_function("deletion_stream_batched_256", |b| {
+        feed(b, &engine, &stream, 256)
+    });
     group.finish();
 }
 

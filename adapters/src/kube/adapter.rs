@@ -66,7 +66,8 @@ impl Default for AdapterOptions {
     }
 }
 
-const CHANNEL_CAPACITY: usize = 1024;
+/// Events waiting for the loop; a backlog is fed as one batch, so a full channel is one batch.
+const CHANNEL_CAPACITY: usize = BATCH_INPUTS_MAX;
 
 pub struct Adapter<C: Core, L: InputLog> {
     core: C,
@@ -534,10 +535,15 @@ mod tests {
     #[tokio::test]
     async fn queued_events_are_fed_as_one_batch_of_at_most_the_cap() {
         let mut a = adapter();
-        for id in 2..=(BATCH_INPUTS_MAX as u64 + 10) {
+        let cap = BATCH_INPUTS_MAX as u64;
+        // A full channel behind the event in hand: one more than a batch holds.
+        for id in 2..=cap + 1 {
             a.tx.try_send(result(id)).unwrap();
         }
         a.on_backlog(result(1)).unwrap();
+        for id in cap + 2..=cap + 10 {
+            a.tx.try_send(result(id)).unwrap();
+        }
         let next = a.rx.try_recv().unwrap();
         a.on_backlog(next).unwrap();
         let sizes: Vec<usize> = a
@@ -557,7 +563,10 @@ mod tests {
             unreachable!()
         };
         assert!(matches!(inputs[0], Input::ApiResult { command: 1, .. }));
-        assert!(matches!(inputs[255], Input::ApiResult { command: 256, .. }));
+        let last = BATCH_INPUTS_MAX - 1;
+        assert!(
+            matches!(inputs[last], Input::ApiResult { command, .. } if command == last as u64 + 1)
+        );
     }
 
     #[tokio::test]
