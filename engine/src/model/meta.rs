@@ -13,19 +13,81 @@ pub enum Scope {
     Workload(ClusterName),
 }
 
-/// A CAPI Cluster's identity in the management cluster.
+/// A CAPI Cluster's identity in the management cluster. Shared like [`ObjectKey`]: every
+/// key of a workload cluster holds one, so a clone is one reference count and two clones
+/// compare equal by pointer. Fields read through [`ClusterParts`].
+#[derive(Clone)]
+pub struct ClusterName(Arc<ClusterParts>);
+
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct ClusterName {
+pub struct ClusterParts {
     pub namespace: Name,
     pub name: Name,
 }
 
 impl ClusterName {
     pub fn new(namespace: impl Into<Name>, name: impl Into<Name>) -> Self {
-        ClusterName {
+        ClusterName(Arc::new(ClusterParts {
             namespace: namespace.into(),
             name: name.into(),
+        }))
+    }
+}
+
+impl std::ops::Deref for ClusterName {
+    type Target = ClusterParts;
+    fn deref(&self) -> &ClusterParts {
+        &self.0
+    }
+}
+
+impl PartialEq for ClusterName {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+impl Eq for ClusterName {}
+
+impl Ord for ClusterName {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        if Arc::ptr_eq(&self.0, &other.0) {
+            return std::cmp::Ordering::Equal;
         }
+        self.0.cmp(&other.0)
+    }
+}
+
+impl PartialOrd for ClusterName {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::hash::Hash for ClusterName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state)
+    }
+}
+
+impl fmt::Debug for ClusterName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterName")
+            .field("namespace", &self.namespace)
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl Serialize for ClusterName {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for ClusterName {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        ClusterParts::deserialize(deserializer).map(|parts| ClusterName(Arc::new(parts)))
     }
 }
 

@@ -25,12 +25,36 @@ type Kinds = BTreeMap<Kind, Namespaces>;
 
 #[derive(Clone, Debug, Default)]
 pub(super) struct Table {
-    /// Entries; `None` marks a free slot (listed in `free`, reused first).
-    slots: Vec<Option<Entry>>,
-    free: Vec<u32>,
+    slots: Vec<Slot>,
+    /// The most recently freed slot, reused first.
+    free: Option<u32>,
     /// The slot of every key (probed only, never iterated).
     by_key: HashMap<ObjectKey, u32, BuildHasherDefault<PrecomputedHash>>,
     order: BTreeMap<Scope, Kinds>,
+}
+
+/// A filled slot, or a free one linking to the next free slot (the free list needs no
+/// allocation of its own).
+#[derive(Clone, Debug)]
+enum Slot {
+    Filled(Entry),
+    Free(Option<u32>),
+}
+
+impl Slot {
+    fn entry(&self) -> Option<&Entry> {
+        match self {
+            Slot::Filled(e) => Some(e),
+            Slot::Free(_) => None,
+        }
+    }
+
+    fn entry_mut(&mut self) -> Option<&mut Entry> {
+        match self {
+            Slot::Filled(e) => Some(e),
+            Slot::Free(_) => None,
+        }
+    }
 }
 
 /// Hashes a key by the hash it carries.
@@ -122,7 +146,7 @@ impl Table {
             hash: key_hash(scope, kind, namespace, name),
         };
         let slot = *self.by_key.get(&probe as &dyn KeyView)?;
-        Some((slot, self.slots.get_mut(slot as usize)?.as_mut()?))
+        Some((slot, self.slots.get_mut(slot as usize)?.entry_mut()?))
     }
 
     /// The entry in `slot` (slots stay with their key until it is removed).
@@ -134,29 +158,36 @@ impl Table {
     pub fn insert(&mut self, key: ObjectKey, object: Box<Object>) -> (u32, Option<Box<Object>>) {
         if let Some(&slot) = self.by_key.get(&key) {
             let (_, existing) = self.slots[slot as usize]
-                .as_mut()
+                .entry_mut()
                 .expect("indexed slots are filled");
             return (slot, Some(std::mem::replace(existing, object)));
         }
-        let slot = match self.free.pop() {
-            Some(slot) => slot,
+        let slot = match self.free {
+            Some(slot) => {
+                let Slot::Free(next) = self.slots[slot as usize] else {
+                    unreachable!("the free list links free slots")
+                };
+                self.free = next;
+                slot
+            }
             None => {
-                self.slots.push(None);
+                self.slots.push(Slot::Free(None));
                 u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 objects")
             }
         };
         self.names_mut(&key).insert(key.name.clone(), slot);
         self.by_key.insert(key.clone(), slot);
-        self.slots[slot as usize] = Some((key, object));
+        self.slots[slot as usize] = Slot::Filled((key, object));
         (slot, None)
     }
 
     pub fn remove(&mut self, key: &ObjectKey) -> Option<Box<Object>> {
         let slot = self.by_key.remove(key)?;
-        let (_, object) = self.slots[slot as usize]
-            .take()
-            .expect("indexed slots are filled");
-        self.free.push(slot);
+        let freed = std::mem::replace(&mut self.slots[slot as usize], Slot::Free(self.free));
+        let Slot::Filled((_, object)) = freed else {
+            unreachable!("indexed slots are filled")
+        };
+        self.free = Some(slot);
         let kinds = self.order.get_mut(&key.scope).expect("ordered");
         let namespaces = kinds.get_mut(&key.kind).expect("ordered");
         let names = namespaces.get_mut(&key.namespace).expect("ordered");
@@ -173,7 +204,7 @@ impl Table {
         if self.by_key.is_empty() {
             // Nothing left: drop the slots too, so an emptied table is a new one.
             self.slots.clear();
-            self.free.clear();
+            self.free = None;
         }
         Some(object)
     }
@@ -215,7 +246,7 @@ impl Table {
     }
 
     fn entry(&self, slot: u32) -> Option<&Entry> {
-        self.slots.get(slot as usize)?.as_ref()
+        self.slots.get(slot as usize)?.entry()
     }
 
     fn in_namespaces<'a>(
