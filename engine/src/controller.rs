@@ -102,7 +102,9 @@ fn is_failure(outcome: &ApiOutcome) -> bool {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Effects {
     next_command_id: u64,
-    in_flight: BTreeMap<u64, Command>,
+    /// Boxed: B-tree nodes of 160-byte commands were large allocations, and each one made
+    /// the allocator consolidate its free lists.
+    in_flight: BTreeMap<u64, Box<Command>>,
     intents: BTreeMap<Intent, u64>,
     /// Reconciles to repeat when an intent completes: (controller, owner).
     waiting: BTreeMap<Intent, BTreeSet<(ControllerId, ObjectKey)>>,
@@ -132,7 +134,7 @@ impl Effects {
         outcome: &ApiOutcome,
         now: Timestamp,
     ) -> Option<(Command, Vec<(ControllerId, ObjectKey)>)> {
-        let command = self.in_flight.remove(&id)?;
+        let command = *self.in_flight.remove(&id)?;
         let mut waiters = Vec::new();
         if let Some(intent) = Intent::of(&command.action) {
             if self.intents.get(&intent) == Some(&id) {
@@ -249,7 +251,7 @@ impl<'a> Cx<'a> {
         if let Some(intent) = intent {
             self.effects.intents.insert(intent, id);
         }
-        self.effects.in_flight.insert(id, command.clone());
+        self.effects.in_flight.insert(id, Box::new(command.clone()));
         self.effects.outbox.push_back(command);
         Issued::Queued(id)
     }
