@@ -114,12 +114,13 @@ pub struct Effects {
     retries: BTreeSet<(Timestamp, ControllerId, ObjectKey)>,
     /// Commands not yet polled. Transient: not part of the state hash or snapshots.
     #[serde(skip)]
-    outbox: VecDeque<Command>,
+    /// Boxed for the same reason as `in_flight` (a burst grows the queue).
+    outbox: VecDeque<Box<Command>>,
 }
 
 impl Effects {
     pub fn poll(&mut self) -> Option<Command> {
-        self.outbox.pop_front()
+        self.outbox.pop_front().map(|c| *c)
     }
 
     pub fn in_flight_len(&self) -> usize {
@@ -251,7 +252,8 @@ impl<'a> Cx<'a> {
         if let Some(intent) = intent {
             self.effects.intents.insert(intent, id);
         }
-        self.effects.in_flight.insert(id, Box::new(command.clone()));
+        let command = Box::new(command);
+        self.effects.in_flight.insert(id, command.clone());
         self.effects.outbox.push_back(command);
         Issued::Queued(id)
     }
