@@ -103,10 +103,41 @@ impl Input {
             }
             Input::Tick => "timer".to_string(),
             Input::Restarted => "controller restarted".to_string(),
-            Input::Batch { inputs } => match inputs.as_slice() {
-                [one] => one.describe(),
-                _ => format!("{} inputs", inputs.len()),
-            },
+            Input::Batch { inputs } => {
+                const SHOWN: usize = 3;
+                let mut text = format!("batch of {}: ", inputs.len());
+                let shown: Vec<String> = inputs.iter().take(SHOWN).map(Input::describe).collect();
+                text.push_str(&shown.join("; "));
+                if inputs.len() > SHOWN {
+                    text.push_str(&format!("; ... ({} more)", inputs.len() - SHOWN));
+                }
+                text
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Kind, ObjectKey};
+
+    #[test]
+    fn a_batch_describes_its_first_inputs_and_how_many_more() {
+        let gone = |name: &str| Input::Delete {
+            key: ObjectKey::management(Kind::Machine, "default", name),
+        };
+        let batch = Input::Batch {
+            inputs: vec![gone("m1"), Input::Tick, gone("m2"), gone("m3"), gone("m4")],
+        };
+        assert_eq!(
+            batch.describe(),
+            "batch of 5: observed deletion of Machine default/m1; timer; \
+             observed deletion of Machine default/m2; ... (2 more)"
+        );
+        let small = Input::Batch {
+            inputs: vec![Input::Tick],
+        };
+        assert_eq!(small.describe(), "batch of 1: timer");
     }
 }
