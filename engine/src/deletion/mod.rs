@@ -165,6 +165,11 @@ pub struct MachineDeletion {
 /// The key of an object a Machine references (provider refs default to the Machine's
 /// namespace; a v1beta1 ref may carry only `apiVersion`).
 pub fn ref_key(r: &ObjectRef, namespace: &str) -> ObjectKey {
+    let (group, ns) = ref_group_namespace(r, namespace);
+    ObjectKey::management(Kind::from_group_kind(group, &r.kind), ns, &r.name)
+}
+
+fn ref_group_namespace<'r>(r: &'r ObjectRef, namespace: &'r str) -> (&'r str, &'r str) {
     let group = if r.api_group.is_empty() {
         r.api_version
             .as_deref()
@@ -178,7 +183,26 @@ pub fn ref_key(r: &ObjectRef, namespace: &str) -> ObjectKey {
     } else {
         r.namespace.as_str()
     };
-    ObjectKey::management(Kind::from_group_kind(group, &r.kind), ns, &r.name)
+    (group, ns)
+}
+
+/// Points `key` at what `r` references, keeping it (no allocation) when it already does.
+fn refresh_ref_key(key: &mut ObjectKey, r: &ObjectRef, namespace: &str) {
+    let (group, ns) = ref_group_namespace(r, namespace);
+    let same = key.scope == Scope::Management
+        && key.kind.is(group, &r.kind)
+        && key.namespace == ns
+        && key.name == r.name.as_str();
+    if !same {
+        *key = ref_key(r, namespace);
+    }
+}
+
+fn refresh_optional_ref_key(key: &mut Option<ObjectKey>, r: Option<&ObjectRef>, namespace: &str) {
+    match (key.as_mut(), r) {
+        (Some(k), Some(r)) => refresh_ref_key(k, r, namespace),
+        (_, r) => *key = r.map(|r| ref_key(r, namespace)),
+    }
 }
 
 /// Whether a pod change can matter to a drain or volume wait (readiness flips do not).
@@ -407,11 +431,13 @@ impl Controller for MachineDeletion {
             .finalizers
             .iter()
             .any(|f| f == crate::model::MACHINE_FINALIZER);
-        let cluster_name = ClusterName::new(&machine.meta.namespace, &machine.cluster_name);
-        let cluster_key =
-            ObjectKey::management(Kind::Cluster, &cluster_name.namespace, &cluster_name.name);
-        let cluster = match store.get(&cluster_key) {
-            Some(Object::Cluster(c)) => Some(c),
+        let cluster = match store.get_parts(
+            &Scope::Management,
+            &Kind::Cluster,
+            &machine.meta.namespace,
+            &machine.cluster_name,
+        ) {
+            Some((_, Object::Cluster(c))) => Some(c),
             _ => None,
         };
         if !machine.meta.is_deleting() && !holds_finalizer {
@@ -421,6 +447,16 @@ impl Controller for MachineDeletion {
             self.untrack(key);
             return;
         }
+        // The tracked cluster name, unless the Machine moved to another Cluster.
+        let cluster_name = match self.machines.get(key) {
+            Some(t)
+                if t.cluster.namespace == machine.meta.namespace
+                    && t.cluster.name == machine.cluster_name =>
+            {
+                t.cluster.clone()
+            }
+            _ => ClusterName::new(&machine.meta.namespace, &machine.cluster_name),
+        };
         if !self.machines.contains_key(key) {
             let infrastructure = ref_key(&machine.infrastructure_ref, &machine.meta.namespace);
             let fresh = Tracked {
@@ -449,11 +485,17 @@ impl Controller for MachineDeletion {
         // shifted B-tree nodes on every pass.
         let tracked = self.machines.get_mut(key).expect("tracked above");
         let routed_node = tracked.node.clone();
-        tracked.infrastructure = ref_key(&machine.infrastructure_ref, &machine.meta.namespace);
-        tracked.bootstrap = machine
-            .bootstrap_config_ref
-            .as_ref()
-            .map(|r| ref_key(r, &machine.meta.namespace));
+        tracked.cluster = cluster_name.clone();
+        refresh_ref_key(
+            &mut tracked.infrastructure,
+            &machine.infrastructure_ref,
+            &machine.meta.namespace,
+        );
+        refresh_optional_ref_key(
+            &mut tracked.bootstrap,
+            machine.bootstrap_config_ref.as_ref(),
+            &machine.meta.namespace,
+        );
         // Routing facts known before any pass (the pass refines the node by providerID).
         tracked.node = tracked.node.take().or_else(|| machine.node_ref.clone());
         tracked.provider_id =
@@ -464,9 +506,11 @@ impl Controller for MachineDeletion {
                     Some(Object::External(e)) => e.provider_id.clone(),
                     _ => None,
                 });
-        tracked.control_plane = cluster
-            .and_then(|c| c.control_plane_ref.as_ref())
-            .map(|r| ref_key(r, &cluster_name.namespace));
+        refresh_optional_ref_key(
+            &mut tracked.control_plane,
+            cluster.and_then(|c| c.control_plane_ref.as_ref()),
+            &cluster_name.namespace,
+        );
 
         let wake = match cluster {
             None => {

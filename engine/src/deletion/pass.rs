@@ -54,7 +54,8 @@ pub(super) struct Pass<'p, 'a> {
     pub wake: Option<(Timestamp, DeletionTimer)>,
     /// The Node's key and object, looked up once: drain, volume wait and Node deletion all
     /// need them.
-    node_seen: Option<(ObjectKey, Option<&'a Node>)>,
+    /// The Node's name and, when it exists, its stored key and object.
+    node_seen: Option<(&'a str, Option<(&'a ObjectKey, &'a Node)>)>,
     /// A condition write of this Machine is unanswered: nothing is written until its answer
     /// reconciles the Machine again, so messages that only feed conditions are not built.
     conditions_in_flight: bool,
@@ -490,27 +491,35 @@ impl<'p, 'a> Pass<'p, 'a> {
     }
 
     fn node(&mut self, name: &str) -> Option<&'a Node> {
-        self.node_entry(name).1
+        self.node_entry(name).map(|(_, n)| n)
     }
 
+    /// The key of an existing Node (callers looked it up first).
     fn node_key(&mut self, name: &str) -> ObjectKey {
-        self.node_entry(name).0.clone()
+        match self.node_entry(name) {
+            Some((key, _)) => key.clone(),
+            None => ObjectKey::new(self.scope.clone(), Kind::Node, "", name),
+        }
     }
 
-    fn node_entry(&mut self, name: &str) -> &(ObjectKey, Option<&'a Node>) {
-        let store = self.store;
-        let seen = match self.node_seen.take() {
-            Some(seen) if seen.0.name == name => seen,
-            _ => {
-                let key = ObjectKey::new(self.scope.clone(), Kind::Node, "", name);
-                let node = match store.get(&key) {
-                    Some(Object::Node(n)) => Some(n),
-                    _ => None,
-                };
-                (key, node)
-            }
+    /// Looked up once per pass, without building a key.
+    fn node_entry(&mut self, name: &str) -> Option<(&'a ObjectKey, &'a Node)> {
+        if let Some((seen, entry)) = self.node_seen
+            && seen == name
+        {
+            return entry;
+        }
+        let store: &'a Store = self.store;
+        let entry = match store.get_parts(&self.scope, &Kind::Node, "", name) {
+            Some((key, Object::Node(n))) => Some((key, n)),
+            _ => None,
         };
-        self.node_seen.insert(seen)
+        let name: &'a str = match entry {
+            Some((key, _)) => &key.name,
+            None => return None,
+        };
+        self.node_seen = Some((name, entry));
+        entry
     }
 
     fn drain_rules(&self) -> Result<Vec<&'a MachineDrainRule>, drain::DrainRuleError> {

@@ -1284,3 +1284,54 @@ fn a_machine_without_the_finalizer_gets_it_first_unless_paused() {
     let (_, paused) = Harness::start(world(m1));
     assert!(paused.is_empty(), "{:#?}", lines(&paused));
 }
+
+#[test]
+fn reference_keys_are_kept_while_they_match_and_rebuilt_when_the_reference_changes() {
+    let r = ObjectRef {
+        api_group: String::new(),
+        api_version: Some("infrastructure.cluster.x-k8s.io/v1beta1".into()),
+        kind: "DockerMachine".into(),
+        name: "m1".into(),
+        namespace: String::new(),
+    };
+    let mut key = super::ref_key(&r, "default");
+    let kept = key.clone();
+    super::refresh_ref_key(&mut key, &r, "default");
+    assert!(
+        std::ptr::eq(&*key, &*kept),
+        "an unchanged reference keeps its key"
+    );
+    for changed in [
+        ObjectRef {
+            name: "m2".into(),
+            ..r.clone()
+        },
+        ObjectRef {
+            kind: "AWSMachine".into(),
+            ..r.clone()
+        },
+        ObjectRef {
+            api_version: Some("other.example.com/v1".into()),
+            ..r.clone()
+        },
+        ObjectRef {
+            namespace: "elsewhere".into(),
+            ..r.clone()
+        },
+    ] {
+        let mut k = kept.clone();
+        super::refresh_ref_key(&mut k, &changed, "default");
+        assert_eq!(k, super::ref_key(&changed, "default"));
+        assert_ne!(k, kept);
+    }
+    // Kind::is agrees with from_group_kind for known and provider kinds.
+    for (group, kind) in [
+        ("", "Node"),
+        ("cluster.x-k8s.io", "Machine"),
+        ("infrastructure.cluster.x-k8s.io", "DockerMachine"),
+    ] {
+        let k = Kind::from_group_kind(group, kind);
+        assert!(k.is(group, kind));
+        assert!(!k.is("elsewhere.io", kind));
+    }
+}

@@ -149,7 +149,25 @@ impl Kind {
 
     /// The kind named by `kind` in `group`, as a known kind when it is one.
     pub fn from_group_kind(group: &str, kind: &str) -> Kind {
-        match (group, kind) {
+        Kind::known(group, kind).unwrap_or_else(|| {
+            Kind::External(GroupKind {
+                group: group.to_string(),
+                kind: kind.to_string(),
+            })
+        })
+    }
+
+    /// Whether this is the kind named by `kind` in `group` (what [`Kind::from_group_kind`]
+    /// would give), without building one.
+    pub fn is(&self, group: &str, kind: &str) -> bool {
+        match Kind::known(group, kind) {
+            Some(known) => *self == known,
+            None => matches!(self, Kind::External(gk) if gk.group == group && gk.kind == kind),
+        }
+    }
+
+    fn known(group: &str, kind: &str) -> Option<Kind> {
+        Some(match (group, kind) {
             ("cluster.x-k8s.io", "Cluster") => Kind::Cluster,
             ("cluster.x-k8s.io", "Machine") => Kind::Machine,
             ("cluster.x-k8s.io", "MachineSet") => Kind::MachineSet,
@@ -165,11 +183,8 @@ impl Kind {
             ("", "PersistentVolume") => Kind::PersistentVolume,
             ("", "PersistentVolumeClaim") => Kind::PersistentVolumeClaim,
             ("storage.k8s.io", "VolumeAttachment") => Kind::VolumeAttachment,
-            _ => Kind::External(GroupKind {
-                group: group.to_string(),
-                kind: kind.to_string(),
-            }),
-        }
+            _ => return None,
+        })
     }
 }
 

@@ -77,6 +77,23 @@ impl Store {
         self.objects.get(key)
     }
 
+    /// The stored key and object at (scope, kind, namespace, name): a lookup that builds no
+    /// key.
+    pub fn get_parts(
+        &self,
+        scope: &Scope,
+        kind: &Kind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<(&ObjectKey, &Object)> {
+        let namespace = if kind.is_cluster_scoped() {
+            ""
+        } else {
+            namespace
+        };
+        self.objects.find(scope, kind, namespace, name)
+    }
+
     pub fn len(&self) -> usize {
         self.objects.len()
     }

@@ -149,6 +149,22 @@ impl Table {
         Some((slot, self.slots.get_mut(slot as usize)?.entry_mut()?))
     }
 
+    /// The stored key and object at (scope, kind, namespace, name).
+    pub fn find(
+        &self,
+        scope: &Scope,
+        kind: &Kind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<(&ObjectKey, &Object)> {
+        let probe = Probe {
+            parts: (scope, kind, namespace, name),
+            hash: key_hash(scope, kind, namespace, name),
+        };
+        let slot = *self.by_key.get(&probe as &dyn KeyView)?;
+        self.entry(slot).map(|(k, o)| (k, &**o))
+    }
+
     /// The entry in `slot` (slots stay with their key until it is removed).
     pub fn at(&self, slot: u32) -> Option<&Entry> {
         self.entry(slot)
