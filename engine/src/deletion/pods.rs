@@ -4,14 +4,15 @@
 //! Guarantees: [`NodePods::sync`] returns exactly what classifying every pod on the Node now
 //! would. A pod's classification depends on the pod, known unchanged while the store's change
 //! number for it ([`Store::pods_on_node_versions`]) is the one recorded; and on what the
-//! filters read besides the pod: the MachineDrainRules that apply and the Namespaces (compared
-//! by value with the ones the entries were made with; any difference drops every entry),
+//! filters read besides the pod: the MachineDrainRules that apply (compared by value with the
+//! ones the entries were made with) and the Namespaces (any change to one, as the store counts
+//! it, [`Store::namespaces_changed_at`]; either drops every entry),
 //! DaemonSets (a pod with a DaemonSet controller is classified on every pass), and the clock
 //! (read only with a skip threshold, on an unreachable Node: then every pod is classified on
 //! every pass).
 
 use crate::drain::{self, DrainContext, PodDeleteStatus};
-use crate::model::{MachineDrainRule, Namespace, Object, ObjectKey, Pod, Scope};
+use crate::model::{MachineDrainRule, Object, ObjectKey, Pod, Scope};
 use crate::store::Store;
 use crate::time::Timestamp;
 use std::cmp::Ordering;
@@ -34,7 +35,8 @@ pub struct CachedPod {
 pub struct NodePods {
     /// What the entries were classified with, besides the pods.
     rules: Vec<MachineDrainRule>,
-    namespaces: Vec<Namespace>,
+    /// [`Store::namespaces_changed_at`] when the entries were classified.
+    namespaces_changed_at: u64,
     pods: Vec<CachedPod>,
 }
 
@@ -63,11 +65,12 @@ impl NodePods {
         dcx: &DrainContext<'_>,
         rules: &[&MachineDrainRule],
     ) -> &[CachedPod] {
+        let namespaces_changed_at = store.namespaces_changed_at(scope);
         let same_context = self.rules.iter().eq(rules.iter().copied())
-            && self.namespaces.iter().eq(dcx.namespaces());
+            && self.namespaces_changed_at == namespaces_changed_at;
         if !same_context {
             self.rules = rules.iter().map(|r| (*r).clone()).collect();
-            self.namespaces = dcx.namespaces().cloned().collect();
+            self.namespaces_changed_at = namespaces_changed_at;
             self.pods.clear();
         }
         let clock = dcx.skip_wait_for_delete_timeout_seconds > 0;

@@ -5,6 +5,7 @@ use crate::model::{
 };
 use crate::store::Store;
 use crate::time::Timestamp;
+use std::cell::Cell;
 use std::collections::BTreeMap;
 
 /// What the drain does with a pod.
@@ -159,8 +160,8 @@ pub struct DrainContext<'a> {
     pub skip_wait_for_delete_timeout_seconds: i64,
     /// The rules that apply to the Machine, sorted by name (see [`matching_drain_rules`]).
     pub rules: &'a [&'a MachineDrainRule],
-    /// The workload cluster's Namespaces by name (upstream lists them once per drain too).
-    namespaces: BTreeMap<&'a str, &'a Namespace>,
+    /// The last Namespace looked up: pods come in key order, so grouped by namespace.
+    last_namespace: Cell<Option<(&'a str, Option<&'a Namespace>)>>,
 }
 
 impl<'a> DrainContext<'a> {
@@ -171,28 +172,29 @@ impl<'a> DrainContext<'a> {
         skip_wait_for_delete_timeout_seconds: i64,
         rules: &'a [&'a MachineDrainRule],
     ) -> Self {
-        let namespaces = store
-            .iter_kind(scope, &Kind::Namespace)
-            .filter_map(|(k, o)| match o {
-                Object::Namespace(n) => Some((k.name.as_str(), n)),
-                _ => None,
-            })
-            .collect();
         DrainContext {
             store,
             scope,
             now,
             skip_wait_for_delete_timeout_seconds,
             rules,
-            namespaces,
+            last_namespace: Cell::new(None),
         }
     }
-}
 
-impl<'a> DrainContext<'a> {
-    /// The workload cluster's Namespaces, in name order.
-    pub fn namespaces(&self) -> impl Iterator<Item = &'a Namespace> + '_ {
-        self.namespaces.values().copied()
+    /// The workload cluster's Namespace `name`.
+    pub fn namespace(&self, name: &str) -> Option<&'a Namespace> {
+        if let Some((last, found)) = self.last_namespace.get()
+            && last == name
+        {
+            return found;
+        }
+        let (key, found) = match self.store.get_parts(self.scope, &Kind::Namespace, "", name) {
+            Some((key, Object::Namespace(n))) => (key, Some(n)),
+            _ => return None,
+        };
+        self.last_namespace.set(Some((&key.name, found)));
+        found
     }
 }
 
@@ -303,7 +305,7 @@ fn drain_label(pod: &Pod, _cx: &DrainContext<'_>) -> Option<PodDeleteStatus> {
 }
 
 fn machine_drain_rules(pod: &Pod, cx: &DrainContext<'_>) -> Option<PodDeleteStatus> {
-    let Some(namespace) = cx.namespaces.get(pod.meta.namespace.as_str()) else {
+    let Some(namespace) = cx.namespace(&pod.meta.namespace) else {
         return Some(PodDeleteStatus::error(
             "Pod Namespace does not exist".to_string(),
         ));

@@ -70,7 +70,24 @@ struct Indexes {
     /// MachineHealthChecks by (management, `<namespace>/<spec.clusterName>`): a Machine change
     /// finds the MHCs that may cover it without walking every MHC.
     health_checks_by_cluster: BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
+    #[serde(skip)]
+    namespace_changes: NamespaceChanges,
 }
+
+/// Per cluster, the change number of its last Namespace change: a drain's kept pod
+/// classifications (which read Namespaces) stay valid while it does not move. A cache, not
+/// state: not encoded, equal to any other; a decoded store starts at 0, as do the
+/// classifications kept with it (none).
+#[derive(Clone, Debug, Default)]
+struct NamespaceChanges(BTreeMap<Scope, u64>);
+
+impl PartialEq for NamespaceChanges {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for NamespaceChanges {}
 
 impl Store {
     pub fn get(&self, key: &ObjectKey) -> Option<&Object> {
@@ -146,6 +163,17 @@ impl Store {
             .into_iter()
             .flatten()
             .map(|(k, v)| (k, *v))
+    }
+
+    /// The change number of the last change to a Namespace of `scope` (0 when none was seen
+    /// since this store was built or decoded).
+    pub fn namespaces_changed_at(&self, scope: &Scope) -> u64 {
+        self.indexes
+            .namespace_changes
+            .0
+            .get(scope)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Nodes in `scope` whose `spec.providerID` is `provider_id`.
@@ -321,6 +349,7 @@ impl Indexes {
 
     fn index(&mut self, key: &ObjectKey, object: &Object, add: bool, change: u64) {
         match object {
+            Object::Namespace(_) => self.namespace_changed(key, change),
             Object::Pod(p) => {
                 let Some(n) = &p.node_name else { return };
                 if add {
@@ -375,8 +404,20 @@ impl Indexes {
         }
     }
 
+    fn namespace_changed(&mut self, key: &ObjectKey, change: u64) {
+        match self.namespace_changes.0.get_mut(&key.scope) {
+            Some(at) => *at = change,
+            None => {
+                self.namespace_changes.0.insert(key.scope.clone(), change);
+            }
+        }
+    }
+
     /// Records a change of an object whose index entries stay where they are.
     fn touch(&mut self, key: &ObjectKey, object: &Object, change: u64) {
+        if let Object::Namespace(_) = object {
+            return self.namespace_changed(key, change);
+        }
         if let Object::Pod(Pod {
             node_name: Some(n), ..
         }) = object
