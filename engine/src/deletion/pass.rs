@@ -24,6 +24,7 @@ use crate::model::{
 };
 use crate::store::Store;
 use crate::time::Timestamp;
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 /// Whether the pass goes on to the next phase.
@@ -43,7 +44,8 @@ pub(super) struct Pass<'p, 'a> {
     cx: &'p mut Cx<'a>,
     now: Timestamp,
     target: Target,
-    base_conditions: Conditions,
+    /// What is observed (borrowed from the Machine) or stands for it (a write in flight).
+    base_conditions: Cow<'a, Conditions>,
     conditions: Conditions,
     base_status: StatusFields,
     status: StatusFields,
@@ -90,7 +92,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         let store: &'a Store = cx.store;
         let now = cx.now;
         let scope = Scope::Workload(tracked.cluster.clone());
-        let mut base_conditions = m.conditions.clone();
+        let mut base_conditions = Cow::Borrowed(&m.conditions);
         let mut base_status = StatusFields {
             phase: m.phase.clone(),
             deletion: m.deletion.clone(),
@@ -103,7 +105,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             .as_mut()
             .is_some_and(|p| p.stands(&base_conditions, rv));
         match (&memo.pending_conditions, stands) {
-            (Some(p), true) => base_conditions = p.value.clone(),
+            (Some(p), true) => base_conditions = Cow::Owned(p.value.clone()),
             _ => memo.pending_conditions = None,
         }
         let stands = memo
@@ -141,7 +143,7 @@ impl<'p, 'a> Pass<'p, 'a> {
                 key: key.clone(),
                 api_version: api_version(m.version).to_string(),
             },
-            conditions: base_conditions.clone(),
+            conditions: Conditions::clone(&base_conditions),
             base_conditions,
             base_status,
             status,
@@ -271,7 +273,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             let c = Condition::new(DELETING, ConditionStatus::True, reason, message);
             set_condition(&mut self.conditions.current, c, self.now);
         }
-        if self.conditions != self.base_conditions {
+        if self.conditions != *self.base_conditions {
             // Same outcome as `issue` answering `InFlight`, without the summary and the clone.
             if self
                 .cx
@@ -295,7 +297,7 @@ impl<'p, 'a> Pass<'p, 'a> {
                 why,
             );
             if let Issued::Queued(_) = issued {
-                self.base_conditions = self.conditions.clone();
+                self.base_conditions = Cow::Owned(self.conditions.clone());
                 self.tracked.memo.pending_conditions = Some(Pending::new(self.conditions.clone()));
             }
         }
