@@ -114,13 +114,34 @@ pub struct Effects {
     retries: BTreeSet<(Timestamp, ControllerId, ObjectKey)>,
     /// Commands not yet polled. Transient: not part of the state hash or snapshots.
     #[serde(skip)]
-    /// Boxed for the same reason as `in_flight` (a burst grows the queue).
-    outbox: VecDeque<Box<Command>>,
+    outbox: Outbox,
+}
+
+/// Commands not yet polled, with room for a burst reserved up front: one input can complete
+/// a hundred drains, and growing the queue mid-burst made allocations large enough for the
+/// allocator to consolidate its free lists on each. A clone keeps the room.
+#[derive(Debug, PartialEq, Eq)]
+struct Outbox(VecDeque<Box<Command>>);
+
+const OUTBOX_RESERVED: usize = 256;
+
+impl Default for Outbox {
+    fn default() -> Self {
+        Outbox(VecDeque::with_capacity(OUTBOX_RESERVED))
+    }
+}
+
+impl Clone for Outbox {
+    fn clone(&self) -> Self {
+        let mut queue = VecDeque::with_capacity(self.0.capacity().max(OUTBOX_RESERVED));
+        queue.extend(self.0.iter().cloned());
+        Outbox(queue)
+    }
 }
 
 impl Effects {
     pub fn poll(&mut self) -> Option<Command> {
-        self.outbox.pop_front().map(|c| *c)
+        self.outbox.0.pop_front().map(|c| *c)
     }
 
     pub fn in_flight_len(&self) -> usize {
@@ -174,7 +195,7 @@ impl Effects {
         self.waiting.clear();
         self.backoffs.clear();
         self.retries.clear();
-        self.outbox.clear();
+        self.outbox.0.clear();
         owners
     }
 
@@ -254,7 +275,7 @@ impl<'a> Cx<'a> {
         }
         let command = Box::new(command);
         self.effects.in_flight.insert(id, command.clone());
-        self.effects.outbox.push_back(command);
+        self.effects.outbox.0.push_back(command);
         Issued::Queued(id)
     }
 
