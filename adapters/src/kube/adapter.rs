@@ -280,7 +280,10 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
 
     fn feed(&mut self, now: Timestamp, input: Input) -> Result<(), String> {
         self.log.append(now, &input)?;
-        self.metrics.input();
+        self.metrics.record(match &input {
+            Input::Batch { inputs } => inputs.len(),
+            _ => 1,
+        });
         tracing::debug!(input = %input.describe(), "input");
         self.core.handle(now, input);
         self.log.after_handle(&self.core)
@@ -556,6 +559,18 @@ mod tests {
             })
             .collect();
         assert_eq!(sizes, [BATCH_INPUTS_MAX, 10]);
+        let metrics = a.metrics.render();
+        assert!(
+            metrics.contains(&format!(
+                "lifecycle_inputs_total {}\n",
+                BATCH_INPUTS_MAX + 10
+            )),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("lifecycle_journal_records_total 2\n"),
+            "{metrics}"
+        );
         // Journaled exactly as fed, in order.
         let logged: Vec<&Input> = a.log.entries.iter().map(|(_, _, i)| i).collect();
         assert_eq!(logged, a.core.0.iter().collect::<Vec<_>>());

@@ -14,7 +14,10 @@ use std::sync::{Arc, Mutex};
 /// What the adapter counts. Shared by the loop, the executors and the HTTP server.
 #[derive(Debug, Default)]
 pub struct Metrics {
+    /// Inputs applied, counting each input of a batch.
     pub inputs: AtomicU64,
+    /// Journal records (a batch of queued inputs is one).
+    pub records: AtomicU64,
     /// Commands issued, by action name (`Cordon`, `Evict`, ...).
     commands: Mutex<BTreeMap<String, u64>>,
     /// Non-2xx answers and unreachable clusters, by code (`429`, `unreachable`).
@@ -30,8 +33,10 @@ fn bump(map: &Mutex<BTreeMap<String, u64>>, key: &str) {
 }
 
 impl Metrics {
-    pub fn input(&self) {
-        self.inputs.fetch_add(1, Ordering::Relaxed);
+    /// One journal record holding `inputs` inputs.
+    pub fn record(&self, inputs: usize) {
+        self.records.fetch_add(1, Ordering::Relaxed);
+        self.inputs.fetch_add(inputs as u64, Ordering::Relaxed);
     }
     pub fn command(&self, action: &str) {
         bump(&self.commands, action);
@@ -56,6 +61,11 @@ impl Metrics {
         out.push_str(&format!(
             "lifecycle_inputs_total {}\n",
             self.inputs.load(Ordering::Relaxed)
+        ));
+        out.push_str("# TYPE lifecycle_journal_records_total counter\n");
+        out.push_str(&format!(
+            "lifecycle_journal_records_total {}\n",
+            self.records.load(Ordering::Relaxed)
         ));
         out.push_str("# TYPE lifecycle_commands_total counter\n");
         for (action, n) in self
