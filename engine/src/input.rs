@@ -7,9 +7,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// Expected failures of the outside world (404, 409, a PDB refusing an eviction, an unreachable
 /// cluster) arrive as [`Input::ApiResult`], never as Rust errors.
-// Most inputs are upserts, so boxing the object would add an allocation to the common case.
-#[allow(clippy::large_enum_variant)]
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum Input {
     /// An object was created or changed (a watch event or a list item).
     /// Boxed: an object is about 1 KB, and inputs are moved through queues and batches.
@@ -27,8 +25,64 @@ pub enum Input {
     Restarted,
     /// Inputs that queued up while the engine was busy, applied in order and then reconciled
     /// together: a key affected by several of them is reconciled once, against the latest
-    /// state (what a work queue does with repeated keys).
+    /// state (what a work queue does with repeated keys). Never nested: build one with
+    /// [`Input::batch`] (a nested batch does not decode).
     Batch { inputs: Vec<Input> },
+}
+
+/// Decoding goes through these mirrors of [`Input`] (same variants, same order, so the same
+/// encoding): a batch's inputs decode as [`Unbatched`], which has no batch variant. A record
+/// cannot nest batches, so decoding one cannot recurse as deep as the record is long.
+#[derive(Deserialize)]
+#[serde(rename = "Input")]
+enum Decoded {
+    Upsert { scope: Scope, object: Box<Object> },
+    Delete { key: ObjectKey },
+    Relist { scope: Scope, objects: Vec<Object> },
+    ApiResult { command: u64, outcome: ApiOutcome },
+    Tick,
+    Restarted,
+    Batch { inputs: Vec<Unbatched> },
+}
+
+#[derive(Deserialize)]
+#[serde(rename = "Input")]
+enum Unbatched {
+    Upsert { scope: Scope, object: Box<Object> },
+    Delete { key: ObjectKey },
+    Relist { scope: Scope, objects: Vec<Object> },
+    ApiResult { command: u64, outcome: ApiOutcome },
+    Tick,
+    Restarted,
+}
+
+impl From<Unbatched> for Input {
+    fn from(u: Unbatched) -> Input {
+        match u {
+            Unbatched::Upsert { scope, object } => Input::Upsert { scope, object },
+            Unbatched::Delete { key } => Input::Delete { key },
+            Unbatched::Relist { scope, objects } => Input::Relist { scope, objects },
+            Unbatched::ApiResult { command, outcome } => Input::ApiResult { command, outcome },
+            Unbatched::Tick => Input::Tick,
+            Unbatched::Restarted => Input::Restarted,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Input {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(match Decoded::deserialize(deserializer)? {
+            Decoded::Upsert { scope, object } => Input::Upsert { scope, object },
+            Decoded::Delete { key } => Input::Delete { key },
+            Decoded::Relist { scope, objects } => Input::Relist { scope, objects },
+            Decoded::ApiResult { command, outcome } => Input::ApiResult { command, outcome },
+            Decoded::Tick => Input::Tick,
+            Decoded::Restarted => Input::Restarted,
+            Decoded::Batch { inputs } => Input::Batch {
+                inputs: inputs.into_iter().map(Input::from).collect(),
+            },
+        })
+    }
 }
 
 /// The most inputs a driver puts in one [`Input::Batch`]: a bound on the work, and on the
@@ -86,6 +140,22 @@ impl ApiOutcome {
 }
 
 impl Input {
+    /// `inputs` as one input: itself when there is one, a batch otherwise, with the inputs of
+    /// any batch among them spliced in.
+    pub fn batch(inputs: Vec<Input>) -> Input {
+        let mut flat = Vec::with_capacity(inputs.len());
+        for input in inputs {
+            match input {
+                Input::Batch { inputs } => flat.extend(inputs),
+                other => flat.push(other),
+            }
+        }
+        if flat.len() == 1 {
+            return flat.pop().expect("one input");
+        }
+        Input::Batch { inputs: flat }
+    }
+
     /// A one-line description for timelines and `log show`.
     pub fn describe(&self) -> String {
         match self {
@@ -139,5 +209,27 @@ mod tests {
             inputs: vec![Input::Tick],
         };
         assert_eq!(small.describe(), "batch of 1: timer");
+    }
+
+    #[test]
+    fn a_batch_round_trips_and_a_nested_batch_is_a_decoding_error() {
+        let batch = Input::Batch {
+            inputs: vec![
+                Input::Tick,
+                Input::Delete {
+                    key: ObjectKey::management(Kind::Machine, "default", "m1"),
+                },
+            ],
+        };
+        let bytes = crate::codec::encode(&batch).unwrap();
+        assert_eq!(crate::codec::decode::<Input>(&bytes).unwrap(), batch);
+        let nested = Input::Batch {
+            inputs: vec![batch.clone()],
+        };
+        let bytes = crate::codec::encode(&nested).unwrap();
+        assert!(crate::codec::decode::<Input>(&bytes).is_err());
+        // Built with `Input::batch`, batches are spliced, never nested.
+        assert_eq!(Input::batch(vec![batch.clone()]), batch);
+        assert_eq!(Input::batch(vec![Input::Tick]), Input::Tick);
     }
 }

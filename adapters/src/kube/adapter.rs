@@ -270,12 +270,10 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
                 Err(_) => break,
             }
         }
-        let input = match inputs.len() {
-            0 => return Ok(()),
-            1 => inputs.pop().expect("one input"),
-            _ => Input::Batch { inputs },
-        };
-        self.feed(wall_now(), input)
+        if inputs.is_empty() {
+            return Ok(());
+        }
+        self.feed(wall_now(), Input::batch(inputs))
     }
 
     fn feed(&mut self, now: Timestamp, input: Input) -> Result<(), String> {
