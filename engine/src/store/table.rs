@@ -141,11 +141,7 @@ impl Table {
         namespace: &str,
         name: &str,
     ) -> Option<(u32, &'t mut Entry)> {
-        let probe = Probe {
-            parts: (scope, kind, namespace, name),
-            hash: key_hash(scope, kind, namespace, name),
-        };
-        let slot = *self.by_key.get(&probe as &dyn KeyView)?;
+        let slot = self.slot_of(scope, kind, namespace, name)?;
         Some((slot, self.slots.get_mut(slot as usize)?.entry_mut()?))
     }
 
@@ -157,12 +153,16 @@ impl Table {
         namespace: &str,
         name: &str,
     ) -> Option<(&ObjectKey, &Object)> {
+        let slot = self.slot_of(scope, kind, namespace, name)?;
+        self.entry(slot).map(|(k, o)| (k, &**o))
+    }
+
+    fn slot_of(&self, scope: &Scope, kind: &Kind, namespace: &str, name: &str) -> Option<u32> {
         let probe = Probe {
             parts: (scope, kind, namespace, name),
             hash: key_hash(scope, kind, namespace, name),
         };
-        let slot = *self.by_key.get(&probe as &dyn KeyView)?;
-        self.entry(slot).map(|(k, o)| (k, &**o))
+        self.by_key.get(&probe as &dyn KeyView).copied()
     }
 
     /// The entry in `slot` (slots stay with their key until it is removed).
