@@ -110,3 +110,42 @@ fn log_verify_on_a_missing_journal_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no journal here"));
 }
+
+/// "N inputs journaled" from a run's verdict line.
+fn journaled(text: &str) -> u64 {
+    let verdict = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("ok: "))
+        .expect("verdict");
+    verdict
+        .split(", ")
+        .find_map(|part| part.strip_suffix(" inputs journaled"))
+        .expect("journaled count")
+        .parse()
+        .expect("a number")
+}
+
+#[test]
+fn a_batched_run_feeds_each_instants_inputs_as_batches_and_still_passes() {
+    let file = scenarios().join("deletion-pdb-blocks-until-rescheduled.yaml");
+    let run = |batch: bool| {
+        let mut cmd = lifecycle();
+        cmd.args(["sim", "run"]).arg(&file);
+        if batch {
+            cmd.arg("--batch");
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (plain, batched) = (run(false), run(true));
+    assert!(batched.contains("[after #"), "{batched}");
+    assert!(batched.contains(": batch of "), "{batched}");
+    assert!(journaled(&batched) < journaled(&plain), "{batched}");
+}

@@ -438,6 +438,7 @@ impl Sim {
         // Commands still queued died with the process, and its caches with it.
         self.work
             .retain(|w| !matches!(w, crate::sim::Work::Command(_)));
+        self.drop_pending_inputs();
         self.invariants.synced.clear();
         self.feed(Input::Restarted);
         for scope in self.scopes() {

@@ -17,6 +17,9 @@ pub struct RunOptions {
     pub no_journal: bool,
     /// Changes every input before the engine sees it (tests that plant a bug).
     pub input_filter: Option<fn(&mut engine::Input)>,
+    /// Feed each instant's inputs as batches, as the adapter feeds a backlog under load
+    /// (`Input::Batch`): timelines differ (a Machine is reconciled once per batch).
+    pub batch_inputs: bool,
 }
 
 /// What a run produced.
@@ -78,6 +81,7 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report, String> 
     let mut feeder = Feeder::new(journal);
     feeder.filter = options.input_filter;
     let mut sim = Sim::new(scenario.clone(), seed, feeder);
+    sim.batching = options.batch_inputs;
     sim.setup();
     sim.run();
     let simulated_ms = sim.end.since(sim.start).as_millis();

@@ -114,6 +114,10 @@ pub struct Sim {
     pub(crate) machines_by_cluster: BTreeMap<(String, String), BTreeSet<ObjKey>>,
     /// Objects the controllers could not read (malformed), reported once each.
     pub(crate) malformed: BTreeSet<(Scope, ObjKey)>,
+    /// Feed the inputs of an instant as batches, as the adapter feeds a backlog: inputs wait
+    /// in `pending` until the instant's work runs dry.
+    pub batching: bool,
+    pending: Vec<Input>,
 }
 
 impl Sim {
@@ -145,6 +149,8 @@ impl Sim {
             invariants: Default::default(),
             malformed: BTreeSet::new(),
             machines_by_cluster: BTreeMap::new(),
+            batching: false,
+            pending: Vec::new(),
             scenario,
         }
     }
@@ -266,16 +272,43 @@ impl Sim {
         });
     }
 
-    /// Feeds one input to the engine through the journal, then queues its commands.
+    /// Feeds one input to the engine through the journal, then queues its commands (or, when
+    /// batching, holds it until the instant's work runs dry).
     pub(crate) fn feed(&mut self, input: Input) {
+        if self.batching {
+            self.pending.push(input);
+            return;
+        }
+        self.apply(input);
+    }
+
+    fn apply(&mut self, input: Input) {
         self.feeder.feed(&mut self.engine, self.now, input);
         while let Some(command) = self.engine.poll_command() {
             self.work.push_back(Work::Command(command));
         }
     }
 
+    /// Feeds the held inputs as one batch. Returns whether there were any.
+    fn flush_inputs(&mut self) -> bool {
+        if self.pending.is_empty() {
+            return false;
+        }
+        let inputs = std::mem::take(&mut self.pending);
+        self.apply(Input::batch(inputs));
+        true
+    }
+
+    /// Inputs held for a batch die with the process (they were never journaled).
+    pub(crate) fn drop_pending_inputs(&mut self) {
+        self.pending.clear();
+    }
+
     /// Runs to the end of the scenario.
     pub fn run(&mut self) {
+        if self.batching {
+            self.settle();
+        }
         self.schedule_engine_tick();
         while let Some((&(at, seq), _)) = self.queue.first_key_value() {
             if at > self.end {
@@ -308,7 +341,13 @@ impl Sim {
     /// Handles queued work until nothing is left at this instant.
     pub(crate) fn settle(&mut self) {
         let mut budget = WORK_PER_INSTANT_MAX;
-        while let Some(work) = self.work.pop_front() {
+        loop {
+            let Some(work) = self.work.pop_front() else {
+                if self.flush_inputs() {
+                    continue;
+                }
+                break;
+            };
             if budget == 0 {
                 self.line(
                     "invariant",
@@ -319,6 +358,7 @@ impl Sim {
                 self.invariants
                     .violate("liveness: no settling at one instant".to_string());
                 self.work.clear();
+                self.pending.clear();
                 return;
             }
             budget -= 1;

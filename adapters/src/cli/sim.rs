@@ -34,6 +34,11 @@ pub enum SimCommand {
         /// reproduces a sweep's failing seed. Expectations are not checked then; invariants are.
         #[arg(long)]
         faults: Option<String>,
+        /// Feed each instant's inputs as batches, as `lifecycle run` feeds a backlog under
+        /// load: each Machine is reconciled once per batch, so intermediate writes may not
+        /// appear. Expectations are checked as written.
+        #[arg(long)]
+        batch: bool,
     },
     /// Run every scenario under many seeds with randomized faults, checking invariants.
     /// Exit 1 if any seed breaks one; each failure is printed with the command that reproduces it.
@@ -82,7 +87,8 @@ pub fn main(command: SimCommand) -> u8 {
             format,
             journal,
             faults,
-        } => run(file, seed, format, journal, faults),
+            batch,
+        } => run(file, seed, format, journal, faults, batch),
         SimCommand::Sweep {
             files,
             seeds,
@@ -114,6 +120,7 @@ fn run(
     format: Format,
     journal: Option<PathBuf>,
     faults: Option<String>,
+    batch: bool,
 ) -> u8 {
     let parsed = match &file {
         Some(path) => scenario::load(path),
@@ -140,6 +147,7 @@ fn run(
     let options = sim::RunOptions {
         seed,
         journal_dir: journal,
+        batch_inputs: batch,
         ..Default::default()
     };
     let report = match sim::run(&scenario, &options) {
