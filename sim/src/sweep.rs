@@ -179,9 +179,19 @@ pub struct SeedOutcome {
     pub checks: u64,
 }
 
-fn run_once(s: &Scenario, filter: Option<fn(&mut Input)>) -> Result<Report, String> {
+/// How a sweep feeds the engine.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Feeding {
+    /// Changes every input before the engine sees it (a bug planted from the outside).
+    pub filter: Option<fn(&mut Input)>,
+    /// Each instant's inputs as batches, as `lifecycle run` feeds a backlog.
+    pub batch: bool,
+}
+
+fn run_once(s: &Scenario, feeding: Feeding) -> Result<Report, String> {
     let options = RunOptions {
-        input_filter: filter,
+        input_filter: feeding.filter,
+        batch_inputs: feeding.batch,
         ..Default::default()
     };
     run(s, &options)
@@ -193,7 +203,7 @@ pub fn run_seed(
     scenario: &Scenario,
     seed: u64,
     choice: &FaultChoice,
-    filter: Option<fn(&mut Input)>,
+    feeding: Feeding,
 ) -> SeedOutcome {
     let faulted = with_faults(scenario, seed, choice);
     let mut outcome = SeedOutcome {
@@ -203,7 +213,7 @@ pub fn run_seed(
         fired: BTreeMap::new(),
         checks: 0,
     };
-    let report = match run_once(&faulted, filter) {
+    let report = match run_once(&faulted, feeding) {
         Ok(r) => r,
         Err(e) => {
             outcome.violations.push(format!("run failed: {e}"));
@@ -214,7 +224,7 @@ pub fn run_seed(
     outcome.fired = report.faults_fired.clone();
     outcome.checks = report.invariant_checks;
     if seed.is_multiple_of(DETERMINISM_EVERY_SEEDS) {
-        match run_once(&faulted, filter) {
+        match run_once(&faulted, feeding) {
             Ok(again)
                 if again.timeline.lines != report.timeline.lines
                     || again.engine_state_hash != report.engine_state_hash =>
@@ -235,7 +245,7 @@ pub fn run_seed(
         let mut calm = faulted.clone();
         calm.timeline
             .retain(|t| !matches!(&t.action, StepAction::Fault(f) if f.kind == FaultKind::ControllerRestart));
-        if let Ok(without) = run_once(&calm, filter)
+        if let Ok(without) = run_once(&calm, feeding)
             && without.final_world != report.final_world
         {
             outcome.violations.push(
@@ -264,7 +274,7 @@ pub fn sweep(
     seeds: u64,
     jobs: usize,
     choice: &FaultChoice,
-    filter: Option<fn(&mut Input)>,
+    feeding: Feeding,
     progress: &(dyn Fn(u64, usize) + Sync),
 ) -> SweepReport {
     let work: Vec<(usize, u64)> = scenarios
@@ -284,7 +294,7 @@ pub fn sweep(
                     let Some(&(si, seed)) = work.get(i) else {
                         break;
                     };
-                    let outcome = run_seed(&scenarios[si], seed, choice, filter);
+                    let outcome = run_seed(&scenarios[si], seed, choice, feeding);
                     if !outcome.violations.is_empty() {
                         failures.fetch_add(1, Ordering::Relaxed);
                     }
@@ -325,18 +335,18 @@ pub fn shrink(
     scenario: &Scenario,
     seed: u64,
     choice: &FaultChoice,
-    filter: Option<fn(&mut Input)>,
+    feeding: Feeding,
     runs_max: usize,
 ) -> Option<(Scenario, String)> {
     let faulted = with_faults(scenario, seed, choice);
-    let first = run_once(&faulted, filter).ok()?;
+    let first = run_once(&faulted, feeding).ok()?;
     let target = violation_kind(first.violations.first()?).to_string();
     let runs = std::cell::Cell::new(1usize);
     let fails = |steps: &[Step]| -> Option<String> {
         runs.set(runs.get() + 1);
         let mut s = faulted.clone();
         s.timeline = steps.to_vec();
-        let r = run_once(&s, filter).ok()?;
+        let r = run_once(&s, feeding).ok()?;
         r.violations
             .into_iter()
             .find(|v| violation_kind(v) == target)

@@ -64,6 +64,9 @@ pub enum SimCommand {
         /// Where shrunk scenarios are written.
         #[arg(long, default_value = ".")]
         out: PathBuf,
+        /// Feed each instant's inputs as batches (see `sim run --batch`).
+        #[arg(long)]
+        batch: bool,
     },
     /// Serve a scenario's starting world over HTTP: a fake API server for the management
     /// cluster (on PORT) and one per workload cluster (PORT+1, ...), until Ctrl-C.
@@ -97,6 +100,7 @@ pub fn main(command: SimCommand) -> u8 {
             faults,
             shrink,
             out,
+            batch,
         } => super::sweep::main(super::sweep::SweepArgs {
             files,
             seeds,
@@ -105,6 +109,7 @@ pub fn main(command: SimCommand) -> u8 {
             faults,
             shrink,
             out,
+            batch,
         }),
         SimCommand::Serve {
             file,

@@ -2,7 +2,7 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 use sim::scenario;
-use sim::sweep::{FaultChoice, shrink, sweep};
+use sim::sweep::{FaultChoice, Feeding, shrink, sweep};
 use std::path::PathBuf;
 
 /// Runs a shrink may spend per failing scenario.
@@ -16,6 +16,7 @@ pub struct SweepArgs {
     pub faults: String,
     pub shrink: bool,
     pub out: PathBuf,
+    pub batch: bool,
 }
 
 pub fn main(args: SweepArgs) -> u8 {
@@ -25,6 +26,10 @@ pub fn main(args: SweepArgs) -> u8 {
             eprintln!("--faults: {e}");
             return 2;
         }
+    };
+    let feeding = Feeding {
+        filter: None,
+        batch: args.batch,
     };
     let mut scenarios = Vec::new();
     for f in &args.files {
@@ -54,7 +59,7 @@ pub fn main(args: SweepArgs) -> u8 {
         args.seeds,
         jobs,
         &choice,
-        None,
+        feeding,
         &|done, failures| {
             bar.set_position(done);
             bar.set_message(format!("{failures} failing"));
@@ -68,10 +73,11 @@ pub fn main(args: SweepArgs) -> u8 {
             println!("  {v}");
         }
         println!(
-            "  reproduce: lifecycle sim run {} --seed {} --faults {}",
+            "  reproduce: lifecycle sim run {} --seed {} --faults {}{}",
             f.file,
             f.seed,
-            choice.as_arg()
+            choice.as_arg(),
+            if args.batch { " --batch" } else { "" }
         );
     }
     println!(
@@ -97,7 +103,7 @@ pub fn main(args: SweepArgs) -> u8 {
             let Some(s) = scenarios.iter().find(|s| s.file == f.file) else {
                 continue;
             };
-            match shrink(s, f.seed, &choice, None, SHRINK_RUNS_MAX) {
+            match shrink(s, f.seed, &choice, feeding, SHRINK_RUNS_MAX) {
                 Some((minimal, violation)) => {
                     let path = args.out.join(format!("{}.yaml", minimal.name));
                     match std::fs::write(&path, scenario::to_yaml(&minimal)) {
