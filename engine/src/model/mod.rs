@@ -6,12 +6,14 @@
 
 mod capi;
 mod core;
+mod label_value;
 mod meta;
 mod name;
 mod selector;
 
 pub use capi::*;
 pub use core::*;
+pub use label_value::{format_label_value, is_valid_label_value};
 pub use meta::*;
 pub use name::Name;
 pub use selector::*;

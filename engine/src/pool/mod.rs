@@ -84,6 +84,23 @@ impl Pools {
         self.memory.get(pool)
     }
 
+    /// The pools of `namespace` whose pool-name label value is `label`: the pool of that name,
+    /// or, for a hashed value (a name too long for a label), the pools whose names hash to it.
+    fn pools_labelled(store: &Store, namespace: &str, label: &str, out: &mut Vec<ObjectKey>) {
+        if !label.starts_with("hash_") {
+            out.push(ObjectKey::management(Kind::MachinePool, namespace, label));
+            return;
+        }
+        out.extend(
+            store
+                .iter_kind(&Scope::Management, &Kind::MachinePool)
+                .filter(|(k, _)| {
+                    k.namespace == namespace && crate::model::format_label_value(&k.name) == label
+                })
+                .map(|(k, _)| k.clone()),
+        );
+    }
+
     fn pools_of_cluster<'a>(
         store: &'a Store,
         namespace: &'a str,
@@ -116,8 +133,8 @@ impl Pools {
             }
             Object::External(e) if key.scope == Scope::Management => {
                 // Infrastructure machines of a pool carry its name.
-                if let Some(pool) = e.meta.labels.get(POOL_NAME_LABEL) {
-                    out.push(pool_key(&e.meta.namespace, pool));
+                if let Some(label) = e.meta.labels.get(POOL_NAME_LABEL) {
+                    Self::pools_labelled(store, &e.meta.namespace, label, out);
                 }
                 let matches =
                     |r: &crate::model::ObjectRef, ns: &str| &reconcile::external_key(r, ns) == key;
@@ -135,8 +152,8 @@ impl Pools {
                 }
             }
             Object::Machine(m) => {
-                if let Some(pool) = m.meta.labels.get(POOL_NAME_LABEL) {
-                    out.push(pool_key(&m.meta.namespace, pool));
+                if let Some(label) = m.meta.labels.get(POOL_NAME_LABEL) {
+                    Self::pools_labelled(store, &m.meta.namespace, label, out);
                 }
             }
             Object::Node(n) => {

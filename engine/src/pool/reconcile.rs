@@ -532,15 +532,16 @@ fn reconcile_infrastructure<'a>(
     Some(infra)
 }
 
-/// The pool-name label value (upstream hashes names over 63 characters; not done here).
-fn pool_label_value(name: &str) -> &str {
-    name
+/// The pool-name label value: the pool's name, hashed when it is not a valid label value.
+fn pool_label_value(name: &str) -> std::borrow::Cow<'_, str> {
+    crate::model::format_label_value(name)
 }
 
 /// Machines that belong to the pool: labelled with its name and cluster, not controlled by
 /// some other owner.
 fn pool_machines<'a>(cx: &Ctx<'a>) -> Vec<&'a Machine> {
     let mp = cx.mp;
+    let label = pool_label_value(&mp.meta.name);
     cx.store
         .iter_kind(&Scope::Management, &Kind::Machine)
         .filter_map(|(_, o)| match o {
@@ -549,8 +550,7 @@ fn pool_machines<'a>(cx: &Ctx<'a>) -> Vec<&'a Machine> {
         })
         .filter(|m| m.meta.namespace == mp.meta.namespace)
         .filter(|m| {
-            m.meta.labels.get(POOL_NAME_LABEL).map(String::as_str)
-                == Some(pool_label_value(&mp.meta.name))
+            m.meta.labels.get(POOL_NAME_LABEL).map(String::as_str) == Some(label.as_ref())
                 && m.meta.labels.get(CLUSTER_NAME_LABEL) == Some(&mp.cluster_name)
         })
         .filter(|m| {
@@ -583,13 +583,13 @@ fn reconcile_machines(cx: &Ctx<'_>, infra: &External, plan: &mut Plan) {
             Object::Machine(m) if m.meta.namespace == mp.meta.namespace => Some(m),
             _ => None,
         })
-        .filter(|m| m.meta.labels.get(POOL_NAME_LABEL).map(String::as_str) == Some(label))
+        .filter(|m| m.meta.labels.get(POOL_NAME_LABEL).map(String::as_str) == Some(&*label))
         .map(|m| m.infrastructure_ref.name.as_str())
         .collect();
     for (_, o) in cx.store.iter_kind(&Scope::Management, &infra_kind) {
         let Object::External(im) = o else { continue };
         if im.meta.namespace != mp.meta.namespace
-            || im.meta.labels.get(POOL_NAME_LABEL).map(String::as_str) != Some(label)
+            || im.meta.labels.get(POOL_NAME_LABEL).map(String::as_str) != Some(&*label)
             || im.meta.labels.get(CLUSTER_NAME_LABEL) != Some(&mp.cluster_name)
         {
             continue;

@@ -965,3 +965,39 @@ fn reconciling_twice_issues_nothing_new_while_patches_are_in_flight() {
         api_version: String::new(),
     };
 }
+
+#[test]
+fn a_pool_name_too_long_for_a_label_is_hashed_in_its_machines_and_routed_back() {
+    let long = format!("pool-{}", "x".repeat(70));
+    let mut mp = settled_pool(&["p1-0"]);
+    mp.meta.name = long.clone();
+    let im = external(
+        "infrastructure.cluster.x-k8s.io",
+        "DockerMachinePoolMachine",
+        "m-0",
+    );
+    let machine = reconcile::machine_pool_machine(&mp, &im, None);
+    let label = machine["metadata"]["labels"][POOL_NAME_LABEL]
+        .as_str()
+        .expect("a pool-name label")
+        .to_string();
+    assert_eq!(label, format_label_value(&long));
+    assert!(label.starts_with("hash_") && label.len() <= 63, "{label}");
+
+    // A Machine or infrastructure machine with that label wakes the pool it came from.
+    let mut store = crate::store::Store::default();
+    store.upsert(&Scope::Management, Object::MachinePool(mp));
+    store.upsert(&Scope::Management, Object::MachinePool(settled_pool(&[])));
+    let mut out = Vec::new();
+    Pools::pools_labelled(&store, "default", &label, &mut out);
+    assert_eq!(
+        out,
+        [ObjectKey::management(Kind::MachinePool, "default", &long)]
+    );
+    out.clear();
+    Pools::pools_labelled(&store, "default", "p1", &mut out);
+    assert_eq!(
+        out,
+        [ObjectKey::management(Kind::MachinePool, "default", "p1")]
+    );
+}
