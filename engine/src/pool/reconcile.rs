@@ -621,6 +621,53 @@ fn reconcile_machines(cx: &Ctx<'_>, infra: &External, plan: &mut Plan) {
             ),
         );
     }
+    mark_machines_up_to_date(cx, plan);
+}
+
+/// §3.7 `setMachinesUptoDate`: each Machine of the pool is `UpToDate`, unless it is being
+/// deleted. Written with the Machine's other conditions (a status merge patch replaces the
+/// list); a write of another controller in flight makes this one wait.
+fn mark_machines_up_to_date(cx: &Ctx<'_>, plan: &mut Plan) {
+    const UP_TO_DATE: &str = "UpToDate";
+    for m in pool_machines(cx) {
+        let (status, reason, message) = if m.meta.is_deleting() {
+            (
+                ConditionStatus::False,
+                "NotUpToDate",
+                "Machine is being deleted",
+            )
+        } else {
+            (ConditionStatus::True, "UpToDate", "")
+        };
+        let current = m.conditions.current(UP_TO_DATE);
+        if current.is_some_and(|c| c.status == status && c.reason == reason && c.message == message)
+        {
+            continue;
+        }
+        let mut conditions = m.conditions.clone();
+        let condition = Condition::new(UP_TO_DATE, status, reason, message);
+        cond::set(&mut conditions.current, condition, cx.now);
+        plan.issue(
+            Action::SetCondition {
+                target: Target {
+                    key: ObjectKey::management(Kind::Machine, &m.meta.namespace, &m.meta.name),
+                    api_version: capi_api_version(m.version),
+                },
+                conditions,
+                summary: format!("{UP_TO_DATE}={} ({reason})", status.as_str()),
+            },
+            format!(
+                "Machine {} belongs to MachinePool {}: {}",
+                m.meta.name,
+                cx.pool_name(),
+                if m.meta.is_deleting() {
+                    "it is being deleted, so it is not up to date"
+                } else {
+                    "it is up to date"
+                }
+            ),
+        );
+    }
 }
 
 /// The Machine that mirrors an infrastructure machine, in the pool's API version.

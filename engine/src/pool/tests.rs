@@ -901,8 +901,74 @@ fn machine_pool_machines_are_created_per_infrastructure_machine() {
     let mut m = machine("c1", "p1-0", Some("p1-0"));
     m.meta.labels = labels(&[(POOL_NAME_LABEL, "p1"), (CLUSTER_NAME_LABEL, "c1")]);
     m.infrastructure_ref.name = "p1-0".into();
-    let commands = upsert(&mut engine, secs(1), Scope::Management, Object::Machine(m));
+    let commands = upsert(
+        &mut engine,
+        secs(1),
+        Scope::Management,
+        Object::Machine(m.clone()),
+    );
     assert!(!commands.iter().any(|c| c.action.name() == "CreateMachine"));
+    // §3.7: the pool's Machine is marked UpToDate, with its other conditions kept.
+    let written_by = |c: &Command| -> Conditions {
+        match &c.action {
+            Action::SetCondition { conditions, .. } => conditions.clone(),
+            _ => unreachable!(),
+        }
+    };
+    let write = find(&commands, "SetCondition", "Machine default/p1-0").clone();
+    let conditions = written_by(&write);
+    let up = conditions.current("UpToDate").expect("UpToDate written");
+    assert_eq!(
+        (up.status, up.reason.as_str(), up.message.as_str()),
+        (ConditionStatus::True, "UpToDate", "")
+    );
+    assert_eq!(conditions.current.len(), m.conditions.current.len() + 1);
+    // Written (the API answers with the Machine as written): nothing more to say.
+    let mut written = m.clone();
+    written.meta.resource_version += 1;
+    written.conditions = conditions;
+    let as_written = |m: &Machine| ApiOutcome::Ok {
+        object: Some(Box::new(Object::Machine(m.clone()))),
+    };
+    let commands = answer(&mut engine, secs(2), &write, as_written(&written));
+    assert!(
+        !commands.iter().any(|c| c.action.name() == "SetCondition"),
+        "{:?}",
+        lines(&commands)
+    );
+    // A deleting Machine is not up to date. The deletion controller writes first (one
+    // condition write per Machine at a time); the pool's follows its answer and keeps it.
+    let mut deleting = written;
+    deleting.meta.resource_version += 1;
+    deleting.meta.deletion_timestamp = Some(secs(3));
+    deleting.meta.finalizers = vec![MACHINE_FINALIZER.to_string()];
+    let commands = upsert(
+        &mut engine,
+        secs(3),
+        Scope::Management,
+        Object::Machine(deleting.clone()),
+    );
+    let first = find(&commands, "SetCondition", "Machine default/p1-0").clone();
+    assert_eq!(first.controller, ControllerId::Deletion);
+    deleting.meta.resource_version += 1;
+    deleting.conditions = written_by(&first);
+    let commands = answer(&mut engine, secs(3), &first, as_written(&deleting));
+    let write = find(&commands, "SetCondition", "Machine default/p1-0");
+    assert_eq!(write.controller, ControllerId::Pool);
+    let conditions = written_by(write);
+    let up = conditions.current("UpToDate").expect("UpToDate written");
+    assert_eq!(
+        (up.status, up.reason.as_str(), up.message.as_str()),
+        (
+            ConditionStatus::False,
+            "NotUpToDate",
+            "Machine is being deleted"
+        )
+    );
+    assert!(
+        conditions.current("Deleting").is_some(),
+        "kept: {conditions:?}"
+    );
 }
 
 #[test]
