@@ -595,15 +595,37 @@ fn reconcile_machines(cx: &Ctx<'_>, infra: &External, plan: &mut Plan) {
             continue;
         }
         let machine_key = ObjectKey::management(Kind::Machine, &mp.meta.namespace, &im.meta.name);
-        if existing.contains(im.meta.name.as_str()) || cx.store.get(&machine_key).is_some() {
+        let version = || {
+            im.provider_id
+                .as_deref()
+                .and_then(|p| cx.node_by_provider_id(p))
+                .and_then(|n| n.kubelet_version.clone())
+                .filter(|v| !v.is_empty())
+        };
+        if let Some(Object::Machine(m)) = cx.store.get(&machine_key) {
+            if let Some((merge, summary)) = machine_update(mp, m, version().as_deref()) {
+                plan.issue(
+                    Action::PatchSpec {
+                        target: Target {
+                            key: machine_key,
+                            api_version: capi_api_version(m.version),
+                        },
+                        merge: JsonText::from_value(&merge),
+                        summary: summary.clone(),
+                    },
+                    format!(
+                        "Machine {} of MachinePool {} differs from what the pool applies: {summary}",
+                        m.meta.name,
+                        cx.pool_name()
+                    ),
+                );
+            }
             continue;
         }
-        let version = im
-            .provider_id
-            .as_deref()
-            .and_then(|p| cx.node_by_provider_id(p))
-            .and_then(|n| n.kubelet_version.clone())
-            .filter(|v| !v.is_empty());
+        if existing.contains(im.meta.name.as_str()) {
+            continue;
+        }
+        let version = version();
         let object = machine_pool_machine(mp, im, version);
         plan.issue(
             Action::CreateMachine {
@@ -668,6 +690,77 @@ fn mark_machines_up_to_date(cx: &Ctx<'_>, plan: &mut Plan) {
             ),
         );
     }
+}
+
+/// What the pool applies to an existing Machine of its own that the Machine lacks: the
+/// template's labels and annotations, the pool and cluster labels, and its Node's version.
+/// Upstream applies the whole desired Machine (server-side apply); fields the pool stops
+/// setting are not removed here. Deleting Machines and Machines of other owners are left alone.
+pub(super) fn machine_update(
+    mp: &MachinePool,
+    m: &Machine,
+    version: Option<&str>,
+) -> Option<(Value, String)> {
+    if m.meta.is_deleting()
+        || m.meta
+            .controller()
+            .is_some_and(|c| c.kind != "MachinePool" || c.name != mp.meta.name)
+    {
+        return None;
+    }
+    let pool_label = pool_label_value(&mp.meta.name);
+    let pool_labels = [
+        (POOL_NAME_LABEL, pool_label.as_ref()),
+        (CLUSTER_NAME_LABEL, mp.cluster_name.as_str()),
+    ];
+    let template_labels = mp
+        .template_labels
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()));
+    let labels = lacking(template_labels.chain(pool_labels), &m.meta.labels);
+    let annotations = lacking(
+        mp.template_annotations
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str())),
+        &m.meta.annotations,
+    );
+    let version = version.filter(|v| m.kubernetes_version.as_deref() != Some(*v));
+    let mut metadata = Map::new();
+    let mut summary = Vec::new();
+    if !labels.is_empty() {
+        summary.push(format!(
+            "labels {}",
+            labels.keys().cloned().collect::<Vec<_>>().join(",")
+        ));
+        metadata.insert("labels".into(), Value::Object(labels));
+    }
+    if !annotations.is_empty() {
+        summary.push(format!(
+            "annotations {}",
+            annotations.keys().cloned().collect::<Vec<_>>().join(",")
+        ));
+        metadata.insert("annotations".into(), Value::Object(annotations));
+    }
+    let mut merge = Map::new();
+    if !metadata.is_empty() {
+        merge.insert("metadata".into(), Value::Object(metadata));
+    }
+    if let Some(v) = version {
+        summary.push(format!("spec.version={v}"));
+        merge.insert("spec".into(), json!({ "version": v }));
+    }
+    (!merge.is_empty()).then(|| (Value::Object(merge), summary.join(", ")))
+}
+
+/// The entries of `wanted` that `have` lacks or holds with another value.
+fn lacking<'w>(
+    wanted: impl Iterator<Item = (&'w str, &'w str)>,
+    have: &std::collections::BTreeMap<String, String>,
+) -> Map<String, Value> {
+    wanted
+        .filter(|(k, v)| have.get(*k).map(String::as_str) != Some(*v))
+        .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
+        .collect()
 }
 
 /// The Machine that mirrors an infrastructure machine, in the pool's API version.

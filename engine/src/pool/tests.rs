@@ -908,6 +908,12 @@ fn machine_pool_machines_are_created_per_infrastructure_machine() {
         Object::Machine(m.clone()),
     );
     assert!(!commands.iter().any(|c| c.action.name() == "CreateMachine"));
+    // It gets what the pool applies and it lacks: template labels and annotations, and the
+    // version of its Node.
+    assert_eq!(
+        merge_of(find(&commands, "PatchSpec", "Machine default/p1-0")),
+        r#"{"metadata":{"labels":{"team":"blue"},"annotations":{"note":"x"}},"spec":{"version":"v1.33.0"}}"#
+    );
     // §3.7: the pool's Machine is marked UpToDate, with its other conditions kept.
     let written_by = |c: &Command| -> Conditions {
         match &c.action {
@@ -1066,4 +1072,42 @@ fn a_pool_name_too_long_for_a_label_is_hashed_in_its_machines_and_routed_back() 
         out,
         [ObjectKey::management(Kind::MachinePool, "default", "p1")]
     );
+}
+
+#[test]
+fn existing_pool_machines_are_updated_only_when_they_lack_something_and_are_the_pools() {
+    let mut mp = settled_pool(&["p1-0"]);
+    mp.template_labels = labels(&[("team", "blue")]);
+    let mut m = machine("c1", "p1-0", Some("p1-0"));
+    m.meta.owner_references.clear();
+    m.meta.labels = labels(&[
+        ("team", "blue"),
+        (POOL_NAME_LABEL, "p1"),
+        (CLUSTER_NAME_LABEL, "c1"),
+    ]);
+    m.kubernetes_version = Some("v1.33.0".into());
+    assert_eq!(reconcile::machine_update(&mp, &m, Some("v1.33.0")), None);
+    let (merge, summary) = reconcile::machine_update(&mp, &m, Some("v1.34.0")).unwrap();
+    assert_eq!(merge.to_string(), r#"{"spec":{"version":"v1.34.0"}}"#);
+    assert_eq!(summary, "spec.version=v1.34.0");
+    let mut relabelled = m.clone();
+    relabelled.meta.labels.insert("team".into(), "red".into());
+    let (merge, _) = reconcile::machine_update(&mp, &relabelled, None).unwrap();
+    assert_eq!(
+        merge.to_string(),
+        r#"{"metadata":{"labels":{"team":"blue"}}}"#
+    );
+    // Deleting, or controlled by another owner: left alone.
+    let mut deleting = relabelled.clone();
+    deleting.meta.deletion_timestamp = Some(T0);
+    assert_eq!(reconcile::machine_update(&mp, &deleting, None), None);
+    let mut owned = relabelled;
+    owned.meta.owner_references = vec![OwnerReference {
+        api_version: "cluster.x-k8s.io/v1beta2".into(),
+        kind: "MachineSet".into(),
+        name: "ms".into(),
+        uid: "u".into(),
+        controller: true,
+    }];
+    assert_eq!(reconcile::machine_update(&mp, &owned, None), None);
 }
