@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// Expected failures of the outside world (404, 409, a PDB refusing an eviction, an unreachable
 /// cluster) arrive as [`Input::ApiResult`], never as Rust errors.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Input {
     /// An object was created or changed (a watch event or a list item).
     /// Boxed: an object is about 1 KB, and inputs are moved through queues and batches.
@@ -27,22 +27,18 @@ pub enum Input {
     /// together: a key affected by several of them is reconciled once, against the latest
     /// state (what a work queue does with repeated keys). Never nested: build one with
     /// [`Input::batch`] (a nested batch does not decode).
-    Batch { inputs: Vec<Input> },
+    Batch {
+        #[serde(deserialize_with = "unbatched")]
+        inputs: Vec<Input>,
+    },
 }
 
-/// Decoding goes through these mirrors of [`Input`] (same variants, same order, so the same
-/// encoding): a batch's inputs decode as [`Unbatched`], which has no batch variant. A record
-/// cannot nest batches, so decoding one cannot recurse as deep as the record is long.
-#[derive(Deserialize)]
-#[serde(rename = "Input")]
-enum Decoded {
-    Upsert { scope: Scope, object: Box<Object> },
-    Delete { key: ObjectKey },
-    Relist { scope: Scope, objects: Vec<Object> },
-    ApiResult { command: u64, outcome: ApiOutcome },
-    Tick,
-    Restarted,
-    Batch { inputs: Vec<Unbatched> },
+/// A batch's inputs decode as [`Unbatched`], the same variants as [`Input`] in the same order
+/// (so the same encoding) but no batch: a record cannot nest batches, so decoding one cannot
+/// recurse as deep as the record is long.
+fn unbatched<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<Input>, D::Error> {
+    let inputs = Vec::<Unbatched>::deserialize(deserializer)?;
+    Ok(inputs.into_iter().map(Input::from).collect())
 }
 
 #[derive(Deserialize)]
@@ -66,22 +62,6 @@ impl From<Unbatched> for Input {
             Unbatched::Tick => Input::Tick,
             Unbatched::Restarted => Input::Restarted,
         }
-    }
-}
-
-impl<'de> Deserialize<'de> for Input {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Ok(match Decoded::deserialize(deserializer)? {
-            Decoded::Upsert { scope, object } => Input::Upsert { scope, object },
-            Decoded::Delete { key } => Input::Delete { key },
-            Decoded::Relist { scope, objects } => Input::Relist { scope, objects },
-            Decoded::ApiResult { command, outcome } => Input::ApiResult { command, outcome },
-            Decoded::Tick => Input::Tick,
-            Decoded::Restarted => Input::Restarted,
-            Decoded::Batch { inputs } => Input::Batch {
-                inputs: inputs.into_iter().map(Input::from).collect(),
-            },
-        })
     }
 }
 

@@ -7,7 +7,7 @@ use engine::Input;
 use engine::model::{Object, PRE_DRAIN_HOOK_PREFIX};
 use sim::run::{RunOptions, run};
 use sim::scenario::{self, FaultKind, Scenario};
-use sim::sweep::{FaultChoice, Feeding, shrink, sweep};
+use sim::sweep::{FaultChoice, Feeding, SweepReport, shrink, sweep};
 use std::path::Path;
 
 const RUNS_MIN: u64 = 2000;
@@ -30,6 +30,15 @@ fn jobs() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+fn assert_no_failures(report: &SweepReport) {
+    let failures: Vec<String> = report
+        .failures
+        .iter()
+        .map(|f| format!("{} seed {}: {:?}", f.file, f.seed, f.violations))
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn two_thousand_seeded_runs_with_random_faults_break_no_invariant() {
     let scenarios = all_scenarios();
@@ -44,12 +53,7 @@ fn two_thousand_seeded_runs_with_random_faults_break_no_invariant() {
         &|_, _| {},
     );
     assert!(report.runs >= RUNS_MIN, "only {} runs", report.runs);
-    let failures: Vec<String> = report
-        .failures
-        .iter()
-        .map(|f| format!("{} seed {}: {:?}", f.file, f.seed, f.violations))
-        .collect();
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_no_failures(&report);
     for kind in FaultKind::ALL {
         assert!(
             report.fired.get(kind.as_str()).copied().unwrap_or(0) > 0,
@@ -164,12 +168,7 @@ fn a_batched_sweep_with_random_faults_breaks_no_invariant() {
         },
         &|_, _| {},
     );
-    let failures: Vec<String> = report
-        .failures
-        .iter()
-        .map(|f| format!("{} seed {} (batched): {:?}", f.file, f.seed, f.violations))
-        .collect();
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_no_failures(&report);
 }
 
 /// Every scenario fed as the adapter feeds a backlog (each instant's inputs as batches, every

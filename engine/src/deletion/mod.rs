@@ -485,7 +485,6 @@ impl Controller for MachineDeletion {
         // shifted B-tree nodes on every pass.
         let tracked = self.machines.get_mut(key).expect("tracked above");
         let routed_node = tracked.node.clone();
-        tracked.cluster = cluster_name.clone();
         refresh_ref_key(
             &mut tracked.infrastructure,
             &machine.infrastructure_ref,

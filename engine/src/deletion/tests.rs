@@ -393,6 +393,15 @@ fn pre_drain_hooks_hold_the_drain_and_list_sorted_hooks() {
     assert!(find(&cmds, "Cordon").reason.contains("cordoning Node n1"));
 }
 
+/// What m1 issues at the input that ends its drain (nothing pending, no hooks).
+const DRAINED_THEN_INFRASTRUCTURE: [&str; 5] = [
+    "deletion RecordEvent SuccessfulDrainNode",
+    "deletion RecordEvent NodeVolumesDetached",
+    "deletion DeleteInfrastructure DockerMachine default/m1",
+    "deletion PatchStatus Machine default/m1",
+    "deletion SetCondition Machine default/m1",
+];
+
 #[test]
 fn drain_completes_at_the_input_that_removes_the_last_pod() {
     let (mut h, cmds) = drained_start(deleting_m1(), vec![]);
@@ -452,16 +461,7 @@ fn drain_completes_at_the_input_that_removes_the_last_pod() {
 
     h.now = at(7);
     let out = h.gone(pod_key("web-1"));
-    assert_eq!(
-        lines(&out),
-        [
-            "deletion RecordEvent SuccessfulDrainNode",
-            "deletion RecordEvent NodeVolumesDetached",
-            "deletion DeleteInfrastructure DockerMachine default/m1",
-            "deletion PatchStatus Machine default/m1",
-            "deletion SetCondition Machine default/m1",
-        ]
-    );
+    assert_eq!(lines(&out), DRAINED_THEN_INFRASTRUCTURE);
     let c = last_conditions(&out);
     assert_eq!(legacy(&c, "DrainingSucceeded").0, ConditionStatus::True);
     // The eviction-retry wake-up of the accepted evictions finds nothing to do.
@@ -555,16 +555,7 @@ fn a_batch_is_reconciled_once_against_its_latest_state() {
     let out = batched.input(at(7), Input::Batch { inputs });
     // Batched, m1 is reconciled once, with both pods gone: the drain completes and nothing
     // about the intermediate state is written.
-    assert_eq!(
-        lines(&out),
-        [
-            "deletion RecordEvent SuccessfulDrainNode",
-            "deletion RecordEvent NodeVolumesDetached",
-            "deletion DeleteInfrastructure DockerMachine default/m1",
-            "deletion PatchStatus Machine default/m1",
-            "deletion SetCondition Machine default/m1",
-        ]
-    );
+    assert_eq!(lines(&out), DRAINED_THEN_INFRASTRUCTURE);
     // One by one, the last removal does the same (its condition write waits for the one
     // still in flight).
     assert_eq!(seen[3], lines(&out)[..4]);

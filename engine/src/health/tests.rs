@@ -1021,6 +1021,18 @@ fn step_both(engine: &mut Engine, now: Timestamp, input: Input) -> Vec<String> {
     with_views
 }
 
+/// [`step_both`] with the upsert of `object`.
+fn step_upsert(engine: &mut Engine, now: Timestamp, scope: Scope, object: Object) -> Vec<String> {
+    step_both(
+        engine,
+        now,
+        Input::Upsert {
+            scope,
+            object: Box::new(object),
+        },
+    )
+}
+
 /// A full evaluation from the targets' views decides exactly what one from the store decides,
 /// after every kind of change: Node condition, Machine label, Machine condition, annotation,
 /// Node and Machine deletion, a new Machine and Node, time passing past a timeout (with no
@@ -1069,14 +1081,7 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
         cluster.meta.resource_version = 100 + gate_moves;
         cluster.conditions.current[1].last_transition_time = Some(Timestamp(gate_moves as i64));
         let cluster = Object::Cluster(cluster);
-        let out = step_both(
-            engine,
-            now,
-            Input::Upsert {
-                scope: Scope::Management,
-                object: Box::new(cluster),
-            },
-        );
+        let out = step_upsert(engine, now, Scope::Management, cluster);
         assert_eq!(views_used(engine), before + 1, "the pass read the views");
         out
     };
@@ -1084,14 +1089,7 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
 
     let mut t = at(mins(3));
     let put_node = |engine: &mut Engine, t: Timestamp, n: Node| {
-        step_both(
-            engine,
-            t,
-            Input::Upsert {
-                scope: workload("c1"),
-                object: Box::new(Object::Node(n)),
-            },
-        )
+        step_upsert(engine, t, workload("c1"), Object::Node(n))
     };
     // Node condition change.
     let mut n1 = node("m1", ConditionStatus::False, t);
@@ -1103,26 +1101,17 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
     let mut m2 = machine_of(&engine, "m2");
     m2.meta.labels.remove("role");
     bump(&mut m2.meta);
-    step_both(
+    step_upsert(
         &mut engine,
         t,
-        Input::Upsert {
-            scope: Scope::Management,
-            object: Box::new(Object::Machine(m2.clone())),
-        },
+        Scope::Management,
+        Object::Machine(m2.clone()),
     );
     force_full(&mut engine, t);
     assert!(!mhc_of(&engine).status.targets.contains(&"m2".to_string()));
     m2.meta.labels.insert("role".into(), "worker".into());
     bump(&mut m2.meta);
-    step_both(
-        &mut engine,
-        t,
-        Input::Upsert {
-            scope: Scope::Management,
-            object: Box::new(Object::Machine(m2)),
-        },
-    );
+    step_upsert(&mut engine, t, Scope::Management, Object::Machine(m2));
     force_full(&mut engine, t);
 
     // Machine condition change (the Machine check), then time past its timeout, m1's Node
@@ -1133,14 +1122,7 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
         ..Condition::new("Ready", ConditionStatus::False, "NotReady", "")
     });
     bump(&mut m2.meta);
-    step_both(
-        &mut engine,
-        t,
-        Input::Upsert {
-            scope: Scope::Management,
-            object: Box::new(Object::Machine(m2)),
-        },
-    );
+    step_upsert(&mut engine, t, Scope::Management, Object::Machine(m2));
     force_full(&mut engine, t);
     t = at(mins(20));
     let late = force_full(&mut engine, t);
@@ -1172,13 +1154,11 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
     force_full(&mut engine, t);
 
     // A new Machine and its Node; the missing Node of m6 appears; m1's Node recovers.
-    step_both(
+    step_upsert(
         &mut engine,
         t,
-        Input::Upsert {
-            scope: Scope::Management,
-            object: Box::new(Object::Machine(worker("m7", Some("m7")))),
-        },
+        Scope::Management,
+        Object::Machine(worker("m7", Some("m7"))),
     );
     put_node(&mut engine, t, node("m7", ConditionStatus::Unknown, t));
     // m6's Node appears, and the gates move before its HealthCheckSucceeded=True lands: the
@@ -1218,13 +1198,11 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
     spec.unhealthy_node_conditions[0].timeout = mins(3);
     bump(&mut spec.meta);
     let before = views_used(&engine);
-    step_both(
+    step_upsert(
         &mut engine,
         t,
-        Input::Upsert {
-            scope: Scope::Management,
-            object: Box::new(Object::MachineHealthCheck(spec)),
-        },
+        Scope::Management,
+        Object::MachineHealthCheck(spec),
     );
     assert_eq!(
         views_used(&engine),
@@ -1286,14 +1264,7 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
         .annotations
         .insert(REMEDIATE_MACHINE_ANNOTATION.into(), String::new());
     bump(&mut m1.meta);
-    step_both(
-        &mut engine,
-        t,
-        Input::Upsert {
-            scope: Scope::Management,
-            object: Box::new(Object::Machine(m1)),
-        },
-    );
+    step_upsert(&mut engine, t, Scope::Management, Object::Machine(m1));
     t = at(mins(30));
     force_full(&mut engine, t);
 
@@ -1302,13 +1273,11 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
     spec.unhealthy_node_conditions[0].timeout = mins(1);
     bump(&mut spec.meta);
     let before = views_used(&engine);
-    step_both(
+    step_upsert(
         &mut engine,
         t,
-        Input::Upsert {
-            scope: Scope::Management,
-            object: Box::new(Object::MachineHealthCheck(spec.clone())),
-        },
+        Scope::Management,
+        Object::MachineHealthCheck(spec.clone()),
     );
     assert_eq!(
         views_used(&engine),
@@ -1321,13 +1290,11 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
         timeout: mins(1),
     });
     bump(&mut spec.meta);
-    step_both(
+    step_upsert(
         &mut engine,
         t,
-        Input::Upsert {
-            scope: Scope::Management,
-            object: Box::new(Object::MachineHealthCheck(spec)),
-        },
+        Scope::Management,
+        Object::MachineHealthCheck(spec),
     );
     assert_eq!(
         views_used(&engine),

@@ -22,7 +22,7 @@ use super::verdict::{
 };
 use crate::model::{
     ClusterName, ConditionStatus, LabelSelector, Machine, MachineHealthCheck,
-    REMEDIATE_MACHINE_ANNOTATION,
+    REMEDIATE_MACHINE_ANNOTATION, UnhealthyCondition,
 };
 use crate::time::Timestamp;
 
@@ -169,15 +169,8 @@ fn next_check(
     let machine_checks = checks.unhealthy_machine_conditions;
     let mut next = None;
     let conditions = view.statuses.iter().zip(&view.since);
-    for (check, (status, since)) in machine_checks.iter().zip(conditions.clone()) {
-        let Some(status) = *status else {
-            continue;
-        };
-        match held(check, status, Some(*since), now) {
-            Held::Past => return None,
-            Held::Until(t) => next = earliest(next, t),
-            Held::NotInStatus => {}
-        }
+    if past_a_check(machine_checks, conditions.clone(), now, &mut next) {
+        return None;
     }
     if view.failed {
         return None;
@@ -197,17 +190,13 @@ fn next_check(
         }
         NodeSeen::Found => {
             let node_conditions = conditions.skip(machine_checks.len());
-            for (check, (status, since)) in
-                checks.unhealthy_node_conditions.iter().zip(node_conditions)
-            {
-                let Some(status) = *status else {
-                    continue;
-                };
-                match held(check, status, Some(*since), now) {
-                    Held::Past => return None,
-                    Held::Until(t) => next = earliest(next, t),
-                    Held::NotInStatus => {}
-                }
+            if past_a_check(
+                checks.unhealthy_node_conditions,
+                node_conditions,
+                now,
+                &mut next,
+            ) {
+                return None;
             }
         }
     }
@@ -260,6 +249,27 @@ impl ViewContext {
                 .eq(mhc.unhealthy_node_conditions.iter().map(|c| &c.type_))
             && self.workload.as_ref() == workload
     }
+}
+
+/// Folds each check's next deadline into `next`; true when a condition has held past its
+/// timeout. `conditions` are the view's (status, since) pairs for `checks`, in order.
+fn past_a_check<'v>(
+    checks: &[UnhealthyCondition],
+    conditions: impl Iterator<Item = (&'v Option<ConditionStatus>, &'v Timestamp)>,
+    now: Timestamp,
+    next: &mut Option<Timestamp>,
+) -> bool {
+    for (check, (status, since)) in checks.iter().zip(conditions) {
+        let Some(status) = *status else {
+            continue;
+        };
+        match held(check, status, Some(*since), now) {
+            Held::Past => return true,
+            Held::Until(t) => *next = earliest(*next, t),
+            Held::NotInStatus => {}
+        }
+    }
+    false
 }
 
 #[cfg(test)]

@@ -69,6 +69,8 @@ pub struct Ctx<'a> {
     nodes: NodeIndex<'a>,
     /// Nodes matched to this pass's nodeRefs, in order (when nodeRefs were computed).
     matched: OnceCell<Vec<&'a Node>>,
+    /// The pool's Machines ([`pool_machines`]), found once per reconcile.
+    machines: OnceCell<Vec<&'a Machine>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -89,6 +91,7 @@ impl<'a> Ctx<'a> {
             workload,
             nodes: NodeIndex::new(store, workload),
             matched: OnceCell::new(),
+            machines: OnceCell::new(),
         }
     }
 
@@ -539,7 +542,11 @@ fn pool_label_value(name: &str) -> std::borrow::Cow<'_, str> {
 
 /// Machines that belong to the pool: labelled with its name and cluster, not controlled by
 /// some other owner.
-fn pool_machines<'a>(cx: &Ctx<'a>) -> Vec<&'a Machine> {
+fn pool_machines<'c, 'a>(cx: &'c Ctx<'a>) -> &'c [&'a Machine] {
+    cx.machines.get_or_init(|| find_pool_machines(cx))
+}
+
+fn find_pool_machines<'a>(cx: &Ctx<'a>) -> Vec<&'a Machine> {
     let mp = cx.mp;
     let label = pool_label_value(&mp.meta.name);
     cx.store
@@ -651,7 +658,7 @@ fn reconcile_machines(cx: &Ctx<'_>, infra: &External, plan: &mut Plan) {
 /// list); a write of another controller in flight makes this one wait.
 fn mark_machines_up_to_date(cx: &Ctx<'_>, plan: &mut Plan) {
     const UP_TO_DATE: &str = "UpToDate";
-    for m in pool_machines(cx) {
+    for m in pool_machines(cx).iter().copied() {
         let (status, reason, message) = if m.meta.is_deleting() {
             (
                 ConditionStatus::False,

@@ -294,7 +294,8 @@ impl Store {
     }
 
     /// Replaces everything in `scope` with `objects` (a relist) and marks the scope synced.
-    /// Returns what changed, in order: removals first, then insertions and replacements.
+    /// Returns what changed, in order: removals first, then insertions and replacements. They
+    /// stay valid together: only the removals free slots, and they own their keys.
     pub fn replace_scope(&mut self, scope: &Scope, objects: Vec<Object>) -> Vec<Replaced> {
         let incoming: BTreeSet<ObjectKey> = objects.iter().map(|o| o.key(scope)).collect();
         let stale: Vec<ObjectKey> = self
