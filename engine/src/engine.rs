@@ -232,7 +232,9 @@ impl Engine {
         let replaced = match outcome {
             ApiOutcome::Ok {
                 object: Some(object),
-            } => self.store.upsert(&target.scope, Object::clone(object)),
+            } if keeps_answer(&command.action, object, self.store.get(target).is_some()) => {
+                self.store.upsert(&target.scope, Object::clone(object))
+            }
             // The API says the object does not exist: the cache learns it now, not when a
             // (possibly lost) watch event catches up, so no controller keeps writing to it.
             ApiOutcome::NotFound if !matches!(command.action, Action::RecordEvent { .. }) => {
@@ -273,6 +275,25 @@ impl Engine {
             }
         }
     }
+}
+
+/// Whether the object a write answered with goes into the cache. An answer may arrive after
+/// the watch reported the object deleted (or carry the last state of an object the write just
+/// released): it must not bring back what is gone. Only a create adds an object the cache
+/// does not hold.
+fn keeps_answer(action: &Action, object: &Object, cached: bool) -> bool {
+    let meta = object.meta();
+    let released = matches!(action, Action::RemoveFinalizer { .. })
+        && meta.is_deleting()
+        && meta.finalizers.is_empty();
+    if released {
+        return false;
+    }
+    cached
+        || matches!(
+            action,
+            Action::CreateMachine { .. } | Action::CreateRemediation { .. }
+        )
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {

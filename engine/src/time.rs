@@ -116,6 +116,13 @@ impl Timestamp {
         Ok(Timestamp(secs * 1000 + millis))
     }
 
+    /// The time as the API server stores it (`metav1.Time`: whole seconds). Times the
+    /// controllers write into objects use this, so what they expect to read back is what the
+    /// server returns.
+    pub fn to_api_precision(self) -> Timestamp {
+        Timestamp(self.0.div_euclid(1000) * 1000)
+    }
+
     /// Formats as RFC 3339 in UTC with second precision, like `metav1.Time` (`2024-01-01T00:05:00Z`).
     pub fn to_rfc3339(self) -> String {
         let secs = self.0.div_euclid(1000);
@@ -347,6 +354,19 @@ mod tests {
         assert_eq!(Duration(250).to_string(), "250ms");
         assert_eq!(Duration::from_secs(3600).to_string(), "1h0m0s");
         assert_eq!(Duration::ZERO.to_string(), "0s");
+    }
+
+    #[test]
+    fn api_precision_is_whole_seconds_rounded_down() {
+        assert_eq!(Timestamp(1_999).to_api_precision(), Timestamp(1_000));
+        assert_eq!(Timestamp(2_000).to_api_precision(), Timestamp(2_000));
+        assert_eq!(Timestamp(-1).to_api_precision(), Timestamp(-1_000));
+        let t = Timestamp(1_704_067_200_123);
+        assert_eq!(
+            Timestamp::parse_rfc3339(&t.to_rfc3339()).ok(),
+            Some(t.to_api_precision()),
+            "what is written reads back as the API-precision time"
+        );
     }
 
     #[test]

@@ -86,14 +86,16 @@ pub enum NodeDeletionOutcome {
 }
 
 /// A status write issued whose effect may not be observed yet. It stands for the observed
-/// value until the cache shows a Machine newer than the one seen when the write was answered,
-/// so a stale cache does not make the same write twice.
+/// value until the cache shows the Machine at (or after) the write, so a stale cache does not
+/// make the same write twice; it never outlives that, so a value the API server stores in its
+/// own form cannot hold the Machine back.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pending<T> {
     pub value: T,
     pub answered: bool,
-    /// The Machine's resourceVersion at the first pass after the answer.
-    pub seen_resource_version: Option<u64>,
+    /// The first resourceVersion that shows the write: the written object's when the answer
+    /// carries it, else anything newer than the Machine seen at the first pass after the answer.
+    pub landed_resource_version: Option<u64>,
 }
 
 impl<T: PartialEq> Pending<T> {
@@ -101,8 +103,14 @@ impl<T: PartialEq> Pending<T> {
         Pending {
             value,
             answered: false,
-            seen_resource_version: None,
+            landed_resource_version: None,
         }
+    }
+
+    /// The write succeeded; `written` is the resourceVersion the answer carries, if any.
+    pub fn answered(&mut self, written: Option<u64>) {
+        self.answered = true;
+        self.landed_resource_version = written;
     }
 
     /// Whether it still stands for the observed value, given the observed one.
@@ -113,7 +121,20 @@ impl<T: PartialEq> Pending<T> {
         if !self.answered {
             return true;
         }
-        *self.seen_resource_version.get_or_insert(resource_version) == resource_version
+        let landed = *self
+            .landed_resource_version
+            .get_or_insert(resource_version.saturating_add(1));
+        resource_version < landed
+    }
+}
+
+/// The resourceVersion of the object a successful write returned.
+fn written_resource_version(outcome: &ApiOutcome) -> Option<u64> {
+    match outcome {
+        ApiOutcome::Ok {
+            object: Some(object),
+        } => Some(object.meta().resource_version).filter(|rv| *rv != 0),
+        _ => None,
     }
 }
 
@@ -583,11 +604,12 @@ impl Controller for MachineDeletion {
                 }
             }
             Action::SetCondition { .. } => match failure {
-                // Not written after all: the next pass compares with what is observed.
+                // Not written after all (or not known to be): the next pass compares with what
+                // is observed.
                 Some(_) => memo.pending_conditions = None,
                 None => {
                     if let Some(p) = &mut memo.pending_conditions {
-                        p.answered = true;
+                        p.answered(written_resource_version(outcome));
                     }
                 }
             },
@@ -595,7 +617,7 @@ impl Controller for MachineDeletion {
                 Some(_) => memo.pending_status = None,
                 None => {
                     if let Some(p) = &mut memo.pending_status {
-                        p.answered = true;
+                        p.answered(written_resource_version(outcome));
                     }
                 }
             },

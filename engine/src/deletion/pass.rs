@@ -458,7 +458,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         &mut self,
         field: impl Fn(&mut crate::model::DeletionTimes) -> &mut Option<Timestamp>,
     ) -> Timestamp {
-        let now = self.now;
+        let now = self.now.to_api_precision();
         let at = *field(&mut self.status.deletion).get_or_insert(now);
         field(&mut self.tracked.memo.started).get_or_insert(at);
         at

@@ -4,7 +4,6 @@
 
 use crate::command::JsonText;
 use crate::model::{ApiVersion, Condition, ConditionStatus, Conditions, DeletionTimes, Severity};
-use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -40,23 +39,9 @@ pub mod legacy {
     pub const DELETION_FAILED: &str = "DeletionFailed";
 }
 
-/// Replaces (or appends) `c` in `list`, keeping `lastTransitionTime` unless the status changes.
-pub fn set_condition(list: &mut Vec<Condition>, mut c: Condition, now: Timestamp) {
-    match list.iter_mut().find(|x| x.type_ == c.type_) {
-        Some(existing) => {
-            c.last_transition_time = if existing.status == c.status {
-                existing.last_transition_time.or(Some(now))
-            } else {
-                Some(now)
-            };
-            *existing = c;
-        }
-        None => {
-            c.last_transition_time = Some(now);
-            list.push(c);
-        }
-    }
-}
+pub use crate::model::set_condition;
+#[cfg(test)]
+use crate::time::Timestamp;
 
 /// A v1beta1 condition: True without severity, False with one.
 pub fn legacy_true(type_: &str) -> Condition {
@@ -176,7 +161,7 @@ mod tests {
                 Severity::Info,
                 "a",
             ),
-            Timestamp(1),
+            Timestamp(1_000),
         );
         set_condition(
             &mut list,
@@ -186,16 +171,16 @@ mod tests {
                 Severity::Info,
                 "b",
             ),
-            Timestamp(2),
+            Timestamp(2_000),
         );
-        assert_eq!(list[0].last_transition_time, Some(Timestamp(1)));
+        assert_eq!(list[0].last_transition_time, Some(Timestamp(1_000)));
         assert_eq!(list[0].message, "b");
         set_condition(
             &mut list,
             legacy_true(legacy::DRAINING_SUCCEEDED),
-            Timestamp(3),
+            Timestamp(3_000),
         );
-        assert_eq!(list[0].last_transition_time, Some(Timestamp(3)));
+        assert_eq!(list[0].last_transition_time, Some(Timestamp(3_000)));
         assert_eq!(list[0].severity, Severity::None);
     }
 

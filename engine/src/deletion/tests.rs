@@ -1045,6 +1045,107 @@ fn node_deletion_404_counts_as_success() {
     assert_eq!(all(&out, "RemoveFinalizer").len(), 1);
 }
 
+/// The Machine as a real API server stores a condition write: times in whole seconds, a new
+/// resourceVersion.
+fn stored_by_the_server(h: &mut Harness, write: &Command) -> Machine {
+    let Action::SetCondition { conditions, .. } = &write.action else {
+        panic!("not a condition write: {write:?}");
+    };
+    let mut m = h.machine();
+    m.conditions = conditions.clone();
+    for c in m
+        .conditions
+        .current
+        .iter_mut()
+        .chain(&mut m.conditions.legacy)
+    {
+        c.last_transition_time = c.last_transition_time.map(Timestamp::to_api_precision);
+    }
+    h.rv += 1;
+    m.meta.resource_version = h.rv;
+    m
+}
+
+/// Bug 1 of the adapter-in-the-simulator issue: at a wall-clock time (milliseconds), the
+/// `DeletionCompleted` write's watch event and its answer arrive together, in either order, or
+/// the event first; the finalizer must go at once, not when something else touches the Machine.
+#[test]
+fn the_finalizer_goes_whatever_order_the_completed_write_and_its_event_arrive_in() {
+    let orders: [&[&str]; 4] = [
+        &["event", "result"],
+        &["result", "event"],
+        &["event+result"],
+        &["result+event"],
+    ];
+    for order in orders {
+        let (mut h, first) = node_deletion_world(None, T0);
+        let del = find(&first, "DeleteNode").clone();
+        h.apply_status(&first);
+        h.now = T0.saturating_add(Duration(1_437));
+        let out = h.answer(&del, ApiOutcome::NotFound);
+        let completed = find(&out, "SetCondition").clone();
+        assert_eq!(deleting(&last_conditions(&out)).0, "DeletionCompleted");
+        let stored = stored_by_the_server(&mut h, &completed);
+        h.now = T0.saturating_add(Duration(1_452));
+        let event = || Input::Upsert {
+            scope: mgmt(),
+            object: Box::new(Object::Machine(stored.clone())),
+        };
+        let result = || Input::ApiResult {
+            command: completed.id,
+            outcome: ApiOutcome::Ok {
+                object: Some(Box::new(Object::Machine(stored.clone()))),
+            },
+        };
+        let mut issued = Vec::new();
+        for step in order {
+            let input = match *step {
+                "event" => event(),
+                "result" => result(),
+                "event+result" => Input::batch(vec![event(), result()]),
+                _ => Input::batch(vec![result(), event()]),
+            };
+            issued.extend(h.input(h.now, input));
+        }
+        assert_eq!(
+            lines(&issued),
+            ["deletion RemoveFinalizer Machine default/m1"],
+            "order {order:?}"
+        );
+    }
+}
+
+/// Bug 2 of the adapter-in-the-simulator issue: the watch reports the Machine deleted before
+/// the answer to the finalizer removal (or to an older write) arrives; an answer carrying the
+/// Machine as it was must not bring it back, nor make the finalizer go twice.
+#[test]
+fn an_answer_arriving_after_the_deletion_was_observed_brings_nothing_back() {
+    for stale_finalizers in [vec![MACHINE_FINALIZER.to_string()], vec![]] {
+        let (mut h, first) = node_deletion_world(None, T0);
+        let del = find(&first, "DeleteNode").clone();
+        h.apply_status(&first);
+        let out = h.answer(&del, ApiOutcome::NotFound);
+        let out = h.apply_status(&out);
+        let release = find(&out, "RemoveFinalizer").clone();
+        let mut last_state = h.machine();
+        last_state.meta.finalizers = stale_finalizers.clone();
+        assert!(h.gone(machine_key("m1")).is_empty());
+        let out = h.answer(
+            &release,
+            ApiOutcome::Ok {
+                object: Some(Box::new(Object::Machine(last_state))),
+            },
+        );
+        assert!(
+            out.is_empty(),
+            "finalizers {stale_finalizers:?}: {:#?}",
+            lines(&out)
+        );
+        assert!(h.engine.store().get(&machine_key("m1")).is_none());
+        assert_eq!(h.engine.controllers().deletion.tracked().count(), 0);
+    }
+}
+
 #[test]
 fn worker_without_an_active_control_plane_machine_skips_node_operations() {
     let mut m1 = deleting_m1();

@@ -97,22 +97,7 @@ pub fn apply(
         }
         let line = match edit {
             Edit::Set(which, want) => {
-                let l = list_mut(&mut out, *which);
-                let mut c = want.clone();
-                match l.iter_mut().find(|x| x.type_ == want.type_) {
-                    Some(existing) => {
-                        c.last_transition_time = if existing.status == want.status {
-                            existing.last_transition_time.or(Some(now))
-                        } else {
-                            Some(now)
-                        };
-                        *existing = c;
-                    }
-                    None => {
-                        c.last_transition_time = Some(now);
-                        l.push(c);
-                    }
-                }
+                crate::model::set_condition(list_mut(&mut out, *which), want.clone(), now);
                 if want.reason.is_empty() {
                     format!("{}={}", want.type_, want.status.as_str())
                 } else {
@@ -153,17 +138,20 @@ mod tests {
     fn transition_time_moves_only_with_status() {
         let mut observed = Conditions::default();
         observed.current.push(Condition {
-            last_transition_time: Some(Timestamp(5)),
+            last_transition_time: Some(Timestamp(5_000)),
             ..Condition::new("A", S::False, "X", "old")
         });
         let edits = [Edit::set(List::Current, "A", S::False, "Y", "new")];
-        let (out, summary) = apply(&observed, &edits, Timestamp(9)).expect("changes");
-        assert_eq!(out.current[0].last_transition_time, Some(Timestamp(5)));
+        let (out, summary) = apply(&observed, &edits, Timestamp(9_000)).expect("changes");
+        assert_eq!(out.current[0].last_transition_time, Some(Timestamp(5_000)));
         assert_eq!(summary, "A=False (Y)");
         let edits = [Edit::set(List::Current, "A", S::True, "Y", "new")];
-        let (out, _) = apply(&observed, &edits, Timestamp(9)).expect("changes");
-        assert_eq!(out.current[0].last_transition_time, Some(Timestamp(9)));
-        assert!(apply(&out, &edits, Timestamp(10)).is_none(), "idempotent");
+        let (out, _) = apply(&observed, &edits, Timestamp(9_000)).expect("changes");
+        assert_eq!(out.current[0].last_transition_time, Some(Timestamp(9_000)));
+        assert!(
+            apply(&out, &edits, Timestamp(10_000)).is_none(),
+            "idempotent"
+        );
     }
 
     #[test]

@@ -477,6 +477,26 @@ pub struct Condition {
     pub last_transition_time: Option<Timestamp>,
 }
 
+/// Inserts or replaces `c` in a list, keeping the last transition time while the status holds;
+/// a new transition time is `now` at the API's precision.
+pub fn set_condition(list: &mut Vec<Condition>, mut c: Condition, now: Timestamp) {
+    let now = now.to_api_precision();
+    match list.iter_mut().find(|x| x.type_ == c.type_) {
+        Some(existing) => {
+            c.last_transition_time = if existing.status == c.status {
+                existing.last_transition_time.or(Some(now))
+            } else {
+                Some(now)
+            };
+            *existing = c;
+        }
+        None => {
+            c.last_transition_time = Some(now);
+            list.push(c);
+        }
+    }
+}
+
 impl Condition {
     pub fn new(type_: &str, status: ConditionStatus, reason: &str, message: &str) -> Self {
         Condition {

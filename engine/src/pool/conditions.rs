@@ -30,23 +30,7 @@ pub fn legacy_false(type_: &str, reason: &str, severity: Severity, message: &str
     Condition::new(type_, ConditionStatus::False, reason, message).with_severity(severity)
 }
 
-/// Inserts or replaces `c` in a list, keeping the last transition time while the status holds.
-pub fn set(list: &mut Vec<Condition>, mut c: Condition, now: Timestamp) {
-    match list.iter_mut().find(|x| x.type_ == c.type_) {
-        Some(existing) => {
-            c.last_transition_time = if existing.status == c.status {
-                existing.last_transition_time.or(Some(now))
-            } else {
-                Some(now)
-            };
-            *existing = c;
-        }
-        None => {
-            c.last_transition_time = Some(now);
-            list.push(c);
-        }
-    }
-}
+pub use crate::model::set_condition as set;
 
 /// Upstream v1beta1 list order: `Ready` first, then by type.
 fn sort_legacy(list: &mut [Condition]) {
@@ -160,9 +144,9 @@ mod tests {
     #[test]
     fn transition_time_moves_only_when_status_changes() {
         let mut list = Vec::new();
-        set(&mut list, legacy_true(REPLICAS_READY), Timestamp(10));
-        set(&mut list, legacy_true(REPLICAS_READY), Timestamp(20));
-        assert_eq!(list[0].last_transition_time, Some(Timestamp(10)));
+        set(&mut list, legacy_true(REPLICAS_READY), Timestamp(10_000));
+        set(&mut list, legacy_true(REPLICAS_READY), Timestamp(20_000));
+        assert_eq!(list[0].last_transition_time, Some(Timestamp(10_000)));
         set(
             &mut list,
             legacy_false(
@@ -171,9 +155,9 @@ mod tests {
                 Severity::Info,
                 "",
             ),
-            Timestamp(30),
+            Timestamp(30_000),
         );
-        assert_eq!(list[0].last_transition_time, Some(Timestamp(30)));
+        assert_eq!(list[0].last_transition_time, Some(Timestamp(30_000)));
     }
 
     #[test]
