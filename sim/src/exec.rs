@@ -7,7 +7,7 @@ use crate::sim::{ActionRecord, EventRecord, Sim};
 use crate::timeline::Line;
 use engine::convert::{ApiRequest, Subresource, request_for};
 use engine::model::Scope;
-use engine::{Action, ApiOutcome, Command, Input, Target};
+use engine::{Action, ApiOutcome, Command, Target};
 use serde_json::json;
 
 fn obj_key(target: &Target) -> ObjKey {
@@ -62,28 +62,23 @@ impl Sim {
     fn carry_out(&mut self, command: Command, delayed: bool) {
         let target = command.action.target().clone();
         let scope = target.key.scope.clone();
-        // The uid before the call: a delete removes the object.
-        let target_uid = self
-            .get(&scope, &obj_key(&target))
-            .and_then(|o| json::str_at(o, "metadata.uid"))
-            .map(str::to_string);
         let intercept = self
             .faults
             .intercept(&scope, &command.action, self.now, delayed);
-        let outcome = match intercept {
-            Intercept::Pass => self.apply_request(&scope, &command),
-            Intercept::Fail(outcome) => outcome,
+        let (outcome, wrote) = match intercept {
+            Intercept::Pass => {
+                let outcome = self.apply_request(&scope, &command);
+                let wrote = outcome.is_success();
+                (outcome, wrote)
+            }
+            Intercept::Fail(outcome) => (outcome, false),
             Intercept::Delay(delay) => {
                 let command = Box::new(command);
                 self.schedule_in(delay, crate::sim::Event::DelayedCommand { command });
                 return;
             }
         };
-        self.invariants_after(
-            &command,
-            outcome.is_success(),
-            target_uid.unwrap_or_default(),
-        );
+        self.invariants_after(&command, wrote);
         if !outcome.is_success() {
             let object = target.key.to_string();
             let detail = format!(
@@ -94,10 +89,10 @@ impl Sim {
             );
             self.line("api", "Rejected", object, detail);
         }
-        self.feed(Input::ApiResult {
-            command: command.id,
-            outcome,
-        });
+        if let Some(input) = self.send_result(&scope, &obj_key(&target), command.id, outcome, wrote)
+        {
+            self.feed(input);
+        }
     }
 
     fn record(&mut self, command: &Command) {
@@ -206,9 +201,14 @@ impl Sim {
         };
         match result {
             Ok(written) => {
-                let object = written
-                    .as_ref()
-                    .and_then(|w| w.object.clone())
+                // A real server answers a write with the object it stored, even when the write
+                // released the last finalizer and the object is gone; a DELETE of an object
+                // that is gone at once answers with no object the controller could keep.
+                let answered = written.as_ref().and_then(|w| match &request {
+                    ApiRequest::Delete { .. } => w.object.clone(),
+                    _ => w.object.clone().or_else(|| w.removed.clone()),
+                });
+                let object = answered
                     .and_then(|o| self.convert(scope, &key, &o))
                     .map(Box::new);
                 if let Some(w) = written {

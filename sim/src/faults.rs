@@ -89,6 +89,28 @@ impl Faults {
         *self.fired.entry(kind.as_str()).or_default() += 1;
     }
 
+    /// Counts an order in which a result and its write's watch event reached the controller.
+    pub fn fire_order(&mut self, order: &'static str) {
+        *self.fired.entry(order).or_default() += 1;
+    }
+
+    /// Whether a fault of `kind` is in effect for `scope` now.
+    pub fn is_active(&self, scope: &Scope, now: Timestamp, kind: FaultKind) -> bool {
+        self.active_for(scope, now, kind).is_some()
+    }
+
+    /// The rate of the fault of `kind` in effect for `scope` now, if any.
+    pub fn rate_of(&self, scope: &Scope, now: Timestamp, kind: FaultKind) -> Option<f64> {
+        self.active_for(scope, now, kind).map(|f| f.rate)
+    }
+
+    /// Whether a fault of `kind` is in effect for any cluster now.
+    pub fn any_active(&self, now: Timestamp, kind: FaultKind) -> bool {
+        self.active
+            .values()
+            .any(|f| f.kind == kind && now < f.until)
+    }
+
     fn active_for(&self, scope: &Scope, now: Timestamp, kind: FaultKind) -> Option<&ActiveFault> {
         self.active.values().find(|f| {
             f.kind == kind && f.scope.as_ref().is_none_or(|s| s == scope) && now < f.until
@@ -220,13 +242,23 @@ impl Sim {
             | FaultKind::SlowApi
             | FaultKind::Eviction429
             | FaultKind::NodeNeverJoins
-            | FaultKind::InfraProvisionFailure => {
+            | FaultKind::InfraProvisionFailure
+            | FaultKind::ReorderedDelivery
+            | FaultKind::CoalescedEvents
+            | FaultKind::WatchExpired
+            | FaultKind::RelistDuplicates
+            | FaultKind::WriteTimeout
+            | FaultKind::BacklogBatches => {
                 let world_fault = matches!(
                     spec.kind,
                     FaultKind::NodeNeverJoins | FaultKind::InfraProvisionFailure
                 );
+                let delivery = crate::network::DELIVERY_KINDS.contains(&spec.kind);
                 let scope = if world_fault {
                     None
+                } else if delivery {
+                    // Without a cluster, every cluster's deliveries.
+                    scope
                 } else {
                     Some(scope.unwrap_or(Scope::Management))
                 };
@@ -236,13 +268,29 @@ impl Sim {
                     id,
                     ActiveFault {
                         kind: spec.kind,
-                        scope,
+                        scope: scope.clone(),
                         rate: spec.rate.unwrap_or(1.0),
                         delay: extra_duration(spec, "delay").unwrap_or(SLOW_API_DELAY_DEFAULT),
                         until,
                     },
                 );
                 self.schedule(until, Event::FaultEnds { fault: id });
+                if matches!(
+                    spec.kind,
+                    FaultKind::RelistDuplicates | FaultKind::WatchExpired
+                ) {
+                    let scopes = match &scope {
+                        None => self.scopes(),
+                        Some(s) => vec![s.clone()],
+                    };
+                    for s in scopes {
+                        if spec.kind == FaultKind::WatchExpired {
+                            self.expire_watch(&s);
+                        } else {
+                            self.restart_watch(&s);
+                        }
+                    }
+                }
             }
         }
     }
@@ -417,6 +465,9 @@ impl Sim {
             }
         }
         self.feeder.truncate_to(self.engine.applied_seq());
+        self.invariants
+            .repeats
+            .forget_after(self.engine.applied_seq());
         let after = self.engine.state_hash();
         if !torn && before != after {
             self.invariants.violate(format!(
@@ -439,6 +490,7 @@ impl Sim {
         self.work
             .retain(|w| !matches!(w, crate::sim::Work::Command(_)));
         self.drop_pending_inputs();
+        self.net.reset();
         self.invariants.synced.clear();
         self.feed(Input::Restarted);
         for scope in self.scopes() {

@@ -40,8 +40,8 @@ pub struct Checker {
     pub stuck: Vec<String>,
     /// How many checks were made (so a report can show they ran).
     pub checks: u64,
-    /// Destructive actions that succeeded: (action, target, target uid).
-    done: BTreeSet<(&'static str, String, String)>,
+    /// Destructive commands and what the controller saw of their success.
+    pub(crate) repeats: crate::repeats::Repeats,
     /// Clusters whose cache the controller has listed since it last started.
     pub synced: BTreeSet<Scope>,
     /// Each MHC's latest `RemediationAllowed` decision as the controller wrote it (whether or
@@ -107,16 +107,9 @@ impl Sim {
                 ));
             }
             let (_, obj) = self.target_object(command);
-            let intent = (
-                command.action.name(),
-                command.action.target().key.to_string(),
-                uid(obj),
-            );
-            if obj.is_some() && self.invariants.done.contains(&intent) {
-                broken.push(format!(
-                    "repeated: {} on {} was already done for this object",
-                    intent.0, intent.1
-                ));
+            let uid = uid(obj);
+            if let Some(repeated) = self.invariants.repeats.issued(command, &uid) {
+                broken.push(repeated);
             }
         }
         broken.extend(self.machine_rules(command));
@@ -152,19 +145,10 @@ impl Sim {
         }
     }
 
-    /// Records a destructive command that succeeded, for the "not twice" rule.
-    pub(crate) fn invariants_after(
-        &mut self,
-        command: &Command,
-        succeeded: bool,
-        target_uid: String,
-    ) {
-        if succeeded && command.action.is_destructive() && !target_uid.is_empty() {
-            self.invariants.done.insert((
-                command.action.name(),
-                command.action.target().key.to_string(),
-                target_uid,
-            ));
+    /// Records a destructive command the API carried out, for the "not twice" rule.
+    pub(crate) fn invariants_after(&mut self, command: &Command, succeeded: bool) {
+        if succeeded {
+            self.invariants.repeats.carried_out(command.id);
         }
     }
 

@@ -61,6 +61,11 @@ pub enum Event {
     DelayedCommand { command: Box<engine::Command> },
     /// A checkpoint for `{at: T}` expectations (evaluated after everything at T).
     Checkpoint,
+    /// A watch event, result or relist reaches the controller (under delivery faults).
+    Arrive {
+        epoch: u64,
+        arrival: Box<crate::network::Arrival>,
+    },
 }
 
 /// Work produced at one instant, handled in order.
@@ -109,6 +114,7 @@ pub struct Sim {
     pub(crate) faults: crate::faults::Faults,
     pub(crate) expect: crate::expect::Tracker,
     pub invariants: crate::invariants::Checker,
+    pub(crate) net: crate::network::Network,
     /// Machines of each Cluster `(namespace, clusterName)` in the fake API, so checks that look
     /// at one cluster's Machines do not walk every Machine of the fleet.
     pub(crate) machines_by_cluster: BTreeMap<(String, String), BTreeSet<ObjKey>>,
@@ -147,6 +153,7 @@ impl Sim {
             faults: crate::faults::Faults::new(seed),
             expect,
             invariants: Default::default(),
+            net: crate::network::Network::new(seed),
             malformed: BTreeSet::new(),
             machines_by_cluster: BTreeMap::new(),
             batching: false,
@@ -282,7 +289,14 @@ impl Sim {
         self.apply(input);
     }
 
+    /// Feeds one input now, batching mode or not (a backlog batch read by the adapter).
+    pub(crate) fn feed_now(&mut self, input: Input) {
+        self.apply(input);
+    }
+
     fn apply(&mut self, input: Input) {
+        let seq = self.feeder.inputs + 1;
+        self.invariants.repeats.observe(&input, seq);
         self.feeder.feed(&mut self.engine, self.now, input);
         while let Some(command) = self.engine.poll_command() {
             self.work.push_back(Work::Command(command));
@@ -318,6 +332,14 @@ impl Sim {
             self.now = at;
             self.handle_event(event);
             self.settle();
+            let more_now = self
+                .queue
+                .keys()
+                .next()
+                .is_some_and(|(t, _)| *t == self.now);
+            if !more_now {
+                self.drain_backlog();
+            }
             self.after_instant_step();
         }
         self.now = self.end;
@@ -334,6 +356,7 @@ impl Sim {
                 }
             }
             Event::Checkpoint => {}
+            Event::Arrive { epoch, arrival } => self.arrive(epoch, *arrival),
             other => self.world_event(other),
         }
     }
@@ -400,19 +423,26 @@ impl Sim {
             self.faults.missed_watch(scope, self.now);
             return;
         }
+        if self.send_watch(scope, written) {
+            return;
+        }
+        if let Some(input) = self.watch_input(scope, written) {
+            self.feed(input);
+        }
+    }
+
+    /// The input a watch event of `written` becomes (none for a malformed object).
+    pub(crate) fn watch_input(&mut self, scope: &Scope, written: &Written) -> Option<Input> {
         match &written.object {
-            Some(obj) => {
-                if let Some(object) = self.convert(scope, &written.key, obj) {
-                    self.feed(Input::Upsert {
-                        scope: scope.clone(),
-                        object: Box::new(object),
-                    });
-                }
-            }
-            None => {
-                let key = Self::engine_key(scope, &written.key);
-                self.feed(Input::Delete { key });
-            }
+            Some(obj) => self
+                .convert(scope, &written.key, obj)
+                .map(|object| Input::Upsert {
+                    scope: scope.clone(),
+                    object: Box::new(object),
+                }),
+            None => Some(Input::Delete {
+                key: Self::engine_key(scope, &written.key),
+            }),
         }
     }
 
@@ -446,6 +476,12 @@ impl Sim {
 
     /// Relists one cluster into the engine (initial sync, after a watch gap or a restart).
     pub(crate) fn relist(&mut self, scope: &Scope) {
+        let input = self.relist_input(scope);
+        self.feed(input);
+    }
+
+    /// A list of everything `scope` holds now, as one `Relist` input.
+    pub(crate) fn relist_input(&mut self, scope: &Scope) -> Input {
         self.invariants.synced.insert(scope.clone());
         let mut objects = Vec::new();
         let mut malformed = Vec::new();
@@ -461,10 +497,10 @@ impl Sim {
         for (key, error) in malformed {
             self.report_malformed(scope, &key, &error);
         }
-        self.feed(Input::Relist {
+        Input::Relist {
             scope: scope.clone(),
             objects,
-        });
+        }
     }
 
     /// Every workload scope plus the management one, management first.

@@ -93,7 +93,13 @@ pub fn swarm_faults(scenario: &Scenario, seed: u64, choice: &FaultChoice) -> Vec
             | FaultKind::Partition
             | FaultKind::WatchGap
             | FaultKind::Conflicts
-            | FaultKind::SlowApi => {
+            | FaultKind::SlowApi
+            | FaultKind::ReorderedDelivery
+            | FaultKind::CoalescedEvents
+            | FaultKind::WatchExpired
+            | FaultKind::RelistDuplicates
+            | FaultKind::WriteTimeout
+            | FaultKind::BacklogBatches => {
                 if rng.random_bool(0.5) {
                     workload.clone()
                 } else {
@@ -105,9 +111,10 @@ pub fn swarm_faults(scenario: &Scenario, seed: u64, choice: &FaultChoice) -> Vec
             FaultKind::ControllerRestart | FaultKind::TornJournal | FaultKind::StuckHook => {
                 (None, None)
             }
-            FaultKind::ApiErrors | FaultKind::Conflicts | FaultKind::Eviction429 => {
-                (Some(rate), Some(for_))
-            }
+            FaultKind::ApiErrors
+            | FaultKind::Conflicts
+            | FaultKind::Eviction429
+            | FaultKind::WriteTimeout => (Some(rate), Some(for_)),
             _ => (None, Some(for_)),
         };
         if matches!(
@@ -164,7 +171,13 @@ fn hides_observations(s: &Scenario) -> bool {
     s.timeline.iter().any(|t| {
         matches!(&t.action, StepAction::Fault(f) if matches!(
             f.kind,
-            FaultKind::WatchGap | FaultKind::Partition | FaultKind::CacheUnsynced | FaultKind::TornJournal
+            FaultKind::WatchGap
+                | FaultKind::Partition
+                | FaultKind::CacheUnsynced
+                | FaultKind::TornJournal
+                | FaultKind::WatchExpired
+                | FaultKind::CoalescedEvents
+                | FaultKind::WriteTimeout
         ))
     })
 }

@@ -200,7 +200,7 @@ impl Sim {
                 ready,
             } => self.node_flap(scope, node, period, until, ready),
             Event::DelayedCommand { command } => self.execute_after_delay(*command),
-            Event::Step(_) | Event::EngineTick | Event::Checkpoint => {}
+            Event::Step(_) | Event::EngineTick | Event::Checkpoint | Event::Arrive { .. } => {}
         }
     }
 

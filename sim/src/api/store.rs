@@ -430,17 +430,12 @@ impl ClusterStore {
 
     /// Removes the object outright (the kubelet confirming a pod is gone, GC, a provider).
     pub fn remove(&mut self, key: &ObjKey) -> Written {
-        let removed = self.objects.remove(key);
-        if let Some(last) = &removed {
-            let rv = self.bump();
+        let mut removed = self.objects.remove(key);
+        if let Some(last) = &mut removed {
+            // The deletion is a change of its own: the last state carries its version.
+            self.stamp(last);
             if self.changes.is_some() {
-                let mut last = last.clone();
-                json::set_path(
-                    &mut last,
-                    &["metadata", "resourceVersion"],
-                    json!(rv.to_string()),
-                );
-                self.log_change(ChangeType::Deleted, key, &last);
+                self.log_change(ChangeType::Deleted, key, last);
             }
         }
         Written {
@@ -458,6 +453,9 @@ impl ClusterStore {
         had_finalizers: bool,
     ) -> Result<Written, ApiError> {
         if had_finalizers && json::is_deleting(&next) && json::finalizers(&next).is_empty() {
+            // Gone with its last finalizer; the write's answer and the watch's DELETED event
+            // carry this last state.
+            self.objects.insert(key.clone(), next);
             return Ok(self.remove(&key));
         }
         self.stamp(&mut next);

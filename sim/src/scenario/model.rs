@@ -172,10 +172,16 @@ pub enum FaultKind {
     Eviction429,
     StuckHook,
     CacheUnsynced,
+    ReorderedDelivery,
+    CoalescedEvents,
+    WatchExpired,
+    RelistDuplicates,
+    WriteTimeout,
+    BacklogBatches,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 14] = [
+    pub const ALL: [FaultKind; 20] = [
         FaultKind::ControllerRestart,
         FaultKind::ApiErrors,
         FaultKind::Partition,
@@ -190,6 +196,12 @@ impl FaultKind {
         FaultKind::Eviction429,
         FaultKind::StuckHook,
         FaultKind::CacheUnsynced,
+        FaultKind::ReorderedDelivery,
+        FaultKind::CoalescedEvents,
+        FaultKind::WatchExpired,
+        FaultKind::RelistDuplicates,
+        FaultKind::WriteTimeout,
+        FaultKind::BacklogBatches,
     ];
 
     /// The name used in scenario files.
@@ -209,6 +221,12 @@ impl FaultKind {
             FaultKind::Eviction429 => "eviction-429",
             FaultKind::StuckHook => "stuck-hook",
             FaultKind::CacheUnsynced => "cache-unsynced",
+            FaultKind::ReorderedDelivery => "reordered-delivery",
+            FaultKind::CoalescedEvents => "coalesced-events",
+            FaultKind::WatchExpired => "watch-expired",
+            FaultKind::RelistDuplicates => "relist-duplicates",
+            FaultKind::WriteTimeout => "write-timeout",
+            FaultKind::BacklogBatches => "backlog-batches",
         }
     }
 

@@ -677,7 +677,13 @@ impl Ctx<'_> {
             | FaultKind::InfraProvisionFailure
             | FaultKind::Eviction429
             | FaultKind::StuckHook
-            | FaultKind::CacheUnsynced => None,
+            | FaultKind::CacheUnsynced
+            | FaultKind::ReorderedDelivery
+            | FaultKind::CoalescedEvents
+            | FaultKind::WatchExpired
+            | FaultKind::RelistDuplicates
+            | FaultKind::WriteTimeout
+            | FaultKind::BacklogBatches => None,
         };
         let mut extra = BTreeMap::new();
         match params {

@@ -349,6 +349,12 @@ fn every_fault_kind_name_round_trips() {
             "eviction-429",
             "stuck-hook",
             "cache-unsynced",
+            "reordered-delivery",
+            "coalesced-events",
+            "watch-expired",
+            "relist-duplicates",
+            "write-timeout",
+            "backlog-batches",
         ]
     );
     for k in FaultKind::ALL {
@@ -810,7 +816,7 @@ fn node_steps_need_a_cluster_unless_there_is_exactly_one() {
 
 #[test]
 fn faults_are_checked() {
-    let known = "controller-restart, api-errors, partition, watch-gap, torn-journal, conflicts, slow-api, kubelet-stop, node-flap, node-never-joins, infra-provision-failure, eviction-429, stuck-hook, cache-unsynced";
+    let known = "controller-restart, api-errors, partition, watch-gap, torn-journal, conflicts, slow-api, kubelet-stop, node-flap, node-never-joins, infra-provision-failure, eviction-429, stuck-hook, cache-unsynced, reordered-delivery, coalesced-events, watch-expired, relist-duplicates, write-timeout, backlog-batches";
     assert_eq!(
         err_of("name: t\ntimeline:\n  - {at: 1s, fault: {kind: meteor}}\n"),
         format!(

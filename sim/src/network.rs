@@ -1,0 +1,430 @@
+//! The network between the fake API servers and the controller: how watch events, command
+//! results and relists reach the engine.
+//!
+//! Outside delivery faults everything arrives at once, in one canonical order (a command's
+//! result, then the watch events of its write), so plain `sim run` timelines stay stable.
+//! Under a delivery fault each arrival travels with its own latency (milliseconds, so the
+//! controller's clock leaves whole seconds as it does in production) and lands in a backlog
+//! that is fed the way `lifecycle run` feeds its channel: whatever has arrived, as one batch.
+//! The kinds, each counted when it changes what the controller sees:
+//!
+//! - `reordered-delivery`: a write's result and its watch event in either order, in one batch
+//!   or in separate ones (`event-before-result`, `result-before-event`, `same-batch`);
+//! - `coalesced-events`: a slow consumer; several writes to one object reach it as the last
+//!   state only;
+//! - `watch-expired`: a watch ends with 410 Gone and relists (events written meanwhile are in
+//!   the list, not delivered on their own);
+//! - `relist-duplicates`: after a relist, the watch repeats the current state of objects the
+//!   list already carried;
+//! - `write-timeout`: a request times out although the write happened (its watch event still
+//!   arrives);
+//! - `backlog-batches`: the backlog is fed in batches of random size.
+
+use crate::api::{ObjKey, Written};
+use crate::scenario::FaultKind;
+use crate::sim::{Event, Sim};
+use engine::model::Scope;
+use engine::time::{Duration, Timestamp};
+use engine::{ApiOutcome, BATCH_INPUTS_MAX, Input};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::{BTreeMap, VecDeque};
+
+/// The delivery fault kinds.
+pub const DELIVERY_KINDS: [FaultKind; 6] = [
+    FaultKind::ReorderedDelivery,
+    FaultKind::CoalescedEvents,
+    FaultKind::WatchExpired,
+    FaultKind::RelistDuplicates,
+    FaultKind::WriteTimeout,
+    FaultKind::BacklogBatches,
+];
+
+/// Per watch event under `watch-expired`: the chance that the watch ends with 410 instead.
+const WATCH_EXPIRY_PER_EVENT: f64 = 0.05;
+/// How many recently changed objects a `relist-duplicates` watch repeats.
+const DUPLICATES_MAX: usize = 5;
+/// The chance that an answer takes 0.1 to 2 s instead of a few milliseconds.
+const RESULT_TAIL_CHANCE: f64 = 0.1;
+/// Largest backlog batch under `backlog-batches`.
+const RANDOM_BATCH_MAX: usize = 6;
+
+/// Something on its way to the controller.
+#[derive(Clone, Debug)]
+pub enum Arrival {
+    Watch {
+        scope: Scope,
+        written: Box<Written>,
+    },
+    Result {
+        command: u64,
+        outcome: ApiOutcome,
+    },
+    /// A watch that ended with 410 lists again.
+    Relist {
+        scope: Scope,
+    },
+    /// A slow consumer's held events of one scope are read.
+    Coalesced {
+        scope: Scope,
+    },
+    /// A busy controller loop gets round to its backlog.
+    Wake,
+}
+
+#[derive(Debug)]
+pub struct Network {
+    rng: ChaCha8Rng,
+    /// Arrivals the controller has not read yet, in arrival order.
+    backlog: VecDeque<Arrival>,
+    /// A controller restart drops what was in flight to the old process.
+    pub epoch: u64,
+    /// Held events of a slow consumer, latest state per object, in first-arrival order.
+    coalescing: BTreeMap<Scope, Vec<Written>>,
+    /// Scopes whose watch expired: events are dropped until the relist lands.
+    relisting: BTreeMap<Scope, Timestamp>,
+    /// The last objects each scope's watch delivered (for duplicates after a relist).
+    recent: BTreeMap<Scope, VecDeque<ObjKey>>,
+    /// Under `backlog-batches` the loop reads its backlog only when it wakes: whether a wake
+    /// is scheduled, and whether it has come.
+    wake_scheduled: bool,
+    awake: bool,
+    /// Results sent, by command: the written object and whether its watch event was read
+    /// before the result.
+    results_in_flight: BTreeMap<u64, (Scope, ObjKey, bool)>,
+}
+
+impl Network {
+    pub fn new(seed: u64) -> Self {
+        Network {
+            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x6e65_7477_6f72_6b00),
+            backlog: VecDeque::new(),
+            epoch: 0,
+            coalescing: BTreeMap::new(),
+            relisting: BTreeMap::new(),
+            recent: BTreeMap::new(),
+            wake_scheduled: false,
+            awake: false,
+            results_in_flight: BTreeMap::new(),
+        }
+    }
+
+    /// The process died: nothing in flight reaches the new one.
+    pub fn reset(&mut self) {
+        self.epoch += 1;
+        self.backlog.clear();
+        self.coalescing.clear();
+        self.relisting.clear();
+        self.results_in_flight.clear();
+        self.wake_scheduled = false;
+        self.awake = false;
+    }
+
+    pub fn has_backlog(&self) -> bool {
+        !self.backlog.is_empty()
+    }
+
+    fn latency(&mut self, max_ms: i64) -> Duration {
+        Duration(self.rng.random_range(1..=max_ms))
+    }
+
+    fn remember(&mut self, scope: &Scope, key: &ObjKey) {
+        let recent = self.recent.entry(scope.clone()).or_default();
+        recent.retain(|k| k != key);
+        recent.push_back(key.clone());
+        if recent.len() > DUPLICATES_MAX {
+            recent.pop_front();
+        }
+    }
+}
+
+impl Sim {
+    fn delivery_active(&self, scope: &Scope, kind: FaultKind) -> bool {
+        self.faults.is_active(scope, self.now, kind)
+    }
+
+    /// Whether arrivals for `scope` travel through the network (some delivery fault is on).
+    fn through_network(&self, scope: &Scope) -> bool {
+        DELIVERY_KINDS
+            .iter()
+            .any(|k| self.delivery_active(scope, *k))
+            || self.net.has_backlog()
+    }
+
+    fn send(&mut self, after: Duration, arrival: Arrival) {
+        let epoch = self.net.epoch;
+        self.schedule_in(
+            after,
+            Event::Arrive {
+                epoch,
+                arrival: Box::new(arrival),
+            },
+        );
+    }
+
+    /// A watch event leaves the API server. Returns `false` when it takes the canonical path.
+    pub(crate) fn send_watch(&mut self, scope: &Scope, written: &Written) -> bool {
+        if self
+            .net
+            .relisting
+            .get(scope)
+            .is_some_and(|until| self.now < *until)
+        {
+            // The list in progress carries this change.
+            return true;
+        }
+        if !self.through_network(scope) {
+            return false;
+        }
+        if self.delivery_active(scope, FaultKind::WatchExpired)
+            && self.net.rng.random_bool(WATCH_EXPIRY_PER_EVENT)
+        {
+            self.expire_watch(scope);
+            return true;
+        }
+        if self.delivery_active(scope, FaultKind::CoalescedEvents) {
+            let held = self.net.coalescing.entry(scope.clone()).or_default();
+            let first = held.is_empty();
+            match held.iter_mut().find(|w| w.key == written.key) {
+                Some(w) => {
+                    *w = written.clone();
+                    self.faults.fire(FaultKind::CoalescedEvents);
+                }
+                None => held.push(written.clone()),
+            }
+            if first {
+                let hold = Duration(self.net.rng.random_range(200..=1500));
+                let scope = scope.clone();
+                self.send(hold, Arrival::Coalesced { scope });
+            }
+            return true;
+        }
+        let latency = self.net.latency(40);
+        let arrival = Arrival::Watch {
+            scope: scope.clone(),
+            written: Box::new(written.clone()),
+        };
+        self.send(latency, arrival);
+        true
+    }
+
+    /// The watch of `scope` ends with 410 Gone: the watcher lists again.
+    pub(crate) fn expire_watch(&mut self, scope: &Scope) {
+        self.faults.fire(FaultKind::WatchExpired);
+        let took = Duration(self.net.rng.random_range(50..=800));
+        self.net.relisting.insert(scope.clone(), self.now + took);
+        self.line(
+            "world",
+            "WatchExpired",
+            Sim::scope_name(scope),
+            "a watch ended with 410 Gone: the controller lists this cluster again".into(),
+        );
+        let scope = scope.clone();
+        self.send(took, Arrival::Relist { scope });
+    }
+
+    /// A command's answer leaves the API server. Returns the input to feed at once on the
+    /// canonical path.
+    pub(crate) fn send_result(
+        &mut self,
+        scope: &Scope,
+        key: &ObjKey,
+        command: u64,
+        outcome: ApiOutcome,
+        wrote: bool,
+    ) -> Option<Input> {
+        let outcome = if wrote && self.write_times_out(scope) {
+            self.faults.fire(FaultKind::WriteTimeout);
+            self.line(
+                "api",
+                "Timeout",
+                String::new(),
+                format!("command #{command}: the request timed out after the write happened"),
+            );
+            if self.net.rng.random_bool(0.5) {
+                ApiOutcome::Unreachable {
+                    message: "operation timed out".into(),
+                }
+            } else {
+                ApiOutcome::Error {
+                    code: 504,
+                    message: "Timeout: request did not complete within requested timeout - context deadline exceeded".into(),
+                }
+            }
+        } else {
+            outcome
+        };
+        if !self.through_network(scope) {
+            return Some(Input::ApiResult { command, outcome });
+        }
+        self.net
+            .results_in_flight
+            .insert(command, (scope.clone(), key.clone(), false));
+        // Answers share a connection pool with other requests: now and then one is slow.
+        let latency = if self.net.rng.random_bool(RESULT_TAIL_CHANCE) {
+            Duration(self.net.rng.random_range(100..=2000))
+        } else {
+            self.net.latency(80)
+        };
+        self.send(latency, Arrival::Result { command, outcome });
+        None
+    }
+
+    fn write_times_out(&mut self, scope: &Scope) -> bool {
+        let Some(rate) = self
+            .faults
+            .rate_of(scope, self.now, FaultKind::WriteTimeout)
+        else {
+            return false;
+        };
+        self.net.rng.random_bool(rate.clamp(0.0, 1.0))
+    }
+
+    /// An arrival reaches the controller's backlog.
+    pub(crate) fn arrive(&mut self, epoch: u64, arrival: Arrival) {
+        if epoch != self.net.epoch {
+            return;
+        }
+        match arrival {
+            Arrival::Coalesced { scope } => {
+                let held = self.net.coalescing.remove(&scope).unwrap_or_default();
+                for written in held {
+                    let scope = scope.clone();
+                    let written = Box::new(written);
+                    self.net
+                        .backlog
+                        .push_back(Arrival::Watch { scope, written });
+                }
+            }
+            Arrival::Wake => {
+                self.net.wake_scheduled = false;
+                self.net.awake = true;
+            }
+            other => self.net.backlog.push_back(other),
+        }
+    }
+
+    /// Feeds the backlog as `lifecycle run` does: what has arrived, as one batch (or batches
+    /// of random size under `backlog-batches`), reconciling after each.
+    pub(crate) fn drain_backlog(&mut self) {
+        let busy = self.faults.any_active(self.now, FaultKind::BacklogBatches);
+        if busy && self.net.has_backlog() && !std::mem::take(&mut self.net.awake) {
+            if !self.net.wake_scheduled {
+                self.net.wake_scheduled = true;
+                let busy_for = Duration(self.net.rng.random_range(50..=500));
+                self.send(busy_for, Arrival::Wake);
+            }
+            return;
+        }
+        while self.net.has_backlog() {
+            let random = busy;
+            let n = if random {
+                let n = self.net.rng.random_range(1..=RANDOM_BATCH_MAX);
+                if n < self.net.backlog.len() {
+                    self.faults.fire(FaultKind::BacklogBatches);
+                }
+                n
+            } else {
+                BATCH_INPUTS_MAX
+            };
+            let take = n.min(self.net.backlog.len());
+            let arrivals: Vec<Arrival> = self.net.backlog.drain(..take).collect();
+            self.count_orders(&arrivals);
+            let mut inputs = Vec::new();
+            for arrival in arrivals {
+                self.read_arrival(arrival, &mut inputs);
+            }
+            if !inputs.is_empty() {
+                self.feed_now(Input::batch(inputs));
+                self.settle();
+            }
+        }
+    }
+
+    /// Counts the orders a batch shows: results read with, before or after their watch events.
+    fn count_orders(&mut self, batch: &[Arrival]) {
+        let watched: Vec<(&Scope, &ObjKey)> = batch
+            .iter()
+            .filter_map(|a| match a {
+                Arrival::Watch { scope, written } => Some((scope, &written.key)),
+                _ => None,
+            })
+            .collect();
+        for arrival in batch {
+            let Arrival::Result { command, .. } = arrival else {
+                continue;
+            };
+            let Some((scope, key, seen)) = self.net.results_in_flight.remove(command) else {
+                continue;
+            };
+            let order = if watched.contains(&(&scope, &key)) {
+                "same-batch"
+            } else if seen {
+                "event-before-result"
+            } else {
+                "result-before-event"
+            };
+            self.faults.fire_order(order);
+            if order != "result-before-event" {
+                // The canonical order is the result first: anything else is the fault at work.
+                self.faults.fire(FaultKind::ReorderedDelivery);
+            }
+        }
+        for (scope, key, seen) in self.net.results_in_flight.values_mut() {
+            if watched.contains(&(&*scope, &*key)) {
+                *seen = true;
+            }
+        }
+    }
+
+    fn read_arrival(&mut self, arrival: Arrival, inputs: &mut Vec<Input>) {
+        match arrival {
+            Arrival::Watch { scope, written } => {
+                self.net.remember(&scope, &written.key);
+                if let Some(input) = self.watch_input(&scope, &written) {
+                    inputs.push(input);
+                }
+            }
+            Arrival::Result { command, outcome } => {
+                inputs.push(Input::ApiResult { command, outcome });
+            }
+            Arrival::Relist { scope } => {
+                self.net.relisting.remove(&scope);
+                inputs.push(self.relist_input(&scope));
+                if self.delivery_active(&scope, FaultKind::RelistDuplicates) {
+                    self.duplicates(&scope, inputs);
+                }
+            }
+            Arrival::Coalesced { .. } | Arrival::Wake => {}
+        }
+    }
+
+    /// The watch after a relist repeats the current state of recently changed objects.
+    fn duplicates(&mut self, scope: &Scope, inputs: &mut Vec<Input>) {
+        let keys: Vec<ObjKey> = self
+            .net
+            .recent
+            .get(scope)
+            .map(|r| r.iter().cloned().collect())
+            .unwrap_or_default();
+        for key in keys {
+            let Some(value) = self.get(scope, &key).cloned() else {
+                continue;
+            };
+            if let Some(object) = self.convert(scope, &key, &value) {
+                self.faults.fire(FaultKind::RelistDuplicates);
+                inputs.push(Input::Upsert {
+                    scope: scope.clone(),
+                    object: Box::new(object),
+                });
+            }
+        }
+    }
+
+    /// `relist-duplicates` starting: the watch of its cluster restarts at once.
+    pub(crate) fn restart_watch(&mut self, scope: &Scope) {
+        let took = self.net.latency(200);
+        let scope = scope.clone();
+        self.send(took, Arrival::Relist { scope });
+    }
+}
