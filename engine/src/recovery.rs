@@ -84,6 +84,11 @@ pub fn replay_into(engine: &mut Engine, journal: &Journal) -> Result<u64, Recove
     journal.for_each_record(engine.applied_seq() + 1, |record| {
         match decode_input(record.seq, record.payload) {
             Ok(input) => {
+                // What the controllers log while an input is replayed happened at the recorded
+                // time, before the restart: every line carries this span, so it never reads as
+                // an action taken now (the commands are dropped below).
+                let span = tracing::info_span!("replayed", seq = record.seq, at = %record.at);
+                let _entered = span.enter();
                 engine.handle(record.at, input);
                 assert_eq!(engine.applied_seq(), record.seq, "replay stays in step");
                 // Commands were executed when the input was live; their results are journaled.
