@@ -1224,6 +1224,11 @@ impl SyncCx<'_> {
             Some((tref, Some(template))) => {
                 let rkey = request_key(tref, m);
                 let exists = self.store.get(&rkey).is_some();
+                if exists && memo.request_retry_at.contains_key(name) {
+                    // A create that failed, or timed out, made it after all: the request is
+                    // there, so the failure no longer stands.
+                    memo.request_created(name);
+                }
                 let retry_at = memo
                     .request_retry_at
                     .get(name)

@@ -910,8 +910,9 @@ fn machines_leaving_the_selection_are_dropped_from_the_targets() {
     );
 }
 
-#[test]
-fn failed_remediation_request_is_reported_and_retried_after_the_interval() {
+/// An MHC with external remediation, m1 unhealthy, everything landed but the request's
+/// creation, which is returned unanswered.
+fn external_remediation_requested(now: Timestamp) -> (Engine, Command) {
     let mut mhc = testing::machine_health_check("c1", "mhc");
     mhc.remediation_template = Some(ObjectRef {
         api_group: "infrastructure.cluster.x-k8s.io".to_string(),
@@ -938,7 +939,13 @@ fn failed_remediation_request_is_reported_and_retried_after_the_interval() {
         }
         settle(&mut engine, now, vec![c]);
     }
-    let create = create.expect("a request is created");
+    (engine, create.expect("a request is created"))
+}
+
+#[test]
+fn failed_remediation_request_is_reported_and_retried_after_the_interval() {
+    let now = at(mins(1));
+    let (mut engine, create) = external_remediation_requested(now);
     engine.handle(
         now,
         Input::ApiResult {
@@ -977,6 +984,49 @@ fn failed_remediation_request_is_reported_and_retried_after_the_interval() {
     assert!(
         retry.contains(&"remediation CreateRemediation DockerRemediation default/m1".to_string()),
         "{retry:#?}"
+    );
+}
+
+/// Found by the MHC differential of the simulator: a creation that timed out although the
+/// request was created left the MHC saying `ExternalRemediationRequestAvailable=False` until
+/// the Machine was healthy again. Seeing the request exists clears the failure.
+#[test]
+fn a_request_created_although_its_creation_timed_out_clears_the_failure() {
+    let now = at(mins(1));
+    let (mut engine, create) = external_remediation_requested(now);
+    engine.handle(
+        now,
+        Input::ApiResult {
+            command: create.id,
+            outcome: ApiOutcome::Unreachable {
+                message: "operation timed out".to_string(),
+            },
+        },
+    );
+    let after = drain_commands(&mut engine);
+    settle(&mut engine, now, after);
+    let request = testing::external("infrastructure.cluster.x-k8s.io", "DockerRemediation", "m1");
+    engine.handle(
+        now.saturating_add(secs(1)),
+        Input::Upsert {
+            scope: Scope::Management,
+            object: Box::new(Object::External(request)),
+        },
+    );
+    let seen = drain_commands(&mut engine);
+    engine.handle(now.saturating_add(secs(10)), Input::Tick);
+    let mut later = seen;
+    later.extend(drain_commands(&mut engine));
+    let later = lines(&later);
+    assert!(
+        !later.iter().any(|l| l.contains("CreateRemediation")),
+        "{later:#?}"
+    );
+    assert!(
+        later.contains(
+            &"health SetCondition MachineHealthCheck default/mhc ExternalRemediationRequestAvailable=True".to_string()
+        ),
+        "{later:#?}"
     );
 }
 
