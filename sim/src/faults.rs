@@ -398,6 +398,8 @@ impl Sim {
         let Some(fault) = self.faults.active.remove(&id) else {
             return;
         };
+        // The controller's writes get through again: its retries are due from now on.
+        self.note_api_change();
         let scope_name = fault
             .scope
             .as_ref()

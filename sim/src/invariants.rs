@@ -42,6 +42,10 @@ pub struct Checker {
     pub checks: u64,
     /// Destructive commands and what the controller saw of their success.
     pub(crate) repeats: crate::repeats::Repeats,
+    /// Machines whose deletion completed, for the "finalizer released" rule.
+    pub(crate) release: crate::release::Release,
+    /// When the API changed, for the MHC status differential.
+    pub(crate) differential: crate::differential::Differential,
     /// Clusters whose cache the controller has listed since it last started.
     pub synced: BTreeSet<Scope>,
     /// Each MHC's latest `RemediationAllowed` decision as the controller wrote it (whether or

@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod defaults;
+mod differential;
 mod exec;
 pub mod expect;
 mod faults;
@@ -15,6 +16,7 @@ pub mod invariants;
 pub mod journaling;
 mod network;
 mod pools;
+mod release;
 mod repeats;
 pub mod run;
 pub mod scenario;

@@ -85,6 +85,8 @@ pub struct Network {
     relisting: BTreeMap<Scope, Timestamp>,
     /// The last objects each scope's watch delivered (for duplicates after a relist).
     recent: BTreeMap<Scope, VecDeque<ObjKey>>,
+    /// Arrivals sent and not arrived yet.
+    in_transit: usize,
     /// Under `backlog-batches` the loop reads its backlog only when it wakes: whether a wake
     /// is scheduled, and whether it has come.
     wake_scheduled: bool,
@@ -103,6 +105,7 @@ impl Network {
             coalescing: BTreeMap::new(),
             relisting: BTreeMap::new(),
             recent: BTreeMap::new(),
+            in_transit: 0,
             wake_scheduled: false,
             awake: false,
             results_in_flight: BTreeMap::new(),
@@ -151,7 +154,18 @@ impl Sim {
             || self.net.has_backlog()
     }
 
+    /// Whether the watch of `scope` ended and its list has not landed yet.
+    pub(crate) fn net_relisting(&self, scope: &Scope) -> bool {
+        self.net.relisting.contains_key(scope)
+    }
+
+    /// Whether anything is on its way to the controller or waits in its backlog.
+    pub(crate) fn net_busy(&self) -> bool {
+        self.net.in_transit > 0 || self.net.has_backlog() || !self.net.coalescing.is_empty()
+    }
+
     fn send(&mut self, after: Duration, arrival: Arrival) {
+        self.net.in_transit += 1;
         let epoch = self.net.epoch;
         self.schedule_in(
             after,
@@ -282,6 +296,7 @@ impl Sim {
 
     /// An arrival reaches the controller's backlog.
     pub(crate) fn arrive(&mut self, epoch: u64, arrival: Arrival) {
+        self.net.in_transit = self.net.in_transit.saturating_sub(1);
         if epoch != self.net.epoch {
             return;
         }

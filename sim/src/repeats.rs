@@ -166,3 +166,95 @@ impl Repeats {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engine::model::{MACHINE_FINALIZER, Scope};
+    use engine::{ControllerId, Target, testing};
+
+    fn release(id: u64) -> Command {
+        let key = ObjectKey::management(engine::model::Kind::Machine, "default", "m1");
+        Command {
+            id,
+            cause: 1,
+            controller: ControllerId::Deletion,
+            owner: key.clone(),
+            action: Action::RemoveFinalizer {
+                target: Target {
+                    key,
+                    api_version: "cluster.x-k8s.io/v1beta2".into(),
+                },
+                finalizer: MACHINE_FINALIZER.into(),
+            },
+            reason: String::new(),
+        }
+    }
+
+    fn m1(finalizers: &[&str]) -> Input {
+        let mut m = testing::machine("c1", "m1", None);
+        m.meta.uid = "uid-1".into();
+        m.meta.finalizers = finalizers.iter().map(|f| f.to_string()).collect();
+        Input::Upsert {
+            scope: Scope::Management,
+            object: Box::new(Object::Machine(m)),
+        }
+    }
+
+    #[test]
+    fn again_after_an_ok_answer_is_a_repeat() {
+        let mut r = Repeats::default();
+        assert_eq!(r.issued(&release(1), "uid-1"), None);
+        r.carried_out(1);
+        r.observe(
+            &Input::ApiResult {
+                command: 1,
+                outcome: ApiOutcome::Ok { object: None },
+            },
+            5,
+        );
+        assert!(r.issued(&release(2), "uid-1").is_some());
+        // Another object under the same name is a new intent.
+        assert_eq!(r.issued(&release(3), "uid-2"), None);
+    }
+
+    #[test]
+    fn again_after_a_watch_event_showing_the_effect_is_a_repeat() {
+        let mut r = Repeats::default();
+        r.issued(&release(1), "uid-1");
+        r.carried_out(1);
+        r.observe(&m1(&[MACHINE_FINALIZER]), 5);
+        assert_eq!(r.issued(&release(2), "uid-1"), None, "effect not shown yet");
+        r.carried_out(2);
+        r.observe(&m1(&[]), 6);
+        assert!(r.issued(&release(3), "uid-1").is_some());
+    }
+
+    #[test]
+    fn a_success_the_controller_never_saw_may_be_retried() {
+        let mut r = Repeats::default();
+        r.issued(&release(1), "uid-1");
+        r.carried_out(1);
+        let timeout = ApiOutcome::Unreachable {
+            message: "operation timed out".into(),
+        };
+        r.observe(
+            &Input::ApiResult {
+                command: 1,
+                outcome: timeout,
+            },
+            5,
+        );
+        assert_eq!(r.issued(&release(2), "uid-1"), None);
+    }
+
+    #[test]
+    fn what_a_torn_journal_lost_is_unseen_again() {
+        let mut r = Repeats::default();
+        r.issued(&release(1), "uid-1");
+        r.carried_out(1);
+        r.observe(&m1(&[]), 9);
+        r.forget_after(8);
+        assert_eq!(r.issued(&release(2), "uid-1"), None);
+    }
+}

@@ -61,6 +61,8 @@ pub enum Event {
     DelayedCommand { command: Box<engine::Command> },
     /// A checkpoint for `{at: T}` expectations (evaluated after everything at T).
     Checkpoint,
+    /// The world has been quiet for a while: time for the MHC status differential.
+    QuietCheck,
     /// A watch event, result or relist reaches the controller (under delivery faults).
     Arrive {
         epoch: u64,
@@ -248,6 +250,9 @@ impl Sim {
             .unwrap_or_default()
             .to_string();
         let slot = (key.namespace.clone(), cluster);
+        self.invariants
+            .release
+            .machine_changed(key, written.object.as_ref(), self.now);
         if written.object.is_some() {
             self.machines_by_cluster
                 .entry(slot)
@@ -270,6 +275,7 @@ impl Sim {
 
     /// Queues the watch event of a write.
     pub(crate) fn changed(&mut self, scope: &Scope, written: Written) {
+        self.note_api_change();
         if *scope == Scope::Management {
             self.index_machine(&written);
         }
@@ -343,6 +349,8 @@ impl Sim {
             self.after_instant_step();
         }
         self.now = self.end;
+        self.check_release();
+        self.check_mhc_differential(true);
         self.check_liveness();
         self.with_tracker(|t, sim| t.finish(sim));
     }
@@ -356,6 +364,7 @@ impl Sim {
                 }
             }
             Event::Checkpoint => {}
+            Event::QuietCheck => self.check_mhc_differential(false),
             Event::Arrive { epoch, arrival } => self.arrive(epoch, *arrival),
             other => self.world_event(other),
         }
@@ -397,6 +406,7 @@ impl Sim {
     }
 
     fn after_instant_step(&mut self) {
+        self.check_release();
         self.feeder.end_of_instant(&self.engine);
         self.schedule_engine_tick();
         if !self.queue.keys().any(|(t, _)| *t == self.now) {

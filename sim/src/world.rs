@@ -200,7 +200,11 @@ impl Sim {
                 ready,
             } => self.node_flap(scope, node, period, until, ready),
             Event::DelayedCommand { command } => self.execute_after_delay(*command),
-            Event::Step(_) | Event::EngineTick | Event::Checkpoint | Event::Arrive { .. } => {}
+            Event::Step(_)
+            | Event::EngineTick
+            | Event::Checkpoint
+            | Event::QuietCheck
+            | Event::Arrive { .. } => {}
         }
     }
 

@@ -210,3 +210,34 @@ fn batched_feeding_breaks_no_invariant_and_stays_deterministic() {
         "batching happened: {batched_records} journal records batched vs {plain_records} one by one"
     );
 }
+
+/// A planted bug: the controllers never see a Node change after the first list.
+fn hide_node_updates(input: &mut Input) {
+    if let Input::Upsert { object, .. } = input
+        && matches!(**object, Object::Node(_))
+    {
+        *input = Input::Tick;
+    }
+}
+
+#[test]
+fn a_controller_blind_to_node_changes_is_caught_by_the_mhc_differential() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/mhc-full-loop-node-failure.yaml");
+    let scenario = scenario::load(&path).unwrap();
+    let clean = run(&scenario, &RunOptions::default()).unwrap();
+    assert!(clean.violations.is_empty(), "{:?}", clean.violations);
+    let options = RunOptions {
+        input_filter: Some(hide_node_updates),
+        ..Default::default()
+    };
+    let blind = run(&scenario, &options).unwrap();
+    assert!(
+        blind
+            .violations
+            .iter()
+            .any(|v| v.starts_with("stale MHC status: MachineHealthCheck default/")),
+        "{:?}",
+        blind.violations
+    );
+}

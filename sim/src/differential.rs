@@ -1,0 +1,115 @@
+//! The differential rule for MachineHealthCheck status: a controller rebuilt from a fresh list
+//! of the API as it is now would write no MHC status the API does not already show. Checked
+//! when the running controller is idle (no request in flight, nothing queued) and nothing in
+//! the world changed for [`QUIET_FOR`], and at the end of the run: a status that stays stale
+//! (`expectedMachines`, `currentHealthy`, `targets`, remediations allowed, conditions) after
+//! the Machines it counts changed is what a stale cache or a lost update looks like.
+
+use crate::scenario::FaultKind;
+use crate::sim::Sim;
+use engine::model::{Kind, Object, Scope};
+use engine::time::{Duration, Timestamp};
+use engine::{Action, Engine, Input};
+
+/// How long the world must be quiet before the check runs.
+pub const QUIET_FOR: Duration = Duration::from_secs(30);
+/// At most one check per this much simulated time (a fresh engine per check).
+const CHECK_EVERY: Duration = Duration::from_mins(1);
+
+#[derive(Clone, Debug, Default)]
+pub struct Differential {
+    /// When the API last changed.
+    pub last_change: Option<Timestamp>,
+    /// When the next quiet check is scheduled.
+    pub next_check: Option<Timestamp>,
+    last_check: Option<Timestamp>,
+    /// MHCs already reported (once each).
+    reported: std::collections::BTreeSet<String>,
+}
+
+impl Sim {
+    /// The API changed: a check follows once the world has been quiet for [`QUIET_FOR`].
+    pub(crate) fn note_api_change(&mut self) {
+        let d = &mut self.invariants.differential;
+        d.last_change = Some(self.now);
+        let at = self.now + QUIET_FOR;
+        if d.next_check.is_none_or(|t| t < at) {
+            d.next_check = Some(at);
+            self.schedule(at, crate::sim::Event::QuietCheck);
+        }
+    }
+
+    /// Whether the controller has listed every cluster, no watch is blind and its writes get
+    /// through: otherwise a stale status is expected, and fixed when the fault ends.
+    fn controller_sees_everything(&self) -> bool {
+        let now = self.now;
+        let watching = self.scopes().iter().all(|s| {
+            self.invariants.synced.contains(s)
+                && !self.faults.hides_watch(s, now)
+                && !self.net_relisting(s)
+        });
+        let writes = [
+            FaultKind::ApiErrors,
+            FaultKind::Conflicts,
+            FaultKind::WriteTimeout,
+        ]
+        .iter()
+        .all(|k| !self.faults.is_active(&Scope::Management, now, *k));
+        watching && writes
+    }
+
+    /// Every object of `scope` the controllers read, as a list would return them.
+    fn listed(&self, scope: &Scope) -> Vec<Object> {
+        self.store(scope)
+            .into_iter()
+            .flat_map(|s| s.iter())
+            .filter_map(|(_, v)| engine::convert::object_from_json(v).ok().flatten())
+            .collect()
+    }
+
+    /// Runs the check when the world has been quiet long enough (`at_end`: now, regardless).
+    pub(crate) fn check_mhc_differential(&mut self, at_end: bool) {
+        let d = &self.invariants.differential;
+        let quiet = d.last_change.is_none_or(|t| self.now.since(t) >= QUIET_FOR);
+        let due = d
+            .last_check
+            .is_none_or(|t| self.now.since(t) >= CHECK_EVERY);
+        let idle = self.engine.in_flight_len() == 0 && !self.net_busy();
+        if !idle || !(at_end || quiet && due) || !self.controller_sees_everything() {
+            return;
+        }
+        self.invariants.differential.last_check = Some(self.now);
+        let mut fresh = Engine::new();
+        for scope in self.scopes() {
+            let objects = self.listed(&scope);
+            fresh.handle(self.now, Input::Relist { scope, objects });
+        }
+        let mut stale = Vec::new();
+        while let Some(command) = fresh.poll_command() {
+            let status_write = matches!(
+                command.action,
+                Action::PatchStatus { .. } | Action::SetCondition { .. }
+            );
+            let target = &command.action.target().key;
+            if status_write && target.kind == Kind::MachineHealthCheck {
+                let detail = match &command.action {
+                    Action::PatchStatus { summary, .. } | Action::SetCondition { summary, .. } => {
+                        summary.clone()
+                    }
+                    _ => String::new(),
+                };
+                stale.push((target.to_string(), detail));
+            }
+        }
+        for (mhc, detail) in stale {
+            if !self.invariants.differential.reported.insert(mhc.clone()) {
+                continue;
+            }
+            let message = format!(
+                "stale MHC status: {mhc} is not what a controller freshly listing the API computes ({detail})"
+            );
+            self.line("invariant", "Violation", mhc, message.clone());
+            self.invariants.violate(message);
+        }
+    }
+}
