@@ -348,6 +348,9 @@ impl Sim {
             return None;
         }
         let node = json::str_at(machine, "status.nodeRef.name")?;
+        if self.drain_skipped(machine, node) {
+            return None;
+        }
         let scope = self.workload_scope(cluster);
         let node_key = ObjKey::new("", "Node", "", node);
         // An unreachable Node's pods never finish terminating; the drain skips them.
@@ -377,6 +380,7 @@ impl Sim {
                     .get(DRAIN_LABEL)
                     .is_none_or(|v| !v.eq_ignore_ascii_case("skip"))
             })
+            .filter(|(_, p)| !self.drain_rule_may_skip(machine, p))
             .filter(|(_, p)| {
                 !p.pointer("/metadata/ownerReferences")
                     .and_then(Value::as_array)

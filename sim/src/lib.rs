@@ -7,6 +7,7 @@
 pub mod api;
 pub mod defaults;
 mod differential;
+mod drain_skips;
 mod exec;
 pub mod expect;
 mod faults;

@@ -241,3 +241,29 @@ fn a_controller_blind_to_node_changes_is_caught_by_the_mhc_differential() {
         blind.violations
     );
 }
+
+/// The invariant checker knows upstream's skip rules: pods a MachineDrainRule says `Skip` for
+/// stay on the Node, and deleting the infrastructure then is no breach.
+#[test]
+fn pods_a_drain_rule_skips_do_not_count_as_undrained() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/deletion-drain-rule-order.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let skip = text.replace(
+        "drain: {behavior: Drain, order: 10}",
+        "drain: {behavior: Skip}",
+    );
+    assert_ne!(skip, text, "the scenario still has its drain rule");
+    let mut scenario = scenario::parse("skip.yaml", &skip).unwrap();
+    scenario.expect.clear();
+    let report = run(&scenario, &RunOptions::default()).unwrap();
+    assert!(
+        report
+            .timeline
+            .lines
+            .iter()
+            .any(|l| l.action == "DeleteInfrastructure"),
+        "the deletion went on"
+    );
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+}
