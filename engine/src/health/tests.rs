@@ -928,9 +928,8 @@ fn external_remediation_requested(now: Timestamp) -> (Engine, Command) {
     );
     let mut w = objects(mhc, vec![machine("m1")], vec![]);
     w.push((Scope::Management, Object::External(template)));
-    let now = at(mins(1));
     let (mut engine, first) = synced_engine(now, w);
-    // Land everything but the creation, which the API refuses.
+    // Land everything but the creation.
     let mut create = None;
     for c in first {
         if matches!(c.action, Action::CreateRemediation { .. }) {
