@@ -14,6 +14,7 @@ pub mod drain;
 mod engine;
 pub mod health;
 pub mod input;
+pub mod intake;
 pub mod journal;
 pub mod model;
 pub mod pool;

@@ -1,27 +1,27 @@
-//! The adapter loop: one task owns the core (the engine), the mirror and the input log;
-//! watchers, command executors and workload-cluster connectors are tasks that talk to it
-//! through one channel.
+//! The adapter loop: the tokio and HTTP driver of [`engine::intake`], the sans-IO piece that
+//! decides what becomes an engine input and when (the simulator drives the same piece). One
+//! task owns the core (the engine), the intake and the input log; watchers, command executors
+//! and workload-cluster connectors are tasks that talk to it through one channel.
 //!
-//! Expected flow: [`Adapter::run`] starts the management watchers, then loops: drain
-//! `poll_command()` (each command runs in its own task, at most `commands_in_flight_max` at
-//! once), then wait for the next event or `next_deadline()`. Every input is appended to the
-//! [`InputLog`] before the core handles it; an append error stops the loop.
-//! Provider kinds referenced by Machines, MachinePools and MachineHealthChecks get their own
-//! watchers when first seen; each Cluster gets a connector that reads its `<name>-kubeconfig`
-//! Secret (key `value`) and starts the workload watchers.
+//! Expected flow: [`Adapter::run`] carries out the intake's outputs (watches to start, clusters
+//! to connect), then loops: drain `poll_command()` (each command runs in its own task, at most
+//! `commands_in_flight_max` at once), then wait for the next event or `next_deadline()`. Every
+//! input is appended to the [`InputLog`] before the core handles it; an append error stops the
+//! loop. A connector reads a Cluster's `<name>-kubeconfig` Secret (key `value`).
 
 use super::core::{Core, InputLog};
 use super::execute::execute;
 use super::metrics::Metrics;
-use super::mirror::{Mirror, StreamEvent};
-use super::streams::{StreamSpec, management_streams, run_stream, workload_streams};
+use super::streams::{StreamSpec, run_stream};
 use crate::clock::{until, wall_now};
+use engine::intake::mirror::StreamEvent;
+use engine::intake::{Arrival, Intake, Output};
 use engine::model::{ClusterName, Scope};
 use engine::{ApiOutcome, BATCH_INPUTS_MAX, Input, Timestamp};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,7 +72,7 @@ const CHANNEL_CAPACITY: usize = BATCH_INPUTS_MAX;
 pub struct Adapter<C: Core, L: InputLog> {
     core: C,
     log: L,
-    mirror: Mirror,
+    intake: Intake,
     management: Client,
     clients: BTreeMap<Scope, Client>,
     metrics: Arc<Metrics>,
@@ -80,8 +80,6 @@ pub struct Adapter<C: Core, L: InputLog> {
     tx: mpsc::Sender<Event>,
     rx: mpsc::Receiver<Event>,
     permits: Arc<Semaphore>,
-    /// `(group, kind)` of provider kinds with a watcher.
-    providers: BTreeSet<(String, String)>,
     connectors: BTreeMap<Scope, JoinHandle<()>>,
     tasks: Vec<JoinHandle<()>>,
     last_tick: Option<tokio::time::Instant>,
@@ -130,47 +128,6 @@ async fn workload_client(management: &Client, cluster: &ClusterName) -> Result<C
     client_from_kubeconfig(&yaml).await
 }
 
-/// `(group, version if known, kind)` of the provider objects a CAPI object refers to.
-fn provider_refs(object: &Value) -> Vec<(String, Option<String>, String)> {
-    let paths = [
-        "/spec/infrastructureRef",
-        "/spec/bootstrap/configRef",
-        "/spec/template/spec/infrastructureRef",
-        "/spec/template/spec/bootstrap/configRef",
-        "/spec/remediationTemplate",
-        "/spec/remediation/templateRef",
-    ];
-    let mut out = Vec::new();
-    for path in paths {
-        let Some(r) = object.pointer(path) else {
-            continue;
-        };
-        let kind = r.get("kind").and_then(Value::as_str).unwrap_or_default();
-        let (group, version) = match (
-            r.get("apiVersion").and_then(Value::as_str),
-            r.get("apiGroup").and_then(Value::as_str),
-        ) {
-            (Some(av), _) => match av.split_once('/') {
-                Some((g, v)) => (g.to_string(), Some(v.to_string())),
-                None => continue,
-            },
-            (None, Some(g)) => (g.to_string(), None),
-            (None, None) => continue,
-        };
-        if kind.is_empty() || !group.ends_with(".cluster.x-k8s.io") {
-            continue;
-        }
-        out.push((group.clone(), version.clone(), kind.to_string()));
-        // The external remediation object a template stamps out.
-        if path.contains("emediation")
-            && let Some(made) = kind.strip_suffix("Template")
-        {
-            out.push((group, version, made.to_string()));
-        }
-    }
-    out
-}
-
 /// The preferred version of `group` from discovery.
 async fn preferred_version(client: &Client, group: &str) -> Result<String, String> {
     let request = http::Request::get(format!("/apis/{group}"))
@@ -199,7 +156,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
         Adapter {
             core,
             log,
-            mirror: Mirror::default(),
+            intake: Intake::new(),
             management,
             clients,
             metrics,
@@ -207,7 +164,6 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             options,
             tx,
             rx,
-            providers: BTreeSet::new(),
             connectors: BTreeMap::new(),
             tasks: Vec::new(),
             last_tick: None,
@@ -223,16 +179,39 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
     }
 
     fn start_stream(&mut self, client: Client, spec: StreamSpec) {
-        self.mirror.register(&spec.scope, &spec.id());
         self.tasks
             .push(tokio::spawn(run_stream(client, spec, self.tx.clone())));
     }
 
+    /// Carries out what the intake asks for: watches, provider discovery, connections.
+    fn carry_out_outputs(&mut self) {
+        while let Some(output) = self.intake.poll_output() {
+            match output {
+                Output::Watch(key) => match self.clients.get(&key.scope).cloned() {
+                    Some(client) => self.start_stream(client, StreamSpec::from(&key)),
+                    None => {
+                        tracing::warn!(scope = ?key.scope, "no client to watch {} with", key.id())
+                    }
+                },
+                Output::WatchProvider {
+                    group,
+                    version,
+                    kind,
+                } => self.watch_provider(group, version, kind),
+                Output::Connect(scope) => self.connect(scope),
+                Output::Disconnect(scope) => {
+                    if let Some(task) = self.connectors.remove(&scope) {
+                        task.abort();
+                    }
+                    self.clients.remove(&scope);
+                }
+            }
+        }
+    }
+
     /// Runs until `stop` completes, the input log fails (`Err`), or every sender is gone.
     pub async fn run(&mut self, stop: impl Future<Output = ()>) -> Result<(), String> {
-        for spec in management_streams() {
-            self.start_stream(self.management.clone(), spec);
-        }
+        self.carry_out_outputs();
         tokio::pin!(stop);
         loop {
             self.drain_commands()?;
@@ -258,22 +237,24 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
         }
     }
 
-    /// Turns `first` and whatever else is already queued (up to [`BATCH_INPUTS_MAX`] inputs)
-    /// into one input: under load the engine reconciles each affected key once per batch
-    /// instead of once per event; when idle a batch is a single event.
+    /// Hands `first` and whatever else is already queued (up to [`BATCH_INPUTS_MAX`] events) to
+    /// the intake and feeds what it makes of them: under load the engine reconciles each
+    /// affected key once per batch instead of once per event; when idle a batch is one event.
     fn on_backlog(&mut self, first: Event) -> Result<(), String> {
-        let mut inputs = Vec::new();
-        self.on_event(first, &mut inputs);
-        while inputs.len() < BATCH_INPUTS_MAX {
+        self.on_event(first);
+        let mut queued = 1;
+        while queued < BATCH_INPUTS_MAX {
             match self.rx.try_recv() {
-                Ok(event) => self.on_event(event, &mut inputs),
+                Ok(event) => self.on_event(event),
                 Err(_) => break,
             }
+            queued += 1;
         }
-        if inputs.is_empty() {
-            return Ok(());
+        while let Some(input) = self.intake.next_input(BATCH_INPUTS_MAX) {
+            self.feed(wall_now(), input)?;
         }
-        self.feed(wall_now(), Input::batch(inputs))
+        self.carry_out_outputs();
+        Ok(())
     }
 
     fn feed(&mut self, now: Timestamp, input: Input) -> Result<(), String> {
@@ -288,13 +269,22 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
     }
 
     fn drain_commands(&mut self) -> Result<(), String> {
-        let mut no_client = Vec::new();
+        let mut answered = Vec::new();
         while let Some(command) = self.core.poll_command() {
             self.metrics.command(command.action.name());
             tracing::info!(command = %command, reason = %command.reason, "command");
-            let scope = command.action.target().key.scope.clone();
-            let Some(client) = self.clients.get(&scope).cloned() else {
-                no_client.push((command.id, scope));
+            if let Some(answer) = self.intake.dispatch(&command) {
+                answered.push(answer);
+                continue;
+            }
+            let scope = &command.action.target().key.scope;
+            let Some(client) = self.clients.get(scope).cloned() else {
+                answered.push(Input::ApiResult {
+                    command: command.id,
+                    outcome: ApiOutcome::Unreachable {
+                        message: format!("no client for the API of {scope:?}"),
+                    },
+                });
                 continue;
             };
             let tx = self.tx.clone();
@@ -323,89 +313,38 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
                     .await;
             }));
         }
-        for (command, scope) in no_client {
+        for answer in answered {
             self.metrics.api_error("unreachable");
-            let message = format!("no connection to the API of {scope:?} yet");
-            self.feed(
-                wall_now(),
-                Input::ApiResult {
-                    command,
-                    outcome: ApiOutcome::Unreachable { message },
-                },
-            )?;
+            self.feed(wall_now(), answer)?;
         }
         Ok(())
     }
 
-    fn on_event(&mut self, event: Event, inputs: &mut Vec<Input>) {
-        match event {
-            Event::Result { command, outcome } => {
-                inputs.push(Input::ApiResult { command, outcome });
-            }
+    fn on_event(&mut self, event: Event) {
+        let arrival = match event {
+            Event::Result { command, outcome } => Arrival::Result { command, outcome },
             Event::Connected { scope, client } => {
                 tracing::info!(?scope, "connected to workload cluster");
-                for spec in workload_streams(&scope) {
-                    self.start_stream(client.clone(), spec);
-                }
-                self.clients.insert(scope, client);
+                self.clients.insert(scope.clone(), client);
+                Arrival::Connected { scope }
             }
             Event::Watch {
                 scope,
                 stream,
                 event,
-            } => {
-                if scope == Scope::Management {
-                    self.follow_references(&event);
-                }
-                inputs.extend(self.mirror.on_event(&scope, &stream, event));
-            }
-        }
-    }
-
-    /// Starts provider watchers and workload connectors for what a management object names.
-    fn follow_references(&mut self, event: &StreamEvent) {
-        let (object, deleted) = match event {
-            StreamEvent::InitApply(o) | StreamEvent::Apply(o) => (o, false),
-            StreamEvent::Delete(o) => (o, true),
-            StreamEvent::Init | StreamEvent::InitDone => return,
+            } => Arrival::Watch {
+                scope,
+                stream,
+                event,
+            },
         };
-        let kind = object
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        if kind == "Cluster" {
-            let meta = |f: &str| {
-                object
-                    .pointer(&format!("/metadata/{f}"))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string()
-            };
-            let scope = Scope::Workload(ClusterName::new(meta("namespace"), meta("name")));
-            if deleted {
-                if let Some(task) = self.connectors.remove(&scope) {
-                    task.abort();
-                }
-                self.clients.remove(&scope);
-                self.mirror.remove_scope(&scope);
-            } else if !self.connectors.contains_key(&scope) {
-                self.connect(scope);
-            }
-            return;
-        }
-        for (group, version, kind) in provider_refs(object) {
-            if self.providers.insert((group.clone(), kind.clone())) {
-                self.watch_provider(group, version, kind);
-            }
-        }
+        self.intake.push(arrival);
     }
 
     fn watch_provider(&mut self, group: String, version: Option<String>, kind: String) {
         let client = self.management.clone();
         let tx = self.tx.clone();
         let retry = self.options.connect_retry;
-        let placeholder = StreamSpec::new(&Scope::Management, &group, "", &kind);
-        self.mirror.register(&Scope::Management, &placeholder.id());
         self.tasks.push(tokio::spawn(async move {
             let version = match version {
                 Some(v) => v,
@@ -432,9 +371,6 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
         let Scope::Workload(cluster) = scope.clone() else {
             return;
         };
-        for spec in workload_streams(&scope) {
-            self.mirror.register(&scope, &spec.id());
-        }
         let management = self.management.clone();
         let tx = self.tx.clone();
         let retry = self.options.connect_retry;
@@ -460,37 +396,6 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn provider_refs_in_both_api_versions_and_remediation_templates() {
-        let m = json!({"spec": {
-            "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DockerMachine", "name": "a"},
-            "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": "a"}},
-            "remediation": {"templateRef": {"apiVersion": "remediation.cluster.x-k8s.io/v1beta1", "kind": "RebootTemplate", "name": "r"}}}});
-        let refs = provider_refs(&m);
-        let names: Vec<(&str, Option<&str>, &str)> = refs
-            .iter()
-            .map(|(g, v, k)| (g.as_str(), v.as_deref(), k.as_str()))
-            .collect();
-        assert_eq!(
-            names,
-            [
-                (
-                    "infrastructure.cluster.x-k8s.io",
-                    Some("v1beta1"),
-                    "DockerMachine"
-                ),
-                ("bootstrap.cluster.x-k8s.io", None, "KubeadmConfig"),
-                (
-                    "remediation.cluster.x-k8s.io",
-                    Some("v1beta1"),
-                    "RebootTemplate"
-                ),
-                ("remediation.cluster.x-k8s.io", Some("v1beta1"), "Reboot"),
-            ]
-        );
-    }
 
     /// Records what it is fed.
     #[derive(Default)]

@@ -1,7 +1,8 @@
 //! The kube adapter: watch events in, API calls out, around one sans-IO [`Core`] (the engine).
 //!
 //! * [`streams`]: one `kube::runtime::watcher` per resource type and cluster.
-//! * [`mirror`]: watch events → `Input::Upsert/Delete`, `InitDone` → `Input::Relist` of the scope.
+//! * `engine::intake` (sans-IO, shared with the simulator): watch events and answers → inputs,
+//!   which watches to start, which clusters to connect.
 //! * [`execute`]: `Command` → HTTP request (`engine::convert::request_for`) → `ApiOutcome`.
 //! * [`adapter`]: the loop (journal every input before `handle`, timers from `next_deadline`).
 //! * [`lease`]: leader election on a coordination.k8s.io Lease.
@@ -15,7 +16,6 @@ pub mod execute;
 pub mod journal_log;
 pub mod lease;
 pub mod metrics;
-pub mod mirror;
 pub mod streams;
 
 pub use adapter::{Adapter, AdapterOptions, client_from_kubeconfig};

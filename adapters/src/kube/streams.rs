@@ -1,8 +1,9 @@
-//! The watch streams: which resource types are watched in which cluster, and the task that
-//! runs one `kube::runtime::watcher` and forwards its events to the adapter loop.
+//! The watch streams: the task that runs one `kube::runtime::watcher` for a resource type the
+//! intake chose (`engine::intake::streams`) and forwards its events to the adapter loop.
 
 use super::adapter::Event;
-use super::mirror::StreamEvent;
+use engine::intake::mirror::StreamEvent;
+use engine::intake::streams::StreamKey;
 use engine::model::Scope;
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject};
@@ -51,38 +52,10 @@ impl StreamSpec {
     }
 }
 
-/// The CAPI kinds the engine reads from the management cluster (v1beta2, the storage version).
-pub fn management_streams() -> Vec<StreamSpec> {
-    let m = Scope::Management;
-    [
-        "Cluster",
-        "Machine",
-        "MachineSet",
-        "MachineDeployment",
-        "MachineHealthCheck",
-        "MachinePool",
-        "MachineDrainRule",
-    ]
-    .iter()
-    .map(|kind| StreamSpec::new(&m, engine::convert::CAPI_GROUP, "v1beta2", kind))
-    .collect()
-}
-
-/// The kinds the engine reads from a workload cluster.
-pub fn workload_streams(scope: &Scope) -> Vec<StreamSpec> {
-    [
-        ("", "v1", "Node"),
-        ("", "v1", "Pod"),
-        ("", "v1", "Namespace"),
-        ("", "v1", "PersistentVolume"),
-        ("", "v1", "PersistentVolumeClaim"),
-        ("apps", "v1", "DaemonSet"),
-        ("policy", "v1", "PodDisruptionBudget"),
-        ("storage.k8s.io", "v1", "VolumeAttachment"),
-    ]
-    .iter()
-    .map(|(g, v, k)| StreamSpec::new(scope, g, v, k))
-    .collect()
+impl From<&StreamKey> for StreamSpec {
+    fn from(key: &StreamKey) -> Self {
+        StreamSpec::new(&key.scope, &key.group, &key.version, &key.kind)
+    }
 }
 
 fn to_json(spec: &StreamSpec, object: &DynamicObject) -> Value {

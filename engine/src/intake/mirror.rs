@@ -10,9 +10,9 @@
 //! reach it; an object that does not convert is logged and left out (a DELETE still removes it
 //! by key); relist contents are sorted by key, so they are deterministic.
 
-use engine::Input;
-use engine::convert::{object_from_json, object_key_of_json};
-use engine::model::{Object, ObjectKey, Scope};
+use crate::Input;
+use crate::convert::{object_from_json, object_key_of_json};
+use crate::model::{Object, ObjectKey, Scope};
 use serde_json::Value;
 use std::collections::BTreeMap;
 

@@ -1,0 +1,83 @@
+//! What a management object makes the controllers watch: the provider kinds it refers to, and
+//! for a Cluster, its workload cluster.
+
+use serde_json::Value;
+
+/// `(group, version if known, kind)` of the provider objects a CAPI object refers to.
+pub fn provider_refs(object: &Value) -> Vec<(String, Option<String>, String)> {
+    let paths = [
+        "/spec/infrastructureRef",
+        "/spec/bootstrap/configRef",
+        "/spec/template/spec/infrastructureRef",
+        "/spec/template/spec/bootstrap/configRef",
+        "/spec/remediationTemplate",
+        "/spec/remediation/templateRef",
+    ];
+    let mut out = Vec::new();
+    for path in paths {
+        let Some(r) = object.pointer(path) else {
+            continue;
+        };
+        let kind = r.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let (group, version) = match (
+            r.get("apiVersion").and_then(Value::as_str),
+            r.get("apiGroup").and_then(Value::as_str),
+        ) {
+            (Some(av), _) => match av.split_once('/') {
+                Some((g, v)) => (g.to_string(), Some(v.to_string())),
+                None => continue,
+            },
+            (None, Some(g)) => (g.to_string(), None),
+            (None, None) => continue,
+        };
+        if kind.is_empty() || !group.ends_with(".cluster.x-k8s.io") {
+            continue;
+        }
+        out.push((group.clone(), version.clone(), kind.to_string()));
+        // The external remediation object a template stamps out.
+        if path.contains("emediation")
+            && let Some(made) = kind.strip_suffix("Template")
+        {
+            out.push((group, version, made.to_string()));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn provider_refs_in_both_api_versions_and_remediation_templates() {
+        let m = json!({"spec": {
+            "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DockerMachine", "name": "a"},
+            "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": "a"}},
+            "remediation": {"templateRef": {"apiVersion": "remediation.cluster.x-k8s.io/v1beta1", "kind": "RebootTemplate", "name": "r"}}}});
+        let refs = provider_refs(&m);
+        let names: Vec<(&str, Option<&str>, &str)> = refs
+            .iter()
+            .map(|(g, v, k)| (g.as_str(), v.as_deref(), k.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                (
+                    "infrastructure.cluster.x-k8s.io",
+                    Some("v1beta1"),
+                    "DockerMachine"
+                ),
+                ("bootstrap.cluster.x-k8s.io", None, "KubeadmConfig"),
+                (
+                    "remediation.cluster.x-k8s.io",
+                    Some("v1beta1"),
+                    "RebootTemplate"
+                ),
+                ("remediation.cluster.x-k8s.io", Some("v1beta1"), "Reboot"),
+            ]
+        );
+        let core = json!({"spec": {"infrastructureRef": {"apiVersion": "v1", "kind": "Secret", "name": "s"}}});
+        assert!(provider_refs(&core).is_empty());
+    }
+}
