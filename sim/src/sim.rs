@@ -15,6 +15,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 /// Bound on work items handled at one simulated instant (a controller/world feedback loop
 /// that never settles is a bug, reported instead of hanging).
 pub const WORK_PER_INSTANT_MAX: usize = 200_000;
+/// Bound on engine ticks at one simulated instant (a deadline kept in the past is reported,
+/// and time moves on, instead of spinning).
+pub const TICKS_PER_INSTANT_MAX: u32 = 1_000;
 
 /// Something scheduled at a simulated time.
 #[derive(Clone, Debug)]
@@ -126,6 +129,8 @@ pub struct Sim {
     /// in `pending` until the instant's work runs dry.
     pub batching: bool,
     pending: Vec<Input>,
+    /// Ticks scheduled at the current instant so far.
+    ticks_now: Option<(Timestamp, u32)>,
 }
 
 impl Sim {
@@ -160,6 +165,7 @@ impl Sim {
             machines_by_cluster: BTreeMap::new(),
             batching: false,
             pending: Vec::new(),
+            ticks_now: None,
             scenario,
         }
     }
@@ -417,6 +423,30 @@ impl Sim {
     fn schedule_engine_tick(&mut self) {
         if let Some(deadline) = self.engine.next_deadline() {
             let at = deadline.max(self.now);
+            if at == self.now {
+                self.ticks_now = match self.ticks_now {
+                    Some((t, n)) if t == at => Some((t, n + 1)),
+                    _ => Some((at, 1)),
+                };
+                if self
+                    .ticks_now
+                    .is_some_and(|(_, n)| n > TICKS_PER_INSTANT_MAX)
+                {
+                    // A deadline the engine keeps in the past: time would never move again.
+                    if self
+                        .ticks_now
+                        .is_some_and(|(_, n)| n == TICKS_PER_INSTANT_MAX + 1)
+                    {
+                        let message = format!(
+                            "liveness: the engine asks to be woken at {} again and again (a deadline that stays in the past)",
+                            self.offset_of(at)
+                        );
+                        self.line("invariant", "Violation", String::new(), message.clone());
+                        self.invariants.violate(message);
+                    }
+                    return;
+                }
+            }
             let already = self
                 .queue
                 .iter()

@@ -2,7 +2,7 @@
 //! decide the gate on the complete counts, write what differs from what is observed.
 
 use super::conditions::{Edit, List, apply, legacy};
-use super::targets::{Selection, select, selector_problem};
+use super::targets::{Selection, select, selector_problem, timeout_problem};
 use super::trigger::{self, restricted_message};
 use super::verdict::{
     Checks, ClusterGates, Gate, HEALTH_CHECK_SUCCEEDED, NODE_STARTUP_TIMEOUT_DEFAULT,
@@ -825,9 +825,11 @@ impl HealthChecks {
             checks: Checks {
                 unhealthy_node_conditions: &mhc.unhealthy_node_conditions,
                 unhealthy_machine_conditions: &mhc.unhealthy_machine_conditions,
+                // An invalid negative value (see `timeout_problem`) judges nothing by it.
                 node_startup_timeout: mhc
                     .node_startup_timeout
-                    .unwrap_or(NODE_STARTUP_TIMEOUT_DEFAULT),
+                    .unwrap_or(NODE_STARTUP_TIMEOUT_DEFAULT)
+                    .max(Duration::ZERO),
             },
             workload: workload_scope.as_ref(),
             node_key: workload_scope
@@ -885,11 +887,16 @@ impl HealthChecks {
             healthy + listed <= expected,
             "classes partition the targets"
         );
-        let gate = match selector_problem(mhc) {
-            Some(why) => Err((
-                "InvalidSelector",
-                format!("Remediation is not allowed: the selector is invalid ({why})"),
-            )),
+        let spec_problem = selector_problem(mhc)
+            .map(|why| {
+                (
+                    "InvalidSelector",
+                    format!("Remediation is not allowed: the selector is invalid ({why})"),
+                )
+            })
+            .or_else(|| timeout_problem(mhc));
+        let gate = match spec_problem {
+            Some(problem) => Err(problem),
             None => trigger::decide(
                 mhc.max_unhealthy.as_ref(),
                 mhc.unhealthy_range.as_deref(),

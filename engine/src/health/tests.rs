@@ -1355,3 +1355,56 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
     let mhc = mhc_of(&engine);
     assert_eq!(mhc.status.targets, ["m1", "m2", "m3", "m5", "m6", "m7"]);
 }
+
+/// Issue 12: timeouts upstream's webhook rejects (a negative one, a startup timeout under 30 s)
+/// never time a remediation: the MHC says why and remediates nothing, and no timer is set in
+/// the past over and over.
+#[test]
+fn timeouts_the_webhook_rejects_remediate_nothing_and_say_why() {
+    let unhealthy_since = T0;
+    let cases: [(&str, fn(&mut MachineHealthCheck)); 3] = [
+        ("InvalidNodeStartupTimeout", |m| {
+            m.node_startup_timeout = Some(Duration::from_mins(-10))
+        }),
+        ("InvalidNodeStartupTimeout", |m| {
+            m.node_startup_timeout = Some(Duration::from_secs(10))
+        }),
+        ("InvalidUnhealthyConditionTimeout", |m| {
+            m.unhealthy_node_conditions[0].timeout = Duration::from_secs(-300)
+        }),
+    ];
+    for (reason, spoil) in cases {
+        let mut mhc = testing::machine_health_check("c1", "mhc");
+        spoil(&mut mhc);
+        // m1 has no Node yet (a brand-new Machine); m2's Node is not Ready.
+        let world = objects(
+            mhc,
+            vec![testing::machine("c1", "m1", None), machine("m2")],
+            vec![node("m2", ConditionStatus::False, unhealthy_since)],
+        );
+        let now = at(mins(1));
+        let (mut engine, first) = synced_engine(now, world);
+        let mut all = settle(&mut engine, now, first);
+        for minute in 2..30 {
+            let now = at(mins(minute));
+            engine.handle(now, Input::Tick);
+            let issued = drain_commands(&mut engine);
+            all.extend(settle(&mut engine, now, issued));
+        }
+        let all = lines(&all);
+        assert!(
+            !all.iter()
+                .any(|l| l.contains("DeleteMachine") || l.contains("OwnerRemediated")),
+            "{reason}: {all:#?}"
+        );
+        assert!(
+            all.iter()
+                .any(|l| l.contains(&format!("RemediationAllowed=False ({reason})"))),
+            "{reason}: {all:#?}"
+        );
+        assert!(
+            engine.next_deadline().is_none_or(|d| d > at(mins(29))),
+            "{reason}: no timer left in the past"
+        );
+    }
+}

@@ -218,7 +218,10 @@ pub(super) fn held(
     if status.as_str() != check.status {
         return Held::NotInStatus;
     }
-    let expiry = since.unwrap_or_default().saturating_add(check.timeout);
+    // A negative timeout is an invalid spec (no remediation); it judges as zero.
+    let expiry = since
+        .unwrap_or_default()
+        .saturating_add(check.timeout.max(Duration::ZERO));
     if expiry < now {
         Held::Past
     } else {
