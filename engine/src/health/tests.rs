@@ -1362,7 +1362,8 @@ fn full_evaluation_from_views_matches_the_store_after_every_kind_of_change() {
 #[test]
 fn timeouts_the_webhook_rejects_remediate_nothing_and_say_why() {
     let unhealthy_since = T0;
-    let cases: [(&str, fn(&mut MachineHealthCheck)); 3] = [
+    type Spoil = fn(&mut MachineHealthCheck);
+    let cases: [(&str, Spoil); 3] = [
         ("InvalidNodeStartupTimeout", |m| {
             m.node_startup_timeout = Some(Duration::from_mins(-10))
         }),
