@@ -372,15 +372,16 @@ impl Sim {
             let Some((scope, key, seen)) = self.net.results_in_flight.remove(command) else {
                 continue;
             };
+            let [before, after, same] = crate::sweep::DELIVERY_ORDERS;
             let order = if watched.contains(&(&scope, &key)) {
-                "same-batch"
+                same
             } else if seen {
-                "event-before-result"
+                after
             } else {
-                "result-before-event"
+                before
             };
             self.faults.fire_order(order);
-            if order != "result-before-event" {
+            if order != before {
                 // The canonical order is the result first: anything else is the fault at work.
                 self.faults.fire(FaultKind::ReorderedDelivery);
             }

@@ -62,6 +62,13 @@ fn two_thousand_seeded_runs_with_random_faults_break_no_invariant() {
             report.runs
         );
     }
+    for order in sim::sweep::DELIVERY_ORDERS {
+        assert!(
+            report.fired.get(order).copied().unwrap_or(0) > 0,
+            "no answer was read in order {order} in {} runs",
+            report.runs
+        );
+    }
     assert!(report.checks > report.runs, "invariants were checked");
 }
 

@@ -94,6 +94,11 @@ pub fn main(args: SweepArgs) -> u8 {
         let n = report.fired.get(kind.as_str()).copied().unwrap_or(0);
         println!("  {:<24} {n}", kind.as_str());
     }
+    println!("answers read relative to their write's watch event:");
+    for order in sim::sweep::DELIVERY_ORDERS {
+        let n = report.fired.get(order).copied().unwrap_or(0);
+        println!("  {order:<24} {n}");
+    }
     if args.shrink {
         let mut shrunk_files = std::collections::BTreeSet::new();
         for f in &report.failures {
