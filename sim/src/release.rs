@@ -77,9 +77,15 @@ impl Release {
 impl Sim {
     /// Checks the rule at the end of an instant (and at the end of the run).
     pub(crate) fn check_release(&mut self) {
-        let faulted = API_FAULTS
+        // A controller that has not listed every cluster yet waits for it, by design.
+        let unsynced = self
+            .scopes()
             .iter()
-            .any(|k| self.faults.is_active(&Scope::Management, self.now, *k));
+            .any(|s| !self.invariants.synced.contains(s) || self.faults.unsynced.contains(s));
+        let faulted = unsynced
+            || API_FAULTS
+                .iter()
+                .any(|k| self.faults.is_active(&Scope::Management, self.now, *k));
         for (key, waited) in self.invariants.release.overdue(self.now, faulted) {
             let message = format!(
                 "finalizer held: Machine {key} says DeletionCompleted but still has finalizer {MACHINE_FINALIZER} after {waited}"
