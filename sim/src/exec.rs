@@ -50,6 +50,11 @@ fn outcome_of(err: ApiError) -> ApiOutcome {
 impl Sim {
     pub(crate) fn execute(&mut self, command: Command) {
         self.record(&command);
+        if let Some(answer) = self.dispatch(&command) {
+            // No connection to that cluster yet: the intake answers at once.
+            self.feed(answer);
+            return;
+        }
         self.invariants_before(&command);
         self.carry_out(command, false);
     }
@@ -89,9 +94,11 @@ impl Sim {
             );
             self.line("api", "Rejected", object, detail);
         }
-        if let Some(input) = self.send_result(&scope, &obj_key(&target), command.id, outcome, wrote)
+        if let Some(outcome) =
+            self.send_result(&scope, &obj_key(&target), command.id, outcome, wrote)
         {
-            self.feed(input);
+            self.push_result(command.id, outcome);
+            self.pump();
         }
     }
 

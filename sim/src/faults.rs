@@ -285,7 +285,7 @@ impl Sim {
                     };
                     for s in scopes {
                         if spec.kind == FaultKind::WatchExpired {
-                            self.expire_watch(&s);
+                            self.expire_watch(&s, None);
                         } else {
                             self.restart_watch(&s);
                         }
@@ -495,10 +495,6 @@ impl Sim {
         self.net.reset();
         self.invariants.synced.clear();
         self.feed(Input::Restarted);
-        for scope in self.scopes() {
-            if !self.faults.unsynced.contains(&scope) {
-                self.relist(&scope);
-            }
-        }
+        self.start_intake();
     }
 }

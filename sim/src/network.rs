@@ -12,8 +12,8 @@
 //!   or in separate ones (`event-before-result`, `result-before-event`, `same-batch`);
 //! - `coalesced-events`: a slow consumer; several writes to one object reach it as the last
 //!   state only;
-//! - `watch-expired`: a watch ends with 410 Gone and relists (events written meanwhile are in
-//!   the list, not delivered on their own);
+//! - `watch-expired`: one stream's watch ends with 410 Gone and lists again (its events written
+//!   meanwhile are in the list, not delivered on their own; the intake relists the cluster);
 //! - `relist-duplicates`: after a relist, the watch repeats the current state of objects the
 //!   list already carried;
 //! - `write-timeout`: a request times out although the write happened (its watch event still
@@ -23,9 +23,10 @@
 use crate::api::{ObjKey, Written};
 use crate::scenario::FaultKind;
 use crate::sim::{Event, Sim};
+use engine::intake::streams::stream_id;
 use engine::model::Scope;
 use engine::time::{Duration, Timestamp};
-use engine::{ApiOutcome, BATCH_INPUTS_MAX, Input};
+use engine::{ApiOutcome, BATCH_INPUTS_MAX};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, VecDeque};
@@ -63,6 +64,7 @@ pub enum Arrival {
     /// A watch that ended with 410 lists again.
     Relist {
         scope: Scope,
+        stream: String,
     },
     /// A slow consumer's held events of one scope are read.
     Coalesced {
@@ -81,8 +83,9 @@ pub struct Network {
     pub epoch: u64,
     /// Held events of a slow consumer, latest state per object, in first-arrival order.
     coalescing: BTreeMap<Scope, Vec<Written>>,
-    /// Scopes whose watch expired: events are dropped until the relist lands.
-    relisting: BTreeMap<Scope, Timestamp>,
+    /// Streams `(cluster, group/Kind)` whose watch expired: their events are dropped until
+    /// their list lands.
+    relisting: BTreeMap<(Scope, String), Timestamp>,
     /// The last objects each scope's watch delivered (for duplicates after a relist).
     recent: BTreeMap<Scope, VecDeque<ObjKey>>,
     /// Arrivals sent and not arrived yet.
@@ -156,7 +159,7 @@ impl Sim {
 
     /// Whether the watch of `scope` ended and its list has not landed yet.
     pub(crate) fn net_relisting(&self, scope: &Scope) -> bool {
-        self.net.relisting.contains_key(scope)
+        self.net.relisting.keys().any(|(s, _)| s == scope)
     }
 
     /// Whether anything is on its way to the controller or waits in its backlog.
@@ -178,10 +181,12 @@ impl Sim {
 
     /// A watch event leaves the API server. Returns `false` when it takes the canonical path.
     pub(crate) fn send_watch(&mut self, scope: &Scope, written: &Written) -> bool {
+        let stream = stream_id(&written.key.group, &written.key.kind);
+        let key = (scope.clone(), stream);
         if self
             .net
             .relisting
-            .get(scope)
+            .get(&key)
             .is_some_and(|until| self.now < *until)
         {
             // The list in progress carries this change.
@@ -193,7 +198,7 @@ impl Sim {
         if self.delivery_active(scope, FaultKind::WatchExpired)
             && self.net.rng.random_bool(WATCH_EXPIRY_PER_EVENT)
         {
-            self.expire_watch(scope);
+            self.expire_watch(scope, Some(key.1));
             return true;
         }
         if self.delivery_active(scope, FaultKind::CoalescedEvents) {
@@ -222,22 +227,37 @@ impl Sim {
         true
     }
 
-    /// The watch of `scope` ends with 410 Gone: the watcher lists again.
-    pub(crate) fn expire_watch(&mut self, scope: &Scope) {
+    /// One watch of `scope` (`stream`, or one drawn) ends with 410 Gone: its watcher lists again.
+    pub(crate) fn expire_watch(&mut self, scope: &Scope, stream: Option<String>) {
+        let Some(stream) = stream.or_else(|| self.draw_stream(scope)) else {
+            return;
+        };
         self.faults.fire(FaultKind::WatchExpired);
         let took = Duration(self.net.rng.random_range(50..=800));
-        self.net.relisting.insert(scope.clone(), self.now + took);
+        self.net
+            .relisting
+            .insert((scope.clone(), stream.clone()), self.now + took);
         self.line(
             "world",
             "WatchExpired",
             Sim::scope_name(scope),
-            "a watch ended with 410 Gone: the controller lists this cluster again".into(),
+            format!("the watch of {stream} ended with 410 Gone: the controller lists it again"),
         );
         let scope = scope.clone();
-        self.send(took, Arrival::Relist { scope });
+        self.send(took, Arrival::Relist { scope, stream });
     }
 
-    /// A command's answer leaves the API server. Returns the input to feed at once on the
+    /// One of the streams `scope` is watched by, drawn from the network's stream.
+    fn draw_stream(&mut self, scope: &Scope) -> Option<String> {
+        let streams = self.streams_of(scope);
+        if streams.is_empty() {
+            return None;
+        }
+        let i = self.net.rng.random_range(0..streams.len());
+        Some(streams[i].clone())
+    }
+
+    /// A command's answer leaves the API server. Returns the answer to hand over at once on the
     /// canonical path.
     pub(crate) fn send_result(
         &mut self,
@@ -246,7 +266,7 @@ impl Sim {
         command: u64,
         outcome: ApiOutcome,
         wrote: bool,
-    ) -> Option<Input> {
+    ) -> Option<ApiOutcome> {
         let outcome = if wrote && self.write_times_out(scope) {
             self.faults.fire(FaultKind::WriteTimeout);
             self.line(
@@ -269,7 +289,7 @@ impl Sim {
             outcome
         };
         if !self.through_network(scope) {
-            return Some(Input::ApiResult { command, outcome });
+            return Some(outcome);
         }
         self.net
             .results_in_flight
@@ -319,8 +339,8 @@ impl Sim {
         }
     }
 
-    /// Feeds the backlog as `lifecycle run` does: what has arrived, as one batch (or batches
-    /// of random size under `backlog-batches`), reconciling after each.
+    /// Hands the backlog to the intake as `lifecycle run` reads its channel: what has arrived
+    /// (or batches of random size under `backlog-batches`), reconciling after each.
     pub(crate) fn drain_backlog(&mut self) {
         let busy = self.faults.any_active(self.now, FaultKind::BacklogBatches);
         if busy && self.net.has_backlog() && !std::mem::take(&mut self.net.awake) {
@@ -332,8 +352,7 @@ impl Sim {
             return;
         }
         while self.net.has_backlog() {
-            let random = busy;
-            let n = if random {
+            let n = if busy {
                 let n = self.net.rng.random_range(1..=RANDOM_BATCH_MAX);
                 if n < self.net.backlog.len() {
                     self.faults.fire(FaultKind::BacklogBatches);
@@ -345,14 +364,11 @@ impl Sim {
             let take = n.min(self.net.backlog.len());
             let arrivals: Vec<Arrival> = self.net.backlog.drain(..take).collect();
             self.count_orders(&arrivals);
-            let mut inputs = Vec::new();
             for arrival in arrivals {
-                self.read_arrival(arrival, &mut inputs);
+                self.read_arrival(arrival);
             }
-            if !inputs.is_empty() {
-                self.feed_now(Input::batch(inputs));
-                self.settle();
-            }
+            self.pump();
+            self.settle();
         }
     }
 
@@ -393,22 +409,20 @@ impl Sim {
         }
     }
 
-    fn read_arrival(&mut self, arrival: Arrival, inputs: &mut Vec<Input>) {
+    fn read_arrival(&mut self, arrival: Arrival) {
         match arrival {
             Arrival::Watch { scope, written } => {
                 self.net.remember(&scope, &written.key);
-                if let Some(input) = self.watch_input(&scope, &written) {
-                    inputs.push(input);
-                }
+                self.push_watch(&scope, &written);
             }
-            Arrival::Result { command, outcome } => {
-                inputs.push(Input::ApiResult { command, outcome });
-            }
-            Arrival::Relist { scope } => {
-                self.net.relisting.remove(&scope);
-                inputs.push(self.relist_input(&scope));
+            Arrival::Result { command, outcome } => self.push_result(command, outcome),
+            Arrival::Relist { scope, stream } => {
+                self.net.relisting.remove(&(scope.clone(), stream.clone()));
+                // One watcher's watch ended: it lists again, and the intake relists the whole
+                // cluster from what every stream last reported.
+                self.list_stream(&scope, &stream);
                 if self.delivery_active(&scope, FaultKind::RelistDuplicates) {
-                    self.duplicates(&scope, inputs);
+                    self.duplicates(&scope);
                 }
             }
             Arrival::Coalesced { .. } | Arrival::Wake => {}
@@ -416,7 +430,7 @@ impl Sim {
     }
 
     /// The watch after a relist repeats the current state of recently changed objects.
-    fn duplicates(&mut self, scope: &Scope, inputs: &mut Vec<Input>) {
+    fn duplicates(&mut self, scope: &Scope) {
         let keys: Vec<ObjKey> = self
             .net
             .recent
@@ -427,20 +441,23 @@ impl Sim {
             let Some(value) = self.get(scope, &key).cloned() else {
                 continue;
             };
-            if let Some(object) = self.convert(scope, &key, &value) {
-                self.faults.fire(FaultKind::RelistDuplicates);
-                inputs.push(Input::Upsert {
-                    scope: scope.clone(),
-                    object: Box::new(object),
-                });
-            }
+            self.faults.fire(FaultKind::RelistDuplicates);
+            let written = Written {
+                key,
+                object: Some(value),
+                removed: None,
+            };
+            self.push_watch(scope, &written);
         }
     }
 
     /// `relist-duplicates` starting: the watch of its cluster restarts at once.
     pub(crate) fn restart_watch(&mut self, scope: &Scope) {
+        let Some(stream) = self.draw_stream(scope) else {
+            return;
+        };
         let took = self.net.latency(200);
         let scope = scope.clone();
-        self.send(took, Arrival::Relist { scope });
+        self.send(took, Arrival::Relist { scope, stream });
     }
 }

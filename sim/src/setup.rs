@@ -85,9 +85,7 @@ impl Sim {
         for at in crate::expect::checkpoints(&self.scenario) {
             self.schedule(self.start + at, Event::Checkpoint);
         }
-        for scope in self.scopes() {
-            self.relist(&scope);
-        }
+        self.start_intake();
         let start_line_at = self.timeline.lines.len();
         self.line(
             "world",

@@ -120,6 +120,12 @@ pub struct Sim {
     pub(crate) expect: crate::expect::Tracker,
     pub invariants: crate::invariants::Checker,
     pub(crate) net: crate::network::Network,
+    /// The controller's intake (`engine::intake`), as `lifecycle run` has it.
+    pub(crate) intake: engine::intake::Intake,
+    /// Streams `(cluster, group/Kind)` the controller watches.
+    pub(crate) watched: BTreeSet<(Scope, String)>,
+    /// Streams whose first list waits for a cluster's cache to sync (a fault).
+    pub(crate) deferred_watches: BTreeSet<(Scope, String)>,
     /// Machines of each Cluster `(namespace, clusterName)` in the fake API, so checks that look
     /// at one cluster's Machines do not walk every Machine of the fleet.
     pub(crate) machines_by_cluster: BTreeMap<(String, String), BTreeSet<ObjKey>>,
@@ -161,6 +167,9 @@ impl Sim {
             expect,
             invariants: Default::default(),
             net: crate::network::Network::new(seed),
+            intake: engine::intake::Intake::new(),
+            watched: BTreeSet::new(),
+            deferred_watches: BTreeSet::new(),
             malformed: BTreeSet::new(),
             machines_by_cluster: BTreeMap::new(),
             batching: false,
@@ -301,12 +310,8 @@ impl Sim {
         self.apply(input);
     }
 
-    /// Feeds one input now, batching mode or not (a backlog batch read by the adapter).
-    pub(crate) fn feed_now(&mut self, input: Input) {
-        self.apply(input);
-    }
-
     fn apply(&mut self, input: Input) {
+        self.note_synced(&input);
         let seq = self.feeder.inputs + 1;
         self.invariants.repeats.observe(&input, seq);
         self.feeder.feed(&mut self.engine, self.now, input);
@@ -466,24 +471,8 @@ impl Sim {
         if self.send_watch(scope, written) {
             return;
         }
-        if let Some(input) = self.watch_input(scope, written) {
-            self.feed(input);
-        }
-    }
-
-    /// The input a watch event of `written` becomes (none for a malformed object).
-    pub(crate) fn watch_input(&mut self, scope: &Scope, written: &Written) -> Option<Input> {
-        match &written.object {
-            Some(obj) => self
-                .convert(scope, &written.key, obj)
-                .map(|object| Input::Upsert {
-                    scope: scope.clone(),
-                    object: Box::new(object),
-                }),
-            None => Some(Input::Delete {
-                key: Self::engine_key(scope, &written.key),
-            }),
-        }
+        self.push_watch(scope, written);
+        self.pump();
     }
 
     /// Converts an API object for the engine; a malformed one is reported once and not fed.
@@ -502,7 +491,7 @@ impl Sim {
         }
     }
 
-    fn report_malformed(&mut self, scope: &Scope, key: &ObjKey, error: &str) {
+    pub(crate) fn report_malformed(&mut self, scope: &Scope, key: &ObjKey, error: &str) {
         if self.malformed.insert((scope.clone(), key.clone())) {
             let object = Self::describe(scope, key);
             self.line(
@@ -511,35 +500,6 @@ impl Sim {
                 object,
                 format!("the controllers ignore this object: {error}"),
             );
-        }
-    }
-
-    /// Relists one cluster into the engine (initial sync, after a watch gap or a restart).
-    pub(crate) fn relist(&mut self, scope: &Scope) {
-        let input = self.relist_input(scope);
-        self.feed(input);
-    }
-
-    /// A list of everything `scope` holds now, as one `Relist` input.
-    pub(crate) fn relist_input(&mut self, scope: &Scope) -> Input {
-        self.invariants.synced.insert(scope.clone());
-        let mut objects = Vec::new();
-        let mut malformed = Vec::new();
-        if let Some(store) = self.clusters.get(scope) {
-            for (key, value) in store.iter() {
-                match engine::convert::object_from_json(value) {
-                    Ok(Some(o)) => objects.push(o),
-                    Ok(None) => {}
-                    Err(e) => malformed.push((key.clone(), e.to_string())),
-                }
-            }
-        }
-        for (key, error) in malformed {
-            self.report_malformed(scope, &key, &error);
-        }
-        Input::Relist {
-            scope: scope.clone(),
-            objects,
         }
     }
 

@@ -45,9 +45,23 @@ struct ScopeMirror {
 #[derive(Debug, Default)]
 pub struct Mirror {
     scopes: BTreeMap<Scope, ScopeMirror>,
+    /// Objects that did not convert since the last [`Mirror::take_unreadable`].
+    unreadable: Vec<Unreadable>,
 }
 
-fn convert(scope: &Scope, value: &Value) -> Option<(ObjectKey, Object)> {
+/// An object a watch or list delivered that the controllers cannot read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unreadable {
+    pub scope: Scope,
+    pub object: Value,
+    pub error: String,
+}
+
+fn convert(
+    scope: &Scope,
+    value: &Value,
+    unreadable: &mut Vec<Unreadable>,
+) -> Option<(ObjectKey, Object)> {
     match object_from_json(value) {
         Ok(Some(object)) => Some((object.key(scope), object)),
         Ok(None) => None,
@@ -57,6 +71,11 @@ fn convert(scope: &Scope, value: &Value) -> Option<(ObjectKey, Object)> {
                 .and_then(Value::as_str)
                 .unwrap_or("?");
             tracing::warn!(object = name, "cannot read object: {e}");
+            unreadable.push(Unreadable {
+                scope: scope.clone(),
+                object: value.clone(),
+                error: e.to_string(),
+            });
             None
         }
     }
@@ -78,6 +97,11 @@ impl Mirror {
         self.scopes.remove(scope);
     }
 
+    /// The objects that did not convert since the last call.
+    pub fn take_unreadable(&mut self) -> Vec<Unreadable> {
+        std::mem::take(&mut self.unreadable)
+    }
+
     pub fn is_relisted(&self, scope: &Scope) -> bool {
         self.scopes.get(scope).is_some_and(|s| s.relisted)
     }
@@ -92,7 +116,7 @@ impl Mirror {
                 Vec::new()
             }
             StreamEvent::InitApply(v) => {
-                if let Some((key, object)) = convert(scope, &v) {
+                if let Some((key, object)) = convert(scope, &v, &mut self.unreadable) {
                     s.pending
                         .get_or_insert_with(BTreeMap::new)
                         .insert(key, object);
@@ -117,7 +141,7 @@ impl Mirror {
                 }]
             }
             StreamEvent::Apply(v) => {
-                let Some((key, object)) = convert(scope, &v) else {
+                let Some((key, object)) = convert(scope, &v, &mut self.unreadable) else {
                     return Vec::new();
                 };
                 s.objects.insert(key, object.clone());

@@ -166,6 +166,11 @@ impl Intake {
         self.outputs.pop_front()
     }
 
+    /// Objects delivered that the controllers cannot read, since the last call.
+    pub fn take_unreadable(&mut self) -> Vec<mirror::Unreadable> {
+        self.mirror.take_unreadable()
+    }
+
     /// Provider watches and workload connections for what a management object names.
     fn follow_references(&mut self, event: &StreamEvent) {
         let (object, deleted) = match event {

@@ -41,6 +41,23 @@ pub fn provider_refs(object: &Value) -> Vec<(String, Option<String>, String)> {
             out.push((group, version, made.to_string()));
         }
     }
+    // An InfraMachinePool names the kind of its instances (MachinePool Machines, §3.7).
+    if let Some(kind) = object
+        .pointer("/status/infrastructureMachineKind")
+        .and_then(Value::as_str)
+        && let Some((group, version)) = object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .and_then(|av| av.split_once('/'))
+        && group.ends_with(".cluster.x-k8s.io")
+        && !kind.is_empty()
+    {
+        out.push((
+            group.to_string(),
+            Some(version.to_string()),
+            kind.to_string(),
+        ));
+    }
     out
 }
 
@@ -76,6 +93,17 @@ mod tests {
                 ),
                 ("remediation.cluster.x-k8s.io", Some("v1beta1"), "Reboot"),
             ]
+        );
+        let pool = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DockerMachinePool",
+                          "status": {"infrastructureMachineKind": "DockerMachinePoolMachine"}});
+        assert_eq!(
+            provider_refs(&pool),
+            [(
+                "infrastructure.cluster.x-k8s.io".to_string(),
+                Some("v1beta1".to_string()),
+                "DockerMachinePoolMachine".to_string()
+            )],
+            "an InfraMachinePool's instances are watched (lifecycle run missed them)"
         );
         let core = json!({"spec": {"infrastructureRef": {"apiVersion": "v1", "kind": "Secret", "name": "s"}}});
         assert!(provider_refs(&core).is_empty());

@@ -1,0 +1,163 @@
+//! How the fake API's deliveries reach the engine: through `engine::intake`, the sans-IO piece
+//! `lifecycle run` drives with tokio, so the simulator keeps no second copy of it. Watching a
+//! resource type is listing it (`Init`, `InitApply` of each object, `InitDone`, as kube's
+//! `watcher` reports a list), then handing each write of that type over as a watch event;
+//! answers go in as they come back. What the intake makes of them (the first list of a cluster
+//! once every stream listed, a relist of the whole cluster when one stream lists again, one
+//! batch for whatever arrived together) is what the engine is fed.
+
+use crate::api::{ObjKey, Written};
+use crate::sim::Sim;
+use engine::intake::mirror::StreamEvent;
+use engine::intake::streams::stream_id;
+use engine::intake::{Arrival, Intake, Output};
+use engine::model::Scope;
+use engine::{ApiOutcome, BATCH_INPUTS_MAX, Input};
+use serde_json::Value;
+
+impl Sim {
+    /// A controller process starts: a fresh intake, whose watches list every cluster they may.
+    pub(crate) fn start_intake(&mut self) {
+        self.intake = Intake::new();
+        self.watched.clear();
+        self.deferred_watches.clear();
+        self.pump();
+    }
+
+    /// Feeds what the intake makes of what arrived, and carries out what it asks for, until
+    /// nothing is left.
+    pub(crate) fn pump(&mut self) {
+        loop {
+            while let Some(input) = self.intake.next_input(BATCH_INPUTS_MAX) {
+                self.report_unreadable();
+                self.feed(input);
+            }
+            self.report_unreadable();
+            let Some(output) = self.intake.poll_output() else {
+                break;
+            };
+            match output {
+                Output::Watch(key) => self.start_watch(&key.scope, key.id()),
+                Output::WatchProvider { group, kind, .. } => {
+                    self.start_watch(&Scope::Management, stream_id(&group, &kind))
+                }
+                Output::Connect(scope) => self.intake.push(Arrival::Connected { scope }),
+                Output::Disconnect(scope) => {
+                    self.watched.retain(|(s, _)| *s != scope);
+                    self.deferred_watches.retain(|(s, _)| *s != scope);
+                }
+            }
+        }
+    }
+
+    /// A watcher starts by listing; a cluster whose cache a fault holds unsynced lists later.
+    fn start_watch(&mut self, scope: &Scope, stream: String) {
+        if self.faults.unsynced.contains(scope) {
+            self.deferred_watches.insert((scope.clone(), stream));
+            return;
+        }
+        self.list_stream(scope, &stream);
+        self.watched.insert((scope.clone(), stream));
+    }
+
+    /// One stream's list, as kube's `watcher` reports it.
+    pub(crate) fn list_stream(&mut self, scope: &Scope, stream: &str) {
+        let (group, kind) = stream.split_once('/').unwrap_or(("", stream));
+        let objects: Vec<Value> = self
+            .store(scope)
+            .map(|s| s.list(group, kind).map(|(_, v)| v.clone()).collect())
+            .unwrap_or_default();
+        let push = |sim: &mut Sim, event| {
+            sim.intake.push(Arrival::Watch {
+                scope: scope.clone(),
+                stream: stream.to_string(),
+                event,
+            })
+        };
+        push(self, StreamEvent::Init);
+        for object in objects {
+            push(self, StreamEvent::InitApply(object));
+        }
+        push(self, StreamEvent::InitDone);
+    }
+
+    /// Every watcher of `scope` lists again (its watch missed events), and the ones a fault held
+    /// back start; then what that makes is fed.
+    pub(crate) fn relist(&mut self, scope: &Scope) {
+        let deferred: Vec<String> = self
+            .deferred_watches
+            .iter()
+            .filter(|(s, _)| s == scope)
+            .map(|(_, id)| id.clone())
+            .collect();
+        self.deferred_watches.retain(|(s, _)| s != scope);
+        let watched: Vec<String> = self
+            .watched
+            .iter()
+            .filter(|(s, _)| s == scope)
+            .map(|(_, id)| id.clone())
+            .collect();
+        for stream in watched {
+            self.list_stream(scope, &stream);
+        }
+        for stream in deferred {
+            self.start_watch(scope, stream);
+        }
+        self.pump();
+    }
+
+    /// The streams `scope` is watched by.
+    pub(crate) fn streams_of(&self, scope: &Scope) -> Vec<String> {
+        self.watched
+            .iter()
+            .filter(|(s, _)| s == scope)
+            .map(|(_, id)| id.clone())
+            .collect()
+    }
+
+    /// The watch event of a write, when its type is watched in that cluster.
+    pub(crate) fn push_watch(&mut self, scope: &Scope, written: &Written) {
+        let stream = stream_id(&written.key.group, &written.key.kind);
+        if !self.watched.contains(&(scope.clone(), stream.clone())) {
+            return;
+        }
+        let event = match (&written.object, &written.removed) {
+            (Some(object), _) => StreamEvent::Apply(object.clone()),
+            (None, Some(last)) => StreamEvent::Delete(last.clone()),
+            (None, None) => return,
+        };
+        self.intake.push(Arrival::Watch {
+            scope: scope.clone(),
+            stream,
+            event,
+        });
+    }
+
+    /// A command's answer.
+    pub(crate) fn push_result(&mut self, command: u64, outcome: ApiOutcome) {
+        self.intake.push(Arrival::Result { command, outcome });
+    }
+
+    /// The answer the intake gives at once for a command whose cluster has no connection.
+    pub(crate) fn dispatch(&mut self, command: &engine::Command) -> Option<Input> {
+        self.intake.dispatch(command)
+    }
+
+    fn report_unreadable(&mut self) {
+        for u in self.intake.take_unreadable() {
+            let key = ObjKey::of(&u.object);
+            self.report_malformed(&u.scope, &key, &u.error);
+        }
+    }
+
+    /// Marks the clusters an input relists as listed since the controller started.
+    pub(crate) fn note_synced(&mut self, input: &Input) {
+        match input {
+            Input::Relist { scope, .. } => {
+                self.invariants.synced.insert(scope.clone());
+            }
+            Input::Batch { inputs } => inputs.iter().for_each(|i| self.note_synced(i)),
+            _ => {}
+        }
+    }
+}
