@@ -15,6 +15,7 @@
 
 mod batch;
 mod chunks;
+mod commit;
 mod durable;
 mod error;
 mod read;
@@ -23,6 +24,7 @@ mod snapshot;
 mod tests;
 
 pub use batch::{FORMAT_VERSION, RecordRef};
+pub use commit::COMMITS_FILE;
 pub use error::JournalError;
 pub use read::Records;
 pub use snapshot::{SNAPSHOTS_KEPT_MAX, Snapshot, SnapshotProblem};
@@ -37,6 +39,10 @@ const TREE_SNAPSHOTS: &str = "snapshots";
 const TREE_META: &str = "meta";
 const META_FORMAT_VERSION: &str = "format_version";
 const META_CREATED_BY: &str = "created_by";
+/// The journal's format (in `meta`): 2 adds the commit record. Batches keep [`FORMAT_VERSION`].
+pub const JOURNAL_FORMAT_VERSION: u16 = 2;
+/// The previous release's journals (no commit record): read, and upgraded on open.
+pub const JOURNAL_FORMAT_VERSION_LEGACY: u16 = 1;
 /// sled's segment size, fixed when a journal is created (sled refuses to reopen with another).
 ///
 /// Why so small: batches are larger than a quarter segment, so sled stores each in its own blob
@@ -113,6 +119,11 @@ pub struct OpenReport {
     pub truncated_tail: Option<TruncatedTail>,
     /// The seq the next appended record will get.
     pub next_seq: u64,
+    /// The last seq the commit record vouches for (checked against the store on open).
+    pub committed_through: u64,
+    /// The journal was written by this older format and has been upgraded (commit record
+    /// written for every record it held).
+    pub upgraded_from: Option<u16>,
 }
 
 /// The batch removed from the end of the journal on open.
@@ -164,6 +175,8 @@ pub struct VerifyReport {
     pub batches_checked: u64,
     pub records_checked: u64,
     pub last_seq: Option<u64>,
+    /// The last seq the commit record vouches for.
+    pub committed_through: u64,
     /// At most [`VERIFY_PROBLEMS_MAX`], in seq order.
     pub problems: Vec<VerifyProblem>,
     pub snapshot_problems: Vec<SnapshotProblem>,
@@ -191,6 +204,9 @@ pub enum Damage {
     MetaFormatVersion { version: u16 },
     /// Flip one bit in the state of the snapshot through `through_seq`.
     FlipSnapshot { through_seq: u64 },
+    /// Cut the commit record back to the entries that end before `seq`, as a crash between
+    /// sled's flush and the commit write would (records from `seq` on become unacknowledged).
+    UncommitFrom { seq: u64 },
 }
 
 /// An open journal. Holds sled's exclusive lock on the directory until dropped.
@@ -208,6 +224,12 @@ pub struct Journal {
     next_seq: u64,
     encode_buf: Vec<u8>,
     blob_sync: durable::BlobSync,
+    commits: commit::CommitLog,
+    /// Digest of the values appended since the last commit entry.
+    pending: commit::Digest,
+    /// `pending` is unknown (a failed append, or records found uncommitted on open): recompute
+    /// it from the store before committing.
+    pending_dirty: bool,
 }
 
 impl std::fmt::Debug for Journal {
@@ -229,6 +251,27 @@ impl Journal {
     pub fn open(dir: &Path, opts: JournalOptions) -> Result<(Journal, OpenReport), JournalError> {
         let opts = clamp_options(opts);
         create_private_dir(dir)?;
+        // sled panics on some damaged files; that is an error about the journal, not a crash.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Journal::open_checked(dir, opts)
+        }))
+        .unwrap_or_else(|panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(JournalError::StorePanicked {
+                dir: dir.to_path_buf(),
+                message,
+            })
+        })
+    }
+
+    fn open_checked(
+        dir: &Path,
+        opts: JournalOptions,
+    ) -> Result<(Journal, OpenReport), JournalError> {
         let config = sled::Config::new()
             .path(dir)
             .cache_capacity(opts.cache_bytes)
@@ -244,7 +287,42 @@ impl Journal {
         let chunks = Chunks::load(&db)?;
         let snapshots = tree(TREE_SNAPSHOTS)?;
         let meta = tree(TREE_META)?;
-        let created = check_or_write_meta(&meta, &chunks)?;
+        let loaded = commit::load(dir, |_| {})?;
+        let committed = loaded.as_ref().map_or(0, |l| l.committed_through());
+        let stored_version = read_meta_version(&meta)?;
+        let (created, upgrading) = match stored_version {
+            None if chunks.starts().is_empty() => {
+                if committed > 0 {
+                    return Err(JournalError::RecordsMissing {
+                        first: 1,
+                        last: committed,
+                        stored_last: 0,
+                    });
+                }
+                write_meta(&meta, true)?;
+                (true, false)
+            }
+            None => {
+                return Err(JournalError::Corrupt {
+                    seq: chunks.starts().first().copied().unwrap_or(1),
+                    reason: "journal has batches but no meta record".into(),
+                });
+            }
+            Some(JOURNAL_FORMAT_VERSION_LEGACY) => (false, loaded.is_none()),
+            Some(JOURNAL_FORMAT_VERSION) => (false, false),
+            Some(found) => {
+                return Err(JournalError::UnknownFormat {
+                    found,
+                    supported: JOURNAL_FORMAT_VERSION,
+                    seq: None,
+                });
+            }
+        };
+        let loaded = loaded.unwrap_or_default();
+        let blob_sync = durable::BlobSync::new(dir).map_err(|e| JournalError::Storage {
+            op: "listing blob files",
+            source: e.into(),
+        })?;
         let mut journal = Journal {
             dir: dir.to_path_buf(),
             db,
@@ -253,25 +331,70 @@ impl Journal {
             opts,
             next_seq: 1,
             encode_buf: Vec::new(),
-            blob_sync: durable::BlobSync::new(dir).map_err(|e| JournalError::Storage {
-                op: "listing blob files",
-                source: e.into(),
-            })?,
+            blob_sync,
+            commits: commit::CommitLog::open_for_append(dir, &loaded)?,
+            pending: commit::Digest::default(),
+            pending_dirty: true,
         };
-        let truncated_tail = journal.truncate_torn_tail()?;
+        let truncated_tail = journal.truncate_torn_tail(committed)?;
         journal.next_seq = journal.read_next_seq()?;
-        if created || truncated_tail.is_some() {
+        let stored_last = journal.next_seq - 1;
+        if stored_last < committed {
+            return Err(JournalError::RecordsMissing {
+                first: stored_last + 1,
+                last: committed,
+                stored_last,
+            });
+        }
+        if let Some(last) = loaded.last {
+            match commit::digest_range(&journal.chunks, last.first_seq, last.last_seq) {
+                Ok(d) if d == last.digest => {}
+                Ok(_) => {
+                    return Err(JournalError::RecordsDamaged {
+                        first: last.first_seq,
+                        last: last.last_seq,
+                        reason: "they differ from what the commit record says was written".into(),
+                    });
+                }
+                Err(reason) => {
+                    return Err(JournalError::RecordsDamaged {
+                        first: last.first_seq,
+                        last: last.last_seq,
+                        reason,
+                    });
+                }
+            }
+        } else if stored_last > 0 && !upgrading {
+            return Err(JournalError::CommitMissing {
+                dir: dir.to_path_buf(),
+                last_seq: stored_last,
+            });
+        }
+        if created || truncated_tail.is_some() || upgrading || stored_last > committed {
+            journal.flush()?;
+        }
+        if upgrading {
+            write_meta(&journal.meta_tree()?, false)?;
             journal
                 .db
                 .flush()
-                .map_err(JournalError::storage("flushing after open"))?;
+                .map_err(JournalError::storage("flushing after an upgrade"))?;
+            tracing::warn!(dir = %dir.display(), from = JOURNAL_FORMAT_VERSION_LEGACY, to = JOURNAL_FORMAT_VERSION, "upgraded journal: wrote a commit record for its records");
         }
         let report = OpenReport {
             created,
             truncated_tail,
             next_seq: journal.next_seq,
+            committed_through: journal.commits.committed_through(),
+            upgraded_from: upgrading.then_some(JOURNAL_FORMAT_VERSION_LEGACY),
         };
         Ok((journal, report))
+    }
+
+    fn meta_tree(&self) -> Result<sled::Tree, JournalError> {
+        self.db
+            .open_tree(TREE_META)
+            .map_err(JournalError::storage("opening a tree"))
     }
 
     pub fn dir(&self) -> &Path {
@@ -323,6 +446,7 @@ impl Journal {
             }
             Err(e) => {
                 // Some values may be stored; learn where the journal really ends.
+                self.pending_dirty = true;
                 if let Ok(next) = self.read_next_seq() {
                     self.next_seq = next;
                 }
@@ -347,10 +471,32 @@ impl Journal {
                 op: "syncing blob files",
                 source: e.into(),
             })?;
-        self.db
-            .flush()
-            .map(|_| ())
-            .map_err(JournalError::storage("flushing"))
+        self.db.flush().map_err(JournalError::storage("flushing"))?;
+        self.commit_durable()
+    }
+
+    /// Writes the commit entry for the records sled has just made durable.
+    fn commit_durable(&mut self) -> Result<(), JournalError> {
+        let committed = self.commits.committed_through();
+        let last = self.next_seq - 1;
+        if last <= committed {
+            return Ok(());
+        }
+        let digest = if self.pending_dirty {
+            commit::digest_range(&self.chunks, committed + 1, last).map_err(|reason| {
+                JournalError::RecordsDamaged {
+                    first: committed + 1,
+                    last,
+                    reason,
+                }
+            })?
+        } else {
+            std::mem::take(&mut self.pending).finish()
+        };
+        self.commits.commit(committed + 1, last, digest)?;
+        self.pending = commit::Digest::default();
+        self.pending_dirty = false;
+        Ok(())
     }
 
     fn flush_per_durability(&mut self) -> Result<(), JournalError> {
@@ -383,6 +529,9 @@ impl Journal {
                 "a batch must decode as it was encoded"
             );
             let stored = self.chunks.insert_new(first_seq, &buf);
+            if stored.is_ok() {
+                self.pending.update(&buf);
+            }
             self.encode_buf = buf;
             stored?;
             self.next_seq += u64::from(count);
@@ -590,6 +739,7 @@ impl Journal {
             expected = Some(view.last_seq() + 1);
             report.last_seq = Some(view.last_seq());
         }
+        self.verify_commits(&mut report);
         for entry in self.snapshots.iter() {
             match entry {
                 Ok((key, value)) => {
@@ -608,6 +758,62 @@ impl Journal {
             }
         }
         report
+    }
+
+    /// Checks every commit entry against the store.
+    fn verify_commits(&self, report: &mut VerifyReport) {
+        let stored_last = report.last_seq.unwrap_or(0);
+        let mut problems = Vec::new();
+        let loaded = commit::load(&self.dir, |e| {
+            if problems.len() >= VERIFY_PROBLEMS_MAX {
+                return;
+            }
+            if e.last_seq > stored_last {
+                let first = e.first_seq.max(stored_last + 1);
+                problems.push(VerifyProblem {
+                    seq: first,
+                    reason: format!(
+                        "records {first}..{} are missing: committed but not in the store",
+                        e.last_seq
+                    ),
+                });
+                return;
+            }
+            match commit::digest_range(&self.chunks, e.first_seq, e.last_seq) {
+                Ok(d) if d == e.digest => {}
+                Ok(_) => problems.push(VerifyProblem {
+                    seq: e.first_seq,
+                    reason: format!(
+                        "records {}..{} differ from what the commit record says was written",
+                        e.first_seq, e.last_seq
+                    ),
+                }),
+                Err(reason) => problems.push(VerifyProblem {
+                    seq: e.first_seq,
+                    reason: format!(
+                        "committed records {}..{} are damaged: {reason}",
+                        e.first_seq, e.last_seq
+                    ),
+                }),
+            }
+        });
+        match loaded {
+            Ok(Some(l)) => report.committed_through = l.committed_through(),
+            Ok(None) if stored_last > 0 => problems.push(VerifyProblem {
+                seq: 1,
+                reason: format!("records 1..{stored_last} have no commit record"),
+            }),
+            Ok(None) => {}
+            Err(e) => problems.push(VerifyProblem {
+                seq: 0,
+                reason: e.to_string(),
+            }),
+        }
+        for p in problems {
+            if report.problems.len() < VERIFY_PROBLEMS_MAX {
+                report.problems.push(p);
+            }
+        }
     }
 
     /// Damages stored data on purpose. Tests only.
@@ -670,6 +876,29 @@ impl Journal {
                 meta.insert(META_FORMAT_VERSION, &version.to_le_bytes())
                     .map_err(JournalError::storage("damage"))?;
             }
+            Damage::UncommitFrom { seq } => {
+                let mut keep = 0u64;
+                commit::load(&self.dir, |e| {
+                    if e.last_seq < seq {
+                        keep += 1;
+                    }
+                })?;
+                let path = self.dir.join(COMMITS_FILE);
+                let io = |source| JournalError::CommitIo {
+                    path: path.clone(),
+                    source,
+                };
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map_err(io)?;
+                f.set_len(keep * commit::ENTRY_BYTES as u64).map_err(io)?;
+                let loaded = commit::load(&self.dir, |_| {})?.unwrap_or_default();
+                self.commits = commit::CommitLog::open_for_append(&self.dir, &loaded)?;
+                self.pending_dirty = true;
+                // Leave the tail unacknowledged: no flush (it would commit it again).
+                return Ok(());
+            }
             Damage::FlipSnapshot { through_seq } => {
                 let key = seq_key(through_seq);
                 let mut value = self
@@ -691,8 +920,12 @@ impl Journal {
         self.flush()
     }
 
-    /// Removes the last batch if it fails its checks (a torn write).
-    fn truncate_torn_tail(&mut self) -> Result<Option<TruncatedTail>, JournalError> {
+    /// Removes the last batch if it fails its checks (a torn write) and lies beyond
+    /// `committed` (an acknowledged batch is never dropped: that is an error).
+    fn truncate_torn_tail(
+        &mut self,
+        committed: u64,
+    ) -> Result<Option<TruncatedTail>, JournalError> {
         let Some((tree, seq, value)) = self.chunks.last_batch()? else {
             return Ok(None);
         };
@@ -700,6 +933,13 @@ impl Journal {
             .and_then(|view| view.records().try_for_each(|r| r.map(|_| ())));
         match checked {
             Ok(()) => Ok(None),
+            Err(JournalError::Corrupt { reason, .. }) if seq <= committed => {
+                Err(JournalError::RecordsDamaged {
+                    first: seq,
+                    last: committed,
+                    reason,
+                })
+            }
             Err(JournalError::Corrupt { reason, .. }) => {
                 tracing::warn!(from_seq = seq, bytes = value.len(), %reason, "removing torn last batch of the journal");
                 self.chunks.remove_batch(&tree, seq)?;
@@ -786,14 +1026,14 @@ fn map_open_error(dir: &Path, e: sled::Error) -> JournalError {
     }
 }
 
-/// Returns whether the journal was just created.
-fn check_or_write_meta(meta: &sled::Tree, chunks: &Chunks) -> Result<bool, JournalError> {
+/// The journal format version stored in `meta`, `None` when there is none.
+fn read_meta_version(meta: &sled::Tree) -> Result<Option<u16>, JournalError> {
     let stored = meta
         .get(META_FORMAT_VERSION)
         .map_err(JournalError::storage("reading meta"))?;
-    match stored {
-        Some(v) => {
-            let found = <[u8; 2]>::try_from(&v[..])
+    stored
+        .map(|v| {
+            <[u8; 2]>::try_from(&v[..])
                 .map(u16::from_le_bytes)
                 .map_err(|_| JournalError::Corrupt {
                     seq: 0,
@@ -801,33 +1041,22 @@ fn check_or_write_meta(meta: &sled::Tree, chunks: &Chunks) -> Result<bool, Journ
                         "journal meta format_version is {} bytes, expected 2",
                         v.len()
                     ),
-                })?;
-            if found != FORMAT_VERSION {
-                return Err(JournalError::UnknownFormat {
-                    found,
-                    supported: FORMAT_VERSION,
-                    seq: None,
-                });
-            }
-            Ok(false)
-        }
-        None => {
-            if let Some(&start) = chunks.starts().first() {
-                return Err(JournalError::Corrupt {
-                    seq: start,
-                    reason: "journal has batches but no meta record".into(),
-                });
-            }
-            meta.insert(META_FORMAT_VERSION, &FORMAT_VERSION.to_le_bytes())
-                .map_err(JournalError::storage("writing meta"))?;
-            meta.insert(
-                META_CREATED_BY,
-                concat!("engine ", env!("CARGO_PKG_VERSION")),
-            )
-            .map_err(JournalError::storage("writing meta"))?;
-            Ok(true)
-        }
+                })
+        })
+        .transpose()
+}
+
+fn write_meta(meta: &sled::Tree, created: bool) -> Result<(), JournalError> {
+    meta.insert(META_FORMAT_VERSION, &JOURNAL_FORMAT_VERSION.to_le_bytes())
+        .map_err(JournalError::storage("writing meta"))?;
+    if created {
+        meta.insert(
+            META_CREATED_BY,
+            concat!("engine ", env!("CARGO_PKG_VERSION")),
+        )
+        .map_err(JournalError::storage("writing meta"))?;
     }
+    Ok(())
 }
 
 /// `(sum of file lengths, sum of allocated blocks)` under `dir`, two levels deep (sled keeps
