@@ -280,6 +280,10 @@ impl Journal {
             .use_compression(false)
             .flush_every_ms(Some(500));
         let db = open_sled(dir, &config)?;
+        make_private(dir).map_err(|source| JournalError::CreateDir {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
         let tree = |name: &'static str| {
             db.open_tree(name)
                 .map_err(JournalError::storage("opening a tree"))
@@ -979,10 +983,52 @@ fn clamp_options(mut opts: JournalOptions) -> JournalOptions {
     opts
 }
 
+/// Journal directory mode; files in it get [`PRIVATE_FILE_MODE`], subdirectories this.
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
+pub const PRIVATE_FILE_MODE: u32 = 0o600;
+
+/// Narrows the directory, its files and subdirectories (sled's `blobs/`) to the private modes:
+/// inputs hold cluster data. Never widens a narrower mode.
+fn make_private(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let narrow = |path: &Path, md: &std::fs::Metadata, mode: u32| {
+        let current = md.permissions().mode() & 0o777;
+        if current & !mode != 0 {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(current & mode))
+        } else {
+            Ok(())
+        }
+    };
+    let mut dirs = vec![(dir.to_path_buf(), 0u32)];
+    while let Some((d, depth)) = dirs.pop() {
+        narrow(&d, &std::fs::metadata(&d)?, PRIVATE_DIR_MODE)?;
+        for entry in std::fs::read_dir(&d)? {
+            let entry = entry?;
+            let md = match entry.metadata() {
+                Ok(md) => md,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            if md.is_dir() && depth < 2 {
+                dirs.push((entry.path(), depth + 1));
+            } else if md.is_file() {
+                match narrow(&entry.path(), &md, PRIVATE_FILE_MODE) {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    other => other?,
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn create_private_dir(dir: &Path) -> Result<(), JournalError> {
     use std::os::unix::fs::DirBuilderExt;
     if dir.is_dir() {
-        return Ok(());
+        return make_private(dir).map_err(|source| JournalError::CreateDir {
+            dir: dir.to_path_buf(),
+            source,
+        });
     }
     std::fs::DirBuilder::new()
         .recursive(true)

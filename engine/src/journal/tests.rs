@@ -308,6 +308,44 @@ fn directory_is_created_private() {
     assert_eq!(mode, 0o700);
 }
 
+fn assert_private(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(dir), PRIVATE_DIR_MODE);
+    for file in journal_files(dir) {
+        assert_eq!(mode(&dir.join(&file)), PRIVATE_FILE_MODE, "{file:?}");
+        if let Some(parent) = file.parent().filter(|p| !p.as_os_str().is_empty()) {
+            assert_eq!(mode(&dir.join(parent)), PRIVATE_DIR_MODE, "{parent:?}");
+        }
+    }
+}
+
+#[test]
+fn every_file_is_private_and_a_wider_existing_journal_is_narrowed_on_open() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("j");
+    {
+        // Batches larger than a quarter segment go to blob files.
+        let (mut j, _) = open(&dir);
+        let big = vec![7u8; 4096];
+        j.append_batch(&[(Timestamp(1), &big[..])]).unwrap();
+        assert!(
+            journal_files(&dir).iter().any(|f| f.starts_with("blobs")),
+            "a blob file was written"
+        );
+        assert_private(&dir);
+    }
+    let wide = std::fs::Permissions::from_mode(0o755);
+    std::fs::set_permissions(&dir, wide.clone()).unwrap();
+    std::fs::set_permissions(dir.join("blobs"), wide).unwrap();
+    for file in journal_files(&dir) {
+        std::fs::set_permissions(dir.join(file), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let _j = open(&dir);
+    assert_private(&dir);
+}
+
 #[test]
 fn second_open_in_process_is_locked() {
     let tmp = tempfile::tempdir().unwrap();
