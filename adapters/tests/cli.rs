@@ -240,3 +240,42 @@ fn a_batched_run_feeds_each_instants_inputs_as_batches_and_still_passes() {
     assert!(batched.contains(": batch of "), "{batched}");
     assert!(journaled(&batched) < journaled(&plain), "{batched}");
 }
+
+#[test]
+fn log_repair_truncate_keeps_the_good_records_and_verify_is_ok_after() {
+    let tmp = tempfile::tempdir().unwrap();
+    let journal = simulated_journal(tmp.path());
+    let db = journal.join("db");
+    let mut bytes = std::fs::read(&db).unwrap();
+    bytes[11100] ^= 0xff;
+    std::fs::write(&db, &bytes).unwrap();
+    let refused = lifecycle()
+        .args(["log", "repair", "--journal"])
+        .arg(&journal)
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(3));
+    let out = lifecycle()
+        .args(["log", "repair", "--truncate", "--journal"])
+        .arg(&journal)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("lost: committed records ") && text.contains("..53"),
+        "{text}"
+    );
+    let verify = lifecycle()
+        .args(["log", "verify", "--journal"])
+        .arg(&journal)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&verify.stdout);
+    assert_eq!(verify.status.code(), Some(0), "{text}");
+}

@@ -61,6 +61,17 @@ pub enum LogCommand {
         #[arg(long)]
         journal: PathBuf,
     },
+    /// With --truncate: keep the records before the first missing or damaged one, remove the
+    /// rest (and snapshots beyond it), rewrite the commit record, and print what was removed.
+    /// Writes the journal: stop the controller first. Exit codes: 0 repaired (or intact); 3
+    /// not done (no --truncate, no journal, locked, unusable).
+    Repair {
+        #[arg(long)]
+        journal: PathBuf,
+        /// Confirms that records after the last good one may be removed.
+        #[arg(long)]
+        truncate: bool,
+    },
 }
 
 pub fn main(command: LogCommand) -> u8 {
@@ -72,6 +83,7 @@ pub fn main(command: LogCommand) -> u8 {
             from,
         } => show(&journal, format, from),
         LogCommand::Stats { journal } => stats(&journal),
+        LogCommand::Repair { journal, truncate } => repair(&journal, truncate),
     };
     match result {
         Ok(code) => code,
@@ -333,5 +345,42 @@ fn stats(dir: &Path) -> Result<u8, Failure> {
     for (seq, bytes) in &s.snapshots {
         println!("snapshot       through {seq} ({bytes} bytes)");
     }
+    Ok(EXIT_OK)
+}
+
+fn repair(dir: &Path, truncate: bool) -> Result<u8, Failure> {
+    if !truncate {
+        return Err(Failure::Unusable(
+            "log repair changes the journal: pass --truncate to keep only the records before the first damaged one".into(),
+        ));
+    }
+    if !dir.join("conf").exists() && !dir.join("db").exists() {
+        return Err(Failure::Unusable(format!(
+            "{}: no journal here",
+            dir.display()
+        )));
+    }
+    let r = Journal::repair_truncate(dir, JournalOptions::default())
+        .map_err(|e| Failure::Unusable(format!("{}: {e}", dir.display())))?;
+    let kept = r.kept_through;
+    println!("{}: kept records 1..{kept}", dir.display());
+    if let Some(problem) = &r.first_problem {
+        println!("first problem: {problem}");
+    }
+    if r.batches_removed > 0 {
+        println!(
+            "removed {} stored batch(es) after record {kept}",
+            r.batches_removed
+        );
+    }
+    match r.committed_before {
+        Some(c) if c > kept => println!("lost: committed records {}..{c}", kept + 1),
+        Some(_) => {}
+        None => println!("the old commit record was missing or unreadable"),
+    }
+    for seq in &r.snapshots_removed {
+        println!("removed snapshot through {seq}");
+    }
+    println!("commit record rewritten: records 1..{kept}");
     Ok(EXIT_OK)
 }

@@ -270,3 +270,34 @@ impl CommitLog {
         Ok(())
     }
 }
+
+/// Replaces the commit record with one entry for `1..=last` (nothing when `last` is 0):
+/// written to a new file, fsynced, then renamed over the old one.
+pub(crate) fn rewrite(dir: &Path, last: u64, digest: u64) -> Result<(), JournalError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(COMMITS_FILE);
+    let fresh = dir.join(format!("{COMMITS_FILE}.new"));
+    let io = |source| JournalError::CommitIo {
+        path: path.clone(),
+        source,
+    };
+    let mut file = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&fresh)
+        .map_err(io)?;
+    if last > 0 {
+        let entry = CommitEntry {
+            first_seq: 1,
+            last_seq: last,
+            digest,
+            chain: chain_next(CHAIN_START, 1, last, digest),
+        };
+        file.write_all(&entry.encode()).map_err(io)?;
+    }
+    file.sync_all().map_err(io)?;
+    std::fs::rename(&fresh, &path).map_err(io)?;
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io)
+}

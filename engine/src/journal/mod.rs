@@ -19,6 +19,7 @@ mod commit;
 mod durable;
 mod error;
 mod read;
+mod repair;
 mod snapshot;
 #[cfg(test)]
 mod tests;
@@ -27,6 +28,7 @@ pub use batch::{FORMAT_VERSION, RecordRef};
 pub use commit::COMMITS_FILE;
 pub use error::JournalError;
 pub use read::Records;
+pub use repair::RepairReport;
 pub use snapshot::{SNAPSHOTS_KEPT_MAX, Snapshot, SnapshotProblem};
 
 use crate::time::Timestamp;
@@ -252,34 +254,14 @@ impl Journal {
         let opts = clamp_options(opts);
         create_private_dir(dir)?;
         // sled panics on some damaged files; that is an error about the journal, not a crash.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            Journal::open_checked(dir, opts)
-        }))
-        .unwrap_or_else(|panic| {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(JournalError::StorePanicked {
-                dir: dir.to_path_buf(),
-                message,
-            })
-        })
+        contain_panics(dir, || Journal::open_checked(dir, opts))
     }
 
     fn open_checked(
         dir: &Path,
         opts: JournalOptions,
     ) -> Result<(Journal, OpenReport), JournalError> {
-        let config = sled::Config::new()
-            .path(dir)
-            .cache_capacity(opts.cache_bytes)
-            .mode(sled::Mode::HighThroughput)
-            .segment_size(existing_segment_bytes(dir).unwrap_or(opts.segment_bytes))
-            .use_compression(false)
-            .flush_every_ms(Some(500));
-        let db = open_sled(dir, &config)?;
+        let db = open_sled(dir, &sled_config(dir, &opts))?;
         make_private(dir).map_err(|source| JournalError::CreateDir {
             dir: dir.to_path_buf(),
             source,
@@ -969,6 +951,34 @@ fn header_first_seq(value: &[u8]) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&value[4..12]);
     u64::from_le_bytes(a)
+}
+
+fn sled_config(dir: &Path, opts: &JournalOptions) -> sled::Config {
+    sled::Config::new()
+        .path(dir)
+        .cache_capacity(opts.cache_bytes)
+        .mode(sled::Mode::HighThroughput)
+        .segment_size(existing_segment_bytes(dir).unwrap_or(opts.segment_bytes))
+        .use_compression(false)
+        .flush_every_ms(Some(500))
+}
+
+/// Runs `f`, turning a sled panic into [`JournalError::StorePanicked`].
+fn contain_panics<T>(
+    dir: &Path,
+    f: impl FnOnce() -> Result<T, JournalError>,
+) -> Result<T, JournalError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(JournalError::StorePanicked {
+            dir: dir.to_path_buf(),
+            message,
+        })
+    })
 }
 
 fn clamp_options(mut opts: JournalOptions) -> JournalOptions {

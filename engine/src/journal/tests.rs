@@ -735,3 +735,60 @@ fn damaged_files_never_lose_committed_records_silently() {
     }
     assert!(reported > 0);
 }
+
+#[test]
+fn repair_truncates_to_the_last_good_record_and_rewrites_the_commit_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 30, 10);
+    j.write_snapshot(20, Timestamp(1), b"twenty").unwrap();
+    j.damage_for_test(Damage::FlipRecord { seq: 15 }).unwrap();
+    drop(j);
+    let report = Journal::repair_truncate(tmp.path(), JournalOptions::default()).unwrap();
+    assert_eq!(report.kept_through, 14);
+    assert_eq!(report.committed_before, Some(30));
+    assert_eq!(report.batches_removed, 1);
+    assert_eq!(report.snapshots_removed, vec![20]);
+    assert!(report.first_problem.is_some());
+    let (mut j, open_report) = open(tmp.path());
+    assert_eq!(
+        (open_report.next_seq, open_report.committed_through),
+        (15, 14)
+    );
+    let (records, err) = read_all(&j, 1);
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(records.len(), 14);
+    assert_intact(&records, 1);
+    assert!(j.verify().is_clean(), "{:?}", j.verify());
+    append_n(&mut j, 3, 3);
+    assert!(j.verify().is_clean());
+}
+
+#[test]
+fn repair_accounts_for_records_the_store_lost_and_opens_clean_after() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 30, 10);
+    j.damage_for_test(Damage::RemoveBatch { seq: 21 }).unwrap();
+    drop(j);
+    assert!(matches!(
+        Journal::open(tmp.path(), JournalOptions::default()),
+        Err(JournalError::RecordsMissing {
+            first: 21,
+            last: 30,
+            ..
+        })
+    ));
+    let report = Journal::repair_truncate(tmp.path(), JournalOptions::default()).unwrap();
+    assert_eq!(
+        (
+            report.kept_through,
+            report.committed_before,
+            report.batches_removed
+        ),
+        (20, Some(30), 0)
+    );
+    let (j, _) = open(tmp.path());
+    assert!(j.verify().is_clean());
+    assert_eq!(j.last_seq(), Some(20));
+}
