@@ -6,21 +6,18 @@
 //! copied first (everything it vouches for was flushed to sled before it was written), so the
 //! copy is checked up to the sequence the copied commit record covers.
 
+use adapters::kube::journal_log::{JOURNAL_OPEN_TIMEOUT_S, OpenFailure, open_bounded};
 use clap::{Subcommand, ValueEnum};
 use engine::journal::{COMMITS_FILE, JournalError};
 use engine::journal::{Journal, JournalOptions};
 use engine::recovery;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// Exit codes of `lifecycle log ...`.
 pub const EXIT_OK: u8 = 0;
 pub const EXIT_DAMAGE: u8 = 1;
 pub const EXIT_UNUSABLE: u8 = 3;
-/// sled can spin forever on some damaged files (a missing newest blob), and a spinning thread
-/// cannot be cancelled: after this long the process exits with [`EXIT_UNUSABLE`].
-const OPEN_TIMEOUT_S: u64 = 60;
 const EXIT_CODES_HELP: &str = "Exit codes: 0 ok; 1 the journal is damaged (records missing or failing their checks); 3 the tool could not do its job (no journal, copy failed, journal unusable, open timed out).";
 
 /// Why a command failed, deciding the exit code.
@@ -173,19 +170,17 @@ fn open(dir: &Path) -> Result<JournalCopy, Failure> {
         .map_err(|e| unusable("cannot create a temporary directory", e))?;
     let copy = tmp.path().join("journal");
     copy_journal(dir, &copy).map_err(|e| unusable("cannot copy the journal", e))?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(Journal::open(&copy, JournalOptions::default()));
-    });
-    let opened = match rx.recv_timeout(Duration::from_secs(OPEN_TIMEOUT_S)) {
-        Ok(opened) => opened,
-        Err(_) => {
+    let opened = match open_bounded(&copy, JournalOptions::default(), JOURNAL_OPEN_TIMEOUT_S) {
+        Err(OpenFailure::TimedOut { after_s }) => {
             eprintln!(
-                "{}: opening the journal did not finish within {OPEN_TIMEOUT_S} s (sled is stuck on damaged files); giving up",
+                "{}: opening the journal did not finish within {after_s} s (sled is stuck on damaged files); giving up",
                 dir.display()
             );
+            // The spinning sled thread cannot be stopped: only exiting ends it.
             std::process::exit(i32::from(EXIT_UNUSABLE));
         }
+        Err(OpenFailure::Journal(e)) => Err(e),
+        Ok(opened) => Ok(opened),
     };
     let (journal, report) = opened.map_err(|e| {
         let message = format!("{}: {e}", dir.display());
