@@ -697,16 +697,40 @@ fn damaged_files_never_lose_committed_records_silently() {
         append_n(&mut j, committed, 3);
         j.write_snapshot(40, Timestamp(1), b"forty").unwrap();
     }
-    let files = journal_files(&src);
+    damage_matrix(&src, tmp.path(), committed, 24);
+}
+
+/// The same on a controller's journal (durable appends, small segments, blob files) copied as
+/// a kill -9 leaves it: sled never shut down, so it has no clean snapshot of its own.
+#[test]
+fn damage_to_a_journal_left_by_kill_9_is_never_a_silent_loss() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = tmp.path().join("live");
+    let committed = 90;
+    let (mut j, _) = open(&live);
+    // Batches above a quarter of sled's 4 KiB segment go to blob files.
+    append_n(&mut j, committed, 30);
+    assert!(journal_files(&live).iter().any(|f| f.starts_with("blobs")));
+    let src = copy_dir(&live, tmp.path(), "killed");
+    drop(j);
+    damage_matrix(&src, tmp.path(), committed, 12);
+}
+
+/// Flips a byte at `offsets_per_file` offsets of every file, truncates there, and deletes each
+/// file, each on a fresh copy of `src`; see [`open_damaged`].
+fn damage_matrix(src: &Path, tmp: &Path, committed: u64, offsets_per_file: u64) {
+    let files = journal_files(src);
     assert!(files.iter().any(|f| f == Path::new(COMMITS_FILE)));
     let mut case = 0;
     let mut reported = 0;
     for file in &files {
         let len = std::fs::metadata(src.join(file)).unwrap().len();
-        let offsets: Vec<u64> = (0..24).map(|i| i * len / 24).collect();
+        let offsets: Vec<u64> = (0..offsets_per_file)
+            .map(|i| i * len / offsets_per_file)
+            .collect();
         for &at in &offsets {
             case += 1;
-            let dir = copy_dir(&src, tmp.path(), &format!("c{case}"));
+            let dir = copy_dir(src, tmp, &format!("c{case}"));
             let path = dir.join(file);
             let mut bytes = std::fs::read(&path).unwrap();
             if bytes.is_empty() {
@@ -720,7 +744,7 @@ fn damaged_files_never_lose_committed_records_silently() {
                 &format!("flip {file:?}@{at}"),
             ));
             case += 1;
-            let dir = copy_dir(&src, tmp.path(), &format!("c{case}"));
+            let dir = copy_dir(src, tmp, &format!("c{case}"));
             let f = std::fs::OpenOptions::new()
                 .write(true)
                 .open(dir.join(file))
@@ -729,7 +753,7 @@ fn damaged_files_never_lose_committed_records_silently() {
             reported += usize::from(open_damaged(&dir, committed, &format!("cut {file:?}@{at}")));
         }
         case += 1;
-        let dir = copy_dir(&src, tmp.path(), &format!("c{case}"));
+        let dir = copy_dir(src, tmp, &format!("c{case}"));
         std::fs::remove_file(dir.join(file)).unwrap();
         reported += usize::from(open_damaged(&dir, committed, &format!("delete {file:?}")));
     }
