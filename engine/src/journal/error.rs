@@ -100,7 +100,8 @@ impl fmt::Display for JournalError {
                 ),
                 None => write!(
                     f,
-                    "journal has format version {found}; this build supports {supported}"
+                    "journal has format version {found}; this build reads format {} (upgrading it) and {supported}",
+                    super::JOURNAL_FORMAT_VERSION_LEGACY
                 ),
             },
             JournalError::Corrupt { seq, reason } => {
