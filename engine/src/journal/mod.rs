@@ -304,6 +304,8 @@ impl Journal {
                 });
             }
         };
+        // An empty commit file is fine (nothing acknowledged yet); an absent one is not.
+        let commit_file_present = loaded.is_some();
         let loaded = loaded.unwrap_or_default();
         let blob_sync = durable::BlobSync::new(dir).map_err(|e| JournalError::Storage {
             op: "listing blob files",
@@ -350,7 +352,7 @@ impl Journal {
                     });
                 }
             }
-        } else if stored_last > 0 && !upgrading {
+        } else if stored_last > 0 && !upgrading && !commit_file_present {
             return Err(JournalError::CommitMissing {
                 dir: dir.to_path_buf(),
                 last_seq: stored_last,
@@ -903,7 +905,12 @@ impl Journal {
                     .map_err(JournalError::storage("damage"))?;
             }
         }
-        self.flush()
+        // Damage models a crash: what was not acknowledged yet stays unacknowledged (no commit
+        // entry), so a torn unacknowledged tail is still truncated on reopen.
+        self.db
+            .flush()
+            .map(|_| ())
+            .map_err(JournalError::storage("flushing damage"))
     }
 
     /// Removes the last batch if it fails its checks (a torn write) and lies beyond

@@ -816,3 +816,22 @@ fn repair_accounts_for_records_the_store_lost_and_opens_clean_after() {
     assert!(j.verify().is_clean());
     assert_eq!(j.last_seq(), Some(20));
 }
+
+/// Buffered appends are acknowledged only by `flush`: records sled wrote before it are an
+/// unacknowledged tail (kept when intact, committed on the next open), never an error.
+#[test]
+fn buffered_records_never_flushed_are_an_unacknowledged_tail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let buffered = JournalOptions {
+        durability: Durability::Buffered,
+        ..JournalOptions::default()
+    };
+    let (mut j, _) = Journal::open(tmp.path(), buffered.clone()).unwrap();
+    append_n(&mut j, 12, 4);
+    j.damage_for_test(Damage::TearBatch { seq: 12 }).unwrap();
+    drop(j);
+    let (j, report) = Journal::open(tmp.path(), buffered).unwrap();
+    assert_eq!(report.truncated_tail.map(|t| t.from_seq), Some(9));
+    assert_eq!((report.next_seq, report.committed_through), (9, 8));
+    assert!(j.verify().is_clean());
+}
