@@ -7,11 +7,15 @@
 //! *Layout:* sled trees in one directory. Batch trees (`batches.<seq>`, see `chunks.rs`) map
 //! the big-endian first seq of a batch to many framed records (see `batch.rs`): one sled value
 //! and one flush per [`Journal::append_batch`] (group commit). `snapshots` holds the newest
-//! [`snapshot::SNAPSHOTS_KEPT_MAX`] snapshots. `meta` holds the format version.
+//! [`snapshot::SNAPSHOTS_KEPT_MAX`] snapshots. `meta` holds the format version
+//! ([`JOURNAL_FORMAT_VERSION`]). Beside sled, the `commits` file (see `commit.rs`) records what
+//! was acknowledged durable; every open checks sled against it, because sled's own recovery
+//! treats damage as a torn tail and would silently return a shorter journal.
 //!
 //! *Guarantees:* sequence numbers are dense and start at 1; every record and batch header is
 //! checksummed when written and checked again when read; a failed check is an error naming the
-//! seq, and nothing after it is returned. Payloads are opaque bytes.
+//! seq, and nothing after it is returned. Payloads are opaque bytes. A committed record that is
+//! missing or different is an error on open; only an unacknowledged torn tail is truncated.
 
 mod batch;
 mod chunks;
