@@ -107,8 +107,99 @@ fn log_verify_on_a_missing_journal_is_a_clear_error() {
         .args(["log", "verify", "--journal", "/nonexistent/journal"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no journal here"));
+}
+
+/// A 53-record simulator journal, as in issue 12.
+fn simulated_journal(dir: &Path) -> std::path::PathBuf {
+    let journal = dir.join("j");
+    let run = lifecycle()
+        .args(["sim", "run"])
+        .arg(scenarios().join("deletion-pdb-blocks-until-rescheduled.yaml"))
+        .arg("--journal")
+        .arg(&journal)
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0));
+    journal
+}
+
+fn files_with_mtimes(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>, std::time::SystemTime)> {
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let entry = entry.unwrap();
+            let md = entry.metadata().unwrap();
+            if md.is_dir() {
+                dirs.push(entry.path());
+            } else {
+                let bytes = std::fs::read(entry.path()).unwrap();
+                out.push((entry.path(), bytes, md.modified().unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn log_verify_names_records_lost_to_a_flipped_byte_and_exits_1() {
+    let tmp = tempfile::tempdir().unwrap();
+    let journal = simulated_journal(tmp.path());
+    let db = journal.join("db");
+    let mut bytes = std::fs::read(&db).unwrap();
+    bytes[5000] ^= 0xff;
+    std::fs::write(&db, &bytes).unwrap();
+    let out = lifecycle()
+        .args(["log", "verify", "--journal"])
+        .arg(&journal)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("..53 are missing: damage at record"), "{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("ok"));
+}
+
+#[test]
+fn log_commands_read_a_read_only_journal_and_change_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let journal = simulated_journal(tmp.path());
+    let before = files_with_mtimes(&journal);
+    for (path, _, _) in &before {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o400)).unwrap();
+    }
+    std::fs::set_permissions(
+        journal.join("blobs"),
+        std::fs::Permissions::from_mode(0o500),
+    )
+    .unwrap();
+    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o500)).unwrap();
+    for command in ["verify", "stats", "show"] {
+        let out = lifecycle()
+            .args(["log", command, "--journal"])
+            .arg(&journal)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{command}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if command == "verify" {
+            assert!(
+                text.contains("commit record covers records 1..53"),
+                "{text}"
+            );
+        }
+    }
+    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(files_with_mtimes(&journal), before);
 }
 
 /// "N inputs journaled" from a run's verdict line.
@@ -148,4 +239,43 @@ fn a_batched_run_feeds_each_instants_inputs_as_batches_and_still_passes() {
     assert!(batched.contains("[after #"), "{batched}");
     assert!(batched.contains(": batch of "), "{batched}");
     assert!(journaled(&batched) < journaled(&plain), "{batched}");
+}
+
+#[test]
+fn log_repair_truncate_keeps_the_good_records_and_verify_is_ok_after() {
+    let tmp = tempfile::tempdir().unwrap();
+    let journal = simulated_journal(tmp.path());
+    let db = journal.join("db");
+    let mut bytes = std::fs::read(&db).unwrap();
+    bytes[11100] ^= 0xff;
+    std::fs::write(&db, &bytes).unwrap();
+    let refused = lifecycle()
+        .args(["log", "repair", "--journal"])
+        .arg(&journal)
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(3));
+    let out = lifecycle()
+        .args(["log", "repair", "--truncate", "--journal"])
+        .arg(&journal)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("lost: committed records ") && text.contains("..53"),
+        "{text}"
+    );
+    let verify = lifecycle()
+        .args(["log", "verify", "--journal"])
+        .arg(&journal)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&verify.stdout);
+    assert_eq!(verify.status.code(), Some(0), "{text}");
 }

@@ -1,10 +1,30 @@
 //! `lifecycle log verify|show|stats --journal DIR`: read a journal, change nothing.
+//!
+//! sled cannot open a directory read-only and rewrites files on open, so every command copies
+//! the journal to a private temporary directory and opens the copy: the original is never
+//! written, and a journal held open by a running controller can be read. The commit record is
+//! copied first (everything it vouches for was flushed to sled before it was written), so the
+//! copy is checked up to the sequence the copied commit record covers.
 
+use adapters::kube::journal_log::{JOURNAL_OPEN_TIMEOUT_S, OpenFailure, open_bounded};
 use clap::{Subcommand, ValueEnum};
+use engine::journal::{COMMITS_FILE, JournalError};
 use engine::journal::{Journal, JournalOptions};
 use engine::recovery;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
+
+/// Exit codes of `lifecycle log ...`.
+pub const EXIT_OK: u8 = 0;
+pub const EXIT_DAMAGE: u8 = 1;
+pub const EXIT_UNUSABLE: u8 = 3;
+const EXIT_CODES_HELP: &str = "Exit codes: 0 ok; 1 the journal is damaged (records missing or failing their checks); 3 the tool could not do its job (no journal, copy failed, journal unusable, open timed out).";
+
+/// Why a command failed, deciding the exit code.
+enum Failure {
+    Damage(String),
+    Unusable(String),
+}
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum Format {
@@ -14,13 +34,15 @@ pub enum Format {
 
 #[derive(Subcommand)]
 pub enum LogCommand {
-    /// Check every checksum, replay from the first record and from the latest snapshot, and
-    /// compare state hashes. Exit 1 on any problem.
+    /// Check every checksum and the commit record, replay from the first record and from the
+    /// latest snapshot, and compare state hashes. Reads a copy; never writes the journal.
+    #[command(after_help = EXIT_CODES_HELP)]
     Verify {
         #[arg(long)]
         journal: PathBuf,
     },
-    /// Print the journaled inputs, one per line.
+    /// Print the journaled inputs, one per line. Reads a copy; never writes the journal.
+    #[command(after_help = EXIT_CODES_HELP)]
     Show {
         #[arg(long)]
         journal: PathBuf,
@@ -30,10 +52,22 @@ pub enum LogCommand {
         #[arg(long, default_value_t = 1)]
         from: u64,
     },
-    /// Counts, sizes and snapshots.
+    /// Counts, sizes and snapshots. Reads a copy; never writes the journal.
+    #[command(after_help = EXIT_CODES_HELP)]
     Stats {
         #[arg(long)]
         journal: PathBuf,
+    },
+    /// With --truncate: keep the records before the first missing or damaged one, remove the
+    /// rest (and snapshots beyond it), rewrite the commit record, and print what was removed.
+    /// Writes the journal: stop the controller first. Exit codes: 0 repaired (or intact); 3
+    /// not done (no --truncate, no journal, locked, unusable).
+    Repair {
+        #[arg(long)]
+        journal: PathBuf,
+        /// Confirms that records after the last good one may be removed.
+        #[arg(long)]
+        truncate: bool,
     },
 }
 
@@ -46,38 +80,147 @@ pub fn main(command: LogCommand) -> u8 {
             from,
         } => show(&journal, format, from),
         LogCommand::Stats { journal } => stats(&journal),
+        LogCommand::Repair { journal, truncate } => repair(&journal, truncate),
     };
     match result {
         Ok(code) => code,
-        Err(e) => {
+        Err(Failure::Damage(e)) => {
             eprintln!("{e}");
-            1
+            EXIT_DAMAGE
+        }
+        Err(Failure::Unusable(e)) => {
+            eprintln!("{e}");
+            EXIT_UNUSABLE
         }
     }
 }
 
-/// Opens an existing journal (a missing one is an error, not a new empty journal).
-fn open(dir: &Path) -> Result<Journal, String> {
-    if !dir.join("conf").exists() && !dir.join("db").exists() {
-        return Err(format!("{}: no journal here", dir.display()));
+/// An open copy of a journal; the copy is removed when this is dropped (journal first).
+struct JournalCopy {
+    journal: Journal,
+    committed_through: u64,
+    _dir: tempfile::TempDir,
+}
+
+fn is_damage(e: &JournalError) -> bool {
+    match e {
+        JournalError::Locked { .. }
+        | JournalError::CreateDir { .. }
+        | JournalError::Storage { .. }
+        | JournalError::CommitIo { .. }
+        | JournalError::RecordTooLarge { .. }
+        | JournalError::SnapshotBeyondEnd { .. } => false,
+        JournalError::UnknownFormat { .. }
+        | JournalError::Corrupt { .. }
+        | JournalError::CorruptSnapshot { .. }
+        | JournalError::CommitCorrupt { .. }
+        | JournalError::CommitMissing { .. }
+        | JournalError::RecordsMissing { .. }
+        | JournalError::RecordsDamaged { .. }
+        | JournalError::StorePanicked { .. } => true,
     }
-    let (journal, report) = Journal::open(dir, JournalOptions::default())
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+}
+
+/// Copies the journal's files (the commit record first), skipping files sled removes meanwhile.
+fn copy_journal(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    let skip_gone = |r: std::io::Result<u64>| match r {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        other => other,
+    };
+    skip_gone(std::fs::copy(
+        from.join(COMMITS_FILE),
+        to.join(COMMITS_FILE),
+    ))?;
+    let mut dirs = vec![(from.to_path_buf(), to.to_path_buf())];
+    while let Some((src, dst)) = dirs.pop() {
+        for entry in std::fs::read_dir(&src)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            if src == from && name == COMMITS_FILE {
+                continue;
+            }
+            let target = dst.join(&name);
+            if entry.file_type()?.is_dir() {
+                std::fs::create_dir_all(&target)?;
+                dirs.push((entry.path(), target));
+            } else {
+                skip_gone(std::fs::copy(entry.path(), &target))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Opens a private copy of an existing journal (a missing one is an error, not a new empty
+/// journal), within [`OPEN_TIMEOUT_S`].
+fn open(dir: &Path) -> Result<JournalCopy, Failure> {
+    if !dir.join("conf").exists() && !dir.join("db").exists() {
+        return Err(Failure::Unusable(format!(
+            "{}: no journal here",
+            dir.display()
+        )));
+    }
+    let unusable = |what: &str, e: std::io::Error| {
+        Failure::Unusable(format!("{}: {what}: {e}", dir.display()))
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix("lifecycle-log-")
+        .tempdir()
+        .map_err(|e| unusable("cannot create a temporary directory", e))?;
+    let copy = tmp.path().join("journal");
+    copy_journal(dir, &copy).map_err(|e| unusable("cannot copy the journal", e))?;
+    let opened = match open_bounded(&copy, JournalOptions::default(), JOURNAL_OPEN_TIMEOUT_S) {
+        Err(OpenFailure::TimedOut { after_s }) => {
+            eprintln!(
+                "{}: opening the journal did not finish within {after_s} s (sled is stuck on damaged files); giving up",
+                dir.display()
+            );
+            // The spinning sled thread cannot be stopped: only exiting ends it.
+            std::process::exit(i32::from(EXIT_UNUSABLE));
+        }
+        Err(OpenFailure::Journal(e)) => Err(e),
+        Ok(opened) => Ok(opened),
+    };
+    let (journal, report) = opened.map_err(|e| {
+        let message = format!("{}: {e}", dir.display());
+        if is_damage(&e) {
+            Failure::Damage(message)
+        } else {
+            Failure::Unusable(message)
+        }
+    })?;
     if let Some(t) = report.truncated_tail {
         eprintln!(
-            "{}: a torn last batch from record {} ({} bytes) was removed on open: {}",
+            "{}: a torn, unacknowledged last batch from record {} ({} bytes) is ignored: {}",
             dir.display(),
             t.from_seq,
             t.bytes,
             t.reason
         );
     }
-    Ok(journal)
+    if let Some(v) = report.upgraded_from {
+        eprintln!(
+            "{}: written by journal format {v} (no commit record); read as such",
+            dir.display()
+        );
+    }
+    Ok(JournalCopy {
+        journal,
+        committed_through: report.committed_through,
+        _dir: tmp,
+    })
 }
 
-fn verify(dir: &Path) -> Result<u8, String> {
-    let journal = open(dir)?;
-    let v = recovery::verify(&journal);
+fn verify(dir: &Path) -> Result<u8, Failure> {
+    let copy = open(dir)?;
+    let journal = &copy.journal;
+    let v = recovery::verify(journal);
+    println!(
+        "{}: checked a copy; its commit record covers records 1..{}",
+        dir.display(),
+        copy.committed_through
+    );
     println!(
         "{}: {} records, last seq {}",
         dir.display(),
@@ -98,17 +241,18 @@ fn verify(dir: &Path) -> Result<u8, String> {
     }
     if v.is_clean() {
         println!("ok");
-        Ok(0)
+        Ok(EXIT_OK)
     } else {
         println!("FAILED: {} problem(s)", v.problems.len());
-        Ok(1)
+        Ok(EXIT_DAMAGE)
     }
 }
 
 /// Prints each input and, by replaying the engine, the commands it caused (with their reasons):
 /// the journal answers "why" long after the fact.
-fn show(dir: &Path, format: Format, from: u64) -> Result<u8, String> {
-    let journal = open(dir)?;
+fn show(dir: &Path, format: Format, from: u64) -> Result<u8, Failure> {
+    let copy = open(dir)?;
+    let journal = &copy.journal;
     let mut failure = None;
     let mut engine = engine::Engine::new();
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
@@ -161,16 +305,23 @@ fn show(dir: &Path, format: Format, from: u64) -> Result<u8, String> {
             }
             ControlFlow::Continue(())
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Failure::Damage(e.to_string()))?;
     match failure {
-        Some(e) => Err(e),
-        None => Ok(0),
+        Some(e) => Err(Failure::Damage(e)),
+        None => Ok(EXIT_OK),
     }
 }
 
-fn stats(dir: &Path) -> Result<u8, String> {
-    let journal = open(dir)?;
-    let s = journal.stats().map_err(|e| e.to_string())?;
+fn stats(dir: &Path) -> Result<u8, Failure> {
+    let copy = open(dir)?;
+    let s = copy.journal.stats().map_err(|e| {
+        if is_damage(&e) {
+            Failure::Damage(e.to_string())
+        } else {
+            Failure::Unusable(e.to_string())
+        }
+    })?;
+    println!("committed      1..{} (in the copy)", copy.committed_through);
     println!("records        {}", s.records);
     println!("batches        {}", s.batches);
     println!(
@@ -189,5 +340,42 @@ fn stats(dir: &Path) -> Result<u8, String> {
     for (seq, bytes) in &s.snapshots {
         println!("snapshot       through {seq} ({bytes} bytes)");
     }
-    Ok(0)
+    Ok(EXIT_OK)
+}
+
+fn repair(dir: &Path, truncate: bool) -> Result<u8, Failure> {
+    if !truncate {
+        return Err(Failure::Unusable(
+            "log repair changes the journal: pass --truncate to keep only the records before the first damaged one".into(),
+        ));
+    }
+    if !dir.join("conf").exists() && !dir.join("db").exists() {
+        return Err(Failure::Unusable(format!(
+            "{}: no journal here",
+            dir.display()
+        )));
+    }
+    let r = Journal::repair_truncate(dir, JournalOptions::default())
+        .map_err(|e| Failure::Unusable(format!("{}: {e}", dir.display())))?;
+    let kept = r.kept_through;
+    println!("{}: kept records 1..{kept}", dir.display());
+    if let Some(problem) = &r.first_problem {
+        println!("first problem: {problem}");
+    }
+    if r.batches_removed > 0 {
+        println!(
+            "removed {} stored batch(es) after record {kept}",
+            r.batches_removed
+        );
+    }
+    match r.committed_before {
+        Some(c) if c > kept => println!("lost: committed records {}..{c}", kept + 1),
+        Some(_) => {}
+        None => println!("the old commit record was missing or unreadable"),
+    }
+    for seq in &r.snapshots_removed {
+        println!("removed snapshot through {seq}");
+    }
+    println!("commit record rewritten: records 1..{kept}");
+    Ok(EXIT_OK)
 }

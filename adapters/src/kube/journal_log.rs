@@ -1,10 +1,40 @@
 //! The production [`InputLog`]: the engine's sled journal, durable before an input is applied.
 
 use super::core::InputLog;
-use engine::journal::{Durability, Journal, JournalOptions};
+use engine::journal::{Durability, Journal, JournalError, JournalOptions, OpenReport};
 use engine::recovery::{self, Restored};
 use engine::{Engine, Input, Timestamp};
 use std::path::Path;
+use std::time::Duration;
+
+/// sled can spin forever on some damaged files (a missing newest blob) and a spinning thread
+/// cannot be cancelled, so opening is bounded: past this the caller gives up and exits.
+pub const JOURNAL_OPEN_TIMEOUT_S: u64 = 60;
+
+/// Why [`open_bounded`] failed.
+#[derive(Debug)]
+pub enum OpenFailure {
+    Journal(JournalError),
+    TimedOut { after_s: u64 },
+}
+
+/// [`Journal::open`] on a thread, waiting at most `timeout_s`. After a timeout the thread may
+/// still be spinning: the process must exit.
+pub fn open_bounded(
+    dir: &Path,
+    options: JournalOptions,
+    timeout_s: u64,
+) -> Result<(Journal, OpenReport), OpenFailure> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let dir = dir.to_path_buf();
+    std::thread::spawn(move || {
+        let _ = tx.send(Journal::open(&dir, options));
+    });
+    match rx.recv_timeout(Duration::from_secs(timeout_s)) {
+        Ok(opened) => opened.map_err(OpenFailure::Journal),
+        Err(_) => Err(OpenFailure::TimedOut { after_s: timeout_s }),
+    }
+}
 
 /// A snapshot of the engine is written after this many inputs, bounding restart time.
 pub const SNAPSHOT_EVERY_INPUTS: u64 = 10_000;
@@ -21,8 +51,14 @@ impl SledLog {
             durability: Durability::Flush,
             ..Default::default()
         };
-        let (journal, report) =
-            Journal::open(dir, options).map_err(|e| format!("journal {}: {e}", dir.display()))?;
+        let (journal, report) = open_bounded(dir, options, JOURNAL_OPEN_TIMEOUT_S).map_err(|e| match e {
+            OpenFailure::Journal(e) => format!("journal {}: {e}", dir.display()),
+            OpenFailure::TimedOut { after_s } => format!(
+                "journal {}: opening did not finish within {after_s} s (sled is stuck on damaged files); run `lifecycle log verify --journal {}`",
+                dir.display(),
+                dir.display()
+            ),
+        })?;
         if let Some(t) = &report.truncated_tail {
             tracing::warn!(
                 from_seq = t.from_seq,

@@ -34,7 +34,11 @@ impl BlobSync {
         let fresh = self.newer_blobs()?;
         for (lsn, path) in &fresh {
             match File::open(path) {
-                Ok(f) => f.sync_data()?,
+                Ok(f) => {
+                    use std::os::unix::fs::PermissionsExt;
+                    f.set_permissions(std::fs::Permissions::from_mode(super::PRIVATE_FILE_MODE))?;
+                    f.sync_data()?
+                }
                 // sled may already have replaced and removed it: nothing to keep.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e),

@@ -36,6 +36,33 @@ pub enum JournalError {
     RecordTooLarge { bytes: usize, max: usize },
     /// A snapshot was offered for records the journal does not hold.
     SnapshotBeyondEnd { through_seq: u64, last_seq: u64 },
+    /// The commit record (`commits` file) could not be read or written.
+    CommitIo {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// An entry of the commit record before its last one fails its checks.
+    CommitCorrupt {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+    /// The journal holds records but has no commit record to account for them.
+    CommitMissing { dir: PathBuf, last_seq: u64 },
+    /// Committed records `first..=last` are not in the store (sled dropped them on recovery).
+    RecordsMissing {
+        first: u64,
+        last: u64,
+        stored_last: u64,
+    },
+    /// Committed records `first..=last` are stored but differ from what was committed.
+    RecordsDamaged {
+        first: u64,
+        last: u64,
+        reason: String,
+    },
+    /// sled panicked while opening the journal (damaged files it does not check).
+    StorePanicked { dir: PathBuf, message: String },
 }
 
 impl JournalError {
@@ -73,7 +100,8 @@ impl fmt::Display for JournalError {
                 ),
                 None => write!(
                     f,
-                    "journal has format version {found}; this build supports {supported}"
+                    "journal has format version {found}; this build reads format {} (upgrading it) and {supported}",
+                    super::JOURNAL_FORMAT_VERSION_LEGACY
                 ),
             },
             JournalError::Corrupt { seq, reason } => {
@@ -98,6 +126,47 @@ impl fmt::Display for JournalError {
                 f,
                 "snapshot through seq {through_seq} is beyond the journal's last seq {last_seq}"
             ),
+            JournalError::CommitIo { path, source } => {
+                write!(f, "journal commit record {}: {source}", path.display())
+            }
+            JournalError::CommitCorrupt {
+                path,
+                offset,
+                reason,
+            } => write!(
+                f,
+                "journal commit record {} is corrupt at byte {offset}: {reason}",
+                path.display()
+            ),
+            JournalError::CommitMissing { dir, last_seq } => write!(
+                f,
+                "journal {} holds records 1..{last_seq} but its commit record ({}) is missing: cannot tell whether records were lost",
+                dir.display(),
+                super::commit::COMMITS_FILE
+            ),
+            JournalError::RecordsMissing {
+                first,
+                last,
+                stored_last,
+            } => write!(
+                f,
+                "records {first}..{last} are missing: damage at record {first} in the sled files (the commit record says 1..{last} are committed, the store holds {})",
+                if *stored_last == 0 {
+                    "none".to_string()
+                } else {
+                    format!("1..{stored_last}")
+                }
+            ),
+            JournalError::RecordsDamaged {
+                first,
+                last,
+                reason,
+            } => write!(f, "committed records {first}..{last} are damaged: {reason}"),
+            JournalError::StorePanicked { dir, message } => write!(
+                f,
+                "journal {}: sled panicked while opening it (its files are damaged): {message}",
+                dir.display()
+            ),
         }
     }
 }
@@ -107,6 +176,7 @@ impl std::error::Error for JournalError {
         match self {
             JournalError::CreateDir { source, .. } => Some(source),
             JournalError::Storage { source, .. } => Some(source),
+            JournalError::CommitIo { source, .. } => Some(source),
             _ => None,
         }
     }

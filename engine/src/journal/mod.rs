@@ -7,24 +7,32 @@
 //! *Layout:* sled trees in one directory. Batch trees (`batches.<seq>`, see `chunks.rs`) map
 //! the big-endian first seq of a batch to many framed records (see `batch.rs`): one sled value
 //! and one flush per [`Journal::append_batch`] (group commit). `snapshots` holds the newest
-//! [`snapshot::SNAPSHOTS_KEPT_MAX`] snapshots. `meta` holds the format version.
+//! [`snapshot::SNAPSHOTS_KEPT_MAX`] snapshots. `meta` holds the format version
+//! ([`JOURNAL_FORMAT_VERSION`]). Beside sled, the `commits` file (see `commit.rs`) records what
+//! was acknowledged durable; every open checks sled against it, because sled's own recovery
+//! treats damage as a torn tail and would silently return a shorter journal.
 //!
 //! *Guarantees:* sequence numbers are dense and start at 1; every record and batch header is
 //! checksummed when written and checked again when read; a failed check is an error naming the
-//! seq, and nothing after it is returned. Payloads are opaque bytes.
+//! seq, and nothing after it is returned. Payloads are opaque bytes. A committed record that is
+//! missing or different is an error on open; only an unacknowledged torn tail is truncated.
 
 mod batch;
 mod chunks;
+mod commit;
 mod durable;
 mod error;
 mod read;
+mod repair;
 mod snapshot;
 #[cfg(test)]
 mod tests;
 
 pub use batch::{FORMAT_VERSION, RecordRef};
+pub use commit::COMMITS_FILE;
 pub use error::JournalError;
 pub use read::Records;
+pub use repair::RepairReport;
 pub use snapshot::{SNAPSHOTS_KEPT_MAX, Snapshot, SnapshotProblem};
 
 use crate::time::Timestamp;
@@ -37,6 +45,10 @@ const TREE_SNAPSHOTS: &str = "snapshots";
 const TREE_META: &str = "meta";
 const META_FORMAT_VERSION: &str = "format_version";
 const META_CREATED_BY: &str = "created_by";
+/// The journal's format (in `meta`): 2 adds the commit record. Batches keep [`FORMAT_VERSION`].
+pub const JOURNAL_FORMAT_VERSION: u16 = 2;
+/// The previous release's journals (no commit record): read, and upgraded on open.
+pub const JOURNAL_FORMAT_VERSION_LEGACY: u16 = 1;
 /// sled's segment size, fixed when a journal is created (sled refuses to reopen with another).
 ///
 /// Why so small: batches are larger than a quarter segment, so sled stores each in its own blob
@@ -113,6 +125,11 @@ pub struct OpenReport {
     pub truncated_tail: Option<TruncatedTail>,
     /// The seq the next appended record will get.
     pub next_seq: u64,
+    /// The last seq the commit record vouches for (checked against the store on open).
+    pub committed_through: u64,
+    /// The journal was written by this older format and has been upgraded (commit record
+    /// written for every record it held).
+    pub upgraded_from: Option<u16>,
 }
 
 /// The batch removed from the end of the journal on open.
@@ -164,6 +181,8 @@ pub struct VerifyReport {
     pub batches_checked: u64,
     pub records_checked: u64,
     pub last_seq: Option<u64>,
+    /// The last seq the commit record vouches for.
+    pub committed_through: u64,
     /// At most [`VERIFY_PROBLEMS_MAX`], in seq order.
     pub problems: Vec<VerifyProblem>,
     pub snapshot_problems: Vec<SnapshotProblem>,
@@ -191,6 +210,9 @@ pub enum Damage {
     MetaFormatVersion { version: u16 },
     /// Flip one bit in the state of the snapshot through `through_seq`.
     FlipSnapshot { through_seq: u64 },
+    /// Cut the commit record back to the entries that end before `seq`, as a crash between
+    /// sled's flush and the commit write would (records from `seq` on become unacknowledged).
+    UncommitFrom { seq: u64 },
 }
 
 /// An open journal. Holds sled's exclusive lock on the directory until dropped.
@@ -208,6 +230,12 @@ pub struct Journal {
     next_seq: u64,
     encode_buf: Vec<u8>,
     blob_sync: durable::BlobSync,
+    commits: commit::CommitLog,
+    /// Digest of the values appended since the last commit entry.
+    pending: commit::Digest,
+    /// `pending` is unknown (a failed append, or records found uncommitted on open): recompute
+    /// it from the store before committing.
+    pending_dirty: bool,
 }
 
 impl std::fmt::Debug for Journal {
@@ -229,14 +257,19 @@ impl Journal {
     pub fn open(dir: &Path, opts: JournalOptions) -> Result<(Journal, OpenReport), JournalError> {
         let opts = clamp_options(opts);
         create_private_dir(dir)?;
-        let config = sled::Config::new()
-            .path(dir)
-            .cache_capacity(opts.cache_bytes)
-            .mode(sled::Mode::HighThroughput)
-            .segment_size(existing_segment_bytes(dir).unwrap_or(opts.segment_bytes))
-            .use_compression(false)
-            .flush_every_ms(Some(500));
-        let db = open_sled(dir, &config)?;
+        // sled panics on some damaged files; that is an error about the journal, not a crash.
+        contain_panics(dir, || Journal::open_checked(dir, opts))
+    }
+
+    fn open_checked(
+        dir: &Path,
+        opts: JournalOptions,
+    ) -> Result<(Journal, OpenReport), JournalError> {
+        let db = open_sled(dir, &sled_config(dir, &opts))?;
+        make_private(dir).map_err(|source| JournalError::CreateDir {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
         let tree = |name: &'static str| {
             db.open_tree(name)
                 .map_err(JournalError::storage("opening a tree"))
@@ -244,7 +277,44 @@ impl Journal {
         let chunks = Chunks::load(&db)?;
         let snapshots = tree(TREE_SNAPSHOTS)?;
         let meta = tree(TREE_META)?;
-        let created = check_or_write_meta(&meta, &chunks)?;
+        let loaded = commit::load(dir, |_| {})?;
+        let committed = loaded.as_ref().map_or(0, |l| l.committed_through());
+        let stored_version = read_meta_version(&meta)?;
+        let (created, upgrading) = match stored_version {
+            None if chunks.starts().is_empty() => {
+                if committed > 0 {
+                    return Err(JournalError::RecordsMissing {
+                        first: 1,
+                        last: committed,
+                        stored_last: 0,
+                    });
+                }
+                write_meta(&meta, true)?;
+                (true, false)
+            }
+            None => {
+                return Err(JournalError::Corrupt {
+                    seq: chunks.starts().first().copied().unwrap_or(1),
+                    reason: "journal has batches but no meta record".into(),
+                });
+            }
+            Some(JOURNAL_FORMAT_VERSION_LEGACY) => (false, loaded.is_none()),
+            Some(JOURNAL_FORMAT_VERSION) => (false, false),
+            Some(found) => {
+                return Err(JournalError::UnknownFormat {
+                    found,
+                    supported: JOURNAL_FORMAT_VERSION,
+                    seq: None,
+                });
+            }
+        };
+        // An empty commit file is fine (nothing acknowledged yet); an absent one is not.
+        let commit_file_present = loaded.is_some();
+        let loaded = loaded.unwrap_or_default();
+        let blob_sync = durable::BlobSync::new(dir).map_err(|e| JournalError::Storage {
+            op: "listing blob files",
+            source: e.into(),
+        })?;
         let mut journal = Journal {
             dir: dir.to_path_buf(),
             db,
@@ -253,25 +323,70 @@ impl Journal {
             opts,
             next_seq: 1,
             encode_buf: Vec::new(),
-            blob_sync: durable::BlobSync::new(dir).map_err(|e| JournalError::Storage {
-                op: "listing blob files",
-                source: e.into(),
-            })?,
+            blob_sync,
+            commits: commit::CommitLog::open_for_append(dir, &loaded)?,
+            pending: commit::Digest::default(),
+            pending_dirty: true,
         };
-        let truncated_tail = journal.truncate_torn_tail()?;
+        let truncated_tail = journal.truncate_torn_tail(committed)?;
         journal.next_seq = journal.read_next_seq()?;
-        if created || truncated_tail.is_some() {
+        let stored_last = journal.next_seq - 1;
+        if stored_last < committed {
+            return Err(JournalError::RecordsMissing {
+                first: stored_last + 1,
+                last: committed,
+                stored_last,
+            });
+        }
+        if let Some(last) = loaded.last {
+            match commit::digest_range(&journal.chunks, last.first_seq, last.last_seq) {
+                Ok(d) if d == last.digest => {}
+                Ok(_) => {
+                    return Err(JournalError::RecordsDamaged {
+                        first: last.first_seq,
+                        last: last.last_seq,
+                        reason: "they differ from what the commit record says was written".into(),
+                    });
+                }
+                Err(reason) => {
+                    return Err(JournalError::RecordsDamaged {
+                        first: last.first_seq,
+                        last: last.last_seq,
+                        reason,
+                    });
+                }
+            }
+        } else if stored_last > 0 && !upgrading && !commit_file_present {
+            return Err(JournalError::CommitMissing {
+                dir: dir.to_path_buf(),
+                last_seq: stored_last,
+            });
+        }
+        if created || truncated_tail.is_some() || upgrading || stored_last > committed {
+            journal.flush()?;
+        }
+        if upgrading {
+            write_meta(&journal.meta_tree()?, false)?;
             journal
                 .db
                 .flush()
-                .map_err(JournalError::storage("flushing after open"))?;
+                .map_err(JournalError::storage("flushing after an upgrade"))?;
+            tracing::warn!(dir = %dir.display(), from = JOURNAL_FORMAT_VERSION_LEGACY, to = JOURNAL_FORMAT_VERSION, "upgraded journal: wrote a commit record for its records");
         }
         let report = OpenReport {
             created,
             truncated_tail,
             next_seq: journal.next_seq,
+            committed_through: journal.commits.committed_through(),
+            upgraded_from: upgrading.then_some(JOURNAL_FORMAT_VERSION_LEGACY),
         };
         Ok((journal, report))
+    }
+
+    fn meta_tree(&self) -> Result<sled::Tree, JournalError> {
+        self.db
+            .open_tree(TREE_META)
+            .map_err(JournalError::storage("opening a tree"))
     }
 
     pub fn dir(&self) -> &Path {
@@ -323,6 +438,7 @@ impl Journal {
             }
             Err(e) => {
                 // Some values may be stored; learn where the journal really ends.
+                self.pending_dirty = true;
                 if let Ok(next) = self.read_next_seq() {
                     self.next_seq = next;
                 }
@@ -347,10 +463,32 @@ impl Journal {
                 op: "syncing blob files",
                 source: e.into(),
             })?;
-        self.db
-            .flush()
-            .map(|_| ())
-            .map_err(JournalError::storage("flushing"))
+        self.db.flush().map_err(JournalError::storage("flushing"))?;
+        self.commit_durable()
+    }
+
+    /// Writes the commit entry for the records sled has just made durable.
+    fn commit_durable(&mut self) -> Result<(), JournalError> {
+        let committed = self.commits.committed_through();
+        let last = self.next_seq - 1;
+        if last <= committed {
+            return Ok(());
+        }
+        let digest = if self.pending_dirty {
+            commit::digest_range(&self.chunks, committed + 1, last).map_err(|reason| {
+                JournalError::RecordsDamaged {
+                    first: committed + 1,
+                    last,
+                    reason,
+                }
+            })?
+        } else {
+            std::mem::take(&mut self.pending).finish()
+        };
+        self.commits.commit(committed + 1, last, digest)?;
+        self.pending = commit::Digest::default();
+        self.pending_dirty = false;
+        Ok(())
     }
 
     fn flush_per_durability(&mut self) -> Result<(), JournalError> {
@@ -383,6 +521,9 @@ impl Journal {
                 "a batch must decode as it was encoded"
             );
             let stored = self.chunks.insert_new(first_seq, &buf);
+            if stored.is_ok() {
+                self.pending.update(&buf);
+            }
             self.encode_buf = buf;
             stored?;
             self.next_seq += u64::from(count);
@@ -590,6 +731,7 @@ impl Journal {
             expected = Some(view.last_seq() + 1);
             report.last_seq = Some(view.last_seq());
         }
+        self.verify_commits(&mut report);
         for entry in self.snapshots.iter() {
             match entry {
                 Ok((key, value)) => {
@@ -608,6 +750,62 @@ impl Journal {
             }
         }
         report
+    }
+
+    /// Checks every commit entry against the store.
+    fn verify_commits(&self, report: &mut VerifyReport) {
+        let stored_last = report.last_seq.unwrap_or(0);
+        let mut problems = Vec::new();
+        let loaded = commit::load(&self.dir, |e| {
+            if problems.len() >= VERIFY_PROBLEMS_MAX {
+                return;
+            }
+            if e.last_seq > stored_last {
+                let first = e.first_seq.max(stored_last + 1);
+                problems.push(VerifyProblem {
+                    seq: first,
+                    reason: format!(
+                        "records {first}..{} are missing: committed but not in the store",
+                        e.last_seq
+                    ),
+                });
+                return;
+            }
+            match commit::digest_range(&self.chunks, e.first_seq, e.last_seq) {
+                Ok(d) if d == e.digest => {}
+                Ok(_) => problems.push(VerifyProblem {
+                    seq: e.first_seq,
+                    reason: format!(
+                        "records {}..{} differ from what the commit record says was written",
+                        e.first_seq, e.last_seq
+                    ),
+                }),
+                Err(reason) => problems.push(VerifyProblem {
+                    seq: e.first_seq,
+                    reason: format!(
+                        "committed records {}..{} are damaged: {reason}",
+                        e.first_seq, e.last_seq
+                    ),
+                }),
+            }
+        });
+        match loaded {
+            Ok(Some(l)) => report.committed_through = l.committed_through(),
+            Ok(None) if stored_last > 0 => problems.push(VerifyProblem {
+                seq: 1,
+                reason: format!("records 1..{stored_last} have no commit record"),
+            }),
+            Ok(None) => {}
+            Err(e) => problems.push(VerifyProblem {
+                seq: 0,
+                reason: e.to_string(),
+            }),
+        }
+        for p in problems {
+            if report.problems.len() < VERIFY_PROBLEMS_MAX {
+                report.problems.push(p);
+            }
+        }
     }
 
     /// Damages stored data on purpose. Tests only.
@@ -670,6 +868,29 @@ impl Journal {
                 meta.insert(META_FORMAT_VERSION, &version.to_le_bytes())
                     .map_err(JournalError::storage("damage"))?;
             }
+            Damage::UncommitFrom { seq } => {
+                let mut keep = 0u64;
+                commit::load(&self.dir, |e| {
+                    if e.last_seq < seq {
+                        keep += 1;
+                    }
+                })?;
+                let path = self.dir.join(COMMITS_FILE);
+                let io = |source| JournalError::CommitIo {
+                    path: path.clone(),
+                    source,
+                };
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map_err(io)?;
+                f.set_len(keep * commit::ENTRY_BYTES as u64).map_err(io)?;
+                let loaded = commit::load(&self.dir, |_| {})?.unwrap_or_default();
+                self.commits = commit::CommitLog::open_for_append(&self.dir, &loaded)?;
+                self.pending_dirty = true;
+                // Leave the tail unacknowledged: no flush (it would commit it again).
+                return Ok(());
+            }
             Damage::FlipSnapshot { through_seq } => {
                 let key = seq_key(through_seq);
                 let mut value = self
@@ -688,11 +909,20 @@ impl Journal {
                     .map_err(JournalError::storage("damage"))?;
             }
         }
-        self.flush()
+        // Damage models a crash: what was not acknowledged yet stays unacknowledged (no commit
+        // entry), so a torn unacknowledged tail is still truncated on reopen.
+        self.db
+            .flush()
+            .map(|_| ())
+            .map_err(JournalError::storage("flushing damage"))
     }
 
-    /// Removes the last batch if it fails its checks (a torn write).
-    fn truncate_torn_tail(&mut self) -> Result<Option<TruncatedTail>, JournalError> {
+    /// Removes the last batch if it fails its checks (a torn write) and lies beyond
+    /// `committed` (an acknowledged batch is never dropped: that is an error).
+    fn truncate_torn_tail(
+        &mut self,
+        committed: u64,
+    ) -> Result<Option<TruncatedTail>, JournalError> {
         let Some((tree, seq, value)) = self.chunks.last_batch()? else {
             return Ok(None);
         };
@@ -700,6 +930,13 @@ impl Journal {
             .and_then(|view| view.records().try_for_each(|r| r.map(|_| ())));
         match checked {
             Ok(()) => Ok(None),
+            Err(JournalError::Corrupt { reason, .. }) if seq <= committed => {
+                Err(JournalError::RecordsDamaged {
+                    first: seq,
+                    last: committed,
+                    reason,
+                })
+            }
             Err(JournalError::Corrupt { reason, .. }) => {
                 tracing::warn!(from_seq = seq, bytes = value.len(), %reason, "removing torn last batch of the journal");
                 self.chunks.remove_batch(&tree, seq)?;
@@ -727,6 +964,34 @@ fn header_first_seq(value: &[u8]) -> u64 {
     u64::from_le_bytes(a)
 }
 
+fn sled_config(dir: &Path, opts: &JournalOptions) -> sled::Config {
+    sled::Config::new()
+        .path(dir)
+        .cache_capacity(opts.cache_bytes)
+        .mode(sled::Mode::HighThroughput)
+        .segment_size(existing_segment_bytes(dir).unwrap_or(opts.segment_bytes))
+        .use_compression(false)
+        .flush_every_ms(Some(500))
+}
+
+/// Runs `f`, turning a sled panic into [`JournalError::StorePanicked`].
+fn contain_panics<T>(
+    dir: &Path,
+    f: impl FnOnce() -> Result<T, JournalError>,
+) -> Result<T, JournalError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(JournalError::StorePanicked {
+            dir: dir.to_path_buf(),
+            message,
+        })
+    })
+}
+
 fn clamp_options(mut opts: JournalOptions) -> JournalOptions {
     opts.batch_records_max = opts
         .batch_records_max
@@ -739,10 +1004,52 @@ fn clamp_options(mut opts: JournalOptions) -> JournalOptions {
     opts
 }
 
+/// Journal directory mode; files in it get [`PRIVATE_FILE_MODE`], subdirectories this.
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
+pub const PRIVATE_FILE_MODE: u32 = 0o600;
+
+/// Narrows the directory, its files and subdirectories (sled's `blobs/`) to the private modes:
+/// inputs hold cluster data. Never widens a narrower mode.
+fn make_private(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let narrow = |path: &Path, md: &std::fs::Metadata, mode: u32| {
+        let current = md.permissions().mode() & 0o777;
+        if current & !mode != 0 {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(current & mode))
+        } else {
+            Ok(())
+        }
+    };
+    let mut dirs = vec![(dir.to_path_buf(), 0u32)];
+    while let Some((d, depth)) = dirs.pop() {
+        narrow(&d, &std::fs::metadata(&d)?, PRIVATE_DIR_MODE)?;
+        for entry in std::fs::read_dir(&d)? {
+            let entry = entry?;
+            let md = match entry.metadata() {
+                Ok(md) => md,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            if md.is_dir() && depth < 2 {
+                dirs.push((entry.path(), depth + 1));
+            } else if md.is_file() {
+                match narrow(&entry.path(), &md, PRIVATE_FILE_MODE) {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    other => other?,
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn create_private_dir(dir: &Path) -> Result<(), JournalError> {
     use std::os::unix::fs::DirBuilderExt;
     if dir.is_dir() {
-        return Ok(());
+        return make_private(dir).map_err(|source| JournalError::CreateDir {
+            dir: dir.to_path_buf(),
+            source,
+        });
     }
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -786,14 +1093,14 @@ fn map_open_error(dir: &Path, e: sled::Error) -> JournalError {
     }
 }
 
-/// Returns whether the journal was just created.
-fn check_or_write_meta(meta: &sled::Tree, chunks: &Chunks) -> Result<bool, JournalError> {
+/// The journal format version stored in `meta`, `None` when there is none.
+fn read_meta_version(meta: &sled::Tree) -> Result<Option<u16>, JournalError> {
     let stored = meta
         .get(META_FORMAT_VERSION)
         .map_err(JournalError::storage("reading meta"))?;
-    match stored {
-        Some(v) => {
-            let found = <[u8; 2]>::try_from(&v[..])
+    stored
+        .map(|v| {
+            <[u8; 2]>::try_from(&v[..])
                 .map(u16::from_le_bytes)
                 .map_err(|_| JournalError::Corrupt {
                     seq: 0,
@@ -801,33 +1108,22 @@ fn check_or_write_meta(meta: &sled::Tree, chunks: &Chunks) -> Result<bool, Journ
                         "journal meta format_version is {} bytes, expected 2",
                         v.len()
                     ),
-                })?;
-            if found != FORMAT_VERSION {
-                return Err(JournalError::UnknownFormat {
-                    found,
-                    supported: FORMAT_VERSION,
-                    seq: None,
-                });
-            }
-            Ok(false)
-        }
-        None => {
-            if let Some(&start) = chunks.starts().first() {
-                return Err(JournalError::Corrupt {
-                    seq: start,
-                    reason: "journal has batches but no meta record".into(),
-                });
-            }
-            meta.insert(META_FORMAT_VERSION, &FORMAT_VERSION.to_le_bytes())
-                .map_err(JournalError::storage("writing meta"))?;
-            meta.insert(
-                META_CREATED_BY,
-                concat!("engine ", env!("CARGO_PKG_VERSION")),
-            )
-            .map_err(JournalError::storage("writing meta"))?;
-            Ok(true)
-        }
+                })
+        })
+        .transpose()
+}
+
+fn write_meta(meta: &sled::Tree, created: bool) -> Result<(), JournalError> {
+    meta.insert(META_FORMAT_VERSION, &JOURNAL_FORMAT_VERSION.to_le_bytes())
+        .map_err(JournalError::storage("writing meta"))?;
+    if created {
+        meta.insert(
+            META_CREATED_BY,
+            concat!("engine ", env!("CARGO_PKG_VERSION")),
+        )
+        .map_err(JournalError::storage("writing meta"))?;
     }
+    Ok(())
 }
 
 /// `(sum of file lengths, sum of allocated blocks)` under `dir`, two levels deep (sled keeps

@@ -71,7 +71,9 @@ fn round_trip_and_reopen_keep_sequence_continuity() {
         OpenReport {
             created: false,
             truncated_tail: None,
-            next_seq: 26
+            next_seq: 26,
+            committed_through: 25,
+            upgraded_from: None,
         }
     );
     assert_eq!(j.append(Timestamp(260), &payload(26)).unwrap(), 26);
@@ -182,9 +184,15 @@ fn corrupt_record_in_the_middle_stops_reading_at_its_seq() {
     assert!(matches!(err, Err(JournalError::Corrupt { seq: 15, .. })));
     assert_eq!(visited, 14);
     let report = j.verify();
-    assert_eq!(report.problems.len(), 1);
     assert_eq!(report.problems[0].seq, 15);
+    assert!(
+        report.problems[1..]
+            .iter()
+            .all(|p| p.seq == 11 && p.reason.contains("records 11..20")),
+        "{report:?}"
+    );
     assert_eq!(report.last_seq, Some(30));
+    assert_eq!(report.committed_through, 30);
 }
 
 #[test]
@@ -213,6 +221,7 @@ fn torn_tail_is_truncated_on_open_and_appends_continue() {
     let (mut j, _) = open(tmp.path());
     append_n(&mut j, 30, 10);
     j.damage_for_test(Damage::TearBatch { seq: 25 }).unwrap();
+    j.damage_for_test(Damage::UncommitFrom { seq: 21 }).unwrap();
     drop(j);
     let (mut j, report) = open(tmp.path());
     let tail = report.truncated_tail.expect("torn tail reported");
@@ -233,6 +242,7 @@ fn flipped_bit_in_last_batch_is_treated_as_torn_tail() {
     let (mut j, _) = open(tmp.path());
     append_n(&mut j, 20, 10);
     j.damage_for_test(Damage::FlipRecord { seq: 20 }).unwrap();
+    j.damage_for_test(Damage::UncommitFrom { seq: 11 }).unwrap();
     drop(j);
     let (_j, report) = open(tmp.path());
     assert_eq!(report.truncated_tail.map(|t| t.from_seq), Some(11));
@@ -253,7 +263,7 @@ fn unknown_format_version_is_a_clear_error() {
             err,
             JournalError::UnknownFormat {
                 found: 9,
-                supported: FORMAT_VERSION,
+                supported: JOURNAL_FORMAT_VERSION,
                 seq: None
             }
         ),
@@ -296,6 +306,44 @@ fn directory_is_created_private() {
     let _j = open(&dir);
     let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o700);
+}
+
+fn assert_private(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(dir), PRIVATE_DIR_MODE);
+    for file in journal_files(dir) {
+        assert_eq!(mode(&dir.join(&file)), PRIVATE_FILE_MODE, "{file:?}");
+        if let Some(parent) = file.parent().filter(|p| !p.as_os_str().is_empty()) {
+            assert_eq!(mode(&dir.join(parent)), PRIVATE_DIR_MODE, "{parent:?}");
+        }
+    }
+}
+
+#[test]
+fn every_file_is_private_and_a_wider_existing_journal_is_narrowed_on_open() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("j");
+    {
+        // Batches larger than a quarter segment go to blob files.
+        let (mut j, _) = open(&dir);
+        let big = vec![7u8; 4096];
+        j.append_batch(&[(Timestamp(1), &big[..])]).unwrap();
+        assert!(
+            journal_files(&dir).iter().any(|f| f.starts_with("blobs")),
+            "a blob file was written"
+        );
+        assert_private(&dir);
+    }
+    let wide = std::fs::Permissions::from_mode(0o755);
+    std::fs::set_permissions(&dir, wide.clone()).unwrap();
+    std::fs::set_permissions(dir.join("blobs"), wide).unwrap();
+    for file in journal_files(&dir) {
+        std::fs::set_permissions(dir.join(file), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let _j = open(&dir);
+    assert_private(&dir);
 }
 
 #[test]
@@ -374,6 +422,7 @@ fn snapshot_beyond_a_truncated_tail_is_skipped() {
     j.write_snapshot(10, Timestamp(1), b"ten").unwrap();
     j.write_snapshot(20, Timestamp(2), b"twenty").unwrap();
     j.damage_for_test(Damage::TearBatch { seq: 20 }).unwrap();
+    j.damage_for_test(Damage::UncommitFrom { seq: 11 }).unwrap();
     drop(j);
     let (j, report) = open(tmp.path());
     assert_eq!(report.next_seq, 11);
@@ -433,6 +482,10 @@ fn batches_span_chunk_trees_and_a_torn_single_batch_chunk_is_dropped() {
         seq: 3 * per_chunk + 1,
     })
     .unwrap();
+    j.damage_for_test(Damage::UncommitFrom {
+        seq: 3 * per_chunk + 1,
+    })
+    .unwrap();
     drop(j);
     let (mut j, report) = open(tmp.path());
     assert_eq!(
@@ -471,4 +524,314 @@ fn a_journal_reopens_with_the_segment_size_it_was_created_with() {
     let (records, err) = read_all(&j, 1);
     assert!(err.is_none(), "{err:?}");
     assert_intact(&records, 1);
+}
+
+/// A committed torn tail is damage, not a torn write: open refuses to drop it.
+#[test]
+fn a_committed_batch_that_fails_its_checks_is_never_truncated() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 30, 10);
+    j.damage_for_test(Damage::TearBatch { seq: 25 }).unwrap();
+    drop(j);
+    let err = Journal::open(tmp.path(), JournalOptions::default()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            JournalError::RecordsDamaged {
+                first: 21,
+                last: 30,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("records 21..30"), "{err}");
+}
+
+#[test]
+fn a_committed_last_batch_that_is_missing_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 53, 10);
+    j.damage_for_test(Damage::RemoveBatch { seq: 51 }).unwrap();
+    drop(j);
+    let err = Journal::open(tmp.path(), JournalOptions::default()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            JournalError::RecordsMissing {
+                first: 51,
+                last: 53,
+                stored_last: 50
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("records 51..53 are missing: damage at"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_commit_record_is_an_error_and_a_torn_commit_entry_is_unacknowledged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 20, 10);
+    drop(j);
+    let commits = tmp.path().join(COMMITS_FILE);
+    let bytes = std::fs::read(&commits).unwrap();
+    assert_eq!(bytes.len(), 2 * commit::ENTRY_BYTES);
+    // A torn last entry: its batch was flushed by sled but never acknowledged; it is
+    // committed again on open (it passes its checks).
+    std::fs::write(&commits, &bytes[..bytes.len() - 3]).unwrap();
+    let (j, report) = open(tmp.path());
+    assert_eq!((report.next_seq, report.committed_through), (21, 20));
+    drop(j);
+    std::fs::remove_file(&commits).unwrap();
+    let err = Journal::open(tmp.path(), JournalOptions::default()).unwrap_err();
+    assert!(
+        matches!(err, JournalError::CommitMissing { last_seq: 20, .. }),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_journal_of_the_previous_format_is_upgraded_with_a_commit_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 20, 10);
+    j.damage_for_test(Damage::MetaFormatVersion {
+        version: JOURNAL_FORMAT_VERSION_LEGACY,
+    })
+    .unwrap();
+    drop(j);
+    std::fs::remove_file(tmp.path().join(COMMITS_FILE)).unwrap();
+    let (mut j, report) = open(tmp.path());
+    assert_eq!(report.upgraded_from, Some(JOURNAL_FORMAT_VERSION_LEGACY));
+    assert_eq!(report.committed_through, 20);
+    append_n(&mut j, 5, 5);
+    assert!(j.verify().is_clean());
+    drop(j);
+    let (_j, report) = open(tmp.path());
+    assert_eq!((report.upgraded_from, report.committed_through), (None, 25));
+}
+
+/// Copies `src` into a fresh directory under `root` named `name`.
+fn copy_dir(src: &Path, root: &Path, name: &str) -> PathBuf {
+    let dst = root.join(name);
+    let mut dirs = vec![(src.to_path_buf(), dst.clone())];
+    while let Some((from, to)) = dirs.pop() {
+        std::fs::create_dir_all(&to).unwrap();
+        for entry in std::fs::read_dir(&from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                dirs.push((entry.path(), target));
+            } else {
+                std::fs::copy(entry.path(), target).unwrap();
+            }
+        }
+    }
+    dst
+}
+
+/// Every file of the journal, relative to it.
+fn journal_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_dir() {
+                dirs.push(entry.path());
+            } else {
+                out.push(entry.path().strip_prefix(dir).unwrap().to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Open + verify + full read of a damaged copy: either an error, or every committed record
+/// intact. Returns whether the damage was reported.
+fn open_damaged(dir: &Path, committed: u64, what: &str) -> bool {
+    let opened = std::panic::catch_unwind(|| Journal::open(dir, JournalOptions::default()));
+    let Ok(opened) = opened else {
+        panic!("{what}: open panicked");
+    };
+    let (j, _) = match opened {
+        Err(_) => return true,
+        Ok(j) => j,
+    };
+    let (records, err) = read_all(&j, 1);
+    let verify = j.verify();
+    if err.is_some() || !verify.is_clean() {
+        return true;
+    }
+    assert!(
+        records.len() as u64 >= committed,
+        "{what}: silently lost records: {} of {committed} read with no error",
+        records.len()
+    );
+    assert_intact(&records[..committed as usize], 1);
+    false
+}
+
+/// The damage matrix, on a small scale: byte flips at many offsets in every file,
+/// truncations, and each file deleted. Never fewer committed records without an error.
+#[test]
+fn damaged_files_never_lose_committed_records_silently() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    let committed = 53;
+    {
+        let opts = JournalOptions {
+            segment_bytes: 8 << 20,
+            ..JournalOptions::default()
+        };
+        let (mut j, _) = Journal::open(&src, opts).unwrap();
+        append_n(&mut j, committed, 3);
+        j.write_snapshot(40, Timestamp(1), b"forty").unwrap();
+    }
+    damage_matrix(&src, tmp.path(), committed, 24);
+}
+
+/// The same on a controller's journal (durable appends, small segments, blob files) copied as
+/// a kill -9 leaves it: sled never shut down, so it has no clean snapshot of its own.
+#[test]
+fn damage_to_a_journal_left_by_kill_9_is_never_a_silent_loss() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = tmp.path().join("live");
+    let committed = 90;
+    let (mut j, _) = open(&live);
+    // Batches above a quarter of sled's 4 KiB segment go to blob files.
+    append_n(&mut j, committed, 30);
+    assert!(journal_files(&live).iter().any(|f| f.starts_with("blobs")));
+    let src = copy_dir(&live, tmp.path(), "killed");
+    drop(j);
+    damage_matrix(&src, tmp.path(), committed, 12);
+}
+
+/// Flips a byte at `offsets_per_file` offsets of every file, truncates there, and deletes each
+/// file, each on a fresh copy of `src`; see [`open_damaged`].
+fn damage_matrix(src: &Path, tmp: &Path, committed: u64, offsets_per_file: u64) {
+    let files = journal_files(src);
+    assert!(files.iter().any(|f| f == Path::new(COMMITS_FILE)));
+    let mut case = 0;
+    let mut reported = 0;
+    for file in &files {
+        let len = std::fs::metadata(src.join(file)).unwrap().len();
+        let offsets: Vec<u64> = (0..offsets_per_file)
+            .map(|i| i * len / offsets_per_file)
+            .collect();
+        for &at in &offsets {
+            case += 1;
+            let dir = copy_dir(src, tmp, &format!("c{case}"));
+            let path = dir.join(file);
+            let mut bytes = std::fs::read(&path).unwrap();
+            if bytes.is_empty() {
+                continue;
+            }
+            bytes[at as usize] ^= 0x5a;
+            std::fs::write(&path, &bytes).unwrap();
+            reported += usize::from(open_damaged(
+                &dir,
+                committed,
+                &format!("flip {file:?}@{at}"),
+            ));
+            case += 1;
+            let dir = copy_dir(src, tmp, &format!("c{case}"));
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(dir.join(file))
+                .unwrap();
+            f.set_len(at).unwrap();
+            reported += usize::from(open_damaged(&dir, committed, &format!("cut {file:?}@{at}")));
+        }
+        case += 1;
+        let dir = copy_dir(src, tmp, &format!("c{case}"));
+        std::fs::remove_file(dir.join(file)).unwrap();
+        reported += usize::from(open_damaged(&dir, committed, &format!("delete {file:?}")));
+    }
+    assert!(reported > 0);
+}
+
+#[test]
+fn repair_truncates_to_the_last_good_record_and_rewrites_the_commit_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 30, 10);
+    j.write_snapshot(20, Timestamp(1), b"twenty").unwrap();
+    j.damage_for_test(Damage::FlipRecord { seq: 15 }).unwrap();
+    drop(j);
+    let report = Journal::repair_truncate(tmp.path(), JournalOptions::default()).unwrap();
+    assert_eq!(report.kept_through, 14);
+    assert_eq!(report.committed_before, Some(30));
+    assert_eq!(report.batches_removed, 1);
+    assert_eq!(report.snapshots_removed, vec![20]);
+    assert!(report.first_problem.is_some());
+    let (mut j, open_report) = open(tmp.path());
+    assert_eq!(
+        (open_report.next_seq, open_report.committed_through),
+        (15, 14)
+    );
+    let (records, err) = read_all(&j, 1);
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(records.len(), 14);
+    assert_intact(&records, 1);
+    assert!(j.verify().is_clean(), "{:?}", j.verify());
+    append_n(&mut j, 3, 3);
+    assert!(j.verify().is_clean());
+}
+
+#[test]
+fn repair_accounts_for_records_the_store_lost_and_opens_clean_after() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 30, 10);
+    j.damage_for_test(Damage::RemoveBatch { seq: 21 }).unwrap();
+    drop(j);
+    assert!(matches!(
+        Journal::open(tmp.path(), JournalOptions::default()),
+        Err(JournalError::RecordsMissing {
+            first: 21,
+            last: 30,
+            ..
+        })
+    ));
+    let report = Journal::repair_truncate(tmp.path(), JournalOptions::default()).unwrap();
+    assert_eq!(
+        (
+            report.kept_through,
+            report.committed_before,
+            report.batches_removed
+        ),
+        (20, Some(30), 0)
+    );
+    let (j, _) = open(tmp.path());
+    assert!(j.verify().is_clean());
+    assert_eq!(j.last_seq(), Some(20));
+}
+
+/// Buffered appends are acknowledged only by `flush`: records sled wrote before it are an
+/// unacknowledged tail (kept when intact, committed on the next open), never an error.
+#[test]
+fn buffered_records_never_flushed_are_an_unacknowledged_tail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let buffered = JournalOptions {
+        durability: Durability::Buffered,
+        ..JournalOptions::default()
+    };
+    let (mut j, _) = Journal::open(tmp.path(), buffered.clone()).unwrap();
+    append_n(&mut j, 12, 4);
+    j.damage_for_test(Damage::TearBatch { seq: 12 }).unwrap();
+    drop(j);
+    let (j, report) = Journal::open(tmp.path(), buffered).unwrap();
+    assert_eq!(report.truncated_tail.map(|t| t.from_seq), Some(9));
+    assert_eq!((report.next_seq, report.committed_through), (9, 8));
+    assert!(j.verify().is_clean());
 }
