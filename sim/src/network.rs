@@ -47,6 +47,8 @@ const WATCH_EXPIRY_PER_EVENT: f64 = 0.05;
 const DUPLICATES_MAX: usize = 5;
 /// The chance that an answer takes 0.1 to 2 s instead of a few milliseconds.
 const RESULT_TAIL_CHANCE: f64 = 0.1;
+/// Longest a slow consumer holds events under `coalesced-events`, in ms.
+const COALESCE_HOLD_MAX_MS: i64 = 1500;
 /// Largest backlog batch under `backlog-batches`.
 const RANDOM_BATCH_MAX: usize = 6;
 
@@ -90,6 +92,9 @@ pub struct Network {
     recent: BTreeMap<Scope, VecDeque<ObjKey>>,
     /// Arrivals sent and not arrived yet.
     in_transit: usize,
+    /// When each watch stream's last event arrives: a watch is one ordered stream, so a later
+    /// event never overtakes an earlier one of the same stream.
+    stream_tail: BTreeMap<(Scope, String), Timestamp>,
     /// Under `backlog-batches` the loop reads its backlog only when it wakes: whether a wake
     /// is scheduled, and whether it has come.
     wake_scheduled: bool,
@@ -109,6 +114,7 @@ impl Network {
             relisting: BTreeMap::new(),
             recent: BTreeMap::new(),
             in_transit: 0,
+            stream_tail: BTreeMap::new(),
             wake_scheduled: false,
             awake: false,
             results_in_flight: BTreeMap::new(),
@@ -122,6 +128,7 @@ impl Network {
         self.coalescing.clear();
         self.relisting.clear();
         self.results_in_flight.clear();
+        self.stream_tail.clear();
         self.wake_scheduled = false;
         self.awake = false;
     }
@@ -211,19 +218,26 @@ impl Sim {
                 }
                 None => held.push(written.clone()),
             }
+            // Later events of this stream must not overtake the held ones.
+            let latest_flush = self.now + Duration(COALESCE_HOLD_MAX_MS);
+            let tail = self.net.stream_tail.entry(key).or_insert(latest_flush);
+            *tail = (*tail).max(latest_flush);
             if first {
-                let hold = Duration(self.net.rng.random_range(200..=1500));
+                let hold = Duration(self.net.rng.random_range(200..=COALESCE_HOLD_MAX_MS));
                 let scope = scope.clone();
                 self.send(hold, Arrival::Coalesced { scope });
             }
             return true;
         }
-        let latency = self.net.latency(40);
+        let mut at = self.now + self.net.latency(40);
+        let tail = self.net.stream_tail.entry(key).or_insert(at);
+        at = at.max(*tail);
+        *tail = at;
         let arrival = Arrival::Watch {
             scope: scope.clone(),
             written: Box::new(written.clone()),
         };
-        self.send(latency, arrival);
+        self.send(at.since(self.now), arrival);
         true
     }
 
