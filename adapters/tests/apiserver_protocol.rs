@@ -9,7 +9,7 @@ use kube::api::{
     Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
 use kube::runtime::watcher;
-use kube::{Client, Config};
+use kube::{Client, Config, ResourceExt};
 use serde_json::{Value, json};
 use sim::api::ClusterStore;
 use std::time::Duration;
@@ -549,6 +549,72 @@ async fn create_of_an_existing_name_is_409_and_terminating_namespaces_forbid_new
             "{}",
             s.message
         );
+        server.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn dry_run_answers_what_would_be_stored_and_stores_nothing() {
+    bounded(async {
+        let mut store = ClusterStore::new("t");
+        store
+            .create(
+                json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                       "metadata": {"name": "m1", "namespace": "default"},
+                       "spec": {"clusterName": "c1"}}),
+                now(),
+            )
+            .unwrap();
+        let (server, client) = serve(store).await;
+        let api = machines(&client);
+        let list_rv = |api: Api<DynamicObject>| async move {
+            api.list(&ListParams::default())
+                .await
+                .unwrap()
+                .metadata
+                .resource_version
+                .unwrap()
+        };
+        let rv_before = list_rv(api.clone()).await;
+        let dry_post = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        let new: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "m-dry", "namespace": "default"},
+            "spec": {"clusterName": "c1"}}))
+        .unwrap();
+        let created = api.create(&dry_post, &new).await.unwrap();
+        assert_eq!(created.metadata.name.as_deref(), Some("m-dry"));
+        assert!(created.metadata.uid.is_some(), "defaulting ran");
+        assert_eq!(api_status(api.get("m-dry").await.unwrap_err()).code, 404);
+
+        let patched = api
+            .patch(
+                "m1",
+                &PatchParams::default().dry_run(),
+                &Patch::Merge(json!({"metadata": {"labels": {"dry": "yes"}}})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(patched.labels().get("dry").map(String::as_str), Some("yes"));
+        let mut replaced = api.get("m1").await.unwrap();
+        assert!(replaced.labels().is_empty(), "the dry patch was not stored");
+        replaced.labels_mut().insert("put".into(), "yes".into());
+        let answer = api.replace("m1", &dry_post, &replaced).await.unwrap();
+        assert_eq!(answer.labels().get("put").map(String::as_str), Some("yes"));
+
+        let dry_delete = DeleteParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        api.delete("m1", &dry_delete).await.unwrap();
+        let kept = api.get("m1").await.unwrap();
+        assert!(kept.labels().is_empty());
+        assert!(kept.metadata.deletion_timestamp.is_none());
+        assert_eq!(list_rv(api.clone()).await, rv_before, "nothing was written");
         server.shutdown().await;
     })
     .await;

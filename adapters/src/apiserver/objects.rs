@@ -70,7 +70,13 @@ fn namespace_terminating(store: &ClusterStore, namespace: &str) -> bool {
 }
 
 /// POST to a collection. `r.name` is ignored (taken from the body).
-pub fn create(cluster: &SharedCluster, r: &ObjectRef, body: &[u8], now: Timestamp) -> Answer {
+pub fn create(
+    cluster: &SharedCluster,
+    r: &ObjectRef,
+    body: &[u8],
+    dry_run: bool,
+    now: Timestamp,
+) -> Answer {
     let mut obj = parse_body(body)?;
     if !obj.is_object() {
         return Err(Failure::bad_request("the body must be a JSON object"));
@@ -124,7 +130,7 @@ pub fn create(cluster: &SharedCluster, r: &ObjectRef, body: &[u8], now: Timestam
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    cluster.write(|store| {
+    cluster.write_or_dry_run(dry_run, |store| {
         let mut obj = obj;
         let name = if name.is_empty() && !generate.is_empty() {
             let generated = format!(
@@ -187,14 +193,20 @@ fn write_desired(
 }
 
 /// PUT of the main resource or `/status`, guarded by `metadata.resourceVersion` when given.
-pub fn replace(cluster: &SharedCluster, r: &ObjectRef, body: &[u8], status: bool) -> Answer {
+pub fn replace(
+    cluster: &SharedCluster,
+    r: &ObjectRef,
+    body: &[u8],
+    status: bool,
+    dry_run: bool,
+) -> Answer {
     let desired = parse_body(body)?;
     if sjson::name(&desired) != r.name {
         return Err(Failure::bad_request(
             "the name of the object does not match the name on the URL",
         ));
     }
-    cluster.write(|store| {
+    cluster.write_or_dry_run(dry_run, |store| {
         let current = store
             .get(&r.key())
             .cloned()
@@ -217,6 +229,7 @@ pub fn patch(
     content_type: &str,
     body: &[u8],
     status: bool,
+    dry_run: bool,
 ) -> Answer {
     let media = content_type.split(';').next().unwrap_or_default().trim();
     let patch = parse_body(body)?;
@@ -226,7 +239,7 @@ pub fn patch(
         "application/json-patch+json" => false,
         other => return Err(Failure::unsupported_media_type(other)),
     };
-    cluster.write(|store| {
+    cluster.write_or_dry_run(dry_run, |store| {
         let current = store
             .get(&r.key())
             .cloned()
@@ -303,7 +316,7 @@ pub fn delete(
     now: Timestamp,
 ) -> Answer {
     let options = delete_options(body, q)?;
-    cluster.write(|store| {
+    cluster.write_or_dry_run(options.dry_run, |store| {
         let key = r.key();
         let current = store
             .get(&key)
@@ -318,9 +331,6 @@ pub fn delete(
             });
         }
         check_rv(r.t, &r.name, &current, options.resource_version.as_deref())?;
-        if options.dry_run {
-            return Ok((200, current));
-        }
         let deleting = sjson::is_deleting(&current);
         let result = match r.t.kind.as_str() {
             "Namespace" if !deleting => store.mark_deleting(&key, now, None).and_then(|_| {
@@ -358,7 +368,13 @@ pub fn delete(
 /// POST `pods/{name}/eviction`: the PDB-enforcing eviction of the simulator. Accepts the
 /// `policy/v1` Eviction body (`deleteOptions`) and kube-rs's `EvictParams` body
 /// (`delete_options`); answers 201 with a Success Status.
-pub fn evict(cluster: &SharedCluster, r: &ObjectRef, body: &[u8], now: Timestamp) -> Answer {
+pub fn evict(
+    cluster: &SharedCluster,
+    r: &ObjectRef,
+    body: &[u8],
+    dry_run: bool,
+    now: Timestamp,
+) -> Answer {
     let v = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
@@ -378,7 +394,12 @@ pub fn evict(cluster: &SharedCluster, r: &ObjectRef, body: &[u8], now: Timestamp
             .or_else(|| o.get("grace_period_seconds"))
             .and_then(Value::as_i64)
     });
-    cluster.write(|store| {
+    let dry_run = dry_run
+        || options
+            .and_then(|o| o.get("dryRun").or_else(|| o.get("dry_run")))
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty());
+    cluster.write_or_dry_run(dry_run, |store| {
         eviction::evict(store, &r.key(), grace, now)
             .map(|_| (201, success(201)))
             .map_err(|e| Failure::from_store(e, r.t, &r.name))

@@ -184,6 +184,15 @@ fn resource(
         return failure(Failure::no_route());
     }
     let group_version = t.group_version(version);
+    let dry_run = match q.get("dryRun") {
+        None | Some("") => false,
+        Some("All") => true,
+        Some(other) => {
+            return failure(Failure::bad_request(format!(
+                "Unsupported value: {other:?}: supported values: \"All\""
+            )));
+        }
+    };
     let now = wall_now();
     let cluster = &ctx.cluster;
     let Some(name) = name else {
@@ -196,7 +205,7 @@ fn resource(
                     namespace: namespace.unwrap_or_default().to_string(),
                     name: String::new(),
                 };
-                answer(objects::create(cluster, &r, body, now))
+                answer(objects::create(cluster, &r, body, dry_run, now))
             }
             _ => failure(Failure::method_not_allowed(method.as_str())),
         };
@@ -211,14 +220,14 @@ fn resource(
         None => false,
         Some("status") if t.status => true,
         Some("eviction") if t.kind == "Pod" && *method == Method::POST => {
-            return answer(objects::evict(cluster, &r, body, now));
+            return answer(objects::evict(cluster, &r, body, dry_run, now));
         }
         Some(_) => return failure(Failure::no_route()),
     };
     let result = match *method {
         Method::GET => objects::get(cluster, &r),
-        Method::PUT => objects::replace(cluster, &r, body, status),
-        Method::PATCH => objects::patch(cluster, &r, content_type, body, status),
+        Method::PUT => objects::replace(cluster, &r, body, status, dry_run),
+        Method::PATCH => objects::patch(cluster, &r, content_type, body, status, dry_run),
         Method::DELETE if !status => objects::delete(cluster, &r, body, q, now),
         _ => Err(Failure::method_not_allowed(method.as_str())),
     };
