@@ -619,3 +619,27 @@ async fn dry_run_answers_what_would_be_stored_and_stores_nothing() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_body_over_3_mib_is_413_and_version_is_complete() {
+    bounded(async {
+        let (server, client) = serve(ClusterStore::new("t")).await;
+        let big: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "big", "namespace": "default",
+                         "annotations": {"a": "x".repeat(3 << 20)}}}))
+        .unwrap();
+        let err = machines(&client)
+            .create(&PostParams::default(), &big)
+            .await
+            .unwrap_err();
+        let s = api_status(err);
+        assert_eq!((s.code, s.reason.as_str()), (413, "RequestEntityTooLarge"));
+        let v = client.apiserver_version().await.unwrap();
+        assert_eq!((v.major.as_str(), v.minor.as_str()), ("1", "32"));
+        assert!(!v.build_date.is_empty() && !v.git_commit.is_empty());
+        assert_eq!(v.git_tree_state, "clean");
+        server.shutdown().await;
+    })
+    .await;
+}

@@ -16,8 +16,8 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Largest request body accepted.
-const BODY_BYTES_MAX: usize = 8 << 20;
+/// Largest request body accepted (the real server's limit; larger is 413).
+const BODY_BYTES_MAX: usize = 3 << 20;
 
 pub fn json_response(code: u16, body: &Value) -> Response<Body> {
     Response::builder()
@@ -51,6 +51,13 @@ pub async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Result<Response<Bo
         .await
     {
         Ok(b) => b.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return Ok(failure(Failure::new(
+                413,
+                "RequestEntityTooLarge",
+                format!("the request body is larger than {BODY_BYTES_MAX} bytes"),
+            )));
+        }
         Err(e) => {
             return Ok(failure(Failure::bad_request(format!(
                 "reading the body: {e}"
@@ -89,7 +96,9 @@ fn route(
             200,
             &json!({
                 "major": "1", "minor": "32", "gitVersion": "v1.32.0-lifecycle-fake",
-                "platform": "linux/amd64", "goVersion": "", "compiler": "rustc",
+                "gitCommit": "0000000000000000000000000000000000000000",
+                "gitTreeState": "clean", "buildDate": "2024-12-11T00:00:00Z",
+                "goVersion": "go1.23.0", "compiler": "gc", "platform": "linux/amd64",
             }),
         ),
         (&Method::GET, ["api"]) => {
