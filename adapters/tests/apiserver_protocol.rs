@@ -643,3 +643,45 @@ async fn a_body_over_3_mib_is_413_and_version_is_complete() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn updates_that_rename_or_change_kind_are_400() {
+    bounded(async {
+        let mut store = ClusterStore::new("t");
+        store
+            .create(
+                json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                       "metadata": {"name": "m1", "namespace": "default"},
+                       "spec": {"clusterName": "c1"}}),
+                now(),
+            )
+            .unwrap();
+        let (server, client) = serve(store).await;
+        let api = machines(&client);
+        for (patch, message) in [
+            (
+                json!({"metadata": {"name": "m2"}}),
+                "the name of the object (m2) does not match the name on the URL (m1)",
+            ),
+            (
+                json!({"metadata": {"namespace": "other"}}),
+                "the namespace of the object (other) does not match the namespace on the URL (default)",
+            ),
+            (
+                json!({"kind": "Secret"}),
+                "the kind of the object (Secret) does not match the kind on the URL (Machine)",
+            ),
+        ] {
+            let err = api
+                .patch("m1", &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .unwrap_err();
+            let s = api_status(err);
+            assert_eq!((s.code, s.message.as_str()), (400, message));
+        }
+        let kept = api.get("m1").await.unwrap();
+        assert_eq!(kept.metadata.namespace.as_deref(), Some("default"));
+        server.shutdown().await;
+    })
+    .await;
+}

@@ -168,6 +168,49 @@ fn check_rv(
     }
 }
 
+/// An update may not move the object: its name, namespace, kind and apiVersion stay those of
+/// the URL (a missing kind or apiVersion is taken from the URL).
+fn check_identity(r: &ObjectRef, desired: &mut Value) -> Result<(), Failure> {
+    if !desired.is_object() {
+        return Err(Failure::bad_request("the body must be a JSON object"));
+    }
+    let name = sjson::name(desired);
+    if name != r.name {
+        return Err(Failure::bad_request(format!(
+            "the name of the object ({name}) does not match the name on the URL ({})",
+            r.name
+        )));
+    }
+    let namespace = sjson::str_at(desired, "metadata.namespace").unwrap_or_default();
+    if r.t.namespaced && !namespace.is_empty() && namespace != r.namespace {
+        return Err(Failure::bad_request(format!(
+            "the namespace of the object ({namespace}) does not match the namespace on the URL ({})",
+            r.namespace
+        )));
+    }
+    match sjson::str_at(desired, "kind") {
+        None => desired["kind"] = json!(r.t.kind),
+        Some(k) if k == r.t.kind => {}
+        Some(k) => {
+            return Err(Failure::bad_request(format!(
+                "the kind of the object ({k}) does not match the kind on the URL ({})",
+                r.t.kind
+            )));
+        }
+    }
+    match sjson::str_at(desired, "apiVersion") {
+        None => desired["apiVersion"] = json!(r.group_version),
+        Some(v) if sjson::group_of(v) == r.t.group => {}
+        Some(v) => {
+            return Err(Failure::bad_request(format!(
+                "the API version in the data ({v}) does not match the expected API version ({})",
+                r.group_version
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Hands `desired` (a full object) to the store as the merge patch from `current`.
 fn write_desired(
     store: &mut ClusterStore,
@@ -176,6 +219,7 @@ fn write_desired(
     mut desired: Value,
     status: bool,
 ) -> Answer {
+    check_identity(r, &mut desired)?;
     keep_server_fields(current, &mut desired);
     let diff = merge_diff(current, &desired);
     let part = part_for(r.t, status);
@@ -200,12 +244,8 @@ pub fn replace(
     status: bool,
     dry_run: bool,
 ) -> Answer {
-    let desired = parse_body(body)?;
-    if sjson::name(&desired) != r.name {
-        return Err(Failure::bad_request(
-            "the name of the object does not match the name on the URL",
-        ));
-    }
+    let mut desired = parse_body(body)?;
+    check_identity(r, &mut desired)?;
     cluster.write_or_dry_run(dry_run, |store| {
         let current = store
             .get(&r.key())
