@@ -685,3 +685,23 @@ async fn updates_that_rename_or_change_kind_are_400() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn invalid_names_are_422_with_a_metadata_name_cause() {
+    bounded(async {
+        let (server, client) = serve(ClusterStore::new("t")).await;
+        let api = machines(&client);
+        for name in ["a.b..c", "UPPER", &"a".repeat(300)] {
+            let m: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": name, "namespace": "default"}}))
+            .unwrap();
+            let s = api_status(api.create(&PostParams::default(), &m).await.unwrap_err());
+            assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"), "{name}");
+            let causes = s.details.unwrap().causes;
+            assert_eq!(causes[0].field, "metadata.name");
+        }
+        server.shutdown().await;
+    })
+    .await;
+}

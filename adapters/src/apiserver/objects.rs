@@ -142,6 +142,7 @@ pub fn create(
         } else {
             name
         };
+        super::names::check(r.t, &name, &r.namespace)?;
         if r.t.namespaced && namespace_terminating(store, &r.namespace) {
             return Err(Failure::namespace_terminating(r.t, &name, &r.namespace));
         }
