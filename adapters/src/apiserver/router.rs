@@ -77,7 +77,12 @@ fn route(
     content_type: &str,
     body: &[u8],
 ) -> Response<Body> {
-    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let decoded: Vec<String> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(percent_decode)
+        .collect();
+    let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
     let types = ctx.cluster.read(|s| s.types());
     let discovery = |v: Option<Value>| match v {
         Some(v) => json_response(200, &v),
@@ -126,6 +131,31 @@ fn route(
         ),
         _ => failure(Failure::no_route()),
     }
+}
+
+/// A path segment with its `%XX` escapes decoded; one that does not decode to UTF-8 stays as
+/// sent (and then matches nothing).
+fn percent_decode(segment: &str) -> String {
+    let b = segment.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = (b[i] == b'%')
+            .then(|| segment.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match hex {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| segment.to_string())
 }
 
 /// The parts of a resource path.
@@ -295,4 +325,17 @@ fn collection_get(
         initial_events_end: send_initial,
     };
     watch::respond(ctx.cluster.clone(), spec, &ctx.options)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decode;
+
+    #[test]
+    fn path_segments_are_percent_decoded() {
+        assert_eq!(percent_decode("m%2D1"), "m-1");
+        assert_eq!(percent_decode("a%2fb"), "a/b");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz%ff"), "%zz%ff");
+    }
 }
