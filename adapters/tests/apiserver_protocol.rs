@@ -9,7 +9,7 @@ use kube::api::{
     Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
 use kube::runtime::watcher;
-use kube::{Client, Config};
+use kube::{Client, Config, ResourceExt};
 use serde_json::{Value, json};
 use sim::api::ClusterStore;
 use std::time::Duration;
@@ -549,6 +549,158 @@ async fn create_of_an_existing_name_is_409_and_terminating_namespaces_forbid_new
             "{}",
             s.message
         );
+        server.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn dry_run_answers_what_would_be_stored_and_stores_nothing() {
+    bounded(async {
+        let mut store = ClusterStore::new("t");
+        store
+            .create(
+                json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                       "metadata": {"name": "m1", "namespace": "default"},
+                       "spec": {"clusterName": "c1"}}),
+                now(),
+            )
+            .unwrap();
+        let (server, client) = serve(store).await;
+        let api = machines(&client);
+        let list_rv = |api: Api<DynamicObject>| async move {
+            api.list(&ListParams::default())
+                .await
+                .unwrap()
+                .metadata
+                .resource_version
+                .unwrap()
+        };
+        let rv_before = list_rv(api.clone()).await;
+        let dry_post = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        let new: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "m-dry", "namespace": "default"},
+            "spec": {"clusterName": "c1"}}))
+        .unwrap();
+        let created = api.create(&dry_post, &new).await.unwrap();
+        assert_eq!(created.metadata.name.as_deref(), Some("m-dry"));
+        assert!(created.metadata.uid.is_some(), "defaulting ran");
+        assert_eq!(api_status(api.get("m-dry").await.unwrap_err()).code, 404);
+
+        let patched = api
+            .patch(
+                "m1",
+                &PatchParams::default().dry_run(),
+                &Patch::Merge(json!({"metadata": {"labels": {"dry": "yes"}}})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(patched.labels().get("dry").map(String::as_str), Some("yes"));
+        let mut replaced = api.get("m1").await.unwrap();
+        assert!(replaced.labels().is_empty(), "the dry patch was not stored");
+        replaced.labels_mut().insert("put".into(), "yes".into());
+        let answer = api.replace("m1", &dry_post, &replaced).await.unwrap();
+        assert_eq!(answer.labels().get("put").map(String::as_str), Some("yes"));
+
+        let dry_delete = DeleteParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        api.delete("m1", &dry_delete).await.unwrap();
+        let kept = api.get("m1").await.unwrap();
+        assert!(kept.labels().is_empty());
+        assert!(kept.metadata.deletion_timestamp.is_none());
+        assert_eq!(list_rv(api.clone()).await, rv_before, "nothing was written");
+        server.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_body_over_3_mib_is_413_and_version_is_complete() {
+    bounded(async {
+        let (server, client) = serve(ClusterStore::new("t")).await;
+        let big: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "big", "namespace": "default",
+                         "annotations": {"a": "x".repeat(3 << 20)}}}))
+        .unwrap();
+        let err = machines(&client)
+            .create(&PostParams::default(), &big)
+            .await
+            .unwrap_err();
+        let s = api_status(err);
+        assert_eq!((s.code, s.reason.as_str()), (413, "RequestEntityTooLarge"));
+        let v = client.apiserver_version().await.unwrap();
+        assert_eq!((v.major.as_str(), v.minor.as_str()), ("1", "32"));
+        assert!(!v.build_date.is_empty() && !v.git_commit.is_empty());
+        assert_eq!(v.git_tree_state, "clean");
+        server.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn updates_that_rename_or_change_kind_are_400() {
+    bounded(async {
+        let mut store = ClusterStore::new("t");
+        store
+            .create(
+                json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                       "metadata": {"name": "m1", "namespace": "default"},
+                       "spec": {"clusterName": "c1"}}),
+                now(),
+            )
+            .unwrap();
+        let (server, client) = serve(store).await;
+        let api = machines(&client);
+        for (patch, message) in [
+            (
+                json!({"metadata": {"name": "m2"}}),
+                "the name of the object (m2) does not match the name on the URL (m1)",
+            ),
+            (
+                json!({"metadata": {"namespace": "other"}}),
+                "the namespace of the object (other) does not match the namespace on the URL (default)",
+            ),
+            (
+                json!({"kind": "Secret"}),
+                "the kind of the object (Secret) does not match the kind on the URL (Machine)",
+            ),
+        ] {
+            let err = api
+                .patch("m1", &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .unwrap_err();
+            let s = api_status(err);
+            assert_eq!((s.code, s.message.as_str()), (400, message));
+        }
+        let kept = api.get("m1").await.unwrap();
+        assert_eq!(kept.metadata.namespace.as_deref(), Some("default"));
+        server.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn invalid_names_are_422_with_a_metadata_name_cause() {
+    bounded(async {
+        let (server, client) = serve(ClusterStore::new("t")).await;
+        let api = machines(&client);
+        for name in ["a.b..c", "UPPER", &"a".repeat(300)] {
+            let m: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": name, "namespace": "default"}}))
+            .unwrap();
+            let s = api_status(api.create(&PostParams::default(), &m).await.unwrap_err());
+            assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"), "{name}");
+            let causes = s.details.unwrap().causes;
+            assert_eq!(causes[0].field, "metadata.name");
+        }
         server.shutdown().await;
     })
     .await;

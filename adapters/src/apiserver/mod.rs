@@ -17,6 +17,7 @@
 
 mod kubelet;
 mod list;
+mod names;
 mod objects;
 pub mod patch;
 pub mod resources;

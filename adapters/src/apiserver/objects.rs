@@ -70,7 +70,13 @@ fn namespace_terminating(store: &ClusterStore, namespace: &str) -> bool {
 }
 
 /// POST to a collection. `r.name` is ignored (taken from the body).
-pub fn create(cluster: &SharedCluster, r: &ObjectRef, body: &[u8], now: Timestamp) -> Answer {
+pub fn create(
+    cluster: &SharedCluster,
+    r: &ObjectRef,
+    body: &[u8],
+    dry_run: bool,
+    now: Timestamp,
+) -> Answer {
     let mut obj = parse_body(body)?;
     if !obj.is_object() {
         return Err(Failure::bad_request("the body must be a JSON object"));
@@ -124,7 +130,7 @@ pub fn create(cluster: &SharedCluster, r: &ObjectRef, body: &[u8], now: Timestam
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    cluster.write(|store| {
+    cluster.write_or_dry_run(dry_run, |store| {
         let mut obj = obj;
         let name = if name.is_empty() && !generate.is_empty() {
             let generated = format!(
@@ -136,6 +142,7 @@ pub fn create(cluster: &SharedCluster, r: &ObjectRef, body: &[u8], now: Timestam
         } else {
             name
         };
+        super::names::check(r.t, &name, &r.namespace)?;
         if r.t.namespaced && namespace_terminating(store, &r.namespace) {
             return Err(Failure::namespace_terminating(r.t, &name, &r.namespace));
         }
@@ -162,6 +169,49 @@ fn check_rv(
     }
 }
 
+/// An update may not move the object: its name, namespace, kind and apiVersion stay those of
+/// the URL (a missing kind or apiVersion is taken from the URL).
+fn check_identity(r: &ObjectRef, desired: &mut Value) -> Result<(), Failure> {
+    if !desired.is_object() {
+        return Err(Failure::bad_request("the body must be a JSON object"));
+    }
+    let name = sjson::name(desired);
+    if name != r.name {
+        return Err(Failure::bad_request(format!(
+            "the name of the object ({name}) does not match the name on the URL ({})",
+            r.name
+        )));
+    }
+    let namespace = sjson::str_at(desired, "metadata.namespace").unwrap_or_default();
+    if r.t.namespaced && !namespace.is_empty() && namespace != r.namespace {
+        return Err(Failure::bad_request(format!(
+            "the namespace of the object ({namespace}) does not match the namespace on the URL ({})",
+            r.namespace
+        )));
+    }
+    match sjson::str_at(desired, "kind") {
+        None => desired["kind"] = json!(r.t.kind),
+        Some(k) if k == r.t.kind => {}
+        Some(k) => {
+            return Err(Failure::bad_request(format!(
+                "the kind of the object ({k}) does not match the kind on the URL ({})",
+                r.t.kind
+            )));
+        }
+    }
+    match sjson::str_at(desired, "apiVersion") {
+        None => desired["apiVersion"] = json!(r.group_version),
+        Some(v) if sjson::group_of(v) == r.t.group => {}
+        Some(v) => {
+            return Err(Failure::bad_request(format!(
+                "the API version in the data ({v}) does not match the expected API version ({})",
+                r.group_version
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Hands `desired` (a full object) to the store as the merge patch from `current`.
 fn write_desired(
     store: &mut ClusterStore,
@@ -170,6 +220,7 @@ fn write_desired(
     mut desired: Value,
     status: bool,
 ) -> Answer {
+    check_identity(r, &mut desired)?;
     keep_server_fields(current, &mut desired);
     let diff = merge_diff(current, &desired);
     let part = part_for(r.t, status);
@@ -187,14 +238,16 @@ fn write_desired(
 }
 
 /// PUT of the main resource or `/status`, guarded by `metadata.resourceVersion` when given.
-pub fn replace(cluster: &SharedCluster, r: &ObjectRef, body: &[u8], status: bool) -> Answer {
-    let desired = parse_body(body)?;
-    if sjson::name(&desired) != r.name {
-        return Err(Failure::bad_request(
-            "the name of the object does not match the name on the URL",
-        ));
-    }
-    cluster.write(|store| {
+pub fn replace(
+    cluster: &SharedCluster,
+    r: &ObjectRef,
+    body: &[u8],
+    status: bool,
+    dry_run: bool,
+) -> Answer {
+    let mut desired = parse_body(body)?;
+    check_identity(r, &mut desired)?;
+    cluster.write_or_dry_run(dry_run, |store| {
         let current = store
             .get(&r.key())
             .cloned()
@@ -217,6 +270,7 @@ pub fn patch(
     content_type: &str,
     body: &[u8],
     status: bool,
+    dry_run: bool,
 ) -> Answer {
     let media = content_type.split(';').next().unwrap_or_default().trim();
     let patch = parse_body(body)?;
@@ -226,7 +280,7 @@ pub fn patch(
         "application/json-patch+json" => false,
         other => return Err(Failure::unsupported_media_type(other)),
     };
-    cluster.write(|store| {
+    cluster.write_or_dry_run(dry_run, |store| {
         let current = store
             .get(&r.key())
             .cloned()
@@ -303,7 +357,7 @@ pub fn delete(
     now: Timestamp,
 ) -> Answer {
     let options = delete_options(body, q)?;
-    cluster.write(|store| {
+    cluster.write_or_dry_run(options.dry_run, |store| {
         let key = r.key();
         let current = store
             .get(&key)
@@ -318,9 +372,6 @@ pub fn delete(
             });
         }
         check_rv(r.t, &r.name, &current, options.resource_version.as_deref())?;
-        if options.dry_run {
-            return Ok((200, current));
-        }
         let deleting = sjson::is_deleting(&current);
         let result = match r.t.kind.as_str() {
             "Namespace" if !deleting => store.mark_deleting(&key, now, None).and_then(|_| {
@@ -358,7 +409,13 @@ pub fn delete(
 /// POST `pods/{name}/eviction`: the PDB-enforcing eviction of the simulator. Accepts the
 /// `policy/v1` Eviction body (`deleteOptions`) and kube-rs's `EvictParams` body
 /// (`delete_options`); answers 201 with a Success Status.
-pub fn evict(cluster: &SharedCluster, r: &ObjectRef, body: &[u8], now: Timestamp) -> Answer {
+pub fn evict(
+    cluster: &SharedCluster,
+    r: &ObjectRef,
+    body: &[u8],
+    dry_run: bool,
+    now: Timestamp,
+) -> Answer {
     let v = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
@@ -378,7 +435,12 @@ pub fn evict(cluster: &SharedCluster, r: &ObjectRef, body: &[u8], now: Timestamp
             .or_else(|| o.get("grace_period_seconds"))
             .and_then(Value::as_i64)
     });
-    cluster.write(|store| {
+    let dry_run = dry_run
+        || options
+            .and_then(|o| o.get("dryRun").or_else(|| o.get("dry_run")))
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty());
+    cluster.write_or_dry_run(dry_run, |store| {
         eviction::evict(store, &r.key(), grace, now)
             .map(|_| (201, success(201)))
             .map_err(|e| Failure::from_store(e, r.t, &r.name))

@@ -16,8 +16,8 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Largest request body accepted.
-const BODY_BYTES_MAX: usize = 8 << 20;
+/// Largest request body accepted (the real server's limit; larger is 413).
+const BODY_BYTES_MAX: usize = 3 << 20;
 
 pub fn json_response(code: u16, body: &Value) -> Response<Body> {
     Response::builder()
@@ -51,6 +51,13 @@ pub async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Result<Response<Bo
         .await
     {
         Ok(b) => b.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return Ok(failure(Failure::new(
+                413,
+                "RequestEntityTooLarge",
+                format!("the request body is larger than {BODY_BYTES_MAX} bytes"),
+            )));
+        }
         Err(e) => {
             return Ok(failure(Failure::bad_request(format!(
                 "reading the body: {e}"
@@ -70,7 +77,12 @@ fn route(
     content_type: &str,
     body: &[u8],
 ) -> Response<Body> {
-    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let decoded: Vec<String> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(percent_decode)
+        .collect();
+    let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
     let types = ctx.cluster.read(|s| s.types());
     let discovery = |v: Option<Value>| match v {
         Some(v) => json_response(200, &v),
@@ -89,7 +101,9 @@ fn route(
             200,
             &json!({
                 "major": "1", "minor": "32", "gitVersion": "v1.32.0-lifecycle-fake",
-                "platform": "linux/amd64", "goVersion": "", "compiler": "rustc",
+                "gitCommit": "0000000000000000000000000000000000000000",
+                "gitTreeState": "clean", "buildDate": "2024-12-11T00:00:00Z",
+                "goVersion": "go1.23.0", "compiler": "gc", "platform": "linux/amd64",
             }),
         ),
         (&Method::GET, ["api"]) => {
@@ -117,6 +131,31 @@ fn route(
         ),
         _ => failure(Failure::no_route()),
     }
+}
+
+/// A path segment with its `%XX` escapes decoded; one that does not decode to UTF-8 stays as
+/// sent (and then matches nothing).
+fn percent_decode(segment: &str) -> String {
+    let b = segment.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = (b[i] == b'%')
+            .then(|| segment.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match hex {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| segment.to_string())
 }
 
 /// The parts of a resource path.
@@ -184,6 +223,15 @@ fn resource(
         return failure(Failure::no_route());
     }
     let group_version = t.group_version(version);
+    let dry_run = match q.get("dryRun") {
+        None | Some("") => false,
+        Some("All") => true,
+        Some(other) => {
+            return failure(Failure::bad_request(format!(
+                "Unsupported value: {other:?}: supported values: \"All\""
+            )));
+        }
+    };
     let now = wall_now();
     let cluster = &ctx.cluster;
     let Some(name) = name else {
@@ -196,7 +244,7 @@ fn resource(
                     namespace: namespace.unwrap_or_default().to_string(),
                     name: String::new(),
                 };
-                answer(objects::create(cluster, &r, body, now))
+                answer(objects::create(cluster, &r, body, dry_run, now))
             }
             _ => failure(Failure::method_not_allowed(method.as_str())),
         };
@@ -211,14 +259,14 @@ fn resource(
         None => false,
         Some("status") if t.status => true,
         Some("eviction") if t.kind == "Pod" && *method == Method::POST => {
-            return answer(objects::evict(cluster, &r, body, now));
+            return answer(objects::evict(cluster, &r, body, dry_run, now));
         }
         Some(_) => return failure(Failure::no_route()),
     };
     let result = match *method {
         Method::GET => objects::get(cluster, &r),
-        Method::PUT => objects::replace(cluster, &r, body, status),
-        Method::PATCH => objects::patch(cluster, &r, content_type, body, status),
+        Method::PUT => objects::replace(cluster, &r, body, status, dry_run),
+        Method::PATCH => objects::patch(cluster, &r, content_type, body, status, dry_run),
         Method::DELETE if !status => objects::delete(cluster, &r, body, q, now),
         _ => Err(Failure::method_not_allowed(method.as_str())),
     };
@@ -277,4 +325,17 @@ fn collection_get(
         initial_events_end: send_initial,
     };
     watch::respond(ctx.cluster.clone(), spec, &ctx.options)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decode;
+
+    #[test]
+    fn path_segments_are_percent_decoded() {
+        assert_eq!(percent_decode("m%2D1"), "m-1");
+        assert_eq!(percent_decode("a%2fb"), "a/b");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz%ff"), "%zz%ff");
+    }
 }

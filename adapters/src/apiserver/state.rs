@@ -78,6 +78,17 @@ impl SharedCluster {
         out
     }
 
+    /// [`Self::write`], or with `dry_run` the same write on a copy of the store that is then
+    /// dropped: the answer is what would be stored, nothing is stored, no watch wakes.
+    pub fn write_or_dry_run<R>(&self, dry_run: bool, f: impl FnOnce(&mut ClusterStore) -> R) -> R {
+        if dry_run {
+            let mut copy = self.lock().store.clone();
+            f(&mut copy)
+        } else {
+            self.write(f)
+        }
+    }
+
     /// Serves `kind` of `api_version` even before the store holds one (a provider kind).
     pub fn register_kind(&self, api_version: &str, kind: &str) {
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
