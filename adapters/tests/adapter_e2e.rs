@@ -49,6 +49,9 @@ struct Scripted {
     issued: bool,
     queue: VecDeque<Command>,
     results: Vec<(u64, ApiOutcome)>,
+    /// How many answers it has been fed, for the test to wait on (the world can show a write
+    /// before its answer reaches the loop).
+    answered: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Scripted {
@@ -91,7 +94,11 @@ impl Scripted {
                 objects.iter().for_each(|o| self.see(o));
             }
             Input::Upsert { object, .. } => self.see(object),
-            Input::ApiResult { command, outcome } => self.results.push((*command, outcome.clone())),
+            Input::ApiResult { command, outcome } => {
+                self.results.push((*command, outcome.clone()));
+                self.answered
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
             Input::Batch { inputs } => inputs.iter().for_each(|i| self.observe(i)),
             Input::Delete { .. } | Input::Tick | Input::Restarted => {}
         }
@@ -200,7 +207,9 @@ fn start<C: Core + Send + 'static>(
 async fn the_adapter_cordons_and_evicts_through_http_for_a_deleting_machine() {
     let world = ServedWorld::start(&scenario(), 0, options()).await.unwrap();
     let metrics = Arc::new(Metrics::default());
-    let (stop, task) = start(Scripted::default(), &world, metrics.clone());
+    let scripted = Scripted::default();
+    let answered = scripted.answered.clone();
+    let (stop, task) = start(scripted, &world, metrics.clone());
     let management = client(&world.management.url());
     machines(&management)
         .delete("m1", &DeleteParams::default())
@@ -208,6 +217,12 @@ async fn the_adapter_cordons_and_evicts_through_http_for_a_deleting_machine() {
         .unwrap();
 
     let converged = wait_drained(&world).await;
+    let deadline = tokio::time::Instant::now() + CONVERGE_TIMEOUT;
+    while answered.load(std::sync::atomic::Ordering::SeqCst) < 2
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let _ = stop.send(());
     let (adapter, result) = tokio::time::timeout(Duration::from_secs(5), task)
         .await

@@ -14,7 +14,6 @@ use super::execute::execute;
 use super::metrics::Metrics;
 use super::streams::{StreamSpec, run_stream};
 use crate::clock::{until, wall_now};
-use engine::intake::mirror::StreamEvent;
 use engine::intake::{Arrival, Intake, Output};
 use engine::model::{ClusterName, Scope};
 use engine::{ApiOutcome, BATCH_INPUTS_MAX, Input, Timestamp};
@@ -30,20 +29,10 @@ use tokio::task::JoinHandle;
 
 /// Messages to the adapter loop.
 pub enum Event {
-    Watch {
-        scope: Scope,
-        stream: String,
-        event: StreamEvent,
-    },
-    Result {
-        command: u64,
-        outcome: ApiOutcome,
-    },
-    /// A workload cluster's client is ready.
-    Connected {
-        scope: Scope,
-        client: Client,
-    },
+    /// A watch event or an answer, for the intake.
+    Arrival(Arrival),
+    /// A workload cluster's client is ready (the intake hears of it as `Arrival::Connected`).
+    Connected { scope: Scope, client: Client },
 }
 
 /// Knobs of the loop.
@@ -305,12 +294,11 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
                     ApiOutcome::Forbidden { .. } => metrics.api_error("403"),
                     ApiOutcome::Error { code, .. } => metrics.api_error(&code.to_string()),
                 }
-                let _ = tx
-                    .send(Event::Result {
-                        command: command.id,
-                        outcome,
-                    })
-                    .await;
+                let result = Arrival::Result {
+                    command: command.id,
+                    outcome,
+                };
+                let _ = tx.send(Event::Arrival(result)).await;
             }));
         }
         for answer in answered {
@@ -322,21 +310,12 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
 
     fn on_event(&mut self, event: Event) {
         let arrival = match event {
-            Event::Result { command, outcome } => Arrival::Result { command, outcome },
+            Event::Arrival(arrival) => arrival,
             Event::Connected { scope, client } => {
                 tracing::info!(?scope, "connected to workload cluster");
                 self.clients.insert(scope.clone(), client);
                 Arrival::Connected { scope }
             }
-            Event::Watch {
-                scope,
-                stream,
-                event,
-            } => Arrival::Watch {
-                scope,
-                stream,
-                event,
-            },
         };
         self.intake.push(arrival);
     }
@@ -420,10 +399,10 @@ mod tests {
     }
 
     fn result(command: u64) -> Event {
-        Event::Result {
+        Event::Arrival(Arrival::Result {
             command,
             outcome: ApiOutcome::NotFound,
-        }
+        })
     }
 
     fn adapter() -> Adapter<Recorder, crate::kube::MemoryLog> {

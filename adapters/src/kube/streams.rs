@@ -2,6 +2,7 @@
 //! intake chose (`engine::intake::streams`) and forwards its events to the adapter loop.
 
 use super::adapter::Event;
+use engine::intake::Arrival;
 use engine::intake::mirror::StreamEvent;
 use engine::intake::streams::StreamKey;
 use engine::model::Scope;
@@ -88,11 +89,11 @@ pub async fn run_stream(client: Client, spec: StreamSpec, tx: mpsc::Sender<Event
                 continue;
             }
         };
-        let message = Event::Watch {
+        let message = Event::Arrival(Arrival::Watch {
             scope: spec.scope.clone(),
             stream: stream.clone(),
             event,
-        };
+        });
         if tx.send(message).await.is_err() {
             return;
         }
