@@ -20,8 +20,8 @@ const CHECK_EVERY: Duration = Duration::from_mins(1);
 pub struct Differential {
     /// When the API last changed.
     pub last_change: Option<Timestamp>,
-    /// When the next quiet check is scheduled.
-    pub next_check: Option<Timestamp>,
+    /// Whether the quiet period after the last change has been checked.
+    checked: bool,
     last_check: Option<Timestamp>,
     /// MHCs already reported (once each).
     reported: std::collections::BTreeSet<String>,
@@ -32,22 +32,36 @@ impl Sim {
     pub(crate) fn note_api_change(&mut self) {
         let d = &mut self.invariants.differential;
         d.last_change = Some(self.now);
-        let at = self.now + QUIET_FOR;
-        if d.next_check.is_none_or(|t| t < at) {
-            d.next_check = Some(at);
-            self.schedule(at, crate::sim::Event::QuietCheck);
+        d.checked = false;
+    }
+
+    /// Before the world moves on to `next`: if it was quiet for [`QUIET_FOR`] before then,
+    /// check at that moment (nothing changed in between, and no engine deadline fell there, or
+    /// it would be the next event). No event of its own, so quiet runs stay as they were.
+    pub(crate) fn quiet_check_before(&mut self, next: Timestamp) {
+        let d = &self.invariants.differential;
+        let Some(quiet_at) = d.last_change.map(|t| t + QUIET_FOR) else {
+            return;
+        };
+        if d.checked || quiet_at > next || quiet_at < self.now {
+            return;
         }
+        self.invariants.differential.checked = true;
+        self.now = quiet_at;
+        self.check_mhc_differential(false);
     }
 
     /// Whether the controller has listed every cluster, no watch is blind and its writes get
     /// through: otherwise a stale status is expected, and fixed when the fault ends.
     fn controller_sees_everything(&self) -> bool {
         let now = self.now;
-        let watching = self.scopes().iter().all(|s| {
-            self.invariants.synced.contains(s)
-                && !self.faults.hides_watch(s, now)
-                && !self.net_relisting(s)
-        });
+        let blind = [FaultKind::WatchGap, FaultKind::Partition]
+            .iter()
+            .any(|k| self.faults.any_active(now, *k));
+        let watching = self.invariants.synced.len() > self.workloads.len()
+            && self.faults.unsynced.is_empty()
+            && !blind
+            && !self.net_relisting_any();
         let writes = [
             FaultKind::ApiErrors,
             FaultKind::Conflicts,

@@ -164,9 +164,9 @@ impl Sim {
             || self.net.has_backlog()
     }
 
-    /// Whether the watch of `scope` ended and its list has not landed yet.
-    pub(crate) fn net_relisting(&self, scope: &Scope) -> bool {
-        self.net.relisting.keys().any(|(s, _)| s == scope)
+    /// Whether a watch ended and its list has not landed yet.
+    pub(crate) fn net_relisting_any(&self) -> bool {
+        !self.net.relisting.is_empty()
     }
 
     /// Whether anything is on its way to the controller or waits in its backlog.

@@ -64,8 +64,6 @@ pub enum Event {
     DelayedCommand { command: Box<engine::Command> },
     /// A checkpoint for `{at: T}` expectations (evaluated after everything at T).
     Checkpoint,
-    /// The world has been quiet for a while: time for the MHC status differential.
-    QuietCheck,
     /// A watch event, result or relist reaches the controller (under delivery faults).
     Arrive {
         epoch: u64,
@@ -346,6 +344,7 @@ impl Sim {
                 break;
             }
             let event = self.queue.remove(&(at, seq)).expect("peeked");
+            self.quiet_check_before(at);
             self.now = at;
             self.handle_event(event);
             self.settle();
@@ -375,7 +374,6 @@ impl Sim {
                 }
             }
             Event::Checkpoint => {}
-            Event::QuietCheck => self.check_mhc_differential(false),
             Event::Arrive { epoch, arrival } => self.arrive(epoch, *arrival),
             other => self.world_event(other),
         }

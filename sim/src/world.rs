@@ -203,7 +203,6 @@ impl Sim {
             Event::Step(_)
             | Event::EngineTick
             | Event::Checkpoint
-            | Event::QuietCheck
             | Event::Arrive { .. } => {}
         }
     }
