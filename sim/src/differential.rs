@@ -43,7 +43,7 @@ impl Sim {
         let Some(quiet_at) = d.last_change.map(|t| t + QUIET_FOR) else {
             return;
         };
-        if d.checked || quiet_at > next || quiet_at < self.now {
+        if d.checked || quiet_at >= next || quiet_at < self.now {
             return;
         }
         self.invariants.differential.checked = true;
