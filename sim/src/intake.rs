@@ -91,13 +91,7 @@ impl Sim {
             .map(|(_, id)| id.clone())
             .collect();
         self.deferred_watches.retain(|(s, _)| s != scope);
-        let watched: Vec<String> = self
-            .watched
-            .iter()
-            .filter(|(s, _)| s == scope)
-            .map(|(_, id)| id.clone())
-            .collect();
-        for stream in watched {
+        for stream in self.streams_of(scope) {
             self.list_stream(scope, &stream);
         }
         for stream in deferred {
@@ -136,11 +130,6 @@ impl Sim {
     /// A command's answer.
     pub(crate) fn push_result(&mut self, command: u64, outcome: ApiOutcome) {
         self.intake.push(Arrival::Result { command, outcome });
-    }
-
-    /// The answer the intake gives at once for a command whose cluster has no connection.
-    pub(crate) fn dispatch(&mut self, command: &engine::Command) -> Option<Input> {
-        self.intake.dispatch(command)
     }
 
     fn report_unreadable(&mut self) {
