@@ -4,4 +4,5 @@
 pub mod apiserver;
 pub mod clock;
 pub mod kube;
+pub mod play;
 pub mod serve;

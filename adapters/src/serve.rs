@@ -7,6 +7,7 @@ use base64::Engine as _;
 use engine::model::Scope;
 use serde_json::{Value, json};
 use sim::api::ClusterStore;
+use sim::live::Live;
 use sim::scenario::Scenario;
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -17,6 +18,8 @@ pub struct ServedWorld {
     pub management: ApiServer,
     /// By workload cluster name, as the scenario writes it.
     pub workloads: BTreeMap<String, ApiServer>,
+    /// Each workload cluster's scope, by name.
+    scopes: BTreeMap<String, Scope>,
 }
 
 /// The Secret CAPI keeps a workload cluster's kubeconfig in (`<cluster>-kubeconfig`, key
@@ -39,13 +42,19 @@ pub fn starting_world(scenario: &Scenario) -> (ClusterStore, Vec<(String, Scope,
         sim::feed::Feeder::new(None),
     );
     sim.setup();
-    let management = sim.clusters.remove(&Scope::Management).unwrap_or_default();
-    let workloads = sim
-        .workloads
+    split_stores(std::mem::take(&mut sim.clusters), &sim.workloads)
+}
+
+/// The management store and each workload's (name, scope, store).
+fn split_stores(
+    mut stores: BTreeMap<Scope, ClusterStore>,
+    workloads: &BTreeMap<String, Scope>,
+) -> (ClusterStore, Vec<(String, Scope, ClusterStore)>) {
+    let management = stores.remove(&Scope::Management).unwrap_or_default();
+    let workloads = workloads
         .iter()
         .map(|(name, scope)| {
-            let store = sim
-                .clusters
+            let store = stores
                 .remove(scope)
                 .unwrap_or_else(|| ClusterStore::new(name));
             (name.clone(), scope.clone(), store)
@@ -59,15 +68,36 @@ fn addr(port: u16) -> SocketAddr {
 }
 
 impl ServedWorld {
-    /// Serves the scenario's starting world on 127.0.0.1: management on `first_port`, the
-    /// workload clusters on the following ports (all on free ports when `first_port` is 0).
+    /// Serves the scenario's starting world, standing still (no world is played: tests drive
+    /// it), on 127.0.0.1: management on `first_port`, the workload clusters on the following
+    /// ports (all on free ports when `first_port` is 0).
     pub async fn start(
         scenario: &Scenario,
         first_port: u16,
         options: ServerOptions,
     ) -> std::io::Result<ServedWorld> {
-        let (mut management_store, stores) = starting_world(scenario);
+        let (management, workloads) = starting_world(scenario);
+        Self::serve(management, workloads, first_port, options).await
+    }
+
+    /// Serves a live world's stores (see [`crate::play`]), which it then plays.
+    pub async fn start_live(
+        live: &mut Live,
+        first_port: u16,
+        options: ServerOptions,
+    ) -> std::io::Result<ServedWorld> {
+        let (management, workloads) = split_stores(live.take_stores(), live.workloads());
+        Self::serve(management, workloads, first_port, options).await
+    }
+
+    async fn serve(
+        mut management_store: ClusterStore,
+        stores: Vec<(String, Scope, ClusterStore)>,
+        first_port: u16,
+        options: ServerOptions,
+    ) -> std::io::Result<ServedWorld> {
         let mut workloads = BTreeMap::new();
+        let mut scopes = BTreeMap::new();
         let mut secrets = Vec::new();
         for (i, (name, scope, store)) in stores.into_iter().enumerate() {
             let port = if first_port == 0 {
@@ -86,6 +116,7 @@ impl ServedWorld {
                 &name,
                 &kubeconfig_yaml(&name, &server.url()),
             ));
+            scopes.insert(name.clone(), scope);
             workloads.insert(name, server);
         }
         let now = crate::clock::wall_now();
@@ -103,7 +134,20 @@ impl ServedWorld {
         Ok(ServedWorld {
             management,
             workloads,
+            scopes,
         })
+    }
+
+    /// Every served cluster by scope, management first (the order locks are taken in).
+    pub fn clusters(&self) -> BTreeMap<Scope, SharedCluster> {
+        let mut out = BTreeMap::new();
+        out.insert(Scope::Management, self.management.cluster().clone());
+        for (name, server) in &self.workloads {
+            if let Some(scope) = self.scopes.get(name) {
+                out.insert(scope.clone(), server.cluster().clone());
+            }
+        }
+        out
     }
 
     /// Writes `management.kubeconfig` and `<cluster>.kubeconfig` into `dir`; returns

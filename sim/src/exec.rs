@@ -7,6 +7,7 @@ use crate::sim::{ActionRecord, EventRecord, Sim};
 use crate::timeline::Line;
 use engine::convert::{ApiRequest, Subresource, request_for};
 use engine::model::Scope;
+use engine::time::Timestamp;
 use engine::{Action, ApiOutcome, Command, Target};
 use serde_json::json;
 
@@ -103,8 +104,14 @@ impl Sim {
     }
 
     fn record(&mut self, command: &Command) {
-        let target = command.action.target();
         let cause = self.feeder.cause(command.cause).to_string();
+        self.record_command(command, self.now, &cause);
+    }
+
+    /// Adds a controller command to the timeline, the actions and the events, as issued at
+    /// `at` after the input described by `cause`.
+    pub(crate) fn record_command(&mut self, command: &Command, at: Timestamp, cause: &str) {
+        let target = command.action.target();
         let mut detail = command.action.detail();
         let is_event = matches!(command.action, Action::RecordEvent { .. });
         if !command.reason.is_empty() && !is_event {
@@ -117,7 +124,7 @@ impl Sim {
         let (action, object) = match &command.action {
             Action::RecordEvent { reason, .. } => {
                 self.events.push(EventRecord {
-                    at: self.now,
+                    at,
                     reason: reason.clone(),
                     object: target.key.clone(),
                 });
@@ -125,7 +132,7 @@ impl Sim {
             }
             other => {
                 self.actions.push(ActionRecord {
-                    at: self.now,
+                    at,
                     name: other.name(),
                     target: target.key.clone(),
                     command: command.id,
@@ -134,7 +141,7 @@ impl Sim {
             }
         };
         self.timeline.push(Line {
-            at_ms: self.now.since(self.start).as_millis(),
+            at_ms: at.since(self.start).as_millis(),
             actor: command.controller.as_str().to_string(),
             action: action.to_string(),
             object,

@@ -24,6 +24,10 @@ pub struct Tracker {
     pub failures: Vec<Failure>,
     /// `At` results by expectation index.
     evaluated: BTreeSet<usize>,
+    /// How late the controller may be (zero in process; over HTTP, scheduling and network
+    /// latency scaled by the clock's speed): `{at: T}` holds if it holds at some moment in
+    /// `[T, T + tolerance]`, windows widen by it on each side.
+    pub tolerance: Duration,
 }
 
 impl Tracker {
@@ -37,6 +41,9 @@ impl Tracker {
     /// Called after every applied change: `During` windows look at every state.
     pub fn observe(&mut self, sim: &Sim) {
         let offset = sim.offset_of(sim.now);
+        if !self.tolerance.is_zero() {
+            self.observe_late_points(sim, offset);
+        }
         for (i, e) in sim.scenario.expect.iter().enumerate() {
             let ExpectKind::During {
                 from,
@@ -47,7 +54,7 @@ impl Tracker {
             else {
                 continue;
             };
-            if self.satisfied.contains(&i) || offset < *from || offset > *to {
+            if self.satisfied.contains(&i) || offset < *from || offset > *to + self.tolerance {
                 continue;
             }
             match sim.check(object, check) {
@@ -59,40 +66,54 @@ impl Tracker {
         }
     }
 
-    /// Called when the clock is about to leave an instant: `{at: T}` entries due now.
+    /// With a tolerance, a point expectation passes as soon as it holds inside its window.
+    fn observe_late_points(&mut self, sim: &Sim, offset: Duration) {
+        for (i, e) in sim.scenario.expect.iter().enumerate() {
+            let Some(at) = point_of(&e.kind) else {
+                continue;
+            };
+            if offset < at || offset > at + self.tolerance || self.evaluated.contains(&i) {
+                continue;
+            }
+            match check_point(sim, &e.kind) {
+                Ok(()) => {
+                    self.evaluated.insert(i);
+                }
+                Err(seen) => self.last_seen[i] = seen,
+            }
+        }
+    }
+
+    /// Called when the clock is about to leave an instant: `{at: T}` entries due now (with a
+    /// tolerance: those whose window `[T, T + tolerance]` closes now).
     pub fn checkpoint(&mut self, sim: &Sim) {
         self.observe(sim);
         let offset = sim.offset_of(sim.now);
         for (i, e) in sim.scenario.expect.iter().enumerate() {
-            let at = match &e.kind {
-                ExpectKind::At { at, .. }
-                | ExpectKind::Gone { at, .. }
-                | ExpectKind::Exists { at, .. } => *at,
-                _ => continue,
+            let Some(at) = point_of(&e.kind) else {
+                continue;
             };
-            if at != offset || !self.evaluated.insert(i) {
+            let due = if self.tolerance.is_zero() {
+                at == offset
+            } else {
+                offset >= at + self.tolerance
+            };
+            if !due || !self.evaluated.insert(i) {
                 continue;
             }
-            let result = match &e.kind {
-                ExpectKind::At { object, check, .. } => sim.check(object, check),
-                ExpectKind::Gone { object, .. } => match sim.lookup(object) {
-                    None => Ok(()),
-                    Some(obj) => Err(describe_presence(obj)),
-                },
-                ExpectKind::Exists { object, .. } => match sim.lookup(object) {
-                    Some(_) => Ok(()),
-                    None => Err("it does not exist".into()),
-                },
-                _ => Ok(()),
-            };
-            if let Err(seen) = result {
+            if let Err(seen) = check_point(sim, &e.kind) {
+                let when = if self.tolerance.is_zero() {
+                    crate::timeline::clock(at)
+                } else {
+                    format!(
+                        "{} (+{} tolerance)",
+                        crate::timeline::clock(at),
+                        crate::timeline::clock(self.tolerance)
+                    )
+                };
                 self.fail(
                     e.line,
-                    format!(
-                        "at {}: {}; saw: {seen}",
-                        crate::timeline::clock(at),
-                        summary(&e.kind)
-                    ),
+                    format!("at {when}: {}; saw: {seen}", summary(&e.kind)),
                 );
             }
         }
@@ -105,7 +126,20 @@ impl Tracker {
                 ExpectKind::At { at, .. }
                 | ExpectKind::Gone { at, .. }
                 | ExpectKind::Exists { at, .. } => {
-                    if !self.evaluated.contains(&i) {
+                    if !self.evaluated.contains(&i) && !self.tolerance.is_zero() && *at <= end {
+                        // Its tolerance window reaches past the end: the end is its last chance.
+                        self.evaluated.insert(i);
+                        if let Err(seen) = check_point(sim, &e.kind) {
+                            self.fail(
+                                e.line,
+                                format!(
+                                    "at {} (late by up to the end): {}; saw: {seen}",
+                                    crate::timeline::clock(*at),
+                                    summary(&e.kind)
+                                ),
+                            );
+                        }
+                    } else if !self.evaluated.contains(&i) {
                         self.fail(
                             e.line,
                             format!(
@@ -141,12 +175,13 @@ impl Tracker {
                     count,
                     within,
                 } => {
+                    let tolerance = self.tolerance;
                     let n = sim
                         .matching_actions(name, target.as_ref())
                         .filter(|a| {
                             within.is_none_or(|(lo, hi)| {
                                 let off = sim.offset_of(a.at);
-                                off >= lo && off <= hi
+                                off + tolerance >= lo && off <= hi + tolerance
                             })
                         })
                         .count() as u64;
@@ -164,7 +199,7 @@ impl Tracker {
                 } => {
                     if let Some(a) = sim
                         .matching_actions(name, target.as_ref())
-                        .find(|a| sim.offset_of(a.at) < *not_before)
+                        .find(|a| sim.offset_of(a.at) + self.tolerance < *not_before)
                     {
                         self.fail(
                             e.line,
@@ -241,6 +276,32 @@ impl Tracker {
 
     fn fail(&mut self, line: usize, message: String) {
         self.failures.push(Failure { line, message });
+    }
+}
+
+/// The offset of a point expectation (`{at: T}`, `gone`, `exists`).
+fn point_of(kind: &ExpectKind) -> Option<Duration> {
+    match kind {
+        ExpectKind::At { at, .. } | ExpectKind::Gone { at, .. } | ExpectKind::Exists { at, .. } => {
+            Some(*at)
+        }
+        _ => None,
+    }
+}
+
+/// Whether a point expectation holds now; what was seen when it does not.
+fn check_point(sim: &Sim, kind: &ExpectKind) -> Result<(), String> {
+    match kind {
+        ExpectKind::At { object, check, .. } => sim.check(object, check),
+        ExpectKind::Gone { object, .. } => match sim.lookup(object) {
+            None => Ok(()),
+            Some(obj) => Err(describe_presence(obj)),
+        },
+        ExpectKind::Exists { object, .. } => match sim.lookup(object) {
+            Some(_) => Ok(()),
+            None => Err("it does not exist".into()),
+        },
+        _ => Ok(()),
     }
 }
 

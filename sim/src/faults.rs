@@ -189,6 +189,23 @@ impl Faults {
     }
 }
 
+/// Whether a fault kind is played when the controller runs outside the simulator: the world's
+/// own faults and process restarts are; faults the simulator injects into the controller's API
+/// calls and deliveries are not.
+fn plays_over_http(kind: FaultKind) -> bool {
+    matches!(
+        kind,
+        FaultKind::ControllerRestart
+            | FaultKind::TornJournal
+            | FaultKind::CacheUnsynced
+            | FaultKind::StuckHook
+            | FaultKind::KubeletStop
+            | FaultKind::NodeFlap
+            | FaultKind::NodeNeverJoins
+            | FaultKind::InfraProvisionFailure
+    )
+}
+
 fn extra_str<'a>(spec: &'a FaultSpec, key: &str) -> Option<&'a str> {
     spec.extra.get(key).and_then(Value::as_str)
 }
@@ -199,6 +216,18 @@ fn extra_duration(spec: &FaultSpec, key: &str) -> Option<Duration> {
 
 impl Sim {
     pub(crate) fn start_fault(&mut self, spec: &FaultSpec, cluster: Option<&str>) {
+        if self.external.is_some() && !plays_over_http(spec.kind) {
+            self.line(
+                "scenario",
+                "Fault",
+                String::new(),
+                format!(
+                    "{} is not played over HTTP (the fake API servers do not inject it)",
+                    spec.kind.as_str()
+                ),
+            );
+            return;
+        }
         let scope = cluster.map(|c| self.workload_scope(c));
         let until = self.now + spec.for_.unwrap_or(Duration::from_secs(60));
         match spec.kind {
@@ -444,6 +473,16 @@ impl Sim {
             FaultKind::ControllerRestart
         };
         self.faults.fire(kind);
+        if let Some(external) = &mut self.external {
+            external.restarts += 1;
+            self.line(
+                "scenario",
+                "Fault",
+                String::new(),
+                "the controller process is killed (SIGKILL) and restarted from its journal".into(),
+            );
+            return;
+        }
         let before = self.engine.state_hash();
         let mut lost_from = None;
         if torn {

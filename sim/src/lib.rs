@@ -16,6 +16,7 @@ pub mod generate;
 mod intake;
 pub mod invariants;
 pub mod journaling;
+pub mod live;
 mod network;
 mod pools;
 mod release;

@@ -84,26 +84,33 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report, String> 
     sim.batching = options.batch_inputs;
     sim.setup();
     sim.run();
-    let simulated_ms = sim.end.since(sim.start).as_millis();
     let engine_state_hash = sim.engine.state_hash();
     if let Some(j) = &mut sim.feeder.journal {
         j.finish(&sim.engine)?;
     }
-    let mut violations = sim.invariants.violations.clone();
-    violations.dedup();
-    Ok(Report {
-        seed,
-        timeline: std::mem::take(&mut sim.timeline),
-        failures: sim.expect.failures.clone(),
-        violations,
-        stuck: sim.invariants.stuck.clone(),
-        inputs: sim.feeder.inputs,
-        engine_state_hash,
-        simulated_ms,
-        faults_fired: sim.faults.fired.clone(),
-        invariant_checks: sim.invariants.checks,
-        final_world: final_world(&sim),
-    })
+    let inputs = sim.feeder.inputs;
+    Ok(sim.report(inputs, engine_state_hash))
+}
+
+impl Sim {
+    /// The report of a finished run.
+    pub(crate) fn report(&mut self, inputs: u64, engine_state_hash: u64) -> Report {
+        let mut violations = self.invariants.violations.clone();
+        violations.dedup();
+        Report {
+            seed: self.seed,
+            timeline: std::mem::take(&mut self.timeline),
+            failures: self.expect.failures.clone(),
+            violations,
+            stuck: self.invariants.stuck.clone(),
+            inputs,
+            engine_state_hash,
+            simulated_ms: self.end.since(self.start).as_millis(),
+            faults_fired: self.faults.fired.clone(),
+            invariant_checks: self.invariants.checks,
+            final_world: final_world(self),
+        }
+    }
 }
 
 /// FNV-1a over the sorted object keys of every cluster, each marked when it is deleting.

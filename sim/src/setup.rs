@@ -85,16 +85,23 @@ impl Sim {
         for at in crate::expect::checkpoints(&self.scenario) {
             self.schedule(self.start + at, Event::Checkpoint);
         }
-        self.start_intake();
+        if self.external.is_none() {
+            self.start_intake();
+        }
         let start_line_at = self.timeline.lines.len();
         self.line(
             "world",
             "Start",
             String::new(),
             format!(
-                "{} objects in {} clusters; engine synced",
+                "{} objects in {} clusters; {}",
                 self.clusters.values().map(|c| c.len()).sum::<usize>(),
-                self.clusters.len()
+                self.clusters.len(),
+                if self.external.is_none() {
+                    "engine synced"
+                } else {
+                    "served over HTTP"
+                }
             ),
         );
         debug_assert_eq!(self.timeline.lines.len(), start_line_at + 1);

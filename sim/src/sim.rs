@@ -97,6 +97,7 @@ pub struct EventRecord {
 
 pub struct Sim {
     pub scenario: Scenario,
+    pub seed: u64,
     pub knobs: WorldKnobs,
     pub start: Timestamp,
     pub now: Timestamp,
@@ -135,6 +136,16 @@ pub struct Sim {
     pending: Vec<Input>,
     /// Ticks scheduled at the current instant so far.
     ticks_now: Option<(Timestamp, u32)>,
+    /// Set when the controllers run outside the simulator (a `lifecycle run` process over
+    /// HTTP): the world is played, the in-process engine is not fed.
+    pub(crate) external: Option<External>,
+}
+
+/// What the world asks of a controller that runs outside the simulator.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct External {
+    /// Process restarts the scenario's faults asked for so far.
+    pub restarts: u32,
 }
 
 impl Sim {
@@ -145,6 +156,7 @@ impl Sim {
         let expect = crate::expect::Tracker::new(&scenario);
 
         Sim {
+            seed,
             knobs,
             start,
             now: start,
@@ -173,6 +185,7 @@ impl Sim {
             batching: false,
             pending: Vec::new(),
             ticks_now: None,
+            external: None,
             scenario,
         }
     }
@@ -339,8 +352,16 @@ impl Sim {
             self.settle();
         }
         self.schedule_engine_tick();
+        self.run_until(self.end);
+        self.now = self.end;
+        self.finish_run();
+    }
+
+    /// Handles every event scheduled up to `until` (never past the scenario's end).
+    pub(crate) fn run_until(&mut self, until: Timestamp) {
+        let until = until.min(self.end);
         while let Some((&(at, seq), _)) = self.queue.first_key_value() {
-            if at > self.end {
+            if at > until {
                 break;
             }
             let event = self.queue.remove(&(at, seq)).expect("peeked");
@@ -358,6 +379,20 @@ impl Sim {
             }
             self.after_instant_step();
         }
+    }
+
+    /// When the next scheduled event is due.
+    pub(crate) fn next_event_at(&self) -> Option<Timestamp> {
+        self.queue.keys().next().map(|(t, _)| *t)
+    }
+
+    /// `During` windows (and, with a tolerance, point expectations) look at the world now.
+    pub(crate) fn observe_expectations(&mut self) {
+        self.with_tracker(|t, sim| t.observe(sim));
+    }
+
+    /// The end-of-run checks, at the scenario's end.
+    pub(crate) fn finish_run(&mut self) {
         self.now = self.end;
         self.check_release();
         self.check_mhc_differential(true);
@@ -462,6 +497,9 @@ impl Sim {
 
     /// Delivers a write to the engine as a watch event would, unless a fault hides it.
     fn deliver(&mut self, scope: &Scope, written: &Written) {
+        if self.external.is_some() {
+            return;
+        }
         if self.faults.hides_watch(scope, self.now) {
             self.faults.missed_watch(scope, self.now);
             return;

@@ -27,7 +27,7 @@ mod state;
 pub mod status;
 mod watch;
 
-pub use state::{CHANGE_LOG_CAPACITY, ClusterState, SharedCluster};
+pub use state::{CHANGE_LOG_CAPACITY, ClusterState, SharedCluster, StoreLock};
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;

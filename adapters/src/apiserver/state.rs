@@ -70,12 +70,26 @@ impl SharedCluster {
             let out = f(&mut state.store);
             (out, state.store.resource_version())
         };
+        self.notify(rv);
+        out
+    }
+
+    /// Holds the lock until the guard drops, then wakes the watches if anything was written.
+    /// For a driver that writes to several clusters at once (the live world): it must take
+    /// the locks in one fixed order.
+    pub fn lock_store(&self) -> StoreLock<'_> {
+        StoreLock {
+            state: Some(self.lock()),
+            cluster: self,
+        }
+    }
+
+    fn notify(&self, rv: u64) {
         self.written.send_if_modified(|current| {
             let moved = *current != rv;
             *current = rv;
             moved
         });
-        out
     }
 
     /// [`Self::write`], or with `dry_run` the same write on a copy of the store that is then
@@ -115,5 +129,35 @@ impl SharedCluster {
 
     pub(crate) fn subscribe(&self) -> (watch::Receiver<u64>, watch::Receiver<u64>) {
         (self.written.subscribe(), self.epoch.subscribe())
+    }
+}
+
+/// A served cluster's store, locked; see [`SharedCluster::lock_store`].
+pub struct StoreLock<'a> {
+    state: Option<MutexGuard<'a, ClusterState>>,
+    cluster: &'a SharedCluster,
+}
+
+impl std::ops::Deref for StoreLock<'_> {
+    type Target = ClusterStore;
+    fn deref(&self) -> &ClusterStore {
+        &self.state.as_ref().expect("held until drop").store
+    }
+}
+
+impl std::ops::DerefMut for StoreLock<'_> {
+    fn deref_mut(&mut self) -> &mut ClusterStore {
+        &mut self.state.as_mut().expect("held until drop").store
+    }
+}
+
+impl Drop for StoreLock<'_> {
+    fn drop(&mut self) {
+        let rv = self.state.as_ref().map(|s| s.store.resource_version());
+        // Unlock before waking the watches, which lock to read.
+        self.state = None;
+        if let Some(rv) = rv {
+            self.cluster.notify(rv);
+        }
     }
 }

@@ -8,7 +8,7 @@
 
 use adapters::kube::journal_log::{JOURNAL_OPEN_TIMEOUT_S, OpenFailure, open_bounded};
 use clap::{Subcommand, ValueEnum};
-use engine::journal::{COMMITS_FILE, JournalError};
+use engine::journal::{COMMITS_FILE, JournalError, RecordRef};
 use engine::journal::{Journal, JournalOptions};
 use engine::recovery;
 use std::ops::ControlFlow;
@@ -248,17 +248,17 @@ fn verify(dir: &Path) -> Result<u8, Failure> {
     }
 }
 
-/// Prints each input and, by replaying the engine, the commands it caused (with their reasons):
-/// the journal answers "why" long after the fact.
-fn show(dir: &Path, format: Format, from: u64) -> Result<u8, Failure> {
+/// Replays a copy of the journal with a fresh engine, handing each record, the input's
+/// description and the commands it caused to `each` (which may stop the replay).
+fn replay(
+    dir: &Path,
+    mut each: impl FnMut(&RecordRef<'_>, String, Vec<engine::Command>) -> ControlFlow<()>,
+) -> Result<(), Failure> {
     let copy = open(dir)?;
-    let journal = &copy.journal;
     let mut failure = None;
     let mut engine = engine::Engine::new();
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    journal
+    copy.journal
         .for_each_record(1, |r| {
-            use std::io::Write;
             let input = match recovery::decode_input(r.seq, r.payload) {
                 Ok(input) => input,
                 Err(e) => {
@@ -266,50 +266,74 @@ fn show(dir: &Path, format: Format, from: u64) -> Result<u8, Failure> {
                     return ControlFlow::Break(());
                 }
             };
-            let shown = r.seq >= from;
-            let described = if shown {
-                input.describe()
-            } else {
-                String::new()
-            };
+            let described = input.describe();
             engine.handle(r.at, input);
-            let commands: Vec<engine::Command> =
-                std::iter::from_fn(|| engine.poll_command()).collect();
-            if !shown {
-                return ControlFlow::Continue(());
-            }
-            let text = match format {
-                Format::Text => {
-                    let mut t = format!("{:>8}  {}  {described}", r.seq, r.at);
-                    for c in &commands {
-                        t.push_str(&format!(
-                            "\n          -> {c}  ({})",
-                            c.reason.replace('\n', " / ")
-                        ));
-                    }
-                    t
-                }
-                Format::Json => serde_json::json!({
-                    "seq": r.seq, "at": r.at.to_rfc3339(), "at_ms": r.at.as_millis(),
-                    "input": described,
-                    "commands": commands.iter().map(|c| serde_json::json!({
-                        "id": c.id, "controller": c.controller.as_str(), "action": c.action.name(),
-                        "object": c.action.target().key.to_string(), "detail": c.action.detail(),
-                        "reason": c.reason,
-                    })).collect::<Vec<_>>(),
-                })
-                .to_string(),
-            };
-            if writeln!(out, "{text}").is_err() {
-                return ControlFlow::Break(());
-            }
-            ControlFlow::Continue(())
+            let commands = std::iter::from_fn(|| engine.poll_command()).collect();
+            each(&r, described, commands)
         })
         .map_err(|e| Failure::Damage(e.to_string()))?;
     match failure {
         Some(e) => Err(Failure::Damage(e)),
-        None => Ok(EXIT_OK),
+        None => Ok(()),
     }
+}
+
+/// Every journaled input of a controller with the commands it caused, replayed from a copy
+/// (the controller may still hold the journal). An error says what is wrong and where.
+pub fn controller_records(dir: &Path) -> Result<Vec<sim::live::ControllerRecord>, String> {
+    let mut out = Vec::new();
+    replay(dir, |r, input, commands| {
+        out.push(sim::live::ControllerRecord {
+            seq: r.seq,
+            at: r.at,
+            input,
+            commands,
+        });
+        ControlFlow::Continue(())
+    })
+    .map_err(|f| match f {
+        Failure::Damage(e) | Failure::Unusable(e) => e,
+    })?;
+    Ok(out)
+}
+
+/// Prints each input and, by replaying the engine, the commands it caused (with their reasons):
+/// the journal answers "why" long after the fact.
+fn show(dir: &Path, format: Format, from: u64) -> Result<u8, Failure> {
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    replay(dir, |r, described, commands| {
+        use std::io::Write;
+        if r.seq < from {
+            return ControlFlow::Continue(());
+        }
+        let text = match format {
+            Format::Text => {
+                let mut t = format!("{:>8}  {}  {described}", r.seq, r.at);
+                for c in &commands {
+                    t.push_str(&format!(
+                        "\n          -> {c}  ({})",
+                        c.reason.replace('\n', " / ")
+                    ));
+                }
+                t
+            }
+            Format::Json => serde_json::json!({
+                "seq": r.seq, "at": r.at.to_rfc3339(), "at_ms": r.at.as_millis(),
+                "input": described,
+                "commands": commands.iter().map(|c| serde_json::json!({
+                    "id": c.id, "controller": c.controller.as_str(), "action": c.action.name(),
+                    "object": c.action.target().key.to_string(), "detail": c.action.detail(),
+                    "reason": c.reason,
+                })).collect::<Vec<_>>(),
+            })
+            .to_string(),
+        };
+        if writeln!(out, "{text}").is_err() {
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    })?;
+    Ok(EXIT_OK)
 }
 
 fn stats(dir: &Path) -> Result<u8, Failure> {

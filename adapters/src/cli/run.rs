@@ -34,6 +34,12 @@ pub struct RunArgs {
     /// Stop after this many seconds (demos and tests).
     #[arg(long)]
     pub run_for: Option<u64>,
+    /// Test only: from this instant (ms since the epoch) the clock runs `--clock-speed` times
+    /// fast, as the simulator's served world does (`lifecycle sim run --over-http`).
+    #[arg(long, hide = true, requires = "clock_speed")]
+    pub clock_origin_ms: Option<i64>,
+    #[arg(long, hide = true, requires = "clock_origin_ms")]
+    pub clock_speed: Option<u32>,
 }
 
 async fn management_client(path: Option<&PathBuf>) -> Result<Client, String> {
@@ -58,6 +64,9 @@ fn identity() -> String {
 }
 
 async fn run(args: RunArgs) -> Result<(), String> {
+    if let (Some(origin), Some(speed)) = (args.clock_origin_ms, args.clock_speed) {
+        adapters::clock::scale(engine::Timestamp(origin), speed)?;
+    }
     let client = management_client(args.kubeconfig.as_ref()).await?;
     let (mut log, restored) = SledLog::open(&args.journal)?;
     let mut engine = restored.engine;
@@ -86,7 +95,10 @@ async fn run(args: RunArgs) -> Result<(), String> {
     let mut _no_election = None;
     if args.leader_elect {
         let api = Api::namespaced(client.clone(), &args.leader_election_namespace);
-        let config = LeaseConfig::new(&args.leader_election_id, &identity());
+        let mut config = LeaseConfig::new(&args.leader_election_id, &identity());
+        // The Lease's duration is read on the (possibly scaled) clock; its timers run in real time.
+        config.renew_interval = adapters::clock::real_duration(config.renew_interval);
+        config.retry_interval = adapters::clock::real_duration(config.retry_interval);
         tokio::select! {
             _ = lease::acquire(&api, &config) => {}
             _ = tokio::signal::ctrl_c() => return Ok(()),

@@ -39,6 +39,17 @@ pub enum SimCommand {
         /// appear. Expectations are checked as written.
         #[arg(long)]
         batch: bool,
+        /// Run end to end over real HTTP: serve the world, run the `lifecycle run` binary
+        /// against it as a child process, play the timeline in real time (scaled by
+        /// --speed). Exit 3 when the run could not happen.
+        #[arg(long, conflicts_with_all = ["faults", "batch"])]
+        over_http: bool,
+        /// With --over-http: simulated seconds per real second (1..=100).
+        #[arg(long, default_value_t = 1, requires = "over_http")]
+        speed: u32,
+        /// With --over-http: port of the management cluster's server (0 = free ports).
+        #[arg(long, default_value_t = 0, requires = "over_http")]
+        port: u16,
     },
     /// Run every scenario under many seeds with randomized faults, checking invariants.
     /// Exit 1 if any seed breaks one; each failure is printed with the command that reproduces it.
@@ -79,6 +90,13 @@ pub enum SimCommand {
         /// Where to write the kubeconfig files.
         #[arg(long, default_value = ".lifecycle-serve")]
         kubeconfig_dir: PathBuf,
+        /// Simulated seconds per real second (1..=100); a controller pointed at the world
+        /// must run with the same clock (the flags are printed).
+        #[arg(long, default_value_t = 1)]
+        speed: u32,
+        /// Override the scenario's seed.
+        #[arg(long)]
+        seed: Option<u64>,
     },
 }
 
@@ -91,7 +109,22 @@ pub fn main(command: SimCommand) -> u8 {
             journal,
             faults,
             batch,
-        } => run(file, seed, format, journal, faults, batch),
+            over_http,
+            speed,
+            port,
+        } => {
+            if over_http {
+                let setup = super::overhttp::OverHttp {
+                    speed,
+                    port,
+                    journal,
+                    seed,
+                };
+                run_over_http(file, format, &setup)
+            } else {
+                run(file, seed, format, journal, faults, batch)
+            }
+        }
         SimCommand::Sweep {
             files,
             seeds,
@@ -115,7 +148,52 @@ pub fn main(command: SimCommand) -> u8 {
             file,
             port,
             kubeconfig_dir,
-        } => serve(&file, port, &kubeconfig_dir),
+            speed,
+            seed,
+        } => serve(&file, port, &kubeconfig_dir, speed, seed),
+    }
+}
+
+fn load(file: Option<&PathBuf>) -> Result<scenario::Scenario, String> {
+    let parsed = match file {
+        Some(path) => scenario::load(path),
+        None => scenario::parse(DEFAULT_SCENARIO.0, DEFAULT_SCENARIO.1),
+    };
+    parsed.map_err(|e| e.to_string())
+}
+
+fn print_report(report: &sim::run::Report, file: &str, format: Format) {
+    match format {
+        Format::Text => print!("{}", report.timeline.render_text()),
+        Format::Json => print!("{}", report.timeline.render_json()),
+    }
+    print!("{}", report.render_verdict(file));
+}
+
+fn run_over_http(file: Option<PathBuf>, format: Format, setup: &super::overhttp::OverHttp) -> u8 {
+    let scenario = match load(file.as_ref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return 2;
+        }
+    };
+    match super::overhttp::run(&scenario, setup) {
+        Ok(played) => {
+            print_report(&played.report, &scenario.file, format);
+            println!(
+                "over HTTP: speed {}x, tolerance {}, {} controller process(es), {:.1} s wall",
+                setup.speed,
+                played.tolerance,
+                played.processes,
+                played.wall.as_secs_f64()
+            );
+            if played.report.passed() { 0 } else { 1 }
+        }
+        Err(e) => {
+            eprintln!("{}: the run could not happen: {e}", scenario.file);
+            super::overhttp::EXIT_COULD_NOT_RUN
+        }
     }
 }
 
@@ -127,11 +205,7 @@ fn run(
     faults: Option<String>,
     batch: bool,
 ) -> u8 {
-    let parsed = match &file {
-        Some(path) => scenario::load(path),
-        None => scenario::parse(DEFAULT_SCENARIO.0, DEFAULT_SCENARIO.1),
-    };
-    let mut scenario = match parsed {
+    let mut scenario = match load(file.as_ref()) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("{e}");
@@ -162,16 +236,18 @@ fn run(
             return 1;
         }
     };
-    match format {
-        Format::Text => print!("{}", report.timeline.render_text()),
-        Format::Json => print!("{}", report.timeline.render_json()),
-    }
-    print!("{}", report.render_verdict(&scenario.file));
+    print_report(&report, &scenario.file, format);
     println!("engine state {:016x}", report.engine_state_hash);
     if report.passed() { 0 } else { 1 }
 }
 
-fn serve(file: &std::path::Path, port: u16, kubeconfig_dir: &std::path::Path) -> u8 {
+fn serve(
+    file: &std::path::Path,
+    port: u16,
+    kubeconfig_dir: &std::path::Path,
+    speed: u32,
+    seed: Option<u64>,
+) -> u8 {
     let scenario = match scenario::load(file) {
         Ok(s) => s,
         Err(e) => {
@@ -183,21 +259,31 @@ fn serve(file: &std::path::Path, port: u16, kubeconfig_dir: &std::path::Path) ->
         Ok(r) => r,
         Err(e) => {
             eprintln!("starting the runtime: {e}");
-            return 1;
+            return super::overhttp::EXIT_COULD_NOT_RUN;
         }
     };
     runtime.block_on(async {
-        let options = adapters::apiserver::ServerOptions::default();
-        let world = match adapters::serve::ServedWorld::start(&scenario, port, options).await {
+        let origin = super::overhttp::origin();
+        if let Err(e) = adapters::clock::scale(origin, speed) {
+            eprintln!("--speed: {e}");
+            return 2;
+        }
+        let seed = seed.unwrap_or(scenario.seed);
+        let mut live = sim::live::Live::new(&scenario, seed, origin, engine::Duration::from_millis(0));
+        let options = adapters::apiserver::ServerOptions {
+            controllers_interval: None,
+            ..Default::default()
+        };
+        let world = match adapters::serve::ServedWorld::start_live(&mut live, port, options).await {
             Ok(w) => w,
             Err(e) => {
-                eprintln!("serving {}: {e}", file.display());
-                return 1;
+                eprintln!("serving {} on port {port}: {e}", file.display());
+                return super::overhttp::EXIT_COULD_NOT_RUN;
             }
         };
-        match world.write_kubeconfigs(kubeconfig_dir) {
+        let management = match world.write_kubeconfigs(kubeconfig_dir) {
             Ok(paths) => {
-                for (name, path) in paths {
+                for (name, path) in &paths {
                     let url = match name.as_str() {
                         "management" => world.management.url(),
                         other => world
@@ -208,14 +294,53 @@ fn serve(file: &std::path::Path, port: u16, kubeconfig_dir: &std::path::Path) ->
                     };
                     println!("{name}: {url} kubeconfig {}", path.display());
                 }
+                paths
+                    .into_iter()
+                    .find(|(n, _)| n == "management")
+                    .map(|(_, p)| p)
+                    .unwrap_or_default()
             }
             Err(e) => {
                 eprintln!("writing kubeconfigs to {}: {e}", kubeconfig_dir.display());
-                return 1;
+                return super::overhttp::EXIT_COULD_NOT_RUN;
+            }
+        };
+        let clock_flags = if speed == 1 {
+            String::new()
+        } else {
+            format!(
+                " --clock-origin-ms {} --clock-speed {speed}",
+                origin.as_millis()
+            )
+        };
+        println!(
+            "run the controller with: lifecycle run --kubeconfig {} --journal <DIR>{clock_flags}",
+            management.display()
+        );
+        println!(
+            "playing {} ({} at {speed}x) until its end, then serving until Ctrl-C",
+            scenario.file, scenario.duration
+        );
+        let mut player = adapters::play::Player::start(live, world.clusters());
+        let mut ended = false;
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => break,
+                Some(_) = player.restarts.recv() => {
+                    let at = adapters::clock::wall_now().since(origin);
+                    println!("{at}: the scenario restarts the controller here: kill and restart `lifecycle run` to play it");
+                }
+                _ = tokio::time::sleep(std::time::Duration::from_millis(200)), if !ended => {
+                    if player.is_finished() {
+                        ended = true;
+                        println!("{}: the scenario's timeline ended; the world stands still", scenario.duration);
+                    }
+                }
             }
         }
-        println!("serving {} until Ctrl-C", scenario.file);
-        let _ = tokio::signal::ctrl_c().await;
+        if let Ok(live) = player.stop().await {
+            print!("{}", live.timeline().render_text());
+        }
         world.shutdown().await;
         0
     })

@@ -1,0 +1,271 @@
+//! The fake world played live, for a controller that runs outside the simulator (a
+//! `lifecycle run` process talking HTTP to the fake API servers).
+//!
+//! [`Live`] is sans-IO: its driver hands it the clusters' stores and the time, and it plays
+//! the scenario's steps and the world's duties (kubelet, providers, MachineSets, pools) up to
+//! that time, reacting to what the controller wrote since the last call (read from each
+//! store's change log). It never feeds the in-process engine. At the end, the controller's
+//! commands (replayed from its journal by the driver) become the run's actions, so the same
+//! expectations and invariants as in-process are checked.
+
+use crate::api::store::ChangeType;
+use crate::api::{ClusterStore, Written};
+use crate::run::Report;
+use crate::scenario::{Scenario, StepAction};
+use crate::sim::{Event, External, Sim};
+use engine::Command;
+use engine::model::Scope;
+use engine::time::{Duration, Timestamp};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// One journal record of the controller: the input (described) and the commands it caused.
+#[derive(Clone, Debug)]
+pub struct ControllerRecord {
+    pub seq: u64,
+    pub at: Timestamp,
+    pub input: String,
+    pub commands: Vec<Command>,
+}
+
+/// What the world asks of the driver after a step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Requests {
+    /// The controller process is to be killed (SIGKILL) and restarted from its journal, this
+    /// many times.
+    pub restarts: u32,
+}
+
+pub struct Live {
+    sim: Sim,
+    /// The resourceVersion of each store after the world's last step: later changes are the
+    /// controller's.
+    seen: BTreeMap<Scope, u64>,
+    restarts_reported: u32,
+}
+
+impl Live {
+    /// The scenario's world starting at `start` (manifest timestamps moved by the same amount
+    /// as the start), judged with `tolerance` for the controller's lateness.
+    pub fn new(scenario: &Scenario, seed: u64, start: Timestamp, tolerance: Duration) -> Live {
+        let mut scenario = scenario.clone();
+        let shift = start.since(scenario.world.start);
+        scenario.world.start = start;
+        rebase_scenario(&mut scenario, shift);
+        let mut sim = Sim::new(scenario, seed, crate::feed::Feeder::new(None));
+        sim.external = Some(External::default());
+        sim.expect.tolerance = tolerance;
+        sim.setup();
+        // Every cluster is served from the start: the release rule's clock runs from there.
+        sim.invariants.synced = sim.scopes().into_iter().collect();
+        for at in crate::expect::checkpoints(&sim.scenario) {
+            sim.schedule(start + at + tolerance, Event::Checkpoint);
+        }
+        Live {
+            sim,
+            seen: BTreeMap::new(),
+            restarts_reported: 0,
+        }
+    }
+
+    pub fn start(&self) -> Timestamp {
+        self.sim.start
+    }
+
+    pub fn end(&self) -> Timestamp {
+        self.sim.end
+    }
+
+    /// What the world and the scenario did so far.
+    pub fn timeline(&self) -> &crate::timeline::Timeline {
+        &self.sim.timeline
+    }
+
+    pub fn scenario(&self) -> &Scenario {
+        &self.sim.scenario
+    }
+
+    /// Workload clusters by the name the scenario gives them.
+    pub fn workloads(&self) -> &BTreeMap<String, Scope> {
+        &self.sim.workloads
+    }
+
+    /// Takes the starting stores out, to be served; [`Live::step`] gets them back each time.
+    /// What is in a store when the world first steps on it (the starting objects and what the
+    /// server added, such as kubeconfig Secrets) is the starting state, not a write to react to.
+    pub fn take_stores(&mut self) -> BTreeMap<Scope, ClusterStore> {
+        std::mem::take(&mut self.sim.clusters)
+    }
+
+    /// When the world next has something to do on its own.
+    pub fn next_event_at(&self) -> Option<Timestamp> {
+        self.sim.next_event_at()
+    }
+
+    /// Plays the world up to `now` on `stores` (every served cluster): first what is scheduled
+    /// until then, then the reactions to the controller's writes since the last step.
+    pub fn step(
+        &mut self,
+        now: Timestamp,
+        stores: &mut BTreeMap<Scope, &mut ClusterStore>,
+    ) -> Requests {
+        for (scope, store) in stores.iter_mut() {
+            self.seen
+                .entry(scope.clone())
+                .or_insert_with(|| store.resource_version());
+            let slot = self.sim.clusters.entry(scope.clone()).or_default();
+            std::mem::swap(slot, &mut **store);
+        }
+        let now = now.min(self.sim.end);
+        self.sim.run_until(now);
+        if now > self.sim.now {
+            self.sim.now = now;
+        }
+        self.ingest_external_writes();
+        self.sim.check_release();
+        for (scope, store) in stores.iter_mut() {
+            if let Some(slot) = self.sim.clusters.get_mut(scope) {
+                self.seen.insert(scope.clone(), slot.resource_version());
+                std::mem::swap(slot, &mut **store);
+            }
+        }
+        let restarts = self.sim.external.as_ref().map_or(0, |e| e.restarts);
+        let new = restarts - self.restarts_reported;
+        self.restarts_reported = restarts;
+        Requests { restarts: new }
+    }
+
+    /// The controller's writes since the world last looked, as watch events the world reacts to.
+    fn ingest_external_writes(&mut self) {
+        let scopes: Vec<Scope> = self.sim.clusters.keys().cloned().collect();
+        for scope in scopes {
+            let since = self.seen.get(&scope).copied().unwrap_or(0);
+            let Some(store) = self.sim.clusters.get(&scope) else {
+                continue;
+            };
+            let changes: Vec<Written> = match store.changes_since(since) {
+                Ok(changes) => changes.map(written_of).collect(),
+                Err(too_old) => {
+                    let message = format!(
+                        "the world lost track of writes to {} (change log compacted at {})",
+                        Sim::scope_name(&scope),
+                        too_old.compacted
+                    );
+                    self.sim.invariants.violate(message);
+                    Vec::new()
+                }
+            };
+            let rv = store.resource_version();
+            self.seen.insert(scope.clone(), rv);
+            for written in changes {
+                self.sim.changed(&scope, written);
+            }
+            self.sim.settle();
+            if let Some(store) = self.sim.clusters.get(&scope) {
+                self.seen.insert(scope.clone(), store.resource_version());
+            }
+        }
+        self.sim.observe_expectations();
+    }
+
+    /// Ends the run at the scenario's end: the controller's commands (from its journal) become
+    /// the run's actions and timeline lines, then the end-of-run checks run.
+    pub fn finish(mut self, records: &[ControllerRecord]) -> Report {
+        let causes: BTreeMap<u64, &str> =
+            records.iter().map(|r| (r.seq, r.input.as_str())).collect();
+        for record in records {
+            for command in &record.commands {
+                let cause = causes.get(&command.cause).copied().unwrap_or_default();
+                self.sim.record_command(command, record.at, cause);
+            }
+        }
+        self.sim.timeline.lines.sort_by_key(|l| l.at_ms);
+        self.sim.finish_run();
+        let inputs = records.last().map_or(0, |r| r.seq);
+        self.sim.report(inputs, 0)
+    }
+}
+
+fn written_of(change: &crate::api::store::Change) -> Written {
+    match change.type_ {
+        ChangeType::Deleted => Written {
+            key: change.key.clone(),
+            object: None,
+            removed: Some(change.object.clone()),
+        },
+        ChangeType::Added | ChangeType::Modified => Written {
+            key: change.key.clone(),
+            object: Some(change.object.clone()),
+            removed: None,
+        },
+    }
+}
+
+/// Moves every timestamp in the scenario's manifests and patches by `shift`.
+fn rebase_scenario(scenario: &mut Scenario, shift: Duration) {
+    if shift.is_zero() {
+        return;
+    }
+    let manifests = scenario
+        .management
+        .iter_mut()
+        .chain(scenario.workload.values_mut().flatten())
+        .map(|m| &mut m.value);
+    for value in manifests {
+        rebase(value, shift);
+    }
+    for step in &mut scenario.timeline {
+        match &mut step.action {
+            StepAction::Apply(m) => rebase(&mut m.value, shift),
+            StepAction::Patch { merge, .. } => rebase(merge, shift),
+            _ => {}
+        }
+    }
+}
+
+/// Moves every RFC 3339 timestamp string in `value` by `shift`.
+fn rebase(value: &mut Value, shift: Duration) {
+    match value {
+        Value::String(s) => {
+            if looks_like_time(s)
+                && let Ok(t) = Timestamp::parse_rfc3339(s)
+            {
+                *s = (t + shift).to_rfc3339();
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| rebase(v, shift)),
+        Value::Object(map) => map.values_mut().for_each(|v| rebase(v, shift)),
+        _ => {}
+    }
+}
+
+fn looks_like_time(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() >= 20 && b[4] == b'-' && b[7] == b'-' && b[10] == b'T' && s.ends_with('Z')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn timestamps_move_with_the_start_and_nothing_else_does() {
+        let mut v = json!({"status": {"conditions": [
+            {"type": "Ready", "lastTransitionTime": "2024-01-01T00:00:00Z", "reason": "2024"}
+        ]}, "metadata": {"name": "2024-01-01T00:00:00"}});
+        rebase(&mut v, Duration::from_secs(90));
+        assert_eq!(
+            v.pointer("/status/conditions/0/lastTransitionTime"),
+            Some(&json!("2024-01-01T00:01:30Z"))
+        );
+        assert_eq!(
+            v.pointer("/status/conditions/0/reason"),
+            Some(&json!("2024"))
+        );
+        assert_eq!(
+            v.pointer("/metadata/name"),
+            Some(&json!("2024-01-01T00:00:00"))
+        );
+    }
+}
