@@ -22,11 +22,12 @@ use std::time::Duration;
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(20);
 
 fn scenario() -> sim::scenario::Scenario {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../scenarios/pre-drain-hook-holds-drain.yaml"
-    );
-    sim::scenario::load(std::path::Path::new(path)).expect("the scenario loads")
+    load("pre-drain-hook-holds-drain")
+}
+
+fn load(name: &str) -> sim::scenario::Scenario {
+    let path = format!("{}/../scenarios/{name}.yaml", env!("CARGO_MANIFEST_DIR"));
+    sim::scenario::load(std::path::Path::new(&path)).expect("the scenario loads")
 }
 
 fn client(url: &str) -> Client {
@@ -40,9 +41,11 @@ fn workload() -> Scope {
 }
 
 /// A stand-in for the engine: once it has seen Machine m1 deleting and the workload cluster
-/// relisted, it cordons n1 and evicts app/web-0, and records what it was fed.
+/// relisted, it cordons n1 and evicts app/web-0 (or, with `evict_both`, evicts app/web-0 then
+/// app/web-1), and records what it was fed.
 #[derive(Default)]
 struct Scripted {
+    evict_both: bool,
     relisted: BTreeSet<Scope>,
     machine_deleting: bool,
     workload_objects: Vec<String>,
@@ -118,15 +121,21 @@ impl Core for Scripted {
                 key: ObjectKey::new(workload(), Kind::Pod, "app", "web-0"),
                 api_version: "v1".into(),
             };
-            self.queue
-                .push_back(Self::command(1, Action::Cordon { node }));
-            self.queue.push_back(Self::command(
-                2,
-                Action::Evict {
-                    pod,
-                    grace_period_seconds: Some(1),
+            let evict = |name: &str| Action::Evict {
+                pod: Target {
+                    key: ObjectKey::new(workload(), Kind::Pod, "app", name),
+                    ..pod.clone()
                 },
-            ));
+                grace_period_seconds: Some(1),
+            };
+            if self.evict_both {
+                self.queue.push_back(Self::command(1, evict("web-0")));
+                self.queue.push_back(Self::command(2, evict("web-1")));
+            } else {
+                self.queue
+                    .push_back(Self::command(1, Action::Cordon { node }));
+                self.queue.push_back(Self::command(2, evict("web-0")));
+            }
         }
     }
     fn poll_command(&mut self) -> Option<Command> {
@@ -306,4 +315,53 @@ async fn the_engine_drains_a_deleting_machine_through_http() {
         metrics.render()
     );
     world.shutdown().await;
+}
+
+/// Upstream's drain evicts one pod after the other; the adapter sends a drain's evictions in
+/// the order issued, one at a time, so with a PDB that allows one more disruption the first
+/// pod named is evicted and the second refused, every time (concurrent requests let either
+/// win: seen over HTTP as the simulator's timeline and the real run disagreeing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drains_evictions_reach_the_server_in_the_order_issued() {
+    for round in 0..5 {
+        let world =
+            ServedWorld::start(&load("deletion-pdb-blocks-until-rescheduled"), 0, options())
+                .await
+                .unwrap();
+        let scripted = Scripted {
+            evict_both: true,
+            ..Default::default()
+        };
+        let answered = scripted.answered.clone();
+        let (stop, task) = start(scripted, &world, Arc::new(Metrics::default()));
+        machines(&client(&world.management.url()))
+            .delete("m1", &DeleteParams::default())
+            .await
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + CONVERGE_TIMEOUT;
+        while answered.load(std::sync::atomic::Ordering::SeqCst) < 2
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = stop.send(());
+        let (adapter, result) = tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .unwrap()
+            .unwrap();
+        result.unwrap();
+        let mut results = adapter.core().results.clone();
+        results.sort_by_key(|(id, _)| *id);
+        assert_eq!(results.len(), 2, "round {round}: {results:?}");
+        assert_eq!(
+            results[0],
+            (1, ApiOutcome::Ok { object: None }),
+            "round {round}"
+        );
+        assert!(
+            matches!(results[1], (2, ApiOutcome::TooManyRequests { .. })),
+            "round {round}: web-1 should be refused by the PDB: {results:?}"
+        );
+        world.shutdown().await;
+    }
 }

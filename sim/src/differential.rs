@@ -83,10 +83,6 @@ impl Sim {
 
     /// Runs the check when the world has been quiet long enough (`at_end`: now, regardless).
     pub(crate) fn check_mhc_differential(&mut self, at_end: bool) {
-        if self.external.is_some() {
-            // The running controller is another process: its state is not here to compare.
-            return;
-        }
         let d = &self.invariants.differential;
         let quiet = d.last_change.is_none_or(|t| self.now.since(t) >= QUIET_FOR);
         let due = d

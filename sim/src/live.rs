@@ -11,20 +11,21 @@
 use crate::api::store::ChangeType;
 use crate::api::{ClusterStore, Written};
 use crate::run::Report;
-use crate::scenario::{Scenario, StepAction};
+use crate::scenario::{Check, ExpectKind, Scenario, StepAction};
 use crate::sim::{Event, External, Sim};
-use engine::Command;
+use engine::model::ObjectKey;
 use engine::model::Scope;
 use engine::time::{Duration, Timestamp};
+use engine::{Command, Input};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// One journal record of the controller: the input (described) and the commands it caused.
+/// One journal record of the controller: the input and the commands it caused.
 #[derive(Clone, Debug)]
 pub struct ControllerRecord {
     pub seq: u64,
     pub at: Timestamp,
-    pub input: String,
+    pub input: Input,
     pub commands: Vec<Command>,
 }
 
@@ -171,18 +172,75 @@ impl Live {
     /// Ends the run at the scenario's end: the controller's commands (from its journal) become
     /// the run's actions and timeline lines, then the end-of-run checks run.
     pub fn finish(mut self, records: &[ControllerRecord]) -> Report {
-        let causes: BTreeMap<u64, &str> =
-            records.iter().map(|r| (r.seq, r.input.as_str())).collect();
+        let causes: BTreeMap<u64, String> = records
+            .iter()
+            .map(|r| (r.seq, r.input.describe()))
+            .collect();
         for record in records {
             for command in &record.commands {
-                let cause = causes.get(&command.cause).copied().unwrap_or_default();
+                let cause = causes.get(&command.cause).map_or("", String::as_str);
                 self.sim.record_command(command, record.at, cause);
             }
         }
+        self.check_repeats(records);
         self.sim.timeline.lines.sort_by_key(|l| l.at_ms);
         self.sim.finish_run();
         let inputs = records.last().map_or(0, |r| r.seq);
         self.sim.report(inputs, 0)
+    }
+}
+
+impl Live {
+    /// The "never twice" rule over the controller's journal: the inputs show what it observed,
+    /// the commands what it issued after. The uid of a command's target is the one the
+    /// controller last saw; every command counts as carried out when issued, so a watch event
+    /// showing its effect counts as observing its success.
+    fn check_repeats(&mut self, records: &[ControllerRecord]) {
+        let mut uids: BTreeMap<ObjectKey, String> = BTreeMap::new();
+        let mut repeats = crate::repeats::Repeats::default();
+        for record in records {
+            note_uids(&record.input, &mut uids);
+            repeats.observe(&record.input, record.seq);
+            for command in &record.commands {
+                let target = &command.action.target().key;
+                let uid = uids.get(target).map_or("", String::as_str);
+                if let Some(message) = repeats.issued(command, uid) {
+                    self.sim.invariants.checks += 1;
+                    let at_ms = record.at.since(self.sim.start).as_millis();
+                    self.sim.timeline.push(crate::timeline::Line {
+                        at_ms,
+                        actor: "invariant".into(),
+                        action: "Violation".into(),
+                        object: command.owner.to_string(),
+                        detail: message.clone(),
+                        cause: None,
+                        command: None,
+                    });
+                    self.sim.invariants.violate(message);
+                }
+                repeats.carried_out(command.id);
+            }
+        }
+    }
+}
+
+/// Keeps the uid the controller last saw for each object.
+fn note_uids(input: &Input, uids: &mut BTreeMap<ObjectKey, String>) {
+    match input {
+        Input::Upsert { scope, object } => {
+            uids.insert(object.key(scope), object.meta().uid.to_string());
+        }
+        Input::Delete { key } => {
+            uids.remove(key);
+        }
+        Input::Relist { scope, objects } => {
+            uids.retain(|k, _| &k.scope != scope);
+            for object in objects {
+                uids.insert(object.key(scope), object.meta().uid.to_string());
+            }
+        }
+        Input::Batch { inputs } => inputs.iter().for_each(|i| note_uids(i, uids)),
+        Input::ApiResult { .. } | Input::Tick | Input::Restarted => {}
     }
 }
 
@@ -221,27 +279,65 @@ fn rebase_scenario(scenario: &mut Scenario, shift: Duration) {
             _ => {}
         }
     }
+    for e in &mut scenario.expect {
+        let check = match &mut e.kind {
+            ExpectKind::At { check, .. } | ExpectKind::During { check, .. } => check,
+            _ => continue,
+        };
+        match check {
+            Check::Condition {
+                message: Some(m), ..
+            } => rebase_text(m, shift),
+            Check::Fields(fields) => fields.iter_mut().for_each(|(_, v)| rebase(v, shift)),
+            _ => {}
+        }
+    }
 }
 
-/// Moves every RFC 3339 timestamp string in `value` by `shift`.
+/// Moves every RFC 3339 timestamp in the strings of `value` by `shift`.
 fn rebase(value: &mut Value, shift: Duration) {
     match value {
-        Value::String(s) => {
-            if looks_like_time(s)
-                && let Ok(t) = Timestamp::parse_rfc3339(s)
-            {
-                *s = (t + shift).to_rfc3339();
-            }
-        }
+        Value::String(s) => rebase_text(s, shift),
         Value::Array(items) => items.iter_mut().for_each(|v| rebase(v, shift)),
         Value::Object(map) => map.values_mut().for_each(|v| rebase(v, shift)),
         _ => {}
     }
 }
 
+/// Moves every `YYYY-MM-DDTHH:MM:SSZ` inside `text` by `shift` (a condition message quotes
+/// times, and an expectation matches messages).
+fn rebase_text(text: &mut String, shift: Duration) {
+    const LEN: usize = "2024-01-01T00:00:00Z".len();
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    let mut changed = false;
+    while i < bytes.len() {
+        let candidate = text.get(i..i + LEN).filter(|c| looks_like_time(c));
+        if let Some(t) = candidate.and_then(|c| Timestamp::parse_rfc3339(c).ok()) {
+            out.push_str(&(t + shift).to_rfc3339());
+            i += LEN;
+            changed = true;
+            continue;
+        }
+        let ch = text[i..].chars().next().expect("in bounds");
+        out.push(ch);
+        i += ch.len_utf8();
+    }
+    if changed {
+        *text = out;
+    }
+}
+
 fn looks_like_time(s: &str) -> bool {
     let b = s.as_bytes();
-    b.len() >= 20 && b[4] == b'-' && b[7] == b'-' && b[10] == b'T' && s.ends_with('Z')
+    b.len() == 20
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b[10] == b'T'
+        && b[13] == b':'
+        && b[16] == b':'
+        && b[19] == b'Z'
 }
 
 #[cfg(test)]

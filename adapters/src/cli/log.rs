@@ -248,11 +248,11 @@ fn verify(dir: &Path) -> Result<u8, Failure> {
     }
 }
 
-/// Replays a copy of the journal with a fresh engine, handing each record, the input's
-/// description and the commands it caused to `each` (which may stop the replay).
+/// Replays a copy of the journal with a fresh engine, handing each record, its input and
+/// the commands it caused to `each` (which may stop the replay).
 fn replay(
     dir: &Path,
-    mut each: impl FnMut(&RecordRef<'_>, String, Vec<engine::Command>) -> ControlFlow<()>,
+    mut each: impl FnMut(&RecordRef<'_>, &engine::Input, Vec<engine::Command>) -> ControlFlow<()>,
 ) -> Result<(), Failure> {
     let copy = open(dir)?;
     let mut failure = None;
@@ -266,10 +266,9 @@ fn replay(
                     return ControlFlow::Break(());
                 }
             };
-            let described = input.describe();
-            engine.handle(r.at, input);
+            engine.handle(r.at, input.clone());
             let commands = std::iter::from_fn(|| engine.poll_command()).collect();
-            each(&r, described, commands)
+            each(&r, &input, commands)
         })
         .map_err(|e| Failure::Damage(e.to_string()))?;
     match failure {
@@ -286,7 +285,7 @@ pub fn controller_records(dir: &Path) -> Result<Vec<sim::live::ControllerRecord>
         out.push(sim::live::ControllerRecord {
             seq: r.seq,
             at: r.at,
-            input,
+            input: input.clone(),
             commands,
         });
         ControlFlow::Continue(())
@@ -301,11 +300,12 @@ pub fn controller_records(dir: &Path) -> Result<Vec<sim::live::ControllerRecord>
 /// the journal answers "why" long after the fact.
 fn show(dir: &Path, format: Format, from: u64) -> Result<u8, Failure> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    replay(dir, |r, described, commands| {
+    replay(dir, |r, input, commands| {
         use std::io::Write;
         if r.seq < from {
             return ControlFlow::Continue(());
         }
+        let described = input.describe();
         let text = match format {
             Format::Text => {
                 let mut t = format!("{:>8}  {}  {described}", r.seq, r.at);

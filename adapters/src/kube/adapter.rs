@@ -15,7 +15,7 @@ use super::metrics::Metrics;
 use super::streams::{StreamSpec, run_stream};
 use crate::clock::{until, wall_now};
 use engine::intake::{Arrival, Intake, Output};
-use engine::model::{ClusterName, Scope};
+use engine::model::{ClusterName, ObjectKey, Scope};
 use engine::{ApiOutcome, BATCH_INPUTS_MAX, Input, Timestamp};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 /// Messages to the adapter loop.
@@ -72,6 +72,10 @@ pub struct Adapter<C: Core, L: InputLog> {
     connectors: BTreeMap<Scope, JoinHandle<()>>,
     tasks: Vec<JoinHandle<()>>,
     last_tick: Option<tokio::time::Instant>,
+    /// For each Machine draining, the end of its last eviction sent: evictions go out one at a
+    /// time in the order the drain issued them, as upstream's drain sends them, so a PDB refuses
+    /// the pod the drain named last, not whichever request the network delivered last.
+    evictions: BTreeMap<ObjectKey, oneshot::Receiver<()>>,
 }
 
 impl<C: Core, L: InputLog> Drop for Adapter<C, L> {
@@ -156,6 +160,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             connectors: BTreeMap::new(),
             tasks: Vec::new(),
             last_tick: None,
+            evictions: BTreeMap::new(),
         }
     }
 
@@ -279,8 +284,15 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             let tx = self.tx.clone();
             let permits = self.permits.clone();
             let metrics = self.metrics.clone();
+            let (after, done) = self.eviction_turn(&command);
             self.tasks.retain(|t| !t.is_finished());
             self.tasks.push(tokio::spawn(async move {
+                // Dropped when this task ends: the next eviction of the drain may go.
+                let _done = done;
+                if let Some(previous) = after {
+                    // Ends (Err) when the previous eviction's task is done, whatever its outcome.
+                    let _ = previous.await;
+                }
                 let Ok(_permit) = permits.acquire_owned().await else {
                     return;
                 };
@@ -306,6 +318,22 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             self.feed(wall_now(), answer)?;
         }
         Ok(())
+    }
+
+    /// For an eviction: the previous eviction of the same drain to wait for, and the signal
+    /// whose drop (when this command's task ends) lets the next one go.
+    fn eviction_turn(
+        &mut self,
+        command: &engine::Command,
+    ) -> (Option<oneshot::Receiver<()>>, Option<oneshot::Sender<()>>) {
+        if !matches!(command.action, engine::Action::Evict { .. }) {
+            return (None, None);
+        }
+        self.evictions
+            .retain(|_, rx| matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty)));
+        let (done, next) = oneshot::channel();
+        let previous = self.evictions.insert(command.owner.clone(), next);
+        (previous, Some(done))
     }
 
     fn on_event(&mut self, event: Event) {

@@ -1,0 +1,148 @@
+//! Scenarios end to end over real HTTP through the real `lifecycle run` process:
+//! `lifecycle sim run FILE --over-http --speed 10` serves the world, plays it live, runs the
+//! binary as a child against it (killing it with SIGKILL and restarting it from its journal
+//! where the scenario restarts the controller), and judges the same expectations and
+//! invariants as in-process, with the stated tolerance.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+/// Simulated seconds per real second: the Lease, HTTP round trips and scheduling jitter stay
+/// well inside the scenarios' windows (the tolerance is one real second, 10 s simulated).
+const SPEED: &str = "10";
+
+/// How many scenarios run at once: each is two mostly idle processes.
+const PARALLEL: usize = 6;
+
+/// Deletion, MHC, pool and fault scenarios whose faults are played over HTTP (the world's own
+/// faults and controller restarts; API-call faults are injected only in process).
+const SET: &[&str] = &[
+    "pre-drain-hook-holds-drain",
+    "deletion-pdb-blocks-until-rescheduled",
+    "deletion-order-of-actions",
+    "deletion-drain-rule-order",
+    "deletion-volume-detach-wait",
+    "deletion-unreachable-node",
+    "deletion-pre-terminate-hook",
+    "mhc-full-loop-node-failure",
+    "mhc-unhealthy-range",
+    "mhc-external-remediation",
+    "pool-provision-and-node-refs",
+    "pool-scale-down-deletes-retired-nodes",
+    "world-kubelet-stop",
+];
+
+fn scenario(name: &str) -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios")).join(format!("{name}.yaml"))
+}
+
+fn lifecycle(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lifecycle"))
+        .args(args)
+        .output()
+        .expect("the lifecycle binary runs")
+}
+
+fn over_http(name: &str) -> Output {
+    let file = scenario(name);
+    lifecycle(&[
+        "sim",
+        "run",
+        file.to_str().expect("a UTF-8 path"),
+        "--over-http",
+        "--speed",
+        SPEED,
+    ])
+}
+
+#[test]
+fn the_over_http_set_holds_every_expectation_and_invariant() {
+    let queue = Mutex::new(SET.to_vec());
+    let failures = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..PARALLEL {
+            s.spawn(|| {
+                while let Some(name) = queue.lock().unwrap().pop() {
+                    let out = over_http(name);
+                    let stdout = String::from_utf8_lossy(&out.stdout);
+                    let passed = out.status.code() == Some(0)
+                        && stdout.contains("\nok: seed")
+                        && stdout.contains("over HTTP: speed 10x");
+                    if !passed {
+                        failures.lock().unwrap().push(format!(
+                            "{name}: exit {:?}\n{stdout}\n{}",
+                            out.status.code(),
+                            String::from_utf8_lossy(&out.stderr)
+                        ));
+                    }
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Killed with SIGKILL mid-drain (twice) and restarted from its journal each time.
+#[test]
+fn a_controller_killed_mid_drain_restarts_from_its_journal() {
+    let out = over_http("faults-controller-restart-and-torn-journal");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    // Two restarts in the scenario: three processes, one journal.
+    assert!(stdout.contains("3 controller process(es)"), "{stdout}");
+    assert_eq!(
+        stdout
+            .matches("the controller process is killed (SIGKILL)")
+            .count(),
+        2,
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_port_in_use_means_the_run_could_not_happen() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = taken.local_addr().unwrap().port().to_string();
+    let file = scenario("deletion-node-already-gone");
+    let out = lifecycle(&[
+        "sim",
+        "run",
+        file.to_str().unwrap(),
+        "--over-http",
+        "--speed",
+        SPEED,
+        "--port",
+        &port,
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("the run could not happen"), "{stderr}");
+    assert!(stderr.contains(&format!("port {port}")), "{stderr}");
+}
+
+#[test]
+fn a_controller_that_cannot_start_means_the_run_could_not_happen() {
+    let dir = tempfile::tempdir().unwrap();
+    // A file where the journal directory should be: `lifecycle run` exits at once.
+    let journal = dir.path().join("journal");
+    std::fs::write(&journal, b"not a journal").unwrap();
+    let file = scenario("deletion-node-already-gone");
+    let out = lifecycle(&[
+        "sim",
+        "run",
+        file.to_str().unwrap(),
+        "--over-http",
+        "--speed",
+        SPEED,
+        "--journal",
+        journal.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("the controller exited unexpectedly"),
+        "{stderr}"
+    );
+}
