@@ -63,6 +63,41 @@ fn split_stores(
     (management, workloads)
 }
 
+/// A real cluster has a provider's CRDs installed before any object of theirs exists: serve the
+/// kind a provider template stamps out (`XTemplate` -> `X`, same group and version), and the
+/// template kinds MachineHealthChecks refer to, even while no such object is stored.
+fn register_implied_kinds(cluster: &SharedCluster) {
+    let kinds: Vec<(String, String)> = cluster.read(|state| {
+        let mut kinds = Vec::new();
+        for (_, obj) in state.store.iter() {
+            let api_version = sim::api::json::api_version(obj);
+            let kind = sim::api::json::kind(obj);
+            if let Some(base) = kind.strip_suffix("Template")
+                && api_version.contains(".cluster.x-k8s.io/")
+            {
+                kinds.push((api_version.to_string(), base.to_string()));
+            }
+            let template_ref = obj.pointer("/spec/remediation/templateRef");
+            let ref_version = template_ref
+                .and_then(|r| r.get("apiVersion"))
+                .and_then(Value::as_str);
+            let ref_kind = template_ref
+                .and_then(|r| r.get("kind"))
+                .and_then(Value::as_str);
+            if let (Some(v), Some(k)) = (ref_version, ref_kind) {
+                kinds.push((v.to_string(), k.to_string()));
+                if let Some(base) = k.strip_suffix("Template") {
+                    kinds.push((v.to_string(), base.to_string()));
+                }
+            }
+        }
+        kinds
+    });
+    for (api_version, kind) in kinds {
+        cluster.register_kind(&api_version, &kind);
+    }
+}
+
 fn addr(port: u16) -> SocketAddr {
     SocketAddr::from((Ipv4Addr::LOCALHOST, port))
 }
@@ -105,8 +140,9 @@ impl ServedWorld {
             } else {
                 first_port.saturating_add(1 + i as u16)
             };
-            let server =
-                ApiServer::start(SharedCluster::new(store), addr(port), options.clone()).await?;
+            let cluster = SharedCluster::new(store);
+            register_implied_kinds(&cluster);
+            let server = ApiServer::start(cluster, addr(port), options.clone()).await?;
             let namespace = match &scope {
                 Scope::Workload(c) => c.namespace.to_string(),
                 Scope::Management => "default".to_string(),
@@ -125,12 +161,9 @@ impl ServedWorld {
                 tracing::warn!("kubeconfig secret refused: {e:?}");
             }
         }
-        let management = ApiServer::start(
-            SharedCluster::new(management_store),
-            addr(first_port),
-            options,
-        )
-        .await?;
+        let management_cluster = SharedCluster::new(management_store);
+        register_implied_kinds(&management_cluster);
+        let management = ApiServer::start(management_cluster, addr(first_port), options).await?;
         Ok(ServedWorld {
             management,
             workloads,

@@ -119,13 +119,20 @@ impl Sim {
         broken.extend(self.machine_rules(command));
         broken.extend(self.remediation_rules(command));
         self.note_decision(command);
+        self.report_broken(&command.owner, broken);
+    }
+
+    /// The hook and drain-order rules for a drain or infrastructure deletion seen landing in the
+    /// API (a controller outside the simulator issued it): the world as the write finds it.
+    pub(crate) fn check_landed(&mut self, command: &Command) {
+        self.invariants.checks += 1;
+        let broken = self.machine_rules(command);
+        self.report_broken(&command.owner, broken);
+    }
+
+    fn report_broken(&mut self, owner: &engine::model::ObjectKey, broken: Vec<String>) {
         for b in broken {
-            self.line(
-                "invariant",
-                "Violation",
-                command.owner.to_string(),
-                b.clone(),
-            );
+            self.line("invariant", "Violation", owner.to_string(), b.clone());
             self.invariants.violate(b);
         }
     }

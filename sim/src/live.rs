@@ -9,7 +9,7 @@
 //! expectations and invariants as in-process are checked.
 
 use crate::api::store::ChangeType;
-use crate::api::{ClusterStore, Written};
+use crate::api::{ClusterStore, Written, json};
 use crate::run::Report;
 use crate::scenario::{Check, ExpectKind, Scenario, StepAction};
 use crate::sim::{Event, External, Sim};
@@ -43,6 +43,8 @@ pub struct Live {
     /// controller's.
     seen: BTreeMap<Scope, u64>,
     restarts_reported: u32,
+    /// Objects whose drain or deletion write was already checked as it landed.
+    landed: std::collections::BTreeSet<(Scope, crate::api::ObjKey)>,
 }
 
 impl Live {
@@ -66,6 +68,7 @@ impl Live {
             sim,
             seen: BTreeMap::new(),
             restarts_reported: 0,
+            landed: Default::default(),
         }
     }
 
@@ -159,6 +162,7 @@ impl Live {
             let rv = store.resource_version();
             self.seen.insert(scope.clone(), rv);
             for written in changes {
+                self.check_landed(&scope, &written);
                 self.sim.changed(&scope, written);
             }
             self.sim.settle();
@@ -191,6 +195,95 @@ impl Live {
 }
 
 impl Live {
+    /// A write of the controller that drains or deletes infrastructure is checked against the
+    /// hook and drain-order rules as it lands (once per object): a cordon (a Node marked
+    /// unschedulable), an eviction (a Pod given a deletionTimestamp), an infrastructure
+    /// deletion (a provider object given a deletionTimestamp).
+    fn check_landed(&mut self, scope: &Scope, written: &Written) {
+        let Some(obj) = &written.object else {
+            return;
+        };
+        let key = &written.key;
+        let engine_key = Sim::engine_key(scope, key);
+        let target = |api_version: &str| engine::Target {
+            key: engine_key.clone(),
+            api_version: api_version.to_string(),
+        };
+        let (machine, action) = match (scope, key.group.as_str(), key.kind.as_str()) {
+            (Scope::Workload(cluster), "", "Node")
+                if obj.pointer("/spec/unschedulable") == Some(&Value::Bool(true)) =>
+            {
+                let machine = self.machine_on_node(cluster, &key.name);
+                (machine, engine::Action::Cordon { node: target("v1") })
+            }
+            (Scope::Workload(cluster), "", "Pod") if json::is_deleting(obj) => {
+                let node = json::str_at(obj, "spec.nodeName").unwrap_or_default();
+                let machine = self.machine_on_node(cluster, node);
+                let action = engine::Action::Evict {
+                    pod: target("v1"),
+                    grace_period_seconds: None,
+                };
+                (machine, action)
+            }
+            (Scope::Management, group, kind)
+                if group.ends_with(".cluster.x-k8s.io") && json::is_deleting(obj) =>
+            {
+                let machine = self.machine_with_infrastructure(&key.namespace, kind, &key.name);
+                let action = engine::Action::DeleteInfrastructure {
+                    target: target(json::api_version(obj)),
+                };
+                (machine, action)
+            }
+            _ => return,
+        };
+        let Some(machine) = machine else {
+            return;
+        };
+        if !self.landed.insert((scope.clone(), key.clone())) {
+            return;
+        }
+        let command = Command {
+            id: 0,
+            cause: 0,
+            controller: engine::ControllerId::Deletion,
+            owner: machine,
+            action,
+            reason: String::new(),
+        };
+        self.sim.check_landed(&command);
+    }
+
+    /// The Machine whose Node this is, in that workload cluster.
+    fn machine_on_node(
+        &self,
+        cluster: &engine::model::ClusterName,
+        node: &str,
+    ) -> Option<ObjectKey> {
+        self.sim
+            .machines_of(&cluster.namespace, &cluster.name)
+            .into_iter()
+            .find(|m| json::str_at(m, "status.nodeRef.name") == Some(node))
+            .map(|m| Sim::engine_key(&Scope::Management, &crate::api::ObjKey::of(m)))
+    }
+
+    /// The Machine whose infrastructure this provider object is.
+    fn machine_with_infrastructure(
+        &self,
+        namespace: &str,
+        kind: &str,
+        name: &str,
+    ) -> Option<ObjectKey> {
+        let store = self.sim.store(&Scope::Management)?;
+        store
+            .list("cluster.x-k8s.io", "Machine")
+            .find(|(k, m)| {
+                k.namespace == namespace
+                    && json::str_at(m, "spec.infrastructureRef.kind") == Some(kind)
+                    && json::str_at(m, "spec.infrastructureRef.name") == Some(name)
+            })
+            .map(|(k, _)| Sim::engine_key(&Scope::Management, k))
+    }
+
     /// The "never twice" rule over the controller's journal: the inputs show what it observed,
     /// the commands what it issued after. The uid of a command's target is the one the
     /// controller last saw; every command counts as carried out when issued, so a watch event
@@ -343,7 +436,123 @@ fn looks_like_time(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::ObjKey;
     use serde_json::json;
+
+    /// The pre-drain-hook scenario served, with the change logs a server keeps.
+    fn served(tolerance: Duration) -> (Live, BTreeMap<Scope, ClusterStore>, Timestamp) {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../scenarios/pre-drain-hook-holds-drain.yaml"
+        );
+        let scenario = crate::scenario::load(std::path::Path::new(path)).expect("loads");
+        let start = Timestamp(1_800_000_000_000);
+        let mut live = Live::new(&scenario, scenario.seed, start, tolerance);
+        let mut stores = live.take_stores();
+        for store in stores.values_mut() {
+            store.record_changes(1_000);
+        }
+        (live, stores, start)
+    }
+
+    fn step(
+        live: &mut Live,
+        stores: &mut BTreeMap<Scope, ClusterStore>,
+        at: Timestamp,
+    ) -> Requests {
+        let mut refs: BTreeMap<Scope, &mut ClusterStore> =
+            stores.iter_mut().map(|(s, c)| (s.clone(), c)).collect();
+        live.step(at, &mut refs)
+    }
+
+    fn c1(live: &Live) -> Scope {
+        live.workloads()["c1"].clone()
+    }
+
+    #[test]
+    fn the_world_plays_its_steps_and_reacts_to_the_controllers_writes() {
+        let (mut live, mut stores, start) = served(Duration::from_millis(0));
+        step(&mut live, &mut stores, start + Duration::from_secs(61));
+        let m1 = ObjKey::new("cluster.x-k8s.io", "Machine", "default", "m1");
+        let machine = stores[&Scope::Management].get(&m1).expect("m1 exists");
+        assert!(
+            json::is_deleting(machine),
+            "the scenario's delete at 1m was played"
+        );
+        // The controller deletes the infrastructure; the fake provider finishes after infraDelete.
+        let infra = ObjKey::new(
+            "infrastructure.cluster.x-k8s.io",
+            "DockerMachine",
+            "default",
+            "m1",
+        );
+        let now = start + Duration::from_secs(62);
+        stores
+            .get_mut(&Scope::Management)
+            .unwrap()
+            .delete(&infra, now)
+            .unwrap();
+        step(&mut live, &mut stores, now);
+        assert!(
+            stores[&Scope::Management].get(&infra).is_some(),
+            "still being deleted"
+        );
+        step(&mut live, &mut stores, now + Duration::from_secs(11));
+        assert!(
+            stores[&Scope::Management].get(&infra).is_none(),
+            "the provider deleted it"
+        );
+        let text = live.timeline().render_text();
+        assert!(text.contains("ProviderDeleted"), "{text}");
+    }
+
+    #[test]
+    fn an_eviction_landing_while_a_pre_drain_hook_holds_is_a_violation() {
+        let (mut live, mut stores, start) = served(Duration::from_millis(0));
+        step(&mut live, &mut stores, start + Duration::from_secs(61));
+        let scope = c1(&live);
+        let pod = ObjKey::new("", "Pod", "app", "web-0");
+        let now = start + Duration::from_secs(62);
+        stores
+            .get_mut(&scope)
+            .unwrap()
+            .mark_deleting(&pod, now, Some(30))
+            .unwrap();
+        step(&mut live, &mut stores, now);
+        let report = live.finish(&[]);
+        assert!(
+            report
+                .violations
+                .iter()
+                .any(|v| v.contains("hook bypassed")),
+            "{:?}",
+            report.violations
+        );
+    }
+
+    #[test]
+    fn an_eviction_after_the_hook_is_released_is_fine() {
+        let (mut live, mut stores, start) = served(Duration::from_millis(0));
+        step(&mut live, &mut stores, start + Duration::from_secs(301));
+        let scope = c1(&live);
+        let pod = ObjKey::new("", "Pod", "app", "web-0");
+        let now = start + Duration::from_secs(302);
+        stores
+            .get_mut(&scope)
+            .unwrap()
+            .mark_deleting(&pod, now, Some(30))
+            .unwrap();
+        step(&mut live, &mut stores, now);
+        let report = live.finish(&[]);
+        assert!(
+            !report
+                .violations
+                .iter()
+                .any(|v| v.contains("hook bypassed")),
+            "{:?}",
+            report.violations
+        );
+    }
 
     #[test]
     fn timestamps_move_with_the_start_and_nothing_else_does() {
