@@ -198,6 +198,18 @@ impl ServedWorld {
         Ok(out)
     }
 
+    /// Takes every served store out (the servers then serve empty clusters): the world as it
+    /// ends, to be judged.
+    pub fn take_stores(&self) -> BTreeMap<Scope, ClusterStore> {
+        self.clusters()
+            .into_iter()
+            .map(|(scope, cluster)| {
+                let store = std::mem::take(&mut *cluster.lock_store());
+                (scope, store)
+            })
+            .collect()
+    }
+
     pub async fn shutdown(self) {
         self.management.shutdown().await;
         for (_, server) in self.workloads {

@@ -146,3 +146,70 @@ fn a_controller_that_cannot_start_means_the_run_could_not_happen() {
         "{stderr}"
     );
 }
+
+/// `sim serve --speed 10` plays the scenario's timeline live: the Machine the scenario deletes
+/// at 1m is being deleted about 6 real seconds after the start, and the printed controller
+/// command carries the clock the served world runs on.
+#[test]
+fn sim_serve_plays_the_timeline_at_its_speed() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let file = scenario("pre-drain-hook-holds-drain");
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_lifecycle"))
+        .args(["sim", "serve", file.to_str().unwrap(), "--speed", SPEED])
+        .arg("--kubeconfig-dir")
+        .arg(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("sim serve starts");
+    let mut lines = std::io::BufReader::new(serve.stdout.take().unwrap()).lines();
+    let mut printed = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let done = line.starts_with("playing ");
+        printed.push(line);
+        if done {
+            break;
+        }
+    }
+    let url = printed
+        .iter()
+        .find_map(|l| l.strip_prefix("management: "))
+        .and_then(|l| l.split_whitespace().next())
+        .expect("the management URL is printed")
+        .to_string();
+    let run_line = printed
+        .iter()
+        .find(|l| l.starts_with("run the controller with:"))
+        .expect("the controller command is printed");
+    assert!(run_line.contains("--clock-speed 10"), "{run_line}");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let deleting_after = runtime.block_on(async {
+        let mut config = kube::Config::new(url.parse().unwrap());
+        config.default_retry = false;
+        let client = kube::Client::try_from(config).unwrap();
+        let gvk = kube::api::GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine");
+        let machines: kube::Api<kube::api::DynamicObject> =
+            kube::Api::namespaced_with(client, "default", &kube::api::ApiResource::from_gvk(&gvk));
+        let started = std::time::Instant::now();
+        loop {
+            let m1 = machines.get("m1").await.expect("m1 is served");
+            if m1.metadata.deletion_timestamp.is_some() {
+                return started.elapsed();
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(30),
+                "the scenario's delete at 1m was not played"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    });
+    let _ = serve.kill();
+    let _ = serve.wait();
+    // 1m at 10x is 6 s after the start; the start itself was a moment before the first GET.
+    assert!(
+        deleting_after > std::time::Duration::from_secs(3)
+            && deleting_after < std::time::Duration::from_secs(9),
+        "deleted after {deleting_after:?}"
+    );
+}

@@ -173,9 +173,15 @@ impl Live {
         self.sim.observe_expectations();
     }
 
-    /// Ends the run at the scenario's end: the controller's commands (from its journal) become
-    /// the run's actions and timeline lines, then the end-of-run checks run.
-    pub fn finish(mut self, records: &[ControllerRecord]) -> Report {
+    /// Ends the run at the scenario's end, on the stores as the end left them: the controller's
+    /// commands (from its journal) become the run's actions and timeline lines, then the
+    /// end-of-run checks run.
+    pub fn finish(
+        mut self,
+        records: &[ControllerRecord],
+        stores: BTreeMap<Scope, ClusterStore>,
+    ) -> Report {
+        self.sim.clusters = stores;
         let causes: BTreeMap<u64, String> = records
             .iter()
             .map(|r| (r.seq, r.input.describe()))
@@ -519,7 +525,7 @@ mod tests {
             .mark_deleting(&pod, now, Some(30))
             .unwrap();
         step(&mut live, &mut stores, now);
-        let report = live.finish(&[]);
+        let report = live.finish(&[], stores);
         assert!(
             report
                 .violations
@@ -543,7 +549,7 @@ mod tests {
             .mark_deleting(&pod, now, Some(30))
             .unwrap();
         step(&mut live, &mut stores, now);
-        let report = live.finish(&[]);
+        let report = live.finish(&[], stores);
         assert!(
             !report
                 .violations

@@ -124,11 +124,12 @@ async fn play(scenario: &Scenario, setup: &OverHttp) -> Result<Played, String> {
     let live = player.finished().await?;
     // Every input is durable before it is applied: killing loses nothing the journal vouches for.
     kill(&mut child).await;
+    let stores = world.take_stores();
     world.shutdown().await;
     let records = super::log::controller_records(&journal)?;
     let end = live.end();
     let records: Vec<_> = records.into_iter().filter(|r| r.at <= end).collect();
-    let report = live.finish(&records);
+    let report = live.finish(&records, stores);
     Ok(Played {
         report,
         tolerance,
