@@ -63,7 +63,10 @@ fn the_over_http_set_holds_every_expectation_and_invariant() {
     std::thread::scope(|s| {
         for _ in 0..PARALLEL {
             s.spawn(|| {
-                while let Some(name) = queue.lock().unwrap().pop() {
+                loop {
+                    // Not in a `while let`: its guard would hold the queue for the whole run.
+                    let next = queue.lock().unwrap().pop();
+                    let Some(name) = next else { break };
                     let out = over_http(name);
                     let stdout = String::from_utf8_lossy(&out.stdout);
                     let passed = out.status.code() == Some(0)

@@ -560,6 +560,46 @@ mod tests {
         );
     }
 
+    fn record(seq: u64, input: Input, commands: Vec<Command>) -> ControllerRecord {
+        ControllerRecord {
+            seq,
+            at: Timestamp(1_800_000_000_000 + seq as i64 * 1_000),
+            input,
+            commands,
+        }
+    }
+
+    #[test]
+    fn a_finalizer_released_again_after_its_ok_answer_is_a_violation_from_the_journal() {
+        use crate::repeats::tests::{m1, release};
+        let ok = |id| Input::ApiResult {
+            command: id,
+            outcome: engine::ApiOutcome::Ok { object: None },
+        };
+        let records = [
+            record(1, m1(&[engine::model::MACHINE_FINALIZER]), vec![release(1)]),
+            record(2, ok(1), vec![]),
+            record(3, m1(&[engine::model::MACHINE_FINALIZER]), vec![release(2)]),
+        ];
+        let (live, stores, _) = served(Duration::from_millis(0));
+        let report = live.finish(&records, stores);
+        assert!(
+            report
+                .violations
+                .iter()
+                .any(|v| v.contains("repeated: RemoveFinalizer")),
+            "{:?}",
+            report.violations
+        );
+        let (live, stores, _) = served(Duration::from_millis(0));
+        let report = live.finish(&records[..2], stores);
+        assert!(
+            !report.violations.iter().any(|v| v.contains("repeated")),
+            "{:?}",
+            report.violations
+        );
+    }
+
     #[test]
     fn timestamps_move_with_the_start_and_nothing_else_does() {
         let mut v = json!({"status": {"conditions": [

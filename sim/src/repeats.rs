@@ -168,12 +168,12 @@ impl Repeats {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use engine::model::{MACHINE_FINALIZER, Scope};
     use engine::{ControllerId, Target, testing};
 
-    fn release(id: u64) -> Command {
+    pub(crate) fn release(id: u64) -> Command {
         let key = ObjectKey::management(engine::model::Kind::Machine, "default", "m1");
         Command {
             id,
@@ -191,7 +191,7 @@ mod tests {
         }
     }
 
-    fn m1(finalizers: &[&str]) -> Input {
+    pub(crate) fn m1(finalizers: &[&str]) -> Input {
         let mut m = testing::machine("c1", "m1", None);
         m.meta.uid = "uid-1".into();
         m.meta.finalizers = finalizers.iter().map(|f| f.to_string()).collect();
