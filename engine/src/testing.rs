@@ -351,3 +351,16 @@ pub fn reconcile(
     controller.reconcile(key, &mut cx);
     std::iter::from_fn(|| effects.poll()).collect()
 }
+
+/// An object of `kind` the API shows but the controllers cannot read (`problem` says why).
+pub fn unreadable(kind: Kind, namespace: &str, name: &str, problem: &str) -> Object {
+    Object::Unreadable(crate::model::Unreadable {
+        kind,
+        meta: ObjectMeta {
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            ..ObjectMeta::default()
+        },
+        problem: problem.to_string(),
+    })
+}

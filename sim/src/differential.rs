@@ -77,7 +77,7 @@ impl Sim {
         self.store(scope)
             .into_iter()
             .flat_map(|s| s.iter())
-            .filter_map(|(_, v)| engine::convert::object_from_json(v).ok().flatten())
+            .filter_map(|(_, v)| engine::convert::object_or_unreadable(scope, v))
             .collect()
     }
 

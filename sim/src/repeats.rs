@@ -48,6 +48,10 @@ impl Intent {
 
     /// Whether `object` (the same key) shows this intent carried out.
     fn shown_by(&self, object: &Object) -> bool {
+        if matches!(object, Object::Unreadable(_)) {
+            // Unknown shows nothing: the controller cannot tell what the write did.
+            return false;
+        }
         let meta = object.meta();
         if meta.uid != self.uid {
             // Another object under the same name: the one we acted on is gone.

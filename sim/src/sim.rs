@@ -535,7 +535,7 @@ impl Sim {
                 "api",
                 "Malformed",
                 object,
-                format!("the controllers ignore this object: {error}"),
+                format!("the controllers cannot read this object and treat it as unknown: {error}"),
             );
         }
     }

@@ -32,7 +32,7 @@ pub use request::{
 };
 pub use status::{capi_version_of, condition_json, conditions_json};
 
-use crate::model::{ApiVersion, Kind, Object, ObjectKey, Scope};
+use crate::model::{ApiVersion, Kind, Object, ObjectKey, ObjectMeta, Scope, Unreadable};
 use field::At;
 use serde_json::Value;
 use std::fmt;
@@ -185,6 +185,42 @@ pub fn object_from_json(value: &Value) -> Result<Option<Object>, ConvertError> {
         Kind::VolumeAttachment => Object::VolumeAttachment(core::volume_attachment(&root)?),
     };
     Ok(Some(object))
+}
+
+/// The object as the engine sees it: converted, [`Object::Unreadable`] when it does not
+/// convert but its key reads, `None` for kinds the engine does not model (or no key at all).
+pub fn object_or_unreadable(scope: &Scope, value: &Value) -> Option<Object> {
+    match object_from_json(value) {
+        Ok(object) => object,
+        Err(e) => unreadable_of_json(scope, value, &e),
+    }
+}
+
+/// What is known of an object that did not convert ([`object_from_json`] failed with
+/// `problem`): its kind, name, namespace, uid and resourceVersion where those read, so the
+/// store can keep it as existing but unknown. `None` when not even its key reads (or its kind
+/// is not modelled).
+pub fn unreadable_of_json(scope: &Scope, value: &Value, problem: &ConvertError) -> Option<Object> {
+    let key = object_key_of_json(scope, value).ok()??;
+    let meta = value.get("metadata");
+    let text = |field: &str| {
+        meta.and_then(|m| m.get(field))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let resource_version = text("resourceVersion").parse().unwrap_or(0);
+    Some(Object::Unreadable(Unreadable {
+        meta: ObjectMeta {
+            name: key.name.to_string(),
+            namespace: key.namespace.to_string(),
+            uid: text("uid"),
+            resource_version,
+            ..ObjectMeta::default()
+        },
+        kind: key.kind.clone(),
+        problem: problem.to_string(),
+    }))
 }
 
 /// The key an object would be stored under in `scope`, read from `apiVersion`, `kind` and

@@ -129,7 +129,9 @@ impl<'p, 'a> Pass<'p, 'a> {
         d.wait_for_pre_terminate_hook_start = d
             .wait_for_pre_terminate_hook_start
             .or(memo.wait_for_pre_terminate_hook_start);
-        let conditions_in_flight = cx.is_in_flight("SetCondition", key);
+        // Another controller's condition write (the MHC's) brings this Machine back too.
+        let conditions_in_flight =
+            cx.wait_if_in_flight(ControllerId::Deletion, "SetCondition", key);
         Pass {
             key,
             m,
@@ -172,6 +174,10 @@ impl<'p, 'a> Pass<'p, 'a> {
             // Nothing is written either: the relist reconciles this Machine again.
             tracing::debug!(machine = %self.key, "waiting for the workload cluster cache to sync");
             return;
+        }
+        if let Some((key, problem)) = self.unreadable_dependency() {
+            self.wait_for_readable(&key, &problem);
+            return self.flush();
         }
         if let Ok(node) = &node
             && (self.pre_drain_hooks() == Flow::Wait
@@ -321,6 +327,71 @@ impl<'p, 'a> Pass<'p, 'a> {
         if let Issued::Queued(_) = issued {
             self.tracked.memo.events.insert(once_key);
         }
+    }
+
+    // ---- unknown objects ----
+
+    /// The first object this deletion decides on that the API shows but the controllers
+    /// cannot read: the Machine, its Cluster, Node, provider objects and control plane.
+    fn unreadable_dependency(&self) -> Option<(ObjectKey, String)> {
+        let store = self.store;
+        if !store.has_unreadable() {
+            return None;
+        }
+        let cluster = ObjectKey::management(
+            Kind::Cluster,
+            &self.cluster.meta.namespace,
+            &self.cluster.meta.name,
+        );
+        let node = self
+            .tracked
+            .node
+            .as_ref()
+            .map(|n| ObjectKey::new(self.scope.clone(), Kind::Node, "", n));
+        let t = &*self.tracked;
+        [
+            Some(self.key.clone()),
+            Some(cluster),
+            node,
+            Some(t.infrastructure.clone()),
+        ]
+        .into_iter()
+        .chain([t.bootstrap.clone(), t.control_plane.clone()])
+        .flatten()
+        .find_map(|k| store.unreadable(&k).map(|p| (k.clone(), p.to_string())))
+    }
+
+    /// A pod the drain of `node_name` cannot judge: unreadable, and last seen on that Node or
+    /// never read at all (it may be on it).
+    fn unreadable_pod(&self, node_name: &str) -> Option<(ObjectKey, String)> {
+        let store = self.store;
+        if !store.has_unreadable() {
+            return None;
+        }
+        store
+            .unreadable_of_kind(&self.scope, &Kind::Pod)
+            .find(|(k, _)| match store.get(k) {
+                Some(Object::Pod(p)) => p.node_name.as_deref() == Some(node_name),
+                _ => true,
+            })
+            .map(|(k, p)| (k.clone(), p.to_string()))
+    }
+
+    /// Stops the pass until `key` reads again: the `Deleting` condition and a Warning event
+    /// say which object and what is wrong with it.
+    fn wait_for_readable(&mut self, key: &ObjectKey, problem: &str) {
+        let message = format!(
+            "{}; the deletion waits until it can be read",
+            crate::store::unreadable_message(key, problem)
+        );
+        tracing::warn!(machine = %self.key, "{message}");
+        self.event(
+            EventType::Warning,
+            reason::OBJECT_UNREADABLE,
+            message.clone(),
+            format!("ObjectUnreadable:{key}:{problem}"),
+        );
+        self.set_deleting(reason::OBJECT_UNREADABLE, message);
     }
 
     // ---- isDeleteNodeAllowed ----
@@ -589,6 +660,10 @@ impl<'p, 'a> Pass<'p, 'a> {
             return self.cordon(node_name);
         }
         self.tracked.memo.cordon = None;
+        if let Some((key, problem)) = self.unreadable_pod(node_name) {
+            self.wait_for_readable(&key, &problem);
+            return Flow::Wait;
+        }
 
         let rules = match self.drain_rules() {
             Ok(r) => r,

@@ -20,6 +20,9 @@ pub mod reason {
     pub const WAITING_FOR_BOOTSTRAP_DELETION: &str = "WaitingForBootstrapDeletion";
     pub const DELETING_NODE: &str = "DeletingNode";
     pub const DELETION_COMPLETED: &str = "DeletionCompleted";
+    /// An object the deletion depends on cannot be read (this product's reason; CAPI relies
+    /// on its webhooks to keep such objects out).
+    pub const OBJECT_UNREADABLE: &str = "ObjectUnreadable";
 }
 
 // v1beta1 condition types and reasons touched during deletion.

@@ -1427,3 +1427,127 @@ fn reference_keys_are_kept_while_they_match_and_rebuilt_when_the_reference_chang
         assert!(!k.is("elsewhere.io", kind));
     }
 }
+
+const BAD_TIME: &str = "status.conditions[0].lastTransitionTime: \"yesterday\" is not a time";
+
+fn replace_with_unreadable(objects: &mut [(Scope, Object)], kind: Kind, name: &str) {
+    for (_, o) in objects.iter_mut() {
+        if o.kind() == kind && o.meta().name == name {
+            let namespace = o.meta().namespace.clone();
+            *o = unreadable(kind.clone(), &namespace, name, BAD_TIME);
+        }
+    }
+}
+
+fn destructive(commands: &[Command]) -> Vec<String> {
+    lines(commands)
+        .into_iter()
+        .filter(|l| {
+            [
+                "Cordon",
+                "Evict",
+                "DeleteInfrastructure",
+                "DeleteBootstrap",
+                "DeleteNode",
+                "RemoveFinalizer",
+            ]
+            .iter()
+            .any(|a| l.contains(&format!(" {a} ")))
+        })
+        .collect()
+}
+
+#[test]
+fn an_unreadable_node_holds_the_deletion_with_a_condition_and_a_warning() {
+    let mut objects = world(deleting_m1());
+    replace_with_unreadable(&mut objects, Kind::Node, "n1");
+    let (mut h, first) = Harness::start(objects);
+    assert_eq!(destructive(&first), Vec::<String>::new());
+    let message = "Node n1 in cluster default/c1 cannot be read: status.conditions[0].lastTransitionTime: \"yesterday\" is not a time; the deletion waits until it can be read";
+    let warning = find(&first, "RecordEvent");
+    match &warning.action {
+        Action::RecordEvent {
+            type_,
+            reason,
+            message: m,
+            ..
+        } => {
+            assert_eq!(
+                (*type_, reason.as_str(), m.as_str()),
+                (EventType::Warning, "ObjectUnreadable", message)
+            );
+        }
+        _ => unreachable!(),
+    }
+    let c = last_conditions(&first);
+    assert_eq!(deleting(&c), ("ObjectUnreadable".into(), message.into()));
+    let (_, later) = h.settle(&first);
+    assert_eq!(destructive(&later), Vec::<String>::new());
+    // Time alone changes nothing, and the warning is not repeated.
+    let out = h.tick(at(3600));
+    assert!(
+        destructive(&out).is_empty() && all(&out, "RecordEvent").is_empty(),
+        "{:#?}",
+        lines(&out)
+    );
+
+    // Readable again: the drain starts where it would have.
+    let out = h.observe(workload("c1"), Object::Node(node("n1")));
+    assert_eq!(destructive(&out), ["drain Cordon Node n1@c1"]);
+}
+
+#[test]
+fn an_unreadable_machine_or_provider_object_holds_the_deletion() {
+    for (kind, name) in [
+        (Kind::Machine, "m1"),
+        (infra_key("m1").kind.clone(), "m1"),
+        (bootstrap_key("m1").kind.clone(), "m1"),
+    ] {
+        let mut m1 = deleting_m1();
+        m1.meta
+            .annotations
+            .insert(EXCLUDE_DRAIN_ANNOTATION.into(), String::new());
+        let (mut h, first) = Harness::start(world(m1));
+        assert!(!destructive(&first).is_empty(), "{:#?}", lines(&first));
+        h.settle(&first);
+        let out = h.observe(mgmt(), unreadable(kind.clone(), "default", name, BAD_TIME));
+        assert!(destructive(&out).is_empty(), "{kind:?}: {:#?}", lines(&out));
+        assert_eq!(
+            deleting(&last_conditions(&out)).0,
+            "ObjectUnreadable",
+            "{kind:?}"
+        );
+        // Time alone changes nothing.
+        let out = h.tick(at(3600));
+        assert!(destructive(&out).is_empty(), "{kind:?}: {:#?}", lines(&out));
+    }
+}
+
+#[test]
+fn an_unreadable_pod_holds_the_drain_of_its_node() {
+    let mut objects = world(deleting_m1());
+    replace_with_unreadable(&mut objects, Kind::Pod, "web-1");
+    let mut n1 = node("n1");
+    n1.unschedulable = true;
+    for (_, o) in objects.iter_mut() {
+        if let Object::Node(n) = o
+            && n.meta.name == "n1"
+        {
+            *n = n1.clone();
+        }
+    }
+    let (mut h, first) = Harness::start(objects);
+    let (c, later) = h.settle(&first);
+    let all_commands: Vec<Command> = first.iter().cloned().chain(later).collect();
+    assert!(
+        all(&all_commands, "DeleteInfrastructure").is_empty(),
+        "{:#?}",
+        lines(&all_commands)
+    );
+    let (reason, message) = deleting(&c);
+    assert_eq!(reason, "ObjectUnreadable");
+    assert!(
+        message.starts_with("Pod app/web-1 in cluster default/c1 cannot be read"),
+        "{message}"
+    );
+}

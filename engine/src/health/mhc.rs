@@ -19,7 +19,7 @@ use crate::model::{
 };
 use crate::remediation::external::{request_key, request_object, request_target, template_key};
 use crate::remediation::{EXTERNALLY_REMEDIATED, OWNER_REMEDIATED, capi_target};
-use crate::store::Store;
+use crate::store::{Store, unreadable_message};
 use crate::time::{Duration, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -145,6 +145,8 @@ pub(super) struct MhcMemo {
     requests_deleted: BTreeSet<String>,
     /// Waiting for this workload cluster's cache to sync before judging anything.
     waiting_for: Option<ClusterName>,
+    /// Unreadable objects a Warning event was recorded for, with the problem it named.
+    unreadable_reported: BTreeMap<ObjectKey, String>,
     /// What the targets' views were read with; `None` until a full evaluation from the store
     /// (a cache, not state).
     #[serde(skip)]
@@ -431,6 +433,8 @@ struct Judge<'a> {
     node_key: Option<ObjectKey>,
     directory: Option<NodeDirectory<'a>>,
     now: Timestamp,
+    /// Objects a verdict depended on that cannot be read, with the problem.
+    unknown: Vec<(ObjectKey, String)>,
 }
 
 impl<'a> Judge<'a> {
@@ -438,6 +442,15 @@ impl<'a> Judge<'a> {
         let (Some(key), Some(name)) = (&mut self.node_key, &m.node_ref) else {
             return NodeObservation::NotRead;
         };
+        if self.store.has_unreadable() {
+            if key.name != name.as_str() {
+                *key = ObjectKey::new(key.scope.clone(), Kind::Node, "", name);
+            }
+            if let Some(problem) = self.store.unreadable(key) {
+                self.unknown.push((key.clone(), problem.to_string()));
+                return NodeObservation::Unreadable;
+            }
+        }
         if let Some(dir) = &mut self.directory {
             return match dir.find(name) {
                 Some(n) => NodeObservation::Found(n),
@@ -455,6 +468,19 @@ impl<'a> Judge<'a> {
     }
 
     fn judge(&mut self, m: &'a Machine) -> Evaluated<'a> {
+        if self.store.has_unreadable() {
+            let key = ObjectKey::management(Kind::Machine, &m.meta.namespace, &m.meta.name);
+            if let Some(problem) = self.store.unreadable(&key) {
+                // Its last good reading may say anything: nothing is judged by it.
+                self.unknown.push((key, problem.to_string()));
+                return Evaluated {
+                    machine: m,
+                    verdict: Verdict::default(),
+                    class: TargetClass::Unevaluated,
+                    view: None,
+                };
+            }
+        }
         let node = self.node_of(m);
         let verdict = evaluate(m, node, &self.gates, &self.checks, self.now);
         let class = TargetClass::of(&verdict, m, node);
@@ -773,6 +799,18 @@ impl HealthChecks {
             self.suspend(key, None, now);
             return;
         }
+        if store.has_unreadable()
+            && let Some((unknown, problem)) = [key, &cluster_key]
+                .into_iter()
+                .find_map(|k| store.unreadable(k).map(|p| (k.clone(), p.to_string())))
+        {
+            // Its spec or the Cluster's gates may say anything: no target is judged.
+            tracing::warn!(mhc = %key, "{}", unreadable_message(&unknown, &problem));
+            let memo = self.mhcs.entry(key.clone()).or_default();
+            report_unreadable(memo, key, mhc, &unknown, &problem, cx);
+            self.suspend(key, None, now);
+            return;
+        }
         ensure_cluster_owner(key, mhc, cluster, cx);
         let gates = ClusterGates {
             control_plane_initialized: Gate::read(&cluster.conditions, "ControlPlaneInitialized"),
@@ -837,6 +875,7 @@ impl HealthChecks {
                 .map(|scope| ObjectKey::new(scope.clone(), Kind::Node, "", "")),
             directory: None,
             now,
+            unknown: Vec::new(),
         };
 
         // 1. Judge: everything, or only what changed or fell due.
@@ -878,6 +917,12 @@ impl HealthChecks {
             }
             out
         };
+
+        memo.unreadable_reported
+            .retain(|k, _| store.unreadable(k).is_some());
+        for (unknown, problem) in std::mem::take(&mut judge.unknown) {
+            report_unreadable(memo, key, mhc, &unknown, &problem, cx);
+        }
 
         // 2. Decide on the complete counts.
         let expected = memo.targets.len() as u32;
@@ -954,6 +999,38 @@ impl HealthChecks {
             );
             timers.wake_at(key, *at);
         }
+    }
+}
+
+/// Records a Warning event on the MHC for an object its checks cannot read, once per problem.
+fn report_unreadable(
+    memo: &mut MhcMemo,
+    mhc_key: &ObjectKey,
+    mhc: &MachineHealthCheck,
+    unknown: &ObjectKey,
+    problem: &str,
+    cx: &mut Cx<'_>,
+) {
+    if memo.unreadable_reported.get(unknown).map(String::as_str) == Some(problem) {
+        return;
+    }
+    let message = format!(
+        "{}; the health checks that depend on it wait until it can be read",
+        unreadable_message(unknown, problem)
+    );
+    let issued = cx.issue(
+        ControllerId::Health,
+        Action::RecordEvent {
+            regarding: capi_target(mhc_key.clone(), mhc.version),
+            type_: EventType::Warning,
+            reason: "ObjectUnreadable".to_string(),
+            message: message.clone(),
+        },
+        message,
+    );
+    if matches!(issued, Issued::Queued(_)) {
+        memo.unreadable_reported
+            .insert(unknown.clone(), problem.to_string());
     }
 }
 

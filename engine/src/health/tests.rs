@@ -1409,3 +1409,178 @@ fn timeouts_the_webhook_rejects_remediate_nothing_and_say_why() {
         );
     }
 }
+
+const BAD_TYPE: &str = "status.conditions[0].type: expected a string";
+
+fn unreadable_node(name: &str) -> Object {
+    testing::unreadable(Kind::Node, "", name, BAD_TYPE)
+}
+
+#[test]
+fn an_unreadable_node_is_unknown_never_deleted() {
+    let mhc = testing::machine_health_check("c1", "mhc");
+    let mut world = objects(mhc, vec![owned_machine("m1", T0)], vec![]);
+    world.push((workload("c1"), unreadable_node("m1")));
+    world.push((
+        Scope::Management,
+        Object::MachineSet(testing::machine_set("c1", "ms", 1)),
+    ));
+    let (mut engine, first) = synced_engine(at(mins(20)), world);
+    let executed = lines(&settle(&mut engine, at(mins(20)), first));
+    assert!(
+        !executed
+            .iter()
+            .any(|l| l.contains("HealthCheckSucceeded=False")
+                || l.contains("DeleteMachine")
+                || l.contains("NodeStartupTimeout")),
+        "{executed:#?}"
+    );
+    let warning = "health RecordEvent MachineHealthCheck default/mhc Warning ObjectUnreadable: Node m1 in cluster default/c1 cannot be read: status.conditions[0].type: expected a string; the health checks that depend on it wait until it can be read";
+    assert_eq!(
+        executed.iter().filter(|l| *l == warning).count(),
+        1,
+        "{executed:#?}"
+    );
+    assert_eq!(mhc_of(&engine).status.current_healthy, Some(0));
+
+    // Readable again: judged by what it says.
+    let out = upsert(
+        &mut engine,
+        at(mins(21)),
+        workload("c1"),
+        Object::Node(node("m1", ConditionStatus::True, T0)),
+    );
+    let executed = lines(&settle(&mut engine, at(mins(21)), out));
+    assert!(
+        executed
+            .iter()
+            .any(|l| l
+                .starts_with("health SetCondition Machine default/m1 HealthCheckSucceeded=True")),
+        "{executed:#?}"
+    );
+}
+
+#[test]
+fn a_node_that_turns_unreadable_keeps_its_last_reading_and_only_a_deletion_removes_it() {
+    let mhc = testing::machine_health_check("c1", "mhc");
+    let mut world = objects(
+        mhc,
+        vec![owned_machine("m1", T0)],
+        vec![node("m1", ConditionStatus::True, T0)],
+    );
+    world.push((
+        Scope::Management,
+        Object::MachineSet(testing::machine_set("c1", "ms", 1)),
+    ));
+    let (mut engine, first) = synced_engine(at(mins(1)), world.clone());
+    settle(&mut engine, at(mins(1)), first);
+    // A relist (as after a restart) shows the Node in a form that does not read.
+    let objects: Vec<Object> = world
+        .iter()
+        .filter(|(s, _)| *s == workload("c1"))
+        .map(|(_, o)| match o {
+            Object::Node(n) if n.meta.name == "m1" => unreadable_node("m1"),
+            o => o.clone(),
+        })
+        .collect();
+    engine.handle(
+        at(mins(2)),
+        Input::Relist {
+            scope: workload("c1"),
+            objects,
+        },
+    );
+    let out = drain_commands(&mut engine);
+    let executed = lines(&settle(&mut engine, at(mins(2)), out));
+    assert!(
+        !executed
+            .iter()
+            .any(|l| l.contains("DeleteMachine") || l.contains("=False")),
+        "{executed:#?}"
+    );
+    let key = ObjectKey::new(workload("c1"), Kind::Node, "", "m1");
+    assert!(
+        matches!(engine.store().get(&key), Some(Object::Node(_))),
+        "last good reading kept"
+    );
+    assert_eq!(engine.store().unreadable(&key), Some(BAD_TYPE));
+    assert!(
+        executed.iter().any(|l| l.contains("ObjectUnreadable")),
+        "{executed:#?}"
+    );
+
+    // Hours pass: unknown never expires into a verdict.
+    engine.handle(at(mins(300)), Input::Tick);
+    let out = drain_commands(&mut engine);
+    assert!(
+        lines(&out).iter().all(|l| !l.contains("DeleteMachine")),
+        "{:#?}",
+        lines(&out)
+    );
+
+    // An observed deletion is what makes it gone.
+    engine.handle(at(mins(301)), Input::Delete { key: key.clone() });
+    let out = drain_commands(&mut engine);
+    let executed = lines(&settle(&mut engine, at(mins(301)), out));
+    assert!(engine.store().unreadable(&key).is_none());
+    assert!(
+        executed
+            .iter()
+            .any(|l| l == "remediation DeleteMachine Machine default/m1"),
+        "{executed:#?}"
+    );
+}
+
+#[test]
+fn owner_remediation_goes_on_when_the_watch_shows_the_mark_before_its_answer() {
+    let mhc = testing::machine_health_check("c1", "mhc");
+    let mut world = objects(
+        mhc,
+        vec![owned_machine("m1", T0), owned_machine("m2", T0)],
+        vec![node("m2", ConditionStatus::True, T0)],
+    );
+    world.push((
+        Scope::Management,
+        Object::MachineSet(testing::machine_set("c1", "ms", 2)),
+    ));
+    let now = at(mins(1));
+    let (mut engine, first) = synced_engine(now, world);
+    let mark = first
+        .iter()
+        .find(|c| line(c).starts_with("health SetCondition Machine default/m1"))
+        .unwrap_or_else(|| panic!("{:#?}", lines(&first)))
+        .clone();
+    let others: Vec<Command> = first.into_iter().filter(|c| c.id != mark.id).collect();
+    settle(&mut engine, now, others);
+    // The watch event of the mark arrives first (a real API server may deliver it before the
+    // response to the request that caused it).
+    let (outcome, _) = answer(&engine, now, &mark);
+    let ApiOutcome::Ok {
+        object: Some(marked),
+    } = outcome
+    else {
+        panic!("{outcome:?}")
+    };
+    let out = upsert(&mut engine, now, Scope::Management, *marked);
+    assert!(
+        lines(&out).iter().all(|l| !l.contains("DeleteMachine")),
+        "{:#?}",
+        lines(&out)
+    );
+    // Then the answer, with no object: the MachineSet must decide now, not at a later event.
+    engine.handle(
+        now,
+        Input::ApiResult {
+            command: mark.id,
+            outcome: ApiOutcome::Ok { object: None },
+        },
+    );
+    let out = drain_commands(&mut engine);
+    let executed = lines(&settle(&mut engine, now, out));
+    assert!(
+        executed
+            .iter()
+            .any(|l| l == "remediation DeleteMachine Machine default/m1"),
+        "{executed:#?}"
+    );
+}

@@ -72,6 +72,8 @@ pub enum NodeObservation<'a> {
     NotRead,
     /// `status.nodeRef` names a Node the workload cluster does not have.
     Missing,
+    /// The Node exists but cannot be read: unknown, so nothing is judged by it.
+    Unreadable,
     Found(&'a Node),
 }
 
@@ -283,6 +285,7 @@ pub fn evaluate(
         NodeObservation::Missing => findings.push(Finding::NodeDeleted {
             node: machine.node_ref.clone().unwrap_or_default(),
         }),
+        NodeObservation::Unreadable => {}
         NodeObservation::NotRead => {
             let timeout = checks.node_startup_timeout;
             if !timeout.is_zero() {

@@ -55,6 +55,7 @@ impl<T> Eq for Cached<T> {}
 enum NodeSeen {
     NotRead,
     Missing,
+    Unreadable,
     Found,
 }
 
@@ -107,6 +108,7 @@ impl TargetView {
                 NodeSeen::NotRead
             }
             NodeObservation::Missing => NodeSeen::Missing,
+            NodeObservation::Unreadable => NodeSeen::Unreadable,
             NodeObservation::Found(n) => {
                 for check in node_checks {
                     if let Some(c) = n.condition(&check.type_) {
@@ -177,6 +179,7 @@ fn next_check(
     }
     match view.node {
         NodeSeen::Missing => return None,
+        NodeSeen::Unreadable => {}
         NodeSeen::NotRead => {
             let timeout = checks.node_startup_timeout;
             if !timeout.is_zero() {

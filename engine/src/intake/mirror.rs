@@ -11,7 +11,7 @@
 //! by key); relist contents are sorted by key, so they are deterministic.
 
 use crate::Input;
-use crate::convert::{object_from_json, object_key_of_json};
+use crate::convert::{object_from_json, object_key_of_json, unreadable_of_json};
 use crate::model::{Object, ObjectKey, Scope};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -76,7 +76,10 @@ fn convert(
                 object: value.clone(),
                 error: e.to_string(),
             });
-            None
+            // Unknown, not absent: the engine keeps the object's last good reading and holds
+            // back the decisions that depend on it.
+            let object = unreadable_of_json(scope, value, &e)?;
+            Some((object.key(scope), object))
         }
     }
 }
@@ -238,5 +241,39 @@ mod tests {
         m.on_event(&scope, "nodes", StreamEvent::Init);
         let inputs = m.on_event(&scope, "nodes", StreamEvent::InitDone);
         assert_eq!(relist_names(&inputs), ["p1", "p2"]);
+    }
+
+    #[test]
+    fn an_object_that_does_not_read_is_delivered_as_unknown_not_left_out() {
+        let scope = Scope::Management;
+        let mut m = Mirror::default();
+        m.register(&scope, "nodes");
+        let mut bad = node("n2");
+        bad["status"] = json!({"conditions": [{"type": 17, "status": "True"}]});
+        m.on_event(&scope, "nodes", StreamEvent::Init);
+        m.on_event(&scope, "nodes", StreamEvent::InitApply(node("n1")));
+        m.on_event(&scope, "nodes", StreamEvent::InitApply(bad.clone()));
+        let inputs = m.on_event(&scope, "nodes", StreamEvent::InitDone);
+        assert_eq!(relist_names(&inputs), ["n1", "n2"]);
+        let [Input::Relist { objects, .. }] = inputs.as_slice() else {
+            unreachable!()
+        };
+        match &objects[1] {
+            Object::Unreadable(u) => {
+                assert_eq!(u.kind, crate::model::Kind::Node);
+                assert!(
+                    u.problem.starts_with("status.conditions[0].type"),
+                    "{}",
+                    u.problem
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(m.take_unreadable().len(), 1);
+        let inputs = m.on_event(&scope, "nodes", StreamEvent::Apply(bad));
+        assert!(
+            matches!(inputs.as_slice(), [Input::Upsert { object, .. }] if matches!(**object, Object::Unreadable(_))),
+            "{inputs:?}"
+        );
     }
 }

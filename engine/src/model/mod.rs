@@ -41,6 +41,19 @@ pub enum Object {
     PersistentVolume(PersistentVolume),
     PersistentVolumeClaim(PersistentVolumeClaim),
     VolumeAttachment(VolumeAttachment),
+    /// An object the API delivered in a form the controllers cannot read. It stands for the
+    /// object's existence only: the store keeps the last good reading and marks the key
+    /// unknown ([`crate::store::Store::unreadable`]); it is never stored itself.
+    Unreadable(Unreadable),
+}
+
+/// What is known of an object that did not convert: its key and what is wrong with it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unreadable {
+    pub kind: Kind,
+    pub meta: ObjectMeta,
+    /// The field and the problem (`status.conditions[0].type: expected a string`).
+    pub problem: String,
 }
 
 impl Object {
@@ -62,6 +75,7 @@ impl Object {
             Object::PersistentVolume(o) => &o.meta,
             Object::PersistentVolumeClaim(o) => &o.meta,
             Object::VolumeAttachment(o) => &o.meta,
+            Object::Unreadable(o) => &o.meta,
         }
     }
 
@@ -83,6 +97,7 @@ impl Object {
             Object::PersistentVolume(_) => Kind::PersistentVolume,
             Object::PersistentVolumeClaim(_) => Kind::PersistentVolumeClaim,
             Object::VolumeAttachment(_) => Kind::VolumeAttachment,
+            Object::Unreadable(o) => o.kind.clone(),
         }
     }
 

@@ -187,10 +187,13 @@ pub fn reconcile(key: &ObjectKey, cx: &mut Cx<'_>) {
         })
         .collect();
     // Decide only on settled observations: a condition write or deletion still in flight (ours
-    // or the MHC's) would make this pass count a mark twice or miss one.
+    // or the MHC's) would make this pass count a mark twice or miss one. Its answer brings
+    // this MachineSet back (the watch event of the write may have come first; found over
+    // HTTP: remediation stalled after the MHC's mark).
     let unsettled = machines.iter().find(|m| {
         let mkey = ObjectKey::management(Kind::Machine, &m.meta.namespace, &m.meta.name);
-        cx.is_in_flight("SetCondition", &mkey) || cx.is_in_flight("DeleteMachine", &mkey)
+        cx.wait_if_in_flight(ControllerId::Remediation, "SetCondition", &mkey)
+            || cx.wait_if_in_flight(ControllerId::Remediation, "DeleteMachine", &mkey)
     });
     if let Some(m) = unsettled {
         tracing::debug!(machineset = %key, machine = %m.meta.name, "Waiting for a write in flight before deciding on remediation");

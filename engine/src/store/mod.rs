@@ -50,6 +50,10 @@ pub struct Store {
     changes: u64,
     indexes: Indexes,
     synced: BTreeSet<Scope>,
+    /// Objects the API delivered in a form the controllers cannot read, with the problem.
+    /// Their last good reading (if any) stays in `objects`; the decisions that depend on them
+    /// wait ([`Store::unreadable`]).
+    unreadable: BTreeMap<ObjectKey, String>,
 }
 
 /// The store's secondary indexes (a separate field so that they can be updated while the
@@ -109,6 +113,63 @@ impl Store {
             namespace
         };
         self.objects.find(scope, kind, namespace, name)
+    }
+
+    /// The problem that keeps `key` unknown: the API shows the object, but not in a form the
+    /// controllers can read. Unknown is neither absent nor healthy: whoever decides on the
+    /// object waits, and a lookup that finds nothing for it must not conclude "not found".
+    pub fn unreadable(&self, key: &ObjectKey) -> Option<&str> {
+        if self.unreadable.is_empty() {
+            return None;
+        }
+        self.unreadable.get(key).map(String::as_str)
+    }
+
+    /// Whether any object is unknown (a cheap test before building keys to look up).
+    pub fn has_unreadable(&self) -> bool {
+        !self.unreadable.is_empty()
+    }
+
+    /// Every unknown object of `scope` whose kind is `kind`, with its problem.
+    pub fn unreadable_of_kind<'a>(
+        &'a self,
+        scope: &'a Scope,
+        kind: &'a Kind,
+    ) -> impl Iterator<Item = (&'a ObjectKey, &'a str)> + 'a {
+        self.unreadable
+            .iter()
+            .filter(move |(k, _)| k.scope == *scope && k.kind == *kind)
+            .map(|(k, p)| (k, p.as_str()))
+    }
+
+    /// Marks `key` unknown with `problem`; the object it had stays. Returns whether the mark
+    /// changed, and the kept object as the change to route (its readers must look again).
+    fn mark_unreadable(&mut self, key: ObjectKey, problem: String) -> Option<Replaced> {
+        if self.unreadable.get(&key) == Some(&problem) {
+            return None;
+        }
+        let kept = self.kept_as_change(&key);
+        self.unreadable.insert(key, problem);
+        kept
+    }
+
+    /// Clears the unknown mark of `key`; the change to route when there was one.
+    fn clear_unreadable(&mut self, key: &ObjectKey) -> Option<Replaced> {
+        if self.unreadable.is_empty() || self.unreadable.remove(key).is_none() {
+            return None;
+        }
+        self.kept_as_change(key)
+    }
+
+    /// The stored object of `key` as a change from itself to itself.
+    fn kept_as_change(&self, key: &ObjectKey) -> Option<Replaced> {
+        let slot = self
+            .objects
+            .slot_of(&key.scope, &key.kind, &key.namespace, &key.name)?;
+        Some(Replaced {
+            before: self.objects.get(key).cloned().map(Box::new),
+            now: Now::Stored(slot),
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -247,6 +308,15 @@ impl Store {
     /// or the update is older than what is cached.
     pub fn upsert(&mut self, scope: &Scope, object: impl Into<Box<Object>>) -> Option<Replaced> {
         let object: Box<Object> = object.into();
+        if let Object::Unreadable(u) = *object {
+            let key = ObjectKey::new(scope.clone(), u.kind, &u.meta.namespace, &u.meta.name);
+            return self.mark_unreadable(key, u.problem);
+        }
+        let readable_again = if self.unreadable.is_empty() {
+            None
+        } else {
+            self.clear_unreadable(&object.key(scope))
+        };
         let kind = object.kind();
         let meta = object.meta();
         let namespace = if kind.is_cluster_scoped() {
@@ -271,7 +341,7 @@ impl Store {
             object.meta().resource_version,
         );
         if (new_rv != 0 && old_rv > new_rv) || **existing == *object {
-            return None;
+            return readable_again;
         }
         self.changes += 1;
         let before = std::mem::replace(existing, object);
@@ -284,6 +354,9 @@ impl Store {
     }
 
     pub fn remove(&mut self, key: &ObjectKey) -> Option<Replaced> {
+        if !self.unreadable.is_empty() {
+            self.unreadable.remove(key);
+        }
         let before = self.objects.remove(key)?;
         self.changes += 1;
         self.indexes.index(key, &before, false, self.changes);
@@ -296,6 +369,9 @@ impl Store {
     /// Replaces everything in `scope` with `objects` (a relist) and marks the scope synced.
     /// Returns what changed, in order: removals first, then insertions and replacements. They
     /// stay valid together: only the removals free slots, and they own their keys.
+    ///
+    /// An unreadable object in the relist keeps its last good reading, marked unknown; marks
+    /// of the scope that the relist does not repeat are cleared.
     pub fn replace_scope(&mut self, scope: &Scope, objects: Vec<Object>) -> Vec<Replaced> {
         let incoming: BTreeSet<ObjectKey> = objects.iter().map(|o| o.key(scope)).collect();
         let stale: Vec<ObjectKey> = self
@@ -304,8 +380,27 @@ impl Store {
             .filter(|k| !incoming.contains(k))
             .collect();
         let mut changes: Vec<Replaced> = stale.iter().filter_map(|k| self.remove(k)).collect();
+        let marked: Vec<ObjectKey> = self
+            .unreadable
+            .keys()
+            .filter(|k| k.scope == *scope)
+            .cloned()
+            .collect();
+        let mut still_marked = BTreeSet::new();
         for object in objects {
-            changes.extend(self.upsert_unordered(scope, object));
+            if let Object::Unreadable(u) = object {
+                let key = ObjectKey::new(scope.clone(), u.kind, &u.meta.namespace, &u.meta.name);
+                still_marked.insert(key.clone());
+                changes.extend(self.mark_unreadable(key, u.problem));
+            } else {
+                changes.extend(self.upsert_unordered(scope, object));
+            }
+        }
+        for key in marked.iter().filter(|k| !still_marked.contains(*k)) {
+            let cleared = self.clear_unreadable(key);
+            if !changes.iter().any(|c| self.replaced_key(c) == key) {
+                changes.extend(cleared);
+            }
         }
         self.synced.insert(scope.clone());
         changes
@@ -486,6 +581,23 @@ fn set_membership(
     }
 }
 
+/// What an operator reads about an unknown object: which object, in which cluster, and what
+/// cannot be read (`Node n1 in cluster default/c1 cannot be read: status.conditions[0].type:
+/// expected a string`).
+pub fn unreadable_message(key: &ObjectKey, problem: &str) -> String {
+    let kind = key.kind.name();
+    let name = if key.namespace.is_empty() {
+        key.name.to_string()
+    } else {
+        format!("{}/{}", key.namespace, key.name)
+    };
+    let cluster = match &key.scope {
+        Scope::Management => "the management cluster".to_string(),
+        Scope::Workload(c) => format!("cluster {}/{}", c.namespace, c.name),
+    };
+    format!("{kind} {name} in {cluster} cannot be read: {problem}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -528,5 +640,53 @@ mod tests {
         assert_eq!(store.active_control_plane_machines("default", "c1"), 0);
         assert!(store.indexes.active_control_plane_by_cluster.is_empty());
         assert!(store.indexes.machines_by_cluster.is_empty());
+    }
+
+    #[test]
+    fn an_unreadable_object_keeps_its_last_reading_until_a_deletion_or_a_relist_without_it() {
+        let scope = crate::testing::workload("c1");
+        let mut store = Store::default();
+        let n1 = Object::Node(crate::testing::node("n1"));
+        store.replace_scope(&scope, vec![n1.clone()]);
+        let key = n1.key(&scope);
+        let bad = || crate::testing::unreadable(Kind::Node, "", "n1", "status: bad");
+
+        // Marked: the reading stays, and the change is routed as the same object.
+        let changed = store.upsert(&scope, bad()).expect("a mark is a change");
+        assert_eq!(store.change(&changed).before, Some(&n1));
+        assert_eq!(store.get(&key), Some(&n1));
+        assert_eq!(store.unreadable(&key), Some("status: bad"));
+        assert!(
+            store.upsert(&scope, bad()).is_none(),
+            "the same problem again"
+        );
+
+        // A relist that still shows it unreadable keeps it; one that lacks it removes it.
+        store.replace_scope(&scope, vec![bad()]);
+        assert_eq!(store.get(&key), Some(&n1));
+        store.replace_scope(&scope, vec![]);
+        assert_eq!(store.get(&key), None);
+        assert_eq!(store.unreadable(&key), None);
+
+        // Readable again with the very same content: the mark goes, and that is a change.
+        store.replace_scope(&scope, vec![n1.clone(), bad()]);
+        assert!(store.unreadable(&key).is_some());
+        assert!(store.upsert(&scope, n1.clone()).is_some());
+        assert_eq!(store.unreadable(&key), None);
+
+        // Never read at all: nothing stored, but known to exist.
+        let n2 = ObjectKey::new(scope.clone(), Kind::Node, "", "n2");
+        store.upsert(
+            &scope,
+            crate::testing::unreadable(Kind::Node, "", "n2", "spec: bad"),
+        );
+        assert_eq!(store.get(&n2), None);
+        assert_eq!(store.unreadable(&n2), Some("spec: bad"));
+        store.remove(&n2);
+        assert_eq!(store.unreadable(&n2), None);
+        assert_eq!(
+            unreadable_message(&key, "spec: bad"),
+            "Node n1 in cluster default/c1 cannot be read: spec: bad"
+        );
     }
 }

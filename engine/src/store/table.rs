@@ -157,7 +157,7 @@ impl Table {
         self.entry(slot).map(|(k, o)| (k, &**o))
     }
 
-    fn slot_of(&self, scope: &Scope, kind: &Kind, namespace: &str, name: &str) -> Option<u32> {
+    pub fn slot_of(&self, scope: &Scope, kind: &Kind, namespace: &str, name: &str) -> Option<u32> {
         let probe = Probe {
             parts: (scope, kind, namespace, name),
             hash: key_hash(scope, kind, namespace, name),
