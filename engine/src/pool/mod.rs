@@ -70,6 +70,9 @@ pub struct PoolMemory {
     /// The last reconcile could not match Nodes because the workload cache was not synced:
     /// any Node of that cluster wakes the pool.
     pub awaiting_workload_cache: bool,
+    /// The object the pool last waited for because it cannot be read, and the problem (its
+    /// Warning event is recorded once per problem).
+    pub unreadable: Option<(ObjectKey, String)>,
 }
 
 /// The MachinePool controller (registry slot 2).
@@ -248,6 +251,7 @@ impl Controller for Pools {
             .deleted_externals
             .retain(|k| cx.store.get(k).is_some());
         memory.awaiting_workload_cache = plan.awaiting_workload_cache;
+        memory.unreadable = plan.unreadable.clone();
         if let Some(hash) = plan.announced_node_refs {
             memory.announced_node_refs = Some(hash);
         }

@@ -40,6 +40,8 @@ pub struct Plan {
     pub announced_node_refs: Option<u64>,
     /// Nodes could not be matched: the workload cluster cache is not synced yet.
     pub awaiting_workload_cache: bool,
+    /// The pool waits for this object to become readable (see [`PoolMemory::unreadable`]).
+    pub unreadable: Option<(ObjectKey, String)>,
 }
 
 impl Plan {
@@ -181,6 +183,10 @@ fn same_owner(a: &OwnerReference, b: &OwnerReference) -> bool {
 /// The pool's reconcile: paused and missing-Cluster gates, then the normal or deletion flow.
 pub fn reconcile(cx: &Ctx<'_>) -> Plan {
     let mut plan = Plan::default();
+    if let Some(unknown) = unreadable_dependency(cx) {
+        wait_for_readable(cx, unknown, &mut plan);
+        return plan;
+    }
     let mp = cx.mp;
     let deleting = mp.meta.is_deleting();
     let has_finalizer = mp
@@ -970,6 +976,15 @@ fn delete_retired_nodes(
         let Some(pid) = node.provider_id.as_deref().filter(|p| !p.is_empty()) else {
             continue;
         };
+        if cx.store.has_unreadable()
+            && cx
+                .store
+                .unreadable(&ObjectKey::new(workload.clone(), Kind::Node, "", &r.name))
+                .is_some()
+        {
+            // Its providerID may no longer be what was last read.
+            continue;
+        }
         if listed.contains(pid) || node.meta.is_deleting() {
             continue;
         }
@@ -997,6 +1012,49 @@ fn delete_retired_nodes(
             ),
         );
     }
+}
+
+/// The first object the pool's decisions depend on that the API shows but the controllers
+/// cannot read: the pool, its Cluster, its bootstrap config and infrastructure pool.
+fn unreadable_dependency(cx: &Ctx<'_>) -> Option<(ObjectKey, String)> {
+    let store = cx.store;
+    if !store.has_unreadable() {
+        return None;
+    }
+    let mp = cx.mp;
+    let ns = &mp.meta.namespace;
+    [
+        Some(cx.key.clone()),
+        Some(ObjectKey::management(Kind::Cluster, ns, &mp.cluster_name)),
+        Some(external_key(&mp.infrastructure_ref, ns)),
+        mp.bootstrap_config_ref
+            .as_ref()
+            .map(|r| external_key(r, ns)),
+    ]
+    .into_iter()
+    .flatten()
+    .find_map(|k| store.unreadable(&k).map(|p| (k.clone(), p.to_string())))
+}
+
+/// Plans nothing but a Warning event (once per problem) while `unknown` cannot be read.
+fn wait_for_readable(cx: &Ctx<'_>, unknown: (ObjectKey, String), plan: &mut Plan) {
+    let message = format!(
+        "{}; the MachinePool waits until it can be read",
+        crate::store::unreadable_message(&unknown.0, &unknown.1)
+    );
+    tracing::warn!(pool = %cx.pool_name(), "{message}");
+    if cx.memory.unreadable.as_ref() != Some(&unknown) {
+        plan.issue(
+            Action::RecordEvent {
+                regarding: cx.pool_target(),
+                type_: EventType::Warning,
+                reason: "ObjectUnreadable".to_string(),
+                message: message.clone(),
+            },
+            message,
+        );
+    }
+    plan.unreadable = Some(unknown);
 }
 
 fn plan_delete_node(plan: &mut Plan, workload: &Scope, name: &str, reason: String) {

@@ -1111,3 +1111,57 @@ fn existing_pool_machines_are_updated_only_when_they_lack_something_and_are_the_
     }];
     assert_eq!(reconcile::machine_update(&mp, &owned, None), None);
 }
+
+#[test]
+fn an_unreadable_infrastructure_pool_or_node_deletes_nothing() {
+    let mut mp = settled_pool(&["p1-0", "p1-1"]);
+    mp.replicas = Some(1);
+    mp.status.up_to_date_replicas = Some(1);
+    mp.status.phase = Some("ScalingDown".into());
+    let (mut engine, commands) = synced_engine(T0, world(mp, &["p1-0", "p1-1"]));
+    assert_eq!(lines(&commands), Vec::<String>::new());
+    let problem = "spec.providerIDList: expected a list";
+    let bad_infra = unreadable(
+        Object::External(infra_machine_pool("p1")).kind(),
+        "default",
+        "p1",
+        problem,
+    );
+    let commands = upsert(&mut engine, secs(5), Scope::Management, bad_infra.clone());
+    assert_eq!(
+        lines(&commands),
+        [
+            "RecordEvent MachinePool default/p1 Warning ObjectUnreadable: DockerMachinePool default/p1 in the management cluster cannot be read: spec.providerIDList: expected a list; the MachinePool waits until it can be read"
+        ]
+    );
+    // Ticks and other changes add nothing, not even the same warning again.
+    engine.handle(secs(600), Input::Tick);
+    assert_eq!(lines(&drain_commands(&mut engine)), Vec::<String>::new());
+
+    // The infrastructure pool reads again, but retired Node p1-1 does not: it is not deleted.
+    let workload = workload("c1");
+    let bad_node = unreadable(Kind::Node, "", "p1-1", "status: expected an object");
+    upsert(&mut engine, secs(601), workload.clone(), bad_node);
+    let mut infra = adopted(infra_machine_pool("p1"), "p1");
+    infra.provider_id_list = Some(ids(&["p1-0"]));
+    infra.status_replicas = Some(1);
+    infra.meta.resource_version = 2;
+    let commands = upsert(
+        &mut engine,
+        secs(602),
+        Scope::Management,
+        Object::External(infra),
+    );
+    assert!(
+        lines(&commands)
+            .iter()
+            .all(|l| !l.starts_with("DeleteNode")),
+        "{:#?}",
+        lines(&commands)
+    );
+    // Once it reads, it is.
+    let mut n = pool_node("p1-1");
+    n.meta.resource_version = 3;
+    let commands = upsert(&mut engine, secs(603), workload, Object::Node(n));
+    assert_eq!(lines(&commands)[..1], ["DeleteNode Node p1-1@c1"]);
+}
