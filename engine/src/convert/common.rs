@@ -4,7 +4,8 @@ use super::ConvertError;
 use super::field::At;
 use crate::model::{
     ApiVersion, Condition, ConditionStatus, Conditions, LabelSelector, ObjectMeta, ObjectRef,
-    OwnerReference, SelectorOperator, SelectorRequirement, Severity,
+    OwnerReference, SelectorOperator, SelectorRequirement, Severity, is_valid_label_value,
+    label_key_problem,
 };
 
 pub(crate) fn object_meta(root: &At) -> Result<ObjectMeta, ConvertError> {
@@ -181,6 +182,19 @@ pub(crate) fn opt_label_selector(at: &At) -> Result<Option<LabelSelector>, Conve
         match_labels: at.get("matchLabels").str_map()?,
         ..LabelSelector::default()
     };
+    for (key, value) in &selector.match_labels {
+        if selector.invalid.is_some() {
+            break;
+        }
+        if let Some(problem) = label_key_problem(key) {
+            selector.invalid = Some(format!("{}.matchLabels: {problem}", at.path()));
+        } else if !is_valid_label_value(value) {
+            selector.invalid = Some(format!(
+                "{}.matchLabels: {value:?} is not a valid label value for {key:?}",
+                at.path()
+            ));
+        }
+    }
     for item in at.get("matchExpressions").items()? {
         let item = item.object()?;
         let key = item.get("key").str_or_empty()?;
@@ -212,6 +226,9 @@ fn requirement(
 ) -> Result<SelectorRequirement, String> {
     if key.is_empty() {
         return Err("key: required".to_string());
+    }
+    if let Some(problem) = label_key_problem(&key) {
+        return Err(format!("key: {problem}"));
     }
     let operator = match operator {
         "In" => SelectorOperator::In,

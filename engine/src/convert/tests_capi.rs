@@ -687,6 +687,32 @@ fn machine_health_check_int_thresholds_and_absent_fields() {
 }
 
 #[test]
+fn a_selector_with_an_invalid_label_key_or_value_is_kept_as_invalid() {
+    let of = |selector: serde_json::Value| {
+        mhc_of(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2",
+            "kind": "MachineHealthCheck",
+            "metadata": {"name": "mhc1", "namespace": "default"},
+            "spec": {"clusterName": "c1", "selector": selector}
+        }))
+        .selector
+        .invalid
+    };
+    assert_eq!(
+        of(json!({"matchLabels": {"bad key!!/x/y": "a"}})).as_deref(),
+        Some(
+            "spec.selector.matchLabels: \"bad key!!/x/y\": prefix part must be a lowercase RFC 1123 subdomain of at most 253 characters"
+        )
+    );
+    assert!(of(json!({"matchLabels": {"a": "not a value"}})).is_some());
+    assert!(of(json!({"matchExpressions": [{"key": "a b", "operator": "Exists"}]})).is_some());
+    assert_eq!(
+        of(json!({"matchLabels": {"cluster.x-k8s.io/cluster-name": "c1"}})),
+        None
+    );
+}
+
+#[test]
 fn machine_health_check_bad_timeout_names_its_path() {
     let err = convert_err(json!({
         "apiVersion": "cluster.x-k8s.io/v1beta1",

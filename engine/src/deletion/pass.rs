@@ -654,6 +654,18 @@ impl<'p, 'a> Pass<'p, 'a> {
         };
         self.set_deleting(reason::DRAINING_NODE, header.clone());
         let Some(node) = self.node(node_name) else {
+            let node_key = ObjectKey::new(self.scope.clone(), Kind::Node, "", node_name);
+            if !self.store.node_seen_gone(&node_key, self.key) {
+                // A nodeRef newer than the workload cluster's cache: a Node never seen is
+                // not a deleted Node, and skipping its drain would be a guess.
+                self.set_deleting(
+                    reason::DRAINING_NODE,
+                    format!(
+                        "Waiting for Node {node_name} to appear in the workload cluster's cache"
+                    ),
+                );
+                return Flow::Wait;
+            }
             return self.drain_completed(node_name);
         };
         if !node.unschedulable {

@@ -1551,3 +1551,26 @@ fn an_unreadable_pod_holds_the_drain_of_its_node() {
         "{message}"
     );
 }
+
+#[test]
+fn a_node_never_seen_holds_the_drain_until_it_is_seen_or_listed() {
+    let mut objects = world(machine("c1", "m1", Some("n1")));
+    objects.push((mgmt(), Object::External(infra_machine("m2"))));
+    let (mut h, first) = Harness::start(objects);
+    h.settle(&first);
+    // m2's nodeRef (and its deletion) arrive before the workload watch delivers Node n2.
+    let mut m2 = machine("c1", "m2", Some("n2"));
+    m2.meta.deletion_timestamp = Some(at(1));
+    let out = h.observe(mgmt(), Object::Machine(m2));
+    assert_eq!(destructive(&out), Vec::<String>::new());
+    let (reason, message) = deleting(&last_conditions(&out));
+    assert_eq!(
+        (reason.as_str(), message.as_str()),
+        (
+            "DrainingNode",
+            "Waiting for Node n2 to appear in the workload cluster's cache"
+        )
+    );
+    let out = h.observe(workload("c1"), Object::Node(node("n2")));
+    assert_eq!(destructive(&out), ["drain Cordon Node n2@c1"]);
+}

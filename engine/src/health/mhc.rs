@@ -451,19 +451,25 @@ impl<'a> Judge<'a> {
                 return NodeObservation::Unreadable;
             }
         }
-        if let Some(dir) = &mut self.directory {
-            return match dir.find(name) {
-                Some(n) => NodeObservation::Found(n),
-                None => NodeObservation::Missing,
-            };
+        if let Some(dir) = &mut self.directory
+            && let Some(n) = dir.find(name)
+        {
+            return NodeObservation::Found(n);
         }
         if key.name != name.as_str() {
             *key = ObjectKey::new(key.scope.clone(), Kind::Node, "", name);
         }
         let store: &'a Store = self.store;
-        match store.get(key) {
-            Some(Object::Node(n)) => NodeObservation::Found(n),
-            _ => NodeObservation::Missing,
+        if let Some(Object::Node(n)) = store.get(key) {
+            return NodeObservation::Found(n);
+        }
+        let machine = ObjectKey::management(Kind::Machine, &m.meta.namespace, &m.meta.name);
+        if store.node_seen_gone(key, &machine) {
+            NodeObservation::Missing
+        } else {
+            // Not in the cache yet: judged as a Node that has not joined (found over HTTP: a
+            // replacement Machine's nodeRef arrived before its Node and it was remediated).
+            NodeObservation::NotRead
         }
     }
 

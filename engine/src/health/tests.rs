@@ -1584,3 +1584,63 @@ fn owner_remediation_goes_on_when_the_watch_shows_the_mark_before_its_answer() {
         "{executed:#?}"
     );
 }
+
+#[test]
+fn a_node_ref_that_arrives_before_its_node_is_not_a_deleted_node() {
+    let mhc = testing::machine_health_check("c1", "mhc");
+    let mut world = objects(
+        mhc,
+        vec![owned_machine("m1", T0)],
+        vec![node("m1", ConditionStatus::True, T0)],
+    );
+    world.push((
+        Scope::Management,
+        Object::MachineSet(testing::machine_set("c1", "ms", 2)),
+    ));
+    let (mut engine, first) = synced_engine(at(mins(1)), world);
+    settle(&mut engine, at(mins(1)), first);
+    // The replacement's nodeRef is watched in the management cluster before the workload
+    // cluster's watch delivers its Node.
+    let out = upsert(
+        &mut engine,
+        at(mins(2)),
+        Scope::Management,
+        Object::Machine(owned_machine("r1", at(mins(1)))),
+    );
+    let executed = lines(&settle(&mut engine, at(mins(2)), out));
+    assert!(
+        !executed
+            .iter()
+            .any(|l| l.contains("NodeDeleted") || l.contains("DeleteMachine")),
+        "{executed:#?}"
+    );
+    let out = upsert(
+        &mut engine,
+        at(mins(2)),
+        workload("c1"),
+        Object::Node(node("r1", ConditionStatus::True, T0)),
+    );
+    let executed = lines(&settle(&mut engine, at(mins(2)), out));
+    assert!(
+        executed
+            .iter()
+            .any(|l| l
+                .starts_with("health SetCondition Machine default/r1 HealthCheckSucceeded=True")),
+        "{executed:#?}"
+    );
+    // Seen deleted: gone.
+    engine.handle(
+        at(mins(3)),
+        Input::Delete {
+            key: ObjectKey::new(workload("c1"), Kind::Node, "", "r1"),
+        },
+    );
+    let out = drain_commands(&mut engine);
+    let executed = lines(&settle(&mut engine, at(mins(3)), out));
+    assert!(
+        executed
+            .iter()
+            .any(|l| l.contains("HealthCheckSucceeded=False (NodeDeleted)")),
+        "{executed:#?}"
+    );
+}

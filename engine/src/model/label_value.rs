@@ -27,6 +27,38 @@ pub fn is_valid_label_value(value: &str) -> bool {
     }
 }
 
+/// Why `key` is not a label key (Kubernetes' qualified name: an optional DNS-1123 subdomain
+/// prefix of at most 253 characters and `/`, then a name of 1 to 63 characters that is a
+/// non-empty label value), or `None` when it is one.
+pub fn label_key_problem(key: &str) -> Option<String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix {
+        let label = |l: &str| {
+            let b = l.as_bytes();
+            !b.is_empty()
+                && b.len() <= 63
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b[0] != b'-'
+                && b[b.len() - 1] != b'-'
+        };
+        if prefix.is_empty() || prefix.len() > 253 || !prefix.split('.').all(label) {
+            return Some(format!(
+                "{key:?}: prefix part must be a lowercase RFC 1123 subdomain of at most 253 characters"
+            ));
+        }
+    }
+    if name.is_empty() || !is_valid_label_value(name) {
+        return Some(format!(
+            "{key:?}: name part must be 1 to 63 alphanumeric characters, '-', '_' or '.', starting and ending with an alphanumeric character"
+        ));
+    }
+    None
+}
+
 fn fnv32a(bytes: &[u8]) -> u32 {
     bytes.iter().fold(0x811c_9dc5, |h: u32, b| {
         (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
@@ -51,6 +83,32 @@ fn base64_url_no_pad(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn label_keys_follow_the_qualified_name_rules() {
+        for ok in [
+            "pool",
+            "cluster.x-k8s.io/cluster-name",
+            "a/b",
+            "x_y.z",
+            &"a".repeat(63),
+        ] {
+            assert_eq!(label_key_problem(ok), None, "{ok}");
+        }
+        for bad in [
+            "bad key!!/x/y",
+            "",
+            "/name",
+            "Example.com/x",
+            "a/",
+            "-a",
+            "a b",
+            &"a".repeat(64),
+            &format!("{}/x", "a".repeat(254)),
+        ] {
+            assert!(label_key_problem(bad).is_some(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn valid_names_are_kept_and_others_hashed_as_upstream() {

@@ -76,6 +76,13 @@ struct Indexes {
     health_checks_by_cluster: BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
     #[serde(skip)]
     namespace_changes: NamespaceChanges,
+    /// Nodes seen removed (a watch deletion or a relist without them) since their cluster's
+    /// last relist, which makes the older ones redundant (see [`Store::node_seen_gone`]).
+    node_tombstones: BTreeSet<ObjectKey>,
+    /// The change number at each cluster's last relist.
+    relisted_at: BTreeMap<Scope, u64>,
+    /// Per Machine with a `status.nodeRef`, the change number when that nodeRef was stored.
+    node_ref_since: BTreeMap<ObjectKey, u64>,
 }
 
 /// Per cluster, the change number of its last Namespace change: a drain's kept pod
@@ -123,6 +130,26 @@ impl Store {
             return None;
         }
         self.unreadable.get(key).map(String::as_str)
+    }
+
+    /// Whether the absence of `node` from the cache is news the cache has had time to learn,
+    /// for `machine` whose `status.nodeRef` names it: the Node was seen removed, or its
+    /// cluster was listed after that nodeRef was stored. Otherwise the Node may simply not have
+    /// reached the cache yet (the Machine's watch and the Node's are separate streams, from
+    /// separate clusters), and a Node never seen is not a deleted Node.
+    pub fn node_seen_gone(&self, node: &ObjectKey, machine: &ObjectKey) -> bool {
+        let i = &self.indexes;
+        if i.node_tombstones.contains(node) {
+            return true;
+        }
+        match (
+            i.relisted_at.get(&node.scope),
+            i.node_ref_since.get(machine),
+        ) {
+            (Some(listed), Some(since)) => listed > since,
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
     }
 
     /// Whether any object is unknown (a cheap test before building keys to look up).
@@ -403,6 +430,8 @@ impl Store {
             }
         }
         self.synced.insert(scope.clone());
+        self.indexes.relisted_at.insert(scope.clone(), self.changes);
+        self.indexes.node_tombstones.retain(|k| k.scope != *scope);
         changes
     }
 
@@ -473,8 +502,21 @@ impl Indexes {
                     let at = (key.scope.clone(), p.clone());
                     set_membership(&mut self.nodes_by_provider_id, at, key, add);
                 }
+                if add {
+                    self.node_tombstones.remove(key);
+                } else {
+                    self.node_tombstones.insert(key.clone());
+                }
             }
             Object::Machine(m) => {
+                match (&m.node_ref, add) {
+                    (Some(_), true) => {
+                        self.node_ref_since.insert(key.clone(), change);
+                    }
+                    _ => {
+                        self.node_ref_since.remove(key);
+                    }
+                }
                 let at = (
                     Scope::Management,
                     format!("{}/{}", m.meta.namespace, m.cluster_name),
@@ -534,7 +576,7 @@ impl Indexes {
 enum IndexSlots<'o> {
     Pod(Option<&'o str>),
     Node(Option<&'o str>),
-    Machine(&'o str, &'o str, bool),
+    Machine(&'o str, &'o str, bool, Option<&'o str>),
     HealthCheck(&'o str, &'o str),
     None,
 }
@@ -548,6 +590,7 @@ impl<'o> IndexSlots<'o> {
                 &m.meta.namespace,
                 &m.cluster_name,
                 is_active_control_plane(m),
+                m.node_ref.as_deref(),
             ),
             Object::MachineHealthCheck(h) => {
                 IndexSlots::HealthCheck(&h.meta.namespace, &h.cluster_name)
