@@ -32,6 +32,12 @@ pub enum RecoveryError {
         seq: u64,
         reason: String,
     },
+    /// Replay needs record `expected` but the journal goes on at `found` (records retired
+    /// behind a snapshot this build cannot read).
+    Gap {
+        expected: u64,
+        found: u64,
+    },
     /// A snapshot's state is not an engine state.
     BadSnapshot {
         through_seq: u64,
@@ -46,6 +52,11 @@ impl fmt::Display for RecoveryError {
             RecoveryError::Undecodable { seq, reason } => {
                 write!(f, "record {seq} is not an engine input: {reason}")
             }
+            RecoveryError::Gap { expected, found } => write!(
+                f,
+                "replay needs record {expected} but the journal goes on at record {found}: the \
+                 records before it were retired behind a snapshot this build cannot read"
+            ),
             RecoveryError::BadSnapshot {
                 through_seq,
                 reason,
@@ -82,6 +93,13 @@ pub fn replay_into(engine: &mut Engine, journal: &Journal) -> Result<u64, Recove
     let mut failure = None;
     let mut replayed = 0;
     journal.for_each_record(engine.applied_seq() + 1, |record| {
+        if record.seq != engine.applied_seq() + 1 {
+            failure = Some(RecoveryError::Gap {
+                expected: engine.applied_seq() + 1,
+                found: record.seq,
+            });
+            return ControlFlow::Break(());
+        }
         match decode_input(record.seq, record.payload) {
             Ok(input) => {
                 // What the controllers log while an input is replayed happened at the recorded
@@ -112,11 +130,29 @@ pub fn replay_into(engine: &mut Engine, journal: &Journal) -> Result<u64, Recove
 pub fn restore(journal: &Journal) -> Result<Restored, RecoveryError> {
     let (mut engine, snapshot_seq, skipped_snapshots) = match journal.latest_snapshot() {
         Ok(Some(s)) => {
-            let engine =
-                Engine::decode_state(&s.state).map_err(|e| RecoveryError::BadSnapshot {
-                    through_seq: s.through_seq,
-                    reason: e.to_string(),
-                })?;
+            let engine = match Engine::decode_state(&s.state) {
+                Ok(engine) => engine,
+                // Checksummed, so not damage: a state another build wrote (an upgrade). The
+                // journal's records rebuild it; if they no longer reach back to the first, the
+                // replay says so.
+                Err(e) => {
+                    let mut skipped = s.skipped;
+                    skipped.push(SnapshotProblem {
+                        through_seq: s.through_seq,
+                        reason: format!(
+                            "this build cannot read its state ({e}); replaying every record instead"
+                        ),
+                    });
+                    let mut engine = Engine::new();
+                    let replayed = replay_into(&mut engine, journal)?;
+                    return Ok(Restored {
+                        engine,
+                        snapshot_seq: None,
+                        replayed,
+                        skipped_snapshots: skipped,
+                    });
+                }
+            };
             if engine.applied_seq() != s.through_seq {
                 return Err(RecoveryError::BadSnapshot {
                     through_seq: s.through_seq,
@@ -212,5 +248,45 @@ pub fn verify(journal: &Journal) -> Verified {
         full_replay_hash,
         restored_hash,
         snapshot_seq,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::JournalOptions;
+    use crate::time::Timestamp;
+
+    #[test]
+    fn a_snapshot_this_build_cannot_read_is_replaced_by_a_full_replay() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut journal, _) = Journal::open(dir.path(), JournalOptions::default()).unwrap();
+        let mut live = Engine::new();
+        for i in 0..5 {
+            let at = Timestamp(1_700_000_000_000 + i * 1_000);
+            journal.append(at, &encode_input(&Input::Tick)).unwrap();
+            live.handle(at, Input::Tick);
+        }
+        journal.flush().unwrap();
+        // As an older build's state would look to this one: framed and checksummed, but not
+        // this build's encoding.
+        journal
+            .write_snapshot(5, Timestamp(1_700_000_005_000), b"an older build's state")
+            .unwrap();
+        let restored = restore(&journal).unwrap();
+        assert_eq!(restored.snapshot_seq, None);
+        assert_eq!(restored.replayed, 5);
+        assert_eq!(restored.engine.state_hash(), live.state_hash());
+        let reasons: Vec<&str> = restored
+            .skipped_snapshots
+            .iter()
+            .map(|p| p.reason.as_str())
+            .collect();
+        assert!(
+            reasons
+                .iter()
+                .any(|r| r.contains("this build cannot read its state")),
+            "{reasons:?}"
+        );
     }
 }

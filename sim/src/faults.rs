@@ -11,6 +11,9 @@ use rand::Rng;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// The label a `corrupt-object` fault gives a number for a value.
+const CORRUPT_LABEL: &str = "sim.lifecycle/corrupt";
+
 /// Default delay of a `slow-api` fault and period of a `node-flap` fault.
 pub const SLOW_API_DELAY_DEFAULT: Duration = Duration::from_secs(3);
 pub const NODE_FLAP_PERIOD_DEFAULT: Duration = Duration::from_secs(30);
@@ -203,6 +206,7 @@ fn plays_over_http(kind: FaultKind) -> bool {
             | FaultKind::NodeFlap
             | FaultKind::NodeNeverJoins
             | FaultKind::InfraProvisionFailure
+            | FaultKind::CorruptObject
     )
 }
 
@@ -240,6 +244,13 @@ impl Sim {
                 self.schedule(until, Event::CacheSynced { scope });
             }
             FaultKind::StuckHook => self.stick_hook(spec),
+            FaultKind::CorruptObject => {
+                let scope = scope.unwrap_or_else(|| self.first_workload());
+                if let Some(node) = self.fault_node(spec, &scope) {
+                    self.corrupt_node(&scope, &node, true);
+                    self.schedule(until, Event::Uncorrupt { scope, node });
+                }
+            }
             FaultKind::KubeletStop => {
                 let scope = scope.unwrap_or_else(|| self.first_workload());
                 if let Some(node) = self.fault_node(spec, &scope) {
@@ -347,6 +358,30 @@ impl Sim {
         }
         let i = self.rng.random_range(0..nodes.len());
         Some(nodes[i].clone())
+    }
+
+    /// Writes (or removes) a label whose value is a number on `node`, below validation: the
+    /// object a buggy writer leaves, which the controllers cannot read.
+    pub(crate) fn corrupt_node(&mut self, scope: &Scope, node: &str, corrupt: bool) {
+        let key = ObjKey::new("", "Node", "", node);
+        if self.get(scope, &key).is_none() {
+            return;
+        }
+        let value = if corrupt { json!(17) } else { Value::Null };
+        let merge = json!({"metadata": {"labels": {CORRUPT_LABEL: value}}});
+        let object = Sim::describe(scope, &key);
+        if let Ok(w) = self.store_mut(scope).patch(&key, &merge, Part::Whole) {
+            if corrupt {
+                self.faults.fire(FaultKind::CorruptObject);
+            }
+            let detail = if corrupt {
+                format!("label {CORRUPT_LABEL} set to the number 17 (unreadable)")
+            } else {
+                format!("label {CORRUPT_LABEL} removed (readable again)")
+            };
+            self.line("world", "Corrupt", object, detail);
+            self.changed(scope, w);
+        }
     }
 
     /// A hook whose controller never removes it: added to the named Machine or one drawn from

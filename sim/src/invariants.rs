@@ -118,6 +118,7 @@ impl Sim {
         }
         broken.extend(self.machine_rules(command));
         broken.extend(self.remediation_rules(command));
+        broken.extend(self.guess_rule(command));
         self.note_decision(command);
         self.report_broken(&command.owner, broken);
     }
@@ -135,6 +136,62 @@ impl Sim {
             self.line("invariant", "Violation", owner.to_string(), b.clone());
             self.invariants.violate(b);
         }
+    }
+
+    /// No destructive command on a guess: none may depend on an object the controller knows it
+    /// cannot read (the target, the Node a Pod is on, the Machine whose deletion issues it and
+    /// that Machine's Node). A remediation's DeleteMachine depends on its Machine only: a verdict
+    /// from the Machine's own fields (failureReason, the remediate annotation) stands without
+    /// its Node.
+    fn guess_rule(&self, command: &Command) -> Vec<String> {
+        let store = self.engine.store();
+        let disruptive =
+            command.action.is_destructive() || matches!(command.action, Action::Cordon { .. });
+        if !disruptive || !store.has_unreadable() {
+            return Vec::new();
+        }
+        let target = &command.action.target().key;
+        let mut depends = vec![target.clone()];
+        let node_of = |scope: &Scope, name: &str| {
+            engine::model::ObjectKey::new(scope.clone(), Kind::Node, "", name)
+        };
+        let (_, target_obj) = self.target_object(command);
+        if target.kind == Kind::Pod
+            && let Some(node) = target_obj.and_then(|p| json::str_at(p, "spec.nodeName"))
+        {
+            depends.push(node_of(&target.scope, node));
+        }
+        let machine = &command.owner;
+        if machine.kind == Kind::Machine {
+            depends.push(machine.clone());
+            let key = ObjKey::new(
+                "cluster.x-k8s.io",
+                "Machine",
+                &machine.namespace,
+                &machine.name,
+            );
+            if let Some(m) = self.get(&Scope::Management, &key)
+                && let (Some(cluster), Some(node)) = (
+                    json::str_at(m, "spec.clusterName"),
+                    json::str_at(m, "status.nodeRef.name"),
+                )
+            {
+                depends.push(node_of(&self.workload_scope(cluster), node));
+            }
+        }
+        depends.sort();
+        depends.dedup();
+        depends
+            .iter()
+            .filter_map(|k| store.unreadable(k).map(|p| (k, p)))
+            .map(|(k, p)| {
+                format!(
+                    "acted on a guess: {} on {} while {k} cannot be read ({p})",
+                    command.action.name(),
+                    target
+                )
+            })
+            .collect()
     }
 
     /// Remembers an MHC's `RemediationAllowed` decision when the controller writes it.
@@ -261,8 +318,18 @@ impl Sim {
                 json::name(mhc).to_string(),
             ));
             // Decided at an earlier instant: a decision at this instant may have been taken on
-            // the counts that lifted it.
-            if decided.is_some_and(|(allowed, at)| !allowed && *at < self.now) {
+            // the counts that lifted it. A Machine the MHC marked for its owner before it
+            // short-circuited stays marked, and its MachineSet remediates it, as upstream's does.
+            let marked_since = condition(machine, "OwnerRemediated")
+                .filter(|c| c.get("status").and_then(Value::as_str) == Some("False"))
+                .and_then(|c| c.get("lastTransitionTime").and_then(Value::as_str))
+                .and_then(|t| engine::time::Timestamp::parse_rfc3339(t).ok());
+            let marked_before = |at: &engine::time::Timestamp| {
+                matches!(command.action, Action::DeleteMachine { .. })
+                    && marked_since.is_some_and(|m| m < *at)
+            };
+            if decided.is_some_and(|(allowed, at)| !allowed && *at < self.now && !marked_before(at))
+            {
                 broken.push(format!(
                     "remediated {key} while MachineHealthCheck {} is short-circuited",
                     json::name(mhc)
@@ -483,5 +550,61 @@ impl Sim {
         .and_then(|c| c.pointer("/spec/paused"))
         .and_then(Value::as_bool)
             == Some(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engine::model::ObjectKey;
+
+    /// The unknown-node scenario run to 27m: Node w2 is unreadable and Machine w2 deleting.
+    fn sim_at_27m() -> Sim {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../scenarios/unknown-node-is-never-deleted.yaml"
+        );
+        let scenario = crate::scenario::load(std::path::Path::new(path)).expect("loads");
+        let start = scenario.world.start;
+        let mut sim = Sim::new(scenario, 0, crate::feed::Feeder::new(None));
+        sim.setup();
+        sim.run_until(start + Duration::from_mins(27));
+        sim
+    }
+
+    fn command(action: Action, owner: ObjectKey) -> Command {
+        Command {
+            id: 999,
+            controller: ControllerId::Deletion,
+            owner,
+            action,
+            cause: 0,
+            reason: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_destructive_command_that_depends_on_an_unreadable_object_is_a_guess() {
+        let sim = sim_at_27m();
+        let c1 = sim.workload_scope("c1");
+        let node = |name: &str| engine::Target {
+            key: ObjectKey::new(c1.clone(), Kind::Node, "", name),
+            api_version: "v1".into(),
+        };
+        let machine = |name: &str| ObjectKey::management(Kind::Machine, "default", name);
+        let cordon_w2 = command(Action::Cordon { node: node("w2") }, machine("w2"));
+        let broken = sim.guess_rule(&cordon_w2);
+        assert_eq!(broken.len(), 1, "{broken:?}");
+        assert!(
+            broken[0].starts_with(
+                "acted on a guess: Cordon on Node w2@c1 while Node w2@c1 cannot be read"
+            ),
+            "{broken:?}"
+        );
+        // Owned by w2's deletion, even a command on a readable object depends on w2's Node.
+        let cordon_w3 = command(Action::Cordon { node: node("w3") }, machine("w2"));
+        assert_eq!(sim.guess_rule(&cordon_w3).len(), 1);
+        let cordon_w3 = command(Action::Cordon { node: node("w3") }, machine("w3"));
+        assert_eq!(sim.guess_rule(&cordon_w3), Vec::<String>::new());
     }
 }

@@ -52,6 +52,8 @@ pub enum Event {
     CacheSynced { scope: Scope },
     /// A kubelet stopped by a fault comes back.
     KubeletResume { scope: Scope, node: String },
+    /// A Node corrupted by a fault reads again.
+    Uncorrupt { scope: Scope, node: String },
     /// A flapping node changes its Ready condition.
     NodeFlap {
         scope: Scope,

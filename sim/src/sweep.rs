@@ -92,7 +92,8 @@ pub fn swarm_faults(scenario: &Scenario, seed: u64, choice: &FaultChoice) -> Vec
             FaultKind::KubeletStop
             | FaultKind::NodeFlap
             | FaultKind::Eviction429
-            | FaultKind::CacheUnsynced => workload.clone(),
+            | FaultKind::CacheUnsynced
+            | FaultKind::CorruptObject => workload.clone(),
             FaultKind::ApiErrors
             | FaultKind::Partition
             | FaultKind::WatchGap
@@ -127,6 +128,7 @@ pub fn swarm_faults(scenario: &Scenario, seed: u64, choice: &FaultChoice) -> Vec
                 | FaultKind::NodeFlap
                 | FaultKind::Eviction429
                 | FaultKind::CacheUnsynced
+                | FaultKind::CorruptObject
         ) && cluster.is_none()
         {
             continue;

@@ -440,10 +440,16 @@ impl Ctx<'_> {
         let meta = self.required(&m, "metadata")?;
         let meta = self.map(meta, &m.path("metadata"), "a map")?;
         self.req_string(&meta, "name")?;
-        self.opt_string(&meta, "namespace")?;
+        let namespace = self.opt_string(&meta, "namespace")?;
+        let kind = self.req_string(&m, "kind")?;
+        let mut value = node.to_json();
+        if namespace.is_none() && !is_cluster_scoped(&kind) {
+            // As kubectl does: a namespaced object without a namespace goes to `default`.
+            value["metadata"]["namespace"] = serde_json::Value::from("default");
+        }
         Ok(Manifest {
             line: node.line,
-            value: node.to_json(),
+            value,
         })
     }
 
@@ -683,7 +689,8 @@ impl Ctx<'_> {
             | FaultKind::WatchExpired
             | FaultKind::RelistDuplicates
             | FaultKind::WriteTimeout
-            | FaultKind::BacklogBatches => None,
+            | FaultKind::BacklogBatches
+            | FaultKind::CorruptObject => None,
         };
         let mut extra = BTreeMap::new();
         match params {
@@ -1038,4 +1045,28 @@ impl Ctx<'_> {
             count,
         })
     }
+}
+
+/// Kinds a real API server serves without a namespace (the built-in ones a scenario may
+/// hold; every CAPI and provider kind is namespaced).
+fn is_cluster_scoped(kind: &str) -> bool {
+    matches!(
+        kind,
+        "Node"
+            | "Namespace"
+            | "PersistentVolume"
+            | "VolumeAttachment"
+            | "StorageClass"
+            | "CSINode"
+            | "CSIDriver"
+            | "ClusterRole"
+            | "ClusterRoleBinding"
+            | "CustomResourceDefinition"
+            | "PriorityClass"
+            | "RuntimeClass"
+            | "IngressClass"
+            | "APIService"
+            | "MutatingWebhookConfiguration"
+            | "ValidatingWebhookConfiguration"
+    )
 }

@@ -182,6 +182,21 @@ fn a_minimal_scenario_gets_every_default() {
 }
 
 #[test]
+fn a_namespaced_manifest_without_a_namespace_gets_default_as_kubectl_gives_it() {
+    let s = parse(
+        "x.yaml",
+        "name: t\nmanagement:\n  - {apiVersion: cluster.x-k8s.io/v1beta2, kind: MachineHealthCheck, metadata: {name: mhc}}\n  - {apiVersion: v1, kind: Namespace, metadata: {name: apps}}\n  - {apiVersion: v1, kind: Secret, metadata: {name: s, namespace: kube-system}}\n",
+    )
+    .unwrap();
+    let namespaces: Vec<Option<&str>> = s
+        .management
+        .iter()
+        .map(|m| m.value["metadata"]["namespace"].as_str())
+        .collect();
+    assert_eq!(namespaces, [Some("default"), None, Some("kube-system")]);
+}
+
+#[test]
 fn world_knobs_are_read() {
     let s = parse(
         "x.yaml",
@@ -355,6 +370,7 @@ fn every_fault_kind_name_round_trips() {
             "relist-duplicates",
             "write-timeout",
             "backlog-batches",
+            "corrupt-object",
         ]
     );
     for k in FaultKind::ALL {
@@ -816,7 +832,7 @@ fn node_steps_need_a_cluster_unless_there_is_exactly_one() {
 
 #[test]
 fn faults_are_checked() {
-    let known = "controller-restart, api-errors, partition, watch-gap, torn-journal, conflicts, slow-api, kubelet-stop, node-flap, node-never-joins, infra-provision-failure, eviction-429, stuck-hook, cache-unsynced, reordered-delivery, coalesced-events, watch-expired, relist-duplicates, write-timeout, backlog-batches";
+    let known = "controller-restart, api-errors, partition, watch-gap, torn-journal, conflicts, slow-api, kubelet-stop, node-flap, node-never-joins, infra-provision-failure, eviction-429, stuck-hook, cache-unsynced, reordered-delivery, coalesced-events, watch-expired, relist-duplicates, write-timeout, backlog-batches, corrupt-object";
     assert_eq!(
         err_of("name: t\ntimeline:\n  - {at: 1s, fault: {kind: meteor}}\n"),
         format!(
