@@ -166,7 +166,8 @@ pub fn keep_deleting_node(
     }
     let timeout = node_deletion_timeout.unwrap_or(NODE_DELETION_TIMEOUT_DEFAULT);
     match timeout.as_millis() {
-        0 => true,
+        // Negative is an invalid spec (decision 14): nothing is given up on its account.
+        ..=0 => true,
         _ => now < machine_deleted_at.saturating_add(timeout),
     }
 }

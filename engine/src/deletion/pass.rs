@@ -175,6 +175,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             tracing::debug!(machine = %self.key, "waiting for the workload cluster cache to sync");
             return;
         }
+        self.report_invalid_timeouts();
         if let Some((key, problem)) = self.unreadable_dependency() {
             self.wait_for_readable(&key, &problem);
             return self.flush();
@@ -326,6 +327,37 @@ impl<'p, 'a> Pass<'p, 'a> {
         );
         if let Issued::Queued(_) = issued {
             self.tracked.memo.events.insert(once_key);
+        }
+    }
+
+    /// A negative drain, volume detach or Node deletion timeout is an invalid spec (upstream's
+    /// webhook rejects it): it times nothing (no wait is cut short, no Node deletion given up),
+    /// and a Warning event says so once.
+    fn report_invalid_timeouts(&mut self) {
+        let v1beta2 = self.m.version == ApiVersion::V1Beta2;
+        let fields = [
+            (self.m.node_drain_timeout, "nodeDrainTimeout"),
+            (self.m.node_volume_detach_timeout, "nodeVolumeDetachTimeout"),
+            (self.m.node_deletion_timeout, "nodeDeletionTimeout"),
+        ];
+        for (value, name) in fields {
+            let Some(value) = value.filter(|v| *v < crate::time::Duration::ZERO) else {
+                continue;
+            };
+            let field = if v1beta2 {
+                format!("spec.deletion.{name}Seconds")
+            } else {
+                format!("spec.{name}")
+            };
+            let message = format!(
+                "{field} is {value}: a negative timeout is invalid and times nothing (no wait is cut short, no Node deletion given up)"
+            );
+            self.event(
+                EventType::Warning,
+                "InvalidTimeout",
+                message,
+                format!("InvalidTimeout:{field}"),
+            );
         }
     }
 

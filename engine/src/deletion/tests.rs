@@ -1574,3 +1574,43 @@ fn a_node_never_seen_holds_the_drain_until_it_is_seen_or_listed() {
     let out = h.observe(workload("c1"), Object::Node(node("n2")));
     assert_eq!(destructive(&out), ["drain Cordon Node n2@c1"]);
 }
+
+#[test]
+fn a_negative_timeout_is_reported_once_and_times_nothing() {
+    let mut m1 = deleting_m1();
+    m1.node_drain_timeout = Some(Duration::from_secs(-600));
+    m1.node_deletion_timeout = Some(Duration::from_secs(-1));
+    let (mut h, first) = Harness::start(world(m1));
+    let warnings: Vec<String> = first
+        .iter()
+        .filter_map(|c| match &c.action {
+            Action::RecordEvent {
+                type_: EventType::Warning,
+                reason,
+                message,
+                ..
+            } => Some(format!("{reason}: {message}")),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        warnings,
+        [
+            "InvalidTimeout: spec.deletion.nodeDrainTimeoutSeconds is -10m0s: a negative timeout is invalid and times nothing (no wait is cut short, no Node deletion given up)",
+            "InvalidTimeout: spec.deletion.nodeDeletionTimeoutSeconds is -1s: a negative timeout is invalid and times nothing (no wait is cut short, no Node deletion given up)",
+        ]
+    );
+    // The drain is not skipped as timed out.
+    assert_eq!(destructive(&first), ["drain Cordon Node n1@c1"]);
+    let (_, later) = h.settle(&first);
+    assert!(all(&later, "RecordEvent").iter().all(|c| !matches!(
+        &c.action,
+        Action::RecordEvent { reason, .. } if reason == "InvalidTimeout"
+    )));
+    assert!(crate::deletion::gates::keep_deleting_node(
+        T0,
+        T0,
+        Some(Duration::from_secs(-1)),
+        at(3600)
+    ));
+}

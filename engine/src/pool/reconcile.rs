@@ -1175,7 +1175,8 @@ fn reconcile_delete(cx: &Ctx<'_>, plan: &mut Plan) {
         .node_deletion_timeout
         .unwrap_or(super::NODE_DELETION_TIMEOUT_DEFAULT);
     let deleted_at = mp.meta.deletion_timestamp.unwrap_or(cx.now);
-    let timeout_passed = !timeout.is_zero() && deleted_at + timeout < cx.now;
+    // Zero waits forever; negative is an invalid spec and gives nothing up either.
+    let timeout_passed = timeout > Duration::ZERO && deleted_at + timeout < cx.now;
     let mut pending = false;
     for r in refs {
         if cx.store.has_unreadable()
