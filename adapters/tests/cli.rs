@@ -279,3 +279,49 @@ fn log_repair_truncate_keeps_the_good_records_and_verify_is_ok_after() {
     let text = String::from_utf8_lossy(&verify.stdout);
     assert_eq!(verify.status.code(), Some(0), "{text}");
 }
+
+/// `lifecycle run` for two seconds against an API that refuses connections: it logs (the
+/// metrics server, the failing lists) and stops on `--run-for`.
+fn run_briefly(extra: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\nusers: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    )
+    .unwrap();
+    let out = lifecycle()
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--journal")
+        .arg(dir.path().join("journal"))
+        .args(["--metrics-addr", "127.0.0.1:0", "--run-for", "2"])
+        .args(extra)
+        .env_remove("NO_COLOR")
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("serving /metrics and /healthz"), "{stderr}");
+    stderr
+}
+
+#[test]
+fn logs_written_to_a_file_carry_no_colour_codes() {
+    let stderr = run_briefly(&[]);
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+}
+
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let stderr = run_briefly(&["--log-format", "json"]);
+    for line in stderr.lines().filter(|l| !l.is_empty()) {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(
+            v["level"].is_string() && v["timestamp"].is_string(),
+            "{line}"
+        );
+    }
+}

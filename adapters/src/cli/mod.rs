@@ -1,6 +1,7 @@
 //! Subcommands of the `lifecycle` binary.
 
 pub mod log;
+pub mod logging;
 pub mod overhttp;
 pub mod run;
 pub mod sim;

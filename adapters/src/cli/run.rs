@@ -13,7 +13,15 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 #[derive(Args)]
+#[command(
+    after_help = "Environment:\n  RUST_LOG   what to log, as tracing's EnvFilter reads it (default: info; e.g. \
+RUST_LOG=info,engine=debug)\n  NO_COLOR   set to anything to keep colour out of text logs (they are coloured only on a \
+terminal)"
+)]
 pub struct RunArgs {
+    /// Log line format on stderr: `text`, or `json` (one object per line, for log collectors).
+    #[arg(long, value_enum, default_value_t = super::logging::LogFormat::Text)]
+    pub log_format: super::logging::LogFormat,
     /// Kubeconfig of the management cluster (default: $KUBECONFIG, ~/.kube/config, in-cluster).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
@@ -131,13 +139,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
 }
 
 pub fn main(args: RunArgs) -> u8 {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    super::logging::init(args.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
