@@ -122,7 +122,11 @@ async fn run(args: RunArgs) -> Result<(), String> {
         metrics.leader.store(true, Ordering::Relaxed);
         _no_election = Some(lost_tx);
     }
-    let mut adapter = Adapter::new(engine, log, client, metrics, AdapterOptions::default());
+    let options = AdapterOptions {
+        instance: identity(),
+        ..AdapterOptions::default()
+    };
+    let mut adapter = Adapter::new(engine, log, client, metrics, options);
     let mut lost = None;
     let stop = async {
         tokio::select! {

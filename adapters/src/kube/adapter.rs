@@ -10,13 +10,13 @@
 //! loop. A connector reads a Cluster's `<name>-kubeconfig` Secret (key `value`).
 
 use super::core::{Core, InputLog};
-use super::execute::execute;
+use super::execute::{EventStamp, execute};
 use super::metrics::Metrics;
 use super::streams::{StreamSpec, run_stream};
 use crate::clock::{until, wall_now};
 use engine::intake::{Arrival, Intake, Output};
 use engine::model::{ClusterName, ObjectKey, Scope};
-use engine::{ApiOutcome, BATCH_INPUTS_MAX, Input, Timestamp};
+use engine::{Action, ApiOutcome, BATCH_INPUTS_MAX, Command, Input, Timestamp};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde_json::Value;
@@ -43,6 +43,8 @@ pub struct AdapterOptions {
     pub connect_retry: Duration,
     /// Shortest wait between two `Tick`s, so a deadline the core keeps in the past cannot spin.
     pub tick_spacing_min: Duration,
+    /// This process, as its Events name it (`reportingInstance`).
+    pub instance: String,
 }
 
 impl Default for AdapterOptions {
@@ -51,6 +53,7 @@ impl Default for AdapterOptions {
             commands_in_flight_max: 32,
             connect_retry: Duration::from_secs(5),
             tick_spacing_min: Duration::from_millis(10),
+            instance: "lifecycle".to_string(),
         }
     }
 }
@@ -262,6 +265,24 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
         self.log.after_handle(&self.core)
     }
 
+    /// For an Event: the regarded object's uid and version as the cache has them, and now.
+    fn event_stamp(&self, command: &Command) -> Option<EventStamp> {
+        let Action::RecordEvent { regarding, .. } = &command.action else {
+            return None;
+        };
+        let meta = self
+            .core
+            .engine()
+            .and_then(|e| e.store().get(&regarding.key))
+            .map(|o| o.meta());
+        Some(EventStamp {
+            uid: meta.map(|m| m.uid.clone()).unwrap_or_default(),
+            resource_version: meta.map_or(0, |m| m.resource_version),
+            at: wall_now(),
+            instance: self.options.instance.clone(),
+        })
+    }
+
     fn drain_commands(&mut self) -> Result<(), String> {
         let mut answered = Vec::new();
         while let Some(command) = self.core.poll_command() {
@@ -281,6 +302,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
                 });
                 continue;
             };
+            let stamp = self.event_stamp(&command);
             let tx = self.tx.clone();
             let permits = self.permits.clone();
             let metrics = self.metrics.clone();
@@ -296,7 +318,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
                 let Ok(_permit) = permits.acquire_owned().await else {
                     return;
                 };
-                let outcome = execute(&client, &command).await;
+                let outcome = execute(&client, &command, stamp.as_ref()).await;
                 match &outcome {
                     ApiOutcome::Ok { .. } => {}
                     ApiOutcome::Unreachable { .. } => metrics.api_error("unreachable"),

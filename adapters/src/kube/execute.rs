@@ -111,9 +111,56 @@ pub fn outcome_of(code: u16, body: &Value, deleted: bool) -> ApiOutcome {
     }
 }
 
-/// Executes `command` against `client` (the client of the command's target cluster).
-pub async fn execute(client: &Client, command: &Command) -> ApiOutcome {
-    let request = request_for(command);
+/// What an Event needs that only the running adapter knows: the regarded object's uid and
+/// resourceVersion as its cache has them, and the time (kubectl's `describe` finds Events by
+/// the uid, and `LAST SEEN` reads the timestamps).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventStamp {
+    pub uid: String,
+    pub resource_version: u64,
+    pub at: engine::Timestamp,
+    /// `reportingInstance`: this process.
+    pub instance: String,
+}
+
+impl EventStamp {
+    /// Completes a `v1` Event body built by `request_for`.
+    pub fn apply(&self, event: &mut Value) {
+        let Some(body) = event.as_object_mut() else {
+            return;
+        };
+        if let Some(involved) = body
+            .get_mut("involvedObject")
+            .and_then(Value::as_object_mut)
+        {
+            if !self.uid.is_empty() {
+                involved.insert("uid".into(), Value::from(self.uid.clone()));
+            }
+            if self.resource_version > 0 {
+                involved.insert(
+                    "resourceVersion".into(),
+                    Value::from(self.resource_version.to_string()),
+                );
+            }
+        }
+        let at = Value::from(self.at.to_rfc3339());
+        body.insert("firstTimestamp".into(), at.clone());
+        body.insert("lastTimestamp".into(), at);
+        body.insert("reportingComponent".into(), Value::from("lifecycle"));
+        body.insert(
+            "reportingInstance".into(),
+            Value::from(self.instance.clone()),
+        );
+    }
+}
+
+/// Executes `command` against `client` (the client of the command's target cluster); an Event
+/// gets `stamp`.
+pub async fn execute(client: &Client, command: &Command, stamp: Option<&EventStamp>) -> ApiOutcome {
+    let mut request = request_for(command);
+    if let (Some(stamp), ApiRequest::Create { body, .. }) = (stamp, &mut request) {
+        stamp.apply(body);
+    }
     let path = request.path();
     let result = match &request {
         ApiRequest::AddFinalizer { finalizer, .. }
@@ -164,6 +211,26 @@ pub async fn execute(client: &Client, command: &Command) -> ApiOutcome {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_event_gets_the_uid_version_and_times_kubectl_reads() {
+        let mut event = json!({"apiVersion": "v1", "kind": "Event",
+            "involvedObject": {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": "m1", "namespace": "default"},
+            "reason": "SuccessfulDrainNode", "count": 1});
+        EventStamp {
+            uid: "uid-m1".into(),
+            resource_version: 42,
+            at: engine::Timestamp::parse_rfc3339("2026-11-25T09:00:00Z").unwrap(),
+            instance: "host_1".into(),
+        }
+        .apply(&mut event);
+        assert_eq!(event["involvedObject"]["uid"], "uid-m1");
+        assert_eq!(event["involvedObject"]["resourceVersion"], "42");
+        assert_eq!(event["firstTimestamp"], "2026-11-25T09:00:00Z");
+        assert_eq!(event["lastTimestamp"], "2026-11-25T09:00:00Z");
+        assert_eq!(event["reportingComponent"], "lifecycle");
+        assert_eq!(event["reportingInstance"], "host_1");
+    }
 
     #[test]
     fn answers_map_to_outcomes() {
