@@ -15,6 +15,7 @@
 //! apiVersion they were written in), `deletecollection`, Table output (kubectl prints its own
 //! columns), field managers.
 
+pub mod crds;
 mod kubelet;
 mod list;
 mod names;
