@@ -58,6 +58,13 @@ fn machines(client: &Client) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), "default", &ApiResource::from_gvk(&gvk))
 }
 
+/// A v1beta2 Machine spec the CRD schema accepts.
+fn valid_machine_spec() -> Value {
+    json!({"clusterName": "c1", "bootstrap": {"dataSecretName": "boot"},
+           "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                 "kind": "DockerMachine", "name": "d1"}})
+}
+
 fn api_status(err: kube::Error) -> kube::core::Status {
     match err {
         kube::Error::Api(s) => *s,
@@ -281,7 +288,7 @@ async fn merge_patch_and_status_subresource_are_separate() {
             .create(
                 json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
                            "metadata": {"name": "m1", "namespace": "default"},
-                           "spec": {"clusterName": "c1"}, "status": {"phase": "Running"}}),
+                           "spec": valid_machine_spec(), "status": {"phase": "Running"}}),
                 now(),
             )
             .unwrap();
@@ -584,7 +591,7 @@ async fn dry_run_answers_what_would_be_stored_and_stores_nothing() {
         let new: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
             "metadata": {"name": "m-dry", "namespace": "default"},
-            "spec": {"clusterName": "c1"}}))
+            "spec": valid_machine_spec()}))
         .unwrap();
         let created = api.create(&dry_post, &new).await.unwrap();
         assert_eq!(created.metadata.name.as_deref(), Some("m-dry"));
@@ -701,6 +708,162 @@ async fn invalid_names_are_422_with_a_metadata_name_cause() {
             let causes = s.details.unwrap().causes;
             assert_eq!(causes[0].field, "metadata.name");
         }
+        server.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn schema_violations_are_422_with_causes_and_strict_refuses_unknown_fields() {
+    bounded(async {
+        let mut store = ClusterStore::new("t");
+        // Stored below validation (as a scenario would): no bootstrap, no infrastructureRef.
+        store
+            .create(
+                json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                       "metadata": {"name": "old", "namespace": "default"},
+                       "spec": {"clusterName": "c1"}}),
+                now(),
+            )
+            .unwrap();
+        let (server, client) = serve(store).await;
+        let api = machines(&client);
+        let bad: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "bad", "namespace": "default"},
+            "spec": {"clusterName": "", "deletion": {"nodeDrainTimeoutSeconds": "soon"}}}))
+        .unwrap();
+        for params in [
+            PostParams::default(),
+            PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+        ] {
+            let s = api_status(api.create(&params, &bad).await.unwrap_err());
+            assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
+            assert!(
+                s.message
+                    .starts_with("Machine.cluster.x-k8s.io \"bad\" is invalid: ["),
+                "{}",
+                s.message
+            );
+            let details = s.details.unwrap();
+            assert_eq!(details.kind, "Machine");
+            let fields: Vec<&str> = details.causes.iter().map(|c| c.field.as_str()).collect();
+            assert_eq!(
+                fields,
+                [
+                    "spec.clusterName",
+                    "spec.deletion.nodeDrainTimeoutSeconds",
+                    "spec.bootstrap",
+                    "spec.infrastructureRef"
+                ]
+            );
+        }
+        assert_eq!(api_status(api.get("bad").await.unwrap_err()).code, 404);
+
+        // An update is checked where it changes the object; what it left alone is ratcheted.
+        let labelled = api
+            .patch(
+                "old",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(labelled.labels()["a"], "b");
+        let s = api_status(
+            api.patch(
+                "old",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"deletion": {"nodeDrainTimeoutSeconds": -1}}})),
+            )
+            .await
+            .unwrap_err(),
+        );
+        assert_eq!(s.code, 422);
+        let fields: Vec<String> = s
+            .details
+            .unwrap()
+            .causes
+            .into_iter()
+            .map(|c| c.field)
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.deletion.nodeDrainTimeoutSeconds",
+                "spec.bootstrap",
+                "spec.infrastructureRef"
+            ],
+            "a changed spec is judged whole"
+        );
+        assert!(
+            api.get("old").await.unwrap().data["spec"]
+                .get("deletion")
+                .is_none()
+        );
+        // Status writes are checked too: a v1beta2 condition needs its message.
+        let s = api_status(
+            api.patch_status(
+                "old",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"status": {"conditions": [{"type": "Ready", "status": "True",
+                    "reason": "Ok", "lastTransitionTime": "2025-01-01T00:00:00Z"}]}}),
+                ),
+            )
+            .await
+            .unwrap_err(),
+        );
+        assert_eq!(
+            s.details.unwrap().causes[0].field,
+            "status.conditions[0].message"
+        );
+
+        // Unknown fields: Strict refuses (400), the default prunes with a Warning header.
+        let unknown = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "extra", "namespace": "default"},
+            "spec": valid_machine_spec()});
+        let mut with_extra = unknown.clone();
+        with_extra["spec"]["colour"] = json!("blue");
+        let url = "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/machines";
+        let post = |query: &str| {
+            http::Request::post(format!("{url}{query}"))
+                .header("content-type", "application/json")
+                .body(serde_json::to_vec(&with_extra).unwrap())
+                .unwrap()
+        };
+        let s = api_status(
+            client
+                .request::<DynamicObject>(post("?fieldValidation=Strict"))
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(s.code, 400);
+        assert!(
+            s.message
+                .ends_with("strict decoding error: unknown field \"spec.colour\""),
+            "{}",
+            s.message
+        );
+        let response = client
+            .send(post("").map(kube::client::Body::from))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201);
+        let warning = response.headers()["warning"].to_str().unwrap().to_string();
+        assert_eq!(warning, r#"299 - "unknown field \"spec.colour\"""#);
+        let stored = api.get("extra").await.unwrap();
+        assert!(stored.data["spec"].get("colour").is_none(), "pruned");
+        let s = api_status(
+            client
+                .request::<DynamicObject>(post("?fieldValidation=Loose"))
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(s.code, 400);
         server.shutdown().await;
     })
     .await;

@@ -26,6 +26,7 @@ mod router;
 pub mod selector;
 mod state;
 pub mod status;
+pub mod validate;
 mod watch;
 
 pub use state::{CHANGE_LOG_CAPACITY, ClusterState, SharedCluster, StoreLock};

@@ -2,9 +2,10 @@
 //! resource paths, dispatched by HTTP method to the list, watch and object handlers.
 
 use super::list::{self, Filter};
-use super::objects::{self, ObjectRef};
+use super::objects::{self, ObjectRef, WriteOptions};
 use super::resources::{self, ResourceType};
 use super::status::Failure;
+use super::validate::FieldValidation;
 use super::watch::{self, Start, WatchSpec};
 use super::{Body, Ctx, Query};
 use crate::clock::wall_now;
@@ -232,6 +233,14 @@ fn resource(
             )));
         }
     };
+    let field_validation = match FieldValidation::parse(q.get("fieldValidation")) {
+        Ok(v) => v,
+        Err(m) => return failure(Failure::bad_request(m)),
+    };
+    let write = WriteOptions {
+        dry_run,
+        field_validation,
+    };
     let now = wall_now();
     let cluster = &ctx.cluster;
     let Some(name) = name else {
@@ -244,7 +253,7 @@ fn resource(
                     namespace: namespace.unwrap_or_default().to_string(),
                     name: String::new(),
                 };
-                answer(objects::create(cluster, &r, body, dry_run, now))
+                answer(objects::create(cluster, &r, body, write, now))
             }
             _ => failure(Failure::method_not_allowed(method.as_str())),
         };
@@ -265,8 +274,8 @@ fn resource(
     };
     let result = match *method {
         Method::GET => objects::get(cluster, &r),
-        Method::PUT => objects::replace(cluster, &r, body, status, dry_run),
-        Method::PATCH => objects::patch(cluster, &r, content_type, body, status, dry_run),
+        Method::PUT => objects::replace(cluster, &r, body, status, write),
+        Method::PATCH => objects::patch(cluster, &r, content_type, body, status, write),
         Method::DELETE if !status => objects::delete(cluster, &r, body, q, now),
         _ => Err(Failure::method_not_allowed(method.as_str())),
     };
@@ -275,7 +284,16 @@ fn resource(
 
 fn answer(result: objects::Answer) -> Response<Body> {
     match result {
-        Ok((code, body)) => json_response(code, &body),
+        Ok(reply) => {
+            let mut response = json_response(reply.code, &reply.body);
+            for w in &reply.warnings {
+                let text = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
+                if let Ok(v) = hyper::header::HeaderValue::from_str(&text) {
+                    response.headers_mut().append("warning", v);
+                }
+            }
+            response
+        }
         Err(f) => failure(f),
     }
 }
@@ -295,7 +313,7 @@ fn collection_get(
         return answer(
             ctx.cluster
                 .read(|s| list::list(s, t, group_version, &filter, q))
-                .map(|v| (200, v)),
+                .map(|v| (200, v).into()),
         );
     }
     let start = match q

@@ -2,6 +2,7 @@
 //! `message` and `details` as a real API server words them.
 
 use super::resources::ResourceType;
+use super::validate::Cause;
 use serde_json::{Value, json};
 use sim::api::ApiError;
 
@@ -80,6 +81,38 @@ impl Failure {
         Failure {
             details: Some(details(t, name)),
             ..Failure::new(422, "Invalid", message)
+        }
+    }
+
+    /// 422 for a custom resource its schema refuses: the real server's message
+    /// (`Machine.cluster.x-k8s.io "m1" is invalid: [spec.x: …, …]`) and one cause per problem.
+    pub fn invalid_fields(t: &ResourceType, name: &str, causes: &[Cause]) -> Self {
+        let qualified = if t.group.is_empty() {
+            t.kind.clone()
+        } else {
+            format!("{}.{}", t.kind, t.group)
+        };
+        let each: Vec<String> = causes
+            .iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect();
+        let list = match each.as_slice() {
+            [one] => one.clone(),
+            _ => format!("[{}]", each.join(", ")),
+        };
+        let causes: Vec<Value> = causes
+            .iter()
+            .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+            .collect();
+        Failure {
+            details: Some(
+                json!({"name": name, "group": t.group, "kind": t.kind, "causes": causes}),
+            ),
+            ..Failure::new(
+                422,
+                "Invalid",
+                format!("{qualified} {name:?} is invalid: {list}"),
+            )
         }
     }
 
