@@ -868,3 +868,124 @@ async fn schema_violations_are_422_with_causes_and_strict_refuses_unknown_fields
     })
     .await;
 }
+
+/// GET `path` with `accept` and parses the JSON answer.
+async fn get_json(client: &Client, path: &str, accept: &str) -> Value {
+    let request = http::Request::get(path)
+        .header("accept", accept)
+        .body(Vec::new())
+        .unwrap();
+    let text = client.request_text(request).await.unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+
+#[tokio::test]
+async fn tables_carry_printer_columns_and_kubectl_columns() {
+    bounded(async {
+        let mut store = ClusterStore::new("t");
+        store
+            .create(
+                json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                       "metadata": {"name": "m1", "namespace": "default"},
+                       "spec": valid_machine_spec(),
+                       "status": {"phase": "Running", "nodeRef": {"name": "n1"}}}),
+                now(),
+            )
+            .unwrap();
+        let mut n1 = node("n1");
+        n1["spec"]["unschedulable"] = json!(true);
+        n1["metadata"]["labels"] = json!({"node-role.kubernetes.io/control-plane": ""});
+        store.create(n1, now()).unwrap();
+        store
+            .create(pod("p1", "n1", json!({"app": "web"})), now())
+            .unwrap();
+        let (server, client) = serve(store).await;
+        let t = get_json(
+            &client,
+            "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/machines",
+            TABLE,
+        )
+        .await;
+        assert_eq!(
+            (t["kind"].as_str(), t["apiVersion"].as_str()),
+            (Some("Table"), Some("meta.k8s.io/v1"))
+        );
+        let names: Vec<&str> = t["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        let at = |n: &str| names.iter().position(|c| *c == n).unwrap();
+        let row = &t["rows"][0];
+        assert_eq!(row["cells"][at("Name")], "m1");
+        assert_eq!(row["cells"][at("Cluster")], "c1");
+        assert_eq!(row["cells"][at("Node Name")], "n1");
+        assert_eq!(row["cells"][at("Phase")], "Running");
+        assert!(row["cells"][at("Age")].as_str().unwrap().ends_with('s'));
+        assert_eq!(row["object"]["kind"], "PartialObjectMetadata");
+        assert_eq!(row["object"]["metadata"]["namespace"], "default");
+        assert!(t["metadata"]["resourceVersion"].is_string());
+
+        let t = get_json(&client, "/api/v1/nodes/n1?includeObject=Object", TABLE).await;
+        let cells = &t["rows"][0]["cells"];
+        assert_eq!(cells[1], "Ready,SchedulingDisabled");
+        assert_eq!(cells[2], "control-plane");
+        assert_eq!(t["rows"][0]["object"]["kind"], "Node");
+        let t = get_json(
+            &client,
+            "/api/v1/namespaces/app/pods?includeObject=None",
+            TABLE,
+        )
+        .await;
+        let defs: Vec<&str> = t["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(&defs[..5], ["Name", "Ready", "Status", "Restarts", "Age"]);
+        assert_eq!(t["rows"][0]["cells"][2], "Running");
+        assert!(t["rows"][0].get("object").is_none());
+        // Without the Table media type the answer is the list.
+        let list = get_json(&client, "/api/v1/nodes", "application/json").await;
+        assert_eq!(list["kind"], "NodeList");
+        server.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn openapi_v3_serves_crd_schemas_and_v2_is_not_served() {
+    bounded(async {
+        let (server, client) = serve(ClusterStore::new("t")).await;
+        let index = get_json(&client, "/openapi/v3", "application/json").await;
+        let url = index["paths"]["apis/cluster.x-k8s.io/v1beta2"]["serverRelativeURL"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let doc = get_json(&client, &url, "application/json").await;
+        let machine = &doc["components"]["schemas"]["io.x-k8s.cluster.v1beta2.Machine"];
+        assert_eq!(
+            machine["x-kubernetes-group-version-kind"],
+            json!([{"group": "cluster.x-k8s.io", "version": "v1beta2", "kind": "Machine"}])
+        );
+        assert!(machine["properties"]["spec"]["required"].is_array());
+        let core = index["paths"]["api/v1"]["serverRelativeURL"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let doc = get_json(&client, &core, "application/json").await;
+        assert!(
+            doc["components"]["schemas"]["io.k8s.api.core.v1.Node"]["properties"]["spec"]
+                .is_object()
+        );
+        let request = http::Request::get("/openapi/v2").body(Vec::new()).unwrap();
+        let s = api_status(client.request_text(request).await.unwrap_err());
+        assert_eq!(s.code, 404);
+        server.shutdown().await;
+    })
+    .await;
+}

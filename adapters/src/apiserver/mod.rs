@@ -15,17 +15,20 @@
 //! apiVersion they were written in), `deletecollection`, Table output (kubectl prints its own
 //! columns), field managers.
 
+mod builtin_schemas;
 pub mod crds;
 mod kubelet;
 mod list;
 mod names;
 mod objects;
+pub mod openapi;
 pub mod patch;
 pub mod resources;
 mod router;
 pub mod selector;
 mod state;
 pub mod status;
+pub mod table;
 pub mod validate;
 mod watch;
 

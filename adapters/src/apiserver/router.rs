@@ -3,8 +3,10 @@
 
 use super::list::{self, Filter};
 use super::objects::{self, ObjectRef, WriteOptions};
+use super::openapi;
 use super::resources::{self, ResourceType};
 use super::status::Failure;
+use super::table;
 use super::validate::FieldValidation;
 use super::watch::{self, Start, WatchSpec};
 use super::{Body, Ctx, Query};
@@ -41,12 +43,15 @@ pub async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Result<Response<Bo
     let method = req.method().clone();
     let path = req.uri().path().trim_end_matches('/').to_string();
     let query = Query::parse(req.uri().query());
-    let content_type = req
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let content_type = header("content-type");
+    let accept = header("accept");
     let body = match Limited::new(req.into_body(), BODY_BYTES_MAX)
         .collect()
         .await
@@ -65,19 +70,29 @@ pub async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Result<Response<Bo
             ))));
         }
     };
-    let response = route(&ctx, &method, &path, &query, &content_type, &body);
+    let request = Req {
+        method: &method,
+        query: &query,
+        content_type: &content_type,
+        accept: &accept,
+        body: &body,
+    };
+    let response = route(&ctx, &path, &request);
     tracing::debug!(%method, %path, status = response.status().as_u16(), "request");
     Ok(response)
 }
 
-fn route(
-    ctx: &Ctx,
-    method: &Method,
-    path: &str,
-    q: &Query,
-    content_type: &str,
-    body: &[u8],
-) -> Response<Body> {
+/// What a handler needs of the request besides its path.
+struct Req<'a> {
+    method: &'a Method,
+    query: &'a Query,
+    content_type: &'a str,
+    accept: &'a str,
+    body: &'a [u8],
+}
+
+fn route(ctx: &Ctx, path: &str, req: &Req) -> Response<Body> {
+    let method = req.method;
     let decoded: Vec<String> = path
         .split('/')
         .filter(|s| !s.is_empty())
@@ -107,6 +122,10 @@ fn route(
                 "goVersion": "go1.23.0", "compiler": "gc", "platform": "linux/amd64",
             }),
         ),
+        (&Method::GET, ["openapi", "v3"]) => json_response(200, &openapi::index(&types)),
+        (&Method::GET, ["openapi", "v3", rest @ ..]) => {
+            discovery(openapi::document(&types, &rest.join("/")))
+        }
         (&Method::GET, ["api"]) => {
             json_response(200, &resources::core_versions(&ctx.addr.to_string()))
         }
@@ -116,20 +135,10 @@ fn route(
         (&Method::GET, ["apis", group, version]) => {
             discovery(resources::resource_list(&types, group, version))
         }
-        (_, ["api", "v1", rest @ ..]) => {
-            resource(ctx, &types, method, "", "v1", rest, q, content_type, body)
+        (_, ["api", "v1", rest @ ..]) => resource(ctx, &types, "", "v1", rest, req),
+        (_, ["apis", group, version, rest @ ..]) => {
+            resource(ctx, &types, group, version, rest, req)
         }
-        (_, ["apis", group, version, rest @ ..]) => resource(
-            ctx,
-            &types,
-            method,
-            group,
-            version,
-            rest,
-            q,
-            content_type,
-            body,
-        ),
         _ => failure(Failure::no_route()),
     }
 }
@@ -196,18 +205,15 @@ fn split_resource_path<'a>(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
 fn resource(
     ctx: &Ctx,
     types: &[ResourceType],
-    method: &Method,
     group: &str,
     version: &str,
     rest: &[&str],
-    q: &Query,
-    content_type: &str,
-    body: &[u8],
+    req: &Req,
 ) -> Response<Body> {
+    let (method, q, body) = (req.method, req.query, req.body);
     let Some(ResourcePath {
         namespace,
         plural,
@@ -245,7 +251,7 @@ fn resource(
     let cluster = &ctx.cluster;
     let Some(name) = name else {
         return match *method {
-            Method::GET => collection_get(ctx, t, &group_version, namespace, q),
+            Method::GET => collection_get(ctx, t, version, &group_version, namespace, req),
             Method::POST if namespace.is_some() || !t.namespaced => {
                 let r = ObjectRef {
                     t,
@@ -272,10 +278,22 @@ fn resource(
         }
         Some(_) => return failure(Failure::no_route()),
     };
+    let table = table::wanted(req.accept);
     let result = match *method {
-        Method::GET => objects::get(cluster, &r),
+        Method::GET => objects::get(cluster, &r).and_then(|reply| match table {
+            None => Ok(reply),
+            Some(table_version) => {
+                let include =
+                    table::Include::parse(q.get("includeObject")).map_err(Failure::bad_request)?;
+                let meta =
+                    json!({"resourceVersion": reply.body.pointer("/metadata/resourceVersion")});
+                let body =
+                    table::table(t, version, &[reply.body], meta, include, table_version, now);
+                Ok((200, body).into())
+            }
+        }),
         Method::PUT => objects::replace(cluster, &r, body, status, write),
-        Method::PATCH => objects::patch(cluster, &r, content_type, body, status, write),
+        Method::PATCH => objects::patch(cluster, &r, req.content_type, body, status, write),
         Method::DELETE if !status => objects::delete(cluster, &r, body, q, now),
         _ => Err(Failure::method_not_allowed(method.as_str())),
     };
@@ -301,20 +319,40 @@ fn answer(result: objects::Answer) -> Response<Body> {
 fn collection_get(
     ctx: &Ctx,
     t: &ResourceType,
+    version: &str,
     group_version: &str,
     namespace: Option<&str>,
-    q: &Query,
+    req: &Req,
 ) -> Response<Body> {
+    let q = req.query;
+    let table = match table::wanted(req.accept) {
+        None => None,
+        Some(v) => match table::Include::parse(q.get("includeObject")) {
+            Ok(include) => Some((v, include)),
+            Err(m) => return failure(Failure::bad_request(m)),
+        },
+    };
     let filter = match Filter::from_query(t, namespace.map(str::to_string), q) {
         Ok(f) => f,
         Err(f) => return failure(f),
     };
     if !matches!(q.get("watch"), Some("true" | "1")) {
-        return answer(
-            ctx.cluster
-                .read(|s| list::list(s, t, group_version, &filter, q))
-                .map(|v| (200, v).into()),
-        );
+        let listed = ctx
+            .cluster
+            .read(|s| list::list(s, t, group_version, &filter, q));
+        return answer(listed.map(|mut v| match table {
+            None => (200, v).into(),
+            Some((table_version, include)) => {
+                let items = match v.get_mut("items").map(Value::take) {
+                    Some(Value::Array(items)) => items,
+                    _ => Vec::new(),
+                };
+                let meta = v.get("metadata").cloned().unwrap_or(json!({}));
+                let body =
+                    table::table(t, version, &items, meta, include, table_version, wall_now());
+                (200, body).into()
+            }
+        }));
     }
     let start = match q
         .get("resourceVersion")
@@ -341,6 +379,21 @@ fn collection_get(
         timeout,
         bookmarks: q.get("allowWatchBookmarks") == Some("true"),
         initial_events_end: send_initial,
+        view: table.map(|(table_version, include)| {
+            let (t, version) = (t.clone(), version.to_string());
+            let view: watch::View = Arc::new(move |o: &Value| {
+                table::table(
+                    &t,
+                    &version,
+                    std::slice::from_ref(o),
+                    json!({}),
+                    include,
+                    table_version,
+                    wall_now(),
+                )
+            });
+            view
+        }),
     };
     watch::respond(ctx.cluster.clone(), spec, &ctx.options)
 }
