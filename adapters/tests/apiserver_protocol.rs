@@ -989,3 +989,80 @@ async fn openapi_v3_serves_crd_schemas_and_v2_is_not_served() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn machine_pools_scale_through_the_scale_subresource() {
+    bounded(async {
+        let mut store = ClusterStore::new("t");
+        store
+            .create(
+                json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachinePool",
+                       "metadata": {"name": "mp", "namespace": "default"},
+                       "spec": {"clusterName": "c1", "replicas": 2,
+                                "template": {"spec": valid_machine_spec()}},
+                       "status": {"replicas": 1}}),
+                now(),
+            )
+            .unwrap();
+        let (server, client) = serve(store).await;
+        let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "MachinePool");
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), "default", &ApiResource::from_gvk(&gvk));
+        let scale = api.get_scale("mp").await.unwrap();
+        assert_eq!(scale.spec.unwrap().replicas, Some(2));
+        assert_eq!(scale.status.unwrap().replicas, 1);
+        let scaled = api
+            .patch_scale(
+                "mp",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 4}})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            scaled.spec.unwrap().replicas,
+            Some(4),
+            "the answer is the stored Scale"
+        );
+        let mp = api.get("mp").await.unwrap();
+        assert_eq!(mp.data["spec"]["replicas"], 4);
+        assert_eq!(mp.metadata.generation, Some(2));
+        let s = api_status(
+            api.patch_scale(
+                "mp",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": -1}})),
+            )
+            .await
+            .unwrap_err(),
+        );
+        assert_eq!(
+            (s.code, s.details.unwrap().causes[0].field.as_str()),
+            (422, "spec.replicas")
+        );
+        let discovery = get_json(
+            &client,
+            "/apis/cluster.x-k8s.io/v1beta2",
+            "application/json",
+        )
+        .await;
+        let scale_resource = discovery["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == "machinepools/scale")
+            .cloned()
+            .unwrap();
+        assert_eq!(scale_resource["kind"], "Scale");
+        assert!(
+            !discovery["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["name"] == "machines/scale"),
+            "Machines have no scale subresource"
+        );
+        server.shutdown().await;
+    })
+    .await;
+}

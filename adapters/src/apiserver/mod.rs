@@ -25,6 +25,7 @@ pub mod openapi;
 pub mod patch;
 pub mod resources;
 mod router;
+mod scale;
 pub mod selector;
 mod state;
 pub mod status;

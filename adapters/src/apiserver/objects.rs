@@ -29,7 +29,7 @@ pub struct ObjectRef<'a> {
 }
 
 impl ObjectRef<'_> {
-    fn key(&self) -> ObjKey {
+    pub(super) fn key(&self) -> ObjKey {
         ObjKey::new(&self.t.group, &self.t.kind, &self.namespace, &self.name)
     }
 }
@@ -289,7 +289,7 @@ fn check_identity(r: &ObjectRef, desired: &mut Value) -> Result<(), Failure> {
 }
 
 /// Hands `desired` (a full object) to the store as the merge patch from `current`.
-fn write_desired(
+pub(super) fn write_desired(
     store: &mut ClusterStore,
     r: &ObjectRef,
     current: &Value,

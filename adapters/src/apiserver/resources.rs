@@ -236,6 +236,13 @@ pub fn resource_list(types: &[ResourceType], group: &str, version: &str) -> Opti
                 "kind": t.kind, "verbs": ["get", "patch", "update"],
             }));
         }
+        if super::crds::version(&t.group, &t.kind, version).is_some_and(|v| v.scale.is_some()) {
+            resources.push(json!({
+                "name": format!("{}/scale", t.plural), "singularName": "", "namespaced": t.namespaced,
+                "group": "autoscaling", "version": "v1", "kind": "Scale",
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
         if t.kind == "Pod" {
             resources.push(json!({
                 "name": "pods/eviction", "singularName": "", "namespaced": true,

@@ -1,10 +1,12 @@
 //! Request routing: discovery paths, then `/api/v1/...` and `/apis/{group}/{version}/...`
 //! resource paths, dispatched by HTTP method to the list, watch and object handlers.
 
+use super::crds;
 use super::list::{self, Filter};
 use super::objects::{self, ObjectRef, WriteOptions};
 use super::openapi;
 use super::resources::{self, ResourceType};
+use super::scale;
 use super::status::Failure;
 use super::table;
 use super::validate::FieldValidation;
@@ -275,6 +277,21 @@ fn resource(
         Some("status") if t.status => true,
         Some("eviction") if t.kind == "Pod" && *method == Method::POST => {
             return answer(objects::evict(cluster, &r, body, dry_run, now));
+        }
+        Some("scale") => {
+            let Some(paths) =
+                crds::version(&t.group, &t.kind, version).and_then(|v| v.scale.as_ref())
+            else {
+                return failure(Failure::no_route());
+            };
+            return answer(match *method {
+                Method::GET => scale::get(cluster, &r, paths),
+                Method::PUT => scale::write(cluster, &r, paths, body, None, write),
+                Method::PATCH => {
+                    scale::write(cluster, &r, paths, body, Some(req.content_type), write)
+                }
+                _ => Err(Failure::method_not_allowed(method.as_str())),
+            });
         }
         Some(_) => return failure(Failure::no_route()),
     };
