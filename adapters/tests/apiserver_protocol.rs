@@ -1066,3 +1066,86 @@ async fn machine_pools_scale_through_the_scale_subresource() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn events_k8s_io_v1_is_a_view_of_the_core_events() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use k8s_openapi::api::events::v1::Event;
+    bounded(async {
+        let mut store = ClusterStore::new("t");
+        store
+            .create(
+                json!({"apiVersion": "v1", "kind": "Event",
+                       "metadata": {"name": "e1", "namespace": "default"},
+                       "involvedObject": {"kind": "Machine", "name": "m1", "namespace": "default"},
+                       "reason": "Drained", "message": "drained n1", "type": "Normal", "count": 3}),
+                now(),
+            )
+            .unwrap();
+        let (server, client) = serve(store).await;
+        let events: Api<Event> = Api::namespaced(client.clone(), "default");
+        let core: Api<CoreEvent> = Api::namespaced(client.clone(), "default");
+        let listed = events.list(&ListParams::default()).await.unwrap();
+        let e1 = &listed.items[0];
+        assert_eq!(e1.note.as_deref(), Some("drained n1"));
+        assert_eq!(e1.regarding.as_ref().unwrap().name.as_deref(), Some("m1"));
+        assert_eq!(e1.deprecated_count, Some(3));
+
+        let new: Event = serde_json::from_value(json!({
+            "metadata": {"name": "e2", "namespace": "default"},
+            "regarding": {"kind": "Node", "name": "n1"}, "reason": "Cordoned",
+            "note": "cordoned n1", "type": "Normal", "reportingController": "lifecycle",
+            "reportingInstance": "lifecycle-0", "action": "Cordon",
+            "eventTime": "2025-01-01T00:00:00.000000Z"}))
+        .unwrap();
+        let created = events.create(&PostParams::default(), &new).await.unwrap();
+        assert_eq!(created.note.as_deref(), Some("cordoned n1"));
+        let stored = core.get("e2").await.unwrap();
+        assert_eq!(stored.message.as_deref(), Some("cordoned n1"));
+        assert_eq!(stored.involved_object.name.as_deref(), Some("n1"));
+        assert_eq!(stored.reporting_component.as_deref(), Some("lifecycle"));
+
+        let patched = events
+            .patch(
+                "e2",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"note": "again"})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(patched.note.as_deref(), Some("again"));
+        assert_eq!(
+            core.get("e2").await.unwrap().message.as_deref(),
+            Some("again")
+        );
+
+        // A watch of the view sees the core write converted.
+        let rv = events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .metadata
+            .resource_version
+            .unwrap();
+        let mut stream = events
+            .watch(&WatchParams::default(), &rv)
+            .await
+            .unwrap()
+            .boxed();
+        core.patch(
+            "e1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"message": "later"})),
+        )
+        .await
+        .unwrap();
+        match stream.try_next().await.unwrap().unwrap() {
+            WatchEvent::Modified(e) => assert_eq!(e.note.as_deref(), Some("later")),
+            other => panic!("expected MODIFIED, got {other:?}"),
+        }
+        let discovery = get_json(&client, "/apis/events.k8s.io/v1", "application/json").await;
+        assert_eq!(discovery["resources"][0]["name"], "events");
+        server.shutdown().await;
+    })
+    .await;
+}

@@ -17,6 +17,7 @@
 
 mod builtin_schemas;
 pub mod crds;
+mod events;
 mod kubelet;
 mod list;
 mod names;

@@ -86,6 +86,8 @@ const BUILT_IN: &[Row] = &[
         &[],
     ),
     ("coordination.k8s.io", &["v1"], "Lease", true, false, &[]),
+    // A view of the core Events (see `events.rs`), served from the same store.
+    ("events.k8s.io", &["v1"], "Event", true, false, &[]),
     (
         CAPI,
         &["v1beta2", "v1beta1"],

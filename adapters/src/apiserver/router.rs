@@ -2,6 +2,7 @@
 //! resource paths, dispatched by HTTP method to the list, watch and object handlers.
 
 use super::crds;
+use super::events;
 use super::list::{self, Filter};
 use super::objects::{self, ObjectRef, WriteOptions};
 use super::openapi;
@@ -85,6 +86,7 @@ pub async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Result<Response<Bo
 }
 
 /// What a handler needs of the request besides its path.
+#[derive(Clone, Copy)]
 struct Req<'a> {
     method: &'a Method,
     query: &'a Query,
@@ -137,9 +139,21 @@ fn route(ctx: &Ctx, path: &str, req: &Req) -> Response<Body> {
         (&Method::GET, ["apis", group, version]) => {
             discovery(resources::resource_list(&types, group, version))
         }
-        (_, ["api", "v1", rest @ ..]) => resource(ctx, &types, "", "v1", rest, req),
+        (_, ["api", "v1", rest @ ..]) => resource(ctx, &types, "", "v1", rest, req, None),
+        (_, ["apis", events::GROUP, "v1", rest @ ..]) => {
+            // One store: events.k8s.io/v1 is a view of the core Events.
+            if !matches!(rest, ["events", ..] | ["namespaces", _, "events", ..]) {
+                return failure(Failure::no_route());
+            }
+            let body = events::request_to_core(req.body, req.content_type);
+            let core = Req {
+                body: &body,
+                ..*req
+            };
+            resource(ctx, &types, "", "v1", rest, &core, Some(events::present))
+        }
         (_, ["apis", group, version, rest @ ..]) => {
-            resource(ctx, &types, group, version, rest, req)
+            resource(ctx, &types, group, version, rest, req, None)
         }
         _ => failure(Failure::no_route()),
     }
@@ -207,6 +221,9 @@ fn split_resource_path<'a>(
     })
 }
 
+/// How answers are shown: `None` as stored, or converted to another group's view.
+type Present = Option<fn(Value) -> Value>;
+
 fn resource(
     ctx: &Ctx,
     types: &[ResourceType],
@@ -214,8 +231,10 @@ fn resource(
     version: &str,
     rest: &[&str],
     req: &Req,
+    present: Present,
 ) -> Response<Body> {
     let (method, q, body) = (req.method, req.query, req.body);
+    let answer = |a: objects::Answer| answer(a.map(|r| shown(r, present)));
     let Some(ResourcePath {
         namespace,
         plural,
@@ -253,7 +272,7 @@ fn resource(
     let cluster = &ctx.cluster;
     let Some(name) = name else {
         return match *method {
-            Method::GET => collection_get(ctx, t, version, &group_version, namespace, req),
+            Method::GET => collection_get(ctx, t, version, &group_version, namespace, req, present),
             Method::POST if namespace.is_some() || !t.namespaced => {
                 let r = ObjectRef {
                     t,
@@ -317,6 +336,16 @@ fn resource(
     answer(result)
 }
 
+fn shown(reply: objects::Reply, present: Present) -> objects::Reply {
+    match present {
+        Some(p) => objects::Reply {
+            body: p(reply.body),
+            ..reply
+        },
+        None => reply,
+    }
+}
+
 fn answer(result: objects::Answer) -> Response<Body> {
     match result {
         Ok(reply) => {
@@ -340,6 +369,7 @@ fn collection_get(
     group_version: &str,
     namespace: Option<&str>,
     req: &Req,
+    present: Present,
 ) -> Response<Body> {
     let q = req.query;
     let table = match table::wanted(req.accept) {
@@ -357,6 +387,7 @@ fn collection_get(
         let listed = ctx
             .cluster
             .read(|s| list::list(s, t, group_version, &filter, q));
+        let answer = |a: objects::Answer| answer(a.map(|r| shown(r, present)));
         return answer(listed.map(|mut v| match table {
             None => (200, v).into(),
             Some((table_version, include)) => {
@@ -387,8 +418,33 @@ fn collection_get(
         .get("timeoutSeconds")
         .and_then(|s| s.parse::<u64>().ok())
         .map_or(watch::WATCH_TIMEOUT_DEFAULT, Duration::from_secs);
+    let table_view = table.map(|(table_version, include)| {
+        let (t, version) = (t.clone(), version.to_string());
+        let view: watch::View = Arc::new(move |o: &Value| {
+            table::table(
+                &t,
+                &version,
+                std::slice::from_ref(o),
+                json!({}),
+                include,
+                table_version,
+                wall_now(),
+            )
+        });
+        view
+    });
+    let view = match (table_view, present) {
+        (Some(v), Some(p)) => Some(Arc::new(move |o: &Value| p(v(o))) as watch::View),
+        (Some(v), None) => Some(v),
+        (None, Some(p)) => Some(Arc::new(move |o: &Value| p(o.clone())) as watch::View),
+        (None, None) => None,
+    };
+    let shown_group_version = match present {
+        Some(_) => events::GROUP_VERSION,
+        None => group_version,
+    };
     let spec = WatchSpec {
-        group_version: group_version.to_string(),
+        group_version: shown_group_version.to_string(),
         kind: t.kind.clone(),
         group: t.group.clone(),
         filter,
@@ -396,21 +452,7 @@ fn collection_get(
         timeout,
         bookmarks: q.get("allowWatchBookmarks") == Some("true"),
         initial_events_end: send_initial,
-        view: table.map(|(table_version, include)| {
-            let (t, version) = (t.clone(), version.to_string());
-            let view: watch::View = Arc::new(move |o: &Value| {
-                table::table(
-                    &t,
-                    &version,
-                    std::slice::from_ref(o),
-                    json!({}),
-                    include,
-                    table_version,
-                    wall_now(),
-                )
-            });
-            view
-        }),
+        view,
     };
     watch::respond(ctx.cluster.clone(), spec, &ctx.options)
 }
