@@ -1149,3 +1149,89 @@ async fn events_k8s_io_v1_is_a_view_of_the_core_events() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overload_is_429_slow_requests_504_and_idle_connections_close() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    bounded(async {
+        let options = ServerOptions {
+            controllers_interval: None,
+            request_timeout: Duration::from_millis(300),
+            max_requests_inflight: 1,
+            idle_timeout: Duration::from_millis(300),
+            header_read_timeout: Duration::from_millis(300),
+            ..Default::default()
+        };
+        let mut store = ClusterStore::new("t");
+        store.create(node("n1"), now()).unwrap();
+        let server = ApiServer::start(
+            SharedCluster::new(store),
+            "127.0.0.1:0".parse().unwrap(),
+            options,
+        )
+        .await
+        .unwrap();
+        let mut config = Config::new(server.url().parse().unwrap());
+        config.default_retry = false;
+        let client = Client::try_from(config).unwrap();
+        let nodes: Api<Node> = Api::all(client.clone());
+
+        // Something holds the store (a live world mid-step): the request in progress times
+        // out; one more beyond the limit is refused at once.
+        let held = server.cluster().clone();
+        let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+        let holder = std::thread::spawn(move || {
+            let _lock = held.lock_store();
+            locked_tx.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(1000));
+        });
+        locked_rx.recv().unwrap();
+        let slow = tokio::spawn({
+            let nodes = nodes.clone();
+            async move { nodes.get("n1").await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let refused = client
+            .send(
+                http::Request::get("/api/v1/nodes/n1")
+                    .body(kube::client::Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 429);
+        assert_eq!(refused.headers()["retry-after"], "1");
+        let s = api_status(slow.await.unwrap().unwrap_err());
+        assert_eq!((s.code, s.reason.as_str()), (504, "Timeout"));
+        holder.join().unwrap();
+        assert_eq!(
+            nodes.get("n1").await.unwrap().metadata.name.as_deref(),
+            Some("n1")
+        );
+
+        // A connection that never sends a whole request, and one left idle after a request,
+        // are closed by the server.
+        let mut silent = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+        silent
+            .write_all(b"GET /version HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        let mut buf = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(3), silent.read_to_end(&mut buf)).await;
+        assert!(closed.is_ok(), "a half-sent request's connection is closed");
+        let mut idle = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+        idle.write_all(b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut first = [0u8; 12];
+        idle.read_exact(&mut first).await.unwrap();
+        assert_eq!(&first, b"HTTP/1.1 200");
+        let mut rest = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(3), idle.read_to_end(&mut rest)).await;
+        assert!(closed.is_ok(), "an idle keep-alive connection is closed");
+        server.shutdown().await;
+    })
+    .await;
+}

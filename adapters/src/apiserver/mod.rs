@@ -19,6 +19,7 @@ mod builtin_schemas;
 pub mod crds;
 mod events;
 mod kubelet;
+mod limits;
 mod list;
 mod names;
 mod objects;
@@ -62,6 +63,16 @@ pub struct ServerOptions {
     pub controllers_interval: Option<Duration>,
     /// Cap on a pod's grace period before the fake kubelet removes it.
     pub pod_shutdown_max: Duration,
+    /// Longest a non-watch request may take (504 after; the real server's `--request-timeout`).
+    pub request_timeout: Duration,
+    /// Non-mutating requests in progress at once (429 beyond; watches do not count).
+    pub max_requests_inflight: usize,
+    /// Mutating requests in progress at once (429 beyond).
+    pub max_mutating_requests_inflight: usize,
+    /// A connection with no request in progress and no bytes for this long is closed.
+    pub idle_timeout: Duration,
+    /// A request whose headers have not all arrived within this is dropped with its connection.
+    pub header_read_timeout: Duration,
 }
 
 impl Default for ServerOptions {
@@ -70,6 +81,12 @@ impl Default for ServerOptions {
             bookmark_interval: Duration::from_secs(30),
             controllers_interval: Some(Duration::from_millis(200)),
             pod_shutdown_max: Duration::from_secs(2),
+            // The real kube-apiserver's defaults.
+            request_timeout: Duration::from_secs(60),
+            max_requests_inflight: 400,
+            max_mutating_requests_inflight: 200,
+            idle_timeout: Duration::from_secs(90),
+            header_read_timeout: Duration::from_secs(32),
         }
     }
 }
@@ -97,6 +114,7 @@ pub struct Ctx {
     pub cluster: SharedCluster,
     pub options: ServerOptions,
     pub addr: SocketAddr,
+    pub inflight: Arc<limits::Inflight>,
 }
 
 /// A running fake API server. Dropping it does not stop it; call [`ApiServer::shutdown`].
@@ -121,6 +139,7 @@ impl ApiServer {
             cluster: cluster.clone(),
             options: options.clone(),
             addr,
+            inflight: Arc::default(),
         });
         let task = tokio::spawn(async move {
             let mut connections = JoinSet::new();
@@ -143,15 +162,7 @@ impl ApiServer {
                     accepted = listener.accept() => {
                         let Ok((stream, _)) = accepted else { continue };
                         let ctx = ctx.clone();
-                        connections.spawn(async move {
-                            let service = service_fn(move |req| router::handle(ctx.clone(), req));
-                            if let Err(e) = http1::Builder::new()
-                                .serve_connection(TokioIo::new(stream), service)
-                                .await
-                            {
-                                tracing::debug!("connection ended: {e}");
-                            }
-                        });
+                        connections.spawn(serve_connection(ctx, stream));
                     }
                     Some(_) = connections.join_next(), if !connections.is_empty() => {}
                 }
@@ -189,6 +200,46 @@ impl ApiServer {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
+    }
+}
+
+/// Serves one connection until the client closes it or it stays idle for `idle_timeout`.
+async fn serve_connection(ctx: Arc<Ctx>, stream: tokio::net::TcpStream) {
+    let activity = Arc::new(limits::Activity::default());
+    activity.touch();
+    let io = limits::Tracked {
+        inner: stream,
+        activity: activity.clone(),
+    };
+    let idle = ctx.options.idle_timeout;
+    let header_read = ctx.options.header_read_timeout;
+    let service = {
+        let activity = activity.clone();
+        service_fn(move |req| router::handle(ctx.clone(), activity.clone(), req))
+    };
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_read);
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    let check_every = (idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(5));
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            ended = conn.as_mut() => {
+                if let Err(e) = ended {
+                    tracing::debug!("connection ended: {e}");
+                }
+                return;
+            }
+            _ = tokio::time::sleep(check_every), if !closing => {
+                if activity.idle_for(idle) {
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 
 use super::crds;
 use super::events;
+use super::limits::{self, Activity};
 use super::list::{self, Filter};
 use super::objects::{self, ObjectRef, WriteOptions};
 use super::openapi;
@@ -41,11 +42,73 @@ fn failure(f: Failure) -> Response<Body> {
     json_response(f.code, &f.to_json())
 }
 
-/// The entry point of every HTTP request.
-pub async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+/// The entry point of every HTTP request on a connection whose activity is `activity`: the
+/// request counts as in progress (the connection is not idle) until its response body ends.
+pub async fn handle(
+    ctx: Arc<Ctx>,
+    activity: Arc<Activity>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let busy = activity.begin();
+    let response = limited(ctx, req).await;
+    Ok(response.map(move |b| {
+        b.map_frame(move |f| {
+            let _held = &busy;
+            f
+        })
+        .boxed()
+    }))
+}
+
+/// The request under the server's limits: max-requests-inflight (429), the request timeout
+/// (504; watches are long-running and exempt from both).
+async fn limited(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
+    let query = Query::parse(req.uri().query());
+    let watch = matches!(query.get("watch"), Some("true" | "1"));
+    let mutating = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    let limit = if mutating {
+        ctx.options.max_mutating_requests_inflight
+    } else {
+        ctx.options.max_requests_inflight
+    };
+    let slot = if watch {
+        None
+    } else {
+        match ctx.inflight.try_take(mutating, limit) {
+            Some(slot) => Some(slot),
+            None => {
+                let mut response = failure(limits::too_many_requests());
+                response
+                    .headers_mut()
+                    .insert("retry-after", hyper::header::HeaderValue::from_static("1"));
+                return response;
+            }
+        }
+    };
+    // `?timeout=` may shorten the server's request timeout, never lengthen it.
+    let timeout = query
+        .get("timeout")
+        .and_then(|t| engine::time::parse_go_duration(t).ok())
+        .and_then(|d| u64::try_from(d.as_millis()).ok())
+        .map(Duration::from_millis)
+        .map_or(ctx.options.request_timeout, |d| {
+            d.min(ctx.options.request_timeout)
+        });
+    let work = serve(ctx, query, req);
+    if watch {
+        return work.await;
+    }
+    let response = match tokio::time::timeout(timeout, work).await {
+        Ok(response) => response,
+        Err(_) => failure(limits::timed_out()),
+    };
+    drop(slot);
+    response
+}
+
+async fn serve(ctx: Arc<Ctx>, query: Query, req: Request<Incoming>) -> Response<Body> {
     let method = req.method().clone();
     let path = req.uri().path().trim_end_matches('/').to_string();
-    let query = Query::parse(req.uri().query());
     let header = |name: &str| {
         req.headers()
             .get(name)
@@ -61,28 +124,38 @@ pub async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Result<Response<Bo
     {
         Ok(b) => b.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            return Ok(failure(Failure::new(
+            return failure(Failure::new(
                 413,
                 "RequestEntityTooLarge",
                 format!("the request body is larger than {BODY_BYTES_MAX} bytes"),
-            )));
+            ));
         }
         Err(e) => {
-            return Ok(failure(Failure::bad_request(format!(
-                "reading the body: {e}"
-            ))));
+            return failure(Failure::bad_request(format!("reading the body: {e}")));
         }
     };
-    let request = Req {
-        method: &method,
-        query: &query,
-        content_type: &content_type,
-        accept: &accept,
-        body: &body,
-    };
-    let response = route(&ctx, &path, &request);
-    tracing::debug!(%method, %path, status = response.status().as_u16(), "request");
-    Ok(response)
+    // Handlers take the store's lock and never wait otherwise; run them off the async
+    // workers so that a long-held lock shows up as the request timeout, not a stalled server.
+    let handled = tokio::task::spawn_blocking(move || {
+        let request = Req {
+            method: &method,
+            query: &query,
+            content_type: &content_type,
+            accept: &accept,
+            body: &body,
+        };
+        let response = route(&ctx, &path, &request);
+        tracing::debug!(%method, %path, status = response.status().as_u16(), "request");
+        response
+    })
+    .await;
+    handled.unwrap_or_else(|e| {
+        failure(Failure::new(
+            500,
+            "InternalError",
+            format!("the handler failed: {e}"),
+        ))
+    })
 }
 
 /// What a handler needs of the request besides its path.
@@ -417,7 +490,7 @@ fn collection_get(
     let timeout = q
         .get("timeoutSeconds")
         .and_then(|s| s.parse::<u64>().ok())
-        .map_or(watch::WATCH_TIMEOUT_DEFAULT, Duration::from_secs);
+        .map_or_else(limits::watch_length_default, Duration::from_secs);
     let table_view = table.map(|(table_version, include)| {
         let (t, version) = (t.clone(), version.to_string());
         let view: watch::View = Arc::new(move |o: &Value| {

@@ -57,9 +57,6 @@ fn shown(spec: &WatchSpec, type_: &str, object: &Value) -> Bytes {
     }
 }
 
-/// Longest watch the server keeps open when the client names no timeout.
-pub const WATCH_TIMEOUT_DEFAULT: Duration = Duration::from_secs(1800);
-
 fn line(type_: &str, object: &Value) -> Bytes {
     let mut text = json!({"type": type_, "object": object}).to_string();
     text.push('\n');
