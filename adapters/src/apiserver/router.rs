@@ -134,6 +134,13 @@ async fn serve(ctx: Arc<Ctx>, query: Query, req: Request<Incoming>) -> Response<
             return failure(Failure::bad_request(format!("reading the body: {e}")));
         }
     };
+    if content_type.starts_with("application/vnd.kubernetes.protobuf") {
+        return failure(Failure::new(
+            415,
+            "UnsupportedMediaType",
+            "application/vnd.kubernetes.protobuf is not supported by this server: send application/json",
+        ));
+    }
     // Handlers take the store's lock and never wait otherwise; run them off the async
     // workers so that a long-held lock shows up as the request timeout, not a stalled server.
     let handled = tokio::task::spawn_blocking(move || {
@@ -199,6 +206,11 @@ fn route(ctx: &Ctx, path: &str, req: &Req) -> Response<Body> {
                 "goVersion": "go1.23.0", "compiler": "gc", "platform": "linux/amd64",
             }),
         ),
+        (&Method::GET, ["openapi", "v2"]) => failure(Failure::new(
+            404,
+            "NotFound",
+            "OpenAPI v2 is not served by this server (it serves /openapi/v3): kubectl older than 1.27 needs --validate=false",
+        )),
         (&Method::GET, ["openapi", "v3"]) => json_response(200, &openapi::index(&types)),
         (&Method::GET, ["openapi", "v3", rest @ ..]) => {
             discovery(openapi::document(&types, &rest.join("/")))

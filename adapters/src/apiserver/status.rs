@@ -125,6 +125,13 @@ impl Failure {
     }
 
     pub fn unsupported_media_type(content_type: &str) -> Self {
+        if content_type == "application/apply-patch+yaml" {
+            return Failure::new(
+                415,
+                "UnsupportedMediaType",
+                "server-side apply (application/apply-patch+yaml) is not supported by this server: use client-side apply (kubectl apply without --server-side)",
+            );
+        }
         Failure::new(
             415,
             "UnsupportedMediaType",
