@@ -1,19 +1,22 @@
 //! A fake Kubernetes API server over real HTTP (plain HTTP/1.1 on 127.0.0.1), serving one
 //! simulator [`sim::api::ClusterStore`], faithful enough for unmodified kube-rs clients
-//! (`Api`, `kube::runtime::watcher`) and `kubectl`.
+//! (`Api`, `kube::runtime::watcher`), kubectl (1.32, and 1.20 with `--validate=false`) and the
+//! Python client.
 //!
-//! What it serves (KUBE-NOTES §2): discovery (`/api`, `/apis`, resource lists; `/openapi/*`
-//! is 404), LIST with resourceVersion, `limit`/`continue` and selectors, WATCH as
-//! newline-delimited events with bookmarks and the in-stream 410, GET, POST, PUT, PATCH
-//! (merge, JSON patch, strategic merge for built-in kinds; server-side apply is 415), DELETE
-//! with finalizers and graceful pod deletion, the status subresource and pod eviction with PDBs.
-//! Failures are `metav1.Status` bodies. Writes go through `ClusterStore` methods, so the
-//! semantics are the simulator's. A background task plays kubelet, namespace and disruption
-//! controllers ([`kubelet`]).
+//! What it serves (KUBE-NOTES §2): discovery (`/api`, `/apis`, resource lists), OpenAPI v3
+//! ([`openapi`]), LIST with resourceVersion, `limit`/`continue` and selectors, WATCH as
+//! newline-delimited events with bookmarks and the in-stream 410, GET (also as a Table,
+//! [`table`]), POST, PUT, PATCH (merge, JSON patch, strategic merge for built-in kinds;
+//! server-side apply is 415), DELETE with finalizers and graceful pod deletion, `dryRun=All`,
+//! the status and scale subresources, pod eviction with PDBs and `events.k8s.io/v1` as a view
+//! of the core Events. Custom resources are validated against their vendored CRDs
+//! ([`crds`], [`validate`]). Failures are `metav1.Status` bodies. Writes go through
+//! `ClusterStore` methods, so the semantics are the simulator's. A background task plays
+//! kubelet, namespace and disruption controllers (`kubelet`). The real server's limits
+//! (in-flight requests, request timeout, idle connections) are in `limits`.
 //!
-//! Not served: authentication, server-side apply, version conversion (objects come back in the
-//! apiVersion they were written in), `deletecollection`, Table output (kubectl prints its own
-//! columns), field managers.
+//! Not served (see the README for the whole list): authentication, server-side apply,
+//! protobuf, OpenAPI v2, version conversion, `deletecollection`, field managers.
 
 mod builtin_schemas;
 pub mod crds;

@@ -4,7 +4,7 @@
 //!
 //! Schemas: the CAPI kinds from their vendored CRDs' `openAPIV3Schema` (named like
 //! `io.x-k8s.cluster.v1beta2.Machine`), built-in kinds from the hand-kept subset of
-//! [`super::builtin_schemas`], provider kinds without a CRD as open objects. Every kind schema
+//! `builtin_schemas`, provider kinds without a CRD as open objects. Every kind schema
 //! carries `x-kubernetes-group-version-kind`. `/openapi/v2` is not served (kubectl 1.20 needs
 //! `--validate=false`).
 

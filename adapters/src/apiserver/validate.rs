@@ -12,7 +12,7 @@
 //! scenario or a fault, can still be written to).
 //!
 //! Not checked: CEL rules (`x-kubernetes-validations`), `allOf`/`anyOf`/`oneOf`/`not`, other
-//! formats, `metadata` beyond its names (see [`super::names`]); no defaulting.
+//! formats, `metadata` beyond its names (see `names.rs`); no defaulting.
 
 use super::crds;
 use serde_json::{Map, Value};
