@@ -77,10 +77,11 @@ pub fn check(schema: &Value, obj: &mut Value, old: Option<&Value>) -> Outcome {
             } else {
                 c.pointer.as_str()
             };
-            let unchanged = match (old.pointer(at), obj.pointer(at)) {
-                (Some(a), Some(b)) => a == b,
-                _ => false,
-            };
+            // List items are matched by value, not position: a condition that moved when
+            // another was added is still the condition that was stored.
+            let unchanged = obj
+                .pointer(at)
+                .is_some_and(|now| any_at(old, &segments(at), &|was| was == now));
             !unchanged
         });
         out.unknown
@@ -88,6 +89,30 @@ pub fn check(schema: &Value, obj: &mut Value, old: Option<&Value>) -> Outcome {
     }
     out.causes.truncate(CAUSES_MAX);
     out
+}
+
+/// The unescaped segments of a JSON pointer.
+fn segments(pointer: &str) -> Vec<String> {
+    pointer
+        .split('/')
+        .skip(1)
+        .map(|s| s.replace("~1", "/").replace("~0", "~"))
+        .collect()
+}
+
+/// Whether `test` holds for a value of `v` at `path`, where an index into a list may be any
+/// index of that list.
+fn any_at(v: &Value, path: &[String], test: &dyn Fn(&Value) -> bool) -> bool {
+    let Some((first, rest)) = path.split_first() else {
+        return test(v);
+    };
+    match v {
+        Value::Object(m) => m.get(first).is_some_and(|c| any_at(c, rest, test)),
+        Value::Array(items) if first.parse::<usize>().is_ok() => {
+            items.iter().any(|c| any_at(c, rest, test))
+        }
+        _ => false,
+    }
 }
 
 /// The schema for a custom resource of `group`/`kind` at `version`, if the server has its CRD.
@@ -677,6 +702,30 @@ mod tests {
                 ("spec.infrastructureRef", "FieldValueRequired")
             ],
             "the changed spec is judged whole, as the real server's ratcheting does"
+        );
+    }
+
+    #[test]
+    fn ratcheting_matches_list_items_by_value() {
+        let stored = json!({"type": "Ready", "status": "True"});
+        let mut old = machine(json!({"clusterName": "c1"}));
+        old["status"] = json!({"conditions": [stored]});
+        let mut new = old.clone();
+        let added = json!({"type": "Paused", "status": "False", "reason": "NotPaused",
+                           "message": "", "lastTransitionTime": "2024-01-01T00:00:00Z"});
+        new["status"]["conditions"] = json!([added, stored]);
+        let o = check(machine_schema(), &mut new, Some(&old));
+        assert_eq!(
+            o.causes,
+            [],
+            "the stored condition moved, it did not change"
+        );
+        new["status"]["conditions"][0]["reason"] = json!("");
+        let o = check(machine_schema(), &mut new, Some(&old));
+        assert_eq!(
+            fields(&o),
+            [("status.conditions[0].reason", "FieldValueInvalid"); 2],
+            "too short and not matching the pattern"
         );
     }
 
