@@ -457,6 +457,24 @@ async fn kubectl_132_get_prints_columns_and_scale_scales() {
     );
     assert_eq!(row[..4], ["web", "1", "N/A", "0"], "{out}");
 
+    // The CRDs' category and short names come through discovery.
+    let (ok, out, err) = s.k(&k, &["get", "cluster-api", "-o", "name"]).await;
+    assert!(ok, "{err}");
+    let names: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        names,
+        [
+            "machine.cluster.x-k8s.io/m1",
+            "machinepool.cluster.x-k8s.io/mp"
+        ],
+        "{out}"
+    );
+    let (ok, out, err) = s.k(&k, &["get", "mhcs", "-A"]).await;
+    assert!(
+        ok && out.is_empty() && err.contains("No resources found"),
+        "{out}{err}"
+    );
+
     let (ok, out, err) = s
         .k(&k, &["scale", "machinepool", "mp", "--replicas=4"])
         .await;

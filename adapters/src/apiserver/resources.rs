@@ -227,11 +227,17 @@ pub fn resource_list(types: &[ResourceType], group: &str, version: &str) -> Opti
         .iter()
         .filter(|t| t.group == group && t.versions.iter().any(|v| v == version))
     {
-        resources.push(json!({
+        let mut entry = json!({
             "name": t.plural, "singularName": t.kind.to_lowercase(), "namespaced": t.namespaced,
             "kind": t.kind, "verbs": verbs(t), "shortNames": t.short_names,
             "storageVersionHash": "",
-        }));
+        });
+        if let Some(crd) = super::crds::find(&t.group, &t.kind) {
+            // `kubectl get cluster-api` lists every kind of the category.
+            entry["categories"] = json!(crd.categories);
+            entry["shortNames"] = json!(crd.short_names);
+        }
+        resources.push(entry);
         if t.status {
             resources.push(json!({
                 "name": format!("{}/status", t.plural), "singularName": "", "namespaced": t.namespaced,
