@@ -958,7 +958,7 @@ async fn tables_carry_printer_columns_and_kubectl_columns() {
 }
 
 #[tokio::test]
-async fn openapi_v3_serves_crd_schemas_and_v2_is_not_served() {
+async fn openapi_v3_serves_crd_schemas_and_v2_is_protobuf() {
     bounded(async {
         let (server, client) = serve(ClusterStore::new("t")).await;
         let index = get_json(&client, "/openapi/v3", "application/json").await;
@@ -982,9 +982,26 @@ async fn openapi_v3_serves_crd_schemas_and_v2_is_not_served() {
             doc["components"]["schemas"]["io.k8s.api.core.v1.Node"]["properties"]["spec"]
                 .is_object()
         );
-        let request = http::Request::get("/openapi/v2").body(Vec::new()).unwrap();
-        let s = api_status(client.request_text(request).await.unwrap_err());
-        assert_eq!(s.code, 404);
+        // OpenAPI v2 is the gnostic protobuf Document: field 1 (swagger) is "2.0".
+        let response = client
+            .send(
+                http::Request::get("/openapi/v2")
+                    .body(kube::client::Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+        );
+        let body = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        assert_eq!(&body[..5], b"\x0a\x032.0");
+        let text = String::from_utf8_lossy(&body);
+        assert!(text.contains("io.x-k8s.cluster.v1beta2.Machine") && text.contains("dryRun"));
         server.shutdown().await;
     })
     .await;

@@ -3,8 +3,7 @@
 //! client (in the virtualenv `.ci/install-clients` makes). A missing client fails the test
 //! with the command that installs it; nothing here skips.
 //!
-//! kubectl 1.20 reads `/openapi/v2`, which the server does not serve: it runs with
-//! `--validate=false` (and without it, apply fails).
+//! kubectl 1.20 reads `/openapi/v2` (protobuf) for explain, validation and `--dry-run=server`.
 
 use adapters::apiserver::{ApiServer, ServerOptions, SharedCluster};
 use serde_json::{Value, json};
@@ -602,7 +601,7 @@ async fn kubectl_132_renames_bad_names_and_big_bodies_are_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_120_works_with_validate_false() {
+async fn kubectl_120_gets_explains_validates_and_dry_runs_with_openapi_v2() {
     let k = kubectl_120();
     let s = Served::start().await;
     let (ok, out, err) = s.k(&k, &["get", "machines"]).await;
@@ -618,19 +617,33 @@ async fn kubectl_120_works_with_validate_false() {
         "{out}"
     );
 
-    // kubectl 1.20 validates with /openapi/v2, which is not served.
+    // kubectl 1.20 reads /openapi/v2 (protobuf) for explain and client-side validation.
+    let (ok, out, err) = s.k(&k, &["explain", "machine.spec"]).await;
+    assert!(ok, "explain: {err}");
+    assert!(
+        out.contains("infrastructureRef") && out.contains("-required-"),
+        "{out}"
+    );
+    let unknown = s.write("unknown.yaml", &machine_yaml("m-old", "  colour: blue\n"));
+    let (ok, _, err) = s.k(&k, &["apply", "-f", unknown.to_str().unwrap()]).await;
+    assert!(!ok);
+    assert!(
+        err.contains("unknown field \"colour\" in io.x-k8s.cluster.v1beta2.Machine.spec"),
+        "{err}"
+    );
     let new = s.write("m-old.yaml", &machine_yaml("m-old", ""));
-    let (ok, _, _) = s.k(&k, &["apply", "-f", new.to_str().unwrap()]).await;
-    assert!(!ok, "validation needs /openapi/v2");
-    assert!(s.machine("m-old").is_none());
-    let (ok, out, err) = s
-        .k(
-            &k,
-            &["apply", "--validate=false", "-f", new.to_str().unwrap()],
-        )
-        .await;
+    let (ok, out, err) = s.k(&k, &["apply", "-f", new.to_str().unwrap()]).await;
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "machine.cluster.x-k8s.io/m-old created");
+    // Built-in kinds are described in part: fields the subset does not name pass.
+    let pod = s.write(
+        "pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p2, namespace: app}\nspec:\n  restartPolicy: Always\n  containers: [{name: c, image: i}]\n",
+    );
+    let (ok, out, err) = s.k(&k, &["apply", "-f", pod.to_str().unwrap()]).await;
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "pod/p2 created");
+    // What the v2 schema leaves out (minimum, …) the server still refuses.
     let invalid = s.write(
         "invalid.yaml",
         &machine_yaml("m-old", "  deletion: {nodeDrainTimeoutSeconds: -5}\n"),
@@ -646,7 +659,7 @@ async fn kubectl_120_works_with_validate_false() {
         "the server still validates: {err}"
     );
 
-    // --dry-run=server too: kubectl 1.20 asks /openapi/v2 whether the server supports it.
+    // --dry-run=server: kubectl 1.20 finds the dryRun parameter in /openapi/v2 first.
     let rv = s.resource_version();
     let (ok, _, err) = s
         .k(
@@ -654,8 +667,24 @@ async fn kubectl_120_works_with_validate_false() {
             &["label", "--dry-run=server", "machine", "m1", "tier=gold"],
         )
         .await;
-    assert!(!ok && err.contains("failed to download openapi"), "{err}");
-    assert_eq!(s.resource_version(), rv);
+    assert!(ok, "{err}");
+    let fresh = s.write("m-dry.yaml", &machine_yaml("m-dry", ""));
+    let (ok, out, err) = s
+        .k(
+            &k,
+            &["create", "--dry-run=server", "-f", fresh.to_str().unwrap()],
+        )
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.trim(),
+        "machine.cluster.x-k8s.io/m-dry created (server dry run)"
+    );
+    let (ok, _, err) = s.k(&k, &["delete", "--dry-run=server", "node", "n1"]).await;
+    assert!(ok, "{err}");
+    assert_eq!(s.resource_version(), rv, "no write happened");
+    assert!(s.machine("m-dry").is_none());
+
     let (ok, out, err) = s
         .k(&k, &["scale", "machinepool", "mp", "--replicas=3"])
         .await;

@@ -1,7 +1,9 @@
 //! OpenAPI v3 schemas for the built-in kinds the server serves: a **hand-kept minimal subset**
 //! of the Kubernetes API (not generated from upstream). Each kind has `apiVersion`, `kind`,
 //! `metadata` and the fields the controllers and their users touch; the rest of a `spec` or
-//! `status` is an open object (`x-kubernetes-preserve-unknown-fields`). Enough for
+//! `status` is an open object, and every object keeps fields it does not name
+//! (`x-kubernetes-preserve-unknown-fields`, so kubectl 1.20's client-side validation does not
+//! refuse real manifests). Enough for
 //! `kubectl explain` and for kubectl's server-side field validation check; the server does not
 //! validate built-in kinds against these (it stores them as written).
 
@@ -55,7 +57,9 @@ fn object(description: &str, fields: &[(&str, Value)]) -> Value {
         .iter()
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect();
-    json!({"type": "object", "description": description, "properties": properties})
+    // The subset names only some fields of each object: the others are allowed all the same.
+    json!({"type": "object", "description": description, "properties": properties,
+           "x-kubernetes-preserve-unknown-fields": true})
 }
 
 fn condition() -> Value {

@@ -1,10 +1,9 @@
 //! A fake Kubernetes API server over real HTTP (plain HTTP/1.1 on 127.0.0.1), serving one
 //! simulator [`sim::api::ClusterStore`], faithful enough for unmodified kube-rs clients
-//! (`Api`, `kube::runtime::watcher`), kubectl (1.32, and 1.20 with `--validate=false`) and the
-//! Python client.
+//! (`Api`, `kube::runtime::watcher`), kubectl (1.32 and 1.20) and the Python client.
 //!
 //! What it serves (KUBE-NOTES §2): discovery (`/api`, `/apis`, resource lists), OpenAPI v3
-//! ([`openapi`]), LIST with resourceVersion, `limit`/`continue` and selectors, WATCH as
+//! ([`openapi`]) and v2 (protobuf, for kubectl before 1.27), LIST with resourceVersion, `limit`/`continue` and selectors, WATCH as
 //! newline-delimited events with bookmarks and the in-stream 410, GET (also as a Table,
 //! [`table`]), POST, PUT, PATCH (merge, JSON patch, strategic merge for built-in kinds;
 //! server-side apply is 415), DELETE with finalizers and graceful pod deletion, `dryRun=All`,
@@ -16,7 +15,7 @@
 //! (in-flight requests, request timeout, idle connections) are in `limits`.
 //!
 //! Not served (see the README for the whole list): authentication, server-side apply,
-//! protobuf, OpenAPI v2, version conversion, `deletecollection`, field managers.
+//! protobuf request bodies, version conversion, `deletecollection`, field managers.
 
 mod builtin_schemas;
 pub mod crds;
@@ -27,6 +26,7 @@ mod list;
 mod names;
 mod objects;
 pub mod openapi;
+mod openapi_v2;
 pub mod patch;
 pub mod resources;
 mod router;

@@ -5,8 +5,8 @@
 //! Schemas: the CAPI kinds from their vendored CRDs' `openAPIV3Schema` (named like
 //! `io.x-k8s.cluster.v1beta2.Machine`), built-in kinds from the hand-kept subset of
 //! `builtin_schemas`, provider kinds without a CRD as open objects. Every kind schema
-//! carries `x-kubernetes-group-version-kind`. `/openapi/v2` is not served (kubectl 1.20 needs
-//! `--validate=false`).
+//! carries `x-kubernetes-group-version-kind`. `/openapi/v2` (kubectl before 1.27) is written from
+//! the same schemas by `openapi_v2.rs`.
 
 use super::builtin_schemas::{self, OBJECT_META, STATUS};
 use super::crds;

@@ -7,6 +7,7 @@ use super::limits::{self, Activity};
 use super::list::{self, Filter};
 use super::objects::{self, ObjectRef, WriteOptions};
 use super::openapi;
+use super::openapi_v2;
 use super::resources::{self, ResourceType};
 use super::scale;
 use super::status::Failure;
@@ -206,11 +207,15 @@ fn route(ctx: &Ctx, path: &str, req: &Req) -> Response<Body> {
                 "goVersion": "go1.23.0", "compiler": "gc", "platform": "linux/amd64",
             }),
         ),
-        (&Method::GET, ["openapi", "v2"]) => failure(Failure::new(
-            404,
-            "NotFound",
-            "OpenAPI v2 is not served by this server (it serves /openapi/v3): kubectl older than 1.27 needs --validate=false",
-        )),
+        (&Method::GET, ["openapi", "v2"]) => Response::builder()
+            .status(200)
+            .header("content-type", openapi_v2::MEDIA_TYPE)
+            .body(
+                Full::new(bytes::Bytes::from(openapi_v2::document(&types)))
+                    .map_err(|e| match e {})
+                    .boxed(),
+            )
+            .expect("static headers are valid"),
         (&Method::GET, ["openapi", "v3"]) => json_response(200, &openapi::index(&types)),
         (&Method::GET, ["openapi", "v3", rest @ ..]) => {
             discovery(openapi::document(&types, &rest.join("/")))
