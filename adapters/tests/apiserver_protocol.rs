@@ -58,6 +58,13 @@ fn machines(client: &Client) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), "default", &ApiResource::from_gvk(&gvk))
 }
 
+/// A v1beta2 Machine spec the CRD schema accepts.
+fn valid_machine_spec() -> Value {
+    json!({"clusterName": "c1", "bootstrap": {"dataSecretName": "boot"},
+           "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                 "kind": "DockerMachine", "name": "d1"}})
+}
+
 fn api_status(err: kube::Error) -> kube::core::Status {
     match err {
         kube::Error::Api(s) => *s,
@@ -281,7 +288,7 @@ async fn merge_patch_and_status_subresource_are_separate() {
             .create(
                 json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
                            "metadata": {"name": "m1", "namespace": "default"},
-                           "spec": {"clusterName": "c1"}, "status": {"phase": "Running"}}),
+                           "spec": valid_machine_spec(), "status": {"phase": "Running"}}),
                 now(),
             )
             .unwrap();
@@ -584,7 +591,7 @@ async fn dry_run_answers_what_would_be_stored_and_stores_nothing() {
         let new: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
             "metadata": {"name": "m-dry", "namespace": "default"},
-            "spec": {"clusterName": "c1"}}))
+            "spec": valid_machine_spec()}))
         .unwrap();
         let created = api.create(&dry_post, &new).await.unwrap();
         assert_eq!(created.metadata.name.as_deref(), Some("m-dry"));
@@ -701,6 +708,546 @@ async fn invalid_names_are_422_with_a_metadata_name_cause() {
             let causes = s.details.unwrap().causes;
             assert_eq!(causes[0].field, "metadata.name");
         }
+        server.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn schema_violations_are_422_with_causes_and_strict_refuses_unknown_fields() {
+    bounded(async {
+        let mut store = ClusterStore::new("t");
+        // Stored below validation (as a scenario would): no bootstrap, no infrastructureRef.
+        store
+            .create(
+                json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                       "metadata": {"name": "old", "namespace": "default"},
+                       "spec": {"clusterName": "c1"}}),
+                now(),
+            )
+            .unwrap();
+        let (server, client) = serve(store).await;
+        let api = machines(&client);
+        let bad: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "bad", "namespace": "default"},
+            "spec": {"clusterName": "", "deletion": {"nodeDrainTimeoutSeconds": "soon"}}}))
+        .unwrap();
+        for params in [
+            PostParams::default(),
+            PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+        ] {
+            let s = api_status(api.create(&params, &bad).await.unwrap_err());
+            assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
+            assert!(
+                s.message
+                    .starts_with("Machine.cluster.x-k8s.io \"bad\" is invalid: ["),
+                "{}",
+                s.message
+            );
+            let details = s.details.unwrap();
+            assert_eq!(details.kind, "Machine");
+            let fields: Vec<&str> = details.causes.iter().map(|c| c.field.as_str()).collect();
+            assert_eq!(
+                fields,
+                [
+                    "spec.clusterName",
+                    "spec.deletion.nodeDrainTimeoutSeconds",
+                    "spec.bootstrap",
+                    "spec.infrastructureRef"
+                ]
+            );
+        }
+        assert_eq!(api_status(api.get("bad").await.unwrap_err()).code, 404);
+
+        // An update is checked where it changes the object; what it left alone is ratcheted.
+        let labelled = api
+            .patch(
+                "old",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(labelled.labels()["a"], "b");
+        let s = api_status(
+            api.patch(
+                "old",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"deletion": {"nodeDrainTimeoutSeconds": -1}}})),
+            )
+            .await
+            .unwrap_err(),
+        );
+        assert_eq!(s.code, 422);
+        let fields: Vec<String> = s
+            .details
+            .unwrap()
+            .causes
+            .into_iter()
+            .map(|c| c.field)
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.deletion.nodeDrainTimeoutSeconds",
+                "spec.bootstrap",
+                "spec.infrastructureRef"
+            ],
+            "a changed spec is judged whole"
+        );
+        assert!(
+            api.get("old").await.unwrap().data["spec"]
+                .get("deletion")
+                .is_none()
+        );
+        // Status writes are checked too: a v1beta2 condition needs its message.
+        let s = api_status(
+            api.patch_status(
+                "old",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"status": {"conditions": [{"type": "Ready", "status": "True",
+                    "reason": "Ok", "lastTransitionTime": "2025-01-01T00:00:00Z"}]}}),
+                ),
+            )
+            .await
+            .unwrap_err(),
+        );
+        assert_eq!(
+            s.details.unwrap().causes[0].field,
+            "status.conditions[0].message"
+        );
+
+        // Unknown fields: Strict refuses (400), the default prunes with a Warning header.
+        let unknown = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "extra", "namespace": "default"},
+            "spec": valid_machine_spec()});
+        let mut with_extra = unknown.clone();
+        with_extra["spec"]["colour"] = json!("blue");
+        let url = "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/machines";
+        let post = |query: &str| {
+            http::Request::post(format!("{url}{query}"))
+                .header("content-type", "application/json")
+                .body(serde_json::to_vec(&with_extra).unwrap())
+                .unwrap()
+        };
+        let s = api_status(
+            client
+                .request::<DynamicObject>(post("?fieldValidation=Strict"))
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(s.code, 400);
+        assert!(
+            s.message
+                .ends_with("strict decoding error: unknown field \"spec.colour\""),
+            "{}",
+            s.message
+        );
+        let response = client
+            .send(post("").map(kube::client::Body::from))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201);
+        let warning = response.headers()["warning"].to_str().unwrap().to_string();
+        assert_eq!(warning, r#"299 - "unknown field \"spec.colour\"""#);
+        let stored = api.get("extra").await.unwrap();
+        assert!(stored.data["spec"].get("colour").is_none(), "pruned");
+        let s = api_status(
+            client
+                .request::<DynamicObject>(post("?fieldValidation=Loose"))
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(s.code, 400);
+        server.shutdown().await;
+    })
+    .await;
+}
+
+/// GET `path` with `accept` and parses the JSON answer.
+async fn get_json(client: &Client, path: &str, accept: &str) -> Value {
+    let request = http::Request::get(path)
+        .header("accept", accept)
+        .body(Vec::new())
+        .unwrap();
+    let text = client.request_text(request).await.unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+
+#[tokio::test]
+async fn tables_carry_printer_columns_and_kubectl_columns() {
+    bounded(async {
+        let mut store = ClusterStore::new("t");
+        store
+            .create(
+                json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                       "metadata": {"name": "m1", "namespace": "default"},
+                       "spec": valid_machine_spec(),
+                       "status": {"phase": "Running", "nodeRef": {"name": "n1"}}}),
+                now(),
+            )
+            .unwrap();
+        let mut n1 = node("n1");
+        n1["spec"]["unschedulable"] = json!(true);
+        n1["metadata"]["labels"] = json!({"node-role.kubernetes.io/control-plane": ""});
+        store.create(n1, now()).unwrap();
+        store
+            .create(pod("p1", "n1", json!({"app": "web"})), now())
+            .unwrap();
+        let (server, client) = serve(store).await;
+        let t = get_json(
+            &client,
+            "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/machines",
+            TABLE,
+        )
+        .await;
+        assert_eq!(
+            (t["kind"].as_str(), t["apiVersion"].as_str()),
+            (Some("Table"), Some("meta.k8s.io/v1"))
+        );
+        let names: Vec<&str> = t["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        let at = |n: &str| names.iter().position(|c| *c == n).unwrap();
+        let row = &t["rows"][0];
+        assert_eq!(row["cells"][at("Name")], "m1");
+        assert_eq!(row["cells"][at("Cluster")], "c1");
+        assert_eq!(row["cells"][at("Node Name")], "n1");
+        assert_eq!(row["cells"][at("Phase")], "Running");
+        assert!(row["cells"][at("Age")].as_str().unwrap().ends_with('s'));
+        assert_eq!(row["object"]["kind"], "PartialObjectMetadata");
+        assert_eq!(row["object"]["metadata"]["namespace"], "default");
+        assert!(t["metadata"]["resourceVersion"].is_string());
+
+        let t = get_json(&client, "/api/v1/nodes/n1?includeObject=Object", TABLE).await;
+        let cells = &t["rows"][0]["cells"];
+        assert_eq!(cells[1], "Ready,SchedulingDisabled");
+        assert_eq!(cells[2], "control-plane");
+        assert_eq!(t["rows"][0]["object"]["kind"], "Node");
+        let t = get_json(
+            &client,
+            "/api/v1/namespaces/app/pods?includeObject=None",
+            TABLE,
+        )
+        .await;
+        let defs: Vec<&str> = t["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(&defs[..5], ["Name", "Ready", "Status", "Restarts", "Age"]);
+        assert_eq!(t["rows"][0]["cells"][2], "Running");
+        assert!(t["rows"][0].get("object").is_none());
+        // Without the Table media type the answer is the list.
+        let list = get_json(&client, "/api/v1/nodes", "application/json").await;
+        assert_eq!(list["kind"], "NodeList");
+        server.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn openapi_v3_serves_crd_schemas_and_v2_is_protobuf() {
+    bounded(async {
+        let (server, client) = serve(ClusterStore::new("t")).await;
+        let index = get_json(&client, "/openapi/v3", "application/json").await;
+        let url = index["paths"]["apis/cluster.x-k8s.io/v1beta2"]["serverRelativeURL"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let doc = get_json(&client, &url, "application/json").await;
+        let machine = &doc["components"]["schemas"]["io.x-k8s.cluster.v1beta2.Machine"];
+        assert_eq!(
+            machine["x-kubernetes-group-version-kind"],
+            json!([{"group": "cluster.x-k8s.io", "version": "v1beta2", "kind": "Machine"}])
+        );
+        assert!(machine["properties"]["spec"]["required"].is_array());
+        let core = index["paths"]["api/v1"]["serverRelativeURL"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let doc = get_json(&client, &core, "application/json").await;
+        assert!(
+            doc["components"]["schemas"]["io.k8s.api.core.v1.Node"]["properties"]["spec"]
+                .is_object()
+        );
+        // OpenAPI v2 is the gnostic protobuf Document: field 1 (swagger) is "2.0".
+        let response = client
+            .send(
+                http::Request::get("/openapi/v2")
+                    .body(kube::client::Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+        );
+        let body = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        assert_eq!(&body[..5], b"\x0a\x032.0");
+        let text = String::from_utf8_lossy(&body);
+        assert!(text.contains("io.x-k8s.cluster.v1beta2.Machine") && text.contains("dryRun"));
+        server.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn machine_pools_scale_through_the_scale_subresource() {
+    bounded(async {
+        let mut store = ClusterStore::new("t");
+        store
+            .create(
+                json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachinePool",
+                       "metadata": {"name": "mp", "namespace": "default"},
+                       "spec": {"clusterName": "c1", "replicas": 2,
+                                "template": {"spec": valid_machine_spec()}},
+                       "status": {"replicas": 1}}),
+                now(),
+            )
+            .unwrap();
+        let (server, client) = serve(store).await;
+        let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "MachinePool");
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), "default", &ApiResource::from_gvk(&gvk));
+        let scale = api.get_scale("mp").await.unwrap();
+        assert_eq!(scale.spec.unwrap().replicas, Some(2));
+        assert_eq!(scale.status.unwrap().replicas, 1);
+        let scaled = api
+            .patch_scale(
+                "mp",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 4}})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            scaled.spec.unwrap().replicas,
+            Some(4),
+            "the answer is the stored Scale"
+        );
+        let mp = api.get("mp").await.unwrap();
+        assert_eq!(mp.data["spec"]["replicas"], 4);
+        assert_eq!(mp.metadata.generation, Some(2));
+        let s = api_status(
+            api.patch_scale(
+                "mp",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": -1}})),
+            )
+            .await
+            .unwrap_err(),
+        );
+        assert_eq!(
+            (s.code, s.details.unwrap().causes[0].field.as_str()),
+            (422, "spec.replicas")
+        );
+        let discovery = get_json(
+            &client,
+            "/apis/cluster.x-k8s.io/v1beta2",
+            "application/json",
+        )
+        .await;
+        let scale_resource = discovery["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == "machinepools/scale")
+            .cloned()
+            .unwrap();
+        assert_eq!(scale_resource["kind"], "Scale");
+        assert!(
+            !discovery["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["name"] == "machines/scale"),
+            "Machines have no scale subresource"
+        );
+        server.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn events_k8s_io_v1_is_a_view_of_the_core_events() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use k8s_openapi::api::events::v1::Event;
+    bounded(async {
+        let mut store = ClusterStore::new("t");
+        store
+            .create(
+                json!({"apiVersion": "v1", "kind": "Event",
+                       "metadata": {"name": "e1", "namespace": "default"},
+                       "involvedObject": {"kind": "Machine", "name": "m1", "namespace": "default"},
+                       "reason": "Drained", "message": "drained n1", "type": "Normal", "count": 3}),
+                now(),
+            )
+            .unwrap();
+        let (server, client) = serve(store).await;
+        let events: Api<Event> = Api::namespaced(client.clone(), "default");
+        let core: Api<CoreEvent> = Api::namespaced(client.clone(), "default");
+        let listed = events.list(&ListParams::default()).await.unwrap();
+        let e1 = &listed.items[0];
+        assert_eq!(e1.note.as_deref(), Some("drained n1"));
+        assert_eq!(e1.regarding.as_ref().unwrap().name.as_deref(), Some("m1"));
+        assert_eq!(e1.deprecated_count, Some(3));
+
+        let new: Event = serde_json::from_value(json!({
+            "metadata": {"name": "e2", "namespace": "default"},
+            "regarding": {"kind": "Node", "name": "n1"}, "reason": "Cordoned",
+            "note": "cordoned n1", "type": "Normal", "reportingController": "lifecycle",
+            "reportingInstance": "lifecycle-0", "action": "Cordon",
+            "eventTime": "2025-01-01T00:00:00.000000Z"}))
+        .unwrap();
+        let created = events.create(&PostParams::default(), &new).await.unwrap();
+        assert_eq!(created.note.as_deref(), Some("cordoned n1"));
+        let stored = core.get("e2").await.unwrap();
+        assert_eq!(stored.message.as_deref(), Some("cordoned n1"));
+        assert_eq!(stored.involved_object.name.as_deref(), Some("n1"));
+        assert_eq!(stored.reporting_component.as_deref(), Some("lifecycle"));
+
+        let patched = events
+            .patch(
+                "e2",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"note": "again"})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(patched.note.as_deref(), Some("again"));
+        assert_eq!(
+            core.get("e2").await.unwrap().message.as_deref(),
+            Some("again")
+        );
+
+        // A watch of the view sees the core write converted.
+        let rv = events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .metadata
+            .resource_version
+            .unwrap();
+        let mut stream = events
+            .watch(&WatchParams::default(), &rv)
+            .await
+            .unwrap()
+            .boxed();
+        core.patch(
+            "e1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"message": "later"})),
+        )
+        .await
+        .unwrap();
+        match stream.try_next().await.unwrap().unwrap() {
+            WatchEvent::Modified(e) => assert_eq!(e.note.as_deref(), Some("later")),
+            other => panic!("expected MODIFIED, got {other:?}"),
+        }
+        let discovery = get_json(&client, "/apis/events.k8s.io/v1", "application/json").await;
+        assert_eq!(discovery["resources"][0]["name"], "events");
+        server.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overload_is_429_slow_requests_504_and_idle_connections_close() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    bounded(async {
+        let options = ServerOptions {
+            controllers_interval: None,
+            request_timeout: Duration::from_millis(300),
+            max_requests_inflight: 1,
+            idle_timeout: Duration::from_millis(300),
+            header_read_timeout: Duration::from_millis(300),
+            ..Default::default()
+        };
+        let mut store = ClusterStore::new("t");
+        store.create(node("n1"), now()).unwrap();
+        let server = ApiServer::start(
+            SharedCluster::new(store),
+            "127.0.0.1:0".parse().unwrap(),
+            options,
+        )
+        .await
+        .unwrap();
+        let mut config = Config::new(server.url().parse().unwrap());
+        config.default_retry = false;
+        let client = Client::try_from(config).unwrap();
+        let nodes: Api<Node> = Api::all(client.clone());
+
+        // Something holds the store (a live world mid-step): the request in progress times
+        // out; one more beyond the limit is refused at once.
+        let held = server.cluster().clone();
+        let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+        let holder = std::thread::spawn(move || {
+            let _lock = held.lock_store();
+            locked_tx.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(1000));
+        });
+        locked_rx.recv().unwrap();
+        let slow = tokio::spawn({
+            let nodes = nodes.clone();
+            async move { nodes.get("n1").await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let refused = client
+            .send(
+                http::Request::get("/api/v1/nodes/n1")
+                    .body(kube::client::Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 429);
+        assert_eq!(refused.headers()["retry-after"], "1");
+        let s = api_status(slow.await.unwrap().unwrap_err());
+        assert_eq!((s.code, s.reason.as_str()), (504, "Timeout"));
+        holder.join().unwrap();
+        assert_eq!(
+            nodes.get("n1").await.unwrap().metadata.name.as_deref(),
+            Some("n1")
+        );
+
+        // A connection that never sends a whole request, and one left idle after a request,
+        // are closed by the server.
+        let mut silent = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+        silent
+            .write_all(b"GET /version HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        let mut buf = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(3), silent.read_to_end(&mut buf)).await;
+        assert!(closed.is_ok(), "a half-sent request's connection is closed");
+        let mut idle = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+        idle.write_all(b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut first = [0u8; 12];
+        idle.read_exact(&mut first).await.unwrap();
+        assert_eq!(&first, b"HTTP/1.1 200");
+        let mut rest = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(3), idle.read_to_end(&mut rest)).await;
+        assert!(closed.is_ok(), "an idle keep-alive connection is closed");
         server.shutdown().await;
     })
     .await;

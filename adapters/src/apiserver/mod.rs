@@ -1,30 +1,41 @@
 //! A fake Kubernetes API server over real HTTP (plain HTTP/1.1 on 127.0.0.1), serving one
 //! simulator [`sim::api::ClusterStore`], faithful enough for unmodified kube-rs clients
-//! (`Api`, `kube::runtime::watcher`) and `kubectl`.
+//! (`Api`, `kube::runtime::watcher`), kubectl (1.32 and 1.20) and the Python client.
 //!
-//! What it serves (KUBE-NOTES §2): discovery (`/api`, `/apis`, resource lists; `/openapi/*`
-//! is 404), LIST with resourceVersion, `limit`/`continue` and selectors, WATCH as
-//! newline-delimited events with bookmarks and the in-stream 410, GET, POST, PUT, PATCH
-//! (merge, JSON patch, strategic merge for built-in kinds; server-side apply is 415), DELETE
-//! with finalizers and graceful pod deletion, the status subresource and pod eviction with PDBs.
-//! Failures are `metav1.Status` bodies. Writes go through `ClusterStore` methods, so the
-//! semantics are the simulator's. A background task plays kubelet, namespace and disruption
-//! controllers ([`kubelet`]).
+//! What it serves (KUBE-NOTES §2): discovery (`/api`, `/apis`, resource lists), OpenAPI v3
+//! ([`openapi`]) and v2 (protobuf, for kubectl before 1.27), LIST with resourceVersion, `limit`/`continue` and selectors, WATCH as
+//! newline-delimited events with bookmarks and the in-stream 410, GET (also as a Table,
+//! [`table`]), POST, PUT, PATCH (merge, JSON patch, strategic merge for built-in kinds;
+//! server-side apply is 415), DELETE with finalizers and graceful pod deletion, `dryRun=All`,
+//! the status and scale subresources, pod eviction with PDBs and `events.k8s.io/v1` as a view
+//! of the core Events. Custom resources are validated against their vendored CRDs
+//! ([`crds`], [`validate`]). Failures are `metav1.Status` bodies. Writes go through
+//! `ClusterStore` methods, so the semantics are the simulator's. A background task plays
+//! kubelet, namespace and disruption controllers (`kubelet`). The real server's limits
+//! (in-flight requests, request timeout, idle connections) are in `limits`.
 //!
-//! Not served: authentication, server-side apply, version conversion (objects come back in the
-//! apiVersion they were written in), `deletecollection`, Table output (kubectl prints its own
-//! columns), field managers.
+//! Not served (see the README for the whole list): authentication, server-side apply,
+//! protobuf request bodies, version conversion, `deletecollection`, field managers.
 
+mod builtin_schemas;
+pub mod crds;
+mod events;
 mod kubelet;
+mod limits;
 mod list;
 mod names;
 mod objects;
+pub mod openapi;
+mod openapi_v2;
 pub mod patch;
 pub mod resources;
 mod router;
+mod scale;
 pub mod selector;
 mod state;
 pub mod status;
+pub mod table;
+pub mod validate;
 mod watch;
 
 pub use state::{CHANGE_LOG_CAPACITY, ClusterState, SharedCluster, StoreLock};
@@ -55,6 +66,16 @@ pub struct ServerOptions {
     pub controllers_interval: Option<Duration>,
     /// Cap on a pod's grace period before the fake kubelet removes it.
     pub pod_shutdown_max: Duration,
+    /// Longest a non-watch request may take (504 after; the real server's `--request-timeout`).
+    pub request_timeout: Duration,
+    /// Non-mutating requests in progress at once (429 beyond; watches do not count).
+    pub max_requests_inflight: usize,
+    /// Mutating requests in progress at once (429 beyond).
+    pub max_mutating_requests_inflight: usize,
+    /// A connection with no request in progress and no bytes for this long is closed.
+    pub idle_timeout: Duration,
+    /// A request whose headers have not all arrived within this is dropped with its connection.
+    pub header_read_timeout: Duration,
 }
 
 impl Default for ServerOptions {
@@ -63,6 +84,12 @@ impl Default for ServerOptions {
             bookmark_interval: Duration::from_secs(30),
             controllers_interval: Some(Duration::from_millis(200)),
             pod_shutdown_max: Duration::from_secs(2),
+            // The real kube-apiserver's defaults.
+            request_timeout: Duration::from_secs(60),
+            max_requests_inflight: 400,
+            max_mutating_requests_inflight: 200,
+            idle_timeout: Duration::from_secs(90),
+            header_read_timeout: Duration::from_secs(32),
         }
     }
 }
@@ -90,6 +117,7 @@ pub struct Ctx {
     pub cluster: SharedCluster,
     pub options: ServerOptions,
     pub addr: SocketAddr,
+    pub inflight: Arc<limits::Inflight>,
 }
 
 /// A running fake API server. Dropping it does not stop it; call [`ApiServer::shutdown`].
@@ -114,6 +142,7 @@ impl ApiServer {
             cluster: cluster.clone(),
             options: options.clone(),
             addr,
+            inflight: Arc::default(),
         });
         let task = tokio::spawn(async move {
             let mut connections = JoinSet::new();
@@ -136,15 +165,7 @@ impl ApiServer {
                     accepted = listener.accept() => {
                         let Ok((stream, _)) = accepted else { continue };
                         let ctx = ctx.clone();
-                        connections.spawn(async move {
-                            let service = service_fn(move |req| router::handle(ctx.clone(), req));
-                            if let Err(e) = http1::Builder::new()
-                                .serve_connection(TokioIo::new(stream), service)
-                                .await
-                            {
-                                tracing::debug!("connection ended: {e}");
-                            }
-                        });
+                        connections.spawn(serve_connection(ctx, stream));
                     }
                     Some(_) = connections.join_next(), if !connections.is_empty() => {}
                 }
@@ -182,6 +203,46 @@ impl ApiServer {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
+    }
+}
+
+/// Serves one connection until the client closes it or it stays idle for `idle_timeout`.
+async fn serve_connection(ctx: Arc<Ctx>, stream: tokio::net::TcpStream) {
+    let activity = Arc::new(limits::Activity::default());
+    activity.touch();
+    let io = limits::Tracked {
+        inner: stream,
+        activity: activity.clone(),
+    };
+    let idle = ctx.options.idle_timeout;
+    let header_read = ctx.options.header_read_timeout;
+    let service = {
+        let activity = activity.clone();
+        service_fn(move |req| router::handle(ctx.clone(), activity.clone(), req))
+    };
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_read);
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    let check_every = (idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(5));
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            ended = conn.as_mut() => {
+                if let Err(e) = ended {
+                    tracing::debug!("connection ended: {e}");
+                }
+                return;
+            }
+            _ = tokio::time::sleep(check_every), if !closing => {
+                if activity.idle_for(idle) {
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+        }
     }
 }
 

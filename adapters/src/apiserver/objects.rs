@@ -14,6 +14,7 @@ use super::patch::{
 use super::resources::ResourceType;
 use super::state::SharedCluster;
 use super::status::{Failure, success};
+use super::validate::{self, FieldValidation};
 use engine::Timestamp;
 use serde_json::{Value, json};
 use sim::api::{ClusterStore, ObjKey, Part, Written, eviction, json as sjson};
@@ -28,13 +29,77 @@ pub struct ObjectRef<'a> {
 }
 
 impl ObjectRef<'_> {
-    fn key(&self) -> ObjKey {
+    pub(super) fn key(&self) -> ObjKey {
         ObjKey::new(&self.t.group, &self.t.kind, &self.namespace, &self.name)
     }
 }
 
-/// A successful answer: HTTP code and body.
-pub type Answer = Result<(u16, Value), Failure>;
+/// A successful answer: HTTP code, body and `Warning` header texts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reply {
+    pub code: u16,
+    pub body: Value,
+    pub warnings: Vec<String>,
+}
+
+impl From<(u16, Value)> for Reply {
+    fn from((code, body): (u16, Value)) -> Self {
+        Reply {
+            code,
+            body,
+            warnings: Vec::new(),
+        }
+    }
+}
+
+/// The answer of a verb.
+pub type Answer = Result<Reply, Failure>;
+
+/// How a write was asked to run (`?dryRun=All`, `?fieldValidation=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteOptions {
+    pub dry_run: bool,
+    pub field_validation: FieldValidation,
+}
+
+/// Validates and prunes `candidate` (the object as the write would store it) against its CRD
+/// schema, when the server has one; `old` is the stored object an update replaces. Returns
+/// the `Warning` texts (unknown fields, with `fieldValidation=Warn`).
+fn admit(
+    r: &ObjectRef,
+    candidate: &mut Value,
+    old: Option<&Value>,
+    field_validation: FieldValidation,
+) -> Result<Vec<String>, Failure> {
+    if !r.t.custom {
+        return Ok(Vec::new());
+    }
+    let api_version = sjson::api_version(candidate).to_string();
+    let version = api_version.rsplit('/').next().unwrap_or_default();
+    let Some(schema) = validate::schema_for(&r.t.group, &r.t.kind, version) else {
+        return Ok(Vec::new());
+    };
+    let outcome = validate::check(schema, candidate, old);
+    let unknown: Vec<String> = outcome
+        .unknown
+        .iter()
+        .map(|f| format!("unknown field {f:?}"))
+        .collect();
+    if field_validation == FieldValidation::Strict && !unknown.is_empty() {
+        let kind = &r.t.kind;
+        return Err(Failure::bad_request(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
+            unknown.join(", ")
+        )));
+    }
+    if !outcome.causes.is_empty() {
+        return Err(Failure::invalid_fields(r.t, &r.name, &outcome.causes));
+    }
+    Ok(match field_validation {
+        FieldValidation::Warn => unknown,
+        FieldValidation::Ignore | FieldValidation::Strict => Vec::new(),
+    })
+}
 
 fn parse_body(body: &[u8]) -> Result<Value, Failure> {
     serde_json::from_slice(body)
@@ -56,7 +121,7 @@ fn part_for(t: &ResourceType, status: bool) -> Part {
 
 pub fn get(cluster: &SharedCluster, r: &ObjectRef) -> Answer {
     cluster.read(|s| match s.store.get(&r.key()) {
-        Some(o) => Ok((200, o.clone())),
+        Some(o) => Ok((200, o.clone()).into()),
         None => Err(Failure::not_found(r.t, &r.name)),
     })
 }
@@ -74,7 +139,7 @@ pub fn create(
     cluster: &SharedCluster,
     r: &ObjectRef,
     body: &[u8],
-    dry_run: bool,
+    options: WriteOptions,
     now: Timestamp,
 ) -> Answer {
     let mut obj = parse_body(body)?;
@@ -130,7 +195,7 @@ pub fn create(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    cluster.write_or_dry_run(dry_run, |store| {
+    cluster.write_or_dry_run(options.dry_run, |store| {
         let mut obj = obj;
         let name = if name.is_empty() && !generate.is_empty() {
             let generated = format!(
@@ -146,9 +211,20 @@ pub fn create(
         if r.t.namespaced && namespace_terminating(store, &r.namespace) {
             return Err(Failure::namespace_terminating(r.t, &name, &r.namespace));
         }
+        let named = ObjectRef {
+            name: name.clone(),
+            group_version: r.group_version.clone(),
+            namespace: r.namespace.clone(),
+            t: r.t,
+        };
+        let warnings = admit(&named, &mut obj, None, options.field_validation)?;
         store
             .create(obj, now)
-            .map(|w| (201, written_object(w)))
+            .map(|w| Reply {
+                code: 201,
+                body: written_object(w),
+                warnings,
+            })
             .map_err(|e| Failure::from_store(e, r.t, &name))
     })
 }
@@ -213,27 +289,53 @@ fn check_identity(r: &ObjectRef, desired: &mut Value) -> Result<(), Failure> {
 }
 
 /// Hands `desired` (a full object) to the store as the merge patch from `current`.
-fn write_desired(
+pub(super) fn write_desired(
     store: &mut ClusterStore,
     r: &ObjectRef,
     current: &Value,
     mut desired: Value,
     status: bool,
+    field_validation: FieldValidation,
 ) -> Answer {
     check_identity(r, &mut desired)?;
     keep_server_fields(current, &mut desired);
-    let diff = merge_diff(current, &desired);
     let part = part_for(r.t, status);
+    // What would be stored: the main write keeps the stored status, a status write keeps
+    // everything else. That is what is validated (and pruned).
+    let (mut candidate, keep) = match part {
+        Part::Status => (current.clone(), desired.get("status").cloned()),
+        Part::Main => (desired, current.get("status").cloned()),
+        Part::Whole => (desired, None),
+    };
+    if part != Part::Whole
+        && let Some(obj) = candidate.as_object_mut()
+    {
+        match keep {
+            Some(status) => obj.insert("status".to_string(), status),
+            None => obj.remove("status"),
+        };
+    }
+    let warnings = admit(r, &mut candidate, Some(current), field_validation)?;
+    let desired = candidate;
+    let diff = merge_diff(current, &desired);
     let patch = match part {
         Part::Status => json!({"status": diff.get("status").cloned().unwrap_or(json!({}))}),
         Part::Main | Part::Whole => diff,
     };
     if part == Part::Status && patch["status"] == json!({}) {
-        return Ok((200, current.clone()));
+        return Ok(Reply {
+            code: 200,
+            body: current.clone(),
+            warnings,
+        });
     }
     store
         .patch(&r.key(), &patch, part)
-        .map(|w| (200, written_object(w)))
+        .map(|w| Reply {
+            code: 200,
+            body: written_object(w),
+            warnings,
+        })
         .map_err(|e| Failure::from_store(e, r.t, &r.name))
 }
 
@@ -243,11 +345,11 @@ pub fn replace(
     r: &ObjectRef,
     body: &[u8],
     status: bool,
-    dry_run: bool,
+    options: WriteOptions,
 ) -> Answer {
     let mut desired = parse_body(body)?;
     check_identity(r, &mut desired)?;
-    cluster.write_or_dry_run(dry_run, |store| {
+    cluster.write_or_dry_run(options.dry_run, |store| {
         let current = store
             .get(&r.key())
             .cloned()
@@ -258,7 +360,14 @@ pub fn replace(
             &current,
             sjson::str_at(&desired, "metadata.resourceVersion"),
         )?;
-        write_desired(store, r, &current, desired, status)
+        write_desired(
+            store,
+            r,
+            &current,
+            desired,
+            status,
+            options.field_validation,
+        )
     })
 }
 
@@ -270,7 +379,7 @@ pub fn patch(
     content_type: &str,
     body: &[u8],
     status: bool,
-    dry_run: bool,
+    options: WriteOptions,
 ) -> Answer {
     let media = content_type.split(';').next().unwrap_or_default().trim();
     let patch = parse_body(body)?;
@@ -280,7 +389,7 @@ pub fn patch(
         "application/json-patch+json" => false,
         other => return Err(Failure::unsupported_media_type(other)),
     };
-    cluster.write_or_dry_run(dry_run, |store| {
+    cluster.write_or_dry_run(options.dry_run, |store| {
         let current = store
             .get(&r.key())
             .cloned()
@@ -304,12 +413,26 @@ pub fn patch(
             }
             let mut desired = current.clone();
             sjson::merge_patch(&mut desired, &patch);
-            write_desired(store, r, &current, desired, status)
+            write_desired(
+                store,
+                r,
+                &current,
+                desired,
+                status,
+                options.field_validation,
+            )
         } else {
             let mut desired = current.clone();
             apply_json_patch(&mut desired, &patch)
                 .map_err(|m| Failure::invalid(r.t, &r.name, m))?;
-            write_desired(store, r, &current, desired, status)
+            write_desired(
+                store,
+                r,
+                &current,
+                desired,
+                status,
+                options.field_validation,
+            )
         }
     })
 }
@@ -401,7 +524,7 @@ pub fn delete(
             _ => store.delete(&key, now),
         };
         result
-            .map(|w| (200, written_object(w)))
+            .map(|w| (200, written_object(w)).into())
             .map_err(|e| Failure::from_store(e, r.t, &r.name))
     })
 }
@@ -442,7 +565,7 @@ pub fn evict(
             .is_some_and(|a| !a.is_empty());
     cluster.write_or_dry_run(dry_run, |store| {
         eviction::evict(store, &r.key(), grace, now)
-            .map(|_| (201, success(201)))
+            .map(|_| (201, success(201)).into())
             .map_err(|e| Failure::from_store(e, r.t, &r.name))
     })
 }

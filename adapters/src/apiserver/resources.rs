@@ -86,6 +86,8 @@ const BUILT_IN: &[Row] = &[
         &[],
     ),
     ("coordination.k8s.io", &["v1"], "Lease", true, false, &[]),
+    // A view of the core Events (see `events.rs`), served from the same store.
+    ("events.k8s.io", &["v1"], "Event", true, false, &[]),
     (
         CAPI,
         &["v1beta2", "v1beta1"],
@@ -225,15 +227,28 @@ pub fn resource_list(types: &[ResourceType], group: &str, version: &str) -> Opti
         .iter()
         .filter(|t| t.group == group && t.versions.iter().any(|v| v == version))
     {
-        resources.push(json!({
+        let mut entry = json!({
             "name": t.plural, "singularName": t.kind.to_lowercase(), "namespaced": t.namespaced,
             "kind": t.kind, "verbs": verbs(t), "shortNames": t.short_names,
             "storageVersionHash": "",
-        }));
+        });
+        if let Some(crd) = super::crds::find(&t.group, &t.kind) {
+            // `kubectl get cluster-api` lists every kind of the category.
+            entry["categories"] = json!(crd.categories);
+            entry["shortNames"] = json!(crd.short_names);
+        }
+        resources.push(entry);
         if t.status {
             resources.push(json!({
                 "name": format!("{}/status", t.plural), "singularName": "", "namespaced": t.namespaced,
                 "kind": t.kind, "verbs": ["get", "patch", "update"],
+            }));
+        }
+        if super::crds::version(&t.group, &t.kind, version).is_some_and(|v| v.scale.is_some()) {
+            resources.push(json!({
+                "name": format!("{}/scale", t.plural), "singularName": "", "namespaced": t.namespaced,
+                "group": "autoscaling", "version": "v1", "kind": "Scale",
+                "verbs": ["get", "patch", "update"],
             }));
         }
         if t.kind == "Pod" {

@@ -1,10 +1,18 @@
 //! Request routing: discovery paths, then `/api/v1/...` and `/apis/{group}/{version}/...`
 //! resource paths, dispatched by HTTP method to the list, watch and object handlers.
 
+use super::crds;
+use super::events;
+use super::limits::{self, Activity};
 use super::list::{self, Filter};
-use super::objects::{self, ObjectRef};
+use super::objects::{self, ObjectRef, WriteOptions};
+use super::openapi;
+use super::openapi_v2;
 use super::resources::{self, ResourceType};
+use super::scale;
 use super::status::Failure;
+use super::table;
+use super::validate::FieldValidation;
 use super::watch::{self, Start, WatchSpec};
 use super::{Body, Ctx, Query};
 use crate::clock::wall_now;
@@ -35,48 +43,141 @@ fn failure(f: Failure) -> Response<Body> {
     json_response(f.code, &f.to_json())
 }
 
-/// The entry point of every HTTP request.
-pub async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+/// The entry point of every HTTP request on a connection whose activity is `activity`: the
+/// request counts as in progress (the connection is not idle) until its response body ends.
+pub async fn handle(
+    ctx: Arc<Ctx>,
+    activity: Arc<Activity>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let busy = activity.begin();
+    let response = limited(ctx, req).await;
+    Ok(response.map(move |b| {
+        b.map_frame(move |f| {
+            let _held = &busy;
+            f
+        })
+        .boxed()
+    }))
+}
+
+/// The request under the server's limits: max-requests-inflight (429), the request timeout
+/// (504; watches are long-running and exempt from both).
+async fn limited(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
+    let query = Query::parse(req.uri().query());
+    let watch = matches!(query.get("watch"), Some("true" | "1"));
+    let mutating = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    let limit = if mutating {
+        ctx.options.max_mutating_requests_inflight
+    } else {
+        ctx.options.max_requests_inflight
+    };
+    let slot = if watch {
+        None
+    } else {
+        match ctx.inflight.try_take(mutating, limit) {
+            Some(slot) => Some(slot),
+            None => {
+                let mut response = failure(limits::too_many_requests());
+                response
+                    .headers_mut()
+                    .insert("retry-after", hyper::header::HeaderValue::from_static("1"));
+                return response;
+            }
+        }
+    };
+    // `?timeout=` may shorten the server's request timeout, never lengthen it.
+    let timeout = query
+        .get("timeout")
+        .and_then(|t| engine::time::parse_go_duration(t).ok())
+        .and_then(|d| u64::try_from(d.as_millis()).ok())
+        .map(Duration::from_millis)
+        .map_or(ctx.options.request_timeout, |d| {
+            d.min(ctx.options.request_timeout)
+        });
+    let work = serve(ctx, query, req);
+    if watch {
+        return work.await;
+    }
+    let response = match tokio::time::timeout(timeout, work).await {
+        Ok(response) => response,
+        Err(_) => failure(limits::timed_out()),
+    };
+    drop(slot);
+    response
+}
+
+async fn serve(ctx: Arc<Ctx>, query: Query, req: Request<Incoming>) -> Response<Body> {
     let method = req.method().clone();
     let path = req.uri().path().trim_end_matches('/').to_string();
-    let query = Query::parse(req.uri().query());
-    let content_type = req
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let content_type = header("content-type");
+    let accept = header("accept");
     let body = match Limited::new(req.into_body(), BODY_BYTES_MAX)
         .collect()
         .await
     {
         Ok(b) => b.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            return Ok(failure(Failure::new(
+            return failure(Failure::new(
                 413,
                 "RequestEntityTooLarge",
                 format!("the request body is larger than {BODY_BYTES_MAX} bytes"),
-            )));
+            ));
         }
         Err(e) => {
-            return Ok(failure(Failure::bad_request(format!(
-                "reading the body: {e}"
-            ))));
+            return failure(Failure::bad_request(format!("reading the body: {e}")));
         }
     };
-    let response = route(&ctx, &method, &path, &query, &content_type, &body);
-    tracing::debug!(%method, %path, status = response.status().as_u16(), "request");
-    Ok(response)
+    if content_type.starts_with("application/vnd.kubernetes.protobuf") {
+        return failure(Failure::new(
+            415,
+            "UnsupportedMediaType",
+            "application/vnd.kubernetes.protobuf is not supported by this server: send application/json",
+        ));
+    }
+    // Handlers take the store's lock and never wait otherwise; run them off the async
+    // workers so that a long-held lock shows up as the request timeout, not a stalled server.
+    let handled = tokio::task::spawn_blocking(move || {
+        let request = Req {
+            method: &method,
+            query: &query,
+            content_type: &content_type,
+            accept: &accept,
+            body: &body,
+        };
+        let response = route(&ctx, &path, &request);
+        tracing::debug!(%method, %path, status = response.status().as_u16(), "request");
+        response
+    })
+    .await;
+    handled.unwrap_or_else(|e| {
+        failure(Failure::new(
+            500,
+            "InternalError",
+            format!("the handler failed: {e}"),
+        ))
+    })
 }
 
-fn route(
-    ctx: &Ctx,
-    method: &Method,
-    path: &str,
-    q: &Query,
-    content_type: &str,
-    body: &[u8],
-) -> Response<Body> {
+/// What a handler needs of the request besides its path.
+#[derive(Clone, Copy)]
+struct Req<'a> {
+    method: &'a Method,
+    query: &'a Query,
+    content_type: &'a str,
+    accept: &'a str,
+    body: &'a [u8],
+}
+
+fn route(ctx: &Ctx, path: &str, req: &Req) -> Response<Body> {
+    let method = req.method;
     let decoded: Vec<String> = path
         .split('/')
         .filter(|s| !s.is_empty())
@@ -106,6 +207,19 @@ fn route(
                 "goVersion": "go1.23.0", "compiler": "gc", "platform": "linux/amd64",
             }),
         ),
+        (&Method::GET, ["openapi", "v2"]) => Response::builder()
+            .status(200)
+            .header("content-type", openapi_v2::MEDIA_TYPE)
+            .body(
+                Full::new(bytes::Bytes::from(openapi_v2::document(&types)))
+                    .map_err(|e| match e {})
+                    .boxed(),
+            )
+            .expect("static headers are valid"),
+        (&Method::GET, ["openapi", "v3"]) => json_response(200, &openapi::index(&types)),
+        (&Method::GET, ["openapi", "v3", rest @ ..]) => {
+            discovery(openapi::document(&types, &rest.join("/")))
+        }
         (&Method::GET, ["api"]) => {
             json_response(200, &resources::core_versions(&ctx.addr.to_string()))
         }
@@ -115,20 +229,22 @@ fn route(
         (&Method::GET, ["apis", group, version]) => {
             discovery(resources::resource_list(&types, group, version))
         }
-        (_, ["api", "v1", rest @ ..]) => {
-            resource(ctx, &types, method, "", "v1", rest, q, content_type, body)
+        (_, ["api", "v1", rest @ ..]) => resource(ctx, &types, "", "v1", rest, req, None),
+        (_, ["apis", events::GROUP, "v1", rest @ ..]) => {
+            // One store: events.k8s.io/v1 is a view of the core Events.
+            if !matches!(rest, ["events", ..] | ["namespaces", _, "events", ..]) {
+                return failure(Failure::no_route());
+            }
+            let body = events::request_to_core(req.body, req.content_type);
+            let core = Req {
+                body: &body,
+                ..*req
+            };
+            resource(ctx, &types, "", "v1", rest, &core, Some(events::present))
         }
-        (_, ["apis", group, version, rest @ ..]) => resource(
-            ctx,
-            &types,
-            method,
-            group,
-            version,
-            rest,
-            q,
-            content_type,
-            body,
-        ),
+        (_, ["apis", group, version, rest @ ..]) => {
+            resource(ctx, &types, group, version, rest, req, None)
+        }
         _ => failure(Failure::no_route()),
     }
 }
@@ -195,18 +311,20 @@ fn split_resource_path<'a>(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
+/// How answers are shown: `None` as stored, or converted to another group's view.
+type Present = Option<fn(Value) -> Value>;
+
 fn resource(
     ctx: &Ctx,
     types: &[ResourceType],
-    method: &Method,
     group: &str,
     version: &str,
     rest: &[&str],
-    q: &Query,
-    content_type: &str,
-    body: &[u8],
+    req: &Req,
+    present: Present,
 ) -> Response<Body> {
+    let (method, q, body) = (req.method, req.query, req.body);
+    let answer = |a: objects::Answer| answer(a.map(|r| shown(r, present)));
     let Some(ResourcePath {
         namespace,
         plural,
@@ -232,11 +350,19 @@ fn resource(
             )));
         }
     };
+    let field_validation = match FieldValidation::parse(q.get("fieldValidation")) {
+        Ok(v) => v,
+        Err(m) => return failure(Failure::bad_request(m)),
+    };
+    let write = WriteOptions {
+        dry_run,
+        field_validation,
+    };
     let now = wall_now();
     let cluster = &ctx.cluster;
     let Some(name) = name else {
         return match *method {
-            Method::GET => collection_get(ctx, t, &group_version, namespace, q),
+            Method::GET => collection_get(ctx, t, version, &group_version, namespace, req, present),
             Method::POST if namespace.is_some() || !t.namespaced => {
                 let r = ObjectRef {
                     t,
@@ -244,7 +370,7 @@ fn resource(
                     namespace: namespace.unwrap_or_default().to_string(),
                     name: String::new(),
                 };
-                answer(objects::create(cluster, &r, body, dry_run, now))
+                answer(objects::create(cluster, &r, body, write, now))
             }
             _ => failure(Failure::method_not_allowed(method.as_str())),
         };
@@ -261,21 +387,67 @@ fn resource(
         Some("eviction") if t.kind == "Pod" && *method == Method::POST => {
             return answer(objects::evict(cluster, &r, body, dry_run, now));
         }
+        Some("scale") => {
+            let Some(paths) =
+                crds::version(&t.group, &t.kind, version).and_then(|v| v.scale.as_ref())
+            else {
+                return failure(Failure::no_route());
+            };
+            return answer(match *method {
+                Method::GET => scale::get(cluster, &r, paths),
+                Method::PUT => scale::write(cluster, &r, paths, body, None, write),
+                Method::PATCH => {
+                    scale::write(cluster, &r, paths, body, Some(req.content_type), write)
+                }
+                _ => Err(Failure::method_not_allowed(method.as_str())),
+            });
+        }
         Some(_) => return failure(Failure::no_route()),
     };
+    let table = table::wanted(req.accept);
     let result = match *method {
-        Method::GET => objects::get(cluster, &r),
-        Method::PUT => objects::replace(cluster, &r, body, status, dry_run),
-        Method::PATCH => objects::patch(cluster, &r, content_type, body, status, dry_run),
+        Method::GET => objects::get(cluster, &r).and_then(|reply| match table {
+            None => Ok(reply),
+            Some(table_version) => {
+                let include =
+                    table::Include::parse(q.get("includeObject")).map_err(Failure::bad_request)?;
+                let meta =
+                    json!({"resourceVersion": reply.body.pointer("/metadata/resourceVersion")});
+                let body =
+                    table::table(t, version, &[reply.body], meta, include, table_version, now);
+                Ok((200, body).into())
+            }
+        }),
+        Method::PUT => objects::replace(cluster, &r, body, status, write),
+        Method::PATCH => objects::patch(cluster, &r, req.content_type, body, status, write),
         Method::DELETE if !status => objects::delete(cluster, &r, body, q, now),
         _ => Err(Failure::method_not_allowed(method.as_str())),
     };
     answer(result)
 }
 
+fn shown(reply: objects::Reply, present: Present) -> objects::Reply {
+    match present {
+        Some(p) => objects::Reply {
+            body: p(reply.body),
+            ..reply
+        },
+        None => reply,
+    }
+}
+
 fn answer(result: objects::Answer) -> Response<Body> {
     match result {
-        Ok((code, body)) => json_response(code, &body),
+        Ok(reply) => {
+            let mut response = json_response(reply.code, &reply.body);
+            for w in &reply.warnings {
+                let text = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
+                if let Ok(v) = hyper::header::HeaderValue::from_str(&text) {
+                    response.headers_mut().append("warning", v);
+                }
+            }
+            response
+        }
         Err(f) => failure(f),
     }
 }
@@ -283,20 +455,42 @@ fn answer(result: objects::Answer) -> Response<Body> {
 fn collection_get(
     ctx: &Ctx,
     t: &ResourceType,
+    version: &str,
     group_version: &str,
     namespace: Option<&str>,
-    q: &Query,
+    req: &Req,
+    present: Present,
 ) -> Response<Body> {
+    let q = req.query;
+    let table = match table::wanted(req.accept) {
+        None => None,
+        Some(v) => match table::Include::parse(q.get("includeObject")) {
+            Ok(include) => Some((v, include)),
+            Err(m) => return failure(Failure::bad_request(m)),
+        },
+    };
     let filter = match Filter::from_query(t, namespace.map(str::to_string), q) {
         Ok(f) => f,
         Err(f) => return failure(f),
     };
     if !matches!(q.get("watch"), Some("true" | "1")) {
-        return answer(
-            ctx.cluster
-                .read(|s| list::list(s, t, group_version, &filter, q))
-                .map(|v| (200, v)),
-        );
+        let listed = ctx
+            .cluster
+            .read(|s| list::list(s, t, group_version, &filter, q));
+        let answer = |a: objects::Answer| answer(a.map(|r| shown(r, present)));
+        return answer(listed.map(|mut v| match table {
+            None => (200, v).into(),
+            Some((table_version, include)) => {
+                let items = match v.get_mut("items").map(Value::take) {
+                    Some(Value::Array(items)) => items,
+                    _ => Vec::new(),
+                };
+                let meta = v.get("metadata").cloned().unwrap_or(json!({}));
+                let body =
+                    table::table(t, version, &items, meta, include, table_version, wall_now());
+                (200, body).into()
+            }
+        }));
     }
     let start = match q
         .get("resourceVersion")
@@ -313,9 +507,34 @@ fn collection_get(
     let timeout = q
         .get("timeoutSeconds")
         .and_then(|s| s.parse::<u64>().ok())
-        .map_or(watch::WATCH_TIMEOUT_DEFAULT, Duration::from_secs);
+        .map_or_else(limits::watch_length_default, Duration::from_secs);
+    let table_view = table.map(|(table_version, include)| {
+        let (t, version) = (t.clone(), version.to_string());
+        let view: watch::View = Arc::new(move |o: &Value| {
+            table::table(
+                &t,
+                &version,
+                std::slice::from_ref(o),
+                json!({}),
+                include,
+                table_version,
+                wall_now(),
+            )
+        });
+        view
+    });
+    let view = match (table_view, present) {
+        (Some(v), Some(p)) => Some(Arc::new(move |o: &Value| p(v(o))) as watch::View),
+        (Some(v), None) => Some(v),
+        (None, Some(p)) => Some(Arc::new(move |o: &Value| p(o.clone())) as watch::View),
+        (None, None) => None,
+    };
+    let shown_group_version = match present {
+        Some(_) => events::GROUP_VERSION,
+        None => group_version,
+    };
     let spec = WatchSpec {
-        group_version: group_version.to_string(),
+        group_version: shown_group_version.to_string(),
         kind: t.kind.clone(),
         group: t.group.clone(),
         filter,
@@ -323,6 +542,7 @@ fn collection_get(
         timeout,
         bookmarks: q.get("allowWatchBookmarks") == Some("true"),
         initial_events_end: send_initial,
+        view,
     };
     watch::respond(ctx.cluster.clone(), spec, &ctx.options)
 }

@@ -2,6 +2,7 @@
 //! `message` and `details` as a real API server words them.
 
 use super::resources::ResourceType;
+use super::validate::Cause;
 use serde_json::{Value, json};
 use sim::api::ApiError;
 
@@ -83,6 +84,38 @@ impl Failure {
         }
     }
 
+    /// 422 for a custom resource its schema refuses: the real server's message
+    /// (`Machine.cluster.x-k8s.io "m1" is invalid: [spec.x: …, …]`) and one cause per problem.
+    pub fn invalid_fields(t: &ResourceType, name: &str, causes: &[Cause]) -> Self {
+        let qualified = if t.group.is_empty() {
+            t.kind.clone()
+        } else {
+            format!("{}.{}", t.kind, t.group)
+        };
+        let each: Vec<String> = causes
+            .iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect();
+        let list = match each.as_slice() {
+            [one] => one.clone(),
+            _ => format!("[{}]", each.join(", ")),
+        };
+        let causes: Vec<Value> = causes
+            .iter()
+            .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+            .collect();
+        Failure {
+            details: Some(
+                json!({"name": name, "group": t.group, "kind": t.kind, "causes": causes}),
+            ),
+            ..Failure::new(
+                422,
+                "Invalid",
+                format!("{qualified} {name:?} is invalid: {list}"),
+            )
+        }
+    }
+
     pub fn method_not_allowed(method: &str) -> Self {
         Failure::new(
             405,
@@ -92,6 +125,13 @@ impl Failure {
     }
 
     pub fn unsupported_media_type(content_type: &str) -> Self {
+        if content_type == "application/apply-patch+yaml" {
+            return Failure::new(
+                415,
+                "UnsupportedMediaType",
+                "server-side apply (application/apply-patch+yaml) is not supported by this server: use client-side apply (kubectl apply without --server-side)",
+            );
+        }
         Failure::new(
             415,
             "UnsupportedMediaType",

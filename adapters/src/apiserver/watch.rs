@@ -43,10 +43,19 @@ pub struct WatchSpec {
     pub bookmarks: bool,
     /// `sendInitialEvents=true`: end the initial ADDED events with a marked bookmark.
     pub initial_events_end: bool,
+    /// How each event's object is shown (a Table row, another API group's view); `None` as stored.
+    pub view: Option<View>,
 }
 
-/// Longest watch the server keeps open when the client names no timeout.
-pub const WATCH_TIMEOUT_DEFAULT: Duration = Duration::from_secs(1800);
+/// A way to show stored objects (see [`WatchSpec::view`]).
+pub type View = std::sync::Arc<dyn Fn(&Value) -> Value + Send + Sync>;
+
+fn shown(spec: &WatchSpec, type_: &str, object: &Value) -> Bytes {
+    match &spec.view {
+        Some(view) => line(type_, &view(object)),
+        None => line(type_, object),
+    }
+}
 
 fn line(type_: &str, object: &Value) -> Bytes {
     let mut text = json!({"type": type_, "object": object}).to_string();
@@ -107,7 +116,7 @@ async fn run(
                     .store
                     .list(&spec.group, &spec.kind)
                     .filter(|(k, o)| spec.filter.matches(k, o))
-                    .map(|(_, o)| line("ADDED", o))
+                    .map(|(_, o)| shown(&spec, "ADDED", o))
                     .collect();
                 (s.store.resource_version(), items)
             });
@@ -130,7 +139,7 @@ async fn run(
                 let lines: Vec<Bytes> = changes
                     .filter(|c| c.key.group == spec.group && c.key.kind == spec.kind)
                     .filter(|c| spec.filter.matches(&c.key, &c.object))
-                    .map(|c| line(c.type_.as_str(), &c.object))
+                    .map(|c| shown(&spec, c.type_.as_str(), &c.object))
                     .collect();
                 (lines, s.store.resource_version())
             })

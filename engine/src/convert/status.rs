@@ -12,9 +12,11 @@ pub fn capi_version_of(api_version: &str) -> ApiVersion {
     }
 }
 
-/// One condition as the API prints it: `type`, `status`, `reason` and `message` (left out when
-/// empty, as the API omits them), `severity` when `with_severity` and it is set (v1beta1-type
-/// conditions only), `lastTransitionTime` when known.
+/// One condition as the API prints it: `type`, `status`, `reason` (left out when empty),
+/// `message`, `severity` when `with_severity` and it is set (v1beta1-type conditions only),
+/// `lastTransitionTime` when known. `message` is always written for v1beta2-type conditions
+/// (`metav1.Condition`, whose schema requires it, empty or not) and left out when empty for
+/// v1beta1-type ones (whose schema wants at least one character).
 pub fn condition_json(c: &Condition, with_severity: bool) -> Value {
     let mut out = Map::new();
     out.insert("type".to_string(), json!(c.type_));
@@ -28,7 +30,7 @@ pub fn condition_json(c: &Condition, with_severity: bool) -> Value {
     if !c.reason.is_empty() {
         out.insert("reason".to_string(), json!(c.reason));
     }
-    if !c.message.is_empty() {
+    if !with_severity || !c.message.is_empty() {
         out.insert("message".to_string(), json!(c.message));
     }
     Value::Object(out)
