@@ -238,9 +238,9 @@ fn verify(dir: &Path) -> Result<u8, Failure> {
     );
     if let Some(h) = v.full_replay_hash {
         match v.replay_base {
-            Some(base) => println!(
-                "replayed from the oldest kept snapshot (through {base}): state {h:016x}"
-            ),
+            Some(base) => {
+                println!("replayed from the oldest kept snapshot (through {base}): state {h:016x}")
+            }
             None => println!("replayed from record 1: state {h:016x}"),
         }
     }
