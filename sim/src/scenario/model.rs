@@ -178,10 +178,11 @@ pub enum FaultKind {
     RelistDuplicates,
     WriteTimeout,
     BacklogBatches,
+    JournalDamage,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 20] = [
+    pub const ALL: [FaultKind; 21] = [
         FaultKind::ControllerRestart,
         FaultKind::ApiErrors,
         FaultKind::Partition,
@@ -202,6 +203,7 @@ impl FaultKind {
         FaultKind::RelistDuplicates,
         FaultKind::WriteTimeout,
         FaultKind::BacklogBatches,
+        FaultKind::JournalDamage,
     ];
 
     /// The name used in scenario files.
@@ -227,6 +229,7 @@ impl FaultKind {
             FaultKind::RelistDuplicates => "relist-duplicates",
             FaultKind::WriteTimeout => "write-timeout",
             FaultKind::BacklogBatches => "backlog-batches",
+            FaultKind::JournalDamage => "journal-damage",
         }
     }
 

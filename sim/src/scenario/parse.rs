@@ -683,7 +683,8 @@ impl Ctx<'_> {
             | FaultKind::WatchExpired
             | FaultKind::RelistDuplicates
             | FaultKind::WriteTimeout
-            | FaultKind::BacklogBatches => None,
+            | FaultKind::BacklogBatches
+            | FaultKind::JournalDamage => None,
         };
         let mut extra = BTreeMap::new();
         match params {

@@ -355,6 +355,7 @@ fn every_fault_kind_name_round_trips() {
             "relist-duplicates",
             "write-timeout",
             "backlog-batches",
+            "journal-damage",
         ]
     );
     for k in FaultKind::ALL {
