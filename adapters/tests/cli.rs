@@ -325,3 +325,109 @@ fn json_logs_are_one_object_per_line() {
         );
     }
 }
+
+/// A journal of real engine inputs and states that retired records 1..16: 40 Ticks, one per
+/// batch (chunks of 8), snapshots through 20 and 40, the newest 2 kept. With `flip`, record
+/// 30 (kept) is damaged afterwards.
+fn retained_journal(dir: &Path, flip: bool) -> std::path::PathBuf {
+    use engine::journal::{Damage, Durability, Journal, JournalOptions};
+    let path = dir.join("retained");
+    let options = JournalOptions {
+        durability: Durability::Buffered,
+        snapshots_kept: 2,
+        retire_records: true,
+        ..JournalOptions::default()
+    };
+    let (mut journal, _) = Journal::open(&path, options).unwrap();
+    let mut engine = engine::Engine::new();
+    for i in 1..=40i64 {
+        let at = engine::Timestamp(1_704_067_200_000 + i * 1000);
+        let input = engine::Input::Tick;
+        journal
+            .append(at, &engine::recovery::encode_input(&input))
+            .unwrap();
+        engine.handle(at, input);
+        if i % 20 == 0 {
+            journal
+                .write_snapshot(engine.applied_seq(), at, &engine.encode_state())
+                .unwrap();
+        }
+    }
+    assert_eq!(journal.retired_through(), 16);
+    if flip {
+        journal
+            .damage_for_test(Damage::FlipRecord { seq: 30 })
+            .unwrap();
+    } else {
+        journal.flush().unwrap();
+    }
+    path
+}
+
+#[test]
+fn log_commands_say_which_records_were_retired_and_verify_is_ok() {
+    let tmp = tempfile::tempdir().unwrap();
+    let journal = retained_journal(tmp.path(), false);
+    let verify = lifecycle()
+        .args(["log", "verify", "--journal"])
+        .arg(&journal)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&verify.stdout);
+    assert_eq!(verify.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains(": records 1..16 retired (kept from 17)")
+            && text.contains("replayed from the oldest kept snapshot (through 20)")
+            && text.contains("restored from snapshot through 40")
+            && text.ends_with("ok\n"),
+        "{text}"
+    );
+    let stats = lifecycle()
+        .args(["log", "stats", "--journal"])
+        .arg(&journal)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&stats.stdout);
+    assert!(
+        text.contains("history        records 1..16 retired (kept from 17)")
+            && text.contains("seq range      17..40"),
+        "{text}"
+    );
+    let show = lifecycle()
+        .args(["log", "show", "--journal"])
+        .arg(&journal)
+        .output()
+        .unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&show.stdout),
+        String::from_utf8_lossy(&show.stderr),
+    );
+    assert_eq!(show.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("records 1..16 retired (kept from 17)"),
+        "{err}"
+    );
+    assert!(out.trim_start().starts_with("21 "), "{out}");
+}
+
+#[test]
+fn log_verify_still_names_damage_in_a_journal_with_retired_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let journal = retained_journal(tmp.path(), true);
+    let verify = lifecycle()
+        .args(["log", "verify", "--journal"])
+        .arg(&journal)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&verify.stdout),
+        String::from_utf8_lossy(&verify.stderr)
+    );
+    assert_eq!(verify.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("committed records 17..40 are damaged") || text.contains("record 30"),
+        "{text}"
+    );
+    assert!(!text.contains("\nok\n"), "{text}");
+}

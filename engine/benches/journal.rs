@@ -1,8 +1,9 @@
 //! Journal benchmarks with ~350-byte payloads (the size of an encoded engine input).
 //!
 //! `cargo bench -p engine --bench journal` — prints the space ratio once, then measures durable
-//! group-commit appends per batch size, buffered appends, replay (visitor and owned iterator)
-//! and restart (open + latest snapshot + replay of a 10 000-record tail) on a 1 M-record journal.
+//! group-commit appends per batch size, buffered appends, the commit record's own cost per
+//! flush (one 40-byte entry written and fdatasynced), replay (visitor and owned iterator) and
+//! restart (open + latest snapshot + replay of a 10 000-record tail) on a 1 M-record journal.
 //! The 10 M-record restart is `examples/journal_restart.rs`.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
@@ -154,5 +155,30 @@ fn replay_and_restart(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, append, replay_and_restart);
+/// What the commit record adds to every durable flush: one 40-byte entry appended to the
+/// `commits` file and fdatasynced (`commit.rs` does exactly this after sled's flush). Per
+/// record it is this divided by the records per `append_batch`.
+fn commit_record(c: &mut Criterion) {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(tmp.path().join(engine::journal::COMMITS_FILE))
+        .unwrap();
+    let entry = [0x5au8; 40];
+    let mut group = c.benchmark_group("journal_commit_record");
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(4));
+    group.bench_function("entry_write_and_fdatasync", |b| {
+        b.iter(|| {
+            file.write_all(&entry).unwrap();
+            file.sync_data().unwrap();
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, append, commit_record, replay_and_restart);
 criterion_main!(benches);

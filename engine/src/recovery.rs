@@ -7,7 +7,7 @@
 //! replay with an error naming its sequence number — nothing after it is applied.
 
 use crate::codec;
-use crate::journal::{Journal, JournalError, SnapshotProblem};
+use crate::journal::{Journal, JournalError, Snapshot, SnapshotProblem};
 use crate::{Engine, Input};
 use std::fmt;
 use std::ops::ControlFlow;
@@ -43,6 +43,12 @@ pub enum RecoveryError {
         through_seq: u64,
         reason: String,
     },
+    /// Records `1..=retired_through` were retired and no kept snapshot is usable, so the
+    /// engine cannot be rebuilt (replaying from the first kept record would start mid-history).
+    NoSnapshotForRetained {
+        retired_through: u64,
+        reason: String,
+    },
 }
 
 impl fmt::Display for RecoveryError {
@@ -63,6 +69,13 @@ impl fmt::Display for RecoveryError {
             } => write!(
                 f,
                 "snapshot through record {through_seq} is not an engine state: {reason}"
+            ),
+            RecoveryError::NoSnapshotForRetained {
+                retired_through,
+                reason,
+            } => write!(
+                f,
+                "records 1..{retired_through} were retired and no kept snapshot is usable ({reason}): the engine cannot be rebuilt"
             ),
         }
     }
@@ -126,42 +139,66 @@ pub fn replay_into(engine: &mut Engine, journal: &Journal) -> Result<u64, Recove
     }
 }
 
+/// The engine a snapshot holds, checked to be as of its seq.
+fn engine_from(s: &Snapshot) -> Result<Engine, RecoveryError> {
+    let engine = Engine::decode_state(&s.state).map_err(|e| RecoveryError::BadSnapshot {
+        through_seq: s.through_seq,
+        reason: e.to_string(),
+    })?;
+    if engine.applied_seq() != s.through_seq {
+        return Err(RecoveryError::BadSnapshot {
+            through_seq: s.through_seq,
+            reason: format!("it says it applied {} records", engine.applied_seq()),
+        });
+    }
+    Ok(engine)
+}
+
 /// The engine rebuilt from the latest good snapshot (or from scratch) plus the journal's tail.
+///
+/// *Errors:* with records retired, [`RecoveryError::NoSnapshotForRetained`] when no kept
+/// snapshot is usable (never a replay that starts mid-history).
 pub fn restore(journal: &Journal) -> Result<Restored, RecoveryError> {
+    let retired = journal.retired_through();
     let (mut engine, snapshot_seq, skipped_snapshots) = match journal.latest_snapshot() {
-        Ok(Some(s)) => {
-            let engine = match Engine::decode_state(&s.state) {
-                Ok(engine) => engine,
-                // Checksummed, so not damage: a state another build wrote (an upgrade). The
-                // journal's records rebuild it; if they no longer reach back to the first, the
-                // replay says so.
-                Err(e) => {
-                    let mut skipped = s.skipped;
-                    skipped.push(SnapshotProblem {
-                        through_seq: s.through_seq,
-                        reason: format!(
-                            "this build cannot read its state ({e}); replaying every record instead"
-                        ),
-                    });
-                    let mut engine = Engine::new();
-                    let replayed = replay_into(&mut engine, journal)?;
-                    return Ok(Restored {
-                        engine,
-                        snapshot_seq: None,
-                        replayed,
-                        skipped_snapshots: skipped,
-                    });
-                }
-            };
-            if engine.applied_seq() != s.through_seq {
-                return Err(RecoveryError::BadSnapshot {
+        Ok(Some(s)) => match Engine::decode_state(&s.state) {
+            // Checksummed, so not damage: a state another build wrote (an upgrade). With every
+            // record still there, they rebuild it.
+            Err(e) if retired == 0 => {
+                let mut skipped = s.skipped;
+                skipped.push(SnapshotProblem {
                     through_seq: s.through_seq,
-                    reason: format!("it says it applied {} records", engine.applied_seq()),
+                    reason: format!(
+                        "this build cannot read its state ({e}); replaying every record instead"
+                    ),
+                });
+                let mut engine = Engine::new();
+                let replayed = replay_into(&mut engine, journal)?;
+                return Ok(Restored {
+                    engine,
+                    snapshot_seq: None,
+                    replayed,
+                    skipped_snapshots: skipped,
                 });
             }
-            (engine, Some(s.through_seq), s.skipped)
+            _ => (engine_from(&s)?, Some(s.through_seq), s.skipped),
+        },
+        Ok(None) if retired > 0 => {
+            return Err(RecoveryError::NoSnapshotForRetained {
+                retired_through: retired,
+                reason: "there is no snapshot".into(),
+            });
         }
         Ok(None) => (Engine::new(), None, Vec::new()),
+        Err(JournalError::CorruptSnapshot {
+            through_seq,
+            reason,
+        }) if retired > 0 => {
+            return Err(RecoveryError::NoSnapshotForRetained {
+                retired_through: retired,
+                reason: format!("snapshot through {through_seq}: {reason}"),
+            });
+        }
         Err(JournalError::CorruptSnapshot {
             through_seq,
             reason,
@@ -191,8 +228,13 @@ pub struct Verified {
     pub last_seq: Option<u64>,
     /// Checksum and continuity problems found by the journal itself.
     pub problems: Vec<String>,
-    /// State hash replaying every record from the first.
+    /// State hash replaying every kept record: from the first, or (records retired) from the
+    /// oldest usable snapshot, [`Verified::replay_base`].
     pub full_replay_hash: Option<u64>,
+    /// Records `1..=retired_through` were retired by retention (0: none).
+    pub retired_through: u64,
+    /// The snapshot the full replay started from (`None`: from record 1).
+    pub replay_base: Option<u64>,
     /// State hash restoring from the latest snapshot and replaying the tail.
     pub restored_hash: Option<u64>,
     pub snapshot_seq: Option<u64>,
@@ -219,14 +261,21 @@ pub fn verify(journal: &Journal) -> Verified {
                 .map(|p| format!("snapshot through {}: {}", p.through_seq, p.reason)),
         )
         .collect();
-    let mut full = Engine::new();
-    let full_replay_hash = match replay_into(&mut full, journal) {
+    let retired_through = journal.retired_through();
+    let (base, replay_base) = match oldest_base(journal) {
+        Ok(b) => b,
+        Err(e) => {
+            problems.push(format!("full replay: {e}"));
+            (None, None)
+        }
+    };
+    let full_replay_hash = base.and_then(|mut full| match replay_into(&mut full, journal) {
         Ok(_) => Some(full.state_hash()),
         Err(e) => {
             problems.push(format!("full replay: {e}"));
             None
         }
-    };
+    });
     let (restored_hash, snapshot_seq) = match restore(journal) {
         Ok(r) => (Some(r.engine.state_hash()), r.snapshot_seq),
         Err(e) => {
@@ -248,7 +297,40 @@ pub fn verify(journal: &Journal) -> Verified {
         full_replay_hash,
         restored_hash,
         snapshot_seq,
+        retired_through,
+        replay_base,
     }
+}
+
+/// Where the longest replay starts: a new engine when nothing was retired, else the oldest
+/// snapshot that passes its checks (at or after the retention point).
+pub fn oldest_base(journal: &Journal) -> Result<(Option<Engine>, Option<u64>), RecoveryError> {
+    let retired = journal.retired_through();
+    if retired == 0 {
+        return Ok((Some(Engine::new()), None));
+    }
+    let mut reasons = Vec::new();
+    for seq in journal.snapshot_seqs()? {
+        if seq < retired {
+            continue;
+        }
+        match journal
+            .snapshot(seq)
+            .map_err(RecoveryError::from)
+            .and_then(|s| engine_from(&s))
+        {
+            Ok(engine) => return Ok((Some(engine), Some(seq))),
+            Err(e) => reasons.push(e.to_string()),
+        }
+    }
+    Err(RecoveryError::NoSnapshotForRetained {
+        retired_through: retired,
+        reason: if reasons.is_empty() {
+            "there is no snapshot".into()
+        } else {
+            reasons.join("; ")
+        },
+    })
 }
 
 #[cfg(test)]

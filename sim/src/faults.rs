@@ -67,6 +67,16 @@ fn call_roll(seed: u64, kind: FaultKind, now: Timestamp, action: &Action) -> f64
     (hash >> 11) as f64 / (1u64 << 53) as f64
 }
 
+/// Where a `journal-damage` lands, decided by (seed, time) alone.
+fn damage_roll(seed: u64, now: Timestamp) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
+    for b in now.as_millis().to_le_bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
 fn is_patch(action: &Action) -> bool {
     matches!(
         action,
@@ -237,6 +247,7 @@ impl Sim {
         match spec.kind {
             FaultKind::ControllerRestart => self.restart_controller(false),
             FaultKind::TornJournal => self.restart_controller(true),
+            FaultKind::JournalDamage => self.damage_journal_and_restart(spec),
             FaultKind::CacheUnsynced => {
                 let scope = scope.unwrap_or_else(|| self.first_workload());
                 self.faults.unsynced.insert(scope.clone());
@@ -498,6 +509,67 @@ impl Sim {
         }
     }
 
+    /// The `journal-damage` fault: the controller dies, its journal is damaged on disk while it
+    /// is down (`damage:` in the step, else a kind drawn from the seed), and the restart must
+    /// recover every committed record or refuse with an error; the run then goes on from the
+    /// intact journal as after a plain restart (see `journal_damage.rs`).
+    pub(crate) fn damage_journal_and_restart(&mut self, spec: &FaultSpec) {
+        use crate::journal_damage::{DAMAGE_KINDS, RECOVERED, REFUSED};
+        self.faults.fire(FaultKind::JournalDamage);
+        let roll = damage_roll(self.faults.seed, self.now);
+        let kind = match extra_str(spec, "damage") {
+            Some(k) if DAMAGE_KINDS.contains(&k) => k,
+            Some(k) => {
+                self.invariants.violate(format!(
+                    "journal-damage: unknown damage {k:?} (expected one of: {})",
+                    DAMAGE_KINDS.join(", ")
+                ));
+                return;
+            }
+            None => DAMAGE_KINDS[(roll % DAMAGE_KINDS.len() as u64) as usize],
+        };
+        match self.feeder.crash_with_damage(kind, roll >> 3) {
+            Ok(Some(report)) => {
+                self.faults.fire_order(report.applied);
+                self.faults.fire_order(if report.refused.is_some() {
+                    REFUSED
+                } else {
+                    RECOVERED
+                });
+                if let Some(loss) = report.silent_loss {
+                    self.invariants.violate(format!(
+                        "journal damage ({}): the restart lost committed records silently: {loss}",
+                        report.detail
+                    ));
+                }
+                if let Some(error) = &report.refused
+                    && error.contains("is locked")
+                {
+                    self.invariants.violate(format!(
+                        "journal damage ({}): the check could not open the journal: {error}",
+                        report.detail
+                    ));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                self.invariants.violate(format!(
+                    "journal damage: the simulator could not damage the journal: {e}"
+                ));
+                return;
+            }
+        }
+        self.line(
+            "world",
+            "JournalDamage",
+            String::new(),
+            format!(
+                "while the controller was down its journal was damaged on disk ({kind}); the restart checked it, then ran from an intact copy"
+            ),
+        );
+        self.restart_controller_as(FaultKind::JournalDamage);
+    }
+
     /// The controller process dies and restarts: the engine is rebuilt from its journal, told it
     /// restarted, and relists every cluster whose cache is not held back by a fault. With
     /// `torn`, the crash also loses uncommitted records and tears the last batch.
@@ -508,6 +580,12 @@ impl Sim {
             FaultKind::ControllerRestart
         };
         self.faults.fire(kind);
+        self.restart_controller_as(kind);
+    }
+
+    /// The restart itself; `kind` says which fault asked for it (counted by the caller).
+    fn restart_controller_as(&mut self, kind: FaultKind) {
+        let torn = kind == FaultKind::TornJournal;
         if let Some(external) = &mut self.external {
             external.restarts += 1;
             self.line(

@@ -63,6 +63,21 @@ impl Feeder {
         Ok(lost)
     }
 
+    /// The `journal-damage` fault (see `SimJournal::crash_with_damage`); `None` without a
+    /// journal.
+    pub fn crash_with_damage(
+        &mut self,
+        kind: &str,
+        roll: u64,
+    ) -> Result<Option<crate::journal_damage::DamageReport>, String> {
+        let Some(journal) = self.journal.take() else {
+            return Ok(None);
+        };
+        let (journal, report) = journal.crash_with_damage(kind, roll)?;
+        self.journal = Some(journal);
+        Ok(Some(report))
+    }
+
     /// After a crash that lost the journal's tail: forget the inputs the rebuilt engine never
     /// saw, so sequence numbers continue from the journal.
     pub fn truncate_to(&mut self, applied_seq: u64) {

@@ -14,6 +14,15 @@ use std::path::Path;
 /// sled segments for simulation journals: large, so that the many small per-instant batches
 /// stay in sled's log rather than each becoming a file (space is not a concern for them).
 pub const SIM_SEGMENT_BYTES: usize = 8 << 20;
+/// How simulation journals are opened.
+fn sim_options() -> JournalOptions {
+    JournalOptions {
+        durability: Durability::Buffered,
+        segment_bytes: SIM_SEGMENT_BYTES,
+        ..Default::default()
+    }
+}
+
 /// Records buffered before they are written to sled even within one instant.
 pub const COMMIT_RECORDS_MAX: usize = 4096;
 /// A state snapshot is written after this many records.
@@ -146,6 +155,40 @@ impl SimJournal {
             _temp,
         };
         Ok((reopened, report.truncated_tail.map(|t| t.from_seq)))
+    }
+
+    /// The `journal-damage` fault: the controller is down, its journal is damaged on disk and
+    /// judged at the restart, then put back intact (see `journal_damage.rs`). Pending records
+    /// are committed first: everything the engine applied is committed.
+    pub fn crash_with_damage(
+        mut self,
+        kind: &str,
+        roll: u64,
+    ) -> Result<(SimJournal, crate::journal_damage::DamageReport), String> {
+        self.commit();
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        let SimJournal {
+            journal,
+            dir,
+            _temp,
+            last_snapshot,
+            ..
+        } = self;
+        let options = sim_options();
+        let report = crate::journal_damage::damage_and_check(journal, &dir, &options, kind, roll)?;
+        let (journal, _) =
+            Journal::open(&dir, options).map_err(|e| format!("journal {}: {e}", dir.display()))?;
+        let reopened = SimJournal {
+            journal,
+            error: None,
+            dir,
+            pending: Vec::new(),
+            last_snapshot,
+            _temp,
+        };
+        Ok((reopened, report))
     }
 
     /// Commits and flushes; a kept journal is then complete on disk.

@@ -15,6 +15,7 @@ pub mod feed;
 pub mod generate;
 mod intake;
 pub mod invariants;
+pub mod journal_damage;
 pub mod journaling;
 pub mod live;
 mod network;

@@ -86,6 +86,7 @@ pub fn swarm_faults(scenario: &Scenario, seed: u64, choice: &FaultChoice) -> Vec
         let cluster = match kind {
             FaultKind::ControllerRestart
             | FaultKind::TornJournal
+            | FaultKind::JournalDamage
             | FaultKind::StuckHook
             | FaultKind::NodeNeverJoins
             | FaultKind::InfraProvisionFailure => None,
@@ -113,9 +114,10 @@ pub fn swarm_faults(scenario: &Scenario, seed: u64, choice: &FaultChoice) -> Vec
             }
         };
         let (rate, for_) = match kind {
-            FaultKind::ControllerRestart | FaultKind::TornJournal | FaultKind::StuckHook => {
-                (None, None)
-            }
+            FaultKind::ControllerRestart
+            | FaultKind::TornJournal
+            | FaultKind::JournalDamage
+            | FaultKind::StuckHook => (None, None),
             FaultKind::ApiErrors
             | FaultKind::Conflicts
             | FaultKind::Eviction429

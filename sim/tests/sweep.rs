@@ -62,6 +62,25 @@ fn two_thousand_seeded_runs_with_random_faults_break_no_invariant() {
             report.runs
         );
     }
+    // Journal damage at restarts: every kind that has its file in a simulation journal, and
+    // both outcomes (lose-blob has no blob file to lose with 8 MiB segments; the engine's
+    // damage matrix covers blob files on a controller journal).
+    for counter in [
+        "journal-damage:flip",
+        "journal-damage:truncate",
+        "journal-damage:lose-conf",
+        "journal-damage:lose-commits",
+        "journal-damage:lose-snap",
+        "journal-damage:lose-db",
+        sim::journal_damage::RECOVERED,
+        sim::journal_damage::REFUSED,
+    ] {
+        assert!(
+            report.fired.get(counter).copied().unwrap_or(0) > 0,
+            "{counter} never happened in {} runs",
+            report.runs
+        );
+    }
     for order in sim::sweep::DELIVERY_ORDERS {
         assert!(
             report.fired.get(order).copied().unwrap_or(0) > 0,

@@ -109,6 +109,7 @@ fn is_damage(e: &JournalError) -> bool {
         | JournalError::Storage { .. }
         | JournalError::CommitIo { .. }
         | JournalError::RecordTooLarge { .. }
+        | JournalError::Retired { .. }
         | JournalError::SnapshotBeyondEnd { .. } => false,
         JournalError::UnknownFormat { .. }
         | JournalError::Corrupt { .. }
@@ -221,6 +222,14 @@ fn verify(dir: &Path) -> Result<u8, Failure> {
         dir.display(),
         copy.committed_through
     );
+    if v.retired_through > 0 {
+        println!(
+            "{}: records 1..{} retired (kept from {})",
+            dir.display(),
+            v.retired_through,
+            v.retired_through + 1
+        );
+    }
     println!(
         "{}: {} records, last seq {}",
         dir.display(),
@@ -228,7 +237,12 @@ fn verify(dir: &Path) -> Result<u8, Failure> {
         v.last_seq.map_or("-".to_string(), |s| s.to_string())
     );
     if let Some(h) = v.full_replay_hash {
-        println!("replayed from record 1: state {h:016x}");
+        match v.replay_base {
+            Some(base) => {
+                println!("replayed from the oldest kept snapshot (through {base}): state {h:016x}")
+            }
+            None => println!("replayed from record 1: state {h:016x}"),
+        }
     }
     if let Some(h) = v.restored_hash {
         match v.snapshot_seq {
@@ -256,9 +270,21 @@ fn replay(
 ) -> Result<(), Failure> {
     let copy = open(dir)?;
     let mut failure = None;
-    let mut engine = engine::Engine::new();
+    let retired = copy.journal.retired_through();
+    let (engine, base) =
+        recovery::oldest_base(&copy.journal).map_err(|e| Failure::Damage(e.to_string()))?;
+    let mut engine = engine.unwrap_or_default();
+    if retired > 0 {
+        let base = base.unwrap_or(retired);
+        eprintln!(
+            "{}: records 1..{retired} retired (kept from {}); replaying from the oldest kept snapshot (through {base}), so inputs are shown from {}",
+            dir.display(),
+            retired + 1,
+            base + 1
+        );
+    }
     copy.journal
-        .for_each_record(1, |r| {
+        .for_each_record(engine.applied_seq() + 1, |r| {
             let input = match recovery::decode_input(r.seq, r.payload) {
                 Ok(input) => input,
                 Err(e) => {
@@ -346,6 +372,15 @@ fn stats(dir: &Path) -> Result<u8, Failure> {
         }
     })?;
     println!("committed      1..{} (in the copy)", copy.committed_through);
+    if s.retired_through > 0 {
+        println!(
+            "history        records 1..{} retired (kept from {}); replay starts at the oldest kept snapshot",
+            s.retired_through,
+            s.retired_through + 1
+        );
+    } else {
+        println!("history        every record kept (from 1)");
+    }
     println!("records        {}", s.records);
     println!("batches        {}", s.batches);
     println!(
@@ -382,6 +417,14 @@ fn repair(dir: &Path, truncate: bool) -> Result<u8, Failure> {
     let r = Journal::repair_truncate(dir, JournalOptions::default())
         .map_err(|e| Failure::Unusable(format!("{}: {e}", dir.display())))?;
     let kept = r.kept_through;
+    if r.retired_through > 0 {
+        println!(
+            "{}: records 1..{} retired before (kept from {})",
+            dir.display(),
+            r.retired_through,
+            r.retired_through + 1
+        );
+    }
     println!("{}: kept records 1..{kept}", dir.display());
     if let Some(problem) = &r.first_problem {
         println!("first problem: {problem}");

@@ -1,8 +1,9 @@
 //! `lifecycle run`: the controllers against a management cluster (and, through its
 //! `<cluster>-kubeconfig` Secrets, its workload clusters).
 
+use adapters::kube::journal_log::Retention;
 use adapters::kube::lease::{self, LeaseConfig};
-use adapters::kube::{Adapter, AdapterOptions, InputLog, Metrics, SledLog};
+use adapters::kube::{Adapter, AdapterOptions, Metrics, SledLog};
 use clap::Args;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
@@ -29,7 +30,17 @@ pub struct RunArgs {
     /// engine is rebuilt from it on start.
     #[arg(long, default_value = "lifecycle-journal")]
     pub journal: PathBuf,
-    /// Address of the `/metrics` and `/healthz` server.
+    /// Retention: engine snapshots the journal keeps (one is written every 10 000 inputs).
+    /// Records after the oldest kept snapshot are kept; older ones are retired (their sled
+    /// trees dropped, "records 1..N retired" in the commit record).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub journal_keep_snapshots: u64,
+    /// Keep every journal record forever (no retention; the journal grows without bound).
+    #[arg(long)]
+    pub journal_keep_all: bool,
+    /// Address of the `/metrics`, `/healthz`, `/livez` and `/readyz` server (`/readyz` is 503
+    /// while the journal cannot be written, e.g. a full disk: the controller then acts on
+    /// nothing and reopens the journal every second until it can).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub metrics_addr: SocketAddr,
     /// Act only while holding the coordination.k8s.io Lease.
@@ -66,6 +77,30 @@ async fn management_client(path: Option<&PathBuf>) -> Result<Client, String> {
     Client::try_from(config).map_err(|e| e.to_string())
 }
 
+/// `run` ended so the process can re-execute itself (the journal can only be reopened by a
+/// new process after sled failed to close it).
+const RESTART: &str = "restart to reopen the journal";
+
+/// Replaces this process with a fresh `lifecycle run` with the same arguments: `exec` closes
+/// sled's files (opened close-on-exec), freeing the journal's lock; the new process rebuilds
+/// the engine from the journal as any restart does. Returns only if `exec` failed.
+fn reexec() -> u8 {
+    use std::os::unix::process::CommandExt;
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("lifecycle run: cannot find its own executable to restart: {e}");
+            return 3;
+        }
+    };
+    tracing::warn!(exe = %exe.display(), "re-executing to reopen the journal");
+    let e = std::process::Command::new(&exe)
+        .args(std::env::args_os().skip(1))
+        .exec();
+    eprintln!("lifecycle run: cannot restart {}: {e}", exe.display());
+    3
+}
+
 fn identity() -> String {
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "lifecycle".to_string());
     format!("{host}_{}", std::process::id())
@@ -76,14 +111,14 @@ async fn run(args: RunArgs) -> Result<(), String> {
         adapters::clock::scale(engine::Timestamp(origin), speed)?;
     }
     let client = management_client(args.kubeconfig.as_ref()).await?;
-    let (mut log, restored) = SledLog::open(&args.journal)?;
-    let mut engine = restored.engine;
+    let retention = Retention {
+        snapshots_kept: args.journal_keep_snapshots as usize,
+        retire_records: !args.journal_keep_all,
+    };
+    let (log, restored) = SledLog::open_with(&args.journal, retention)?;
+    let engine = restored.engine;
     // Commands in flight when the last process stopped may never have run: the engine forgets
     // them and the relists that follow show what did happen.
-    let now = adapters::clock::wall_now();
-    let restarted = engine::Input::Restarted;
-    log.append(now, &restarted)?;
-    engine.handle(now, restarted);
     let metrics = Arc::new(Metrics::default());
     let (bound, _server) = adapters::kube::metrics::serve(args.metrics_addr, metrics.clone())
         .await
@@ -127,6 +162,8 @@ async fn run(args: RunArgs) -> Result<(), String> {
         ..AdapterOptions::default()
     };
     let mut adapter = Adapter::new(engine, log, client, metrics, options);
+    // Held like any input if the journal cannot be written yet.
+    adapter.feed_input(adapters::clock::wall_now(), engine::Input::Restarted)?;
     let mut lost = None;
     let stop = async {
         tokio::select! {
@@ -136,6 +173,10 @@ async fn run(args: RunArgs) -> Result<(), String> {
         }
     };
     adapter.run(stop).await?;
+    if adapter.restart_required() {
+        drop(adapter);
+        return Err(RESTART.into());
+    }
     match lost {
         Some(why) => Err(format!("leadership lost: {why}")),
         None => Ok(()),
@@ -153,6 +194,7 @@ pub fn main(args: RunArgs) -> u8 {
     };
     match runtime.block_on(run(args)) {
         Ok(()) => 0,
+        Err(e) if e == RESTART => reexec(),
         Err(e) => {
             eprintln!("lifecycle run: {e}");
             1

@@ -94,6 +94,16 @@ pub fn main(args: SweepArgs) -> u8 {
         let n = report.fired.get(kind.as_str()).copied().unwrap_or(0);
         println!("  {:<24} {n}", kind.as_str());
     }
+    println!(
+        "journal damage at restarts (kinds applied; outcomes: recovered every committed record or refused to start):"
+    );
+    for (name, n) in report
+        .fired
+        .iter()
+        .filter(|(k, _)| k.starts_with("journal-damage:"))
+    {
+        println!("  {name:<32} {n}");
+    }
     println!("answers read relative to their write's watch event:");
     for order in sim::sweep::DELIVERY_ORDERS {
         let n = report.fired.get(order).copied().unwrap_or(0);

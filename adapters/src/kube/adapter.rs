@@ -6,8 +6,17 @@
 //! Expected flow: [`Adapter::run`] carries out the intake's outputs (watches to start, clusters
 //! to connect), then loops: drain `poll_command()` (each command runs in its own task, at most
 //! `commands_in_flight_max` at once), then wait for the next event or `next_deadline()`. Every
-//! input is appended to the [`InputLog`] before the core handles it; an append error stops the
-//! loop. A connector reads a Cluster's `<name>-kubeconfig` Secret (key `value`).
+//! input is appended to the [`InputLog`] before the core handles it. A connector reads a
+//! Cluster's `<name>-kubeconfig` Secret (key `value`).
+//!
+//! *Journal unwritable* (a full disk): no input is applied unless journaled. On an append (or
+//! snapshot) error the loop stops acting: the input is held, nothing more is taken from the
+//! intake or the channel (watchers wait), no Tick, no command; `/readyz` answers 503 and
+//! `lifecycle_journal_writable` is 0; the error is logged once. Every `journal_retry` it asks
+//! the log to [`InputLog::recover`] (reopen); once that works it applies what the journal
+//! holds beyond the last acknowledged append, then the held inputs, and carries on. When only
+//! a new process can reopen it ([`InputLog::needs_restart`]: sled cannot be closed after some
+//! I/O errors), `run` returns and [`Adapter::restart_required`] says so.
 
 use super::core::{Core, InputLog};
 use super::execute::{EventStamp, execute};
@@ -45,6 +54,8 @@ pub struct AdapterOptions {
     pub tick_spacing_min: Duration,
     /// This process, as its Events name it (`reportingInstance`).
     pub instance: String,
+    /// How often an unwritable journal is reopened.
+    pub journal_retry: Duration,
 }
 
 impl Default for AdapterOptions {
@@ -54,6 +65,7 @@ impl Default for AdapterOptions {
             connect_retry: Duration::from_secs(5),
             tick_spacing_min: Duration::from_millis(10),
             instance: "lifecycle".to_string(),
+            journal_retry: Duration::from_secs(1),
         }
     }
 }
@@ -79,6 +91,18 @@ pub struct Adapter<C: Core, L: InputLog> {
     /// time in the order the drain issued them, as upstream's drain sends them, so a PDB refuses
     /// the pod the drain named last, not whichever request the network delivered last.
     evictions: BTreeMap<ObjectKey, oneshot::Receiver<()>>,
+    /// Set while the journal cannot be written.
+    down: Option<JournalDown>,
+    /// The journal can only be reopened by a new process: `run` returned for that.
+    restart_required: bool,
+}
+
+/// The loop has stopped acting because the journal cannot be written.
+struct JournalDown {
+    since: tokio::time::Instant,
+    error: String,
+    /// Inputs not journaled yet, oldest first (the one whose append failed first).
+    held: std::collections::VecDeque<Input>,
 }
 
 impl<C: Core, L: InputLog> Drop for Adapter<C, L> {
@@ -164,7 +188,20 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             tasks: Vec::new(),
             last_tick: None,
             evictions: BTreeMap::new(),
+            down: None,
+            restart_required: false,
         }
+    }
+
+    /// `run` returned because only a new process can reopen the journal (see
+    /// [`InputLog::needs_restart`]): the caller re-executes itself.
+    pub fn restart_required(&self) -> bool {
+        self.restart_required
+    }
+
+    /// Whether the loop has stopped acting because the journal cannot be written.
+    pub fn journal_down(&self) -> bool {
+        self.down.is_some()
     }
 
     pub fn core(&self) -> &C {
@@ -211,6 +248,16 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
         self.carry_out_outputs();
         tokio::pin!(stop);
         loop {
+            if self.down.is_some() {
+                tokio::select! {
+                    _ = &mut stop => return Ok(()),
+                    _ = tokio::time::sleep(self.options.journal_retry) => self.try_recover()?,
+                }
+                if self.restart_required {
+                    return Ok(());
+                }
+                continue;
+            }
             self.drain_commands()?;
             let deadline = self.core.next_deadline();
             let wait = deadline.map(|d| {
@@ -247,22 +294,102 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             }
             queued += 1;
         }
-        while let Some(input) = self.intake.next_input(BATCH_INPUTS_MAX) {
+        // Left in the intake while the journal is down: taken once it is writable again.
+        while self.down.is_none() {
+            let Some(input) = self.intake.next_input(BATCH_INPUTS_MAX) else {
+                break;
+            };
             self.feed(wall_now(), input)?;
         }
         self.carry_out_outputs();
         Ok(())
     }
 
+    /// Journals `input` and applies it (held while the journal cannot be written), as the
+    /// loop does with what arrives; for inputs of the caller's own such as `Restarted`.
+    pub fn feed_input(&mut self, now: Timestamp, input: Input) -> Result<(), String> {
+        self.feed(now, input)
+    }
+
+    /// Journals `input`, then applies it; while the journal is down, holds it.
     fn feed(&mut self, now: Timestamp, input: Input) -> Result<(), String> {
-        self.log.append(now, &input)?;
+        if let Some(down) = &mut self.down {
+            down.held.push_back(input);
+            return Ok(());
+        }
+        if let Err(e) = self.log.append(now, &input) {
+            self.journal_failed(e, Some(input));
+            return Ok(());
+        }
+        self.apply(now, input);
+        Ok(())
+    }
+
+    /// Applies a journaled input.
+    fn apply(&mut self, now: Timestamp, input: Input) {
         self.metrics.record(match &input {
             Input::Batch { inputs } => inputs.len(),
             _ => 1,
         });
         tracing::debug!(input = %input.describe(), "input");
         self.core.handle(now, input);
-        self.log.after_handle(&self.core)
+        if let Err(e) = self.log.after_handle(&self.core) {
+            self.journal_failed(e, None);
+        }
+    }
+
+    /// The journal cannot be written: stop acting (logged once, until it recovers).
+    fn journal_failed(&mut self, error: String, held: Option<Input>) {
+        tracing::error!(%error, "the journal cannot be written: not acting (NotReady) until it can be reopened");
+        self.metrics.journal_unwritable(true);
+        self.down = Some(JournalDown {
+            since: tokio::time::Instant::now(),
+            error,
+            held: held.into_iter().collect(),
+        });
+    }
+
+    /// Tries to reopen the journal; on success applies what it holds beyond the last
+    /// acknowledged append, then the held inputs. `Err` only if the journal holds an input this
+    /// loop never fed (it must not be applied blindly).
+    fn try_recover(&mut self) -> Result<(), String> {
+        let Some(down) = &self.down else {
+            return Ok(());
+        };
+        let unapplied = match self.log.recover() {
+            Ok(unapplied) => unapplied,
+            Err(e) => {
+                tracing::debug!(error = %e, first_error = %down.error, "the journal is still unwritable");
+                if self.log.needs_restart() {
+                    tracing::warn!(error = %e, "the disk has space again but the failed journal cannot be closed in this process: restarting to reopen it");
+                    self.restart_required = true;
+                }
+                return Ok(());
+            }
+        };
+        let down = self.down.take().expect("checked above");
+        let mut held = down.held;
+        tracing::info!(
+            after_ms = down.since.elapsed().as_millis() as u64,
+            held = held.len(),
+            journaled_unapplied = unapplied.len(),
+            "the journal is writable again: acting again"
+        );
+        self.metrics.journal_unwritable(false);
+        for (at, input) in unapplied {
+            if held.front() != Some(&input) {
+                return Err(format!(
+                    "the reopened journal holds an input that was never fed: {}",
+                    input.describe()
+                ));
+            }
+            held.pop_front();
+            self.apply(at, input);
+        }
+        for input in held {
+            self.feed(wall_now(), input)?;
+        }
+        Ok(())
     }
 
     /// For an Event: the regarded object's uid and version as the cache has them, and now.
@@ -514,6 +641,121 @@ mod tests {
         assert!(
             matches!(inputs[last], Input::ApiResult { command, .. } if command == last as u64 + 1)
         );
+    }
+
+    /// A log that fails while `full` is set, as a full disk does; `reaches_disk` makes the
+    /// failing append land anyway (a flush error after the write), as sled can.
+    #[derive(Default)]
+    struct FullDisk {
+        full: bool,
+        reaches_disk: bool,
+        closed: bool,
+        stored: Vec<Input>,
+        acked: usize,
+    }
+
+    impl InputLog for FullDisk {
+        fn append(&mut self, _now: Timestamp, input: &Input) -> Result<u64, String> {
+            if self.closed {
+                return Err("closed".into());
+            }
+            if self.full {
+                if self.reaches_disk {
+                    self.stored.push(input.clone());
+                }
+                self.closed = true;
+                return Err("No space left on device".into());
+            }
+            self.stored.push(input.clone());
+            self.acked = self.stored.len();
+            Ok(self.acked as u64)
+        }
+        fn recover(&mut self) -> Result<Vec<(Timestamp, Input)>, String> {
+            if self.full {
+                return Err("No space left on device".into());
+            }
+            self.closed = false;
+            let unapplied = self.stored[self.acked..]
+                .iter()
+                .map(|i| (Timestamp(0), i.clone()))
+                .collect();
+            self.acked = self.stored.len();
+            Ok(unapplied)
+        }
+    }
+
+    fn full_disk_adapter(reaches_disk: bool) -> Adapter<Recorder, FullDisk> {
+        let mut config = Config::new("http://127.0.0.1:9".parse().unwrap());
+        config.default_retry = false;
+        Adapter::new(
+            Recorder::default(),
+            FullDisk {
+                reaches_disk,
+                ..FullDisk::default()
+            },
+            Client::try_from(config).unwrap(),
+            Arc::new(Metrics::default()),
+            AdapterOptions::default(),
+        )
+    }
+
+    /// Nothing is applied unless journaled: while the journal cannot be written the loop
+    /// holds inputs, is NotReady, counts one failure; once it can, it applies every input
+    /// once, in order, the journal and the core agreeing.
+    #[tokio::test]
+    async fn an_unwritable_journal_stops_the_loop_until_it_recovers() {
+        for reaches_disk in [false, true] {
+            let mut a = full_disk_adapter(reaches_disk);
+            a.on_backlog(result(1)).unwrap();
+            a.log.full = true;
+            a.on_backlog(result(2)).unwrap();
+            assert!(a.journal_down());
+            a.on_backlog(result(3)).unwrap();
+            a.intake.push(Arrival::Result {
+                command: 4,
+                outcome: ApiOutcome::NotFound,
+            });
+            a.on_backlog(result(5)).unwrap();
+            assert_eq!(a.core.0.len(), 1, "only the journaled input was applied");
+            assert_eq!(a.metrics.readiness().0, 503);
+            a.try_recover().unwrap();
+            assert!(a.journal_down(), "still full");
+            let metrics = a.metrics.render();
+            assert!(
+                metrics.contains("lifecycle_journal_writable 0\n"),
+                "{metrics}"
+            );
+            assert!(
+                metrics.contains("lifecycle_journal_failures_total 1\n"),
+                "{metrics}"
+            );
+            a.log.full = false;
+            a.try_recover().unwrap();
+            assert!(!a.journal_down());
+            assert_eq!(a.metrics.readiness(), (200, "ok\n"));
+            // Whatever the intake kept is taken at the next backlog.
+            a.on_backlog(result(6)).unwrap();
+            let commands: Vec<u64> = a
+                .core
+                .0
+                .iter()
+                .flat_map(|i| match i {
+                    Input::Batch { inputs } => inputs.clone(),
+                    other => vec![other.clone()],
+                })
+                .map(|i| match i {
+                    Input::ApiResult { command, .. } => command,
+                    _ => 0,
+                })
+                .collect();
+            assert_eq!(commands, [1, 2, 3, 4, 5, 6], "reaches_disk={reaches_disk}");
+            assert_eq!(a.log.stored, a.core.0, "journal and core agree");
+            assert!(
+                a.metrics
+                    .render()
+                    .contains("lifecycle_journal_writable 1\n")
+            );
+        }
     }
 
     #[tokio::test]

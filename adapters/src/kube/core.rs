@@ -27,12 +27,25 @@ impl Core for Engine {
 /// Where every input is appended before the core applies it: the sled journal
 /// ([`super::journal_log::SledLog`]) in production, [`MemoryLog`] in tests.
 pub trait InputLog {
-    /// Appends one input; returns its sequence number (from 1). An error stops the adapter:
-    /// an input that cannot be journaled must not be applied.
+    /// Appends one input; returns its sequence number (from 1). On an error the input is not
+    /// applied: the adapter stops acting and calls [`InputLog::recover`] until it succeeds.
     fn append(&mut self, now: Timestamp, input: &Input) -> Result<u64, String>;
     /// Called after the core applied an input (the journal snapshots the engine now and then).
+    /// An error makes the adapter stop acting as an append error does.
     fn after_handle(&mut self, _core: &dyn SnapshotSource) -> Result<(), String> {
         Ok(())
+    }
+    /// Makes the log writable again after an error (reopening it). Returns the inputs it holds
+    /// beyond the last acknowledged append, oldest first, with their journaled times: they were
+    /// journaled and must be applied (an append may reach the disk although it reported an
+    /// error). An error: still unwritable, try again later.
+    fn recover(&mut self) -> Result<Vec<(Timestamp, Input)>, String> {
+        Ok(Vec::new())
+    }
+    /// After a failed [`InputLog::recover`]: only a new process can reopen the log (the
+    /// adapter then stops and its caller re-executes itself).
+    fn needs_restart(&self) -> bool {
+        false
     }
 }
 

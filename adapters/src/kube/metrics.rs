@@ -1,4 +1,5 @@
-//! Counters, `/metrics` (Prometheus text format) and `/healthz` on a small hyper server.
+//! Counters, `/metrics` (Prometheus text format), `/healthz` and `/livez` (the process runs) and
+//! `/readyz` (503 while the journal cannot be written) on a small hyper server.
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -23,6 +24,11 @@ pub struct Metrics {
     /// Non-2xx answers and unreachable clusters, by code (`429`, `unreachable`).
     api_errors: Mutex<BTreeMap<String, u64>>,
     pub leader: AtomicBool,
+    /// The journal cannot be written (a full disk): nothing is applied or done; `/readyz`
+    /// answers 503 until it is writable again.
+    pub journal_unwritable: AtomicBool,
+    /// Times the journal became unwritable.
+    pub journal_failures: AtomicU64,
 }
 
 fn bump(map: &Mutex<BTreeMap<String, u64>>, key: &str) {
@@ -43,6 +49,28 @@ impl Metrics {
     }
     pub fn api_error(&self, code: &str) {
         bump(&self.api_errors, code);
+    }
+
+    /// The journal became unwritable (`true`) or writable again.
+    pub fn journal_unwritable(&self, unwritable: bool) {
+        if unwritable && !self.journal_unwritable.swap(true, Ordering::Relaxed) {
+            self.journal_failures.fetch_add(1, Ordering::Relaxed);
+        }
+        if !unwritable {
+            self.journal_unwritable.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// What `/readyz` answers: ready unless the journal is unwritable.
+    pub fn readiness(&self) -> (u16, &'static str) {
+        if self.journal_unwritable.load(Ordering::Relaxed) {
+            (
+                503,
+                "not ready: the journal cannot be written (is the disk full?); not acting\n",
+            )
+        } else {
+            (200, "ok\n")
+        }
     }
 
     pub fn commands(&self, action: &str) -> u64 {
@@ -89,6 +117,16 @@ impl Metrics {
                 "lifecycle_api_errors_total{{code=\"{code}\"}} {n}\n"
             ));
         }
+        out.push_str("# TYPE lifecycle_journal_writable gauge\n");
+        out.push_str(&format!(
+            "lifecycle_journal_writable {}\n",
+            u8::from(!self.journal_unwritable.load(Ordering::Relaxed))
+        ));
+        out.push_str("# TYPE lifecycle_journal_failures_total counter\n");
+        out.push_str(&format!(
+            "lifecycle_journal_failures_total {}\n",
+            self.journal_failures.load(Ordering::Relaxed)
+        ));
         out.push_str("# TYPE lifecycle_leader gauge\n");
         out.push_str(&format!(
             "lifecycle_leader {}\n",
@@ -117,7 +155,11 @@ pub async fn serve(
                     let metrics = metrics.clone();
                     async move {
                         let (code, body) = match req.uri().path() {
-                            "/healthz" | "/readyz" | "/livez" => (200, "ok\n".to_string()),
+                            "/healthz" | "/livez" => (200, "ok\n".to_string()),
+                            "/readyz" => {
+                                let (code, body) = metrics.readiness();
+                                (code, body.to_string())
+                            }
                             "/metrics" => (200, metrics.render()),
                             _ => (404, "not found\n".to_string()),
                         };

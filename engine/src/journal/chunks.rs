@@ -184,6 +184,34 @@ impl Chunks {
         self.reload_head()
     }
 
+    /// The largest seq in `(after, at_most]` where a chunk other than the last one ends: the
+    /// furthest point whole chunks can be retired to.
+    pub(crate) fn retirable_end(&self, after: u64, at_most: u64) -> Option<u64> {
+        self.starts
+            .windows(2)
+            .map(|w| w[1] - 1)
+            .filter(|&end| end > after && end <= at_most)
+            .max()
+    }
+
+    /// Drops every chunk that ends at or before `seq` (never the last chunk); returns how many.
+    /// Used for retention, and on open to finish a retirement a crash interrupted.
+    pub(crate) fn retire_through(&mut self, seq: u64) -> Result<usize, JournalError> {
+        let retirable = self
+            .starts
+            .windows(2)
+            .take_while(|w| w[1] - 1 <= seq)
+            .count();
+        for i in 0..retirable {
+            if let Err(e) = self.db.drop_tree(chunk_name(self.starts[i])) {
+                self.starts.drain(..i);
+                return Err(JournalError::storage("dropping a retired chunk")(e));
+            }
+        }
+        self.starts.drain(..retirable);
+        Ok(retirable)
+    }
+
     /// Every stored batch in key order, across chunks: `(key, value)`.
     pub(crate) fn iter_from(&self, seq: u64) -> Result<ChunkIter, JournalError> {
         let idx = self.index_for(seq).unwrap_or(0);

@@ -13,6 +13,11 @@
 //! Entries are dense (`first_seq` = previous `last_seq` + 1). A last entry that is short or
 //! fails its crc is a torn write of a batch that was never acknowledged: it is ignored (and cut
 //! off by the next writable open). A bad entry before the last one is corruption.
+//!
+//! *Retention* (see `retention.rs`): once records `1..=N` are retired, the file is rewritten
+//! (new file, fsync, rename) to start with a retention entry, tag `LJR1`, `first_seq` 1,
+//! `last_seq` N, digest 0 and the chain of the entry that ended at N, followed by the entries
+//! after N unchanged (their chain still links). Only the first entry may be a retention entry.
 
 use super::JournalError;
 use super::batch::BatchView;
@@ -24,6 +29,7 @@ use std::path::{Path, PathBuf};
 pub const COMMITS_FILE: &str = "commits";
 pub(crate) const ENTRY_BYTES: usize = 40;
 const TAG: [u8; 4] = *b"LJC1";
+const TAG_RETIRED: [u8; 4] = *b"LJR1";
 const CHAIN_START: u64 = 0xcbf2_9ce4_8422_2325;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,8 +42,12 @@ pub(crate) struct CommitEntry {
 
 impl CommitEntry {
     fn encode(&self) -> [u8; ENTRY_BYTES] {
+        self.encode_tagged(TAG)
+    }
+
+    fn encode_tagged(&self, tag: [u8; 4]) -> [u8; ENTRY_BYTES] {
         let mut b = [0u8; ENTRY_BYTES];
-        b[0..4].copy_from_slice(&TAG);
+        b[0..4].copy_from_slice(&tag);
         b[4..12].copy_from_slice(&self.first_seq.to_le_bytes());
         b[12..20].copy_from_slice(&self.last_seq.to_le_bytes());
         b[20..28].copy_from_slice(&self.digest.to_le_bytes());
@@ -47,25 +57,28 @@ impl CommitEntry {
         b
     }
 
-    fn decode(b: &[u8; ENTRY_BYTES]) -> Result<CommitEntry, String> {
+    /// The entry and whether it is a retention entry (`LJR1`).
+    fn decode(b: &[u8; ENTRY_BYTES]) -> Result<(CommitEntry, bool), String> {
         let u64_at = |i: usize| {
             let mut a = [0u8; 8];
             a.copy_from_slice(&b[i..i + 8]);
             u64::from_le_bytes(a)
         };
         let crc = u32::from_le_bytes([b[36], b[37], b[38], b[39]]);
-        if b[0..4] != TAG {
-            return Err("entry has no LJC1 tag".into());
+        let retired = b[0..4] == TAG_RETIRED;
+        if b[0..4] != TAG && !retired {
+            return Err("entry has no LJC1 or LJR1 tag".into());
         }
         if crc32fast::hash(&b[..36]) != crc {
             return Err("entry fails its checksum".into());
         }
-        Ok(CommitEntry {
+        let entry = CommitEntry {
             first_seq: u64_at(4),
             last_seq: u64_at(12),
             digest: u64_at(20),
             chain: u64_at(28),
-        })
+        };
+        Ok((entry, retired))
     }
 }
 
@@ -137,8 +150,12 @@ pub(crate) fn digest_range(chunks: &Chunks, first: u64, last: u64) -> Result<u64
 /// The commit file as read: its valid entries end at `valid_bytes`.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Loaded {
+    /// Commit entries (not counting a retention entry).
     pub entries: u64,
+    /// The last commit entry (`None`: none after the retention entry, if any).
     pub last: Option<CommitEntry>,
+    /// The retention entry: records `1..=retired.last_seq` were retired.
+    pub retired: Option<CommitEntry>,
     pub valid_bytes: u64,
     /// Bytes after the last valid entry (a torn write of an unacknowledged entry).
     pub torn_bytes: u64,
@@ -146,7 +163,16 @@ pub(crate) struct Loaded {
 
 impl Loaded {
     pub(crate) fn committed_through(&self) -> u64 {
-        self.last.map_or(0, |e| e.last_seq)
+        self.tip().map_or(0, |e| e.last_seq)
+    }
+
+    pub(crate) fn retired_through(&self) -> u64 {
+        self.retired.map_or(0, |e| e.last_seq)
+    }
+
+    /// The entry the next one chains from: the last commit entry, else the retention entry.
+    pub(crate) fn tip(&self) -> Option<CommitEntry> {
+        self.last.or(self.retired)
     }
 }
 
@@ -178,14 +204,26 @@ pub(crate) fn load(
             offset,
             reason,
         };
-        let entry = match CommitEntry::decode(&b) {
+        let (entry, retired) = match CommitEntry::decode(&b) {
             Ok(e) => e,
             // Only the last entry may be torn, and only if nothing follows it.
             Err(_) if i + 1 == whole && bytes.len() % ENTRY_BYTES == 0 => break,
             Err(reason) => return Err(corrupt(reason)),
         };
+        if retired {
+            // A retention entry is written only as the first of a rewritten file.
+            if i != 0 || entry.first_seq != 1 || entry.last_seq == 0 || entry.digest != 0 {
+                return Err(corrupt(format!(
+                    "retention entry for records {}..{} is not the first entry of the file",
+                    entry.first_seq, entry.last_seq
+                )));
+            }
+            loaded.retired = Some(entry);
+            loaded.valid_bytes = ENTRY_BYTES as u64;
+            continue;
+        }
         let (prev_last, prev_chain) = loaded
-            .last
+            .tip()
             .map_or((0, CHAIN_START), |p| (p.last_seq, p.chain));
         if entry.first_seq != prev_last + 1 || entry.last_seq < entry.first_seq {
             return Err(corrupt(format!(
@@ -237,12 +275,19 @@ impl CommitLog {
         Ok(CommitLog {
             path,
             file,
-            last: loaded.last,
+            last: loaded.tip(),
         })
     }
 
     pub(crate) fn committed_through(&self) -> u64 {
         self.last.map_or(0, |e| e.last_seq)
+    }
+
+    /// Reopens the file after [`replace`] renamed a new one over it.
+    pub(crate) fn reopen(&mut self, dir: &Path) -> Result<(), JournalError> {
+        let loaded = load(dir, |_| {})?.unwrap_or_default();
+        *self = CommitLog::open_for_append(dir, &loaded)?;
+        Ok(())
     }
 
     /// Appends and fsyncs the entry for `first..=last` (the caller has flushed sled).
@@ -271,9 +316,170 @@ impl CommitLog {
     }
 }
 
-/// Replaces the commit record with one entry for `1..=last` (nothing when `last` is 0):
-/// written to a new file, fsynced, then renamed over the old one.
-pub(crate) fn rewrite(dir: &Path, last: u64, digest: u64) -> Result<(), JournalError> {
+/// Replaces the commit record with the retention entry `retired` (if any) and one entry for
+/// `retired + 1..=last` (none when there are no such records): see [`replace`].
+pub(crate) fn rewrite(
+    dir: &Path,
+    retired: Option<CommitEntry>,
+    last: u64,
+    digest: u64,
+) -> Result<(), JournalError> {
+    let (first, prev_chain) = retired.map_or((1, CHAIN_START), |r| (r.last_seq + 1, r.chain));
+    let mut entries = Vec::new();
+    if last >= first {
+        entries.push(CommitEntry {
+            first_seq: first,
+            last_seq: last,
+            digest,
+            chain: chain_next(prev_chain, first, last, digest),
+        });
+    }
+    replace(dir, retired, &entries)
+}
+
+/// The commit record after retiring records `1..=retired_through`: the retention entry and
+/// the entries after it. `entries` are the current commit entries (checked by [`load`]); the
+/// one holding `retired_through` is split there, its two halves' digests computed from the
+/// store and their concatenation checked against the entry's digest first (a damaged record
+/// is never re-vouched for). Entries after a split are re-chained.
+pub(crate) fn after_retiring(
+    chunks: &Chunks,
+    entries: &[CommitEntry],
+    retired_before: Option<CommitEntry>,
+    retired_through: u64,
+) -> Result<(CommitEntry, Vec<CommitEntry>), JournalError> {
+    let Some(idx) = entries
+        .iter()
+        .position(|e| e.first_seq <= retired_through && retired_through <= e.last_seq)
+    else {
+        return Err(JournalError::Corrupt {
+            seq: retired_through,
+            reason: format!(
+                "no commit entry holds record {retired_through}, the retention point asked for"
+            ),
+        });
+    };
+    let e = entries[idx];
+    let prev_chain = match idx {
+        0 => retired_before.map_or(CHAIN_START, |r| r.chain),
+        _ => entries[idx - 1].chain,
+    };
+    if e.last_seq == retired_through {
+        let retention = CommitEntry {
+            first_seq: 1,
+            last_seq: retired_through,
+            digest: 0,
+            chain: e.chain,
+        };
+        return Ok((retention, entries[idx + 1..].to_vec()));
+    }
+    let damaged = |reason: String| JournalError::RecordsDamaged {
+        first: e.first_seq,
+        last: e.last_seq,
+        reason,
+    };
+    let (head, tail, whole) =
+        split_digest(chunks, e.first_seq, retired_through, e.last_seq).map_err(damaged)?;
+    if whole != e.digest {
+        return Err(damaged(
+            "they differ from what the commit record says was written".into(),
+        ));
+    }
+    let retention = CommitEntry {
+        first_seq: 1,
+        last_seq: retired_through,
+        digest: 0,
+        chain: chain_next(prev_chain, e.first_seq, retired_through, head),
+    };
+    let mut kept = Vec::with_capacity(entries.len() - idx);
+    let mut chain = retention.chain;
+    let rest = std::iter::once((retired_through + 1, e.last_seq, tail)).chain(
+        entries[idx + 1..]
+            .iter()
+            .map(|x| (x.first_seq, x.last_seq, x.digest)),
+    );
+    for (first_seq, last_seq, digest) in rest {
+        chain = chain_next(chain, first_seq, last_seq, digest);
+        kept.push(CommitEntry {
+            first_seq,
+            last_seq,
+            digest,
+            chain,
+        });
+    }
+    Ok((retention, kept))
+}
+
+/// Digests of `first..=mid`, `mid+1..=last` and `first..=last` (batches end at `mid`).
+fn split_digest(
+    chunks: &Chunks,
+    first: u64,
+    mid: u64,
+    last: u64,
+) -> Result<(u64, u64, u64), String> {
+    let mut head = Digest::default();
+    let mut tail = Digest::default();
+    let mut whole = Digest::default();
+    let mut expected = first;
+    for entry in chunks.iter_from(first).map_err(|e| e.to_string())? {
+        if expected > last {
+            break;
+        }
+        let (_, value) = entry.map_err(|e| format!("storage error: {e}"))?;
+        let view =
+            BatchView::parse(expected, &value).map_err(|e| format!("at record {expected}: {e}"))?;
+        if view.first_seq != expected {
+            return Err(format!(
+                "records {expected}..{} are missing",
+                view.first_seq
+            ));
+        }
+        if let Some(Err(e)) = view.records().find(|r| r.is_err()) {
+            return Err(e.to_string());
+        }
+        if expected <= mid && view.last_seq() > mid {
+            return Err(format!("a stored batch spans the retention point {mid}"));
+        }
+        if expected <= mid {
+            &mut head
+        } else {
+            &mut tail
+        }
+        .update(&value);
+        whole.update(&value);
+        expected = view.last_seq() + 1;
+    }
+    if expected != last + 1 {
+        return Err(format!("records {expected}..{last} are missing"));
+    }
+    Ok((head.finish(), tail.finish(), whole.finish()))
+}
+
+/// A retention entry for `1..=retired_through` starting a new chain (repair, when the old
+/// commit record is unreadable).
+pub(crate) fn fresh_retention_entry(retired_through: u64) -> CommitEntry {
+    CommitEntry {
+        first_seq: 1,
+        last_seq: retired_through,
+        digest: 0,
+        chain: chain_next(CHAIN_START, 1, retired_through, 0),
+    }
+}
+
+/// Every commit entry of the file (not the retention entry), in order.
+pub(crate) fn entries(dir: &Path) -> Result<Vec<CommitEntry>, JournalError> {
+    let mut all = Vec::new();
+    load(dir, |e| all.push(*e))?;
+    Ok(all)
+}
+
+/// Writes a new commit record: `retired` (as the retention entry) then `entries`, to a new
+/// file, fsynced, then renamed over the old one (a crash leaves the old or the new file).
+pub(crate) fn replace(
+    dir: &Path,
+    retired: Option<CommitEntry>,
+    entries: &[CommitEntry],
+) -> Result<(), JournalError> {
     use std::os::unix::fs::OpenOptionsExt;
     let path = dir.join(COMMITS_FILE);
     let fresh = dir.join(format!("{COMMITS_FILE}.new"));
@@ -288,15 +494,14 @@ pub(crate) fn rewrite(dir: &Path, last: u64, digest: u64) -> Result<(), JournalE
         .mode(0o600)
         .open(&fresh)
         .map_err(io)?;
-    if last > 0 {
-        let entry = CommitEntry {
-            first_seq: 1,
-            last_seq: last,
-            digest,
-            chain: chain_next(CHAIN_START, 1, last, digest),
-        };
-        file.write_all(&entry.encode()).map_err(io)?;
+    let mut bytes = Vec::with_capacity((entries.len() + 1) * ENTRY_BYTES);
+    if let Some(r) = retired {
+        bytes.extend_from_slice(&r.encode_tagged(TAG_RETIRED));
     }
+    for e in entries {
+        bytes.extend_from_slice(&e.encode());
+    }
+    file.write_all(&bytes).map_err(io)?;
     file.sync_all().map_err(io)?;
     std::fs::rename(&fresh, &path).map_err(io)?;
     File::open(dir).and_then(|d| d.sync_all()).map_err(io)

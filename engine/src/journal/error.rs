@@ -63,6 +63,9 @@ pub enum JournalError {
     },
     /// sled panicked while opening the journal (damaged files it does not check).
     StorePanicked { dir: PathBuf, message: String },
+    /// Records from `from_seq` were asked for but `1..=retired_through` were retired by
+    /// retention (not damage: the journal keeps only what its snapshots need).
+    Retired { from_seq: u64, retired_through: u64 },
 }
 
 impl JournalError {
@@ -100,8 +103,9 @@ impl fmt::Display for JournalError {
                 ),
                 None => write!(
                     f,
-                    "journal has format version {found}; this build reads format {} (upgrading it) and {supported}",
-                    super::JOURNAL_FORMAT_VERSION_LEGACY
+                    "journal has format version {found}; this build reads format {} (upgrading it), {} and {supported}",
+                    super::JOURNAL_FORMAT_VERSION_LEGACY,
+                    super::JOURNAL_FORMAT_VERSION_NO_RETENTION
                 ),
             },
             JournalError::Corrupt { seq, reason } => {
@@ -162,6 +166,14 @@ impl fmt::Display for JournalError {
                 last,
                 reason,
             } => write!(f, "committed records {first}..{last} are damaged: {reason}"),
+            JournalError::Retired {
+                from_seq,
+                retired_through,
+            } => write!(
+                f,
+                "record {from_seq} was retired: records 1..{retired_through} were retired (kept from {})",
+                retired_through + 1
+            ),
             JournalError::StorePanicked { dir, message } => write!(
                 f,
                 "journal {}: sled panicked while opening it (its files are damaged): {message}",

@@ -7,10 +7,16 @@
 //! *Layout:* sled trees in one directory. Batch trees (`batches.<seq>`, see `chunks.rs`) map
 //! the big-endian first seq of a batch to many framed records (see `batch.rs`): one sled value
 //! and one flush per [`Journal::append_batch`] (group commit). `snapshots` holds the newest
-//! [`snapshot::SNAPSHOTS_KEPT_MAX`] snapshots. `meta` holds the format version
+//! [`JournalOptions::snapshots_kept`] snapshots. `meta` holds the format version
 //! ([`JOURNAL_FORMAT_VERSION`]). Beside sled, the `commits` file (see `commit.rs`) records what
 //! was acknowledged durable; every open checks sled against it, because sled's own recovery
 //! treats damage as a torn tail and would silently return a shorter journal.
+//!
+//! *Retention* (`retention.rs`, [`JournalOptions::retire_records`]): once the kept snapshots
+//! exist, whole chunk trees at or before the oldest kept snapshot are dropped and the commit
+//! record starts with a retention entry "records 1..N retired". Readers start at N + 1
+//! ([`Journal::first_kept_seq`]); asking for a retired record is [`JournalError::Retired`],
+//! never "missing"; a record after N that is missing is still an error.
 //!
 //! *Guarantees:* sequence numbers are dense and start at 1; every record and batch header is
 //! checksummed when written and checked again when read; a failed check is an error naming the
@@ -24,6 +30,9 @@ mod durable;
 mod error;
 mod read;
 mod repair;
+mod retention;
+#[cfg(test)]
+mod retention_tests;
 mod snapshot;
 #[cfg(test)]
 mod tests;
@@ -33,7 +42,8 @@ pub use commit::COMMITS_FILE;
 pub use error::JournalError;
 pub use read::Records;
 pub use repair::RepairReport;
-pub use snapshot::{SNAPSHOTS_KEPT_MAX, Snapshot, SnapshotProblem};
+pub use retention::Retired;
+pub use snapshot::{SNAPSHOTS_KEPT_LIMIT, SNAPSHOTS_KEPT_MAX, Snapshot, SnapshotProblem};
 
 use crate::time::Timestamp;
 use batch::{BatchEncoder, BatchView, key_seq, seq_key};
@@ -45,8 +55,12 @@ const TREE_SNAPSHOTS: &str = "snapshots";
 const TREE_META: &str = "meta";
 const META_FORMAT_VERSION: &str = "format_version";
 const META_CREATED_BY: &str = "created_by";
-/// The journal's format (in `meta`): 2 adds the commit record. Batches keep [`FORMAT_VERSION`].
-pub const JOURNAL_FORMAT_VERSION: u16 = 2;
+/// The journal's format (in `meta`): 2 adds the commit record, 3 retention entries in it
+/// (records retired; a build that reads only 2 would take them for damage). Batches keep
+/// [`FORMAT_VERSION`]. A format-2 journal is read as is and becomes 3 when it first retires.
+pub const JOURNAL_FORMAT_VERSION: u16 = 3;
+/// The format before retention: read as is.
+pub const JOURNAL_FORMAT_VERSION_NO_RETENTION: u16 = 2;
 /// The previous release's journals (no commit record): read, and upgraded on open.
 pub const JOURNAL_FORMAT_VERSION_LEGACY: u16 = 1;
 /// sled's segment size, fixed when a journal is created (sled refuses to reopen with another).
@@ -100,6 +114,11 @@ pub struct JournalOptions {
     /// existing journal keeps the size it was created with. Simulations use large segments so
     /// small frequent batches stay in sled's log instead of a file each.
     pub segment_bytes: usize,
+    /// Snapshots kept (the newest ones; at least 1, at most [`SNAPSHOTS_KEPT_LIMIT`]).
+    pub snapshots_kept: usize,
+    /// Retention: once `snapshots_kept` snapshots exist, retire (drop) whole chunks of records
+    /// at or before the oldest kept snapshot. Off: every record is kept forever.
+    pub retire_records: bool,
 }
 
 impl Default for JournalOptions {
@@ -112,6 +131,8 @@ impl Default for JournalOptions {
             record_bytes_max: crate::codec::DECODE_BYTES_MAX,
             cache_bytes: 64 << 20,
             segment_bytes: SLED_SEGMENT_BYTES,
+            snapshots_kept: SNAPSHOTS_KEPT_MAX,
+            retire_records: false,
         }
     }
 }
@@ -130,6 +151,8 @@ pub struct OpenReport {
     /// The journal was written by this older format and has been upgraded (commit record
     /// written for every record it held).
     pub upgraded_from: Option<u16>,
+    /// Records `1..=retired_through` were retired (0: none); the journal starts after them.
+    pub retired_through: u64,
 }
 
 /// The batch removed from the end of the journal on open.
@@ -166,6 +189,8 @@ pub struct JournalStats {
     pub disk_allocated_bytes: u64,
     /// `(through_seq, stored bytes)` of each snapshot, oldest first.
     pub snapshots: Vec<(u64, u64)>,
+    /// Records `1..=retired_through` were retired by retention (0: none).
+    pub retired_through: u64,
 }
 
 /// A problem found by [`Journal::verify`].
@@ -183,6 +208,8 @@ pub struct VerifyReport {
     pub last_seq: Option<u64>,
     /// The last seq the commit record vouches for.
     pub committed_through: u64,
+    /// Records `1..=retired_through` were retired by retention (not a loss; 0: none).
+    pub retired_through: u64,
     /// At most [`VERIFY_PROBLEMS_MAX`], in seq order.
     pub problems: Vec<VerifyProblem>,
     pub snapshot_problems: Vec<SnapshotProblem>,
@@ -236,6 +263,8 @@ pub struct Journal {
     /// `pending` is unknown (a failed append, or records found uncommitted on open): recompute
     /// it from the store before committing.
     pending_dirty: bool,
+    /// Records `1..=retired_through` were retired (the commit record says so).
+    retired_through: u64,
 }
 
 impl std::fmt::Debug for Journal {
@@ -279,6 +308,7 @@ impl Journal {
         let meta = tree(TREE_META)?;
         let loaded = commit::load(dir, |_| {})?;
         let committed = loaded.as_ref().map_or(0, |l| l.committed_through());
+        let retired_through = loaded.as_ref().map_or(0, |l| l.retired_through());
         let stored_version = read_meta_version(&meta)?;
         let (created, upgrading) = match stored_version {
             None if chunks.starts().is_empty() => {
@@ -299,7 +329,15 @@ impl Journal {
                 });
             }
             Some(JOURNAL_FORMAT_VERSION_LEGACY) => (false, loaded.is_none()),
-            Some(JOURNAL_FORMAT_VERSION) => (false, false),
+            Some(JOURNAL_FORMAT_VERSION_NO_RETENTION) if retired_through > 0 => {
+                return Err(JournalError::Corrupt {
+                    seq: retired_through,
+                    reason: format!(
+                        "the commit record says records 1..{retired_through} were retired but the journal's format ({JOURNAL_FORMAT_VERSION_NO_RETENTION}) has no retention"
+                    ),
+                });
+            }
+            Some(JOURNAL_FORMAT_VERSION_NO_RETENTION | JOURNAL_FORMAT_VERSION) => (false, false),
             Some(found) => {
                 return Err(JournalError::UnknownFormat {
                     found,
@@ -327,10 +365,23 @@ impl Journal {
             commits: commit::CommitLog::open_for_append(dir, &loaded)?,
             pending: commit::Digest::default(),
             pending_dirty: true,
+            retired_through,
         };
+        // A crash between the commit record's retention entry and dropping the chunks.
+        let finished = journal.chunks.retire_through(retired_through)?;
         let truncated_tail = journal.truncate_torn_tail(committed)?;
         journal.next_seq = journal.read_next_seq()?;
         let stored_last = journal.next_seq - 1;
+        if let Some(&first) = journal.chunks.starts().first()
+            && first > retired_through + 1
+            && retired_through < committed
+        {
+            return Err(JournalError::RecordsMissing {
+                first: retired_through + 1,
+                last: (first - 1).min(committed),
+                stored_last,
+            });
+        }
         if stored_last < committed {
             return Err(JournalError::RecordsMissing {
                 first: stored_last + 1,
@@ -362,7 +413,12 @@ impl Journal {
                 last_seq: stored_last,
             });
         }
-        if created || truncated_tail.is_some() || upgrading || stored_last > committed {
+        if created
+            || truncated_tail.is_some()
+            || upgrading
+            || stored_last > committed
+            || finished > 0
+        {
             journal.flush()?;
         }
         if upgrading {
@@ -379,6 +435,7 @@ impl Journal {
             next_seq: journal.next_seq,
             committed_through: journal.commits.committed_through(),
             upgraded_from: upgrading.then_some(JOURNAL_FORMAT_VERSION_LEGACY),
+            retired_through,
         };
         Ok((journal, report))
     }
@@ -401,6 +458,27 @@ impl Journal {
     /// The seq of the last record, `None` when empty.
     pub fn last_seq(&self) -> Option<u64> {
         (self.next_seq > 1).then(|| self.next_seq - 1)
+    }
+
+    /// Records `1..=retired_through()` were retired by retention (0: none); readers start after.
+    pub fn retired_through(&self) -> u64 {
+        self.retired_through
+    }
+
+    /// The first record the journal still holds (`retired_through() + 1`).
+    pub fn first_kept_seq(&self) -> u64 {
+        self.retired_through + 1
+    }
+
+    /// Refuses to read retired records.
+    fn check_kept(&self, from_seq: u64) -> Result<(), JournalError> {
+        if self.retired_through > 0 && from_seq <= self.retired_through {
+            return Err(JournalError::Retired {
+                from_seq: from_seq.max(1),
+                retired_through: self.retired_through,
+            });
+        }
+        Ok(())
     }
 
     /// Appends `entries` as consecutive records and returns their seqs.
@@ -533,27 +611,36 @@ impl Journal {
     }
 
     /// Owned records from `from_seq` on; see [`Records`] for the guarantees.
+    /// *Errors:* [`JournalError::Retired`] (yielded first) if `from_seq` was retired.
     pub fn records(&self, from_seq: u64) -> Records<'_> {
-        Records::new(&self.chunks, from_seq)
+        match self.check_kept(from_seq) {
+            Ok(()) => Records::new(&self.chunks, from_seq),
+            Err(e) => Records::failed(e),
+        }
     }
 
     /// Replays records from `from_seq` on, borrowing each payload (no allocation per record).
     /// Return [`ControlFlow::Break`] to stop early. Returns how many records were visited.
     ///
     /// *Errors:* [`JournalError::Corrupt`] naming the first bad seq (or the first missing
-    /// one); records before it have been visited, none after.
+    /// one); records before it have been visited, none after. [`JournalError::Retired`] if
+    /// `from_seq` was retired (nothing visited).
     pub fn for_each_record(
         &self,
         from_seq: u64,
         visit: impl FnMut(RecordRef<'_>) -> ControlFlow<()>,
     ) -> Result<u64, JournalError> {
+        self.check_kept(from_seq)?;
         read::for_each(&self.chunks, from_seq, visit)
     }
 
-    /// Stores `state` as of `through_seq` and keeps only the newest [`SNAPSHOTS_KEPT_MAX`].
+    /// Stores `state` as of `through_seq`, keeps only the newest
+    /// [`JournalOptions::snapshots_kept`] and, with [`JournalOptions::retire_records`], retires
+    /// the records the oldest kept one covers (see [`Journal::retire`]).
     ///
     /// *Errors:* [`JournalError::SnapshotBeyondEnd`] if `through_seq` is 0 or after the last
-    /// record; storage errors. Durable per the journal's [`Durability`].
+    /// record, or before the first kept one; storage errors. Durable per the journal's
+    /// [`Durability`] (always durable when it retired records).
     pub fn write_snapshot(
         &mut self,
         through_seq: u64,
@@ -561,7 +648,7 @@ impl Journal {
         state: &[u8],
     ) -> Result<(), JournalError> {
         let last_seq = self.last_seq().unwrap_or(0);
-        if through_seq == 0 || through_seq > last_seq {
+        if through_seq == 0 || through_seq > last_seq || through_seq < self.retired_through {
             return Err(JournalError::SnapshotBeyondEnd {
                 through_seq,
                 last_seq,
@@ -578,13 +665,16 @@ impl Journal {
             .keys()
             .collect::<Result<_, _>>()
             .map_err(JournalError::storage("listing snapshots"))?;
-        let excess = keys.len().saturating_sub(SNAPSHOTS_KEPT_MAX);
+        let excess = keys.len().saturating_sub(self.opts.snapshots_kept);
         for key in &keys[..excess] {
             self.snapshots
                 .remove(key)
                 .map_err(JournalError::storage("removing an old snapshot"))?;
         }
-        self.flush_per_durability()
+        if self.retire()?.is_none() {
+            self.flush_per_durability()?;
+        }
+        Ok(())
     }
 
     /// The newest snapshot that passes its checks and lies within the journal.
@@ -595,13 +685,18 @@ impl Journal {
     pub fn latest_snapshot(&self) -> Result<Option<Snapshot>, JournalError> {
         let last_seq = self.last_seq().unwrap_or(0);
         let mut skipped: Vec<SnapshotProblem> = Vec::new();
-        for entry in self.snapshots.iter().rev().take(SNAPSHOTS_KEPT_MAX + 1) {
+        for entry in self.snapshots.iter().rev().take(SNAPSHOTS_KEPT_LIMIT + 1) {
             let (key, value) = entry.map_err(JournalError::storage("reading a snapshot"))?;
             let seq = key_seq(&key, last_seq)?;
             let problem = match snapshot::decode(seq, &value) {
                 Ok(_) if seq > last_seq => {
                     format!("snapshot is beyond the journal's last seq {last_seq}")
                 }
+                Ok(_) if seq < self.retired_through => format!(
+                    "snapshot is before the first kept record {} (records 1..{} were retired)",
+                    self.retired_through + 1,
+                    self.retired_through
+                ),
                 Ok((at, state)) => {
                     for p in &skipped {
                         tracing::warn!(through_seq = p.through_seq, reason = %p.reason, "skipping unusable snapshot");
@@ -640,8 +735,9 @@ impl Journal {
             disk_bytes: 0,
             disk_allocated_bytes: 0,
             snapshots: Vec::new(),
+            retired_through: self.retired_through,
         };
-        let mut walk = read::BatchWalk::new(&self.chunks, 1)?;
+        let mut walk = read::BatchWalk::new(&self.chunks, self.first_kept_seq())?;
         while let Some(value) = walk.next_batch() {
             let value = value?;
             let view = BatchView::parse(header_first_seq(&value), &value)?;
@@ -669,17 +765,21 @@ impl Journal {
     /// Checks every batch header, record checksum and the continuity of seqs, then every
     /// snapshot. Unlike readers it carries on after a problem to list them all.
     pub fn verify(&self) -> VerifyReport {
-        let mut report = VerifyReport::default();
-        let mut expected: Option<u64> = Some(1);
+        let mut report = VerifyReport {
+            retired_through: self.retired_through,
+            ..VerifyReport::default()
+        };
+        let first_kept = self.first_kept_seq();
+        let mut expected: Option<u64> = Some(first_kept);
         let problem = |report: &mut VerifyReport, seq: u64, reason: String| {
             if report.problems.len() < VERIFY_PROBLEMS_MAX {
                 report.problems.push(VerifyProblem { seq, reason });
             }
         };
-        let batches = match self.chunks.iter_from(1) {
+        let batches = match self.chunks.iter_from(first_kept) {
             Ok(iter) => iter,
             Err(e) => {
-                problem(&mut report, 1, e.to_string());
+                problem(&mut report, first_kept, e.to_string());
                 return report;
             }
         };
@@ -792,8 +892,11 @@ impl Journal {
         match loaded {
             Ok(Some(l)) => report.committed_through = l.committed_through(),
             Ok(None) if stored_last > 0 => problems.push(VerifyProblem {
-                seq: 1,
-                reason: format!("records 1..{stored_last} have no commit record"),
+                seq: self.first_kept_seq(),
+                reason: format!(
+                    "records {}..{stored_last} have no commit record",
+                    self.first_kept_seq()
+                ),
             }),
             Ok(None) => {}
             Err(e) => problems.push(VerifyProblem {
@@ -870,11 +973,12 @@ impl Journal {
             }
             Damage::UncommitFrom { seq } => {
                 let mut keep = 0u64;
-                commit::load(&self.dir, |e| {
+                let loaded = commit::load(&self.dir, |e| {
                     if e.last_seq < seq {
                         keep += 1;
                     }
                 })?;
+                keep += u64::from(loaded.is_some_and(|l| l.retired.is_some()));
                 let path = self.dir.join(COMMITS_FILE);
                 let io = |source| JournalError::CommitIo {
                     path: path.clone(),
@@ -993,6 +1097,7 @@ fn contain_panics<T>(
 }
 
 fn clamp_options(mut opts: JournalOptions) -> JournalOptions {
+    opts.snapshots_kept = opts.snapshots_kept.clamp(1, SNAPSHOTS_KEPT_LIMIT);
     opts.batch_records_max = opts
         .batch_records_max
         .clamp(1, batch::BATCH_RECORDS_LIMIT as usize);

@@ -151,6 +151,17 @@ impl Records<'_> {
         }
     }
 
+    /// An iterator that yields `e` and ends.
+    pub(crate) fn failed(e: JournalError) -> Self {
+        Records {
+            walk: None,
+            pending_error: Some(e),
+            from_seq: 1,
+            current: None,
+            _journal: std::marker::PhantomData,
+        }
+    }
+
     fn fail(&mut self, e: JournalError) -> Option<Result<Record, JournalError>> {
         self.walk = None;
         self.current = None;

@@ -5,8 +5,9 @@
 use super::batch::{BatchEncoder, BatchView, FORMAT_VERSION, seq_key};
 use super::chunks::Chunks;
 use super::{
-    Journal, JournalError, JournalOptions, TREE_META, TREE_SNAPSHOTS, commit, contain_panics,
-    create_private_dir, key_seq, open_sled, read, sled_config, write_meta,
+    JOURNAL_FORMAT_VERSION, Journal, JournalError, JournalOptions, TREE_META, TREE_SNAPSHOTS,
+    commit, contain_panics, create_private_dir, key_seq, open_sled, read, read_meta_version,
+    sled_config, write_meta,
 };
 use crate::time::Timestamp;
 use std::ops::ControlFlow;
@@ -25,6 +26,10 @@ pub struct RepairReport {
     pub batches_removed: u64,
     /// Snapshots removed because they lie beyond `kept_through`.
     pub snapshots_removed: Vec<u64>,
+    /// Records `1..=retired_through` were retired by retention before (0: none). When the old
+    /// commit record was unreadable, the records before the first stored chunk are taken as
+    /// retired if the journal's format has retention.
+    pub retired_through: u64,
 }
 
 impl Journal {
@@ -42,13 +47,25 @@ impl Journal {
 fn repair(dir: &Path, opts: &JournalOptions) -> Result<RepairReport, JournalError> {
     let db = open_sled(dir, &sled_config(dir, opts))?;
     let mut chunks = Chunks::load(&db)?;
-    let committed_before = commit::load(dir, |_| {})
-        .ok()
-        .flatten()
-        .map(|l| l.committed_through());
+    let loaded = commit::load(dir, |_| {}).ok().flatten();
+    let committed_before = loaded.as_ref().map(|l| l.committed_through());
+    let meta = db
+        .open_tree(TREE_META)
+        .map_err(JournalError::storage("opening a tree"))?;
+    let retired = match &loaded {
+        Some(l) => l.retired,
+        None if read_meta_version(&meta)? == Some(JOURNAL_FORMAT_VERSION) => chunks
+            .starts()
+            .first()
+            .filter(|&&s| s > 1)
+            .map(|&s| commit::fresh_retention_entry(s - 1)),
+        None => None,
+    };
+    let retired_through = retired.map_or(0, |r| r.last_seq);
+    chunks.retire_through(retired_through)?;
     let (kept_through, first_problem) =
-        match read::for_each(&chunks, 1, |_| ControlFlow::Continue(())) {
-            Ok(n) => (n, None),
+        match read::for_each(&chunks, retired_through + 1, |_| ControlFlow::Continue(())) {
+            Ok(n) => (retired_through + n, None),
             Err(JournalError::Corrupt { seq, reason }) => (seq - 1, Some(reason)),
             Err(other) => return Err(other),
         };
@@ -87,23 +104,20 @@ fn repair(dir: &Path, opts: &JournalOptions) -> Result<RepairReport, JournalErro
     for key in snapshots.iter().keys() {
         let key = key.map_err(JournalError::storage("listing snapshots"))?;
         let seq = key_seq(&key, 0)?;
-        if seq > kept_through {
+        if seq > kept_through || seq < retired_through {
             snapshots
                 .remove(&key)
                 .map_err(JournalError::storage("removing a snapshot"))?;
             snapshots_removed.push(seq);
         }
     }
-    let meta = db
-        .open_tree(TREE_META)
-        .map_err(JournalError::storage("opening a tree"))?;
     write_meta(&meta, false)?;
     db.flush()
         .map_err(JournalError::storage("flushing the repair"))?;
-    let digest = if kept_through > 0 {
-        commit::digest_range(&chunks, 1, kept_through).map_err(|reason| {
+    let digest = if kept_through > retired_through {
+        commit::digest_range(&chunks, retired_through + 1, kept_through).map_err(|reason| {
             JournalError::RecordsDamaged {
-                first: 1,
+                first: retired_through + 1,
                 last: kept_through,
                 reason,
             }
@@ -111,12 +125,13 @@ fn repair(dir: &Path, opts: &JournalOptions) -> Result<RepairReport, JournalErro
     } else {
         0
     };
-    commit::rewrite(dir, kept_through, digest)?;
+    commit::rewrite(dir, retired, kept_through, digest)?;
     Ok(RepairReport {
         kept_through,
         first_problem,
         committed_before,
         batches_removed,
         snapshots_removed,
+        retired_through,
     })
 }

@@ -11,8 +11,11 @@ use super::batch::FORMAT_VERSION;
 use crate::time::Timestamp;
 
 pub(crate) const SNAPSHOT_HEADER_BYTES: usize = 28;
-/// How many snapshots the journal keeps: the newest, and one to fall back to.
+/// How many snapshots the journal keeps by default: the newest, and one to fall back to
+/// ([`super::JournalOptions::snapshots_kept`]).
 pub const SNAPSHOTS_KEPT_MAX: usize = 2;
+/// The most snapshots a journal may be asked to keep.
+pub const SNAPSHOTS_KEPT_LIMIT: usize = 64;
 
 /// Engine state as of `through_seq` (records `1..=through_seq` are folded into `state`).
 ///

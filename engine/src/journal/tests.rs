@@ -3,18 +3,18 @@
 use super::*;
 use proptest::prelude::*;
 
-fn open(dir: &Path) -> (Journal, OpenReport) {
+pub(super) fn open(dir: &Path) -> (Journal, OpenReport) {
     Journal::open(dir, JournalOptions::default()).expect("open journal")
 }
 
-fn payload(seq: u64) -> Vec<u8> {
+pub(super) fn payload(seq: u64) -> Vec<u8> {
     format!("input #{seq} ")
         .repeat((seq % 5) as usize + 1)
         .into_bytes()
 }
 
 /// Appends records `next..next+n` with `payload(seq)`, in batches of `per_batch`.
-fn append_n(j: &mut Journal, n: u64, per_batch: usize) {
+pub(super) fn append_n(j: &mut Journal, n: u64, per_batch: usize) {
     let mut left = n;
     while left > 0 {
         let take = left.min(per_batch as u64);
@@ -31,7 +31,7 @@ fn append_n(j: &mut Journal, n: u64, per_batch: usize) {
     }
 }
 
-fn read_all(j: &Journal, from: u64) -> (Vec<Record>, Option<JournalError>) {
+pub(super) fn read_all(j: &Journal, from: u64) -> (Vec<Record>, Option<JournalError>) {
     let mut out = Vec::new();
     for r in j.records(from) {
         match r {
@@ -42,7 +42,7 @@ fn read_all(j: &Journal, from: u64) -> (Vec<Record>, Option<JournalError>) {
     (out, None)
 }
 
-fn assert_intact(records: &[Record], from: u64) {
+pub(super) fn assert_intact(records: &[Record], from: u64) {
     for (r, seq) in records.iter().zip(from..) {
         assert_eq!(r.seq, seq);
         assert_eq!(r.at, Timestamp(seq as i64 * 10));
@@ -74,6 +74,7 @@ fn round_trip_and_reopen_keep_sequence_continuity() {
             next_seq: 26,
             committed_through: 25,
             upgraded_from: None,
+            retired_through: 0,
         }
     );
     assert_eq!(j.append(Timestamp(260), &payload(26)).unwrap(), 26);
@@ -620,7 +621,7 @@ fn a_journal_of_the_previous_format_is_upgraded_with_a_commit_record() {
 }
 
 /// Copies `src` into a fresh directory under `root` named `name`.
-fn copy_dir(src: &Path, root: &Path, name: &str) -> PathBuf {
+pub(super) fn copy_dir(src: &Path, root: &Path, name: &str) -> PathBuf {
     let dst = root.join(name);
     let mut dirs = vec![(src.to_path_buf(), dst.clone())];
     while let Some((from, to)) = dirs.pop() {
@@ -639,7 +640,7 @@ fn copy_dir(src: &Path, root: &Path, name: &str) -> PathBuf {
 }
 
 /// Every file of the journal, relative to it.
-fn journal_files(dir: &Path) -> Vec<PathBuf> {
+pub(super) fn journal_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut dirs = vec![dir.to_path_buf()];
     while let Some(d) = dirs.pop() {
@@ -657,8 +658,9 @@ fn journal_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Open + verify + full read of a damaged copy: either an error, or every committed record
-/// intact. Returns whether the damage was reported.
-fn open_damaged(dir: &Path, committed: u64, what: &str) -> bool {
+/// intact (from `first`, the first record the undamaged journal keeps). Returns whether the
+/// damage was reported.
+fn open_damaged(dir: &Path, first: u64, committed: u64, what: &str) -> bool {
     let opened = std::panic::catch_unwind(|| Journal::open(dir, JournalOptions::default()));
     let Ok(opened) = opened else {
         panic!("{what}: open panicked");
@@ -667,17 +669,24 @@ fn open_damaged(dir: &Path, committed: u64, what: &str) -> bool {
         Err(_) => return true,
         Ok(j) => j,
     };
-    let (records, err) = read_all(&j, 1);
+    let (records, err) = read_all(&j, j.first_kept_seq());
     let verify = j.verify();
     if err.is_some() || !verify.is_clean() {
         return true;
     }
+    let from = records.iter().position(|r| r.seq == first);
     assert!(
-        records.len() as u64 >= committed,
-        "{what}: silently lost records: {} of {committed} read with no error",
-        records.len()
+        j.first_kept_seq() <= first
+            && from.is_some_and(|i| records.len() - i >= (committed - first + 1) as usize),
+        "{what}: silently lost records: {} read from {} with no error, {first}..{committed} committed",
+        records.len(),
+        j.first_kept_seq()
     );
-    assert_intact(&records[..committed as usize], 1);
+    let from = from.unwrap_or_default();
+    assert_intact(
+        &records[from..from + (committed - first + 1) as usize],
+        first,
+    );
     false
 }
 
@@ -697,7 +706,7 @@ fn damaged_files_never_lose_committed_records_silently() {
         append_n(&mut j, committed, 3);
         j.write_snapshot(40, Timestamp(1), b"forty").unwrap();
     }
-    damage_matrix(&src, tmp.path(), committed, 24);
+    damage_matrix(&src, tmp.path(), 1, committed, 24);
 }
 
 /// The same on a controller's journal (durable appends, small segments, blob files) copied as
@@ -713,12 +722,18 @@ fn damage_to_a_journal_left_by_kill_9_is_never_a_silent_loss() {
     assert!(journal_files(&live).iter().any(|f| f.starts_with("blobs")));
     let src = copy_dir(&live, tmp.path(), "killed");
     drop(j);
-    damage_matrix(&src, tmp.path(), committed, 12);
+    damage_matrix(&src, tmp.path(), 1, committed, 12);
 }
 
 /// Flips a byte at `offsets_per_file` offsets of every file, truncates there, and deletes each
 /// file, each on a fresh copy of `src`; see [`open_damaged`].
-fn damage_matrix(src: &Path, tmp: &Path, committed: u64, offsets_per_file: u64) {
+pub(super) fn damage_matrix(
+    src: &Path,
+    tmp: &Path,
+    first: u64,
+    committed: u64,
+    offsets_per_file: u64,
+) {
     let files = journal_files(src);
     assert!(files.iter().any(|f| f == Path::new(COMMITS_FILE)));
     let mut case = 0;
@@ -740,6 +755,7 @@ fn damage_matrix(src: &Path, tmp: &Path, committed: u64, offsets_per_file: u64) 
             std::fs::write(&path, &bytes).unwrap();
             reported += usize::from(open_damaged(
                 &dir,
+                first,
                 committed,
                 &format!("flip {file:?}@{at}"),
             ));
@@ -750,12 +766,22 @@ fn damage_matrix(src: &Path, tmp: &Path, committed: u64, offsets_per_file: u64) 
                 .open(dir.join(file))
                 .unwrap();
             f.set_len(at).unwrap();
-            reported += usize::from(open_damaged(&dir, committed, &format!("cut {file:?}@{at}")));
+            reported += usize::from(open_damaged(
+                &dir,
+                first,
+                committed,
+                &format!("cut {file:?}@{at}"),
+            ));
         }
         case += 1;
         let dir = copy_dir(src, tmp, &format!("c{case}"));
         std::fs::remove_file(dir.join(file)).unwrap();
-        reported += usize::from(open_damaged(&dir, committed, &format!("delete {file:?}")));
+        reported += usize::from(open_damaged(
+            &dir,
+            first,
+            committed,
+            &format!("delete {file:?}"),
+        ));
     }
     assert!(reported > 0);
 }

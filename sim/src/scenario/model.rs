@@ -179,10 +179,11 @@ pub enum FaultKind {
     WriteTimeout,
     BacklogBatches,
     CorruptObject,
+    JournalDamage,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 21] = [
+    pub const ALL: [FaultKind; 22] = [
         FaultKind::ControllerRestart,
         FaultKind::ApiErrors,
         FaultKind::Partition,
@@ -204,6 +205,7 @@ impl FaultKind {
         FaultKind::WriteTimeout,
         FaultKind::BacklogBatches,
         FaultKind::CorruptObject,
+        FaultKind::JournalDamage,
     ];
 
     /// The name used in scenario files.
@@ -230,6 +232,7 @@ impl FaultKind {
             FaultKind::WriteTimeout => "write-timeout",
             FaultKind::BacklogBatches => "backlog-batches",
             FaultKind::CorruptObject => "corrupt-object",
+            FaultKind::JournalDamage => "journal-damage",
         }
     }
 

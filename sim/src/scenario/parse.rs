@@ -690,7 +690,8 @@ impl Ctx<'_> {
             | FaultKind::RelistDuplicates
             | FaultKind::WriteTimeout
             | FaultKind::BacklogBatches
-            | FaultKind::CorruptObject => None,
+            | FaultKind::CorruptObject
+            | FaultKind::JournalDamage => None,
         };
         let mut extra = BTreeMap::new();
         match params {

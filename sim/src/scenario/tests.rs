@@ -371,6 +371,7 @@ fn every_fault_kind_name_round_trips() {
             "write-timeout",
             "backlog-batches",
             "corrupt-object",
+            "journal-damage",
         ]
     );
     for k in FaultKind::ALL {
@@ -832,7 +833,7 @@ fn node_steps_need_a_cluster_unless_there_is_exactly_one() {
 
 #[test]
 fn faults_are_checked() {
-    let known = "controller-restart, api-errors, partition, watch-gap, torn-journal, conflicts, slow-api, kubelet-stop, node-flap, node-never-joins, infra-provision-failure, eviction-429, stuck-hook, cache-unsynced, reordered-delivery, coalesced-events, watch-expired, relist-duplicates, write-timeout, backlog-batches, corrupt-object";
+    let known = "controller-restart, api-errors, partition, watch-gap, torn-journal, conflicts, slow-api, kubelet-stop, node-flap, node-never-joins, infra-provision-failure, eviction-429, stuck-hook, cache-unsynced, reordered-delivery, coalesced-events, watch-expired, relist-duplicates, write-timeout, backlog-batches, corrupt-object, journal-damage";
     assert_eq!(
         err_of("name: t\ntimeline:\n  - {at: 1s, fault: {kind: meteor}}\n"),
         format!(
