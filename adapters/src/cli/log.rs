@@ -153,6 +153,33 @@ fn copy_journal(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Copies attempted when the commit record is replaced during a copy.
+const COPY_ATTEMPTS_MAX: u32 = 3;
+
+/// The identity of the commit record file: retention replaces it (a new file renamed over it).
+fn commits_identity(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir.join(COMMITS_FILE))
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// [`copy_journal`], again if a running controller retired records meanwhile: the copied
+/// commit record would then vouch for records the copied store no longer holds (a false
+/// "missing"). Retiring happens once per snapshot, so a second copy settles it.
+fn copy_consistent(from: &Path, to: &Path) -> std::io::Result<()> {
+    let mut attempt = 1;
+    loop {
+        let before = commits_identity(from);
+        copy_journal(from, to)?;
+        if commits_identity(from) == before || attempt == COPY_ATTEMPTS_MAX {
+            return Ok(());
+        }
+        std::fs::remove_dir_all(to)?;
+        attempt += 1;
+    }
+}
+
 /// Opens a private copy of an existing journal (a missing one is an error, not a new empty
 /// journal), within [`OPEN_TIMEOUT_S`].
 fn open(dir: &Path) -> Result<JournalCopy, Failure> {
@@ -170,7 +197,7 @@ fn open(dir: &Path) -> Result<JournalCopy, Failure> {
         .tempdir()
         .map_err(|e| unusable("cannot create a temporary directory", e))?;
     let copy = tmp.path().join("journal");
-    copy_journal(dir, &copy).map_err(|e| unusable("cannot copy the journal", e))?;
+    copy_consistent(dir, &copy).map_err(|e| unusable("cannot copy the journal", e))?;
     let opened = match open_bounded(&copy, JournalOptions::default(), JOURNAL_OPEN_TIMEOUT_S) {
         Err(OpenFailure::TimedOut { after_s }) => {
             eprintln!(
