@@ -168,10 +168,18 @@ fn commits_identity(dir: &Path) -> Option<(u64, u64)> {
 /// commit record would then vouch for records the copied store no longer holds (a false
 /// "missing"). Retiring happens once per snapshot, so a second copy settles it.
 fn copy_consistent(from: &Path, to: &Path) -> std::io::Result<()> {
+    copy_consistent_with(from, to, copy_journal)
+}
+
+fn copy_consistent_with(
+    from: &Path,
+    to: &Path,
+    mut copy: impl FnMut(&Path, &Path) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let mut attempt = 1;
     loop {
         let before = commits_identity(from);
-        copy_journal(from, to)?;
+        copy(from, to)?;
         if commits_identity(from) == before || attempt == COPY_ATTEMPTS_MAX {
             return Ok(());
         }
@@ -472,4 +480,35 @@ fn repair(dir: &Path, truncate: bool) -> Result<u8, Failure> {
     }
     println!("commit record rewritten: records 1..{kept}");
     Ok(EXIT_OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A controller retiring records while the journal is copied replaces its commit record:
+    /// the copy is made again, so the copied commit record matches the copied store.
+    #[test]
+    fn a_commit_record_replaced_during_the_copy_is_copied_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("j");
+        std::fs::create_dir(&src).unwrap();
+        std::fs::write(src.join(COMMITS_FILE), b"old").unwrap();
+        std::fs::write(src.join("db"), b"store").unwrap();
+        let dst = tmp.path().join("copy");
+        let mut copies = 0;
+        copy_consistent_with(&src, &dst, |from, to| {
+            copies += 1;
+            copy_journal(from, to)?;
+            if copies == 1 {
+                // Retention: a new commit record renamed over the old one.
+                std::fs::write(from.join("commits.new"), b"new")?;
+                std::fs::rename(from.join("commits.new"), from.join(COMMITS_FILE))?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(copies, 2);
+        assert_eq!(std::fs::read(dst.join(COMMITS_FILE)).unwrap(), b"new");
+    }
 }
