@@ -153,6 +153,41 @@ fn copy_journal(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Copies attempted when the commit record is replaced during a copy.
+const COPY_ATTEMPTS_MAX: u32 = 3;
+
+/// The identity of the commit record file: retention replaces it (a new file renamed over it).
+fn commits_identity(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir.join(COMMITS_FILE))
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// [`copy_journal`], again if a running controller retired records meanwhile: the copied
+/// commit record would then vouch for records the copied store no longer holds (a false
+/// "missing"). Retiring happens once per snapshot, so a second copy settles it.
+fn copy_consistent(from: &Path, to: &Path) -> std::io::Result<()> {
+    copy_consistent_with(from, to, copy_journal)
+}
+
+fn copy_consistent_with(
+    from: &Path,
+    to: &Path,
+    mut copy: impl FnMut(&Path, &Path) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let mut attempt = 1;
+    loop {
+        let before = commits_identity(from);
+        copy(from, to)?;
+        if commits_identity(from) == before || attempt == COPY_ATTEMPTS_MAX {
+            return Ok(());
+        }
+        std::fs::remove_dir_all(to)?;
+        attempt += 1;
+    }
+}
+
 /// Opens a private copy of an existing journal (a missing one is an error, not a new empty
 /// journal), within [`OPEN_TIMEOUT_S`].
 fn open(dir: &Path) -> Result<JournalCopy, Failure> {
@@ -170,7 +205,7 @@ fn open(dir: &Path) -> Result<JournalCopy, Failure> {
         .tempdir()
         .map_err(|e| unusable("cannot create a temporary directory", e))?;
     let copy = tmp.path().join("journal");
-    copy_journal(dir, &copy).map_err(|e| unusable("cannot copy the journal", e))?;
+    copy_consistent(dir, &copy).map_err(|e| unusable("cannot copy the journal", e))?;
     let opened = match open_bounded(&copy, JournalOptions::default(), JOURNAL_OPEN_TIMEOUT_S) {
         Err(OpenFailure::TimedOut { after_s }) => {
             eprintln!(
@@ -445,4 +480,35 @@ fn repair(dir: &Path, truncate: bool) -> Result<u8, Failure> {
     }
     println!("commit record rewritten: records 1..{kept}");
     Ok(EXIT_OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A controller retiring records while the journal is copied replaces its commit record:
+    /// the copy is made again, so the copied commit record matches the copied store.
+    #[test]
+    fn a_commit_record_replaced_during_the_copy_is_copied_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("j");
+        std::fs::create_dir(&src).unwrap();
+        std::fs::write(src.join(COMMITS_FILE), b"old").unwrap();
+        std::fs::write(src.join("db"), b"store").unwrap();
+        let dst = tmp.path().join("copy");
+        let mut copies = 0;
+        copy_consistent_with(&src, &dst, |from, to| {
+            copies += 1;
+            copy_journal(from, to)?;
+            if copies == 1 {
+                // Retention: a new commit record renamed over the old one.
+                std::fs::write(from.join("commits.new"), b"new")?;
+                std::fs::rename(from.join("commits.new"), from.join(COMMITS_FILE))?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(copies, 2);
+        assert_eq!(std::fs::read(dst.join(COMMITS_FILE)).unwrap(), b"new");
+    }
 }

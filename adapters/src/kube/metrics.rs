@@ -180,3 +180,44 @@ pub async fn serve(
     });
     Ok((bound, task))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer
+    }
+
+    /// `/readyz` is 503 while the journal cannot be written; `/healthz` stays 200 (the process
+    /// is alive and must not be killed for a full disk); the gauge and counter say so.
+    #[tokio::test]
+    async fn readyz_is_503_while_the_journal_cannot_be_written() {
+        let metrics = Arc::new(Metrics::default());
+        let (addr, server) = serve("127.0.0.1:0".parse().unwrap(), metrics.clone())
+            .await
+            .unwrap();
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+        metrics.journal_unwritable(true);
+        metrics.journal_unwritable(true);
+        let ready = get(addr, "/readyz").await;
+        assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
+        assert!(ready.contains("the journal cannot be written"), "{ready}");
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+        let text = get(addr, "/metrics").await;
+        assert!(
+            text.contains("lifecycle_journal_writable 0\n")
+                && text.contains("lifecycle_journal_failures_total 1\n"),
+            "{text}"
+        );
+        metrics.journal_unwritable(false);
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+        server.abort();
+    }
+}

@@ -271,3 +271,27 @@ fn a_format_2_journal_is_read_and_becomes_3_when_it_retires() {
         Some(JOURNAL_FORMAT_VERSION)
     );
 }
+
+/// sled 0.34.7 never deleted the old blob of a page that was one blob when the page was
+/// rewritten (its tree list, on every chunk created or dropped), so the directory grew without
+/// bound; the vendored sled fixes it (engine/vendor/sled/PATCHED.md). Single-record appends, as
+/// `lifecycle run` makes them, must stay near their payload size (measured: 1.16x with the
+/// fix, 1.52x and growing with the number of chunks without it).
+#[test]
+fn single_record_appends_stay_near_their_payload_size_on_disk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = Journal::open(tmp.path(), JournalOptions::default()).unwrap();
+    let payload = vec![0x5au8; 1600];
+    let records = 3000u64;
+    for i in 0..records {
+        j.append(Timestamp(i as i64), &payload).unwrap();
+    }
+    let stats = j.stats().unwrap();
+    let ratio = stats.disk_bytes as f64 / stats.payload_bytes as f64;
+    assert!(
+        ratio < 1.3,
+        "{} bytes on disk for {} bytes of records ({ratio:.2}x)",
+        stats.disk_bytes,
+        stats.payload_bytes
+    );
+}

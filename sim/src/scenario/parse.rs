@@ -712,6 +712,11 @@ impl Ctx<'_> {
                 }
             }
         }
+        if kind == FaultKind::JournalDamage
+            && let Some(n) = m.get("damage")
+        {
+            self.one_of(n, &m.path("damage"), &crate::journal_damage::DAMAGE_KINDS)?;
+        }
         let rate = m
             .get("rate")
             .map(|n| self.rate(n, &m.path("rate")))
