@@ -31,6 +31,10 @@ pub struct Metrics {
     pub journal_failures: AtomicU64,
 }
 
+/// One metric family: name, `counter` or `gauge`, help text, and its samples (labels as
+/// written between the name and the value, then the value).
+type Family = (&'static str, &'static str, &'static str, Vec<(String, u64)>);
+
 fn bump(map: &Mutex<BTreeMap<String, u64>>, key: &str) {
     *map.lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -82,56 +86,74 @@ impl Metrics {
             .unwrap_or(0)
     }
 
-    /// The Prometheus text exposition of every counter.
+    /// The Prometheus text exposition of every metric, each family with its `# HELP` and
+    /// `# TYPE`.
     pub fn render(&self) -> String {
+        let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        let labelled = |m: &Mutex<BTreeMap<String, u64>>, label: &str| -> Vec<(String, u64)> {
+            m.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|(k, n)| (format!("{{{label}=\"{k}\"}}"), *n))
+                .collect()
+        };
+        let families: [Family; 7] = [
+            (
+                "lifecycle_inputs_total",
+                "counter",
+                "Inputs the engine applied (watch events, answers, ticks), each batch member counted.",
+                vec![(String::new(), load(&self.inputs))],
+            ),
+            (
+                "lifecycle_journal_records_total",
+                "counter",
+                "Records appended to the journal.",
+                vec![(String::new(), load(&self.records))],
+            ),
+            (
+                "lifecycle_commands_total",
+                "counter",
+                "Commands the controllers issued, by action.",
+                labelled(&self.commands, "action"),
+            ),
+            (
+                "lifecycle_api_errors_total",
+                "counter",
+                "API requests that did not succeed, by HTTP status (or unreachable).",
+                labelled(&self.api_errors, "code"),
+            ),
+            (
+                "lifecycle_journal_writable",
+                "gauge",
+                "1 while the journal takes appends; 0 while it cannot (a full disk): nothing is applied or done then.",
+                vec![(
+                    String::new(),
+                    u64::from(!self.journal_unwritable.load(Ordering::Relaxed)),
+                )],
+            ),
+            (
+                "lifecycle_journal_failures_total",
+                "counter",
+                "Journal appends or snapshots that failed.",
+                vec![(String::new(), load(&self.journal_failures))],
+            ),
+            (
+                "lifecycle_leader",
+                "gauge",
+                "1 while this process holds the leader Lease (or runs without leader election).",
+                vec![(
+                    String::new(),
+                    u64::from(self.leader.load(Ordering::Relaxed)),
+                )],
+            ),
+        ];
         let mut out = String::new();
-        out.push_str("# TYPE lifecycle_inputs_total counter\n");
-        out.push_str(&format!(
-            "lifecycle_inputs_total {}\n",
-            self.inputs.load(Ordering::Relaxed)
-        ));
-        out.push_str("# TYPE lifecycle_journal_records_total counter\n");
-        out.push_str(&format!(
-            "lifecycle_journal_records_total {}\n",
-            self.records.load(Ordering::Relaxed)
-        ));
-        out.push_str("# TYPE lifecycle_commands_total counter\n");
-        for (action, n) in self
-            .commands
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
-            out.push_str(&format!(
-                "lifecycle_commands_total{{action=\"{action}\"}} {n}\n"
-            ));
+        for (name, kind, help, samples) in families {
+            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+            for (labels, value) in samples {
+                out.push_str(&format!("{name}{labels} {value}\n"));
+            }
         }
-        out.push_str("# TYPE lifecycle_api_errors_total counter\n");
-        for (code, n) in self
-            .api_errors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
-            out.push_str(&format!(
-                "lifecycle_api_errors_total{{code=\"{code}\"}} {n}\n"
-            ));
-        }
-        out.push_str("# TYPE lifecycle_journal_writable gauge\n");
-        out.push_str(&format!(
-            "lifecycle_journal_writable {}\n",
-            u8::from(!self.journal_unwritable.load(Ordering::Relaxed))
-        ));
-        out.push_str("# TYPE lifecycle_journal_failures_total counter\n");
-        out.push_str(&format!(
-            "lifecycle_journal_failures_total {}\n",
-            self.journal_failures.load(Ordering::Relaxed)
-        ));
-        out.push_str("# TYPE lifecycle_leader gauge\n");
-        out.push_str(&format!(
-            "lifecycle_leader {}\n",
-            u8::from(self.leader.load(Ordering::Relaxed))
-        ));
         out
     }
 }
@@ -193,6 +215,38 @@ mod tests {
         let mut answer = String::new();
         stream.read_to_string(&mut answer).await.unwrap();
         answer
+    }
+
+    #[test]
+    fn every_family_has_help_and_type_before_its_samples() {
+        let metrics = Metrics::default();
+        metrics.command("Evict");
+        metrics.api_error("429");
+        let text = metrics.render();
+        let mut described = std::collections::BTreeSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                let (name, help) = rest.split_once(' ').unwrap();
+                assert!(!help.is_empty(), "{line}");
+                described.insert(name.to_string());
+            } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                assert!(described.contains(name), "TYPE before HELP: {line}");
+                assert!(["counter", "gauge"].contains(&kind), "{line}");
+            } else {
+                let name = line.split(['{', ' ']).next().unwrap();
+                assert!(described.contains(name), "a sample without HELP: {line}");
+            }
+        }
+        assert!(
+            text.contains("lifecycle_commands_total{action=\"Evict\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("lifecycle_api_errors_total{code=\"429\"} 1\n"),
+            "{text}"
+        );
+        assert_eq!(described.len(), 7);
     }
 
     /// `/readyz` is 503 while the journal cannot be written; `/healthz` stays 200 (the process
