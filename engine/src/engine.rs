@@ -6,7 +6,7 @@ use crate::controller::{Controller, Cx, Effects};
 use crate::deletion::MachineDeletion;
 use crate::health::HealthChecks;
 use crate::input::{ApiOutcome, Input};
-use crate::model::{Object, ObjectKey};
+use crate::model::{Object, ObjectKey, Scope};
 use crate::pool::Pools;
 use crate::store::{Change, Store};
 use crate::time::Timestamp;
@@ -145,14 +145,19 @@ impl Engine {
                     .iter()
                     .map(|r| self.store.replaced_key(r))
                     .collect();
-                for (key, object) in self.store.iter_scope(&scope) {
-                    if !changed.contains(key) {
-                        let same = Change {
-                            key,
-                            before: Some(object),
-                            after: Some(object),
-                        };
-                        self.route(same, dirty);
+                self.route_unchanged(&scope, &changed, dirty);
+            }
+            Input::Unlisted {
+                scope,
+                kind,
+                problem,
+            } => {
+                // Whatever depends on an object of that kind must look again, including what
+                // refers to one the cache never had.
+                if self.store.set_unlisted(&scope, &kind, problem) {
+                    self.route_unchanged(&scope, &BTreeSet::new(), dirty);
+                    if scope != Scope::Management {
+                        self.route_unchanged(&Scope::Management, &BTreeSet::new(), dirty);
                     }
                 }
             }
@@ -211,6 +216,20 @@ impl Engine {
 
     pub fn decode_state(bytes: &[u8]) -> Result<Engine, codec::CodecError> {
         codec::decode(bytes)
+    }
+
+    /// Routes every object of `scope` not in `except` as a change from itself to itself.
+    fn route_unchanged(&self, scope: &Scope, except: &BTreeSet<&ObjectKey>, dirty: &mut Dirty) {
+        for (key, object) in self.store.iter_scope(scope) {
+            if !except.contains(key) {
+                let same = Change {
+                    key,
+                    before: Some(object),
+                    after: Some(object),
+                };
+                self.route(same, dirty);
+            }
+        }
     }
 
     fn route(&self, change: Change<'_>, dirty: &mut Dirty) {

@@ -1,6 +1,6 @@
 //! What the engine is fed. Every input is journaled before it is applied.
 
-use crate::model::{Object, ObjectKey, Scope};
+use crate::model::{Kind, Object, ObjectKey, Scope};
 use serde::{Deserialize, Serialize};
 
 /// One input to [`crate::Engine::handle`].
@@ -31,6 +31,14 @@ pub enum Input {
         #[serde(deserialize_with = "unbatched")]
         inputs: Vec<Input>,
     },
+    /// The API would not list `kind` in `scope` (it does not serve it, or refuses us: 404,
+    /// 403): every object of that kind there is unknown until a list succeeds
+    /// (`problem: None`). Unknown, not absent: the decisions that depend on one wait.
+    Unlisted {
+        scope: Scope,
+        kind: Kind,
+        problem: Option<String>,
+    },
 }
 
 /// A batch's inputs decode as [`Unbatched`], the same variants as [`Input`] in the same order
@@ -44,12 +52,39 @@ fn unbatched<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<In
 #[derive(Deserialize)]
 #[serde(rename = "Input")]
 enum Unbatched {
-    Upsert { scope: Scope, object: Box<Object> },
-    Delete { key: ObjectKey },
-    Relist { scope: Scope, objects: Vec<Object> },
-    ApiResult { command: u64, outcome: ApiOutcome },
+    Upsert {
+        scope: Scope,
+        object: Box<Object>,
+    },
+    Delete {
+        key: ObjectKey,
+    },
+    Relist {
+        scope: Scope,
+        objects: Vec<Object>,
+    },
+    ApiResult {
+        command: u64,
+        outcome: ApiOutcome,
+    },
     Tick,
     Restarted,
+    /// Holds the place of [`Input::Batch`] so that the variants after it keep their encoding.
+    Batch(NoNestedBatch),
+    Unlisted {
+        scope: Scope,
+        kind: Kind,
+        problem: Option<String>,
+    },
+}
+
+/// Never decodes: a batch inside a batch is a damaged record.
+enum NoNestedBatch {}
+
+impl<'de> Deserialize<'de> for NoNestedBatch {
+    fn deserialize<D: serde::Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
+        Err(serde::de::Error::custom("a batch nested in a batch"))
+    }
 }
 
 impl From<Unbatched> for Input {
@@ -61,6 +96,16 @@ impl From<Unbatched> for Input {
             Unbatched::ApiResult { command, outcome } => Input::ApiResult { command, outcome },
             Unbatched::Tick => Input::Tick,
             Unbatched::Restarted => Input::Restarted,
+            Unbatched::Batch(never) => match never {},
+            Unbatched::Unlisted {
+                scope,
+                kind,
+                problem,
+            } => Input::Unlisted {
+                scope,
+                kind,
+                problem,
+            },
         }
     }
 }
@@ -153,6 +198,20 @@ impl Input {
             }
             Input::Tick => "timer".to_string(),
             Input::Restarted => "controller restarted".to_string(),
+            Input::Unlisted {
+                scope,
+                kind,
+                problem: Some(problem),
+            } => format!(
+                "cannot list {} in {}: {problem}",
+                kind.name(),
+                crate::store::scope_name(scope)
+            ),
+            Input::Unlisted { scope, kind, .. } => format!(
+                "listed {} in {} again",
+                kind.name(),
+                crate::store::scope_name(scope)
+            ),
             Input::Batch { inputs } => {
                 const SHOWN: usize = 3;
                 let mut text = format!("batch of {}: ", inputs.len());
@@ -211,5 +270,29 @@ mod tests {
         // Built with `Input::batch`, batches are spliced, never nested.
         assert_eq!(Input::batch(vec![batch.clone()]), batch);
         assert_eq!(Input::batch(vec![Input::Tick]), Input::Tick);
+    }
+
+    #[test]
+    fn an_unlisted_kind_round_trips_alone_and_in_a_batch() {
+        let unlisted = |problem: Option<&str>| Input::Unlisted {
+            scope: Scope::Management,
+            kind: Kind::from_group_kind("infrastructure.cluster.x-k8s.io", "DockerMachine"),
+            problem: problem.map(str::to_string),
+        };
+        let batch = Input::Batch {
+            inputs: vec![unlisted(Some("404 Not Found")), Input::Tick, unlisted(None)],
+        };
+        for input in [unlisted(Some("403 Forbidden")), batch] {
+            let bytes = crate::codec::encode(&input).unwrap();
+            assert_eq!(crate::codec::decode::<Input>(&bytes).unwrap(), input);
+        }
+        assert_eq!(
+            unlisted(Some("404 Not Found")).describe(),
+            "cannot list DockerMachine in the management cluster: 404 Not Found"
+        );
+        assert_eq!(
+            unlisted(None).describe(),
+            "listed DockerMachine in the management cluster again"
+        );
     }
 }

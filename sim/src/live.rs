@@ -339,7 +339,7 @@ fn note_uids(input: &Input, uids: &mut BTreeMap<ObjectKey, String>) {
             }
         }
         Input::Batch { inputs } => inputs.iter().for_each(|i| note_uids(i, uids)),
-        Input::ApiResult { .. } | Input::Tick | Input::Restarted => {}
+        Input::ApiResult { .. } | Input::Tick | Input::Restarted | Input::Unlisted { .. } => {}
     }
 }
 

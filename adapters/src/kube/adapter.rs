@@ -23,6 +23,8 @@ use super::execute::{EventStamp, execute};
 use super::metrics::Metrics;
 use super::streams::{StreamSpec, run_stream};
 use crate::clock::{until, wall_now};
+use engine::intake::mirror::StreamEvent;
+use engine::intake::streams::stream_id;
 use engine::intake::{Arrival, Intake, Output};
 use engine::model::{ClusterName, ObjectKey, Scope};
 use engine::{Action, ApiOutcome, BATCH_INPUTS_MAX, Command, Input, Timestamp};
@@ -149,15 +151,27 @@ async fn workload_client(management: &Client, cluster: &ClusterName) -> Result<C
 }
 
 /// The preferred version of `group` from discovery.
-async fn preferred_version(client: &Client, group: &str) -> Result<String, String> {
+/// The group's preferred version; `Err((problem, refused))`, `refused` when the API will not
+/// serve the group to us (404, 403) rather than failed to answer.
+async fn preferred_version(client: &Client, group: &str) -> Result<String, (String, bool)> {
     let request = http::Request::get(format!("/apis/{group}"))
         .body(Vec::new())
-        .map_err(|e| e.to_string())?;
-    let v: Value = client.request(request).await.map_err(|e| e.to_string())?;
+        .map_err(|e| (e.to_string(), false))?;
+    let v: Value = client.request(request).await.map_err(|e| {
+        let refused = super::streams::refusal(&e).map(|s| s.code);
+        match refused {
+            Some(404) => (
+                format!("the API does not serve the group {group} (404 on /apis/{group}): are its CRDs installed?"),
+                true,
+            ),
+            Some(_) => (format!("the API refuses discovery of the group {group} (403): {e}"), true),
+            None => (e.to_string(), false),
+        }
+    })?;
     v.pointer("/preferredVersion/version")
         .and_then(Value::as_str)
         .map(str::to_string)
-        .ok_or_else(|| format!("no preferred version for {group}"))
+        .ok_or_else(|| (format!("no preferred version for {group}"), false))
 }
 
 impl<C: Core, L: InputLog> Adapter<C, L> {
@@ -507,8 +521,18 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
                 None => loop {
                     match preferred_version(&client, &group).await {
                         Ok(v) => break v,
-                        Err(e) => {
-                            tracing::warn!(%group, "discovery: {e}");
+                        Err((problem, refused)) => {
+                            tracing::warn!(%group, "discovery: {problem}");
+                            if refused {
+                                let unavailable = Event::Arrival(Arrival::Watch {
+                                    scope: Scope::Management,
+                                    stream: stream_id(&group, &kind),
+                                    event: StreamEvent::Unavailable(problem),
+                                });
+                                if tx.send(unavailable).await.is_err() {
+                                    return;
+                                }
+                            }
                             tokio::time::sleep(retry).await;
                         }
                     }

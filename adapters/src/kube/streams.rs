@@ -84,6 +84,11 @@ pub async fn run_stream(client: Client, spec: StreamSpec, tx: mpsc::Sender<Event
             Ok(watcher::Event::InitDone) => StreamEvent::InitDone,
             Ok(watcher::Event::Apply(o)) => StreamEvent::Apply(to_json(&spec, &o)),
             Ok(watcher::Event::Delete(o)) => StreamEvent::Delete(to_json(&spec, &o)),
+            Err(watcher::Error::InitialListFailed(e)) if refusal(&e).is_some() => {
+                let problem = list_refused(&spec, &e);
+                tracing::warn!(stream = %stream, scope = ?spec.scope, "{problem}");
+                StreamEvent::Unavailable(problem)
+            }
             Err(e) => {
                 tracing::warn!(stream = %stream, scope = ?spec.scope, "watch: {e}");
                 continue;
@@ -97,5 +102,35 @@ pub async fn run_stream(client: Client, spec: StreamSpec, tx: mpsc::Sender<Event
         if tx.send(message).await.is_err() {
             return;
         }
+    }
+}
+
+/// The API's answer when it is a refusal that retrying will not change soon: 404 (it does not
+/// serve the resource) or 403 (it does not let us).
+pub fn refusal(e: &kube::Error) -> Option<&kube::core::Status> {
+    match e {
+        kube::Error::Api(status) if matches!(status.code, 403 | 404) => Some(status),
+        _ => None,
+    }
+}
+
+/// What an operator reads when a stream's list is refused: what, why, what unblocks it.
+pub fn list_refused(spec: &StreamSpec, e: &kube::Error) -> String {
+    let ar = spec.api_resource();
+    let resource = if ar.group.is_empty() {
+        format!("{}/{}", ar.plural, ar.version)
+    } else {
+        format!("{}.{}/{}", ar.plural, ar.group, ar.version)
+    };
+    match refusal(e) {
+        Some(s) if s.code == 404 => {
+            format!("the API does not serve {resource} (404 on list): is its CRD installed?")
+        }
+        Some(s) => format!(
+            "the API refuses to list {resource} (403: {}): the controller's ClusterRole must allow \
+             get, list and watch on it",
+            s.message
+        ),
+        None => format!("listing {resource} failed: {e}"),
     }
 }

@@ -22,7 +22,7 @@ pub mod reason {
     pub const DELETION_COMPLETED: &str = "DeletionCompleted";
     /// An object the deletion depends on cannot be read (this product's reason; CAPI relies
     /// on its webhooks to keep such objects out).
-    pub const OBJECT_UNREADABLE: &str = "ObjectUnreadable";
+    pub const OBJECT_UNREADABLE: &str = crate::store::OBJECT_UNREADABLE;
 }
 
 // v1beta1 condition types and reasons touched during deletion.

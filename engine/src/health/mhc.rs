@@ -1029,7 +1029,7 @@ fn report_unreadable(
         Action::RecordEvent {
             regarding: capi_target(mhc_key.clone(), mhc.version),
             type_: EventType::Warning,
-            reason: "ObjectUnreadable".to_string(),
+            reason: crate::store::OBJECT_UNREADABLE.to_string(),
             message: message.clone(),
         },
         message,
@@ -1038,6 +1038,30 @@ fn report_unreadable(
         memo.unreadable_reported
             .insert(unknown.clone(), problem.to_string());
     }
+}
+
+/// `ObjectsReadable=False (ObjectUnreadable)` naming what the checks cannot read while
+/// something is unknown; removed (never written True) once everything reads.
+fn readable_edit(memo: &MhcMemo) -> Edit {
+    let mut unknown = memo.unreadable_reported.iter();
+    let Some((key, problem)) = unknown.next() else {
+        return Edit::Remove(List::Current, crate::store::OBJECTS_READABLE);
+    };
+    let more = match unknown.len() {
+        0 => String::new(),
+        n => format!(" (and {n} more)"),
+    };
+    let message = format!(
+        "{}{more}; the health checks that depend on it wait until it can be read",
+        unreadable_message(key, problem)
+    );
+    Edit::set(
+        List::Current,
+        crate::store::OBJECTS_READABLE,
+        ConditionStatus::False,
+        crate::store::OBJECT_UNREADABLE,
+        &message,
+    )
 }
 
 /// Adds the cluster-name label and an owner reference to the Cluster when missing (upstream
@@ -1538,6 +1562,7 @@ impl SyncCx<'_> {
             )),
             _ => {}
         }
+        edits.push(readable_edit(memo));
         if let Some((conditions, summary)) = apply(&mhc.conditions, &edits, self.now) {
             cx.issue(
                 ControllerId::Health,

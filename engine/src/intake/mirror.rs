@@ -12,7 +12,7 @@
 
 use crate::Input;
 use crate::convert::{object_from_json, object_key_of_json, unreadable_of_json};
-use crate::model::{Object, ObjectKey, Scope};
+use crate::model::{Kind, Object, ObjectKey, Scope};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -24,6 +24,10 @@ pub enum StreamEvent {
     InitDone,
     Apply(Value),
     Delete(Value),
+    /// The stream cannot list its kind: the API does not serve it or refuses us (404, 403).
+    /// The stream counts as listed, so the rest of its cluster is not held back, and its kind
+    /// is unknown there until a list succeeds.
+    Unavailable(String),
 }
 
 #[derive(Debug, Default)]
@@ -32,6 +36,8 @@ struct Stream {
     /// Objects of a list in progress (between `Init` and `InitDone`).
     pending: Option<BTreeMap<ObjectKey, Object>>,
     listed: bool,
+    /// Why the last list failed, until one succeeds.
+    unavailable: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -84,6 +90,33 @@ fn convert(
     }
 }
 
+impl ScopeMirror {
+    /// The scope's `Relist` once every stream has listed (always, after the first).
+    fn relist(&mut self, scope: &Scope) -> Option<Input> {
+        if !(self.relisted || self.streams.values().all(|s| s.listed)) {
+            return None;
+        }
+        self.relisted = true;
+        let mut objects: BTreeMap<&ObjectKey, &Object> = BTreeMap::new();
+        for s in self.streams.values() {
+            objects.extend(s.objects.iter());
+        }
+        Some(Input::Relist {
+            scope: scope.clone(),
+            objects: objects.into_values().cloned().collect(),
+        })
+    }
+}
+
+fn unlisted(scope: &Scope, stream: &str, problem: Option<String>) -> Input {
+    let (group, kind) = stream.split_once('/').unwrap_or(("", stream));
+    Input::Unlisted {
+        scope: scope.clone(),
+        kind: Kind::from_group_kind(group, kind),
+        problem,
+    }
+}
+
 impl Mirror {
     /// Declares a stream of `scope`; the scope's first `Relist` waits for it.
     pub fn register(&mut self, scope: &Scope, stream: &str) {
@@ -129,19 +162,26 @@ impl Mirror {
             StreamEvent::InitDone => {
                 s.objects = s.pending.take().unwrap_or_default();
                 s.listed = true;
-                let all_listed = mirror.streams.values().all(|s| s.listed);
-                if !(mirror.relisted || all_listed) {
+                let mut inputs = Vec::new();
+                if s.unavailable.take().is_some() {
+                    inputs.push(unlisted(scope, stream, None));
+                }
+                inputs.extend(mirror.relist(scope));
+                inputs
+            }
+            StreamEvent::Unavailable(problem) => {
+                s.pending = None;
+                if s.unavailable.as_ref() == Some(&problem) {
                     return Vec::new();
                 }
-                mirror.relisted = true;
-                let mut objects: BTreeMap<&ObjectKey, &Object> = BTreeMap::new();
-                for s in mirror.streams.values() {
-                    objects.extend(s.objects.iter());
+                s.unavailable = Some(problem.clone());
+                let first = !s.listed;
+                s.listed = true;
+                let mut inputs = vec![unlisted(scope, stream, Some(problem))];
+                if first && !mirror.relisted {
+                    inputs.extend(mirror.relist(scope));
                 }
-                vec![Input::Relist {
-                    scope: scope.clone(),
-                    objects: objects.into_values().cloned().collect(),
-                }]
+                inputs
             }
             StreamEvent::Apply(v) => {
                 let Some((key, object)) = convert(scope, &v, &mut self.unreadable) else {
@@ -273,6 +313,42 @@ mod tests {
         let inputs = m.on_event(&scope, "nodes", StreamEvent::Apply(bad));
         assert!(
             matches!(inputs.as_slice(), [Input::Upsert { object, .. }] if matches!(**object, Object::Unreadable(_))),
+            "{inputs:?}"
+        );
+    }
+
+    #[test]
+    fn a_stream_whose_list_is_refused_does_not_hold_its_cluster_back_and_marks_its_kind() {
+        let scope = Scope::Management;
+        let mut m = Mirror::default();
+        m.register(&scope, "cluster.x-k8s.io/Machine");
+        m.register(&scope, "infrastructure.cluster.x-k8s.io/FooMachine");
+        m.on_event(&scope, "cluster.x-k8s.io/Machine", StreamEvent::Init);
+        assert!(
+            m.on_event(&scope, "cluster.x-k8s.io/Machine", StreamEvent::InitDone)
+                .is_empty()
+        );
+        let foo = "infrastructure.cluster.x-k8s.io/FooMachine";
+        let refused = || StreamEvent::Unavailable("404".to_string());
+        let inputs = m.on_event(&scope, foo, refused());
+        let kind = Kind::from_group_kind("infrastructure.cluster.x-k8s.io", "FooMachine");
+        assert!(
+            matches!(inputs.as_slice(), [
+                Input::Unlisted { kind: k, problem: Some(p), .. },
+                Input::Relist { .. },
+            ] if *k == kind && p == "404"),
+            "{inputs:?}"
+        );
+        // The same refusal again (kube's watcher retries) is no news.
+        assert!(m.on_event(&scope, foo, refused()).is_empty());
+        // A list that succeeds clears the mark, then relists the cluster with its objects.
+        m.on_event(&scope, foo, StreamEvent::Init);
+        let inputs = m.on_event(&scope, foo, StreamEvent::InitDone);
+        assert!(
+            matches!(
+                inputs.as_slice(),
+                [Input::Unlisted { problem: None, .. }, Input::Relist { .. },]
+            ),
             "{inputs:?}"
         );
     }

@@ -176,7 +176,7 @@ impl Intake {
         let (object, deleted) = match event {
             StreamEvent::InitApply(o) | StreamEvent::Apply(o) => (o, false),
             StreamEvent::Delete(o) => (o, true),
-            StreamEvent::Init | StreamEvent::InitDone => return,
+            StreamEvent::Init | StreamEvent::InitDone | StreamEvent::Unavailable(_) => return,
         };
         if object.get("kind").and_then(Value::as_str) == Some("Cluster") {
             let meta = |f: &str| {

@@ -73,6 +73,8 @@ pub fn finish(observed: &Conditions, mut legacy: Vec<Condition>, now: Timestamp)
     }
     sort_legacy(&mut legacy);
     let mut current = observed.current.clone();
+    // Called only once every dependency reads.
+    current.retain(|c| c.type_ != crate::store::OBJECTS_READABLE);
     for type_ in SUMMARIZED {
         let Some(l) = legacy.iter().find(|c| c.type_ == type_) else {
             continue;
@@ -158,6 +160,19 @@ mod tests {
             Timestamp(30_000),
         );
         assert_eq!(list[0].last_transition_time, Some(Timestamp(30_000)));
+    }
+
+    #[test]
+    fn the_unreadable_mark_goes_once_everything_reads_and_others_conditions_stay() {
+        let mut observed = Conditions::default();
+        for type_ in [crate::store::OBJECTS_READABLE, "Paused"] {
+            observed
+                .current
+                .push(Condition::new(type_, ConditionStatus::False, "R", "m"));
+        }
+        let c = finish(&observed, vec![legacy_true(REPLICAS_READY)], Timestamp(5));
+        let current: Vec<&str> = c.current.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(current, ["Paused", "ReplicasReady"]);
     }
 
     #[test]

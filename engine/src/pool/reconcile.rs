@@ -1042,7 +1042,8 @@ fn unreadable_dependency(cx: &Ctx<'_>) -> Option<(ObjectKey, String)> {
     .find_map(|k| store.unreadable(&k).map(|p| (k.clone(), p.to_string())))
 }
 
-/// Plans nothing but a Warning event (once per problem) while `unknown` cannot be read.
+/// Plans nothing but a Warning event (once per problem) and the `ObjectsReadable=False`
+/// condition while `unknown` cannot be read.
 fn wait_for_readable(cx: &Ctx<'_>, unknown: (ObjectKey, String), plan: &mut Plan) {
     let message = format!(
         "{}; the MachinePool waits until it can be read",
@@ -1054,8 +1055,31 @@ fn wait_for_readable(cx: &Ctx<'_>, unknown: (ObjectKey, String), plan: &mut Plan
             Action::RecordEvent {
                 regarding: cx.pool_target(),
                 type_: EventType::Warning,
-                reason: "ObjectUnreadable".to_string(),
+                reason: crate::store::OBJECT_UNREADABLE.to_string(),
                 message: message.clone(),
+            },
+            message.clone(),
+        );
+    }
+    let mp = cx.mp;
+    let written = mp.conditions.current(crate::store::OBJECTS_READABLE);
+    if written.is_none_or(|c| c.reason != crate::store::OBJECT_UNREADABLE || c.message != message) {
+        let mut conditions = mp.conditions.clone();
+        let condition = Condition::new(
+            crate::store::OBJECTS_READABLE,
+            ConditionStatus::False,
+            crate::store::OBJECT_UNREADABLE,
+            &message,
+        );
+        cond::set(&mut conditions.current, condition, cx.now);
+        plan.issue(
+            Action::SetCondition {
+                target: cx.pool_target(),
+                conditions,
+                summary: format!(
+                    "{}=False (ObjectUnreadable)",
+                    crate::store::OBJECTS_READABLE
+                ),
             },
             message,
         );

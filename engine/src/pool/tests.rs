@@ -1131,7 +1131,8 @@ fn an_unreadable_infrastructure_pool_or_node_deletes_nothing() {
     assert_eq!(
         lines(&commands),
         [
-            "RecordEvent MachinePool default/p1 Warning ObjectUnreadable: DockerMachinePool default/p1 in the management cluster cannot be read: spec.providerIDList: expected a list; the MachinePool waits until it can be read"
+            "RecordEvent MachinePool default/p1 Warning ObjectUnreadable: DockerMachinePool default/p1 in the management cluster cannot be read: spec.providerIDList: expected a list; the MachinePool waits until it can be read",
+            "SetCondition MachinePool default/p1 ObjectsReadable=False (ObjectUnreadable)",
         ]
     );
     // Ticks and other changes add nothing, not even the same warning again.

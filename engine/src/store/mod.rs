@@ -54,6 +54,9 @@ pub struct Store {
     /// Their last good reading (if any) stays in `objects`; the decisions that depend on them
     /// wait ([`Store::unreadable`]).
     unreadable: BTreeMap<ObjectKey, String>,
+    /// Kinds the API would not list, per cluster, with the problem: every object of such a
+    /// kind there is unknown ([`Store::unreadable`]) until a list succeeds.
+    unlisted: BTreeMap<(Scope, Kind), String>,
 }
 
 /// The store's secondary indexes (a separate field so that they can be updated while the
@@ -126,10 +129,39 @@ impl Store {
     /// controllers can read. Unknown is neither absent nor healthy: whoever decides on the
     /// object waits, and a lookup that finds nothing for it must not conclude "not found".
     pub fn unreadable(&self, key: &ObjectKey) -> Option<&str> {
-        if self.unreadable.is_empty() {
+        if !self.has_unreadable() {
             return None;
         }
-        self.unreadable.get(key).map(String::as_str)
+        self.unreadable
+            .get(key)
+            .or_else(|| self.unlisted_problem(&key.scope, &key.kind))
+            .map(String::as_str)
+    }
+
+    /// Why `kind` cannot be listed in `scope`, when it cannot.
+    pub fn unlisted(&self, scope: &Scope, kind: &Kind) -> Option<&str> {
+        self.unlisted_problem(scope, kind).map(String::as_str)
+    }
+
+    fn unlisted_problem(&self, scope: &Scope, kind: &Kind) -> Option<&String> {
+        self.unlisted
+            .iter()
+            .find(|((s, k), _)| s == scope && k == kind)
+            .map(|(_, problem)| problem)
+    }
+
+    /// Records that `kind` cannot be listed in `scope` (`Some(problem)`) or can again
+    /// (`None`); whether that changed anything.
+    pub fn set_unlisted(&mut self, scope: &Scope, kind: &Kind, problem: Option<String>) -> bool {
+        let key = (scope.clone(), kind.clone());
+        match problem {
+            Some(p) if self.unlisted.get(&key) == Some(&p) => false,
+            Some(p) => {
+                self.unlisted.insert(key, p);
+                true
+            }
+            None => self.unlisted.remove(&key).is_some(),
+        }
     }
 
     /// Whether the absence of `node` from the cache is news the cache has had time to learn,
@@ -154,7 +186,7 @@ impl Store {
 
     /// Whether any object is unknown (a cheap test before building keys to look up).
     pub fn has_unreadable(&self) -> bool {
-        !self.unreadable.is_empty()
+        !self.unreadable.is_empty() || !self.unlisted.is_empty()
     }
 
     /// Every unknown object of `scope` whose kind is `kind`, with its problem.
@@ -624,6 +656,14 @@ fn set_membership(
     }
 }
 
+/// The v1beta2 condition (ours, decision 13) on an MHC or a MachinePool whose decisions wait
+/// for an object that cannot be read: `False (ObjectUnreadable)` naming it, removed (never
+/// written True) once everything reads.
+pub const OBJECTS_READABLE: &str = "ObjectsReadable";
+
+/// The reason of every condition and Warning event about an object that cannot be read.
+pub const OBJECT_UNREADABLE: &str = "ObjectUnreadable";
+
 /// What an operator reads about an unknown object: which object, in which cluster, and what
 /// cannot be read (`Node n1 in cluster default/c1 cannot be read: status.conditions[0].type:
 /// expected a string`).
@@ -634,11 +674,18 @@ pub fn unreadable_message(key: &ObjectKey, problem: &str) -> String {
     } else {
         format!("{}/{}", key.namespace, key.name)
     };
-    let cluster = match &key.scope {
+    format!(
+        "{kind} {name} in {} cannot be read: {problem}",
+        scope_name(&key.scope)
+    )
+}
+
+/// `the management cluster` or `cluster <namespace>/<name>`.
+pub fn scope_name(scope: &Scope) -> String {
+    match scope {
         Scope::Management => "the management cluster".to_string(),
         Scope::Workload(c) => format!("cluster {}/{}", c.namespace, c.name),
-    };
-    format!("{kind} {name} in {cluster} cannot be read: {problem}")
+    }
 }
 
 #[cfg(test)]
