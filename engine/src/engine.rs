@@ -259,6 +259,11 @@ impl Engine {
             ApiOutcome::NotFound if !matches!(command.action, Action::RecordEvent { .. }) => {
                 self.store.remove(target)
             }
+            // A DELETE that removed an object the cache never had: gone, and now known to be.
+            ApiOutcome::Ok { object: None } if is_deletion(&command.action) => {
+                self.store.note_gone(target);
+                None
+            }
             _ => None,
         };
         if let Some(replaced) = replaced {
@@ -300,6 +305,16 @@ impl Engine {
 /// the watch reported the object deleted (or carry the last state of an object the write just
 /// released): it must not bring back what is gone. Only a create adds an object the cache
 /// does not hold.
+fn is_deletion(action: &Action) -> bool {
+    matches!(
+        action,
+        Action::DeleteInfrastructure { .. }
+            | Action::DeleteBootstrap { .. }
+            | Action::DeleteNode { .. }
+            | Action::DeleteRemediation { .. }
+    )
+}
+
 fn keeps_answer(action: &Action, object: &Object, cached: bool) -> bool {
     let meta = object.meta();
     let released = matches!(action, Action::RemoveFinalizer { .. })

@@ -11,7 +11,7 @@
 use engine::convert::{
     ApiRequest, FinalizerChange, finalizer_json_patch, object_from_json, request_for,
 };
-use engine::{ApiOutcome, Command};
+use engine::{Action, ApiOutcome, Command};
 use http_body_util::BodyExt;
 use kube::Client;
 use kube::client::Body;
@@ -157,6 +157,15 @@ impl EventStamp {
 /// Executes `command` against `client` (the client of the command's target cluster); an Event
 /// gets `stamp`.
 pub async fn execute(client: &Client, command: &Command, stamp: Option<&EventStamp>) -> ApiOutcome {
+    let resolved;
+    let command = match versioned(client, command).await {
+        Ok(None) => command,
+        Ok(Some(c)) => {
+            resolved = c;
+            &resolved
+        }
+        Err(message) => return ApiOutcome::Unreachable { message },
+    };
     let mut request = request_for(command);
     if let (Some(stamp), ApiRequest::Create { body, .. }) = (stamp, &mut request) {
         stamp.apply(body);
@@ -205,6 +214,38 @@ pub async fn execute(client: &Client, command: &Command, stamp: Option<&EventSta
         Ok((code, body)) => outcome_of(code, &body, request.method() == "DELETE"),
         Err(message) => ApiOutcome::Unreachable { message },
     }
+}
+
+/// `command` addressed with a full apiVersion, when it names only a group (a provider object
+/// the cache has not seen, referred to by group): the group's preferred version, from
+/// discovery. `Ok(None)`: it already has one.
+async fn versioned(client: &Client, command: &Command) -> Result<Option<Command>, String> {
+    let group = match &command.action {
+        Action::DeleteInfrastructure { target } | Action::DeleteBootstrap { target }
+            if is_group_only(&target.api_version) =>
+        {
+            target.api_version.clone()
+        }
+        _ => return Ok(None),
+    };
+    let (code, body) = send(client, "GET", &format!("/apis/{group}"), None, None).await?;
+    let version = body
+        .pointer("/preferredVersion/version")
+        .and_then(Value::as_str)
+        .filter(|_| (200..300).contains(&code))
+        .ok_or_else(|| format!("discovery of {group} answered {code}"))?;
+    let mut command = command.clone();
+    if let Action::DeleteInfrastructure { target } | Action::DeleteBootstrap { target } =
+        &mut command.action
+    {
+        target.api_version = format!("{group}/{version}");
+    }
+    Ok(Some(command))
+}
+
+/// `infrastructure.cluster.x-k8s.io`, not `v1` nor `apps/v1`.
+fn is_group_only(api_version: &str) -> bool {
+    !api_version.contains('/') && api_version.contains('.')
 }
 
 #[cfg(test)]

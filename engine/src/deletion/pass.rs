@@ -570,8 +570,11 @@ impl<'p, 'a> Pass<'p, 'a> {
     // ---- drain ----
 
     fn infrastructure_fact(&self) -> InfrastructureFact {
-        match self.store.get(&self.tracked.infrastructure) {
-            None => InfrastructureFact::Gone,
+        let key = &self.tracked.infrastructure;
+        match self.store.get(key) {
+            None if self.store.seen_gone(key, self.key) => InfrastructureFact::Gone,
+            // Not in the cache yet is not gone: nothing is skipped on that guess.
+            None => InfrastructureFact::Present,
             Some(o) if o.meta().is_deleting() => InfrastructureFact::Deleting,
             Some(_) => InfrastructureFact::Present,
         }
@@ -1034,7 +1037,8 @@ impl<'p, 'a> Pass<'p, 'a> {
                 reason::WAITING_FOR_BOOTSTRAP_DELETION,
             ),
         };
-        let Some(object) = self.store.get(key) else {
+        let object = self.store.get(key);
+        if object.is_none() && self.store.seen_gone(key, self.key) {
             self.set_legacy(legacy_false(
                 ready_type,
                 legacy::DELETED,
@@ -1042,7 +1046,10 @@ impl<'p, 'a> Pass<'p, 'a> {
                 "",
             ));
             return Flow::Continue;
-        };
+        }
+        // `None` here: not in the cache yet. Deleting it through the API settles it either way
+        // (gone, or deleted as it should be), where upstream would read it live.
+        let deleting = object.is_some_and(|o| o.meta().is_deleting());
         let action_name = match role {
             ExternalRole::Infrastructure => "DeleteInfrastructure",
             ExternalRole::Bootstrap => "DeleteBootstrap",
@@ -1051,14 +1058,15 @@ impl<'p, 'a> Pass<'p, 'a> {
             ExternalRole::Infrastructure => self.tracked.memo.infrastructure_delete.clone(),
             ExternalRole::Bootstrap => self.tracked.memo.bootstrap_delete.clone(),
         };
-        if !object.meta().is_deleting() {
+        if !deleting {
             let in_flight = self.cx.is_in_flight(action_name, key);
             if attempt_due(&attempt, in_flight, self.now) {
                 let target = Target {
                     key: key.clone(),
                     api_version: match object {
-                        Object::External(e) => e.api_version.clone(),
-                        _ => String::new(),
+                        Some(Object::External(e)) => e.api_version.clone(),
+                        Some(_) => String::new(),
+                        None => self.unseen_api_version(key, role),
                     },
                 };
                 let (action, why) = match role {
@@ -1104,15 +1112,42 @@ impl<'p, 'a> Pass<'p, 'a> {
         }
         .as_ref()
         .is_some_and(|a| a.failure.is_some());
-        if failed && !object.meta().is_deleting() {
+        if failed && !deleting {
             self.set_deleting(
                 reason::INTERNAL_ERROR,
                 format!("Failed to delete {kind}, please check controller logs for errors"),
+            );
+        } else if object.is_none() {
+            self.set_deleting(
+                waiting_reason,
+                format!(
+                    "Waiting for {kind} to be deleted ({kind} {} has not reached the cache yet; \
+                     the API was asked to delete it)",
+                    key.name
+                ),
             );
         } else {
             self.set_deleting(waiting_reason, format!("Waiting for {kind} to be deleted"));
         }
         Flow::Wait
+    }
+
+    /// The apiVersion to address a provider object the cache has not seen: the reference's,
+    /// else that of a cached object of its kind, else its group alone (the adapter asks
+    /// discovery for the preferred version).
+    fn unseen_api_version(&self, key: &ObjectKey, role: ExternalRole) -> String {
+        let reference = match role {
+            ExternalRole::Infrastructure => Some(&self.m.infrastructure_ref),
+            ExternalRole::Bootstrap => self.m.bootstrap_config_ref.as_ref(),
+        };
+        reference
+            .and_then(|r| r.api_version.clone())
+            .or_else(|| {
+                self.store
+                    .api_version_of_kind(&key.scope, &key.kind)
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| reference.map(|r| r.api_group.clone()).unwrap_or_default())
     }
 
     // ---- Node ----

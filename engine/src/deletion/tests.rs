@@ -1614,3 +1614,81 @@ fn a_negative_timeout_is_reported_once_and_times_nothing() {
         at(3600)
     ));
 }
+
+/// Found over the management watches: a Machine can reach the cache before its
+/// infrastructure object (each kind is its own watch). Not in the cache is not gone: the
+/// deletion asks the API to delete it and goes on only when the API says it is gone.
+#[test]
+fn an_infrastructure_object_not_yet_in_the_cache_is_deleted_through_the_api_not_counted_gone() {
+    let mut m1 = deleting_m1();
+    m1.meta
+        .annotations
+        .insert(EXCLUDE_DRAIN_ANNOTATION.into(), String::new());
+    let listed: Vec<(Scope, Object)> = world(m1.clone())
+        .into_iter()
+        .filter(|(_, o)| o.meta().name != "m1")
+        .collect();
+    let (mut h, _) = Harness::start(listed);
+    // m1 arrives after the list; its DockerMachine has not arrived (yet).
+    let mut others = h.observe(mgmt(), Object::Machine(m1));
+    let (conditions, later) = h.settle(&others);
+    others.extend(later);
+    let delete = find(&others, "DeleteInfrastructure").clone();
+    assert_eq!(delete.action.target().key, infra_key("m1"));
+    assert_eq!(
+        delete.action.target().api_version,
+        "infrastructure.cluster.x-k8s.io/v1beta2",
+        "the version of the cached DockerMachines"
+    );
+    assert_eq!(
+        deleting(&conditions),
+        (
+            "WaitingForInfrastructureDeletion".into(),
+            "Waiting for DockerMachine to be deleted (DockerMachine m1 has not reached the cache \
+             yet; the API was asked to delete it)"
+                .into()
+        )
+    );
+    assert!(
+        all(&others, "DeleteBootstrap").is_empty() && all(&others, "RemoveFinalizer").is_empty(),
+        "{:#?}",
+        lines(&others)
+    );
+    // The API says it is gone: now it is, and the deletion goes on.
+    let out = h.answer(&delete, ApiOutcome::NotFound);
+    assert_eq!(
+        lines(&out),
+        [
+            "deletion DeleteBootstrap KubeadmConfig default/m1",
+            "deletion SetCondition Machine default/m1"
+        ]
+    );
+}
+
+/// The same absence after a list of the management cluster that followed the Machine is
+/// news: the object is gone, as upstream's live read would say.
+#[test]
+fn an_infrastructure_object_a_later_list_does_not_show_is_gone() {
+    let mut m1 = deleting_m1();
+    m1.meta
+        .annotations
+        .insert(EXCLUDE_DRAIN_ANNOTATION.into(), String::new());
+    let objects: Vec<(Scope, Object)> = world(m1)
+        .into_iter()
+        .filter(|(_, o)| !(o.meta().name == "m1" && matches!(o, Object::External(_))))
+        .collect();
+    let (mut h, mut others) = Harness::start(objects);
+    let (_, later) = h.settle(&others.clone());
+    others.extend(later);
+    assert!(
+        all(&others, "DeleteInfrastructure").is_empty(),
+        "{:#?}",
+        lines(&others)
+    );
+    assert_eq!(
+        all(&others, "DeleteNode").len(),
+        1,
+        "infrastructure and bootstrap are gone: on to the Node {:#?}",
+        lines(&others)
+    );
+}

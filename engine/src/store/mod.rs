@@ -81,11 +81,14 @@ struct Indexes {
     namespace_changes: NamespaceChanges,
     /// Nodes seen removed (a watch deletion or a relist without them) since their cluster's
     /// last relist, which makes the older ones redundant (see [`Store::node_seen_gone`]).
-    node_tombstones: BTreeSet<ObjectKey>,
+    tombstones: BTreeSet<ObjectKey>,
     /// The change number at each cluster's last relist.
     relisted_at: BTreeMap<Scope, u64>,
     /// Per Machine with a `status.nodeRef`, the change number when that nodeRef was stored.
     node_ref_since: BTreeMap<ObjectKey, u64>,
+    /// Per Machine, the change number when it was first stored (its provider references are
+    /// immutable, so this is also when they were).
+    machine_since: BTreeMap<ObjectKey, u64>,
 }
 
 /// Per cluster, the change number of its last Namespace change: a drain's kept pod
@@ -171,7 +174,7 @@ impl Store {
     /// separate clusters), and a Node never seen is not a deleted Node.
     pub fn node_seen_gone(&self, node: &ObjectKey, machine: &ObjectKey) -> bool {
         let i = &self.indexes;
-        if i.node_tombstones.contains(node) {
+        if i.tombstones.contains(node) {
             return true;
         }
         match (
@@ -182,6 +185,38 @@ impl Store {
             (Some(_), None) => true,
             (None, _) => false,
         }
+    }
+
+    /// Whether the absence of provider object `key` from the cache is news the cache has had
+    /// time to learn, for Machine `machine` that refers to it: it was seen removed (a watch
+    /// deletion, a relist without it, an API answer that it is gone), or its cluster was
+    /// listed since the Machine was first stored. Otherwise it may not have reached the cache
+    /// yet (each kind is its own watch), and an object never seen is not a deleted one.
+    pub fn seen_gone(&self, key: &ObjectKey, machine: &ObjectKey) -> bool {
+        let i = &self.indexes;
+        if i.tombstones.contains(key) {
+            return true;
+        }
+        match (i.relisted_at.get(&key.scope), i.machine_since.get(machine)) {
+            (Some(listed), Some(since)) => listed >= since,
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    }
+
+    /// The API answered that `key` is gone (a NotFound, or a DELETE that removed it at once).
+    pub fn note_gone(&mut self, key: &ObjectKey) {
+        if matches!(key.kind, Kind::Node | Kind::External(_)) && self.objects.get(key).is_none() {
+            self.indexes.mark_gone(key, true);
+        }
+    }
+
+    /// The apiVersion a stored object of `kind` in `scope` is served in, if any is stored.
+    pub fn api_version_of_kind(&self, scope: &Scope, kind: &Kind) -> Option<&str> {
+        self.iter_scope(scope).find_map(|(k, o)| match o {
+            Object::External(e) if k.kind == *kind => Some(e.api_version.as_str()),
+            _ => None,
+        })
     }
 
     /// Whether any object is unknown (a cheap test before building keys to look up).
@@ -416,7 +451,12 @@ impl Store {
         if !self.unreadable.is_empty() {
             self.unreadable.remove(key);
         }
-        let before = self.objects.remove(key)?;
+        let Some(before) = self.objects.remove(key) else {
+            // Gone before it reached the cache: that it is gone is news all the same.
+            self.note_gone(key);
+            return None;
+        };
+        self.indexes.machine_since.remove(key);
         self.changes += 1;
         self.indexes.index(key, &before, false, self.changes);
         Some(Replaced {
@@ -463,7 +503,7 @@ impl Store {
         }
         self.synced.insert(scope.clone());
         self.indexes.relisted_at.insert(scope.clone(), self.changes);
-        self.indexes.node_tombstones.retain(|k| k.scope != *scope);
+        self.indexes.tombstones.retain(|k| k.scope != *scope);
         changes
     }
 
@@ -492,6 +532,15 @@ impl Store {
 
 impl Indexes {
     /// Moves `key` from where `before` sat to where `after` sits.
+    /// Keeps the tombstone of a Node or provider object: set while it is seen gone.
+    fn mark_gone(&mut self, key: &ObjectKey, gone: bool) {
+        if gone {
+            self.tombstones.insert(key.clone());
+        } else {
+            self.tombstones.remove(key);
+        }
+    }
+
     fn update(&mut self, key: &ObjectKey, before: Option<&Object>, after: &Object, change: u64) {
         match before {
             // Most updates (a pod's status) leave every index entry where it is.
@@ -534,13 +583,13 @@ impl Indexes {
                     let at = (key.scope.clone(), p.clone());
                     set_membership(&mut self.nodes_by_provider_id, at, key, add);
                 }
-                if add {
-                    self.node_tombstones.remove(key);
-                } else {
-                    self.node_tombstones.insert(key.clone());
-                }
+                self.mark_gone(key, !add);
             }
+            Object::External(_) => self.mark_gone(key, !add),
             Object::Machine(m) => {
+                if add {
+                    self.machine_since.entry(key.clone()).or_insert(change);
+                }
                 match (&m.node_ref, add) {
                     (Some(_), true) => {
                         self.node_ref_since.insert(key.clone(), change);

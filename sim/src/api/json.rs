@@ -83,11 +83,14 @@ pub fn api_version(obj: &Value) -> &str {
 }
 
 /// The API group of an apiVersion (`apps/v1` → `apps`, `v1` → ``).
+/// The group of an apiVersion (`apps/v1` → `apps`, `v1` → ``); a group alone (what the engine
+/// sends for a provider object it has not seen, `infrastructure.cluster.x-k8s.io`) is itself.
 pub fn group_of(api_version: &str) -> &str {
-    api_version
-        .split_once('/')
-        .map(|(g, _)| g)
-        .unwrap_or_default()
+    match api_version.split_once('/') {
+        Some((g, _)) => g,
+        None if api_version.contains('.') => api_version,
+        None => "",
+    }
 }
 
 pub fn labels(obj: &Value) -> std::collections::BTreeMap<String, String> {
