@@ -470,3 +470,57 @@ async fn a_provider_kind_the_api_does_not_serve_holds_only_the_machines_that_ref
     }
     world.shutdown().await;
 }
+
+/// A DELETE of a provider object the cache has not seen names its group alone (a v1beta2
+/// reference carries no version): the adapter asks discovery for the preferred version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_addressed_by_group_alone_is_sent_to_the_preferred_version() {
+    let world = ServedWorld::start(&scenario(), 0, options()).await.unwrap();
+    let management = client(&world.management.url());
+    let key = ObjectKey::management(
+        Kind::from_group_kind("infrastructure.cluster.x-k8s.io", "DockerMachine"),
+        "default",
+        "m1",
+    );
+    let delete = |api_version: &str| {
+        Scripted::command(
+            7,
+            Action::DeleteInfrastructure {
+                target: Target {
+                    key: key.clone(),
+                    api_version: api_version.to_string(),
+                },
+            },
+        )
+    };
+    let outcome = adapters::kube::execute::execute(
+        &management,
+        &delete("infrastructure.cluster.x-k8s.io"),
+        None,
+    )
+    .await;
+    assert!(matches!(outcome, ApiOutcome::Ok { .. }), "{outcome:?}");
+    let gone = world.management.cluster().read(|s| {
+        s.store
+            .get(&ObjKey::new(
+                "infrastructure.cluster.x-k8s.io",
+                "DockerMachine",
+                "default",
+                "m1",
+            ))
+            .is_none_or(|o| o.pointer("/metadata/deletionTimestamp").is_some())
+    });
+    assert!(gone, "the DockerMachine was not deleted");
+    // A group the API does not serve is an answer the deletion retries, not a success.
+    let outcome = adapters::kube::execute::execute(
+        &management,
+        &delete("infrastructure.nowhere.cluster.x-k8s.io"),
+        None,
+    )
+    .await;
+    assert!(
+        !matches!(outcome, ApiOutcome::Ok { .. } | ApiOutcome::NotFound),
+        "{outcome:?}"
+    );
+    world.shutdown().await;
+}
