@@ -92,10 +92,25 @@ impl Sim {
         if !idle || !(at_end || quiet && due) || !self.controller_sees_everything() {
             return;
         }
+        let listed: Vec<(Scope, Vec<Object>)> = self
+            .scopes()
+            .into_iter()
+            .map(|scope| {
+                let objects = self.listed(&scope);
+                (scope, objects)
+            })
+            .collect();
+        // A fresh controller has no last good reading of an object that does not read, so
+        // it legitimately counts differently until the object reads again.
+        let unreadable = listed
+            .iter()
+            .any(|(_, objects)| objects.iter().any(|o| matches!(o, Object::Unreadable(_))));
+        if unreadable {
+            return;
+        }
         self.invariants.differential.last_check = Some(self.now);
         let mut fresh = Engine::new();
-        for scope in self.scopes() {
-            let objects = self.listed(&scope);
+        for (scope, objects) in listed {
             fresh.handle(self.now, Input::Relist { scope, objects });
         }
         let mut stale = Vec::new();

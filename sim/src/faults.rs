@@ -257,9 +257,17 @@ impl Sim {
             FaultKind::StuckHook => self.stick_hook(spec),
             FaultKind::CorruptObject => {
                 let scope = scope.unwrap_or_else(|| self.first_workload());
-                if let Some(node) = self.fault_node(spec, &scope) {
-                    self.corrupt_node(&scope, &node, true);
-                    self.schedule(until, Event::Uncorrupt { scope, node });
+                if let Some((scope, key)) = self.corruption_target(spec, scope)
+                    && let Some(restore) = self.corrupt(&scope, &key, spec)
+                {
+                    self.schedule(
+                        until,
+                        Event::Uncorrupt {
+                            scope,
+                            key,
+                            restore,
+                        },
+                    );
                 }
             }
             FaultKind::KubeletStop => {
@@ -371,26 +379,90 @@ impl Sim {
         Some(nodes[i].clone())
     }
 
-    /// Writes (or removes) a label whose value is a number on `node`, below validation: the
-    /// object a buggy writer leaves, which the controllers cannot read.
-    pub(crate) fn corrupt_node(&mut self, scope: &Scope, node: &str, corrupt: bool) {
-        let key = ObjKey::new("", "Node", "", node);
-        if self.get(scope, &key).is_none() {
+    /// The object a `corrupt-object` fault damages: the named Node (`node`) or object
+    /// (`kind` and `name`, management cluster), else one drawn from the seed's stream: a Node
+    /// of the cluster half of the time, otherwise a Cluster, Machine, MHC, MachinePool or
+    /// provider object of the management cluster.
+    fn corruption_target(&mut self, spec: &FaultSpec, workload: Scope) -> Option<(Scope, ObjKey)> {
+        if let Some(node) = extra_str(spec, "node") {
+            return Some((workload, ObjKey::new("", "Node", "", node)));
+        }
+        let named = |k: &ObjKey| {
+            extra_str(spec, "kind").is_none_or(|kind| kind == k.kind)
+                && extra_str(spec, "name").is_none_or(|name| name == k.name)
+        };
+        let management: Vec<ObjKey> = self
+            .store(&Scope::Management)
+            .map(|s| {
+                s.iter()
+                    .map(|(k, _)| k)
+                    .filter(|k| is_corruptible(k) && named(k))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        let rng = &mut self.corrupt_rng;
+        if extra_str(spec, "kind").is_some() {
+            let i = rng.random_range(0..management.len().max(1));
+            return management.get(i).map(|k| (Scope::Management, k.clone()));
+        }
+        if management.is_empty() || rng.random_bool(0.5) {
+            let nodes: Vec<ObjKey> = self
+                .store(&workload)?
+                .list("", "Node")
+                .map(|(k, _)| k.clone())
+                .collect();
+            let i = self.corrupt_rng.random_range(0..nodes.len().max(1));
+            return nodes.get(i).map(|k| (workload, k.clone()));
+        }
+        let i = rng.random_range(0..management.len());
+        Some((Scope::Management, management[i].clone()))
+    }
+
+    /// Damages `key` below validation, as a buggy writer would (a label whose value is a
+    /// number, or a creation time that does not parse); returns the merge patch that undoes it.
+    fn corrupt(&mut self, scope: &Scope, key: &ObjKey, spec: &FaultSpec) -> Option<Value> {
+        let original = self.get(scope, key)?.clone();
+        let timestamp = match extra_str(spec, "form") {
+            Some("timestamp") => true,
+            Some(_) => false,
+            None => self.corrupt_rng.random_bool(0.5),
+        };
+        let (damage, restore, detail) = if timestamp {
+            let created = original
+                .pointer("/metadata/creationTimestamp")
+                .cloned()
+                .unwrap_or(Value::Null);
+            (
+                json!({"metadata": {"creationTimestamp": "yesterday"}}),
+                json!({"metadata": {"creationTimestamp": created}}),
+                "metadata.creationTimestamp set to \"yesterday\" (unreadable)".to_string(),
+            )
+        } else {
+            (
+                json!({"metadata": {"labels": {CORRUPT_LABEL: 17}}}),
+                json!({"metadata": {"labels": {CORRUPT_LABEL: null}}}),
+                format!("label {CORRUPT_LABEL} set to the number 17 (unreadable)"),
+            )
+        };
+        let w = self
+            .store_mut(scope)
+            .patch(key, &damage, Part::Whole)
+            .ok()?;
+        self.faults.fire(FaultKind::CorruptObject);
+        self.line("world", "Corrupt", Sim::describe(scope, key), detail);
+        self.changed(scope, w);
+        Some(restore)
+    }
+
+    /// Undoes a corruption: the object reads again.
+    pub(crate) fn uncorrupt(&mut self, scope: &Scope, key: &ObjKey, restore: &Value) {
+        if self.get(scope, key).is_none() {
             return;
         }
-        let value = if corrupt { json!(17) } else { Value::Null };
-        let merge = json!({"metadata": {"labels": {CORRUPT_LABEL: value}}});
-        let object = Sim::describe(scope, &key);
-        if let Ok(w) = self.store_mut(scope).patch(&key, &merge, Part::Whole) {
-            if corrupt {
-                self.faults.fire(FaultKind::CorruptObject);
-            }
-            let detail = if corrupt {
-                format!("label {CORRUPT_LABEL} set to the number 17 (unreadable)")
-            } else {
-                format!("label {CORRUPT_LABEL} removed (readable again)")
-            };
-            self.line("world", "Corrupt", object, detail);
+        if let Ok(w) = self.store_mut(scope).patch(key, restore, Part::Whole) {
+            let detail = "readable again".to_string();
+            self.line("world", "Corrupt", Sim::describe(scope, key), detail);
             self.changed(scope, w);
         }
     }
@@ -648,5 +720,16 @@ impl Sim {
         self.invariants.synced.clear();
         self.feed(Input::Restarted);
         self.start_intake();
+    }
+}
+
+/// The management objects a `corrupt-object` fault may damage: what the controllers decide on.
+fn is_corruptible(key: &ObjKey) -> bool {
+    match key.group.as_str() {
+        "cluster.x-k8s.io" => matches!(
+            key.kind.as_str(),
+            "Cluster" | "Machine" | "MachineHealthCheck" | "MachinePool"
+        ),
+        group => group.ends_with(".cluster.x-k8s.io"),
     }
 }

@@ -37,6 +37,8 @@ pub struct Report {
     pub invariant_checks: u64,
     /// A digest of which objects exist (and which are deleting) in every cluster at the end.
     pub final_world: u64,
+    /// Every destructive action (and cordon) issued: `(action, target)`.
+    pub destructive: std::collections::BTreeSet<(&'static str, String)>,
 }
 
 impl Report {
@@ -92,6 +94,21 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report, String> 
     Ok(sim.report(inputs, engine_state_hash))
 }
 
+/// The actions the corruption differential compares: what destroys, and cordons.
+fn is_destructive(action: &str) -> bool {
+    matches!(
+        action,
+        "Cordon"
+            | "Evict"
+            | "DeleteInfrastructure"
+            | "DeleteBootstrap"
+            | "DeleteNode"
+            | "RemoveFinalizer"
+            | "DeleteRemediation"
+            | "DeleteMachine"
+    )
+}
+
 impl Sim {
     /// The report of a finished run.
     pub(crate) fn report(&mut self, inputs: u64, engine_state_hash: u64) -> Report {
@@ -109,6 +126,12 @@ impl Sim {
             faults_fired: self.faults.fired.clone(),
             invariant_checks: self.invariants.checks,
             final_world: final_world(self),
+            destructive: self
+                .actions
+                .iter()
+                .filter(|a| is_destructive(a.name))
+                .map(|a| (a.name, a.target.to_string()))
+                .collect(),
         }
     }
 }

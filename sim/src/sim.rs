@@ -52,8 +52,12 @@ pub enum Event {
     CacheSynced { scope: Scope },
     /// A kubelet stopped by a fault comes back.
     KubeletResume { scope: Scope, node: String },
-    /// A Node corrupted by a fault reads again.
-    Uncorrupt { scope: Scope, node: String },
+    /// An object corrupted by a fault reads again (`restore`: the merge patch that undoes it).
+    Uncorrupt {
+        scope: Scope,
+        key: crate::api::ObjKey,
+        restore: serde_json::Value,
+    },
     /// A flapping node changes its Ready condition.
     NodeFlap {
         scope: Scope,
@@ -79,6 +83,9 @@ pub(crate) enum Work {
     Changed { scope: Scope, written: Written },
     Command(engine::Command),
 }
+
+/// Tells the `corrupt-object` stream from the main one.
+const CORRUPT_STREAM: u64 = 0xC022_0B7E_C7ED_0001;
 
 /// A controller action as issued, for expectations.
 #[derive(Clone, Debug)]
@@ -110,6 +117,9 @@ pub struct Sim {
     /// Workload cluster name (as the scenario writes it) → its scope.
     pub workloads: BTreeMap<String, Scope>,
     pub rng: ChaCha8Rng,
+    /// The `corrupt-object` fault's own stream, so that a run without it draws everything else
+    /// alike (the corruption differential compares the two).
+    pub corrupt_rng: ChaCha8Rng,
     pub engine: Engine,
     pub feeder: crate::feed::Feeder,
     pub timeline: Timeline,
@@ -168,6 +178,7 @@ impl Sim {
             clusters: BTreeMap::new(),
             workloads: BTreeMap::new(),
             rng: ChaCha8Rng::seed_from_u64(seed),
+            corrupt_rng: ChaCha8Rng::seed_from_u64(seed ^ CORRUPT_STREAM),
             engine: Engine::new(),
             feeder,
             timeline: Timeline::default(),

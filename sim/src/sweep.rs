@@ -276,6 +276,37 @@ pub fn run_seed(
         }
     }
     outcome
+        .violations
+        .extend(corruption_differential(&faulted, &report, feeding));
+    outcome
+}
+
+/// Corrupting objects may delay destructive commands, never add one: the same seed without
+/// its `corrupt-object` faults must issue every destructive command (and cordon) the corrupted
+/// run issued. Judged where corruption is the only fault, so both runs draw alike.
+fn corruption_differential(faulted: &Scenario, report: &Report, feeding: Feeding) -> Vec<String> {
+    let corrupt = |t: &crate::scenario::Step| matches!(&t.action, StepAction::Fault(f) if f.kind == FaultKind::CorruptObject);
+    let faults = faulted
+        .timeline
+        .iter()
+        .filter(|t| matches!(t.action, StepAction::Fault(_)));
+    if !report.faults_fired.contains_key("corrupt-object") || !faults.clone().all(corrupt) {
+        return Vec::new();
+    }
+    let mut clean = faulted.clone();
+    clean.timeline.retain(|t| !corrupt(t));
+    let Ok(without) = run_once(&clean, feeding) else {
+        return vec!["corruption differential: the run without corruption failed".into()];
+    };
+    report
+        .destructive
+        .difference(&without.destructive)
+        .map(|(action, target)| {
+            format!(
+                "corruption added a destructive command: {action} {target} (not issued without it)"
+            )
+        })
+        .collect()
 }
 
 /// What a sweep found.

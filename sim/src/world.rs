@@ -192,7 +192,11 @@ impl Sim {
             Event::FaultEnds { fault } => self.fault_ends(fault),
             Event::CacheSynced { scope } => self.cache_synced(scope),
             Event::KubeletResume { scope, node } => self.kubelet(&scope, &node, true),
-            Event::Uncorrupt { scope, node } => self.corrupt_node(&scope, &node, false),
+            Event::Uncorrupt {
+                scope,
+                key,
+                restore,
+            } => self.uncorrupt(&scope, &key, &restore),
             Event::NodeFlap {
                 scope,
                 node,

@@ -293,3 +293,87 @@ fn pods_a_drain_rule_skips_do_not_count_as_undrained() {
     );
     assert!(report.violations.is_empty(), "{:?}", report.violations);
 }
+
+fn corruption_scenarios() -> Vec<Scenario> {
+    [
+        "mhc-full-loop-node-failure",
+        "mhc-unhealthy-range",
+        "deletion-pdb-blocks-until-rescheduled",
+        "pool-scale-down-deletes-retired-nodes",
+        "unknown-node-is-never-deleted",
+    ]
+    .iter()
+    .map(|name| {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../scenarios/{name}.yaml"));
+        scenario::load(&path).unwrap_or_else(|e| panic!("{e}"))
+    })
+    .collect()
+}
+
+/// Corrupting Nodes, Machines, MHCs, pools and provider objects (labels that are numbers,
+/// creation times that do not parse) may delay a destructive command, never add one: each
+/// seed runs again without its corruption and must issue every destructive command the
+/// corrupted run did.
+#[test]
+fn corrupting_objects_never_adds_a_destructive_command() {
+    let choice = FaultChoice::Only(vec![FaultKind::CorruptObject]);
+    let report = sweep(
+        &corruption_scenarios(),
+        0,
+        60,
+        jobs(),
+        &choice,
+        Feeding::default(),
+        &|_, _| {},
+    );
+    assert_no_failures(&report);
+    assert!(
+        report.fired.get("corrupt-object").copied().unwrap_or(0) >= 100,
+        "{:?}",
+        report.fired
+    );
+}
+
+/// The bug the issue found, planted: an object that does not read is taken as deleted.
+fn unreadable_as_deleted(input: &mut Input) {
+    match input {
+        Input::Upsert { scope, object } => {
+            if let Object::Unreadable(u) = &**object {
+                let key = engine::model::ObjectKey::new(
+                    scope.clone(),
+                    u.kind.clone(),
+                    &u.meta.namespace,
+                    &u.meta.name,
+                );
+                *input = Input::Delete { key };
+            }
+        }
+        Input::Relist { objects, .. } => objects.retain(|o| !matches!(o, Object::Unreadable(_))),
+        Input::Batch { inputs } => inputs.iter_mut().for_each(unreadable_as_deleted),
+        _ => {}
+    }
+}
+
+#[test]
+fn a_controller_that_takes_unreadable_for_deleted_is_caught_by_the_corruption_differential() {
+    let choice = FaultChoice::Only(vec![FaultKind::CorruptObject]);
+    let report = sweep(
+        &corruption_scenarios(),
+        0,
+        60,
+        jobs(),
+        &choice,
+        Feeding {
+            filter: Some(unreadable_as_deleted),
+            batch: false,
+        },
+        &|_, _| {},
+    );
+    let added: Vec<&String> = report
+        .failures
+        .iter()
+        .flat_map(|f| &f.violations)
+        .filter(|v| v.starts_with("corruption added a destructive command"))
+        .collect();
+    assert!(!added.is_empty(), "the planted bug went unnoticed");
+}

@@ -178,7 +178,11 @@ impl<'p, 'a> Pass<'p, 'a> {
         self.report_invalid_timeouts();
         if let Some((key, problem)) = self.unreadable_dependency() {
             self.wait_for_readable(&key, &problem);
-            return self.flush();
+            // The Machine's own status is not written from a reading it distrusts.
+            if key != *self.key {
+                self.flush();
+            }
+            return;
         }
         if let Ok(node) = &node
             && (self.pre_drain_hooks() == Flow::Wait

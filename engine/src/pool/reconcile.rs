@@ -1061,9 +1061,15 @@ fn wait_for_readable(cx: &Ctx<'_>, unknown: (ObjectKey, String), plan: &mut Plan
             message.clone(),
         );
     }
+    // The pool's own conditions are not written from a reading it distrusts; otherwise once
+    // per problem (an answer does not change the reading the store keeps).
     let mp = cx.mp;
     let written = mp.conditions.current(crate::store::OBJECTS_READABLE);
-    if written.is_none_or(|c| c.reason != crate::store::OBJECT_UNREADABLE || c.message != message) {
+    if unknown.0 != *cx.key
+        && cx.memory.unreadable.as_ref() != Some(&unknown)
+        && written
+            .is_none_or(|c| c.reason != crate::store::OBJECT_UNREADABLE || c.message != message)
+    {
         let mut conditions = mp.conditions.clone();
         let condition = Condition::new(
             crate::store::OBJECTS_READABLE,
