@@ -466,7 +466,8 @@ fn reconcile_infrastructure<'a>(
     let infra_ref = &mp.infrastructure_ref;
     let key = external_key(infra_ref, &mp.meta.namespace);
     let Some(Object::External(infra)) = cx.store.get(&key) else {
-        if mp.status.infrastructure_provisioned {
+        // Not in the cache yet is not deleted: the failure is terminal, so it needs proof.
+        if mp.status.infrastructure_provisioned && cx.store.seen_gone(&key, cx.key) {
             tracing::error!(
                 pool = %cx.pool_name(),
                 "infrastructure reference has been deleted after being ready, setting failure state"

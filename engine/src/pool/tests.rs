@@ -703,6 +703,36 @@ fn infra_deleted_after_ready_is_invalid_configuration() {
     );
 }
 
+/// The same absence when the pool reached the cache after the last list (its infrastructure
+/// pool may simply not have arrived yet, each kind being its own watch): no terminal failure
+/// on that guess; it waits, saying what it could not find.
+#[test]
+fn an_infra_pool_not_yet_in_the_cache_is_no_terminal_failure() {
+    let mut objects = world(settled_pool(&["p1-0"]), &["p1-0"]);
+    objects.remove(3);
+    let pool = objects
+        .iter()
+        .position(|(_, o)| matches!(o, Object::MachinePool(_)));
+    let (_, pool) = objects.remove(pool.expect("the world has the pool"));
+    let (mut engine, _) = synced_engine(T0, objects);
+    let commands = upsert(&mut engine, secs(1), Scope::Management, pool);
+    assert!(
+        lines(&commands)
+            .iter()
+            .all(|l| !l.contains("InvalidConfiguration") && !l.contains("Failed")),
+        "{:#?}",
+        lines(&commands)
+    );
+    assert!(
+        commands.iter().all(|c| !matches!(
+            &c.action,
+            Action::PatchStatus { merge, .. } if merge.0.contains("InvalidConfiguration")
+        )),
+        "{:#?}",
+        lines(&commands)
+    );
+}
+
 #[test]
 fn v1beta1_pool_gets_its_own_paths_and_both_condition_lists() {
     let mut mp = machine_pool("c1", "p1", 1);

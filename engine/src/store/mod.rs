@@ -86,9 +86,9 @@ struct Indexes {
     relisted_at: BTreeMap<Scope, u64>,
     /// Per Machine with a `status.nodeRef`, the change number when that nodeRef was stored.
     node_ref_since: BTreeMap<ObjectKey, u64>,
-    /// Per Machine, the change number when it was first stored (its provider references are
-    /// immutable, so this is also when they were).
-    machine_since: BTreeMap<ObjectKey, u64>,
+    /// Per Machine and MachinePool, the change number when it was first stored (their provider
+    /// references are immutable, so this is also when they were).
+    referrer_since: BTreeMap<ObjectKey, u64>,
 }
 
 /// Per cluster, the change number of its last Namespace change: a drain's kept pod
@@ -188,16 +188,19 @@ impl Store {
     }
 
     /// Whether the absence of provider object `key` from the cache is news the cache has had
-    /// time to learn, for Machine `machine` that refers to it: it was seen removed (a watch
-    /// deletion, a relist without it, an API answer that it is gone), or its cluster was
-    /// listed since the Machine was first stored. Otherwise it may not have reached the cache
+    /// time to learn, for `referrer` (a Machine or MachinePool) that refers to it: it was seen
+    /// removed (a watch deletion, a relist without it, an API answer that it is gone), or its
+    /// cluster was listed since the referrer was first stored. Otherwise it may not have reached the cache
     /// yet (each kind is its own watch), and an object never seen is not a deleted one.
-    pub fn seen_gone(&self, key: &ObjectKey, machine: &ObjectKey) -> bool {
+    pub fn seen_gone(&self, key: &ObjectKey, referrer: &ObjectKey) -> bool {
         let i = &self.indexes;
         if i.tombstones.contains(key) {
             return true;
         }
-        match (i.relisted_at.get(&key.scope), i.machine_since.get(machine)) {
+        match (
+            i.relisted_at.get(&key.scope),
+            i.referrer_since.get(referrer),
+        ) {
             (Some(listed), Some(since)) => listed >= since,
             (Some(_), None) => true,
             (None, _) => false,
@@ -456,7 +459,7 @@ impl Store {
             self.note_gone(key);
             return None;
         };
-        self.indexes.machine_since.remove(key);
+        self.indexes.referrer_since.remove(key);
         self.changes += 1;
         self.indexes.index(key, &before, false, self.changes);
         Some(Replaced {
@@ -588,7 +591,7 @@ impl Indexes {
             Object::External(_) => self.mark_gone(key, !add),
             Object::Machine(m) => {
                 if add {
-                    self.machine_since.entry(key.clone()).or_insert(change);
+                    self.referrer_since.entry(key.clone()).or_insert(change);
                 }
                 match (&m.node_ref, add) {
                     (Some(_), true) => {
@@ -611,6 +614,9 @@ impl Indexes {
                     );
                 }
                 set_membership(&mut self.machines_by_cluster, at, key, add);
+            }
+            Object::MachinePool(_) if add => {
+                self.referrer_since.entry(key.clone()).or_insert(change);
             }
             Object::MachineHealthCheck(h) => {
                 let at = (
