@@ -66,6 +66,7 @@ impl Scripted {
             owner: ObjectKey::new(Scope::Management, Kind::Machine, "default", "m1"),
             action,
             reason: "scripted drain".into(),
+            series: None,
         }
     }
 
@@ -522,5 +523,90 @@ async fn a_delete_addressed_by_group_alone_is_sent_to_the_preferred_version() {
         !matches!(outcome, ApiOutcome::Ok { .. } | ApiOutcome::NotFound),
         "{outcome:?}"
     );
+    world.shutdown().await;
+}
+
+/// A repeat of an event updates its series' Event (`count`, `lastTimestamp`, `message`); one
+/// whose Event is gone (expired) is written anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_event_updates_its_series_event_and_recreates_an_expired_one() {
+    use adapters::kube::execute::{EventStamp, execute};
+    let world = ServedWorld::start(&scenario(), 0, options()).await.unwrap();
+    let management = client(&world.management.url());
+    let event = |id: u64, series: Option<(u64, u32)>, message: &str| {
+        let mut c = Scripted::command(
+            id,
+            Action::RecordEvent {
+                regarding: Target {
+                    key: ObjectKey::management(Kind::Machine, "default", "m1"),
+                    api_version: "cluster.x-k8s.io/v1beta2".into(),
+                },
+                type_: engine::EventType::Warning,
+                reason: "DrainBlocked".into(),
+                message: message.into(),
+            },
+        );
+        c.series = series.map(|(first, count)| engine::EventSeries { first, count });
+        c
+    };
+    let stamp = |secs: i64| EventStamp {
+        uid: "uid-m1".into(),
+        resource_version: 1,
+        at: Timestamp::parse_rfc3339("2026-11-25T09:00:00Z")
+            .unwrap()
+            .saturating_add(engine::Duration::from_secs(secs)),
+        instance: "test".into(),
+    };
+    let events: Api<DynamicObject> = Api::namespaced_with(
+        management.clone(),
+        "default",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Event")),
+    );
+    let ours = || async {
+        let list = events.list(&Default::default()).await.unwrap();
+        list.items
+            .into_iter()
+            .filter(|e| e.data["reason"] == "DrainBlocked")
+            .map(|e| {
+                (
+                    e.data["count"].as_u64().unwrap_or(0),
+                    e.data["message"].as_str().unwrap_or("").to_string(),
+                    e.data["lastTimestamp"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let first = event(40, None, "blocked for 0s");
+    assert!(matches!(
+        execute(&management, &first, Some(&stamp(0))).await,
+        ApiOutcome::Ok { .. }
+    ));
+    let repeat = event(41, Some((40, 3)), "blocked for 90s");
+    assert!(matches!(
+        execute(&management, &repeat, Some(&stamp(90))).await,
+        ApiOutcome::Ok { .. }
+    ));
+    assert_eq!(
+        ours().await,
+        [(
+            3,
+            "blocked for 90s".to_string(),
+            "2026-11-25T09:01:30Z".to_string()
+        )]
+    );
+    // The series' Event expired: the repeat writes it anew, count and all.
+    for e in events.list(&Default::default()).await.unwrap().items {
+        let name = e.metadata.name.clone().unwrap();
+        events
+            .delete(&name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    let late = event(42, Some((40, 4)), "blocked for 150s");
+    assert!(matches!(
+        execute(&management, &late, Some(&stamp(150))).await,
+        ApiOutcome::Ok { .. }
+    ));
+    assert_eq!(ours().await.iter().map(|e| e.0).collect::<Vec<_>>(), [4]);
     world.shutdown().await;
 }

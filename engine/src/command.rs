@@ -241,6 +241,18 @@ pub struct Command {
     pub action: Action,
     /// Why, in words an operator understands.
     pub reason: String,
+    /// For an event that repeats an earlier one (same object, same reason, within
+    /// [`crate::controller::EVENT_SERIES_WINDOW`]): the series it joins, whose Event is updated
+    /// rather than a new one created.
+    pub series: Option<EventSeries>,
+}
+
+/// A run of one (object, reason) event: the command that wrote its Event first, and how many
+/// times it has happened so far (this one included).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventSeries {
+    pub first: u64,
+    pub count: u32,
 }
 
 impl fmt::Display for Command {

@@ -1,6 +1,6 @@
 //! The plug-in surface for controllers, and the context a reconcile gets.
 
-use crate::command::{Action, Command, ControllerId};
+use crate::command::{Action, Command, ControllerId, EventSeries};
 use crate::input::ApiOutcome;
 use crate::model::{ObjectKey, Scope};
 use crate::store::{Change, Store};
@@ -53,6 +53,22 @@ impl Intent {
     }
 }
 
+/// A repeat of an (object, reason) event within this long of the last one updates the same
+/// Event (`count`, `lastTimestamp`), as Kubernetes' event recorder does.
+pub const EVENT_SERIES_WINDOW: Duration = Duration::from_secs(600);
+/// An (object, reason) Event is written at most once per this long; repeats in between are
+/// counted into the next write.
+pub const EVENT_WRITE_INTERVAL: Duration = Duration::from_secs(60);
+
+/// One (object, reason) run of events.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Series {
+    first: u64,
+    count: u32,
+    last: Timestamp,
+    written: Timestamp,
+}
+
 /// Outcome of [`Cx::issue`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Issued {
@@ -64,6 +80,16 @@ pub enum Issued {
     NotSynced,
     /// The same intent failed recently; the owner is reconciled again when the backoff ends.
     Backoff,
+    /// An event counted into its series' next write (its Event was written less than
+    /// [`EVENT_WRITE_INTERVAL`] ago).
+    Folded,
+}
+
+impl Issued {
+    /// Whether an event is on record: queued, or counted into its series.
+    pub fn recorded(self) -> bool {
+        matches!(self, Issued::Queued(_) | Issued::Folded)
+    }
 }
 
 /// First wait after a failed API call for the same intent; doubles per failure up to the max.
@@ -112,6 +138,9 @@ pub struct Effects {
     backoffs: BTreeMap<Intent, Backoff>,
     /// Reconciles to repeat when a backoff ends.
     retries: BTreeSet<(Timestamp, ControllerId, ObjectKey)>,
+    /// Recent events per (object, reason and message shape), so repeats update one Event
+    /// (see [`Cx::issue`]).
+    events: BTreeMap<(ObjectKey, String), Series>,
     /// Commands not yet polled. Transient: not part of the state hash or snapshots.
     #[serde(skip)]
     outbox: Outbox,
@@ -140,6 +169,48 @@ impl Clone for Outbox {
 }
 
 impl Effects {
+    /// Counts an (object, reason) event at `now`: `None` when it folds into its series'
+    /// next write, `Some(None)` when it starts a series (a new Event, named by command `id`),
+    /// `Some(Some(series))` when it updates the series' Event. Messages that differ only in
+    /// numbers (elapsed times, counts) are one series; other differences are not.
+    fn join_series(
+        &mut self,
+        object: &ObjectKey,
+        reason: &str,
+        message: &str,
+        id: u64,
+        now: Timestamp,
+    ) -> Option<Option<EventSeries>> {
+        let shape: String = message.chars().filter(|c| !c.is_ascii_digit()).collect();
+        let key = (object.clone(), format!("{reason}\n{shape}"));
+        if let Some(s) = self.events.get_mut(&key)
+            && now < s.last.saturating_add(EVENT_SERIES_WINDOW)
+        {
+            s.count += 1;
+            s.last = now;
+            if now < s.written.saturating_add(EVENT_WRITE_INTERVAL) {
+                return None;
+            }
+            s.written = now;
+            return Some(Some(EventSeries {
+                first: s.first,
+                count: s.count,
+            }));
+        }
+        self.events
+            .retain(|_, s| now < s.last.saturating_add(EVENT_SERIES_WINDOW));
+        self.events.insert(
+            key,
+            Series {
+                first: id,
+                count: 1,
+                last: now,
+                written: now,
+            },
+        );
+        Some(None)
+    }
+
     pub fn poll(&mut self) -> Option<Command> {
         self.outbox.0.pop_front().map(|c| *c)
     }
@@ -260,8 +331,23 @@ impl<'a> Cx<'a> {
             self.wait_for(controller, intent.clone());
             return Issued::InFlight;
         }
-        self.effects.next_command_id += 1;
-        let id = self.effects.next_command_id;
+        let id = self.effects.next_command_id + 1;
+        let series = match &action {
+            Action::RecordEvent {
+                regarding,
+                reason,
+                message,
+                ..
+            } => match self
+                .effects
+                .join_series(&regarding.key, reason, message, id, self.now)
+            {
+                Some(series) => series,
+                None => return Issued::Folded,
+            },
+            _ => None,
+        };
+        self.effects.next_command_id = id;
         let command = Command {
             id,
             cause: self.cause,
@@ -269,6 +355,7 @@ impl<'a> Cx<'a> {
             owner: self.owner.clone(),
             action,
             reason: reason.into(),
+            series,
         };
         if let Some(intent) = intent {
             self.effects.intents.insert(intent, id);
@@ -433,6 +520,73 @@ mod tests {
             issue_at(&mut effects, &store, now, status_write("m1")),
             Issued::Queued(_)
         ));
+    }
+
+    fn event(name: &str, reason: &str, message: &str) -> Action {
+        Action::RecordEvent {
+            regarding: crate::command::Target {
+                key: key(name),
+                api_version: "cluster.x-k8s.io/v1beta2".into(),
+            },
+            type_: crate::command::EventType::Warning,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Repeats of an (object, reason) within 10 minutes update one Event, at most once a
+    /// minute (whatever their messages say, elapsed times included); other objects and
+    /// reasons, and repeats after a quiet 10 minutes, start their own.
+    #[test]
+    fn repeated_events_update_one_event_at_most_once_a_minute() {
+        let store = Store::default();
+        let mut effects = Effects::default();
+        let secs = |s: i64| Timestamp(s * 1000);
+        let mut issue = |at: i64, name: &str, reason: &str, message: &str| {
+            let issued = issue_at(&mut effects, &store, secs(at), event(name, reason, message));
+            let command = effects.poll();
+            (
+                issued,
+                command.and_then(|c| c.series.map(|s| (s.first, s.count))),
+            )
+        };
+        let (first, series) = issue(0, "m1", "DrainBlocked", "blocked for 0s");
+        let Issued::Queued(first) = first else {
+            panic!("the first event is written: {first:?}")
+        };
+        assert_eq!(series, None, "a new Event");
+        assert_eq!(
+            issue(30, "m1", "DrainBlocked", "blocked for 30s"),
+            (Issued::Folded, None)
+        );
+        assert!(Issued::Folded.recorded());
+        // Another object or reason is its own series.
+        assert!(matches!(
+            issue(31, "m2", "DrainBlocked", "x").0,
+            Issued::Queued(_)
+        ));
+        assert!(matches!(
+            issue(32, "m1", "HookWaiting", "x").0,
+            Issued::Queued(_)
+        ));
+        // Words that differ are another story, not a repeat.
+        assert!(matches!(
+            issue(33, "m1", "DrainBlocked", "blocked by another PDB").0,
+            Issued::Queued(_)
+        ));
+        // A minute after the last write: the series' Event, counting the folded one.
+        let (issued, series) = issue(61, "m1", "DrainBlocked", "blocked for 61s");
+        assert!(matches!(issued, Issued::Queued(_)));
+        assert_eq!(series, Some((first, 3)));
+        // Quiet for 10 minutes: a new series.
+        let (issued, series) = issue(61 + 600, "m1", "DrainBlocked", "blocked again");
+        assert!(matches!(issued, Issued::Queued(_)));
+        assert_eq!(series, None);
+        assert!(
+            effects.events.len() <= 3,
+            "old series are dropped: {:?}",
+            effects.events
+        );
     }
 
     #[test]

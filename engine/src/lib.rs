@@ -24,7 +24,7 @@ pub mod store;
 pub mod testing;
 pub mod time;
 
-pub use command::{Action, Command, ControllerId, Target};
+pub use command::{Action, Command, ControllerId, EventSeries, EventType, Target};
 pub use engine::{Controllers, Engine};
 pub use input::{ApiOutcome, BATCH_INPUTS_MAX, Input};
 pub use time::{Duration, Timestamp};

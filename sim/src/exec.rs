@@ -113,6 +113,9 @@ impl Sim {
     pub(crate) fn record_command(&mut self, command: &Command, at: Timestamp, cause: &str) {
         let target = command.action.target();
         let mut detail = command.action.detail();
+        if let Some(series) = command.series {
+            detail.push_str(&format!(" (count {})", series.count));
+        }
         let is_event = matches!(command.action, Action::RecordEvent { .. });
         if !command.reason.is_empty() && !is_event {
             if !detail.is_empty() {

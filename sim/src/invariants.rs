@@ -580,6 +580,7 @@ mod tests {
             action,
             cause: 0,
             reason: String::new(),
+            series: None,
         }
     }
 

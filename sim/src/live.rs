@@ -255,6 +255,7 @@ impl Live {
             owner: machine,
             action,
             reason: String::new(),
+            series: None,
         };
         self.sim.check_landed(&command);
     }

@@ -192,6 +192,7 @@ pub(crate) mod tests {
                 finalizer: MACHINE_FINALIZER.into(),
             },
             reason: String::new(),
+            series: None,
         }
     }
 

@@ -15,7 +15,7 @@ use engine::{Action, ApiOutcome, Command};
 use http_body_util::BodyExt;
 use kube::Client;
 use kube::client::Body;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// One HTTP exchange: the status code and the body read as JSON (`Null` when it is not JSON).
 async fn send(
@@ -198,6 +198,23 @@ pub async fn execute(client: &Client, command: &Command, stamp: Option<&EventSta
                 other => other,
             }
         }
+        ApiRequest::Create { target, body } if is_repeat_event(body) => {
+            // A repeat updates its series' Event; one that is gone (expired) is written anew.
+            let update = json!({
+                "count": body["count"],
+                "message": body["message"],
+                "lastTimestamp": body["lastTimestamp"],
+            });
+            let path = engine::convert::api_path(target, None);
+            let merge = Some("application/merge-patch+json");
+            match send(client, "PATCH", &path, merge, Some(&update)).await {
+                Ok((404, _)) => {
+                    let json = request.content_type();
+                    send(client, "POST", &request.path(), json, Some(body)).await
+                }
+                other => other,
+            }
+        }
         _ => {
             let body = request.body();
             send(
@@ -241,6 +258,11 @@ async fn versioned(client: &Client, command: &Command) -> Result<Option<Command>
         target.api_version = format!("{group}/{version}");
     }
     Ok(Some(command))
+}
+
+/// An Event body that repeats an earlier one of its series.
+fn is_repeat_event(body: &Value) -> bool {
+    body["kind"] == "Event" && body["count"].as_u64().is_some_and(|c| c > 1)
 }
 
 /// `infrastructure.cluster.x-k8s.io`, not `v1` nor `apps/v1`.

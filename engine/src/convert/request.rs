@@ -2,7 +2,7 @@
 //! operation for every [`Action`].
 
 use super::status::{capi_version_of, conditions_json};
-use crate::command::{Action, Command, JsonText, Target};
+use crate::command::{Action, Command, EventSeries, JsonText, Target};
 use crate::model::{Kind, ObjectKey};
 use serde_json::{Value, json};
 
@@ -196,7 +196,12 @@ pub fn request_for(command: &Command) -> ApiRequest {
             } else {
                 regarding.key.namespace.as_str()
             };
-            let name = event_name(&regarding.key.name, reason, message, command.id);
+            // A repeat names its series' Event, which the adapter updates (`count`).
+            let series = command.series.unwrap_or(EventSeries {
+                first: command.id,
+                count: 1,
+            });
+            let name = event_name(&regarding.key.name, reason, series.first);
             let mut involved = json!({
                 "apiVersion": regarding.api_version,
                 "kind": regarding.key.kind.name(),
@@ -224,7 +229,7 @@ pub fn request_for(command: &Command) -> ApiRequest {
                     "message": message,
                     "type": type_.as_str(),
                     "source": {"component": "lifecycle"},
-                    "count": 1,
+                    "count": series.count,
                 }),
             }
         }
@@ -245,9 +250,9 @@ fn merge_patch(merge: &JsonText, command: &Command) -> Value {
 
 /// `<object>.<16 hex digits>`, the object part cut so the name stays a valid DNS subdomain
 /// (at most 253 characters).
-fn event_name(object: &str, reason: &str, message: &str, command_id: u64) -> String {
+fn event_name(object: &str, reason: &str, command_id: u64) -> String {
     const NAME_MAX: usize = 253;
-    let suffix = format!(".{:016x}", event_hash(reason, message, command_id));
+    let suffix = format!(".{:016x}", event_hash(reason, command_id));
     let mut cut = object.len().min(NAME_MAX - suffix.len());
     while !object.is_char_boundary(cut) {
         cut -= 1;
@@ -255,16 +260,15 @@ fn event_name(object: &str, reason: &str, message: &str, command_id: u64) -> Str
     format!("{}{suffix}", object[..cut].trim_end_matches(['.', '-']))
 }
 
-/// FNV-1a (64 bit) of the event's reason, message and command id: a stable, deterministic
-/// event name suffix (the same command always names the same Event, so a retry is a 409).
-fn event_hash(reason: &str, message: &str, command_id: u64) -> u64 {
+/// FNV-1a (64 bit) of the event's reason and the id of the command that started its series: a
+/// stable, deterministic event name suffix (the same series always names the same Event, so a
+/// retry is a 409 and a repeat an update).
+fn event_hash(reason: &str, command_id: u64) -> u64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     reason
         .as_bytes()
         .iter()
-        .chain(&[0])
-        .chain(message.as_bytes())
         .chain(&[0])
         .chain(&command_id.to_le_bytes())
         .fold(OFFSET, |h, b| (h ^ u64::from(*b)).wrapping_mul(PRIME))

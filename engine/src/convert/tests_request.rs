@@ -47,6 +47,7 @@ fn command(action: Action) -> Command {
         owner: ObjectKey::management(Kind::Machine, "default", "m1"),
         action,
         reason: "test".into(),
+        series: None,
     }
 }
 

@@ -329,7 +329,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             },
             message,
         );
-        if let Issued::Queued(_) = issued {
+        if issued.recorded() {
             self.tracked.memo.events.insert(once_key);
         }
     }

@@ -1034,7 +1034,7 @@ fn report_unreadable(
         },
         message,
     );
-    if matches!(issued, Issued::Queued(_)) {
+    if issued.recorded() {
         memo.unreadable_reported
             .insert(unknown.clone(), problem.to_string());
     }

@@ -38,6 +38,7 @@ fn cordon(id: u64) -> Command {
             },
         },
         reason: String::new(),
+        series: None,
     }
 }
 
