@@ -8,6 +8,7 @@
 //! no HTTP answer at all → `Unreachable`. Finalizer commands are a GET then a guarded JSON
 //! patch ([`finalizer_json_patch`]); nothing to change is a success with the object read.
 
+use super::gate::Priority;
 use engine::convert::{
     ApiRequest, FinalizerChange, finalizer_json_patch, object_from_json, request_for,
 };
@@ -20,12 +21,16 @@ use serde_json::Value;
 /// One HTTP exchange: the status code and the body read as JSON (`Null` when it is not JSON).
 async fn send(
     client: &Client,
+    priority: Priority,
     method: &str,
     path: &str,
     content_type: Option<&str>,
     body: Option<&Value>,
 ) -> Result<(u16, Value), String> {
-    let mut builder = http::Request::builder().method(method).uri(path);
+    let mut builder = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .extension(priority);
     if let Some(ct) = content_type {
         builder = builder.header("content-type", ct);
     }
@@ -162,6 +167,7 @@ pub async fn execute(client: &Client, command: &Command, stamp: Option<&EventSta
         stamp.apply(body);
     }
     let path = request.path();
+    let priority = Priority::of(&command.action);
     let result = match &request {
         ApiRequest::AddFinalizer { finalizer, .. }
         | ApiRequest::RemoveFinalizer { finalizer, .. } => {
@@ -170,13 +176,14 @@ pub async fn execute(client: &Client, command: &Command, stamp: Option<&EventSta
             } else {
                 FinalizerChange::Remove
             };
-            match send(client, "GET", &path, None, None).await {
+            match send(client, priority, "GET", &path, None, None).await {
                 Ok((code, current)) if (200..300).contains(&code) => {
                     match finalizer_json_patch(&current, finalizer, change) {
                         None => Ok((code, current)),
                         Some(patch) => {
                             send(
                                 client,
+                                priority,
                                 request.method(),
                                 &path,
                                 request.content_type(),
@@ -193,6 +200,7 @@ pub async fn execute(client: &Client, command: &Command, stamp: Option<&EventSta
             let body = request.body();
             send(
                 client,
+                priority,
                 request.method(),
                 &path,
                 request.content_type(),

@@ -1,0 +1,229 @@
+//! One cluster's admission, sans-IO: command slots (bounded commands in flight) and request
+//! tokens (the [`TokenBucket`]), each handed to the most urgent waiter first, then in order of
+//! asking. Time is passed in, as in [`TokenBucket`].
+//!
+//! Expected flow: `want_slot` / `want_token` queue a waiter (any handle `W`); after every change
+//! (a new waiter, `release_slot`, `retry_after`, time passing) call `poll_grant` until `None`,
+//! then wait until `token_wait` has passed or something changes.
+
+use super::bucket::{RateLimit, TokenBucket};
+use engine::Action;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// How urgent a request is; the most urgent first when requests queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Priority {
+    /// Writes whose absence holds progress back: finalizer removal, status and conditions.
+    Unblocking,
+    /// Everything else, watches and lists included.
+    Normal,
+    /// Many of a kind that can wait their turn: evictions, Events.
+    Bulk,
+}
+
+impl Priority {
+    pub fn of(action: &Action) -> Priority {
+        match action {
+            Action::RemoveFinalizer { .. }
+            | Action::SetCondition { .. }
+            | Action::PatchStatus { .. } => Priority::Unblocking,
+            Action::Cordon { .. }
+            | Action::DeleteInfrastructure { .. }
+            | Action::DeleteBootstrap { .. }
+            | Action::DeleteNode { .. }
+            | Action::AddFinalizer { .. }
+            | Action::PatchSpec { .. }
+            | Action::SetOwnerReference { .. }
+            | Action::CreateRemediation { .. }
+            | Action::DeleteRemediation { .. }
+            | Action::DeleteMachine { .. }
+            | Action::CreateMachine { .. } => Priority::Normal,
+            Action::Evict { .. } | Action::RecordEvent { .. } => Priority::Bulk,
+        }
+    }
+}
+
+/// What `poll_grant` hands out.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Grant<W> {
+    /// A command may start (it holds the slot until `release_slot`).
+    Slot(W),
+    /// A request may be sent.
+    Token(W),
+}
+
+pub struct Gate<W> {
+    bucket: TokenBucket,
+    slots_free: usize,
+    /// No more slots once closed (shutting down): queued and later slot waiters are refused.
+    closed: bool,
+    slot_waiters: BTreeMap<(Priority, u64), W>,
+    token_waiters: BTreeMap<(Priority, u64), W>,
+    asked: u64,
+}
+
+impl<W> Gate<W> {
+    pub fn new(limit: RateLimit, slots: usize) -> Gate<W> {
+        Gate {
+            bucket: TokenBucket::new(limit),
+            slots_free: slots.max(1),
+            closed: false,
+            slot_waiters: BTreeMap::new(),
+            token_waiters: BTreeMap::new(),
+            asked: 0,
+        }
+    }
+
+    pub fn want_slot(&mut self, priority: Priority, waiter: W) {
+        if self.closed {
+            return;
+        }
+        self.asked += 1;
+        self.slot_waiters.insert((priority, self.asked), waiter);
+    }
+
+    pub fn want_token(&mut self, priority: Priority, waiter: W) {
+        self.asked += 1;
+        self.token_waiters.insert((priority, self.asked), waiter);
+    }
+
+    pub fn release_slot(&mut self) {
+        self.slots_free += 1;
+    }
+
+    /// The server answered 429 with `Retry-After: wait`: no request before `now + wait`.
+    pub fn retry_after(&mut self, now: Duration, wait: Duration) {
+        self.bucket.hold_until(now + wait);
+    }
+
+    /// Refuses every queued and later slot waiter (returned, to be told); tokens still flow
+    /// so that commands already started can finish.
+    pub fn close(&mut self) -> Vec<W> {
+        self.closed = true;
+        std::mem::take(&mut self.slot_waiters)
+            .into_values()
+            .collect()
+    }
+
+    /// Forgets waiters that gave up (`gone`), so that nothing is granted to nobody.
+    pub fn forget(&mut self, gone: impl Fn(&W) -> bool) {
+        self.slot_waiters.retain(|_, w| !gone(w));
+        self.token_waiters.retain(|_, w| !gone(w));
+    }
+
+    /// The next waiter that may go at `now`, most urgent first.
+    pub fn poll_grant(&mut self, now: Duration) -> Option<Grant<W>> {
+        if self.slots_free > 0
+            && let Some(entry) = self.slot_waiters.first_entry()
+        {
+            self.slots_free -= 1;
+            return Some(Grant::Slot(entry.remove()));
+        }
+        let entry = self.token_waiters.first_entry()?;
+        self.bucket.take(now).ok()?;
+        Some(Grant::Token(entry.remove()))
+    }
+
+    /// How long until the first token waiter can go (`None`: nobody waits for a token).
+    pub fn token_wait(&mut self, now: Duration) -> Option<Duration> {
+        if self.token_waiters.is_empty() {
+            return None;
+        }
+        // Probing a copy: asking must not spend a token.
+        let mut probe = self.bucket.clone();
+        Some(probe.take(now).err().unwrap_or_default())
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.slot_waiters.len() + self.token_waiters.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMIT: RateLimit = RateLimit {
+        qps: 10.0,
+        burst: 1,
+    };
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn drain(gate: &mut Gate<&'static str>, now: Duration) -> Vec<Grant<&'static str>> {
+        std::iter::from_fn(|| gate.poll_grant(now)).collect()
+    }
+
+    /// The proof (b), in the sans-IO unit: evictions queued for tokens, then a finalizer
+    /// removal; the next token goes to the finalizer removal.
+    #[test]
+    fn a_finalizer_removal_overtakes_queued_evictions() {
+        let mut gate = Gate::new(LIMIT, 32);
+        for pod in ["evict-1", "evict-2", "evict-3"] {
+            gate.want_token(Priority::Bulk, pod);
+        }
+        assert_eq!(drain(&mut gate, ms(0)), [Grant::Token("evict-1")]);
+        gate.want_token(Priority::Unblocking, "remove-finalizer");
+        gate.want_token(Priority::Normal, "watch");
+        assert_eq!(drain(&mut gate, ms(50)), []);
+        assert_eq!(gate.token_wait(ms(50)), Some(ms(50)));
+        assert_eq!(
+            drain(&mut gate, ms(100)),
+            [Grant::Token("remove-finalizer")]
+        );
+        assert_eq!(drain(&mut gate, ms(200)), [Grant::Token("watch")]);
+        assert_eq!(drain(&mut gate, ms(300)), [Grant::Token("evict-2")]);
+        assert_eq!(drain(&mut gate, ms(400)), [Grant::Token("evict-3")]);
+        assert_eq!(gate.token_wait(ms(400)), None);
+    }
+
+    #[test]
+    fn slots_bound_commands_in_flight_and_go_to_the_most_urgent_first() {
+        let mut gate = Gate::new(RateLimit { qps: 1.0, burst: 1 }, 2);
+        gate.want_slot(Priority::Bulk, "evict-1");
+        gate.want_slot(Priority::Bulk, "evict-2");
+        gate.want_slot(Priority::Bulk, "evict-3");
+        gate.want_slot(Priority::Unblocking, "status");
+        assert_eq!(
+            drain(&mut gate, ms(0)),
+            [Grant::Slot("status"), Grant::Slot("evict-1")]
+        );
+        gate.release_slot();
+        assert_eq!(drain(&mut gate, ms(0)), [Grant::Slot("evict-2")]);
+        assert_eq!(gate.waiting(), 1);
+    }
+
+    #[test]
+    fn closing_refuses_queued_and_later_slots_but_tokens_still_flow() {
+        let mut gate = Gate::new(LIMIT, 1);
+        gate.want_slot(Priority::Normal, "running");
+        assert_eq!(drain(&mut gate, ms(0)), [Grant::Slot("running")]);
+        gate.want_slot(Priority::Normal, "queued");
+        assert_eq!(gate.close(), ["queued"]);
+        gate.release_slot();
+        gate.want_slot(Priority::Unblocking, "late");
+        gate.want_token(Priority::Normal, "running's request");
+        assert_eq!(drain(&mut gate, ms(0)), [Grant::Token("running's request")]);
+    }
+
+    #[test]
+    fn retry_after_holds_the_cluster_then_forgotten_waiters_get_nothing() {
+        let mut gate = Gate::new(
+            RateLimit {
+                qps: 100.0,
+                burst: 5,
+            },
+            4,
+        );
+        gate.retry_after(ms(0), ms(1000));
+        gate.want_token(Priority::Unblocking, "gave up");
+        gate.want_token(Priority::Normal, "patient");
+        assert_eq!(drain(&mut gate, ms(999)), []);
+        assert_eq!(gate.token_wait(ms(999)), Some(ms(1)));
+        gate.forget(|w| *w == "gave up");
+        assert_eq!(drain(&mut gate, ms(1000)), [Grant::Token("patient")]);
+    }
+}
