@@ -365,3 +365,166 @@ async fn a_drains_evictions_reach_the_server_in_the_order_issued() {
         world.shutdown().await;
     }
 }
+
+/// Issues `evictions` evictions (each of its own drain, so none waits for another) to the
+/// management cluster once it is listed, then, when the first is answered (the others queued
+/// by then), one finalizer removal.
+struct Flood {
+    evictions: u64,
+    queue: VecDeque<Command>,
+    issued: bool,
+    finalizer_issued: bool,
+    answered: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl SnapshotSource for Flood {
+    fn engine(&self) -> Option<&engine::Engine> {
+        None
+    }
+}
+
+impl Flood {
+    fn see(&mut self, input: &Input) {
+        match input {
+            Input::Relist { scope, .. } if *scope == Scope::Management && !self.issued => {
+                self.issued = true;
+                for i in 1..=self.evictions {
+                    let pod =
+                        ObjectKey::new(Scope::Management, Kind::Pod, "default", &format!("p-{i}"));
+                    self.queue.push_back(Command {
+                        owner: ObjectKey::new(
+                            Scope::Management,
+                            Kind::Machine,
+                            "default",
+                            &format!("m-{i}"),
+                        ),
+                        ..Scripted::command(
+                            i,
+                            Action::Evict {
+                                pod: Target {
+                                    key: pod,
+                                    api_version: "v1".into(),
+                                },
+                                grace_period_seconds: None,
+                            },
+                        )
+                    });
+                }
+            }
+            Input::ApiResult { .. } => {
+                self.answered
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if !self.finalizer_issued {
+                    self.finalizer_issued = true;
+                    let m1 = ObjectKey::new(Scope::Management, Kind::Machine, "default", "m1");
+                    self.queue.push_back(Scripted::command(
+                        self.evictions + 1,
+                        Action::RemoveFinalizer {
+                            target: Target {
+                                key: m1,
+                                api_version: "cluster.x-k8s.io/v1beta2".into(),
+                            },
+                            finalizer: "machine.cluster.x-k8s.io".into(),
+                        },
+                    ));
+                }
+            }
+            Input::Batch { inputs } => inputs.iter().for_each(|i| self.see(i)),
+            _ => {}
+        }
+    }
+}
+
+impl Core for Flood {
+    fn handle(&mut self, _now: Timestamp, input: Input) {
+        self.see(&input);
+    }
+    fn poll_command(&mut self) -> Option<Command> {
+        self.queue.pop_front()
+    }
+    fn next_deadline(&self) -> Option<Timestamp> {
+        None
+    }
+}
+
+/// The issue's proof (b): with 40 evictions queued for one cluster (20 requests per second,
+/// burst 1; 32 commands in flight) a finalizer removal issued after the first eviction was
+/// answered reaches the server before nearly all the others (first in line for a command slot
+/// and for a token); in the order issued it would come after all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finalizer_removal_overtakes_queued_evictions() {
+    const EVICTIONS: u64 = 40;
+    let arrivals = Arc::new(adapters::apiserver::arrivals::Arrivals::default());
+    let world = ServedWorld::start(
+        &scenario(),
+        0,
+        ServerOptions {
+            arrivals: Some(arrivals.clone()),
+            ..options()
+        },
+    )
+    .await
+    .unwrap();
+    let flood = Flood {
+        evictions: EVICTIONS,
+        queue: VecDeque::new(),
+        issued: false,
+        finalizer_issued: false,
+        answered: Arc::default(),
+    };
+    let answered = flood.answered.clone();
+    let mut adapter = Adapter::new(
+        flood,
+        MemoryLog::new(10_000),
+        client(&world.management.url()),
+        Arc::new(Metrics::default()),
+        AdapterOptions {
+            rate_limit: adapters::kube::bucket::RateLimit {
+                qps: 20.0,
+                burst: 1,
+            },
+            ..Default::default()
+        },
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let result = adapter.run(async {
+            let _ = stopped.await;
+        });
+        result.await
+    });
+    let deadline = tokio::time::Instant::now() + CONVERGE_TIMEOUT;
+    while answered.load(std::sync::atomic::Ordering::SeqCst) < EVICTIONS as usize + 1 {
+        assert!(tokio::time::Instant::now() < deadline, "not all answered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+    let management = world.management.addr();
+    let order: Vec<String> = arrivals
+        .all()
+        .into_iter()
+        .filter(|a| a.server == management)
+        .map(|a| format!("{} {}", a.method, a.path))
+        .filter(|r| r.ends_with("/eviction") || r.ends_with("/machines/m1"))
+        .collect();
+    let finalizer = order
+        .iter()
+        .position(|r| r.starts_with("GET ") && r.ends_with("/machines/m1"))
+        .expect("the finalizer removal reads m1");
+    let evictions_after = order[finalizer..]
+        .iter()
+        .filter(|r| r.ends_with("/eviction"))
+        .count();
+    eprintln!("the finalizer removal arrived before {evictions_after} of {EVICTIONS} evictions");
+    assert!(
+        evictions_after >= 30,
+        "the finalizer removal waited behind the evictions:\n{}",
+        order.join("\n")
+    );
+    assert!(
+        order.iter().any(|r| r.starts_with("PATCH ")),
+        "m1's finalizer was removed"
+    );
+    world.shutdown().await;
+}
