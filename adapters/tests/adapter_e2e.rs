@@ -528,3 +528,89 @@ async fn a_finalizer_removal_overtakes_queued_evictions() {
     );
     world.shutdown().await;
 }
+
+/// A log that remembers being closed.
+#[derive(Default)]
+struct ClosingLog {
+    inner: MemoryLog,
+    closed: bool,
+}
+
+impl adapters::kube::InputLog for ClosingLog {
+    fn append(&mut self, now: Timestamp, input: &Input) -> Result<u64, String> {
+        self.inner.append(now, input)
+    }
+    fn close(&mut self) -> Result<(), String> {
+        self.closed = true;
+        Ok(())
+    }
+}
+
+/// Graceful shutdown: commands already sending finish and are answered, commands not yet in
+/// flight (evictions waiting for their turn at 5 requests per second) never go, and the
+/// journal is closed; nothing is abandoned, and it does not wait for the queue to drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_finishes_commands_in_flight_and_starts_no_more() {
+    const EVICTIONS: u64 = 20;
+    let arrivals = Arc::new(adapters::apiserver::arrivals::Arrivals::default());
+    let world = ServedWorld::start(
+        &scenario(),
+        0,
+        ServerOptions {
+            arrivals: Some(arrivals.clone()),
+            ..options()
+        },
+    )
+    .await
+    .unwrap();
+    let flood = Flood {
+        evictions: EVICTIONS,
+        queue: VecDeque::new(),
+        issued: false,
+        finalizer_issued: false,
+        answered: Arc::default(),
+    };
+    let answered = flood.answered.clone();
+    let mut adapter = Adapter::new(
+        flood,
+        ClosingLog::default(),
+        client(&world.management.url()),
+        Arc::new(Metrics::default()),
+        AdapterOptions {
+            rate_limit: adapters::kube::bucket::RateLimit { qps: 5.0, burst: 1 },
+            ..Default::default()
+        },
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let result = adapter
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await;
+        (adapter, result)
+    });
+    let deadline = tokio::time::Instant::now() + CONVERGE_TIMEOUT;
+    while answered.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "nothing answered");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = stop.send(());
+    let (mut adapter, result) = task.await.unwrap();
+    result.unwrap();
+    let started = std::time::Instant::now();
+    let report = adapter.shutdown(Duration::from_secs(10)).await.unwrap();
+    let took = started.elapsed();
+    let evicted = arrivals
+        .all()
+        .iter()
+        .filter(|a| a.path.ends_with("/eviction"))
+        .count();
+    eprintln!("shutdown in {took:?}: {report:?}; {evicted} of {EVICTIONS} evictions were sent");
+    assert_eq!(report.commands_abandoned, 0, "{report:?}");
+    assert!(adapter.log().closed, "the journal is closed");
+    // At 5 per second the rest of the queue would take seconds: none of it went.
+    assert!(evicted < EVICTIONS as usize / 2, "{evicted} evictions sent");
+    assert!(took < Duration::from_secs(1), "shutdown took {took:?}");
+    world.shutdown().await;
+}

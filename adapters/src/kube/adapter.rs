@@ -513,10 +513,14 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
                     // Ends (Err) when the previous eviction's task is done, whatever its outcome.
                     let _ = previous.await;
                 }
-                // None: shutting down before this command started.
-                let Some(_slot) = throttle.slot(Priority::of(&command.action)).await else {
+                // Refused: shutting down before this command was in flight.
+                let priority = Priority::of(&command.action);
+                let Some(_slot) = throttle.slot(priority).await else {
                     return;
                 };
+                if !throttle.first_request(priority).await {
+                    return;
+                }
                 let outcome = execute(&client, &command, stamp.as_ref()).await;
                 match &outcome {
                     ApiOutcome::Ok { .. } => {}

@@ -9,6 +9,7 @@
 //! patch ([`finalizer_json_patch`]); nothing to change is a success with the object read.
 
 use super::gate::Priority;
+use super::throttle::Prepaid;
 use engine::convert::{
     ApiRequest, FinalizerChange, finalizer_json_patch, object_from_json, request_for,
 };
@@ -18,10 +19,18 @@ use kube::Client;
 use kube::client::Body;
 use serde_json::Value;
 
+/// How a command's request goes through its cluster's throttle.
+#[derive(Clone, Copy)]
+struct Manners {
+    priority: Priority,
+    /// The command's first request: its token was taken before ([`Prepaid`]).
+    first: bool,
+}
+
 /// One HTTP exchange: the status code and the body read as JSON (`Null` when it is not JSON).
 async fn send(
     client: &Client,
-    priority: Priority,
+    manners: Manners,
     method: &str,
     path: &str,
     content_type: Option<&str>,
@@ -30,7 +39,10 @@ async fn send(
     let mut builder = http::Request::builder()
         .method(method)
         .uri(path)
-        .extension(priority);
+        .extension(manners.priority);
+    if manners.first {
+        builder = builder.extension(Prepaid);
+    }
     if let Some(ct) = content_type {
         builder = builder.header("content-type", ct);
     }
@@ -160,14 +172,22 @@ impl EventStamp {
 }
 
 /// Executes `command` against `client` (the client of the command's target cluster); an Event
-/// gets `stamp`.
+/// gets `stamp`. The caller has taken the token of its first request
+/// ([`super::throttle::Throttle::first_request`]).
 pub async fn execute(client: &Client, command: &Command, stamp: Option<&EventStamp>) -> ApiOutcome {
     let mut request = request_for(command);
     if let (Some(stamp), ApiRequest::Create { body, .. }) = (stamp, &mut request) {
         stamp.apply(body);
     }
     let path = request.path();
-    let priority = Priority::of(&command.action);
+    let first = Manners {
+        priority: Priority::of(&command.action),
+        first: true,
+    };
+    let next = Manners {
+        first: false,
+        ..first
+    };
     let result = match &request {
         ApiRequest::AddFinalizer { finalizer, .. }
         | ApiRequest::RemoveFinalizer { finalizer, .. } => {
@@ -176,14 +196,14 @@ pub async fn execute(client: &Client, command: &Command, stamp: Option<&EventSta
             } else {
                 FinalizerChange::Remove
             };
-            match send(client, priority, "GET", &path, None, None).await {
+            match send(client, first, "GET", &path, None, None).await {
                 Ok((code, current)) if (200..300).contains(&code) => {
                     match finalizer_json_patch(&current, finalizer, change) {
                         None => Ok((code, current)),
                         Some(patch) => {
                             send(
                                 client,
-                                priority,
+                                next,
                                 request.method(),
                                 &path,
                                 request.content_type(),
@@ -200,7 +220,7 @@ pub async fn execute(client: &Client, command: &Command, stamp: Option<&EventSta
             let body = request.body();
             send(
                 client,
-                priority,
+                first,
                 request.method(),
                 &path,
                 request.content_type(),

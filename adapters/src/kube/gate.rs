@@ -2,9 +2,13 @@
 //! tokens (the [`TokenBucket`]), each handed to the most urgent waiter first, then in order of
 //! asking. Time is passed in, as in [`TokenBucket`].
 //!
-//! Expected flow: `want_slot` / `want_token` queue a waiter (any handle `W`); after every change
-//! (a new waiter, `release_slot`, `retry_after`, time passing) call `poll_grant` until `None`,
-//! then wait until `token_wait` has passed or something changes.
+//! Expected flow: `want_slot` / `want_start` / `want_token` queue a waiter (any handle `W`);
+//! after every change (a new waiter, `release_slot`, `retry_after`, time passing) call
+//! `poll_grant` until `None`, then wait until `token_wait` has passed or something changes.
+//!
+//! A command takes a slot, then a token for its first request ([`Gate::want_start`]): from
+//! then on it is in flight. Closing the gate (shutting down) refuses both to every command not
+//! in flight yet, while commands in flight still get tokens for their further requests.
 
 use super::bucket::{RateLimit, TokenBucket};
 use engine::Action;
@@ -59,7 +63,8 @@ pub struct Gate<W> {
     /// No more slots once closed (shutting down): queued and later slot waiters are refused.
     closed: bool,
     slot_waiters: BTreeMap<(Priority, u64), W>,
-    token_waiters: BTreeMap<(Priority, u64), W>,
+    /// With whether the token starts a command.
+    token_waiters: BTreeMap<(Priority, u64), (W, bool)>,
     asked: u64,
 }
 
@@ -83,9 +88,21 @@ impl<W> Gate<W> {
         self.slot_waiters.insert((priority, self.asked), waiter);
     }
 
+    /// A token for a request (of a command in flight, a watch, a list).
     pub fn want_token(&mut self, priority: Priority, waiter: W) {
         self.asked += 1;
-        self.token_waiters.insert((priority, self.asked), waiter);
+        self.token_waiters
+            .insert((priority, self.asked), (waiter, false));
+    }
+
+    /// The token for a command's first request (refused once closed).
+    pub fn want_start(&mut self, priority: Priority, waiter: W) {
+        if self.closed {
+            return;
+        }
+        self.asked += 1;
+        self.token_waiters
+            .insert((priority, self.asked), (waiter, true));
     }
 
     pub fn release_slot(&mut self) {
@@ -97,19 +114,28 @@ impl<W> Gate<W> {
         self.bucket.hold_until(now + wait);
     }
 
-    /// Refuses every queued and later slot waiter (returned, to be told); tokens still flow
-    /// so that commands already started can finish.
+    /// Refuses every queued and later command not in flight yet (those queued are returned,
+    /// to be told); commands in flight still get tokens, to finish.
     pub fn close(&mut self) -> Vec<W> {
         self.closed = true;
-        std::mem::take(&mut self.slot_waiters)
+        let mut refused: Vec<W> = std::mem::take(&mut self.slot_waiters)
             .into_values()
-            .collect()
+            .collect();
+        let tokens = std::mem::take(&mut self.token_waiters);
+        for (key, (waiter, starts)) in tokens {
+            if starts {
+                refused.push(waiter);
+            } else {
+                self.token_waiters.insert(key, (waiter, starts));
+            }
+        }
+        refused
     }
 
     /// Forgets waiters that gave up (`gone`), so that nothing is granted to nobody.
     pub fn forget(&mut self, gone: impl Fn(&W) -> bool) {
         self.slot_waiters.retain(|_, w| !gone(w));
-        self.token_waiters.retain(|_, w| !gone(w));
+        self.token_waiters.retain(|_, (w, _)| !gone(w));
     }
 
     /// The next waiter that may go at `now`, most urgent first.
@@ -122,7 +148,7 @@ impl<W> Gate<W> {
         }
         let entry = self.token_waiters.first_entry()?;
         self.bucket.take(now).ok()?;
-        Some(Grant::Token(entry.remove()))
+        Some(Grant::Token(entry.remove().0))
     }
 
     /// How long until the first token waiter can go (`None`: nobody waits for a token).
@@ -197,16 +223,28 @@ mod tests {
     }
 
     #[test]
-    fn closing_refuses_queued_and_later_slots_but_tokens_still_flow() {
-        let mut gate = Gate::new(LIMIT, 1);
-        gate.want_slot(Priority::Normal, "running");
-        assert_eq!(drain(&mut gate, ms(0)), [Grant::Slot("running")]);
+    fn closing_refuses_commands_not_in_flight_but_those_in_flight_finish() {
+        let mut gate = Gate::new(LIMIT, 2);
+        gate.want_slot(Priority::Normal, "in flight");
+        gate.want_slot(Priority::Normal, "has a slot");
+        assert_eq!(
+            drain(&mut gate, ms(0)),
+            [Grant::Slot("in flight"), Grant::Slot("has a slot")]
+        );
+        gate.want_start(Priority::Normal, "in flight");
+        assert_eq!(drain(&mut gate, ms(0)), [Grant::Token("in flight")]);
+        gate.want_start(Priority::Normal, "has a slot");
         gate.want_slot(Priority::Normal, "queued");
-        assert_eq!(gate.close(), ["queued"]);
+        assert_eq!(gate.close(), ["queued", "has a slot"]);
         gate.release_slot();
         gate.want_slot(Priority::Unblocking, "late");
-        gate.want_token(Priority::Normal, "running's request");
-        assert_eq!(drain(&mut gate, ms(0)), [Grant::Token("running's request")]);
+        gate.want_start(Priority::Unblocking, "late");
+        gate.want_token(Priority::Normal, "in flight's second request");
+        assert_eq!(
+            drain(&mut gate, ms(100)),
+            [Grant::Token("in flight's second request")]
+        );
+        assert_eq!(gate.waiting(), 0);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! of that cluster through it (watches and lists as well as commands, as client-go's rate
 //! limiter does). Tokio time drives it, so tests can pause and advance time.
 //!
-//! A request's [`Priority`] rides in its `http::Extensions` (none: `Normal`). A 429 with
+//! A request's [`Priority`] rides in its `http::Extensions` (none: `Normal`), and [`Prepaid`]
+//! when its token was taken before (a command's first request). A 429 with
 //! `Retry-After` holds the whole cluster that long, except on the eviction subresource, where
 //! 429 is a PodDisruptionBudget's answer about one pod (the drain retries it after 20 s).
 
@@ -21,11 +22,16 @@ pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(60);
 
 enum Ask {
     Slot(Priority, oneshot::Sender<()>),
+    Start(Priority, oneshot::Sender<()>),
     Token(Priority, oneshot::Sender<()>),
     Release,
     RetryAfter(Duration),
     Close,
 }
+
+/// In a request's extensions: its token was taken already ([`Throttle::first_request`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Prepaid;
 
 /// A handle on one cluster's gate; cheap to clone. The task behind it ends with its last handle.
 #[derive(Clone)]
@@ -65,6 +71,13 @@ impl Throttle {
         })
     }
 
+    /// Waits for the token of a command's first request (the command is then in flight);
+    /// `false` once the gate is closed. Send that request with [`Prepaid`].
+    pub async fn first_request(&self, priority: Priority) -> bool {
+        let (tx, rx) = oneshot::channel();
+        self.asks.send(Ask::Start(priority, tx)).is_ok() && rx.await.is_ok()
+    }
+
     /// Waits for a request token (immediately if the gate's task is gone).
     pub async fn token(&self, priority: Priority) {
         let (tx, rx) = oneshot::channel();
@@ -77,7 +90,7 @@ impl Throttle {
         let _ = self.asks.send(Ask::RetryAfter(wait.min(RETRY_AFTER_MAX)));
     }
 
-    /// Refuses queued and later slots; requests of commands already started still go.
+    /// Refuses commands not in flight yet; those in flight still get their tokens.
     pub fn close(&self) {
         let _ = self.asks.send(Ask::Close);
     }
@@ -136,6 +149,7 @@ async fn drive(mut gate: Gate<oneshot::Sender<()>>, mut asks: mpsc::UnboundedRec
         match ask {
             None => return,
             Some(Ask::Slot(p, tx)) => gate.want_slot(p, tx),
+            Some(Ask::Start(p, tx)) => gate.want_start(p, tx),
             Some(Ask::Token(p, tx)) => gate.want_token(p, tx),
             Some(Ask::Release) => gate.release_slot(),
             Some(Ask::RetryAfter(wait)) => gate.retry_after(origin.elapsed(), wait),
@@ -191,7 +205,9 @@ impl tower_service::Service<http::Request<Body>> for Throttled {
                 .copied()
                 .unwrap_or(Priority::Normal);
             let eviction = request.uri().path().ends_with("/eviction");
-            this.throttle.token(priority).await;
+            if request.extensions().get::<Prepaid>().is_none() {
+                this.throttle.token(priority).await;
+            }
             let response = this.client.send(request).await?;
             if response.status() == http::StatusCode::TOO_MANY_REQUESTS
                 && !eviction
