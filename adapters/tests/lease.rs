@@ -2,7 +2,7 @@
 //! and the old holder learns it lost.
 
 use adapters::apiserver::{ApiServer, ServerOptions, SharedCluster};
-use adapters::kube::lease::{LeaseConfig, try_acquire_or_renew};
+use adapters::kube::lease::{LeaseConfig, release, try_acquire_or_renew};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client, Config};
 use sim::api::ClusterStore;
@@ -42,6 +42,37 @@ async fn one_holder_at_a_time_and_takeover_after_expiry() {
     let spec = api.get("lifecycle").await.unwrap().spec.unwrap();
     assert_eq!(spec.holder_identity.as_deref(), Some("b"));
     assert_eq!(spec.lease_transitions, Some(1));
+    server.shutdown().await;
+}
+
+/// A release (holderIdentity "", leaseDurationSeconds 1, as client-go) lets another candidate
+/// take the Lease at once, long before it would expire; only the holder can release.
+#[tokio::test]
+async fn a_released_lease_is_taken_at_once_and_only_the_holder_releases() {
+    let server = ApiServer::start(
+        SharedCluster::new(ClusterStore::new("t")),
+        "127.0.0.1:0".parse().unwrap(),
+        ServerOptions::default(),
+    )
+    .await
+    .unwrap();
+    let mut config = Config::new(server.url().parse().unwrap());
+    config.default_retry = false;
+    let api: Api<Lease> = Api::namespaced(Client::try_from(config).unwrap(), "kube-system");
+    let a = LeaseConfig::new("lifecycle", "a");
+    let b = LeaseConfig::new("lifecycle", "b");
+    assert!(try_acquire_or_renew(&api, &a).await.unwrap());
+    assert!(!try_acquire_or_renew(&api, &b).await.unwrap(), "15 s left");
+    assert!(!release(&api, &b).await.unwrap(), "b does not hold it");
+    assert!(release(&api, &a).await.unwrap());
+    let spec = api.get("lifecycle").await.unwrap().spec.unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some(""));
+    assert_eq!(spec.lease_duration_seconds, Some(1));
+    assert!(
+        try_acquire_or_renew(&api, &b).await.unwrap(),
+        "taken at once"
+    );
+    assert!(!release(&api, &a).await.unwrap(), "a no longer holds it");
     server.shutdown().await;
 }
 
