@@ -614,3 +614,61 @@ async fn shutdown_finishes_commands_in_flight_and_starts_no_more() {
     assert!(took < Duration::from_secs(1), "shutdown took {took:?}");
     world.shutdown().await;
 }
+
+/// A 429 with `Retry-After: 1` (the fake server's answer when too many writes are in progress;
+/// here every write is too many) holds every request to that cluster for a second; a 429 from
+/// the eviction subresource (a PDB's answer about one pod) holds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_holds_the_cluster_except_for_evictions() {
+    use adapters::kube::bucket::RateLimit;
+    use adapters::kube::throttle::{Throttle, throttled};
+    let arrivals = Arc::new(adapters::apiserver::arrivals::Arrivals::default());
+    let world = ServedWorld::start(
+        &scenario(),
+        0,
+        ServerOptions {
+            arrivals: Some(arrivals.clone()),
+            max_mutating_requests_inflight: 0,
+            ..options()
+        },
+    )
+    .await
+    .unwrap();
+    let limit = RateLimit {
+        qps: 1000.0,
+        burst: 100,
+    };
+    let polite = throttled(
+        client(&world.management.url()),
+        Throttle::start(limit, 4),
+        1,
+    );
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(polite.clone(), "default");
+    let evicted = pods.evict("p", &Default::default()).await;
+    assert!(
+        matches!(&evicted, Err(kube::Error::Api(s)) if s.code == 429),
+        "{evicted:?}"
+    );
+    machines(&polite).get("m1").await.unwrap();
+    let patched = machines(&polite)
+        .patch("m1", &PatchParams::default(), &Patch::Merge(json!({})))
+        .await;
+    assert!(
+        matches!(&patched, Err(kube::Error::Api(s)) if s.code == 429),
+        "{patched:?}"
+    );
+    machines(&polite).get("m1").await.unwrap();
+    let at: Vec<_> = arrivals.all().iter().map(|a| a.at).collect();
+    assert_eq!(at.len(), 4);
+    let after_eviction = at[1] - at[0];
+    let after_patch = at[3] - at[2];
+    eprintln!(
+        "after the eviction's 429: {after_eviction:?}; after the patch's 429: {after_patch:?}"
+    );
+    assert!(
+        after_eviction < Duration::from_millis(500),
+        "{after_eviction:?}"
+    );
+    assert!(after_patch >= Duration::from_secs(1), "{after_patch:?}");
+    world.shutdown().await;
+}
