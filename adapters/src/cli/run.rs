@@ -233,7 +233,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
     }
     let started = std::time::Instant::now();
     let bound = Duration::from_secs(args.shutdown_timeout_seconds);
-    let report = adapter.shutdown(bound).await?;
+    let shut = adapter.shutdown(bound).await;
     drop(adapter);
     if let Some((api, config, holding)) = election {
         // No renewal may land after the release.
@@ -244,6 +244,8 @@ async fn run(args: RunArgs) -> Result<(), String> {
             Err(e) => tracing::warn!("releasing the leader Lease: {e} (it expires on its own)"),
         }
     }
+    // Released whatever became of the journal: a standby rebuilds from its own.
+    let report = shut?;
     tracing::info!(
         commands_ended = report.commands_ended,
         commands_abandoned = report.commands_abandoned,

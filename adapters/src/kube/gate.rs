@@ -132,23 +132,28 @@ impl<W> Gate<W> {
         refused
     }
 
-    /// Forgets waiters that gave up (`gone`), so that nothing is granted to nobody.
-    pub fn forget(&mut self, gone: impl Fn(&W) -> bool) {
-        self.slot_waiters.retain(|_, w| !gone(w));
-        self.token_waiters.retain(|_, (w, _)| !gone(w));
-    }
-
-    /// The next waiter that may go at `now`, most urgent first.
-    pub fn poll_grant(&mut self, now: Duration) -> Option<Grant<W>> {
-        if self.slots_free > 0
-            && let Some(entry) = self.slot_waiters.first_entry()
-        {
-            self.slots_free -= 1;
-            return Some(Grant::Slot(entry.remove()));
+    /// The next waiter that may go at `now`, most urgent first. Waiters that gave up (`gone`)
+    /// are dropped as they come up, so that nothing is granted to nobody.
+    pub fn poll_grant(&mut self, now: Duration, gone: impl Fn(&W) -> bool) -> Option<Grant<W>> {
+        while let Some(entry) = self.slot_waiters.first_entry() {
+            if gone(entry.get()) {
+                entry.remove();
+            } else if self.slots_free > 0 {
+                self.slots_free -= 1;
+                return Some(Grant::Slot(entry.remove()));
+            } else {
+                break;
+            }
         }
-        let entry = self.token_waiters.first_entry()?;
-        self.bucket.take(now).ok()?;
-        Some(Grant::Token(entry.remove().0))
+        while let Some(entry) = self.token_waiters.first_entry() {
+            if gone(&entry.get().0) {
+                entry.remove();
+                continue;
+            }
+            self.bucket.take(now).ok()?;
+            return Some(Grant::Token(entry.remove().0));
+        }
+        None
     }
 
     /// How long until the first token waiter can go (`None`: nobody waits for a token).
@@ -180,7 +185,7 @@ mod tests {
     }
 
     fn drain(gate: &mut Gate<&'static str>, now: Duration) -> Vec<Grant<&'static str>> {
-        std::iter::from_fn(|| gate.poll_grant(now)).collect()
+        std::iter::from_fn(|| gate.poll_grant(now, |_| false)).collect()
     }
 
     /// The proof (b), in the sans-IO unit: evictions queued for tokens, then a finalizer
@@ -248,7 +253,7 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_holds_the_cluster_then_forgotten_waiters_get_nothing() {
+    fn retry_after_holds_the_cluster_and_waiters_that_gave_up_get_nothing() {
         let mut gate = Gate::new(
             RateLimit {
                 qps: 100.0,
@@ -261,7 +266,8 @@ mod tests {
         gate.want_token(Priority::Normal, "patient");
         assert_eq!(drain(&mut gate, ms(999)), []);
         assert_eq!(gate.token_wait(ms(999)), Some(ms(1)));
-        gate.forget(|w| *w == "gave up");
-        assert_eq!(drain(&mut gate, ms(1000)), [Grant::Token("patient")]);
+        let grant = gate.poll_grant(ms(1000), |w| *w == "gave up");
+        assert_eq!(grant, Some(Grant::Token("patient")));
+        assert_eq!(gate.waiting(), 0);
     }
 }

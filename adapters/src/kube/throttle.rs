@@ -129,8 +129,7 @@ async fn drive(mut gate: Gate<oneshot::Sender<()>>, mut asks: mpsc::UnboundedRec
     let origin = Instant::now();
     loop {
         let now = origin.elapsed();
-        gate.forget(oneshot::Sender::is_closed);
-        while let Some(grant) = gate.poll_grant(now) {
+        while let Some(grant) = gate.poll_grant(now, oneshot::Sender::is_closed) {
             match grant {
                 Grant::Slot(tx) => {
                     if tx.send(()).is_err() {
