@@ -5,9 +5,10 @@
 //!
 //! Expected flow: [`Adapter::run`] carries out the intake's outputs (watches to start, clusters
 //! to connect), then loops: drain `poll_command()` (each command runs in its own task, at most
-//! `commands_in_flight_max` at once), then wait for the next event or `next_deadline()`. Every
-//! input is appended to the [`InputLog`] before the core handles it. A connector reads a
-//! Cluster's `<name>-kubeconfig` Secret (key `value`).
+//! `commands_in_flight_max` at once per cluster, every request through that cluster's
+//! [`super::throttle`]), then wait for the next event or `next_deadline()`. Every input is
+//! appended to the [`InputLog`] before the core handles it. A connector reads a Cluster's
+//! `<name>-kubeconfig` Secret (key `value`). [`Adapter::shutdown`] ends it gracefully.
 //!
 //! *Journal unwritable* (a full disk): no input is applied unless journaled. On an append (or
 //! snapshot) error the loop stops acting: the input is held, nothing more is taken from the
