@@ -642,6 +642,7 @@ async fn retry_after_holds_the_cluster_except_for_evictions() {
         client(&world.management.url()),
         Throttle::start(limit, 4),
         1,
+        Arc::new(Metrics::default()),
     );
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(polite.clone(), "default");
     let evicted = pods.evict("p", &Default::default()).await;

@@ -95,13 +95,14 @@ async fn a_1000_pod_drain_keeps_every_cluster_within_burst_plus_qps_t() {
     let world = ServedWorld::start(&scenario(), 0, options).await.unwrap();
     let limit = AdapterOptions::default().rate_limit;
     assert_eq!(limit, RateLimit::CAPI_DEFAULT);
+    let metrics = Arc::new(Metrics::default());
     let mut config = kube::Config::new(world.management.url().parse().unwrap());
     config.default_retry = false;
     let mut adapter = Adapter::new(
         engine::Engine::new(),
         MemoryLog::new(1_000),
         kube::Client::try_from(config).unwrap(),
-        Arc::new(Metrics::default()),
+        metrics.clone(),
         AdapterOptions {
             connect_retry: Duration::from_millis(200),
             ..Default::default()
@@ -162,6 +163,20 @@ async fn a_1000_pod_drain_keeps_every_cluster_within_burst_plus_qps_t() {
         .count();
     assert!(evictions >= PODS, "{evictions} evictions");
     let first = by_server.values().flatten().map(|a| a.at).min().unwrap();
+    let arrived = by_server.values().map(Vec::len).sum::<usize>() as u64;
+    let sent = metrics
+        .api_requests
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let waited_ms = metrics
+        .api_throttled_ms
+        .load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!(
+        "lifecycle_api_requests_total {sent}, lifecycle_api_throttled_milliseconds_total {waited_ms}"
+    );
+    // Every request the servers saw was counted (a last one may be counted, not yet arrived).
+    assert!(sent >= arrived, "{sent} counted, {arrived} arrived");
+    // The drain waited: ~1,000 evictions at 200 per real second, one at a time.
+    assert!(waited_ms >= 1_000, "{waited_ms} ms throttled");
     let jitter_s = TRANSIT_JITTER.as_secs_f64() * f64::from(SPEED);
     eprintln!(
         "drained in {drained_after:?} (real); clock {SPEED}x, limit {limit:?} per clock second"

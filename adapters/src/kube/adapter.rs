@@ -227,7 +227,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             self.options.rate_limit.scaled(speed),
             self.options.commands_in_flight_max,
         );
-        let client = throttled(client, throttle.clone(), speed);
+        let client = throttled(client, throttle.clone(), speed, self.metrics.clone());
         self.throttles.insert(scope.clone(), throttle);
         self.clients.insert(scope, client.clone());
         client
@@ -519,9 +519,11 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
                 let Some(_slot) = throttle.slot(priority).await else {
                     return;
                 };
+                let asked = tokio::time::Instant::now();
                 if !throttle.first_request(priority).await {
                     return;
                 }
+                metrics.api_throttled(asked.elapsed());
                 let outcome = execute(&client, &command, stamp.as_ref()).await;
                 match &outcome {
                     ApiOutcome::Ok { .. } => {}

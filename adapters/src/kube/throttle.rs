@@ -9,9 +9,11 @@
 
 use super::bucket::RateLimit;
 use super::gate::{Gate, Grant, Priority};
+use super::metrics::Metrics;
 use futures::future::BoxFuture;
 use kube::Client;
 use kube::client::Body;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -164,16 +166,22 @@ fn retry_after(response: &http::Response<Body>) -> Option<Duration> {
     Some(Duration::from_secs(seconds))
 }
 
-/// `client`, with every request first taking a token from `throttle`. `clock_speed`: the
-/// controller's clock runs that many times fast (simulated runs), so a `Retry-After` the
-/// (simulated) server sends is that many times shorter in real time.
-pub fn throttled(client: Client, throttle: Throttle, clock_speed: u32) -> Client {
+/// `client`, with every request first taking a token from `throttle` (counted in `metrics`).
+/// `clock_speed`: the controller's clock runs that many times fast (simulated runs), so a
+/// `Retry-After` the (simulated) server sends is that many times shorter in real time.
+pub fn throttled(
+    client: Client,
+    throttle: Throttle,
+    clock_speed: u32,
+    metrics: Arc<Metrics>,
+) -> Client {
     let namespace = client.default_namespace().to_string();
     Client::new(
         Throttled {
             client,
             throttle,
             clock_speed: clock_speed.max(1),
+            metrics,
         },
         namespace,
     )
@@ -184,6 +192,7 @@ struct Throttled {
     client: Client,
     throttle: Throttle,
     clock_speed: u32,
+    metrics: Arc<Metrics>,
 }
 
 impl tower_service::Service<http::Request<Body>> for Throttled {
@@ -205,8 +214,11 @@ impl tower_service::Service<http::Request<Body>> for Throttled {
                 .unwrap_or(Priority::Normal);
             let eviction = request.uri().path().ends_with("/eviction");
             if request.extensions().get::<Prepaid>().is_none() {
+                let asked = Instant::now();
                 this.throttle.token(priority).await;
+                this.metrics.api_throttled(asked.elapsed());
             }
+            this.metrics.api_request();
             let response = this.client.send(request).await?;
             if response.status() == http::StatusCode::TOO_MANY_REQUESTS
                 && !eviction
