@@ -610,3 +610,311 @@ async fn a_repeated_event_updates_its_series_event_and_recreates_an_expired_one(
     assert_eq!(ours().await.iter().map(|e| e.0).collect::<Vec<_>>(), [4]);
     world.shutdown().await;
 }
+
+/// Issues `evictions` evictions (each of its own drain, so none waits for another) to the
+/// management cluster once it is listed, then, when the first is answered (the others queued
+/// by then), one finalizer removal.
+struct Flood {
+    evictions: u64,
+    queue: VecDeque<Command>,
+    issued: bool,
+    finalizer_issued: bool,
+    answered: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl SnapshotSource for Flood {
+    fn engine(&self) -> Option<&engine::Engine> {
+        None
+    }
+}
+
+impl Flood {
+    fn see(&mut self, input: &Input) {
+        match input {
+            Input::Relist { scope, .. } if *scope == Scope::Management && !self.issued => {
+                self.issued = true;
+                for i in 1..=self.evictions {
+                    let pod =
+                        ObjectKey::new(Scope::Management, Kind::Pod, "default", &format!("p-{i}"));
+                    self.queue.push_back(Command {
+                        owner: ObjectKey::new(
+                            Scope::Management,
+                            Kind::Machine,
+                            "default",
+                            &format!("m-{i}"),
+                        ),
+                        ..Scripted::command(
+                            i,
+                            Action::Evict {
+                                pod: Target {
+                                    key: pod,
+                                    api_version: "v1".into(),
+                                },
+                                grace_period_seconds: None,
+                            },
+                        )
+                    });
+                }
+            }
+            Input::ApiResult { .. } => {
+                self.answered
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if !self.finalizer_issued {
+                    self.finalizer_issued = true;
+                    let m1 = ObjectKey::new(Scope::Management, Kind::Machine, "default", "m1");
+                    self.queue.push_back(Scripted::command(
+                        self.evictions + 1,
+                        Action::RemoveFinalizer {
+                            target: Target {
+                                key: m1,
+                                api_version: "cluster.x-k8s.io/v1beta2".into(),
+                            },
+                            finalizer: "machine.cluster.x-k8s.io".into(),
+                        },
+                    ));
+                }
+            }
+            Input::Batch { inputs } => inputs.iter().for_each(|i| self.see(i)),
+            _ => {}
+        }
+    }
+}
+
+impl Core for Flood {
+    fn handle(&mut self, _now: Timestamp, input: Input) {
+        self.see(&input);
+    }
+    fn poll_command(&mut self) -> Option<Command> {
+        self.queue.pop_front()
+    }
+    fn next_deadline(&self) -> Option<Timestamp> {
+        None
+    }
+}
+
+/// The issue's proof (b): with 40 evictions queued for one cluster (20 requests per second,
+/// burst 1; 32 commands in flight) a finalizer removal issued after the first eviction was
+/// answered reaches the server before nearly all the others (first in line for a command slot
+/// and for a token); in the order issued it would come after all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finalizer_removal_overtakes_queued_evictions() {
+    const EVICTIONS: u64 = 40;
+    let arrivals = Arc::new(adapters::apiserver::arrivals::Arrivals::default());
+    let world = ServedWorld::start(
+        &scenario(),
+        0,
+        ServerOptions {
+            arrivals: Some(arrivals.clone()),
+            ..options()
+        },
+    )
+    .await
+    .unwrap();
+    let flood = Flood {
+        evictions: EVICTIONS,
+        queue: VecDeque::new(),
+        issued: false,
+        finalizer_issued: false,
+        answered: Arc::default(),
+    };
+    let answered = flood.answered.clone();
+    let mut adapter = Adapter::new(
+        flood,
+        MemoryLog::new(10_000),
+        client(&world.management.url()),
+        Arc::new(Metrics::default()),
+        AdapterOptions {
+            rate_limit: adapters::kube::bucket::RateLimit {
+                qps: 20.0,
+                burst: 1,
+            },
+            ..Default::default()
+        },
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let result = adapter.run(async {
+            let _ = stopped.await;
+        });
+        result.await
+    });
+    let deadline = tokio::time::Instant::now() + CONVERGE_TIMEOUT;
+    while answered.load(std::sync::atomic::Ordering::SeqCst) < EVICTIONS as usize + 1 {
+        assert!(tokio::time::Instant::now() < deadline, "not all answered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+    let management = world.management.addr();
+    let order: Vec<String> = arrivals
+        .all()
+        .into_iter()
+        .filter(|a| a.server == management)
+        .map(|a| format!("{} {}", a.method, a.path))
+        .filter(|r| r.ends_with("/eviction") || r.ends_with("/machines/m1"))
+        .collect();
+    let finalizer = order
+        .iter()
+        .position(|r| r.starts_with("GET ") && r.ends_with("/machines/m1"))
+        .expect("the finalizer removal reads m1");
+    let evictions_after = order[finalizer..]
+        .iter()
+        .filter(|r| r.ends_with("/eviction"))
+        .count();
+    eprintln!("the finalizer removal arrived before {evictions_after} of {EVICTIONS} evictions");
+    assert!(
+        evictions_after >= 30,
+        "the finalizer removal waited behind the evictions:\n{}",
+        order.join("\n")
+    );
+    assert!(
+        order.iter().any(|r| r.starts_with("PATCH ")),
+        "m1's finalizer was removed"
+    );
+    world.shutdown().await;
+}
+
+/// A log that remembers being closed.
+#[derive(Default)]
+struct ClosingLog {
+    inner: MemoryLog,
+    closed: bool,
+}
+
+impl adapters::kube::InputLog for ClosingLog {
+    fn append(&mut self, now: Timestamp, input: &Input) -> Result<u64, String> {
+        self.inner.append(now, input)
+    }
+    fn close(&mut self) -> Result<(), String> {
+        self.closed = true;
+        Ok(())
+    }
+}
+
+/// Graceful shutdown: commands already sending finish and are answered, commands not yet in
+/// flight (evictions waiting for their turn at 5 requests per second) never go, and the
+/// journal is closed; nothing is abandoned, and it does not wait for the queue to drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_finishes_commands_in_flight_and_starts_no_more() {
+    const EVICTIONS: u64 = 20;
+    let arrivals = Arc::new(adapters::apiserver::arrivals::Arrivals::default());
+    let world = ServedWorld::start(
+        &scenario(),
+        0,
+        ServerOptions {
+            arrivals: Some(arrivals.clone()),
+            ..options()
+        },
+    )
+    .await
+    .unwrap();
+    let flood = Flood {
+        evictions: EVICTIONS,
+        queue: VecDeque::new(),
+        issued: false,
+        finalizer_issued: false,
+        answered: Arc::default(),
+    };
+    let answered = flood.answered.clone();
+    let mut adapter = Adapter::new(
+        flood,
+        ClosingLog::default(),
+        client(&world.management.url()),
+        Arc::new(Metrics::default()),
+        AdapterOptions {
+            rate_limit: adapters::kube::bucket::RateLimit { qps: 5.0, burst: 1 },
+            ..Default::default()
+        },
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let result = adapter
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await;
+        (adapter, result)
+    });
+    let deadline = tokio::time::Instant::now() + CONVERGE_TIMEOUT;
+    while answered.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "nothing answered");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = stop.send(());
+    let (mut adapter, result) = task.await.unwrap();
+    result.unwrap();
+    let started = std::time::Instant::now();
+    let report = adapter.shutdown(Duration::from_secs(10)).await.unwrap();
+    let took = started.elapsed();
+    let evicted = arrivals
+        .all()
+        .iter()
+        .filter(|a| a.path.ends_with("/eviction"))
+        .count();
+    eprintln!("shutdown in {took:?}: {report:?}; {evicted} of {EVICTIONS} evictions were sent");
+    assert_eq!(report.commands_abandoned, 0, "{report:?}");
+    assert!(adapter.log().closed, "the journal is closed");
+    // At 5 per second the rest of the queue would take seconds: none of it went.
+    assert!(evicted < EVICTIONS as usize / 2, "{evicted} evictions sent");
+    assert!(took < Duration::from_secs(1), "shutdown took {took:?}");
+    world.shutdown().await;
+}
+
+/// A 429 with `Retry-After: 1` (the fake server's answer when too many writes are in progress;
+/// here every write is too many) holds every request to that cluster for a second; a 429 from
+/// the eviction subresource (a PDB's answer about one pod) holds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_holds_the_cluster_except_for_evictions() {
+    use adapters::kube::bucket::RateLimit;
+    use adapters::kube::throttle::{Throttle, throttled};
+    let arrivals = Arc::new(adapters::apiserver::arrivals::Arrivals::default());
+    let world = ServedWorld::start(
+        &scenario(),
+        0,
+        ServerOptions {
+            arrivals: Some(arrivals.clone()),
+            max_mutating_requests_inflight: 0,
+            ..options()
+        },
+    )
+    .await
+    .unwrap();
+    let limit = RateLimit {
+        qps: 1000.0,
+        burst: 100,
+    };
+    let polite = throttled(
+        client(&world.management.url()),
+        Throttle::start(limit, 4),
+        1,
+        Arc::new(Metrics::default()),
+    );
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(polite.clone(), "default");
+    let evicted = pods.evict("p", &Default::default()).await;
+    assert!(
+        matches!(&evicted, Err(kube::Error::Api(s)) if s.code == 429),
+        "{evicted:?}"
+    );
+    machines(&polite).get("m1").await.unwrap();
+    let patched = machines(&polite)
+        .patch("m1", &PatchParams::default(), &Patch::Merge(json!({})))
+        .await;
+    assert!(
+        matches!(&patched, Err(kube::Error::Api(s)) if s.code == 429),
+        "{patched:?}"
+    );
+    machines(&polite).get("m1").await.unwrap();
+    let at: Vec<_> = arrivals.all().iter().map(|a| a.at).collect();
+    assert_eq!(at.len(), 4);
+    let after_eviction = at[1] - at[0];
+    let after_patch = at[3] - at[2];
+    eprintln!(
+        "after the eviction's 429: {after_eviction:?}; after the patch's 429: {after_patch:?}"
+    );
+    assert!(
+        after_eviction < Duration::from_millis(500),
+        "{after_eviction:?}"
+    );
+    assert!(after_patch >= Duration::from_secs(1), "{after_patch:?}");
+    world.shutdown().await;
+}

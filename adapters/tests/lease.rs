@@ -2,7 +2,7 @@
 //! and the old holder learns it lost.
 
 use adapters::apiserver::{ApiServer, ServerOptions, SharedCluster};
-use adapters::kube::lease::{LeaseConfig, try_acquire_or_renew};
+use adapters::kube::lease::{LeaseConfig, release, try_acquire_or_renew};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client, Config};
 use sim::api::ClusterStore;
@@ -43,4 +43,290 @@ async fn one_holder_at_a_time_and_takeover_after_expiry() {
     assert_eq!(spec.holder_identity.as_deref(), Some("b"));
     assert_eq!(spec.lease_transitions, Some(1));
     server.shutdown().await;
+}
+
+/// A release (holderIdentity "", leaseDurationSeconds 1, as client-go) lets another candidate
+/// take the Lease at once, long before it would expire; only the holder can release.
+#[tokio::test]
+async fn a_released_lease_is_taken_at_once_and_only_the_holder_releases() {
+    let server = ApiServer::start(
+        SharedCluster::new(ClusterStore::new("t")),
+        "127.0.0.1:0".parse().unwrap(),
+        ServerOptions::default(),
+    )
+    .await
+    .unwrap();
+    let mut config = Config::new(server.url().parse().unwrap());
+    config.default_retry = false;
+    let api: Api<Lease> = Api::namespaced(Client::try_from(config).unwrap(), "kube-system");
+    let a = LeaseConfig::new("lifecycle", "a");
+    let b = LeaseConfig::new("lifecycle", "b");
+    assert!(try_acquire_or_renew(&api, &a).await.unwrap());
+    assert!(!try_acquire_or_renew(&api, &b).await.unwrap(), "15 s left");
+    assert!(!release(&api, &b).await.unwrap(), "b does not hold it");
+    assert!(release(&api, &a).await.unwrap());
+    let spec = api.get("lifecycle").await.unwrap().spec.unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some(""));
+    assert_eq!(spec.lease_duration_seconds, Some(1));
+    assert!(
+        try_acquire_or_renew(&api, &b).await.unwrap(),
+        "taken at once"
+    );
+    assert!(!release(&api, &a).await.unwrap(), "a no longer holds it");
+    server.shutdown().await;
+}
+
+/// A `lifecycle` child process, killed if still running when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Child {
+    fn sigterm(&self) {
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    }
+
+    async fn exited(&mut self, within: Duration) -> std::process::ExitStatus {
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return status;
+            }
+            assert!(started.elapsed() < within, "still running after {within:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn lifecycle() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_lifecycle"))
+}
+
+/// `lifecycle sim serve` on deletion-order-of-actions (m1 deleted at 1m) at `speed`; returns
+/// the server, the management kubeconfig it wrote and the clock flags a controller needs.
+fn serve(dir: &std::path::Path, speed: u32) -> (Child, std::path::PathBuf, Vec<String>) {
+    use std::io::BufRead;
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scenarios/deletion-order-of-actions.yaml"
+    );
+    let mut serve = lifecycle()
+        .args(["sim", "serve", file, "--speed", &speed.to_string()])
+        .arg("--kubeconfig-dir")
+        .arg(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("sim serve starts");
+    let stdout = serve.stdout.take().expect("piped");
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let mut clock = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.expect("sim serve prints");
+        if let Some((_, flags)) = line.split_once("--journal <DIR>") {
+            clock = flags.split_whitespace().map(str::to_string).collect();
+        }
+        if line.starts_with("playing ") {
+            break;
+        }
+    }
+    // Keep reading so that the server never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    (Child(serve), dir.join("management.kubeconfig"), clock)
+}
+
+/// `lifecycle run --leader-elect` as `host` (its Lease identity is `host_PID`).
+fn controller(
+    kubeconfig: &std::path::Path,
+    journal: &std::path::Path,
+    host: &str,
+    clock: &[String],
+) -> Child {
+    let child = lifecycle()
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--journal")
+        .arg(journal)
+        .args(["--metrics-addr", "127.0.0.1:0", "--leader-elect"])
+        .args(clock)
+        .env("HOSTNAME", host)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("lifecycle run starts");
+    Child(child)
+}
+
+async fn management_client(kubeconfig: &std::path::Path) -> Client {
+    let kube = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let mut config =
+        Config::from_custom_kubeconfig(kube, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap();
+    config.default_retry = false;
+    Client::try_from(config).unwrap()
+}
+
+async fn holder(api: &Api<Lease>) -> Option<String> {
+    api.get_opt("lifecycle-controller")
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty())
+}
+
+/// Two controllers; returns them with the index of the one that became leader.
+async fn two_candidates(
+    api: &Api<Lease>,
+    kubeconfig: &std::path::Path,
+    journals: &[std::path::PathBuf; 2],
+    clock: &[String],
+) -> ([Child; 2], [String; 2], usize) {
+    let a = controller(kubeconfig, &journals[0], "a", clock);
+    let b = controller(kubeconfig, &journals[1], "b", clock);
+    let ids = [format!("a_{}", a.0.id()), format!("b_{}", b.0.id())];
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(h) = holder(api).await {
+            let leader = ids.iter().position(|id| *id == h).expect("a or b leads");
+            return ([a, b], ids, leader);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "nobody became leader"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Real time from now until `id` holds the Lease (at most 30 s).
+async fn until_held_by(api: &Api<Lease>, id: &str) -> Duration {
+    let sent = std::time::Instant::now();
+    loop {
+        if holder(api).await.as_deref() == Some(id) {
+            return sent.elapsed();
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(30),
+            "{id} did not take over within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn verify(journal: &std::path::Path) {
+    let verify = lifecycle()
+        .args(["log", "verify", "--journal"])
+        .arg(journal)
+        .output()
+        .unwrap();
+    assert!(
+        verify.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&verify.stdout),
+        String::from_utf8_lossy(&verify.stderr)
+    );
+}
+
+/// The measurement: on SIGTERM the leader finishes, flushes its journal, releases the
+/// Lease and exits 0; the standby takes over within 2 s (16 s when the Lease had to expire).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_within_2s_of_the_leaders_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, kubeconfig, clock) = serve(dir.path(), 1);
+    let api: Api<Lease> = Api::namespaced(management_client(&kubeconfig).await, "kube-system");
+    let journals = [dir.path().join("journal-a"), dir.path().join("journal-b")];
+    let (mut children, ids, leader) = two_candidates(&api, &kubeconfig, &journals, &clock).await;
+    // Let the leader settle into its loop (caches synced, journal written).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    children[leader].sigterm();
+    let takeover = until_held_by(&api, &ids[1 - leader]).await;
+    eprintln!("takeover after SIGTERM: {} ms", takeover.as_millis());
+    let exited = children[leader].exited(Duration::from_secs(30)).await;
+    assert!(
+        takeover <= Duration::from_secs(2),
+        "takeover took {takeover:?}"
+    );
+    assert_eq!(
+        exited.code(),
+        Some(0),
+        "the leader exits 0 on SIGTERM: {exited}"
+    );
+    verify(&journals[leader]);
+}
+
+/// SIGTERM while the leader drains (the world at 10x, m1 deleted at 1m, so 6 s in): the
+/// leader still exits 0 with a journal that verifies, the standby takes over within 2 s and
+/// finishes the deletion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_stopped_mid_drain_hands_over_and_the_deletion_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, kubeconfig, clock) = serve(dir.path(), 10);
+    assert!(clock.iter().any(|f| f == "--clock-speed"), "{clock:?}");
+    let client = management_client(&kubeconfig).await;
+    let api: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let journals = [dir.path().join("journal-a"), dir.path().join("journal-b")];
+    let (mut children, ids, leader) = two_candidates(&api, &kubeconfig, &journals, &clock).await;
+    let gvk = kube::api::GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine");
+    let machines: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(client, "default", &kube::api::ApiResource::from_gvk(&gvk));
+    // The drain has begun once m1 is Deleting with DrainingNode.
+    let started = std::time::Instant::now();
+    loop {
+        let m1 = machines.get("m1").await.unwrap();
+        let draining = m1
+            .data
+            .pointer("/status/conditions")
+            .and_then(|c| c.as_array())
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Deleting" && c["reason"] == "DrainingNode")
+            });
+        if draining {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no drain began"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    children[leader].sigterm();
+    let takeover = until_held_by(&api, &ids[1 - leader]).await;
+    eprintln!(
+        "takeover after SIGTERM mid-drain: {} ms",
+        takeover.as_millis()
+    );
+    let exited = children[leader].exited(Duration::from_secs(30)).await;
+    assert!(
+        takeover <= Duration::from_secs(2),
+        "takeover took {takeover:?}"
+    );
+    assert_eq!(
+        exited.code(),
+        Some(0),
+        "the leader exits 0 on SIGTERM: {exited}"
+    );
+    verify(&journals[leader]);
+    let handed_over = std::time::Instant::now();
+    while machines.get_opt("m1").await.unwrap().is_some() {
+        assert!(
+            handed_over.elapsed() < Duration::from_secs(30),
+            "the standby did not finish deleting m1"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

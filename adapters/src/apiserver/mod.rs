@@ -17,6 +17,7 @@
 //! Not served (see the README for the whole list): authentication, server-side apply,
 //! protobuf request bodies, version conversion, `deletecollection`, field managers.
 
+pub mod arrivals;
 mod builtin_schemas;
 pub mod crds;
 mod events;
@@ -76,6 +77,8 @@ pub struct ServerOptions {
     pub idle_timeout: Duration,
     /// A request whose headers have not all arrived within this is dropped with its connection.
     pub header_read_timeout: Duration,
+    /// Where to log every request's arrival (tests; `None`: not logged).
+    pub arrivals: Option<Arc<arrivals::Arrivals>>,
 }
 
 impl Default for ServerOptions {
@@ -90,6 +93,7 @@ impl Default for ServerOptions {
             max_mutating_requests_inflight: 200,
             idle_timeout: Duration::from_secs(90),
             header_read_timeout: Duration::from_secs(32),
+            arrivals: None,
         }
     }
 }
@@ -218,7 +222,12 @@ async fn serve_connection(ctx: Arc<Ctx>, stream: tokio::net::TcpStream) {
     let header_read = ctx.options.header_read_timeout;
     let service = {
         let activity = activity.clone();
-        service_fn(move |req| router::handle(ctx.clone(), activity.clone(), req))
+        service_fn(move |req| {
+            if let Some(arrivals) = &ctx.options.arrivals {
+                arrivals.record(ctx.addr, &req);
+            }
+            router::handle(ctx.clone(), activity.clone(), req)
+        })
     };
     let mut builder = http1::Builder::new();
     builder

@@ -1,6 +1,7 @@
 //! `lifecycle run`: the controllers against a management cluster (and, through its
 //! `<cluster>-kubeconfig` Secrets, its workload clusters).
 
+use adapters::kube::bucket::RateLimit;
 use adapters::kube::journal_log::Retention;
 use adapters::kube::lease::{self, LeaseConfig};
 use adapters::kube::{Adapter, AdapterOptions, Metrics, SledLog};
@@ -53,12 +54,51 @@ pub struct RunArgs {
     /// Stop after this many seconds (demos and tests).
     #[arg(long)]
     pub run_for: Option<u64>,
+    /// Requests per second to each cluster (the management cluster and every workload cluster
+    /// has its own token bucket; watches and lists count). Default as CAPI's.
+    #[arg(long, default_value_t = 20.0, value_parser = positive_qps)]
+    pub kube_api_qps: f64,
+    /// Requests to a cluster that may go at once after a quiet spell.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
+    pub kube_api_burst: u32,
+    /// On SIGTERM or Ctrl-C: how long commands already sent may take to finish before the
+    /// journal is closed, the Lease released and the process exits 0.
+    #[arg(long, default_value_t = 10)]
+    pub shutdown_timeout_seconds: u64,
     /// Test only: from this instant (ms since the epoch) the clock runs `--clock-speed` times
     /// fast, as the simulator's served world does (`lifecycle sim run --over-http`).
     #[arg(long, hide = true, requires = "clock_speed")]
     pub clock_origin_ms: Option<i64>,
     #[arg(long, hide = true, requires = "clock_origin_ms")]
     pub clock_speed: Option<u32>,
+}
+
+fn positive_qps(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(q) if q.is_finite() && q > 0.0 => Ok(q),
+        _ => Err(format!("{s}: must be a number above 0")),
+    }
+}
+
+/// SIGTERM (how Kubernetes stops a pod) or Ctrl-C.
+struct StopSignal {
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignal {
+    /// Installs the handler: from now on SIGTERM no longer ends the process at once.
+    fn install() -> Result<StopSignal, String> {
+        let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| format!("installing the SIGTERM handler: {e}"))?;
+        Ok(StopSignal { terminate })
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = tokio::signal::ctrl_c() => tracing::info!("interrupted: shutting down"),
+        }
+    }
 }
 
 async fn management_client(path: Option<&PathBuf>) -> Result<Client, String> {
@@ -107,6 +147,7 @@ fn identity() -> String {
 }
 
 async fn run(args: RunArgs) -> Result<(), String> {
+    let mut stop_signal = StopSignal::install()?;
     if let (Some(origin), Some(speed)) = (args.clock_origin_ms, args.clock_speed) {
         adapters::clock::scale(engine::Timestamp(origin), speed)?;
     }
@@ -130,35 +171,44 @@ async fn run(args: RunArgs) -> Result<(), String> {
             None => std::future::pending().await,
         }
     };
-    let interrupted = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
     let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<String>();
     // Without leader election nobody reports a loss; the sender lives until the end.
     let mut _no_election = None;
+    // The Lease has a client of its own, unthrottled (as controller-runtime gives leader
+    // election its own client): renewals never queue behind a drain's evictions.
+    let mut election = None;
     if args.leader_elect {
-        let api = Api::namespaced(client.clone(), &args.leader_election_namespace);
+        let api: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(client.clone(), &args.leader_election_namespace);
         let mut config = LeaseConfig::new(&args.leader_election_id, &identity());
         // The Lease's duration is read on the (possibly scaled) clock; its timers run in real time.
         config.renew_interval = adapters::clock::real_duration(config.renew_interval);
         config.retry_interval = adapters::clock::real_duration(config.retry_interval);
         tokio::select! {
             _ = lease::acquire(&api, &config) => {}
-            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = stop_signal.recv() => return Ok(()),
         }
         metrics.leader.store(true, Ordering::Relaxed);
         let leader = metrics.clone();
-        tokio::spawn(async move {
-            let why = lease::hold(&api, &config).await;
-            leader.leader.store(false, Ordering::Relaxed);
-            let _ = lost_tx.send(why);
-        });
+        let holding = {
+            let (api, config) = (api.clone(), config.clone());
+            tokio::spawn(async move {
+                let why = lease::hold(&api, &config).await;
+                leader.leader.store(false, Ordering::Relaxed);
+                let _ = lost_tx.send(why);
+            })
+        };
+        election = Some((api, config, holding));
     } else {
         metrics.leader.store(true, Ordering::Relaxed);
         _no_election = Some(lost_tx);
     }
     let options = AdapterOptions {
         instance: identity(),
+        rate_limit: RateLimit {
+            qps: args.kube_api_qps,
+            burst: args.kube_api_burst,
+        },
         ..AdapterOptions::default()
     };
     let mut adapter = Adapter::new(engine, log, client, metrics, options);
@@ -168,7 +218,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
     let stop = async {
         tokio::select! {
             _ = deadline => {}
-            _ = interrupted => {}
+            _ = stop_signal.recv() => {}
             why = lost_rx => lost = why.ok(),
         }
     };
@@ -177,10 +227,32 @@ async fn run(args: RunArgs) -> Result<(), String> {
         drop(adapter);
         return Err(RESTART.into());
     }
-    match lost {
-        Some(why) => Err(format!("leadership lost: {why}")),
-        None => Ok(()),
+    if let Some(why) = lost {
+        // Someone else acts now: stop at once, nothing to finish or give back.
+        return Err(format!("leadership lost: {why}"));
     }
+    let started = std::time::Instant::now();
+    let bound = Duration::from_secs(args.shutdown_timeout_seconds);
+    let shut = adapter.shutdown(bound).await;
+    drop(adapter);
+    if let Some((api, config, holding)) = election {
+        // No renewal may land after the release.
+        holding.abort();
+        let _ = holding.await;
+        match lease::release(&api, &config).await {
+            Ok(released) => tracing::info!(released, "leader Lease given up"),
+            Err(e) => tracing::warn!("releasing the leader Lease: {e} (it expires on its own)"),
+        }
+    }
+    // Released whatever became of the journal: a standby rebuilds from its own.
+    let report = shut?;
+    tracing::info!(
+        commands_ended = report.commands_ended,
+        commands_abandoned = report.commands_abandoned,
+        took_ms = started.elapsed().as_millis() as u64,
+        "shut down: journal closed"
+    );
+    Ok(())
 }
 
 pub fn main(args: RunArgs) -> u8 {

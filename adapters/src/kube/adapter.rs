@@ -5,9 +5,10 @@
 //!
 //! Expected flow: [`Adapter::run`] carries out the intake's outputs (watches to start, clusters
 //! to connect), then loops: drain `poll_command()` (each command runs in its own task, at most
-//! `commands_in_flight_max` at once), then wait for the next event or `next_deadline()`. Every
-//! input is appended to the [`InputLog`] before the core handles it. A connector reads a
-//! Cluster's `<name>-kubeconfig` Secret (key `value`).
+//! `commands_in_flight_max` at once per cluster, every request through that cluster's
+//! [`super::throttle`]), then wait for the next event or `next_deadline()`. Every input is
+//! appended to the [`InputLog`] before the core handles it. A connector reads a Cluster's
+//! `<name>-kubeconfig` Secret (key `value`). [`Adapter::shutdown`] ends it gracefully.
 //!
 //! *Journal unwritable* (a full disk): no input is applied unless journaled. On an append (or
 //! snapshot) error the loop stops acting: the input is held, nothing more is taken from the
@@ -18,10 +19,13 @@
 //! a new process can reopen it ([`InputLog::needs_restart`]: sled cannot be closed after some
 //! I/O errors), `run` returns and [`Adapter::restart_required`] says so.
 
+use super::bucket::RateLimit;
 use super::core::{Core, InputLog};
 use super::execute::{EventStamp, execute};
+use super::gate::Priority;
 use super::metrics::Metrics;
 use super::streams::{StreamSpec, run_stream};
+use super::throttle::{Throttle, throttled};
 use crate::clock::{until, wall_now};
 use engine::intake::mirror::StreamEvent;
 use engine::intake::streams::stream_id;
@@ -35,7 +39,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 /// Messages to the adapter loop.
@@ -49,7 +53,11 @@ pub enum Event {
 /// Knobs of the loop.
 #[derive(Clone, Debug)]
 pub struct AdapterOptions {
+    /// Per cluster: commands started and not answered yet (the most urgent start first).
     pub commands_in_flight_max: usize,
+    /// Per cluster, on the controller's clock: every request to a cluster (watches and lists
+    /// too) takes a token from that cluster's bucket.
+    pub rate_limit: RateLimit,
     /// How often a connector retries reading a missing or bad kubeconfig Secret.
     pub connect_retry: Duration,
     /// Shortest wait between two `Tick`s, so a deadline the core keeps in the past cannot spin.
@@ -64,6 +72,7 @@ impl Default for AdapterOptions {
     fn default() -> Self {
         AdapterOptions {
             commands_in_flight_max: 32,
+            rate_limit: RateLimit::CAPI_DEFAULT,
             connect_retry: Duration::from_secs(5),
             tick_spacing_min: Duration::from_millis(10),
             instance: "lifecycle".to_string(),
@@ -80,14 +89,18 @@ pub struct Adapter<C: Core, L: InputLog> {
     log: L,
     intake: Intake,
     management: Client,
+    /// Throttled, one per cluster.
     clients: BTreeMap<Scope, Client>,
+    throttles: BTreeMap<Scope, Throttle>,
     metrics: Arc<Metrics>,
     options: AdapterOptions,
     tx: mpsc::Sender<Event>,
     rx: mpsc::Receiver<Event>,
-    permits: Arc<Semaphore>,
     connectors: BTreeMap<Scope, JoinHandle<()>>,
+    /// Watches and discovery.
     tasks: Vec<JoinHandle<()>>,
+    /// One per command until it has been answered.
+    commands: Vec<JoinHandle<()>>,
     last_tick: Option<tokio::time::Instant>,
     /// For each Machine draining, the end of its last eviction sent: evictions go out one at a
     /// time in the order the drain issued them, as upstream's drain sends them, so a PDB refuses
@@ -97,6 +110,15 @@ pub struct Adapter<C: Core, L: InputLog> {
     down: Option<JournalDown>,
     /// The journal can only be reopened by a new process: `run` returned for that.
     restart_required: bool,
+}
+
+/// How [`Adapter::shutdown`] went.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Shutdown {
+    /// Commands that finished (or had not started and never will).
+    pub commands_ended: usize,
+    /// Commands still running at the bound, aborted.
+    pub commands_abandoned: usize,
 }
 
 /// The loop has stopped acting because the journal cannot be written.
@@ -109,7 +131,8 @@ struct JournalDown {
 
 impl<C: Core, L: InputLog> Drop for Adapter<C, L> {
     fn drop(&mut self) {
-        for t in self.tasks.iter().chain(self.connectors.values()) {
+        let all = self.tasks.iter().chain(&self.commands);
+        for t in all.chain(self.connectors.values()) {
             t.abort();
         }
     }
@@ -176,7 +199,7 @@ async fn preferred_version(client: &Client, group: &str) -> Result<String, (Stri
 
 impl<C: Core, L: InputLog> Adapter<C, L> {
     /// An adapter over `core` for the management cluster of `management` (build the client
-    /// with `default_retry = false`).
+    /// with `default_retry = false`; the adapter throttles it). Call within a tokio runtime.
     pub fn new(
         core: C,
         log: L,
@@ -185,26 +208,43 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
         options: AdapterOptions,
     ) -> Self {
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-        let mut clients = BTreeMap::new();
-        clients.insert(Scope::Management, management.clone());
-        Adapter {
+        let mut adapter = Adapter {
             core,
             log,
             intake: Intake::new(),
-            management,
-            clients,
+            management: management.clone(),
+            clients: BTreeMap::new(),
+            throttles: BTreeMap::new(),
             metrics,
-            permits: Arc::new(Semaphore::new(options.commands_in_flight_max.max(1))),
             options,
             tx,
             rx,
             connectors: BTreeMap::new(),
             tasks: Vec::new(),
+            commands: Vec::new(),
             last_tick: None,
             evictions: BTreeMap::new(),
             down: None,
             restart_required: false,
-        }
+        };
+        adapter.management = adapter.add_cluster(Scope::Management, management);
+        adapter
+    }
+
+    /// Puts `client` behind a throttle of its own for `scope`; returns the throttled client.
+    fn add_cluster(&mut self, scope: Scope, client: Client) -> Client {
+        // The limit counts clock seconds: on a fast (simulated) clock it is as many times
+        // higher in real time, so the controller is as polite to the simulated world as
+        // production is to a real one (production's clock is real: speed 1).
+        let speed = crate::clock::speed();
+        let throttle = Throttle::start(
+            self.options.rate_limit.scaled(speed),
+            self.options.commands_in_flight_max,
+        );
+        let client = throttled(client, throttle.clone(), speed, self.metrics.clone());
+        self.throttles.insert(scope.clone(), throttle);
+        self.clients.insert(scope, client.clone());
+        client
     }
 
     /// `run` returned because only a new process can reopen the journal (see
@@ -252,6 +292,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
                         task.abort();
                     }
                     self.clients.remove(&scope);
+                    self.throttles.remove(&scope);
                 }
             }
         }
@@ -406,6 +447,35 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
         Ok(())
     }
 
+    /// The graceful end, after [`Adapter::run`] returned: takes no more inputs (watches and
+    /// connectors stop, answers are no longer read), starts no more commands, lets the
+    /// commands already started finish within `bound` (aborting the rest: whoever acts next
+    /// relists and sees what they did), then flushes and closes the journal.
+    pub async fn shutdown(&mut self, bound: Duration) -> Result<Shutdown, String> {
+        for task in self.tasks.drain(..) {
+            task.abort();
+        }
+        for (_, task) in std::mem::take(&mut self.connectors) {
+            task.abort();
+        }
+        self.rx.close();
+        for throttle in self.throttles.values() {
+            throttle.close();
+        }
+        let deadline = tokio::time::Instant::now() + bound;
+        let mut report = Shutdown::default();
+        for mut task in self.commands.drain(..) {
+            if tokio::time::timeout_at(deadline, &mut task).await.is_ok() {
+                report.commands_ended += 1;
+            } else {
+                task.abort();
+                report.commands_abandoned += 1;
+            }
+        }
+        self.log.close()?;
+        Ok(report)
+    }
+
     /// For an Event: the regarded object's uid and version as the cache has them, and now.
     fn event_stamp(&self, command: &Command) -> Option<EventStamp> {
         let Action::RecordEvent { regarding, .. } = &command.action else {
@@ -434,7 +504,10 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
                 continue;
             }
             let scope = &command.action.target().key.scope;
-            let Some(client) = self.clients.get(scope).cloned() else {
+            let (Some(client), Some(throttle)) = (
+                self.clients.get(scope).cloned(),
+                self.throttles.get(scope).cloned(),
+            ) else {
                 answered.push(Input::ApiResult {
                     command: command.id,
                     outcome: ApiOutcome::Unreachable {
@@ -445,20 +518,26 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             };
             let stamp = self.event_stamp(&command);
             let tx = self.tx.clone();
-            let permits = self.permits.clone();
             let metrics = self.metrics.clone();
             let (after, done) = self.eviction_turn(&command);
-            self.tasks.retain(|t| !t.is_finished());
-            self.tasks.push(tokio::spawn(async move {
+            self.commands.retain(|t| !t.is_finished());
+            self.commands.push(tokio::spawn(async move {
                 // Dropped when this task ends: the next eviction of the drain may go.
                 let _done = done;
                 if let Some(previous) = after {
                     // Ends (Err) when the previous eviction's task is done, whatever its outcome.
                     let _ = previous.await;
                 }
-                let Ok(_permit) = permits.acquire_owned().await else {
+                // Refused: shutting down before this command was in flight.
+                let priority = Priority::of(&command.action);
+                let Some(_slot) = throttle.slot(priority).await else {
                     return;
                 };
+                let asked = tokio::time::Instant::now();
+                if !throttle.first_request(priority).await {
+                    return;
+                }
+                metrics.api_throttled(asked.elapsed());
                 let outcome = execute(&client, &command, stamp.as_ref()).await;
                 match &outcome {
                     ApiOutcome::Ok { .. } => {}
@@ -504,7 +583,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             Event::Arrival(arrival) => arrival,
             Event::Connected { scope, client } => {
                 tracing::info!(?scope, "connected to workload cluster");
-                self.clients.insert(scope.clone(), client);
+                self.add_cluster(scope.clone(), client);
                 Arrival::Connected { scope }
             }
         };

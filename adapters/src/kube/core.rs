@@ -42,6 +42,10 @@ pub trait InputLog {
     fn recover(&mut self) -> Result<Vec<(Timestamp, Input)>, String> {
         Ok(Vec::new())
     }
+    /// Makes everything appended durable and closes the log (a graceful shutdown).
+    fn close(&mut self) -> Result<(), String> {
+        Ok(())
+    }
     /// After a failed [`InputLog::recover`]: only a new process can reopen the log (the
     /// adapter then stops and its caller re-executes itself).
     fn needs_restart(&self) -> bool {

@@ -8,6 +8,8 @@
 //! no HTTP answer at all → `Unreachable`. Finalizer commands are a GET then a guarded JSON
 //! patch ([`finalizer_json_patch`]); nothing to change is a success with the object read.
 
+use super::gate::Priority;
+use super::throttle::Prepaid;
 use engine::convert::{
     ApiRequest, FinalizerChange, finalizer_json_patch, object_from_json, request_for,
 };
@@ -17,15 +19,30 @@ use kube::Client;
 use kube::client::Body;
 use serde_json::{Value, json};
 
+/// How a command's request goes through its cluster's throttle.
+#[derive(Clone, Copy)]
+struct Manners {
+    priority: Priority,
+    /// The command's first request: its token was taken before ([`Prepaid`]).
+    first: bool,
+}
+
 /// One HTTP exchange: the status code and the body read as JSON (`Null` when it is not JSON).
 async fn send(
     client: &Client,
+    manners: Manners,
     method: &str,
     path: &str,
     content_type: Option<&str>,
     body: Option<&Value>,
 ) -> Result<(u16, Value), String> {
-    let mut builder = http::Request::builder().method(method).uri(path);
+    let mut builder = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .extension(manners.priority);
+    if manners.first {
+        builder = builder.extension(Prepaid);
+    }
     if let Some(ct) = content_type {
         builder = builder.header("content-type", ct);
     }
@@ -155,12 +172,23 @@ impl EventStamp {
 }
 
 /// Executes `command` against `client` (the client of the command's target cluster); an Event
-/// gets `stamp`.
+/// gets `stamp`. The caller has taken the token of its first request
+/// ([`super::throttle::Throttle::first_request`]).
 pub async fn execute(client: &Client, command: &Command, stamp: Option<&EventStamp>) -> ApiOutcome {
+    let mut first = Manners {
+        priority: Priority::of(&command.action),
+        first: true,
+    };
+    let next = Manners {
+        first: false,
+        ..first
+    };
     let resolved;
-    let command = match versioned(client, command).await {
+    let command = match versioned(client, first, command).await {
         Ok(None) => command,
         Ok(Some(c)) => {
+            // Discovery spent the first request's token.
+            first = next;
             resolved = c;
             &resolved
         }
@@ -179,13 +207,14 @@ pub async fn execute(client: &Client, command: &Command, stamp: Option<&EventSta
             } else {
                 FinalizerChange::Remove
             };
-            match send(client, "GET", &path, None, None).await {
+            match send(client, first, "GET", &path, None, None).await {
                 Ok((code, current)) if (200..300).contains(&code) => {
                     match finalizer_json_patch(&current, finalizer, change) {
                         None => Ok((code, current)),
                         Some(patch) => {
                             send(
                                 client,
+                                next,
                                 request.method(),
                                 &path,
                                 request.content_type(),
@@ -207,10 +236,10 @@ pub async fn execute(client: &Client, command: &Command, stamp: Option<&EventSta
             });
             let path = engine::convert::api_path(target, None);
             let merge = Some("application/merge-patch+json");
-            match send(client, "PATCH", &path, merge, Some(&update)).await {
+            match send(client, first, "PATCH", &path, merge, Some(&update)).await {
                 Ok((404, _)) => {
                     let json = request.content_type();
-                    send(client, "POST", &request.path(), json, Some(body)).await
+                    send(client, next, "POST", &request.path(), json, Some(body)).await
                 }
                 other => other,
             }
@@ -219,6 +248,7 @@ pub async fn execute(client: &Client, command: &Command, stamp: Option<&EventSta
             let body = request.body();
             send(
                 client,
+                first,
                 request.method(),
                 &path,
                 request.content_type(),
@@ -236,7 +266,11 @@ pub async fn execute(client: &Client, command: &Command, stamp: Option<&EventSta
 /// `command` addressed with a full apiVersion, when it names only a group (a provider object
 /// the cache has not seen, referred to by group): the group's preferred version, from
 /// discovery. `Ok(None)`: it already has one.
-async fn versioned(client: &Client, command: &Command) -> Result<Option<Command>, String> {
+async fn versioned(
+    client: &Client,
+    manners: Manners,
+    command: &Command,
+) -> Result<Option<Command>, String> {
     let group = match &command.action {
         Action::DeleteInfrastructure { target } | Action::DeleteBootstrap { target }
             if is_group_only(&target.api_version) =>
@@ -245,7 +279,8 @@ async fn versioned(client: &Client, command: &Command) -> Result<Option<Command>
         }
         _ => return Ok(None),
     };
-    let (code, body) = send(client, "GET", &format!("/apis/{group}"), None, None).await?;
+    let discovery = format!("/apis/{group}");
+    let (code, body) = send(client, manners, "GET", &discovery, None, None).await?;
     let version = body
         .pointer("/preferredVersion/version")
         .and_then(Value::as_str)

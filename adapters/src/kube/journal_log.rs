@@ -235,6 +235,13 @@ impl InputLog for SledLog {
         SledLog::needs_restart(self)
     }
 
+    fn close(&mut self) -> Result<(), String> {
+        if let Some(mut journal) = self.journal.take() {
+            journal.flush().map_err(|e| self.failed(e))?;
+        }
+        Ok(())
+    }
+
     /// Reopens the journal; returns the records it holds beyond the last acknowledged one
     /// (an append whose flush failed may have reached the disk: it is journaled, so it must
     /// be applied).

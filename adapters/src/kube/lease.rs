@@ -1,16 +1,23 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease, hand-rolled (KUBE-NOTES §1.5).
 //!
 //! Expected flow: [`acquire`] until it returns, then [`hold`] until it returns (leadership
-//! lost), then stop acting. A Lease is free when it has no holder or its holder has not renewed
-//! within `leaseDurationSeconds`. Every write is a resourceVersion-guarded create or replace:
-//! a 409 means another candidate won the race.
+//! lost), then stop acting; or, on a graceful exit, stop acting, then [`release`]. A Lease is
+//! free when it has no holder or its holder has not renewed within `leaseDurationSeconds`.
+//! Every write is a resourceVersion-guarded create or replace: a 409 means another candidate
+//! won the race. A candidate waiting for the Lease watches it, so a release is taken at once
+//! (not at the next retry).
 
 use crate::clock::wall_now;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use std::time::Duration;
+
+/// Attempts at a release that meets a concurrent write (our own last renewal, say).
+const RELEASE_ATTEMPTS_MAX: usize = 3;
 
 /// Lease timing (CAPI's defaults: 15 s lease; we renew every 10 s, retry every 2 s).
 #[derive(Clone, Debug)]
@@ -102,8 +109,12 @@ pub async fn try_acquire_or_renew(
     }
 }
 
-/// Waits until we hold the lease, trying every `retry_interval`.
+/// Waits until we hold the lease, trying every `retry_interval` and whenever the Lease changes.
 pub async fn acquire(api: &Api<Lease>, config: &LeaseConfig) {
+    let fields = format!("metadata.name={}", config.name);
+    let mut changes = watcher(api.clone(), watcher::Config::default().fields(&fields))
+        .default_backoff()
+        .boxed();
     loop {
         match try_acquire_or_renew(api, config).await {
             Ok(true) => {
@@ -113,8 +124,56 @@ pub async fn acquire(api: &Api<Lease>, config: &LeaseConfig) {
             Ok(false) => tracing::debug!("lease held by another candidate"),
             Err(e) => tracing::warn!("leader election: {e}"),
         }
-        tokio::time::sleep(config.retry_interval).await;
+        tokio::select! {
+            _ = tokio::time::sleep(config.retry_interval) => {}
+            _ = changed(&mut changes) => {}
+        }
     }
+}
+
+/// Ends when the watched Lease is written or deleted (or the watch fails: then try anyway);
+/// never when the watch stream is over.
+async fn changed<S>(changes: &mut S)
+where
+    S: Stream<Item = Result<watcher::Event<Lease>, watcher::Error>> + Unpin,
+{
+    loop {
+        match changes.next().await {
+            Some(Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) | Err(_)) => return,
+            Some(Ok(_)) => {}
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// Gives the lease up if we hold it, as client-go does when it releases on a clean exit:
+/// `holderIdentity` "" and `leaseDurationSeconds` 1, so a waiting candidate takes it at once.
+/// `Ok(true)` when released, `Ok(false)` when it was not ours (any more).
+pub async fn release(api: &Api<Lease>, config: &LeaseConfig) -> Result<bool, kube::Error> {
+    for _ in 0..RELEASE_ATTEMPTS_MAX {
+        let Some(mut lease) = api.get_opt(&config.name).await? else {
+            return Ok(false);
+        };
+        let mut spec = lease.spec.clone().unwrap_or_default();
+        if spec.holder_identity.as_deref() != Some(config.identity.as_str()) {
+            return Ok(false);
+        }
+        let now = micro_now();
+        spec.holder_identity = Some(String::new());
+        spec.lease_duration_seconds = Some(1);
+        spec.acquire_time = Some(now.clone());
+        spec.renew_time = Some(now);
+        lease.spec = Some(spec);
+        match api
+            .replace(&config.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => return Ok(true),
+            Err(e) if is_conflict(&e) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(false)
 }
 
 /// Renews every `renew_interval` while we hold the lease; returns when it is lost: another

@@ -29,6 +29,10 @@ pub struct Metrics {
     pub journal_unwritable: AtomicBool,
     /// Times the journal became unwritable.
     pub journal_failures: AtomicU64,
+    /// Requests sent to the clusters, through their throttles.
+    pub api_requests: AtomicU64,
+    /// Time requests waited for their cluster's token bucket, in total.
+    pub api_throttled_ms: AtomicU64,
 }
 
 /// One metric family: name, `counter` or `gauge`, help text, and its samples (labels as
@@ -53,6 +57,15 @@ impl Metrics {
     }
     pub fn api_error(&self, code: &str) {
         bump(&self.api_errors, code);
+    }
+    /// A request went out.
+    pub fn api_request(&self) {
+        self.api_requests.fetch_add(1, Ordering::Relaxed);
+    }
+    /// A request waited `waited` for its cluster's token bucket.
+    pub fn api_throttled(&self, waited: std::time::Duration) {
+        let ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
+        self.api_throttled_ms.fetch_add(ms, Ordering::Relaxed);
     }
 
     /// The journal became unwritable (`true`) or writable again.
@@ -97,7 +110,7 @@ impl Metrics {
                 .map(|(k, n)| (format!("{{{label}=\"{k}\"}}"), *n))
                 .collect()
         };
-        let families: [Family; 7] = [
+        let families: [Family; 9] = [
             (
                 "lifecycle_inputs_total",
                 "counter",
@@ -121,6 +134,18 @@ impl Metrics {
                 "counter",
                 "API requests that did not succeed, by HTTP status (or unreachable).",
                 labelled(&self.api_errors, "code"),
+            ),
+            (
+                "lifecycle_api_requests_total",
+                "counter",
+                "Requests sent to the API servers (watches and lists included), all clusters.",
+                vec![(String::new(), load(&self.api_requests))],
+            ),
+            (
+                "lifecycle_api_throttled_milliseconds_total",
+                "counter",
+                "Time requests waited for their cluster's rate limit (--kube-api-qps/--kube-api-burst), in total.",
+                vec![(String::new(), load(&self.api_throttled_ms))],
             ),
             (
                 "lifecycle_journal_writable",
@@ -246,7 +271,7 @@ mod tests {
             text.contains("lifecycle_api_errors_total{code=\"429\"} 1\n"),
             "{text}"
         );
-        assert_eq!(described.len(), 7);
+        assert_eq!(described.len(), 9);
     }
 
     /// `/readyz` is 503 while the journal cannot be written; `/healthz` stays 200 (the process

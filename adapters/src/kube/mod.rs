@@ -5,18 +5,24 @@
 //!   which watches to start, which clusters to connect.
 //! * [`execute`]: `Command` → HTTP request (`engine::convert::request_for`) → `ApiOutcome`.
 //! * [`adapter`]: the loop (journal every input before `handle`, timers from `next_deadline`).
+//! * [`bucket`], [`gate`] (sans-IO) and [`throttle`]: per cluster, a token bucket and bounded
+//!   commands in flight, the most urgent request first; every request of a cluster goes
+//!   through its throttle.
 //! * [`lease`]: leader election on a coordination.k8s.io Lease.
 //! * [`metrics`]: counters, `/metrics` and `/healthz`.
 //!
 //! Wall-clock time is read here only ([`crate::clock`]) and handed to the core as values.
 
 pub mod adapter;
+pub mod bucket;
 pub mod core;
 pub mod execute;
+pub mod gate;
 pub mod journal_log;
 pub mod lease;
 pub mod metrics;
 pub mod streams;
+pub mod throttle;
 
 pub use adapter::{Adapter, AdapterOptions, client_from_kubeconfig};
 pub use core::{Core, InputLog, MemoryLog};
