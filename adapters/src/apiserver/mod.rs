@@ -28,6 +28,7 @@ mod objects;
 pub mod openapi;
 mod openapi_v2;
 pub mod patch;
+pub mod record;
 pub mod resources;
 mod router;
 mod scale;
@@ -76,6 +77,8 @@ pub struct ServerOptions {
     pub idle_timeout: Duration,
     /// A request whose headers have not all arrived within this is dropped with its connection.
     pub header_read_timeout: Duration,
+    /// Where each request's authorization tuple is recorded (`None`: nowhere).
+    pub record: Option<record::Recorder>,
 }
 
 impl Default for ServerOptions {
@@ -90,6 +93,7 @@ impl Default for ServerOptions {
             max_mutating_requests_inflight: 200,
             idle_timeout: Duration::from_secs(90),
             header_read_timeout: Duration::from_secs(32),
+            record: None,
         }
     }
 }
