@@ -378,3 +378,25 @@ fn the_deployment_args_run_and_use_exactly_the_leader_election_role() {
     let beyond: Vec<_> = rest.difference(&manager).collect();
     assert!(beyond.is_empty(), "not granted: {beyond:?}");
 }
+
+/// The image's numeric USER is the pod's runAsUser:runAsGroup, so runAsNonRoot holds without an
+/// /etc/passwd and the journal volume's fsGroup matches.
+#[test]
+fn the_image_runs_as_the_pods_uid() {
+    let containerfile =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Containerfile")).unwrap();
+    let user = containerfile
+        .lines()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("a USER line");
+    let objects = rbac::documents(&render(&rbac::deploy_dir()));
+    let sc = &controller(&objects)["securityContext"];
+    assert_eq!(
+        user,
+        format!("{}:{}", sc["runAsUser"], sc["runAsGroup"]),
+        "{sc}"
+    );
+    assert_eq!(sc["fsGroup"], sc["runAsGroup"]);
+    assert!(containerfile.contains("FROM scratch"));
+    assert!(containerfile.contains("ENTRYPOINT [\"/lifecycle\"]"));
+}
