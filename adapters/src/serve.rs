@@ -98,6 +98,15 @@ fn register_implied_kinds(cluster: &SharedCluster) {
     }
 }
 
+/// A workload cluster's server records as `workload`: the identity in its kubeconfig Secret is
+/// granted the same on every workload cluster.
+fn workload_options(options: &ServerOptions) -> ServerOptions {
+    ServerOptions {
+        record: options.record.as_ref().map(|r| r.for_cluster("workload")),
+        ..options.clone()
+    }
+}
+
 fn addr(port: u16) -> SocketAddr {
     SocketAddr::from((Ipv4Addr::LOCALHOST, port))
 }
@@ -142,7 +151,7 @@ impl ServedWorld {
             };
             let cluster = SharedCluster::new(store);
             register_implied_kinds(&cluster);
-            let server = ApiServer::start(cluster, addr(port), options.clone()).await?;
+            let server = ApiServer::start(cluster, addr(port), workload_options(&options)).await?;
             let namespace = match &scope {
                 Scope::Workload(c) => c.namespace.to_string(),
                 Scope::Management => "default".to_string(),

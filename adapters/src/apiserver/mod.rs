@@ -29,6 +29,7 @@ mod objects;
 pub mod openapi;
 mod openapi_v2;
 pub mod patch;
+pub mod record;
 pub mod resources;
 mod router;
 mod scale;
@@ -79,6 +80,8 @@ pub struct ServerOptions {
     pub header_read_timeout: Duration,
     /// Where to log every request's arrival (tests; `None`: not logged).
     pub arrivals: Option<Arc<arrivals::Arrivals>>,
+    /// Where each request's authorization tuple is recorded (`None`: nowhere).
+    pub record: Option<record::Recorder>,
 }
 
 impl Default for ServerOptions {
@@ -94,6 +97,7 @@ impl Default for ServerOptions {
             idle_timeout: Duration::from_secs(90),
             header_read_timeout: Duration::from_secs(32),
             arrivals: None,
+            record: None,
         }
     }
 }

@@ -65,6 +65,9 @@ pub async fn handle(
 /// (504; watches are long-running and exempt from both).
 async fn limited(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
     let query = Query::parse(req.uri().query());
+    if let Some(recorder) = &ctx.options.record {
+        recorder.note(req.method(), req.uri().path(), &query);
+    }
     let watch = matches!(query.get("watch"), Some("true" | "1"));
     let mutating = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     let limit = if mutating {

@@ -7,6 +7,7 @@
 //! tolerance for the controller's real-time lateness.
 
 use adapters::apiserver::ServerOptions;
+use adapters::apiserver::record::Recorder;
 use adapters::clock;
 use adapters::play::Player;
 use adapters::serve::ServedWorld;
@@ -34,6 +35,14 @@ pub struct OverHttp {
     /// Keep the controller's journal here (a temporary directory otherwise).
     pub journal: Option<PathBuf>,
     pub seed: Option<u64>,
+    /// Append the controller's distinct requests here (see [`adapters::apiserver::record`]).
+    pub record_requests: Option<PathBuf>,
+}
+
+/// The recorder writing to `path`, if one is asked for.
+pub fn recorder(path: Option<&Path>) -> Result<Option<Recorder>, String> {
+    path.map(|p| Recorder::append_to(p).map_err(|e| format!("{}: {e}", p.display())))
+        .transpose()
 }
 
 /// What the run was, besides its verdict.
@@ -67,6 +76,7 @@ async fn play(scenario: &Scenario, setup: &OverHttp) -> Result<Played, String> {
     let options = ServerOptions {
         // The live world plays the kubelet and the other cluster controllers.
         controllers_interval: None,
+        record: recorder(setup.record_requests.as_deref())?,
         ..ServerOptions::default()
     };
     let world = ServedWorld::start_live(&mut live, setup.port, options)

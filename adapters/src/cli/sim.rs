@@ -50,6 +50,10 @@ pub enum SimCommand {
         /// With --over-http: port of the management cluster's server (0 = free ports).
         #[arg(long, default_value_t = 0, requires = "over_http")]
         port: u16,
+        /// Test only: append each distinct request the controller sends (cluster, verb,
+        /// group, resource, subresource; tab-separated) to this file.
+        #[arg(long, hide = true, requires = "over_http")]
+        record_requests: Option<PathBuf>,
     },
     /// Run every scenario under many seeds with randomized faults, checking invariants.
     /// Exit 1 if any seed breaks one; each failure is printed with the command that reproduces it.
@@ -97,6 +101,9 @@ pub enum SimCommand {
         /// Override the scenario's seed.
         #[arg(long)]
         seed: Option<u64>,
+        /// Test only: append each distinct request served (see `sim run --record-requests`).
+        #[arg(long, hide = true)]
+        record_requests: Option<PathBuf>,
     },
 }
 
@@ -112,6 +119,7 @@ pub fn main(command: SimCommand) -> u8 {
             over_http,
             speed,
             port,
+            record_requests,
         } => {
             if over_http {
                 let setup = super::overhttp::OverHttp {
@@ -119,6 +127,7 @@ pub fn main(command: SimCommand) -> u8 {
                     port,
                     journal,
                     seed,
+                    record_requests,
                 };
                 run_over_http(file, format, &setup)
             } else {
@@ -150,7 +159,8 @@ pub fn main(command: SimCommand) -> u8 {
             kubeconfig_dir,
             speed,
             seed,
-        } => serve(&file, port, &kubeconfig_dir, speed, seed),
+            record_requests,
+        } => serve(&file, port, &kubeconfig_dir, speed, seed, record_requests),
     }
 }
 
@@ -247,7 +257,15 @@ fn serve(
     kubeconfig_dir: &std::path::Path,
     speed: u32,
     seed: Option<u64>,
+    record_requests: Option<PathBuf>,
 ) -> u8 {
+    let record = match super::overhttp::recorder(record_requests.as_deref()) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{e}");
+            return super::overhttp::EXIT_COULD_NOT_RUN;
+        }
+    };
     let scenario = match scenario::load(file) {
         Ok(s) => s,
         Err(e) => {
@@ -272,6 +290,7 @@ fn serve(
         let mut live = sim::live::Live::new(&scenario, seed, origin, engine::Duration::from_millis(0));
         let options = adapters::apiserver::ServerOptions {
             controllers_interval: None,
+            record,
             ..Default::default()
         };
         let world = match adapters::serve::ServedWorld::start_live(&mut live, port, options).await {

@@ -1,0 +1,413 @@
+//! The deploy manifests (`adapters/deploy/`): the kustomize base renders with kubectl 1.32 and
+//! every rendered object validates against the Kubernetes 1.32 schemas (PyPI's
+//! `kubernetes-validate`, strict, without a network); a broken manifest is rejected; the
+//! Deployment is hardened as documented; and its `lifecycle run` arguments, run against a served world,
+//! use exactly the leader-election Role. A missing kubectl or validator fails, never skips.
+
+mod rbac;
+
+use adapters::apiserver::record;
+use rbac::Grant;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const INSTALL: &str = "run .ci/install-clients (CI runs it from .ci/run)";
+
+/// The Kubernetes version the manifests are validated against: kubectl's.
+const KUBERNETES_VERSION: &str = "1.32.0";
+
+/// kubectl 1.32: `$KUBECTL_1_32`, else `kubectl` on PATH, which must be 1.32.
+fn kubectl() -> PathBuf {
+    let path =
+        std::env::var_os("KUBECTL_1_32").map_or_else(|| PathBuf::from("kubectl"), PathBuf::from);
+    let text = Command::new(&path)
+        .args(["version", "--client"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    assert!(
+        text.contains("v1.32."),
+        "kubectl 1.32 is required at {} (got {text:?}); it ships with this machine kind, or set KUBECTL_1_32",
+        path.display()
+    );
+    path
+}
+
+/// `$KUBERNETES_VALIDATE`, else the virtualenv `.ci/install-clients` makes.
+fn validator() -> PathBuf {
+    let path = std::env::var_os("KUBERNETES_VALIDATE").map_or_else(
+        || {
+            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
+                .join(".cache/lifecycle/validate/bin/kubernetes-validate")
+        },
+        PathBuf::from,
+    );
+    let works = Command::new(&path)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        works,
+        "kubernetes-validate is required at {}: {INSTALL}",
+        path.display()
+    );
+    path
+}
+
+/// `kubectl kustomize DIR`: the rendered YAML.
+fn render(dir: &Path) -> String {
+    let out = Command::new(kubectl())
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 YAML")
+}
+
+/// `kubernetes-validate --strict` on YAML from stdin, in a network namespace of its own
+/// (`unshare -rn`, no root needed): its schemas ship with it, and this proves nothing is fetched.
+fn validate(yaml: &str) -> Output {
+    let validator = validator();
+    let offline = Command::new("unshare")
+        .args(["-rn", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        offline,
+        "`unshare -rn` is not allowed here: validating offline needs an unprivileged user and network namespace"
+    );
+    let mut child = Command::new("unshare")
+        .arg("-rn")
+        .arg(validator)
+        .args(["--strict", "--kubernetes-version", KUBERNETES_VERSION, "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubernetes-validate starts");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(yaml.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Renders `dir`, validates it, and returns its objects; every object must have passed.
+fn rendered_and_valid(dir: &Path) -> Vec<Value> {
+    let yaml = render(dir);
+    let out = validate(&yaml);
+    let report = text(&out);
+    println!("{}:\n{report}", dir.display());
+    assert!(out.status.success(), "{report}");
+    let objects = rbac::documents(&yaml);
+    for o in &objects {
+        let name = format!(
+            "{}/{}",
+            o["kind"].as_str().unwrap().to_lowercase(),
+            o["metadata"]["name"].as_str().unwrap()
+        );
+        assert!(
+            report.contains(&format!("passed for resource {name} ")),
+            "{name} not validated:\n{report}"
+        );
+    }
+    objects
+}
+
+fn kinds(objects: &[Value]) -> BTreeSet<String> {
+    objects
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap(),
+                o["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_base_renders_and_validates_against_the_kubernetes_schemas() {
+    let objects = rendered_and_valid(&rbac::deploy_dir());
+    let want: BTreeSet<String> = [
+        "Namespace/lifecycle-system",
+        "ServiceAccount/lifecycle-controller",
+        "ClusterRole/lifecycle-manager",
+        "ClusterRole/lifecycle-manager-core",
+        "ClusterRoleBinding/lifecycle-manager",
+        "Role/lifecycle-leader-election",
+        "RoleBinding/lifecycle-leader-election",
+        "PersistentVolumeClaim/lifecycle-journal",
+        "Deployment/lifecycle-controller",
+        "Service/lifecycle-metrics",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    assert_eq!(kinds(&objects), want);
+    for o in objects
+        .iter()
+        .filter(|o| o["kind"] != "Namespace" && o["metadata"].get("namespace").is_some())
+    {
+        assert_eq!(o["metadata"]["namespace"], "lifecycle-system", "{o}");
+    }
+}
+
+#[test]
+fn the_ha_overlay_provider_and_workload_roles_validate() {
+    let ha = rendered_and_valid(&rbac::deploy_dir().join("ha"));
+    let names = kinds(&ha);
+    assert!(
+        names.contains("StatefulSet/lifecycle-controller"),
+        "{names:?}"
+    );
+    assert!(
+        !names.contains("Deployment/lifecycle-controller"),
+        "{names:?}"
+    );
+    assert!(
+        !names.contains("PersistentVolumeClaim/lifecycle-journal"),
+        "{names:?}"
+    );
+    let set = rbac::find(&ha, "StatefulSet", "lifecycle-controller");
+    assert_eq!(set["spec"]["replicas"], 2, "{set}");
+    assert_eq!(
+        set["spec"]["volumeClaimTemplates"][0]["metadata"]["name"],
+        "journal"
+    );
+    assert_eq!(
+        set["spec"]["volumeClaimTemplates"][0]["spec"]["accessModes"],
+        serde_json::json!(["ReadWriteOnce"])
+    );
+    let args = set["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains("--leader-elect"), "{args}");
+    let providers = rendered_and_valid(&rbac::deploy_dir().join("providers"));
+    assert_eq!(providers.len(), rbac::provider_roles().len());
+    rendered_and_valid(&rbac::deploy_dir().join("workload"));
+}
+
+/// The validation can fail: a wrong type, an unknown field (strict) and a missing required
+/// field are each rejected, naming the object.
+#[test]
+fn a_broken_manifest_is_rejected() {
+    let good = render(&rbac::deploy_dir());
+    let breakages = [
+        ("replicas: 1", "replicas: one", "spec.replicas"),
+        (
+            "containerPort: 8080",
+            "containerPort: 8080\n          hostPortt: 1",
+            "hostPortt",
+        ),
+        (
+            "        name: controller\n",
+            "",
+            "'name' is a required property",
+        ),
+    ];
+    for (from, to, says) in breakages {
+        assert!(good.contains(from), "{from:?} not in the rendered base");
+        let broken = good.replacen(from, to, 1);
+        let out = validate(&broken);
+        let report = text(&out);
+        assert!(!out.status.success(), "{to:?} was accepted:\n{report}");
+        assert!(
+            report.contains("deployment/lifecycle-controller"),
+            "{report}"
+        );
+        assert!(report.contains(says), "{to:?}: {report}");
+    }
+}
+
+fn controller(objects: &[Value]) -> &Value {
+    &rbac::find(objects, "Deployment", "lifecycle-controller")["spec"]["template"]["spec"]
+}
+
+#[test]
+fn the_deployment_runs_one_hardened_replica_on_its_journal() {
+    let objects = rbac::documents(&render(&rbac::deploy_dir()));
+    let deployment = rbac::find(&objects, "Deployment", "lifecycle-controller");
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate");
+    let pod = controller(&objects);
+    assert_eq!(pod["serviceAccountName"], "lifecycle-controller");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let uid = pod["securityContext"]["runAsUser"]
+        .as_i64()
+        .expect("a numeric uid");
+    assert!(uid > 0, "{uid}");
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let c = &pod["containers"][0];
+    let sc = &c["securityContext"];
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    for probe in ["livenessProbe", "readinessProbe"] {
+        assert_eq!(c[probe]["httpGet"]["port"], "metrics");
+    }
+    assert_eq!(c["ports"][0]["name"], "metrics");
+    for r in ["requests", "limits"] {
+        assert!(
+            c["resources"][r]["cpu"].is_string() && c["resources"][r]["memory"].is_string(),
+            "{c}"
+        );
+    }
+    let args = c["args"].to_string();
+    assert!(args.contains("\"--leader-elect\""), "{args}");
+    assert!(
+        args.contains("\"--journal=/var/lib/lifecycle/journal\""),
+        "{args}"
+    );
+    assert_eq!(c["volumeMounts"][0]["mountPath"], "/var/lib/lifecycle");
+    assert_eq!(
+        pod["volumes"][0]["persistentVolumeClaim"]["claimName"],
+        "lifecycle-journal"
+    );
+    let pvc = rbac::find(&objects, "PersistentVolumeClaim", "lifecycle-journal");
+    assert_eq!(
+        pvc["spec"]["accessModes"],
+        serde_json::json!(["ReadWriteOnce"])
+    );
+    let service = rbac::find(&objects, "Service", "lifecycle-metrics");
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "metrics");
+    let labels = &rbac::find(&objects, "Deployment", "lifecycle-controller")["spec"]["template"]["metadata"]
+        ["labels"];
+    for (k, v) in service["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(&labels[k], v, "the Service selects the controller's pods");
+    }
+}
+
+/// The Deployment's own `lifecycle run` arguments, against a served world (`sim serve`) with
+/// the journal and metrics address moved to temporary places: the binary accepts them, leads,
+/// and its Lease requests are exactly the leader-election Role's rules; the rest of what it
+/// sends to the management cluster is within the manager's aggregated rules.
+#[test]
+fn the_deployment_args_run_and_use_exactly_the_leader_election_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let recorded = dir.path().join("requests.tsv");
+    let scenario = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scenarios/pre-drain-hook-holds-drain.yaml"
+    ));
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_lifecycle"))
+        .args(["sim", "serve", "--speed", "10"])
+        .arg(&scenario)
+        .arg("--kubeconfig-dir")
+        .arg(dir.path())
+        .arg("--record-requests")
+        .arg(&recorded)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("sim serve starts");
+    let mut lines = std::io::BufReader::new(serve.stdout.take().unwrap()).lines();
+    let run_line = lines
+        .by_ref()
+        .map(Result::unwrap)
+        .find(|l| l.starts_with("run the controller with:"))
+        .expect("sim serve prints the controller's command");
+    let words: Vec<&str> = run_line.split_whitespace().collect();
+    let after = |flag: &str| words[words.iter().position(|w| *w == flag).unwrap() + 1];
+    let objects = rbac::documents(&render(&rbac::deploy_dir()));
+    let container = &controller(&objects)["containers"][0];
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let a = a.as_str().unwrap().replace("$(POD_NAMESPACE)", "default");
+            if a.starts_with("--journal=") {
+                format!("--journal={}", dir.path().join("journal").display())
+            } else if a.starts_with("--metrics-addr=") {
+                "--metrics-addr=127.0.0.1:0".to_string()
+            } else {
+                a
+            }
+        })
+        .collect();
+    assert_eq!(args[0], "run");
+    // Three real seconds at 10x: the Lease is created, then renewed every simulated 10 s.
+    let out = Command::new(env!("CARGO_BIN_EXE_lifecycle"))
+        .args(&args)
+        .args(["--kubeconfig", after("--kubeconfig")])
+        .args([
+            "--clock-origin-ms",
+            after("--clock-origin-ms"),
+            "--clock-speed",
+            "10",
+        ])
+        .args(["--run-for", "3"])
+        .output()
+        .expect("lifecycle run starts");
+    let _ = serve.kill();
+    let _ = serve.wait();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("became leader"), "{}", text(&out));
+    let requests = record::read(&recorded).unwrap();
+    let used: BTreeSet<Grant> = requests
+        .iter()
+        .filter(|r| r.cluster == "management" && !rbac::is_discovery(r))
+        .map(rbac::needed)
+        .collect();
+    let (lease, rest): (BTreeSet<Grant>, BTreeSet<Grant>) = used
+        .into_iter()
+        .partition(|g| g.group == "coordination.k8s.io");
+    let base = rbac::objects_in(&rbac::deploy_dir().join("base"));
+    let role = rbac::granted(rbac::find(&base, "Role", "lifecycle-leader-election"));
+    println!(
+        "leader election (Role in the controller's namespace):\n{}",
+        rbac::table(&lease)
+    );
+    assert_eq!(role, lease, "{}", rbac::difference(&role, &lease));
+    let mut manager = rbac::granted(rbac::find(&base, "ClusterRole", "lifecycle-manager-core"));
+    for role in rbac::provider_roles() {
+        manager.extend(rbac::granted(&role));
+    }
+    let beyond: Vec<_> = rest.difference(&manager).collect();
+    assert!(beyond.is_empty(), "not granted: {beyond:?}");
+}
+
+/// The image's numeric USER is the pod's runAsUser:runAsGroup, so runAsNonRoot holds without an
+/// /etc/passwd and the journal volume's fsGroup matches.
+#[test]
+fn the_image_runs_as_the_pods_uid() {
+    let containerfile =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Containerfile")).unwrap();
+    let user = containerfile
+        .lines()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("a USER line");
+    let objects = rbac::documents(&render(&rbac::deploy_dir()));
+    let sc = &controller(&objects)["securityContext"];
+    assert_eq!(
+        user,
+        format!("{}:{}", sc["runAsUser"], sc["runAsGroup"]),
+        "{sc}"
+    );
+    assert_eq!(sc["fsGroup"], sc["runAsGroup"]);
+    assert!(containerfile.contains("FROM scratch"));
+    assert!(containerfile.contains("ENTRYPOINT [\"/lifecycle\"]"));
+}
