@@ -57,6 +57,21 @@ pub enum DeletionTimer {
     /// A refused cordon, InfrastructureMachine or BootstrapConfig deletion may be retried.
     ApiRetry,
     NodeDeletionRetry,
+    /// A deletion phase has lasted [`PHASE_STALL_WARNING_AFTER`]: time to say so.
+    PhaseStalled,
+}
+
+/// How long a deletion phase (a hook, the drain, the volume detach, a provider object's
+/// deletion) may last before a Warning event says what holds it.
+pub const PHASE_STALL_WARNING_AFTER: crate::time::Duration = crate::time::Duration::from_secs(600);
+
+/// The deletion phase in progress: its `Deleting` reason, since when, and whether its stall
+/// was reported.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Phase {
+    pub reason: String,
+    pub since: Timestamp,
+    pub stall_reported: bool,
 }
 
 /// The last request of one kind (cordon, infrastructure or bootstrap deletion): when it was
@@ -155,6 +170,9 @@ pub struct Memo {
     /// The finalizer removal was answered with success: the Machine is on its way out and a
     /// cache that still shows it must not trigger more writes.
     pub finalizer_released: bool,
+    pub phase: Option<Phase>,
+    /// The latest eviction attempt a `DrainBlocked` event reported.
+    pub drain_blocked_reported: Option<Timestamp>,
 }
 
 /// One deleting Machine and what routes changes to it.

@@ -10,7 +10,8 @@ use super::status::{
 };
 use super::volumes::volumes_to_wait_for;
 use super::{
-    API_RETRY_INTERVAL, Attempt, DeletionTimer, NodeDeletion, NodeDeletionOutcome, Pending, Tracked,
+    API_RETRY_INTERVAL, Attempt, DeletionTimer, NodeDeletion, NodeDeletionOutcome,
+    PHASE_STALL_WARNING_AFTER, Pending, Phase, Tracked,
 };
 use crate::command::{Action, ControllerId, EventType, Target};
 use crate::controller::{Cx, Issued};
@@ -247,6 +248,7 @@ impl<'p, 'a> Pass<'p, 'a> {
 
     /// Writes the status fields and conditions that differ from what is observed.
     fn flush(&mut self) {
+        self.watch_phase();
         self.flush_status();
         self.flush_conditions();
     }
@@ -331,6 +333,92 @@ impl<'p, 'a> Pass<'p, 'a> {
         );
         if issued.recorded() {
             self.tracked.memo.events.insert(once_key);
+        }
+    }
+
+    /// Follows the phase the `Deleting` condition names; one that lasts
+    /// [`PHASE_STALL_WARNING_AFTER`] gets a Warning event saying what holds it, once.
+    fn watch_phase(&mut self) {
+        let Some((reason, message)) = self.deleting.clone() else {
+            return;
+        };
+        let now = self.now;
+        let phase = self.tracked.memo.phase.get_or_insert_with(|| Phase {
+            reason: reason.to_string(),
+            since: now,
+            stall_reported: false,
+        });
+        if phase.reason != reason {
+            *phase = Phase {
+                reason: reason.to_string(),
+                since: now,
+                stall_reported: false,
+            };
+        }
+        let Some(event) = stall_event(reason) else {
+            return;
+        };
+        let due = phase.since.saturating_add(PHASE_STALL_WARNING_AFTER);
+        if phase.stall_reported {
+            return;
+        }
+        if now < due {
+            self.wake_at(due, DeletionTimer::PhaseStalled);
+            return;
+        }
+        let waited = now.since(phase.since);
+        let text = format!(
+            "Machine {} has been in {reason} for {}: {}",
+            self.m.meta.name,
+            waited,
+            message.replace('\n', " ")
+        );
+        let issued = self.cx.issue(
+            ControllerId::Deletion,
+            Action::RecordEvent {
+                regarding: self.target.clone(),
+                type_: EventType::Warning,
+                reason: event.to_string(),
+                message: text.clone(),
+            },
+            text,
+        );
+        if issued.recorded()
+            && let Some(phase) = &mut self.tracked.memo.phase
+        {
+            phase.stall_reported = true;
+        }
+    }
+
+    /// A Warning event when a drain's evictions are refused by a PodDisruptionBudget (once
+    /// per round of eviction attempts; repeats join one Event's count).
+    fn report_blocked_drain(&mut self, node_name: &str, plan: &DrainPlan<'_>) {
+        let Some((blocked, pods)) = drain::blocked_by_disruption_budget(plan) else {
+            return;
+        };
+        let latest = pods
+            .iter()
+            .filter_map(|k| self.tracked.memo.evictions.get(*k).map(|a| a.at))
+            .max();
+        if latest.is_none() || latest <= self.tracked.memo.drain_blocked_reported {
+            return;
+        }
+        let message = format!(
+            "Drain of Node {node_name} (Machine {}) is blocked by a PodDisruptionBudget: {blocked}",
+            self.m.meta.name
+        );
+        let issued = self.cx.issue(
+            ControllerId::Deletion,
+            Action::RecordEvent {
+                regarding: self.target.clone(),
+                type_: EventType::Warning,
+                reason: "DrainBlocked".to_string(),
+                message: message.clone(),
+            },
+            message,
+        );
+        if issued.recorded() {
+            self.tracked.memo.drain_blocked_reported = latest;
         }
     }
 
@@ -783,6 +871,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         if plan.is_complete() {
             return self.drain_completed(node_name);
         }
+        self.report_blocked_drain(node_name, &plan);
         tracing::debug!(
             machine = %self.key,
             node = node_name,
@@ -1267,4 +1356,18 @@ impl<'p, 'a> Pass<'p, 'a> {
 enum ExternalRole {
     Infrastructure,
     Bootstrap,
+}
+
+/// The Warning event reason for a deletion phase that lasts too long, by its `Deleting`
+/// reason (phases that are not waits have none).
+fn stall_event(deleting_reason: &str) -> Option<&'static str> {
+    Some(match deleting_reason {
+        reason::WAITING_FOR_PRE_DRAIN_HOOK => "PreDrainHookWaiting",
+        reason::DRAINING_NODE => "DrainStalled",
+        reason::WAITING_FOR_VOLUME_DETACH => "VolumeDetachStalled",
+        reason::WAITING_FOR_PRE_TERMINATE_HOOK => "PreTerminateHookWaiting",
+        reason::WAITING_FOR_INFRASTRUCTURE_DELETION => "InfrastructureDeletionStalled",
+        reason::WAITING_FOR_BOOTSTRAP_DELETION => "BootstrapDeletionStalled",
+        _ => return None,
+    })
 }

@@ -1703,3 +1703,42 @@ fn an_infrastructure_object_a_later_list_does_not_show_is_gone() {
         lines(&others)
     );
 }
+
+/// A phase that lasts 10 minutes gets one Warning event naming what holds it (here the hooks),
+/// at the 10-minute mark by its own timer, not before and not again.
+#[test]
+fn a_hook_held_for_ten_minutes_gets_one_warning_naming_it() {
+    let mut m1 = deleting_m1();
+    m1.meta
+        .annotations
+        .insert(format!("{PRE_DRAIN_HOOK_PREFIX}/migrate"), "owner".into());
+    let (mut h, first) = Harness::start(world(m1));
+    h.settle(&first);
+    let warnings = |out: &[Command]| -> Vec<String> {
+        out.iter()
+            .filter_map(|c| match &c.action {
+                Action::RecordEvent {
+                    type_: EventType::Warning,
+                    reason,
+                    message,
+                    ..
+                } => Some(format!("{reason}: {message}")),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(
+        h.engine.next_deadline(),
+        Some(at(600)),
+        "the stall has its own timer"
+    );
+    assert!(warnings(&h.tick(at(599))).is_empty());
+    assert_eq!(
+        warnings(&h.tick(at(600))),
+        [
+            "PreDrainHookWaiting: Machine m1 has been in WaitingForPreDrainHook for 10m0s: \
+          Waiting for pre-drain hooks to succeed (hooks: pre-drain.delete.hook.machine.cluster.x-k8s.io/migrate)"
+        ]
+    );
+    assert!(warnings(&h.tick(at(1800))).is_empty(), "once per phase");
+}

@@ -157,6 +157,29 @@ pub fn condition_message_after(header: String, plan: &DrainPlan<'_>) -> String {
     msg
 }
 
+/// The pods a PodDisruptionBudget keeps from being evicted, as an operator reads them (`Pod
+/// app/web-1: cannot evict pod as it would violate the pod's disruption budget. The
+/// disruption budget web needs 2 healthy pods and has 2 currently`), and their keys.
+pub fn blocked_by_disruption_budget<'p>(
+    plan: &DrainPlan<'p>,
+) -> Option<(String, Vec<&'p ObjectKey>)> {
+    let mut parts = Vec::new();
+    let mut keys = Vec::new();
+    for (failure, pods_refused) in &plan.failed {
+        if !failure.starts_with(PDB_PHRASE) {
+            continue;
+        }
+        let text = failure.replace(PDB_PHRASE, PDB_PHRASE_LOWER);
+        parts.push(format!(
+            "{} {}: {text}",
+            pod_word(pods_refused.len()),
+            pods(pods_refused)
+        ));
+        keys.extend(pods_refused.iter().copied());
+    }
+    (!parts.is_empty()).then(|| (parts.join("; "), keys))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,7 +18,10 @@ pub use filter::{
     DrainBehavior, DrainContext, DrainRuleError, PodDeleteStatus, StatusReason, classify,
     matching_drain_rules,
 };
-pub use message::{condition_header, condition_message, condition_message_after, list_to_string};
+pub use message::{
+    blocked_by_disruption_budget, condition_header, condition_message, condition_message_after,
+    list_to_string,
+};
 pub use plan::{
     DrainPlan, EvictionAttempt, EvictionOutcome, PodDrain, PodFacts, eviction_failure_message,
 };
