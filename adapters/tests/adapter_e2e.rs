@@ -888,6 +888,7 @@ async fn retry_after_holds_the_cluster_except_for_evictions() {
         Throttle::start(limit, 4),
         1,
         Arc::new(Metrics::default()),
+        "management".into(),
     );
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(polite.clone(), "default");
     let evicted = pods.evict("p", &Default::default()).await;

@@ -79,6 +79,8 @@ pub struct Engine {
     store: Store,
     controllers: Controllers,
     effects: Effects,
+    #[serde(skip)]
+    counters: crate::metrics::Counters,
 }
 
 impl Engine {
@@ -97,6 +99,11 @@ impl Engine {
 
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// Reconciles and failed commands per controller since this process started.
+    pub fn counters(&self) -> &crate::metrics::Counters {
+        &self.counters
     }
 
     pub fn controllers(&self) -> &Controllers {
@@ -270,6 +277,9 @@ impl Engine {
             self.route(self.store.change(&replaced), dirty);
         }
         let slot = slot_of(command.controller);
+        if !matches!(outcome, ApiOutcome::Ok { .. }) {
+            self.counters.errors[slot] += 1;
+        }
         self.controllers.all_mut()[slot].on_result(&command, outcome, self.now);
         dirty.push(slot, command.owner.clone());
         for (controller, owner) in waiters {
@@ -296,6 +306,7 @@ impl Engine {
                     effects: &mut self.effects,
                 };
                 self.controllers.all_mut()[slot].reconcile(&key, &mut cx);
+                self.counters.reconciles[slot] += 1;
             }
         }
     }

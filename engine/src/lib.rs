@@ -16,6 +16,7 @@ pub mod health;
 pub mod input;
 pub mod intake;
 pub mod journal;
+pub mod metrics;
 pub mod model;
 pub mod pool;
 pub mod recovery;

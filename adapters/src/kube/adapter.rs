@@ -23,7 +23,7 @@ use super::bucket::RateLimit;
 use super::core::{Core, InputLog};
 use super::execute::{EventStamp, execute};
 use super::gate::Priority;
-use super::metrics::Metrics;
+use super::metrics::{EngineView, Metrics};
 use super::streams::{StreamSpec, run_stream};
 use super::throttle::{Throttle, throttled};
 use crate::clock::{until, wall_now};
@@ -38,6 +38,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -102,6 +103,8 @@ pub struct Adapter<C: Core, L: InputLog> {
     /// One per command until it has been answered.
     commands: Vec<JoinHandle<()>>,
     last_tick: Option<tokio::time::Instant>,
+    /// When `/metrics` last got the engine's view.
+    engine_view_at: Option<std::time::Instant>,
     /// For each Machine draining, the end of its last eviction sent: evictions go out one at a
     /// time in the order the drain issued them, as upstream's drain sends them, so a PDB refuses
     /// the pod the drain named last, not whichever request the network delivered last.
@@ -173,7 +176,9 @@ async fn workload_client(management: &Client, cluster: &ClusterName) -> Result<C
     client_from_kubeconfig(&yaml).await
 }
 
-/// The preferred version of `group` from discovery.
+/// How often `/metrics` gets the engine's counters and gauges.
+const ENGINE_VIEW_INTERVAL: Duration = Duration::from_secs(1);
+
 /// The group's preferred version; `Err((problem, refused))`, `refused` when the API will not
 /// serve the group to us (404, 403) rather than failed to answer.
 async fn preferred_version(client: &Client, group: &str) -> Result<String, (String, bool)> {
@@ -223,6 +228,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             tasks: Vec::new(),
             commands: Vec::new(),
             last_tick: None,
+            engine_view_at: None,
             evictions: BTreeMap::new(),
             down: None,
             restart_required: false,
@@ -241,7 +247,11 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             self.options.rate_limit.scaled(speed),
             self.options.commands_in_flight_max,
         );
-        let client = throttled(client, throttle.clone(), speed, self.metrics.clone());
+        let host = match &scope {
+            Scope::Management => "management".to_string(),
+            Scope::Workload(c) => format!("{}/{}", c.namespace, c.name),
+        };
+        let client = throttled(client, throttle.clone(), speed, self.metrics.clone(), host);
         self.throttles.insert(scope.clone(), throttle);
         self.clients.insert(scope, client.clone());
         client
@@ -332,6 +342,8 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
                     self.last_tick = Some(tokio::time::Instant::now());
                     self.feed(wall_now(), Input::Tick)?;
                 }
+                // Quiet: `/metrics` still gets the view after the last input (ages grow).
+                _ = tokio::time::sleep(ENGINE_VIEW_INTERVAL) => self.refresh_engine_view(wall_now()),
             }
         }
     }
@@ -356,6 +368,8 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             };
             self.feed(wall_now(), input)?;
         }
+        let depth = self.intake.backlog_len() as u64;
+        self.metrics.queue_depth.store(depth, Ordering::Relaxed);
         self.carry_out_outputs();
         Ok(())
     }
@@ -391,6 +405,26 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
         if let Err(e) = self.log.after_handle(&self.core) {
             self.journal_failed(e, None);
         }
+        self.refresh_engine_view(now);
+    }
+
+    /// Hands the engine's counters and gauges to `/metrics`, at most once a second (the
+    /// gauges walk every Machine).
+    fn refresh_engine_view(&mut self, now: Timestamp) {
+        if self
+            .engine_view_at
+            .is_some_and(|at| at.elapsed() < ENGINE_VIEW_INTERVAL)
+        {
+            return;
+        }
+        let Some(engine) = self.core.engine() else {
+            return;
+        };
+        self.engine_view_at = Some(std::time::Instant::now());
+        self.metrics.engine_view(EngineView {
+            counters: engine.counters().clone(),
+            gauges: engine::metrics::gauges(engine.store(), now),
+        });
     }
 
     /// The journal cannot be written: stop acting (logged once, until it recovers).
@@ -588,6 +622,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             }
         };
         self.intake.push(arrival);
+        self.metrics.queue_adds.fetch_add(1, Ordering::Relaxed);
     }
 
     fn watch_provider(&mut self, group: String, version: Option<String>, kind: String) {

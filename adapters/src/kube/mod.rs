@@ -21,6 +21,7 @@ pub mod gate;
 pub mod journal_log;
 pub mod lease;
 pub mod metrics;
+mod process;
 pub mod streams;
 pub mod throttle;
 

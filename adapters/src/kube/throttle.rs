@@ -169,11 +169,13 @@ fn retry_after(response: &http::Response<Body>) -> Option<Duration> {
 /// `client`, with every request first taking a token from `throttle` (counted in `metrics`).
 /// `clock_speed`: the controller's clock runs that many times fast (simulated runs), so a
 /// `Retry-After` the (simulated) server sends is that many times shorter in real time.
+/// `host` names the cluster in `rest_client_requests_total`.
 pub fn throttled(
     client: Client,
     throttle: Throttle,
     clock_speed: u32,
     metrics: Arc<Metrics>,
+    host: String,
 ) -> Client {
     let namespace = client.default_namespace().to_string();
     Client::new(
@@ -182,6 +184,7 @@ pub fn throttled(
             throttle,
             clock_speed: clock_speed.max(1),
             metrics,
+            host: Arc::from(host),
         },
         namespace,
     )
@@ -193,6 +196,7 @@ struct Throttled {
     throttle: Throttle,
     clock_speed: u32,
     metrics: Arc<Metrics>,
+    host: Arc<str>,
 }
 
 impl tower_service::Service<http::Request<Body>> for Throttled {
@@ -219,7 +223,10 @@ impl tower_service::Service<http::Request<Body>> for Throttled {
                 this.metrics.api_throttled(asked.elapsed());
             }
             this.metrics.api_request();
+            let method = request.method().to_string();
             let response = this.client.send(request).await?;
+            this.metrics
+                .rest_request(response.status().as_u16(), &method, &this.host);
             if response.status() == http::StatusCode::TOO_MANY_REQUESTS
                 && !eviction
                 && let Some(wait) = retry_after(&response)

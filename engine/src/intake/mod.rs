@@ -110,6 +110,11 @@ impl Intake {
         !self.backlog.is_empty()
     }
 
+    /// Arrivals not yet turned into inputs.
+    pub fn backlog_len(&self) -> usize {
+        self.backlog.len()
+    }
+
     /// What has arrived, up to `max` inputs, as one input (`None` when nothing arrived that
     /// the engine must see).
     pub fn next_input(&mut self, max: usize) -> Option<Input> {

@@ -1,0 +1,86 @@
+//! The `process_*` series Prometheus clients export, read from `/proc/self` (Linux).
+
+use std::sync::OnceLock;
+
+/// Clock ticks per second of `/proc/*/stat` times (USER_HZ, 100 on Linux).
+const TICKS_PER_SECOND: f64 = 100.0;
+const PAGE_SIZE: f64 = 4096.0;
+
+fn start_time() -> f64 {
+    static START: OnceLock<f64> = OnceLock::new();
+    *START.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+    })
+}
+
+/// `(utime + stime) seconds, virtual bytes, resident bytes)` from `/proc/self/stat`.
+fn stat() -> Option<(f64, f64, f64)> {
+    let text = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = text.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let num = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+    // `rest` starts at field 3 (state): utime is field 14, stime 15, vsize 23, rss 24.
+    let cpu = (num(11)? + num(12)?) / TICKS_PER_SECOND;
+    Some((cpu, num(20)?, num(21)? * PAGE_SIZE))
+}
+
+fn open_fds() -> Option<f64> {
+    Some(std::fs::read_dir("/proc/self/fd").ok()?.count() as f64)
+}
+
+/// The families (absent where `/proc` is not there).
+pub fn families() -> Vec<super::metrics::Family> {
+    let mut out = vec![(
+        "process_start_time_seconds",
+        "gauge",
+        "Start time of the process since the Unix epoch, in seconds.",
+        vec![(String::new(), start_time())],
+    )];
+    if let Some((cpu, virtual_bytes, resident)) = stat() {
+        out.push((
+            "process_cpu_seconds_total",
+            "counter",
+            "Total user and system CPU time spent, in seconds.",
+            vec![(String::new(), cpu)],
+        ));
+        out.push((
+            "process_virtual_memory_bytes",
+            "gauge",
+            "Virtual memory size, in bytes.",
+            vec![(String::new(), virtual_bytes)],
+        ));
+        out.push((
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory size, in bytes.",
+            vec![(String::new(), resident)],
+        ));
+    }
+    if let Some(fds) = open_fds() {
+        out.push((
+            "process_open_fds",
+            "gauge",
+            "Open file descriptors.",
+            vec![(String::new(), fds)],
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn this_process_reports_cpu_memory_and_descriptors() {
+        super::start_time();
+        let (cpu, virtual_bytes, resident) = super::stat().expect("/proc/self/stat reads");
+        assert!(cpu >= 0.0);
+        assert!(
+            resident > 1_000_000.0 && virtual_bytes >= resident,
+            "{resident} {virtual_bytes}"
+        );
+        assert!(super::open_fds().unwrap() >= 3.0);
+    }
+}

@@ -1,0 +1,276 @@
+//! `/metrics` as Prometheus reads it: `lifecycle run` against `sim serve` deletes a Machine,
+//! the page is parsed with the Python `prometheus_client` parser (a real Prometheus text
+//! parser), and its values are checked against the scenario's own actions; the shipped alert
+//! rules pass `promtool check rules` and use only series the page serves. A missing parser or
+//! promtool fails the test (`.ci/install-clients` installs them).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SCENARIO: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../scenarios/deletion-order-of-actions.yaml"
+);
+const RULES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/deploy/alerts/lifecycle.rules.yaml"
+);
+
+fn cache(path: &str) -> PathBuf {
+    Path::new(&std::env::var("HOME").expect("HOME is set"))
+        .join(".cache/lifecycle")
+        .join(path)
+}
+
+/// Kills the child when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn lifecycle() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lifecycle"))
+}
+
+/// `sim serve` at 10x; the management kubeconfig and the clock flags a controller needs.
+fn serve(dir: &Path) -> (Child, PathBuf, Vec<String>) {
+    let mut child = lifecycle()
+        .args([
+            "sim",
+            "serve",
+            SCENARIO,
+            "--speed",
+            "10",
+            "--kubeconfig-dir",
+        ])
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sim serve starts");
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut clock = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.expect("sim serve prints");
+        if let Some((_, flags)) = line.split_once("--journal <DIR>") {
+            clock = flags.split_whitespace().map(str::to_string).collect();
+        }
+        if line.starts_with("playing ") {
+            break;
+        }
+    }
+    std::thread::spawn(move || lines.for_each(drop));
+    (Child(child), dir.join("management.kubeconfig"), clock)
+}
+
+/// Sample name → its (labels, value) pairs, as the parser reads them.
+type Families = BTreeMap<String, Vec<(BTreeMap<String, String>, f64)>>;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn get(port: u16, path: &str) -> Option<String> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).ok()?;
+    answer
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+}
+
+/// `{family: [(labels, value)]}` as `prometheus_client` parses `text`.
+fn parse(text: &str) -> Families {
+    let python = cache("py/bin/python");
+    let script = "import json,sys\n\
+        from prometheus_client.parser import text_string_to_metric_families as parse\n\
+        out = {}\n\
+        for f in parse(sys.stdin.read()):\n\
+        \x20   for s in f.samples:\n\
+        \x20       out.setdefault(s.name, []).append([s.labels, s.value])\n\
+        print(json.dumps(out))\n";
+    let mut child = Command::new(&python)
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e} (run .ci/install-clients)", python.display()));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the Prometheus parser refused the page"
+    );
+    let parsed: Families = serde_json::from_slice(&out.stdout).unwrap();
+    parsed
+}
+
+fn value(families: &Families, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    families.get(name)?.iter().find_map(|(l, v)| {
+        labels
+            .iter()
+            .all(|(k, want)| l.get(*k).map(String::as_str) == Some(*want))
+            .then_some(*v)
+    })
+}
+
+/// The scenario's own count of `action`, from the simulator's run of it.
+fn simulated(action: &str) -> f64 {
+    let scenario = sim::scenario::load(Path::new(SCENARIO)).unwrap();
+    let report = sim::run(
+        &scenario,
+        &sim::RunOptions {
+            no_journal: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    report
+        .timeline
+        .lines
+        .iter()
+        .filter(|l| l.action == action && l.actor != "api")
+        .count() as f64
+}
+
+#[test]
+fn the_metrics_page_parses_and_counts_what_the_controller_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, kubeconfig, clock) = serve(dir.path());
+    let port = free_port();
+    let _controller = Child(
+        lifecycle()
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--journal")
+            .arg(dir.path().join("journal"))
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .args(&clock)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("lifecycle run starts"),
+    );
+    // m1 is deleted at 1m (6 s at 10x); wait until no Machine is deleting any more and every
+    // command the run needs has been counted.
+    let started = Instant::now();
+    let (page, families) = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the Machine was not deleted in time"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        let Some(page) = get(port, "/metrics") else {
+            continue;
+        };
+        let families = parse(&page);
+        let finalized = value(
+            &families,
+            "lifecycle_commands_total",
+            &[("action", "RemoveFinalizer")],
+        );
+        let deleting: f64 = families
+            .get("lifecycle_machines_deleting")
+            .map_or(1.0, |s| s.iter().map(|(_, v)| v).sum());
+        if finalized.is_some() && deleting == 0.0 {
+            break (page, families);
+        }
+    };
+    for action in [
+        "Cordon",
+        "Evict",
+        "DeleteInfrastructure",
+        "DeleteBootstrap",
+        "DeleteNode",
+    ] {
+        assert_eq!(
+            value(&families, "lifecycle_commands_total", &[("action", action)]),
+            Some(simulated(action)),
+            "{action}"
+        );
+    }
+    let at_least_one = [
+        (
+            "controller_runtime_reconcile_total",
+            vec![("controller", "machine")],
+        ),
+        (
+            "rest_client_requests_total",
+            vec![("host", "management"), ("method", "PATCH")],
+        ),
+        (
+            "rest_client_requests_total",
+            vec![("host", "default/c1"), ("method", "POST")],
+        ),
+        ("workqueue_adds_total", vec![]),
+        ("leader_election_master_status", vec![]),
+        ("process_resident_memory_bytes", vec![]),
+        ("lifecycle_journal_last_commit_timestamp_seconds", vec![]),
+    ];
+    for (name, labels) in &at_least_one {
+        let v = value(&families, name, labels);
+        assert!(v.is_some_and(|v| v >= 1.0), "{name}{labels:?} = {v:?}");
+    }
+    assert_eq!(
+        value(
+            &families,
+            "lifecycle_machine_deleting_oldest_seconds",
+            &[("phase", "DrainingNode")]
+        ),
+        Some(0.0),
+        "no Machine deleting: the age gauge is back to 0"
+    );
+
+    // The shipped alert rules: valid for promtool, and built on series this page serves.
+    let promtool = cache("prometheus/usr/bin/promtool");
+    let checked = Command::new(&promtool)
+        .args(["check", "rules", RULES])
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (run .ci/install-clients)", promtool.display()));
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stdout)
+    );
+    let rules = std::fs::read_to_string(RULES).unwrap();
+    let exprs: Vec<&str> = rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("expr:"))
+        .collect();
+    assert_eq!(exprs.len(), 5, "{rules}");
+    for expr in exprs {
+        let names = expr
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| {
+                w.contains('_') && w.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+            });
+        for name in names {
+            assert!(
+                page.contains(&format!("\n# TYPE {name} ")),
+                "the rule `{expr}` reads {name}, which /metrics does not serve"
+            );
+        }
+    }
+}
