@@ -547,7 +547,6 @@ impl Chapter for MachineChapter {
             "{} {} answered {outcome}",
             c.action.name(),
             c.action.target().key,
-            c.id
         );
         t.entry(r.at, "refused", text, Some(c), r.seq);
     }

@@ -68,12 +68,14 @@ pub fn text(story: &Story) -> String {
     if !story.phases.is_empty() {
         let _ = writeln!(out, "\nPhases");
         for p in &story.phases {
-            let lasting = if p.end.is_none() { " so far" } else { "" };
+            let lasted = match p.end {
+                Some(_) => p.duration.clone(),
+                None => format!("{} so far", p.duration),
+            };
             let _ = writeln!(
                 out,
-                "  {}  {:>8}{lasting}  {} [{}] [after #{}: {}]",
+                "  {}  {lasted:>14}  {} [{}] [after #{}: {}]",
                 clock(&p.start, day),
-                p.duration,
                 p.name,
                 p.reason,
                 p.cause.seq,
