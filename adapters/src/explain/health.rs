@@ -97,7 +97,10 @@ impl Chapter for Health {
             Action::SetCondition { .. } => {
                 let judged = self.judged.entry(target.clone()).or_default();
                 for ch in changed {
-                    if ch.type_ == HEALTH_CHECK_SUCCEEDED {
+                    // The verdict that led to remediation stays: later ones judge a Machine
+                    // already going.
+                    let settled = judged.deleted_by.is_some() || judged.gone;
+                    if ch.type_ == HEALTH_CHECK_SUCCEEDED && !settled {
                         judged.verdict = condition_text(ch);
                         judged.unhealthy = ch.status == ConditionStatus::False;
                     } else if ch.type_.ends_with("Remediated") {
@@ -202,6 +205,13 @@ impl Chapter for Health {
             .map(|(k, _)| k)
             .collect();
         if let Some(a) = allowed.filter(|a| a.status == ConditionStatus::False) {
+            if let Some((_, since)) = t.phases_last() {
+                summary = format!(
+                    "short-circuited for {} (since {}); {summary}",
+                    t.now_at.since(since),
+                    since.to_rfc3339()
+                );
+            }
             held_by.push(condition_text(&a));
             for k in &waiting {
                 held_by.push(format!("{k}: {}", self.judged[*k].verdict));

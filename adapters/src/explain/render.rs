@@ -110,7 +110,9 @@ pub fn text(story: &Story) -> String {
     if !story.now.held_by.is_empty() {
         let _ = writeln!(out, "  held by:");
         for h in &story.now.held_by {
-            let _ = writeln!(out, "    {h}");
+            let _ = write!(out, "    {}", h.lines().next().unwrap_or(""));
+            continued(&mut out, h, 6);
+            let _ = writeln!(out);
         }
     }
     if !story.now.unblock.is_empty() {
