@@ -345,7 +345,11 @@ fn phases(t: &Teller<'_>) -> Vec<Phase> {
 pub(super) fn command_text(c: &Command) -> String {
     let mut text = format!("{} {}", c.action.name(), c.action.target().key);
     let detail = c.action.detail();
-    if !detail.is_empty() && !matches!(c.action, Action::RecordEvent { .. }) {
+    // Summaries the reason repeats are written once.
+    if !detail.is_empty()
+        && !matches!(c.action, Action::RecordEvent { .. })
+        && !c.reason.contains(&detail)
+    {
         text.push(' ');
         text.push_str(&detail);
     }

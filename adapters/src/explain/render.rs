@@ -74,10 +74,14 @@ pub fn text(story: &Story) -> String {
             };
             let _ = writeln!(
                 out,
-                "  {}  {lasted:>14}  {} [{}] [after #{}: {}]",
+                "  {}  {lasted:>14}  {}{} [after #{}: {}]",
                 clock(&p.start, day),
                 p.name,
-                p.reason,
+                if p.reason == p.name {
+                    String::new()
+                } else {
+                    format!(" [{}]", p.reason)
+                },
                 p.cause.seq,
                 p.cause.input
             );
