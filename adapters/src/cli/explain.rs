@@ -4,6 +4,7 @@
 use super::log::{EXIT_OK, Failure, Format};
 use adapters::explain::{self, ExplainError, Subject};
 use clap::{Args, ValueEnum};
+use engine::Timestamp;
 use engine::model::Kind;
 use std::path::PathBuf;
 
@@ -44,8 +45,16 @@ pub struct ExplainArgs {
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
     /// Tell the story as it stood after this journal record (what was known then).
-    #[arg(long, value_name = "SEQ")]
+    #[arg(long, value_name = "SEQ", conflicts_with = "at")]
     until: Option<u64>,
+    /// Tell the story as it stood at this time (RFC 3339, the journal's time): the records
+    /// up to it, and durations up to it.
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    at: Option<Timestamp>,
+}
+
+fn parse_time(s: &str) -> Result<Timestamp, String> {
+    Timestamp::parse_rfc3339(s)
 }
 
 pub fn main(args: ExplainArgs) -> u8 {
@@ -59,8 +68,11 @@ fn run(args: ExplainArgs) -> Result<u8, Failure> {
         ExplainKind::Pool => Kind::MachinePool,
     };
     let subject = Subject::management(&kind, &args.name).map_err(Failure::Invalid)?;
-    let records = super::log::replayed(&args.journal, args.until)?;
-    let story = explain::explain(&records, &subject).map_err(|e| match e {
+    let mut records = super::log::replayed(&args.journal, args.until)?;
+    if let Some(at) = args.at {
+        records.retain(|r| r.at <= at);
+    }
+    let story = explain::explain(&records, &subject, args.at).map_err(|e| match e {
         ExplainError::Unknown(_) => Failure::Invalid(e.to_string()),
         ExplainError::Empty => Failure::Unusable(format!("{}: {e}", args.journal.display())),
     })?;

@@ -181,6 +181,7 @@ pub(super) trait Chapter {
 pub(super) fn story(
     records: &[ControllerRecord],
     subject: &Subject,
+    now: Option<Timestamp>,
 ) -> Result<Story, ExplainError> {
     let (Some(first), Some(last)) = (records.first(), records.last()) else {
         return Err(ExplainError::Empty);
@@ -195,7 +196,7 @@ pub(super) fn story(
         gone: None,
         entries: Vec::new(),
         marks: Vec::new(),
-        now_at: last.at,
+        now_at: now.unwrap_or(last.at).max(last.at),
     };
     let kind = subject.kind.to_ascii_lowercase();
     let (targets, now) = match kind.as_str() {
@@ -219,6 +220,7 @@ pub(super) fn story(
             first_at: first.at.to_rfc3339(),
             last_at: last.at.to_rfc3339(),
         },
+        at: t.now_at.to_rfc3339(),
         first_seen,
         gone: t.gone.clone(),
         phases: phases(&t),

@@ -172,6 +172,8 @@ pub struct Span {
 pub struct Story {
     pub object: String,
     pub journal: Span,
+    /// The time the story is told as at: what "now" and ongoing durations refer to.
+    pub at: String,
     pub first_seen: Cause,
     pub gone: Option<Cause>,
     pub phases: Vec<Phase>,
@@ -202,9 +204,14 @@ impl std::fmt::Display for ExplainError {
     }
 }
 
-/// The story of `subject` in `records` (a replayed journal, in sequence order).
-pub fn explain(records: &[ControllerRecord], subject: &Subject) -> Result<Story, ExplainError> {
-    build::story(records, subject)
+/// The story of `subject` in `records` (a replayed journal, in sequence order), told as at
+/// `now` (the last record's time when `None`; never the clock's).
+pub fn explain(
+    records: &[ControllerRecord],
+    subject: &Subject,
+    now: Option<engine::Timestamp>,
+) -> Result<Story, ExplainError> {
+    build::story(records, subject, now)
 }
 
 /// Whether `record` concerns `subject`: its input observes the object (alone, in a relist

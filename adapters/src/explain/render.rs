@@ -105,11 +105,19 @@ pub fn text(story: &Story) -> String {
     for e in &story.entries {
         entry_line(&mut out, e, day);
     }
-    let _ = writeln!(
-        out,
-        "\nNow (at record #{}, {})",
-        story.journal.last_seq, story.journal.last_at
-    );
+    if story.at == story.journal.last_at {
+        let _ = writeln!(
+            out,
+            "\nNow (at record #{}, {})",
+            story.journal.last_seq, story.at
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "\nNow (at {}; the last record before it is #{})",
+            story.at, story.journal.last_seq
+        );
+    }
     let _ = writeln!(out, "  {}", story.now.summary);
     if !story.now.held_by.is_empty() {
         let _ = writeln!(out, "  held by:");

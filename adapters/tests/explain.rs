@@ -1,0 +1,236 @@
+//! `lifecycle explain` and `lifecycle log show --object`, as an operator runs them on the
+//! journal a simulated run kept: each story pinned line by line.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn lifecycle() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lifecycle"))
+}
+
+fn scenario(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios")
+        .join(format!("{name}.yaml"))
+}
+
+/// The journal of `lifecycle sim run scenarios/<name>.yaml --journal DIR`.
+fn journal(dir: &Path, name: &str) -> PathBuf {
+    let journal = dir.join(name);
+    let run = lifecycle()
+        .args(["sim", "run"])
+        .arg(scenario(name))
+        .arg("--journal")
+        .arg(&journal)
+        .output()
+        .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stdout)
+    );
+    journal
+}
+
+fn run(args: &[&str], journal: &Path) -> Output {
+    lifecycle()
+        .args(args)
+        .arg("--journal")
+        .arg(journal)
+        .output()
+        .unwrap()
+}
+
+/// stdout of a command that must succeed.
+fn ok(args: &[&str], journal: &Path) -> String {
+    let out = run(args, journal);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn a_drain_blocked_by_a_pdb_names_the_pdb_its_numbers_and_the_retry() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path(), "deletion-pdb-blocks-until-rescheduled");
+    // Record 20: web-0 is gone, web-1's eviction was refused and waits for its retry.
+    let held = ok(
+        &["explain", "machine", "default/m1", "--until", "20"],
+        &j,
+    );
+    insta::assert_snapshot!("pdb_blocked_drain_held", held);
+    let whole = ok(&["explain", "machine", "default/m1"], &j);
+    insta::assert_snapshot!("pdb_blocked_drain_whole", whole);
+}
+
+#[test]
+fn a_held_pre_terminate_hook_names_the_annotation_and_its_owner() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path(), "deletion-pre-terminate-hook");
+    // 00:05: the drain is done and the hook annotation is still there (removed at 00:08).
+    let held = ok(
+        &["explain", "machine", "default/m1", "--at", "2024-01-01T00:05:00Z"],
+        &j,
+    );
+    insta::assert_snapshot!("pre_terminate_hook_held", held);
+    let whole = ok(&["explain", "machine", "default/m1"], &j);
+    insta::assert_snapshot!("pre_terminate_hook_whole", whole);
+}
+
+#[test]
+fn an_mhc_remediation_chains_verdict_owner_deletion_and_replacement() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path(), "mhc-full-loop-node-failure");
+    let mhc = ok(&["explain", "mhc", "default/md-0-unhealthy"], &j);
+    insta::assert_snapshot!("mhc_remediation_replaced", mhc);
+    let machine = ok(&["explain", "machine", "default/w1"], &j);
+    insta::assert_snapshot!("mhc_remediated_machine", machine);
+}
+
+#[test]
+fn a_short_circuited_mhc_says_since_when_why_and_what_would_resume_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path(), "mhc-unhealthy-range");
+    let mhc = ok(&["explain", "mhc", "default/md-0-unhealthy"], &j);
+    insta::assert_snapshot!("mhc_short_circuited", mhc);
+    // A judged Machine says who holds its remediation.
+    let machine = ok(&["explain", "machine", "default/w1"], &j);
+    let now = &machine[machine.find("\nNow ").unwrap()..];
+    insta::assert_snapshot!("mhc_short_circuited_machine_now", now);
+}
+
+#[test]
+fn a_pool_story_has_its_phases_and_replicas() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path(), "pool-scale-up");
+    let pool = ok(&["explain", "pool", "default/pool"], &j);
+    let phases: Vec<&str> = pool
+        .lines()
+        .skip_while(|l| *l != "Phases")
+        .take_while(|l| !l.is_empty())
+        .collect();
+    insta::assert_snapshot!("pool_phases", phases.join("\n"));
+    assert!(
+        pool.ends_with(
+            "  phase Running, replicas 4, readyReplicas 4, availableReplicas 4, upToDateReplicas 4\n"
+        ),
+        "{pool}"
+    );
+}
+
+#[test]
+fn json_tells_the_same_story_as_text() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path(), "deletion-pdb-blocks-until-rescheduled");
+    let text = ok(
+        &["explain", "machine", "default/m1", "--until", "20"],
+        &j,
+    );
+    let json = ok(
+        &[
+            "explain", "machine", "default/m1", "--until", "20", "--format", "json",
+        ],
+        &j,
+    );
+    let story: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(story["object"], "Machine default/m1");
+    assert_eq!(story["journal"]["last_seq"], 20);
+    let phases = story["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 1);
+    assert_eq!(phases[0]["reason"], "DrainingNode");
+    assert_eq!(phases[0]["end"], serde_json::Value::Null);
+    assert_eq!(phases[0]["duration_ms"], 5000);
+    assert_eq!(phases[0]["cause"]["seq"], 3);
+    let entries = story["entries"].as_array().unwrap();
+    assert_eq!(
+        entries.len(),
+        text.lines().filter(|l| l.starts_with("  00:")).count(),
+        "one entry per story line"
+    );
+    for u in story["now"]["unblock"].as_array().unwrap() {
+        assert!(
+            text.contains(&format!("    - {}", u.as_str().unwrap())),
+            "{u} in {text}"
+        );
+    }
+}
+
+#[test]
+fn log_show_object_follows_one_object() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path(), "deletion-pdb-blocks-until-rescheduled");
+    let followed = ok(&["log", "show", "--object", "Machine/default/m1"], &j);
+    insta::assert_snapshot!("log_show_object_machine", followed);
+    // A workload object, its kind in any case: its observations, and the commands on it.
+    let pod = ok(&["log", "show", "--object", "pod/app/web-1@c1"], &j);
+    insta::assert_snapshot!("log_show_object_pod", pod);
+}
+
+#[test]
+fn an_unknown_object_or_a_bad_name_is_invalid_input_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path(), "deletion-pre-terminate-hook");
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["explain", "machine", "default/nope"],
+            "Machine/default/nope: the journal never observed this object (check the kind, namespace and name; `lifecycle log show` lists what it holds)\n",
+        ),
+        (
+            &["explain", "mhc", "m1"],
+            "\"m1\" is not NAMESPACE/NAME (for example default/m1)\n",
+        ),
+        (
+            &["explain", "pool", "default/m1"],
+            "MachinePool/default/m1: the journal never observed this object (check the kind, namespace and name; `lifecycle log show` lists what it holds)\n",
+        ),
+        (
+            &["log", "show", "--object", "Machine/default/nope"],
+            "Machine/default/nope: no record from 1 on concerns this object (check the kind, namespace and name)\n",
+        ),
+        (
+            &["log", "show", "--object", "Machine:m1"],
+            "\"Machine:m1\" is not an object reference: use Kind/namespace/name (Machine/default/m1), Kind/name@cluster for a cluster-scoped kind (Node/n1@c1)\n",
+        ),
+    ];
+    for (args, err) in cases {
+        let out = run(args, &j);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), err, "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn a_missing_journal_exits_3_and_a_damaged_one_exits_1_as_log_verify_does() {
+    let missing = run(
+        &["explain", "machine", "default/m1"],
+        Path::new("/nonexistent/journal"),
+    );
+    assert_eq!(missing.status.code(), Some(3));
+    assert_eq!(
+        String::from_utf8_lossy(&missing.stderr),
+        "/nonexistent/journal: no journal here\n"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path(), "deletion-pdb-blocks-until-rescheduled");
+    let db = j.join("db");
+    let mut bytes = std::fs::read(&db).unwrap();
+    bytes[5000] ^= 0xff;
+    std::fs::write(&db, &bytes).unwrap();
+    let verify = run(&["log", "verify"], &j);
+    assert_eq!(verify.status.code(), Some(1));
+    for args in [
+        &["explain", "machine", "default/m1"][..],
+        &["log", "show", "--object", "Machine/default/m1"][..],
+    ] {
+        let out = run(args, &j);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(out.stderr, verify.stderr, "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
