@@ -59,10 +59,7 @@ fn a_drain_blocked_by_a_pdb_names_the_pdb_its_numbers_and_the_retry() {
     let tmp = tempfile::tempdir().unwrap();
     let j = journal(tmp.path(), "deletion-pdb-blocks-until-rescheduled");
     // Record 20: web-0 is gone, web-1's eviction was refused and waits for its retry.
-    let held = ok(
-        &["explain", "machine", "default/m1", "--until", "20"],
-        &j,
-    );
+    let held = ok(&["explain", "machine", "default/m1", "--until", "20"], &j);
     insta::assert_snapshot!("pdb_blocked_drain_held", held);
     let whole = ok(&["explain", "machine", "default/m1"], &j);
     insta::assert_snapshot!("pdb_blocked_drain_whole", whole);
@@ -74,7 +71,13 @@ fn a_held_pre_terminate_hook_names_the_annotation_and_its_owner() {
     let j = journal(tmp.path(), "deletion-pre-terminate-hook");
     // 00:05: the drain is done and the hook annotation is still there (removed at 00:08).
     let held = ok(
-        &["explain", "machine", "default/m1", "--at", "2024-01-01T00:05:00Z"],
+        &[
+            "explain",
+            "machine",
+            "default/m1",
+            "--at",
+            "2024-01-01T00:05:00Z",
+        ],
         &j,
     );
     insta::assert_snapshot!("pre_terminate_hook_held", held);
@@ -127,13 +130,16 @@ fn a_pool_story_has_its_phases_and_replicas() {
 fn json_tells_the_same_story_as_text() {
     let tmp = tempfile::tempdir().unwrap();
     let j = journal(tmp.path(), "deletion-pdb-blocks-until-rescheduled");
-    let text = ok(
-        &["explain", "machine", "default/m1", "--until", "20"],
-        &j,
-    );
+    let text = ok(&["explain", "machine", "default/m1", "--until", "20"], &j);
     let json = ok(
         &[
-            "explain", "machine", "default/m1", "--until", "20", "--format", "json",
+            "explain",
+            "machine",
+            "default/m1",
+            "--until",
+            "20",
+            "--format",
+            "json",
         ],
         &j,
     );
@@ -236,4 +242,24 @@ fn a_missing_journal_exits_3_and_a_damaged_one_exits_1_as_log_verify_does() {
         assert_eq!(out.stderr, verify.stderr, "{args:?}");
         assert!(out.stdout.is_empty(), "{args:?}");
     }
+}
+
+/// What holds a Machine mid-deletion, taken at a time within each waiting phase.
+fn now_at(scenario: &str, at: &str) -> String {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path(), scenario);
+    let story = ok(&["explain", "machine", "default/m1", "--at", at], &j);
+    story[story.find("\nNow ").unwrap() + 1..].to_string()
+}
+
+#[test]
+fn a_held_pre_drain_hook_and_a_volume_wait_say_what_would_release_them() {
+    insta::assert_snapshot!(
+        "pre_drain_hook_now",
+        now_at("pre-drain-hook-holds-drain", "2024-01-01T00:03:00Z")
+    );
+    insta::assert_snapshot!(
+        "volume_detach_now",
+        now_at("deletion-volume-detach-wait", "2024-01-01T00:01:08Z")
+    );
 }

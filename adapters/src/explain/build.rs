@@ -105,7 +105,8 @@ impl<'a> Teller<'a> {
             return;
         }
         let cause = self.cause(cause_seq);
-        self.marks.push((name.to_string(), reason.to_string(), at, cause));
+        self.marks
+            .push((name.to_string(), reason.to_string(), at, cause));
     }
 
     /// The last phase's name and start.
@@ -239,7 +240,8 @@ fn run<C: Chapter>(t: &mut Teller<'_>, mut chapter: C) -> (Vec<super::Target>, N
                     observe(t, &mut chapter, r, key, Some(object));
                 }
                 Input::Relist { scope, objects } => {
-                    let listed: BTreeSet<ObjectKey> = objects.iter().map(|o| o.key(scope)).collect();
+                    let listed: BTreeSet<ObjectKey> =
+                        objects.iter().map(|o| o.key(scope)).collect();
                     for o in objects {
                         observe(t, &mut chapter, r, o.key(scope), Some(o));
                     }
@@ -268,9 +270,9 @@ fn run<C: Chapter>(t: &mut Teller<'_>, mut chapter: C) -> (Vec<super::Target>, N
         for c in &r.commands {
             t.issued.insert(c.id, c.clone());
             let changed = match &c.action {
-                Action::SetCondition { target, conditions, .. } => {
-                    t.diff_conditions(&target.key, &conditions.current)
-                }
+                Action::SetCondition {
+                    target, conditions, ..
+                } => t.diff_conditions(&target.key, &conditions.current),
                 _ => Vec::new(),
             };
             chapter.command(t, r, c, &changed);
@@ -439,10 +441,7 @@ impl Chapter for MachineChapter {
                 t.entry(
                     r.at,
                     "observed",
-                    format!(
-                        "deletion requested (deletionTimestamp {})",
-                        ts.to_rfc3339()
-                    ),
+                    format!("deletion requested (deletionTimestamp {})", ts.to_rfc3339()),
                     None,
                     r.seq,
                 );
@@ -506,9 +505,7 @@ impl Chapter for MachineChapter {
         match &c.action {
             Action::SetCondition { .. } => {
                 for changed in changed {
-                    if t.subject.matches(target)
-                        && changed.type_ == DELETING
-                    {
+                    if t.subject.matches(target) && changed.type_ == DELETING {
                         t.mark(
                             deletion_phase_name(&changed.reason),
                             &changed.reason,

@@ -87,7 +87,9 @@ impl Chapter for Health {
                     if ch.type_ == REMEDIATION_ALLOWED {
                         let name = match ch.status {
                             ConditionStatus::True => "remediation allowed".to_string(),
-                            _ => format!("short-circuited: remediation not allowed ({})", ch.reason),
+                            _ => {
+                                format!("short-circuited: remediation not allowed ({})", ch.reason)
+                            }
                         };
                         t.mark(&name, &condition_label(ch), r.at, c.cause);
                     }
@@ -106,7 +108,11 @@ impl Chapter for Health {
                     } else if ch.type_.ends_with("Remediated") {
                         judged.remediation = Some(condition_text(ch));
                     }
-                    let what = if remediating { "remediation" } else { "verdict" };
+                    let what = if remediating {
+                        "remediation"
+                    } else {
+                        "verdict"
+                    };
                     t.entry(
                         r.at,
                         what,
@@ -144,7 +150,9 @@ impl Chapter for Health {
                         ));
                         j.deleted_by = owner;
                     }
-                    Action::CreateRemediation { target: created, .. } => {
+                    Action::CreateRemediation {
+                        target: created, ..
+                    } => {
                         if let Some((_, j)) = self
                             .judged
                             .iter_mut()
@@ -193,7 +201,9 @@ impl Chapter for Health {
         let mut summary = if t.gone.is_some() {
             "gone".to_string()
         } else {
-            self.last_status.clone().unwrap_or_else(|| "no status written".into())
+            self.last_status
+                .clone()
+                .unwrap_or_else(|| "no status written".into())
         };
         if let Some(a) = &allowed {
             summary.push_str(&format!("; {}", condition_label(a)));

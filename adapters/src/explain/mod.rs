@@ -233,3 +233,34 @@ pub fn concerns(
 pub fn command_concerns(c: &engine::Command, subject: &Subject) -> bool {
     build::command_concerns(c, subject)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Subject;
+    use engine::model::{ClusterName, Kind, ObjectKey, Scope};
+
+    #[test]
+    fn a_reference_names_kind_namespace_name_and_cluster() {
+        let m1 = Subject::parse("machine/default/m1").unwrap();
+        assert!(m1.matches(&ObjectKey::management(Kind::Machine, "default", "m1")));
+        assert!(!m1.matches(&ObjectKey::management(Kind::Machine, "other", "m1")));
+        let workload = Scope::Workload(ClusterName::new("default", "c1"));
+        let node = Subject::parse("Node/n1@c1").unwrap();
+        assert!(node.matches(&ObjectKey::new(workload.clone(), Kind::Node, "", "n1")));
+        assert!(!node.matches(&ObjectKey::new(Scope::Management, Kind::Node, "", "n1")));
+        let pod = Subject::parse("Pod/app/web-0@c1").unwrap();
+        assert!(pod.matches(&ObjectKey::new(workload, Kind::Pod, "app", "web-0")));
+        assert_eq!(pod.to_string(), "Pod/app/web-0@c1");
+        for bad in [
+            "m1",
+            "Machine//m1",
+            "Machine/a/b/c",
+            "Node/n1@",
+            "Node/n1@c1@c2",
+            "",
+        ] {
+            assert!(Subject::parse(bad).is_err(), "{bad}");
+        }
+        assert!(Subject::management(&Kind::Machine, "default/m1/x").is_err());
+    }
+}

@@ -21,7 +21,14 @@ pub(super) struct Pool {
 }
 
 impl Chapter for Pool {
-    fn observed(&mut self, _: &mut Teller<'_>, _: &ControllerRecord, _: &ObjectKey, _: Option<&Object>) {}
+    fn observed(
+        &mut self,
+        _: &mut Teller<'_>,
+        _: &ControllerRecord,
+        _: &ObjectKey,
+        _: Option<&Object>,
+    ) {
+    }
 
     fn command(
         &mut self,
@@ -58,9 +65,7 @@ impl Chapter for Pool {
                 }
                 t.entry(r.at, "status", summary.clone(), Some(c), c.cause);
             }
-            Action::RecordEvent { .. } => {
-                t.entry(r.at, "event", command_text(c), Some(c), c.cause)
-            }
+            Action::RecordEvent { .. } => t.entry(r.at, "event", command_text(c), Some(c), c.cause),
             _ => t.entry(r.at, "command", command_text(c), Some(c), c.cause),
         }
     }

@@ -90,7 +90,12 @@ pub fn text(story: &Story) -> String {
     if !story.targets.is_empty() {
         let _ = writeln!(out, "\nTargets");
         for t in &story.targets {
-            let _ = write!(out, "  {}: {}", t.machine, t.verdict.lines().next().unwrap_or(""));
+            let _ = write!(
+                out,
+                "  {}: {}",
+                t.machine,
+                t.verdict.lines().next().unwrap_or("")
+            );
             continued(&mut out, &t.verdict, 4);
             let _ = writeln!(out);
             if let Some(r) = &t.remediation {
