@@ -61,6 +61,23 @@ fn a_drain_blocked_by_a_pdb_names_the_pdb_its_numbers_and_the_retry() {
     // Record 20: web-0 is gone, web-1's eviction was refused and waits for its retry.
     let held = ok(&["explain", "machine", "default/m1", "--until", "20"], &j);
     insta::assert_snapshot!("pdb_blocked_drain_held", held);
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let indented: Vec<String> = held
+        .lines()
+        .map(|l| {
+            if l.is_empty() {
+                String::new()
+            } else {
+                format!("    {l}")
+            }
+        })
+        .collect();
+    assert!(
+        readme.contains(&indented.join("\n")),
+        "the README's example is this output"
+    );
     let whole = ok(&["explain", "machine", "default/m1"], &j);
     insta::assert_snapshot!("pdb_blocked_drain_whole", whole);
 }

@@ -18,7 +18,11 @@ The story is built by replaying every journaled input through the engine, as `lo
   Targets     for an MHC: each Machine's verdict, its remediation and its replacement
   Story       each decision with its cause: [after #N: input] names the journal record
   Now         what holds the object at the last record and what would unblock it
-Times are the journal's recorded times (simulated time for `sim run --journal`).
+Times are the journal's recorded times (simulated time for `sim run --journal`). The journal is
+read from a copy, so a running controller's journal can be explained.
+
+Example: lifecycle explain machine default/m1 --journal /var/lib/lifecycle/journal
+         lifecycle log show --journal /var/lib/lifecycle/journal --object Machine/default/m1
 
 Exit codes: 0 ok; 1 the journal is damaged (records missing or failing their checks); 2 invalid
 input (not NAMESPACE/NAME, or the journal never observed the object); 3 the tool could not do its
@@ -42,6 +46,7 @@ pub struct ExplainArgs {
     /// The journal directory (read from a copy; never written).
     #[arg(long)]
     journal: PathBuf,
+    /// text for a terminal; json gives the same story as one object.
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
     /// Tell the story as it stood after this journal record (what was known then).
