@@ -280,3 +280,34 @@ fn a_held_pre_drain_hook_and_a_volume_wait_say_what_would_release_them() {
         now_at("deletion-volume-detach-wait", "2024-01-01T00:01:08Z")
     );
 }
+
+#[test]
+fn an_mhc_names_the_external_remediation_and_the_owner_deletion_it_waits_for() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path(), "mhc-external-remediation");
+    let external = ok(&["explain", "mhc", "default/md-0-unhealthy"], &j);
+    let targets: Vec<&str> = external
+        .lines()
+        .skip_while(|l| *l != "Targets")
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let now = &external[external.find("\nNow ").unwrap()..];
+    let targets_and_now = format!("{}\n{now}", targets.join("\n"));
+    insta::assert_snapshot!("mhc_external_remediation", targets_and_now);
+    let j = journal(tmp.path(), "mhc-full-loop-node-failure");
+    // 00:06:10: the owner deleted w1, whose drain and provider deletion are under way.
+    let owner = ok(
+        &[
+            "explain",
+            "mhc",
+            "default/md-0-unhealthy",
+            "--at",
+            "2024-01-01T00:06:10Z",
+        ],
+        &j,
+    );
+    insta::assert_snapshot!(
+        "mhc_owner_remediation_under_way_now",
+        &owner[owner.find("\nNow ").unwrap() + 1..]
+    );
+}

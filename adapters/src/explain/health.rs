@@ -21,7 +21,29 @@ struct Judged {
     /// The owner that deleted it for remediation (`MachineSet default/md-0`).
     deleted_by: Option<String>,
     replacement: Option<String>,
+    /// The external remediation request standing for it.
+    external: Option<String>,
     gone: bool,
+}
+
+impl Judged {
+    /// What would end the wait of an unhealthy Machine, in one sentence.
+    fn unblock(&self, machine: &ObjectKey) -> String {
+        if let Some(owner) = &self.deleted_by {
+            format!(
+                "{machine} is being deleted by its owner {owner}: `lifecycle explain machine {}/{}` says what holds it",
+                machine.namespace, machine.name
+            )
+        } else if let Some(request) = &self.external {
+            format!(
+                "the external remediation {request} must act on {machine} (its controller reboots or replaces it); the request is deleted once the Machine is healthy again"
+            )
+        } else if let Some(r) = &self.remediation {
+            format!("{machine}: {r}")
+        } else {
+            format!("{machine}: waiting for its owner or an external remediation to act")
+        }
+    }
 }
 
 #[derive(Default)]
@@ -159,6 +181,18 @@ impl Chapter for Health {
                             .find(|(k, _)| k.name == created.key.name)
                         {
                             j.remediation = Some(format!("external: {} created", created.key));
+                            j.external = Some(created.key.to_string());
+                        }
+                    }
+                    Action::DeleteRemediation { target: deleted } => {
+                        if let Some((_, j)) = self
+                            .judged
+                            .iter_mut()
+                            .find(|(k, _)| k.name == deleted.key.name)
+                        {
+                            j.remediation =
+                                Some(format!("external: {} deleted ({})", deleted.key, c.reason));
+                            j.external = None;
                         }
                     }
                     _ => {}
@@ -234,12 +268,7 @@ impl Chapter for Health {
             for k in &waiting {
                 let j = &self.judged[*k];
                 held_by.push(format!("{k}: {}", j.verdict));
-                unblock.push(format!(
-                    "{k}: {}",
-                    j.remediation
-                        .as_deref()
-                        .unwrap_or("waiting for its owner or an external remediation to act")
-                ));
+                unblock.push(j.unblock(k));
             }
         }
         (
