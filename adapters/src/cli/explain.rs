@@ -6,6 +6,7 @@ use adapters::explain::{self, ExplainError, Subject};
 use clap::{Args, ValueEnum};
 use engine::Timestamp;
 use engine::model::Kind;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 
 const EXPLAIN_HELP: &str = "\
@@ -73,11 +74,15 @@ fn run(args: ExplainArgs) -> Result<u8, Failure> {
         ExplainKind::Pool => Kind::MachinePool,
     };
     let subject = Subject::management(&kind, &args.name).map_err(Failure::Invalid)?;
-    let mut records = super::log::replayed(&args.journal, args.until)?;
-    if let Some(at) = args.at {
-        records.retain(|r| r.at <= at);
-    }
-    let story = explain::explain(&records, &subject, args.at).map_err(|e| match e {
+    let mut explainer = explain::Explainer::new(subject);
+    super::log::replay_records(&args.journal, |r| {
+        if args.until.is_some_and(|u| r.seq > u) || args.at.is_some_and(|at| r.at > at) {
+            return ControlFlow::Break(());
+        }
+        explainer.record(&r);
+        ControlFlow::Continue(())
+    })?;
+    let story = explainer.finish(args.at).map_err(|e| match e {
         ExplainError::Unknown(_) => Failure::Invalid(e.to_string()),
         ExplainError::Empty => Failure::Unusable(format!("{}: {e}", args.journal.display())),
     })?;

@@ -370,26 +370,20 @@ pub fn controller_records(dir: &Path) -> Result<Vec<sim::live::ControllerRecord>
     Ok(out)
 }
 
-/// The journaled inputs with the commands each caused, through record `until` (all when
-/// `None`), replayed from a copy; a failure carries its exit code.
-pub fn replayed(
+/// Replays a copy of the journal, handing each record with the commands it caused to `each`
+/// (which may stop the replay); a failure carries its exit code.
+pub fn replay_records(
     dir: &Path,
-    until: Option<u64>,
-) -> Result<Vec<sim::live::ControllerRecord>, Failure> {
-    let mut out = Vec::new();
+    mut each: impl FnMut(sim::live::ControllerRecord) -> ControlFlow<()>,
+) -> Result<(), Failure> {
     replay(dir, |r, input, commands| {
-        if until.is_some_and(|u| r.seq > u) {
-            return ControlFlow::Break(());
-        }
-        out.push(sim::live::ControllerRecord {
+        each(sim::live::ControllerRecord {
             seq: r.seq,
             at: r.at,
             input: input.clone(),
             commands,
-        });
-        ControlFlow::Continue(())
-    })?;
-    Ok(out)
+        })
+    })
 }
 
 /// Prints each input and, by replaying the engine, the commands it caused (with their reasons):
@@ -411,7 +405,14 @@ fn show(dir: &Path, format: Format, from: u64, object: Option<&str>) -> Result<u
                 commands,
             };
             let concerns = adapters::explain::concerns(&record, subject, &issued);
-            issued.extend(record.commands.iter().map(|c| (c.id, c.clone())));
+            // Only commands about the object: all an answer needs to be matched.
+            issued.extend(
+                record
+                    .commands
+                    .iter()
+                    .filter(|c| adapters::explain::command_concerns(c, subject))
+                    .map(|c| (c.id, c.clone())),
+            );
             if !concerns {
                 return ControlFlow::Continue(());
             }

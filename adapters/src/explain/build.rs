@@ -3,7 +3,7 @@
 use super::{Cause, ControllerRecord, Entry, ExplainError, Now, Phase, Span, Story, Subject};
 use engine::model::{Condition, Kind, Object, ObjectKey};
 use engine::{Action, ApiOutcome, Command, Input, Timestamp};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// The v1beta2 condition a Machine's deletion writes; its reasons name the phases.
 pub(super) const DELETING: &str = "Deleting";
@@ -47,11 +47,18 @@ pub(super) fn condition_text(c: &Condition) -> String {
     }
 }
 
+/// Descriptions of the latest records kept to cite as causes: a command's cause is the record
+/// that produced it, so a few suffice and a long journal does not grow the story's memory.
+const RECENT_CAUSES_MAX: usize = 4096;
+
 /// What the pass keeps while it reads the records.
-pub(super) struct Teller<'a> {
-    pub subject: &'a Subject,
-    pub records: &'a [ControllerRecord],
-    pub issued: BTreeMap<u64, Command>,
+pub(super) struct Teller {
+    pub subject: Subject,
+    recent: VecDeque<Cause>,
+    first: Option<(u64, Timestamp)>,
+    last: Option<(u64, Timestamp)>,
+    /// Commands issued and not answered yet.
+    issued: BTreeMap<u64, Command>,
     /// The last `current` condition list written to each object.
     pub conditions: BTreeMap<ObjectKey, Vec<Condition>>,
     /// Every object observed, with the last version seen (`None` once observed deleted).
@@ -61,22 +68,18 @@ pub(super) struct Teller<'a> {
     pub entries: Vec<Entry>,
     /// Phase boundaries: (name, reason, when, cause).
     pub marks: Vec<(String, String, Timestamp, Cause)>,
+    /// The time the story is told as at (set when it is finished).
     pub now_at: Timestamp,
 }
 
-impl<'a> Teller<'a> {
+impl Teller {
     pub fn cause(&self, seq: u64) -> Cause {
-        let i = self.records.partition_point(|r| r.seq < seq);
-        match self.records.get(i).filter(|r| r.seq == seq) {
-            Some(r) => Cause {
-                seq,
-                at: r.at.to_rfc3339(),
-                input: r.input.describe(),
-            },
+        match self.recent.iter().rev().find(|c| c.seq == seq) {
+            Some(c) => c.clone(),
             None => Cause {
                 seq,
                 at: String::new(),
-                input: "(not in the journal)".into(),
+                input: format!("record #{seq}"),
             },
         }
     }
@@ -160,90 +163,76 @@ pub(super) trait Chapter {
     /// An observation of any object (`None`: observed deleted), before it is recorded.
     fn observed(
         &mut self,
-        t: &mut Teller<'_>,
+        t: &mut Teller,
         r: &ControllerRecord,
         key: &ObjectKey,
         object: Option<&Object>,
     );
     /// A command issued by any controller; for a `SetCondition`, `changed` holds the
     /// conditions it changed on its target (already recorded).
-    fn command(
-        &mut self,
-        t: &mut Teller<'_>,
-        r: &ControllerRecord,
-        c: &Command,
-        changed: &[Condition],
-    );
+    fn command(&mut self, t: &mut Teller, r: &ControllerRecord, c: &Command, changed: &[Condition]);
     /// A failed answer to a command.
-    fn refused(&mut self, t: &mut Teller<'_>, r: &ControllerRecord, c: &Command, outcome: &str);
-    fn finish(self, t: &mut Teller<'_>) -> (Vec<super::Target>, Now);
+    fn refused(&mut self, t: &mut Teller, r: &ControllerRecord, c: &Command, outcome: &str);
+    fn finish(self: Box<Self>, t: &mut Teller) -> (Vec<super::Target>, Now);
 }
 
-pub(super) fn story(
-    records: &[ControllerRecord],
-    subject: &Subject,
-    now: Option<Timestamp>,
-) -> Result<Story, ExplainError> {
-    let (Some(first), Some(last)) = (records.first(), records.last()) else {
-        return Err(ExplainError::Empty);
-    };
-    let mut t = Teller {
-        subject,
-        records,
-        issued: BTreeMap::new(),
-        conditions: BTreeMap::new(),
-        objects: BTreeMap::new(),
-        first_seen: None,
-        gone: None,
-        entries: Vec::new(),
-        marks: Vec::new(),
-        now_at: now.unwrap_or(last.at).max(last.at),
-    };
-    let kind = subject.kind.to_ascii_lowercase();
-    let (targets, now) = match kind.as_str() {
-        "machinehealthcheck" => run(&mut t, super::health::Health::default()),
-        "machinepool" => run(&mut t, super::pool::Pool::default()),
-        _ => run(&mut t, MachineChapter::default()),
-    };
-    let Some(first_seen) = t.first_seen.clone() else {
-        return Err(ExplainError::Unknown(subject.to_string()));
-    };
-    let object = t
-        .objects
-        .keys()
-        .find(|k| subject.matches(k))
-        .map_or(subject.to_string(), |k| k.to_string());
-    Ok(Story {
-        object,
-        journal: Span {
-            first_seq: first.seq,
-            last_seq: last.seq,
-            first_at: first.at.to_rfc3339(),
-            last_at: last.at.to_rfc3339(),
-        },
-        at: t.now_at.to_rfc3339(),
-        first_seen,
-        gone: t.gone.clone(),
-        phases: phases(&t),
-        targets,
-        entries: t.entries,
-        now,
-    })
+/// Reads records one at a time, in sequence order, and tells the story when finished.
+pub struct Explainer {
+    t: Teller,
+    chapter: Box<dyn Chapter>,
 }
 
-fn run<C: Chapter>(t: &mut Teller<'_>, mut chapter: C) -> (Vec<super::Target>, Now) {
-    for r in t.records {
+impl Explainer {
+    pub fn new(subject: Subject) -> Explainer {
+        let chapter: Box<dyn Chapter> = match subject.kind.to_ascii_lowercase().as_str() {
+            "machinehealthcheck" => Box::new(super::health::Health::default()),
+            "machinepool" => Box::new(super::pool::Pool::default()),
+            _ => Box::new(MachineChapter::default()),
+        };
+        Explainer {
+            t: Teller {
+                subject,
+                recent: VecDeque::new(),
+                first: None,
+                last: None,
+                issued: BTreeMap::new(),
+                conditions: BTreeMap::new(),
+                objects: BTreeMap::new(),
+                first_seen: None,
+                gone: None,
+                entries: Vec::new(),
+                marks: Vec::new(),
+                now_at: Timestamp(0),
+            },
+            chapter,
+        }
+    }
+
+    /// Reads the next record (its input and the commands it caused).
+    pub fn record(&mut self, r: &ControllerRecord) {
+        let t = &mut self.t;
+        let chapter = &mut self.chapter;
+        t.first.get_or_insert((r.seq, r.at));
+        t.last = Some((r.seq, r.at));
+        if t.recent.len() == RECENT_CAUSES_MAX {
+            t.recent.pop_front();
+        }
+        t.recent.push_back(Cause {
+            seq: r.seq,
+            at: r.at.to_rfc3339(),
+            input: r.input.describe(),
+        });
         for input in each_input(&r.input) {
             match input {
                 Input::Upsert { scope, object } => {
                     let key = object.key(scope);
-                    observe(t, &mut chapter, r, key, Some(object));
+                    observe(t, chapter.as_mut(), r, key, Some(object));
                 }
                 Input::Relist { scope, objects } => {
                     let listed: BTreeSet<ObjectKey> =
                         objects.iter().map(|o| o.key(scope)).collect();
                     for o in objects {
-                        observe(t, &mut chapter, r, o.key(scope), Some(o));
+                        observe(t, chapter.as_mut(), r, o.key(scope), Some(o));
                     }
                     // A relist drops what it no longer lists.
                     let dropped: Vec<ObjectKey> = t
@@ -253,13 +242,13 @@ fn run<C: Chapter>(t: &mut Teller<'_>, mut chapter: C) -> (Vec<super::Target>, N
                         .map(|(k, _)| k.clone())
                         .collect();
                     for key in dropped {
-                        observe(t, &mut chapter, r, key, None);
+                        observe(t, chapter.as_mut(), r, key, None);
                     }
                 }
-                Input::Delete { key } => observe(t, &mut chapter, r, key.clone(), None),
+                Input::Delete { key } => observe(t, chapter.as_mut(), r, key.clone(), None),
                 Input::ApiResult { command, outcome } => {
-                    if !matches!(outcome, ApiOutcome::Ok { .. })
-                        && let Some(c) = t.issued.get(command).cloned()
+                    if let Some(c) = t.issued.remove(command)
+                        && !matches!(outcome, ApiOutcome::Ok { .. })
                     {
                         chapter.refused(t, r, &c, &outcome.summary());
                     }
@@ -278,12 +267,45 @@ fn run<C: Chapter>(t: &mut Teller<'_>, mut chapter: C) -> (Vec<super::Target>, N
             chapter.command(t, r, c, &changed);
         }
     }
-    chapter.finish(t)
+
+    /// The story as at `now` (the last record's time when `None`, or when earlier).
+    pub fn finish(self, now: Option<Timestamp>) -> Result<Story, ExplainError> {
+        let Explainer { mut t, chapter } = self;
+        let (Some(first), Some(last)) = (t.first, t.last) else {
+            return Err(ExplainError::Empty);
+        };
+        t.now_at = now.unwrap_or(last.1).max(last.1);
+        let (targets, now) = chapter.finish(&mut t);
+        let Some(first_seen) = t.first_seen.clone() else {
+            return Err(ExplainError::Unknown(t.subject.to_string()));
+        };
+        let object = t
+            .objects
+            .keys()
+            .find(|k| t.subject.matches(k))
+            .map_or(t.subject.to_string(), |k| k.to_string());
+        Ok(Story {
+            object,
+            journal: Span {
+                first_seq: first.0,
+                last_seq: last.0,
+                first_at: first.1.to_rfc3339(),
+                last_at: last.1.to_rfc3339(),
+            },
+            at: t.now_at.to_rfc3339(),
+            first_seen,
+            gone: t.gone.clone(),
+            phases: phases(&t),
+            targets,
+            entries: std::mem::take(&mut t.entries),
+            now,
+        })
+    }
 }
 
-fn observe<C: Chapter>(
-    t: &mut Teller<'_>,
-    chapter: &mut C,
+fn observe(
+    t: &mut Teller,
+    chapter: &mut dyn Chapter,
     r: &ControllerRecord,
     key: ObjectKey,
     object: Option<&Object>,
@@ -322,7 +344,7 @@ fn observe<C: Chapter>(
 
 /// Phases from the marks: each lasts until the next one began, the last until the object
 /// was gone or, while it lasts, until the journal's last record.
-fn phases(t: &Teller<'_>) -> Vec<Phase> {
+fn phases(t: &Teller) -> Vec<Phase> {
     let gone_at = t
         .gone
         .as_ref()
@@ -425,7 +447,7 @@ pub(super) fn controller_owner(object: &Object) -> Option<String> {
 impl Chapter for MachineChapter {
     fn observed(
         &mut self,
-        t: &mut Teller<'_>,
+        t: &mut Teller,
         r: &ControllerRecord,
         key: &ObjectKey,
         object: Option<&Object>,
@@ -490,12 +512,12 @@ impl Chapter for MachineChapter {
 
     fn command(
         &mut self,
-        t: &mut Teller<'_>,
+        t: &mut Teller,
         r: &ControllerRecord,
         c: &Command,
         changed: &[Condition],
     ) {
-        if !command_concerns(c, t.subject) {
+        if !command_concerns(c, &t.subject) {
             return;
         }
         let target = &c.action.target().key;
@@ -539,8 +561,8 @@ impl Chapter for MachineChapter {
         }
     }
 
-    fn refused(&mut self, t: &mut Teller<'_>, r: &ControllerRecord, c: &Command, outcome: &str) {
-        if !command_concerns(c, t.subject) {
+    fn refused(&mut self, t: &mut Teller, r: &ControllerRecord, c: &Command, outcome: &str) {
+        if !command_concerns(c, &t.subject) {
             return;
         }
         if matches!(c.action, Action::DeleteNode { .. }) {
@@ -554,7 +576,7 @@ impl Chapter for MachineChapter {
         t.entry(r.at, "refused", text, Some(c), r.seq);
     }
 
-    fn finish(self, t: &mut Teller<'_>) -> (Vec<super::Target>, Now) {
+    fn finish(self: Box<Self>, t: &mut Teller) -> (Vec<super::Target>, Now) {
         let context = super::unblock::MachineContext {
             hooks: self.hooks,
             infrastructure: self.infrastructure,

@@ -55,7 +55,7 @@ pub(super) struct Health {
 impl Chapter for Health {
     fn observed(
         &mut self,
-        t: &mut Teller<'_>,
+        t: &mut Teller,
         r: &ControllerRecord,
         key: &ObjectKey,
         object: Option<&Object>,
@@ -90,13 +90,13 @@ impl Chapter for Health {
 
     fn command(
         &mut self,
-        t: &mut Teller<'_>,
+        t: &mut Teller,
         r: &ControllerRecord,
         c: &Command,
         changed: &[Condition],
     ) {
         let target = c.action.target().key.clone();
-        let ours = command_concerns(c, t.subject);
+        let ours = command_concerns(c, &t.subject);
         let remediating = c.controller == ControllerId::Remediation
             && self.judged.get(&target).is_some_and(|j| j.unhealthy);
         if !ours && !remediating {
@@ -202,13 +202,13 @@ impl Chapter for Health {
         }
     }
 
-    fn refused(&mut self, t: &mut Teller<'_>, r: &ControllerRecord, c: &Command, outcome: &str) {
+    fn refused(&mut self, t: &mut Teller, r: &ControllerRecord, c: &Command, outcome: &str) {
         let judged_gone = self
             .judged
             .get(&c.action.target().key)
             .is_some_and(|j| j.gone);
         // A write to a Machine already deleted is answered 404: expected, not a story.
-        if command_concerns(c, t.subject) && !judged_gone {
+        if command_concerns(c, &t.subject) && !judged_gone {
             let text = format!(
                 "{} {} answered {outcome}",
                 c.action.name(),
@@ -218,7 +218,7 @@ impl Chapter for Health {
         }
     }
 
-    fn finish(self, t: &mut Teller<'_>) -> (Vec<Target>, Now) {
+    fn finish(self: Box<Self>, t: &mut Teller) -> (Vec<Target>, Now) {
         let targets: Vec<Target> = self
             .judged
             .iter()

@@ -1,12 +1,14 @@
 //! `lifecycle explain`: one object's story, told from a replayed journal.
 //!
-//! *Expected flow*: replay the journal (every input, and the commands each caused), then
-//! [`explain`] folds those records into a [`Story`] — phases with their start and duration,
-//! each decision with the record that caused it, what holds the object now and what would
-//! unblock it — rendered as text ([`render::text`]) or JSON (the [`Story`] itself).
+//! *Expected flow*: replay the journal (every input, and the commands each caused) and feed
+//! each record, in order, to an [`Explainer`]; it folds them into a [`Story`] — phases with
+//! their start and duration, each decision with the record that caused it, what holds the
+//! object now and what would unblock it — rendered as text ([`render::text`]) or JSON (the
+//! [`Story`] itself).
 //!
 //! *Guarantees*: a pure function of the records: the same journal gives the same story, and
-//! times are the journal's recorded times, never the clock's.
+//! times are the journal's recorded times, never the clock's. Records are read one at a time
+//! and not kept, so a long journal costs what its objects and the story's lines cost.
 
 mod build;
 mod health;
@@ -14,6 +16,7 @@ mod pool;
 pub mod render;
 mod unblock;
 
+pub use build::Explainer;
 use engine::model::{Kind, ObjectKey, Scope};
 use serde::Serialize;
 pub use sim::live::ControllerRecord;
@@ -202,16 +205,6 @@ impl std::fmt::Display for ExplainError {
             ExplainError::Empty => write!(f, "the journal holds no records"),
         }
     }
-}
-
-/// The story of `subject` in `records` (a replayed journal, in sequence order), told as at
-/// `now` (the last record's time when `None`; never the clock's).
-pub fn explain(
-    records: &[ControllerRecord],
-    subject: &Subject,
-    now: Option<engine::Timestamp>,
-) -> Result<Story, ExplainError> {
-    build::story(records, subject, now)
 }
 
 /// Whether `record` concerns `subject`: its input observes the object (alone, in a relist

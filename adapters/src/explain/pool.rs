@@ -23,7 +23,7 @@ pub(super) struct Pool {
 impl Chapter for Pool {
     fn observed(
         &mut self,
-        _: &mut Teller<'_>,
+        _: &mut Teller,
         _: &ControllerRecord,
         _: &ObjectKey,
         _: Option<&Object>,
@@ -32,12 +32,12 @@ impl Chapter for Pool {
 
     fn command(
         &mut self,
-        t: &mut Teller<'_>,
+        t: &mut Teller,
         r: &ControllerRecord,
         c: &Command,
         changed: &[Condition],
     ) {
-        if !command_concerns(c, t.subject) {
+        if !command_concerns(c, &t.subject) {
             return;
         }
         let on_subject = t.subject.matches(&c.action.target().key);
@@ -70,8 +70,8 @@ impl Chapter for Pool {
         }
     }
 
-    fn refused(&mut self, t: &mut Teller<'_>, r: &ControllerRecord, c: &Command, outcome: &str) {
-        if command_concerns(c, t.subject) {
+    fn refused(&mut self, t: &mut Teller, r: &ControllerRecord, c: &Command, outcome: &str) {
+        if command_concerns(c, &t.subject) {
             let text = format!(
                 "{} {} answered {outcome}",
                 c.action.name(),
@@ -81,7 +81,7 @@ impl Chapter for Pool {
         }
     }
 
-    fn finish(self, t: &mut Teller<'_>) -> (Vec<Target>, Now) {
+    fn finish(self: Box<Self>, t: &mut Teller) -> (Vec<Target>, Now) {
         if let Some(gone) = &t.gone {
             return (
                 Vec::new(),

@@ -16,7 +16,7 @@ pub(super) struct MachineContext {
     pub judged_by: Option<ObjectKey>,
 }
 
-pub(super) fn machine_now(t: &Teller<'_>, m: &MachineContext) -> Now {
+pub(super) fn machine_now(t: &Teller, m: &MachineContext) -> Now {
     if let Some(gone) = &t.gone {
         let mut summary = format!("gone since {} (record #{})", gone.at, gone.seq);
         if let Some(r) = &m.replacement {
@@ -60,7 +60,7 @@ pub(super) fn machine_now(t: &Teller<'_>, m: &MachineContext) -> Now {
     health_now(t, conditions, m)
 }
 
-fn health_now(t: &Teller<'_>, conditions: &[Condition], m: &MachineContext) -> Now {
+fn health_now(t: &Teller, conditions: &[Condition], m: &MachineContext) -> Now {
     let health = find_condition(conditions, "HealthCheckSucceeded");
     let Some(h) = health.filter(|h| h.status == ConditionStatus::False) else {
         return Now {
@@ -113,7 +113,7 @@ fn message_lines(c: &Condition) -> Vec<String> {
     lines
 }
 
-fn deletion_unblock(t: &Teller<'_>, deleting: &Condition, m: &MachineContext) -> Vec<String> {
+fn deletion_unblock(t: &Teller, deleting: &Condition, m: &MachineContext) -> Vec<String> {
     let hooks = |prefix: &str| -> Vec<String> {
         let listed: Vec<String> = m
             .hooks
