@@ -311,3 +311,13 @@ fn an_mhc_names_the_external_remediation_and_the_owner_deletion_it_waits_for() {
         &owner[owner.find("\nNow ").unwrap() + 1..]
     );
 }
+
+/// The whole chain: a storm short-circuits the MHC (maxUnhealthy), w3 recovers, remediation
+/// resumes, the owner deletes w1 and w2, and the MachineSet's replacements come up healthy.
+#[test]
+fn a_storm_held_by_max_unhealthy_then_remediated_is_one_story() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path(), "mhc-max-unhealthy-holds-storm");
+    let mhc = ok(&["explain", "mhc", "default/md-0-unhealthy"], &j);
+    insta::assert_snapshot!("mhc_storm_short_circuit_then_remediation", mhc);
+}
