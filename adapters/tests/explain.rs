@@ -321,3 +321,19 @@ fn a_storm_held_by_max_unhealthy_then_remediated_is_one_story() {
     let mhc = ok(&["explain", "mhc", "default/md-0-unhealthy"], &j);
     insta::assert_snapshot!("mhc_storm_short_circuit_then_remediation", mhc);
 }
+
+#[test]
+fn a_paused_cluster_and_a_finished_deletion_say_what_is_left() {
+    insta::assert_snapshot!(
+        "paused_cluster_now",
+        now_at("deletion-paused-cluster", "2024-01-01T00:03:00Z")
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path(), "deletion-pdb-blocks-until-rescheduled");
+    // Record 48: DeletionCompleted written, the finalizer not yet released.
+    let done = ok(&["explain", "machine", "default/m1", "--until", "48"], &j);
+    insta::assert_snapshot!(
+        "deletion_completed_not_gone_now",
+        &done[done.find("\nNow ").unwrap() + 1..]
+    );
+}

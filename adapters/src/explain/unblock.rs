@@ -3,7 +3,9 @@
 use super::Now;
 use super::build::{DELETING, Teller, condition_label};
 use engine::deletion::reason as r;
-use engine::model::{Condition, ConditionStatus, ObjectKey, find_condition};
+use engine::model::{
+    Condition, ConditionStatus, Object, ObjectKey, PAUSED_ANNOTATION, find_condition,
+};
 use std::collections::BTreeMap;
 
 pub(super) struct MachineContext {
@@ -48,16 +50,59 @@ pub(super) fn machine_now(t: &Teller, m: &MachineContext) -> Now {
             unblock: deletion_unblock(t, deleting, m),
         };
     }
+    if let Some(done) = find_condition(conditions, DELETING)
+        .filter(|c| c.status == ConditionStatus::True && c.reason == r::DELETION_COMPLETED)
+    {
+        let finalizers = t
+            .subject_object()
+            .map(|o| o.meta().finalizers.join(", "))
+            .unwrap_or_default();
+        return Now {
+            summary: format!("{}; the Machine is not gone yet", condition_label(done)),
+            held_by: vec![format!("finalizers: [{finalizers}]")],
+            unblock: vec![
+                "this controller releases machine.cluster.x-k8s.io last; any other finalizer listed is another controller's to remove".into(),
+            ],
+        };
+    }
     if m.deletion_requested {
         return Now {
             summary: "deletion requested; no deletion pass recorded yet".into(),
             held_by: Vec::new(),
-            unblock: vec![
-                "check that the Cluster is not paused and that the controller is running and synced".into(),
-            ],
+            unblock: vec![paused(t).unwrap_or_else(|| {
+                "the controller must be running with its caches synced (see `lifecycle log show` for its latest inputs)".into()
+            })],
         };
     }
     health_now(t, conditions, m)
+}
+
+/// What pauses the Machine's reconcile, as what would lift it.
+fn paused(t: &Teller) -> Option<String> {
+    let Some(Object::Machine(machine)) = t.subject_object() else {
+        return None;
+    };
+    if let Some(v) = machine.meta.annotations.get(PAUSED_ANNOTATION) {
+        return Some(format!(
+            "the Machine is paused: remove its annotation {PAUSED_ANNOTATION} (value {v:?})"
+        ));
+    }
+    let cluster = ObjectKey::management(
+        engine::model::Kind::Cluster,
+        &machine.meta.namespace,
+        &machine.cluster_name,
+    );
+    match t.objects.get(&cluster) {
+        Some(Some(Object::Cluster(c))) if c.paused => {
+            Some(format!("{cluster} is paused: set its spec.paused to false"))
+        }
+        Some(Some(Object::Cluster(c))) if c.meta.annotations.contains_key(PAUSED_ANNOTATION) => {
+            Some(format!(
+                "{cluster} is paused: remove its annotation {PAUSED_ANNOTATION}"
+            ))
+        }
+        _ => None,
+    }
 }
 
 fn health_now(t: &Teller, conditions: &[Condition], m: &MachineContext) -> Now {
@@ -132,7 +177,7 @@ fn deletion_unblock(t: &Teller, deleting: &Condition, m: &MachineContext) -> Vec
     let node = t
         .subject_object()
         .and_then(|o| match o {
-            engine::model::Object::Machine(m) => m.node_ref.clone(),
+            Object::Machine(m) => m.node_ref.clone(),
             _ => None,
         })
         .unwrap_or_else(|| "of the Machine".into());
