@@ -337,3 +337,25 @@ fn a_paused_cluster_and_a_finished_deletion_say_what_is_left() {
         &done[done.find("\nNow ").unwrap() + 1..]
     );
 }
+
+/// Node deletion refused 50 times, every 2 s: the loop is told once, with its count and end.
+#[test]
+fn a_retry_loop_is_one_line_with_how_often_and_until_when() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path(), "deletion-node-deletion-retries-forever");
+    let story = ok(&["explain", "machine", "default/m1"], &j);
+    insta::assert_snapshot!("node_deletion_retry_loop", story);
+    let json = ok(
+        &["explain", "machine", "default/m1", "--format", "json"],
+        &j,
+    );
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let retries: Vec<(u64, &str)> = json["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["repeats"].as_u64().unwrap() > 0)
+        .map(|e| (e["repeats"].as_u64().unwrap(), e["what"].as_str().unwrap()))
+        .collect();
+    assert_eq!(retries, [(49, "command"), (48, "refused")]);
+}

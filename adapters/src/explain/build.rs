@@ -51,6 +51,9 @@ pub(super) fn condition_text(c: &Condition) -> String {
 /// that produced it, so a few suffice and a long journal does not grow the story's memory.
 const RECENT_CAUSES_MAX: usize = 4096;
 
+/// The longest cycle of lines folded into one: a command and the refusal it met.
+const REPEAT_PERIOD_MAX: usize = 2;
+
 /// What the pass keeps while it reads the records.
 pub(super) struct Teller {
     pub subject: Subject,
@@ -92,14 +95,35 @@ impl Teller {
         command: Option<&Command>,
         cause_seq: u64,
     ) {
+        let controller = command.map(|c| c.controller.as_str());
+        // A retry loop (one line, or a command and its refusal, again and again) is told once,
+        // with how often and until when; condition changes are always told.
+        if matches!(what, "command" | "refused" | "event") {
+            let n = self.entries.len();
+            let repeated = (1..=REPEAT_PERIOD_MAX)
+                .filter(|back| *back <= n)
+                .map(|back| n - back)
+                .find(|i| {
+                    let e = &self.entries[*i];
+                    e.what == what && e.text == text && e.controller == controller
+                });
+            if let Some(i) = repeated {
+                let e = &mut self.entries[i];
+                e.repeats += 1;
+                e.last_at = Some(at.to_rfc3339());
+                return;
+            }
+        }
         let cause = self.cause(cause_seq);
         self.entries.push(Entry {
             at: at.to_rfc3339(),
             what,
             text,
             command: command.map(|c| c.id),
-            controller: command.map(|c| c.controller.as_str()),
+            controller,
             cause,
+            repeats: 0,
+            last_at: None,
         });
     }
 

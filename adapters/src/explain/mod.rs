@@ -142,6 +142,9 @@ pub struct Entry {
     pub command: Option<u64>,
     pub controller: Option<&'static str>,
     pub cause: Cause,
+    /// How many more times the same line followed (a retry loop), the last at `last_at`.
+    pub repeats: u32,
+    pub last_at: Option<String>,
 }
 
 /// A Machine an MHC judged, and what became of it.

@@ -33,12 +33,21 @@ fn entry_line(out: &mut String, e: &Entry, day: &str) {
     continued(out, &e.text, 24);
     match e.what {
         "observed" | "refused" | "replacement" => {
-            let _ = writeln!(out, " [#{}]", e.cause.seq);
+            let _ = write!(out, " [#{}]", e.cause.seq);
         }
         _ => {
-            let _ = writeln!(out, " [after #{}: {}]", e.cause.seq, e.cause.input);
+            let _ = write!(out, " [after #{}: {}]", e.cause.seq, e.cause.input);
         }
     }
+    if let Some(last) = &e.last_at {
+        let _ = write!(
+            out,
+            " (and {} more times, the last at {})",
+            e.repeats,
+            clock(last, day)
+        );
+    }
+    let _ = writeln!(out);
 }
 
 pub fn text(story: &Story) -> String {
