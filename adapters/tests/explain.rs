@@ -359,3 +359,48 @@ fn a_retry_loop_is_one_line_with_how_often_and_until_when() {
         .collect();
     assert_eq!(retries, [(49, "command"), (48, "refused")]);
 }
+
+/// A running controller holds its journal open (sled locks it): explain reads a copy, and
+/// leaves every file as it was.
+#[test]
+fn explain_reads_a_journal_a_controller_holds_open_and_changes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path(), "deletion-pre-terminate-hook");
+    let files = |dir: &Path| {
+        let mut out = Vec::new();
+        let mut dirs = vec![dir.to_path_buf()];
+        while let Some(d) = dirs.pop() {
+            for entry in std::fs::read_dir(&d).unwrap() {
+                let entry = entry.unwrap();
+                if entry.file_type().unwrap().is_dir() {
+                    dirs.push(entry.path());
+                } else {
+                    let md = entry.metadata().unwrap();
+                    out.push((
+                        entry.path(),
+                        std::fs::read(entry.path()).unwrap(),
+                        md.modified().unwrap(),
+                    ));
+                }
+            }
+        }
+        out.sort();
+        out
+    };
+    let (held, _) = adapters::kube::SledLog::open(&j).unwrap();
+    let before = files(&j);
+    let direct = run(&["log", "repair", "--truncate"], &j);
+    assert_eq!(
+        direct.status.code(),
+        Some(3),
+        "the journal is held: {}",
+        String::from_utf8_lossy(&direct.stderr)
+    );
+    let story = ok(&["explain", "machine", "default/m1"], &j);
+    assert!(
+        story.contains("gone since 2024-01-01T00:08:20Z (record #39)"),
+        "{story}"
+    );
+    assert_eq!(files(&j), before);
+    drop(held);
+}
