@@ -349,16 +349,16 @@ fn observe(
                 };
                 t.entry(r.at, "observed", how.into(), None, r.seq);
             }
+            Some(_) if t.gone.is_some() => {
+                t.gone = None;
+                let text = "seen again after it was gone (recreated with the same name)";
+                t.entry(r.at, "observed", text.into(), None, r.seq);
+            }
             Some(_) => {}
             None => {
                 t.gone = Some(t.cause(r.seq));
-                t.entry(
-                    r.at,
-                    "observed",
-                    "gone: its deletion was observed".into(),
-                    None,
-                    r.seq,
-                );
+                let text = "gone: no longer in the API (deleted)";
+                t.entry(r.at, "observed", text.into(), None, r.seq);
             }
         }
     }

@@ -259,4 +259,69 @@ mod tests {
         }
         assert!(Subject::management(&Kind::Machine, "default/m1/x").is_err());
     }
+
+    fn record(seq: u64, input: engine::Input) -> super::ControllerRecord {
+        super::ControllerRecord {
+            seq,
+            at: engine::Timestamp(i64::try_from(seq).unwrap() * 1000),
+            input,
+            commands: Vec::new(),
+        }
+    }
+
+    fn story(
+        records: &[super::ControllerRecord],
+        name: &str,
+    ) -> Result<super::Story, super::ExplainError> {
+        let mut explainer =
+            super::Explainer::new(Subject::management(&Kind::Machine, name).unwrap());
+        for r in records {
+            explainer.record(r);
+        }
+        explainer.finish(None)
+    }
+
+    #[test]
+    fn an_object_recreated_after_it_was_gone_is_not_gone_and_an_unseen_one_is_unknown() {
+        use engine::model::Object;
+        let m1 = || Box::new(Object::Machine(engine::testing::machine("c1", "m1", None)));
+        let records = [
+            record(
+                1,
+                engine::Input::Upsert {
+                    scope: Scope::Management,
+                    object: m1(),
+                },
+            ),
+            record(
+                2,
+                engine::Input::Delete {
+                    key: ObjectKey::management(Kind::Machine, "default", "m1"),
+                },
+            ),
+            record(
+                3,
+                engine::Input::Upsert {
+                    scope: Scope::Management,
+                    object: m1(),
+                },
+            ),
+        ];
+        let told = story(&records, "default/m1").unwrap();
+        assert_eq!(told.gone, None);
+        let lines: Vec<&str> = told.entries.iter().map(|e| e.text.as_str()).collect();
+        assert_eq!(
+            lines,
+            [
+                "first seen",
+                "gone: no longer in the API (deleted)",
+                "seen again after it was gone (recreated with the same name)"
+            ]
+        );
+        assert_eq!(
+            story(&records, "default/m2"),
+            Err(super::ExplainError::Unknown("Machine/default/m2".into()))
+        );
+        assert_eq!(story(&[], "default/m1"), Err(super::ExplainError::Empty));
+    }
 }
