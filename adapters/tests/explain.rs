@@ -404,3 +404,19 @@ fn explain_reads_a_journal_a_controller_holds_open_and_changes_nothing() {
     assert_eq!(files(&j), before);
     drop(held);
 }
+
+#[test]
+fn an_mhc_with_an_invalid_spec_says_to_fix_the_spec() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path(), "mhc-invalid-max-unhealthy");
+    let mhc = ok(&["explain", "mhc", "default/md-0-unhealthy"], &j);
+    insta::assert_snapshot!(
+        "mhc_invalid_spec_now",
+        &mhc[mhc.find("\nNow ").unwrap() + 1..]
+    );
+    let machine = ok(&["explain", "machine", "default/w1"], &j);
+    assert!(
+        machine.ends_with("    - MachineHealthCheck default/md-0-unhealthy remediates nothing until its spec is fixed (InvalidMaxUnhealthy)\n"),
+        "{machine}"
+    );
+}

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 const HEALTH_CHECK_SUCCEEDED: &str = "HealthCheckSucceeded";
 const REMEDIATION_ALLOWED: &str = "RemediationAllowed";
+const TOO_MANY_UNHEALTHY: &str = "TooManyUnhealthy";
 
 #[derive(Default)]
 struct Judged {
@@ -260,10 +261,14 @@ impl Chapter for Health {
             for k in &waiting {
                 held_by.push(format!("{k}: {}", self.judged[*k].verdict));
             }
-            unblock.push(
-                "remediation resumes once the unhealthy Machines are within maxUnhealthy / unhealthyRange (numbers above): recover their Nodes, or widen the limit"
-                    .into(),
-            );
+            unblock.push(if a.reason == TOO_MANY_UNHEALTHY {
+                "remediation resumes once the unhealthy Machines are within maxUnhealthy / unhealthyRange (numbers above): recover their Nodes, or widen the limit".into()
+            } else {
+                format!(
+                    "the MachineHealthCheck's spec is invalid ({}): fix it as the message above says; nothing is remediated until then",
+                    a.reason
+                )
+            });
         } else {
             for k in &waiting {
                 let j = &self.judged[*k];

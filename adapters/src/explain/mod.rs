@@ -135,7 +135,8 @@ pub struct Phase {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Entry {
     pub at: String,
-    /// `observed`, `condition`, `command`, `refused`, `event`, `status`, `replacement`.
+    /// `observed`, `condition`, `command`, `refused`, `event`, `status`, `verdict`,
+    /// `remediation`, `replacement`.
     pub what: &'static str,
     pub text: String,
     /// The command's id (`#7`), for commands and their results.

@@ -131,9 +131,13 @@ fn health_now(t: &Teller, conditions: &[Condition], m: &MachineContext) -> Now {
         && allowed.status == ConditionStatus::False
     {
         held_by.push(format!("{mhc}: {}", super::build::condition_text(&allowed)));
-        unblock.push(format!(
-            "{mhc} short-circuits remediation: fewer of its Machines must be unhealthy, or its maxUnhealthy / unhealthyRange be widened"
-        ));
+        unblock.push(if allowed.reason == "TooManyUnhealthy" {
+            format!(
+                "{mhc} short-circuits remediation: fewer of its Machines must be unhealthy, or its maxUnhealthy / unhealthyRange be widened"
+            )
+        } else {
+            format!("{mhc} remediates nothing until its spec is fixed ({})", allowed.reason)
+        });
     } else {
         unblock.push(
             "remediation is under way: the owner (MachineSet) deletes the Machine, or the external remediation acts"
