@@ -19,7 +19,8 @@ pub const EXIT_OK: u8 = 0;
 pub const EXIT_DAMAGE: u8 = 1;
 pub const EXIT_INVALID: u8 = 2;
 pub const EXIT_UNUSABLE: u8 = 3;
-const EXIT_CODES_HELP: &str = "Exit codes: 0 ok; 1 the journal is damaged (records missing or failing their checks); 2 invalid input (a bad --object, or no record concerns it); 3 the tool could not do its job (no journal, copy failed, journal unusable, open timed out).";
+const EXIT_CODES_HELP: &str = "Exit codes: 0 ok; 1 the journal is damaged (records missing or failing their checks); 3 the tool could not do its job (no journal, copy failed, journal unusable, open timed out).";
+const SHOW_EXIT_CODES_HELP: &str = "Exit codes: 0 ok; 1 the journal is damaged (records missing or failing their checks); 2 invalid input (a bad --object, or no record concerns it); 3 the tool could not do its job (no journal, copy failed, journal unusable, open timed out).";
 
 /// Why a command failed, deciding the exit code.
 pub enum Failure {
@@ -57,7 +58,7 @@ pub enum LogCommand {
         journal: PathBuf,
     },
     /// Print the journaled inputs, one per line. Reads a copy; never writes the journal.
-    #[command(after_help = EXIT_CODES_HELP)]
+    #[command(after_help = SHOW_EXIT_CODES_HELP)]
     Show {
         #[arg(long)]
         journal: PathBuf,
