@@ -3,6 +3,7 @@
 
 pub mod apiserver;
 pub mod clock;
+pub mod explain;
 pub mod kube;
 pub mod play;
 pub mod serve;

@@ -28,6 +28,9 @@ enum Command {
         #[command(subcommand)]
         command: cli::log::LogCommand,
     },
+    /// Tell one object's story from a journal: its phases, each decision and its cause, what
+    /// holds it now and what would unblock it.
+    Explain(cli::explain::ExplainArgs),
     /// Run the controllers against the management cluster of the current kubeconfig.
     Run(cli::run::RunArgs),
 }
@@ -37,6 +40,7 @@ fn main() -> ExitCode {
     let code = match cli.command {
         Command::Sim { command } => cli::sim::main(command),
         Command::Log { command } => cli::log::main(command),
+        Command::Explain(args) => cli::explain::main(args),
         Command::Run(args) => cli::run::main(args),
     };
     ExitCode::from(code)

@@ -17,13 +17,29 @@ use std::path::{Path, PathBuf};
 /// Exit codes of `lifecycle log ...`.
 pub const EXIT_OK: u8 = 0;
 pub const EXIT_DAMAGE: u8 = 1;
+pub const EXIT_INVALID: u8 = 2;
 pub const EXIT_UNUSABLE: u8 = 3;
 const EXIT_CODES_HELP: &str = "Exit codes: 0 ok; 1 the journal is damaged (records missing or failing their checks); 3 the tool could not do its job (no journal, copy failed, journal unusable, open timed out).";
+const SHOW_EXIT_CODES_HELP: &str = "Exit codes: 0 ok; 1 the journal is damaged (records missing or failing their checks); 2 invalid input (a bad --object, or no record concerns it); 3 the tool could not do its job (no journal, copy failed, journal unusable, open timed out).";
 
 /// Why a command failed, deciding the exit code.
-enum Failure {
+pub enum Failure {
     Damage(String),
+    Invalid(String),
     Unusable(String),
+}
+
+impl Failure {
+    /// Prints the failure and gives its exit code.
+    pub fn report(self) -> u8 {
+        let (message, code) = match self {
+            Failure::Damage(e) => (e, EXIT_DAMAGE),
+            Failure::Invalid(e) => (e, EXIT_INVALID),
+            Failure::Unusable(e) => (e, EXIT_UNUSABLE),
+        };
+        eprintln!("{message}");
+        code
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -42,7 +58,7 @@ pub enum LogCommand {
         journal: PathBuf,
     },
     /// Print the journaled inputs, one per line. Reads a copy; never writes the journal.
-    #[command(after_help = EXIT_CODES_HELP)]
+    #[command(after_help = SHOW_EXIT_CODES_HELP)]
     Show {
         #[arg(long)]
         journal: PathBuf,
@@ -51,6 +67,13 @@ pub enum LogCommand {
         /// First sequence number to print.
         #[arg(long, default_value_t = 1)]
         from: u64,
+        /// Follow one object: print only the records whose input observes it (alone, in a
+        /// relist or a batch) or answers a command about it, and of their commands those that
+        /// target it or that its reconcile decided. REF is Kind/namespace/name
+        /// (Machine/default/m1), Kind/name for a cluster-scoped kind, and @cluster for an
+        /// object of a workload cluster (Pod/app/web-0@c1, Node/n1@c1).
+        #[arg(long, value_name = "REF")]
+        object: Option<String>,
     },
     /// Counts, sizes and snapshots. Reads a copy; never writes the journal.
     #[command(after_help = EXIT_CODES_HELP)]
@@ -78,21 +101,12 @@ pub fn main(command: LogCommand) -> u8 {
             journal,
             format,
             from,
-        } => show(&journal, format, from),
+            object,
+        } => show(&journal, format, from, object.as_deref()),
         LogCommand::Stats { journal } => stats(&journal),
         LogCommand::Repair { journal, truncate } => repair(&journal, truncate),
     };
-    match result {
-        Ok(code) => code,
-        Err(Failure::Damage(e)) => {
-            eprintln!("{e}");
-            EXIT_DAMAGE
-        }
-        Err(Failure::Unusable(e)) => {
-            eprintln!("{e}");
-            EXIT_UNUSABLE
-        }
-    }
+    result.unwrap_or_else(Failure::report)
 }
 
 /// An open copy of a journal; the copy is removed when this is dropped (journal first).
@@ -352,20 +366,64 @@ pub fn controller_records(dir: &Path) -> Result<Vec<sim::live::ControllerRecord>
         ControlFlow::Continue(())
     })
     .map_err(|f| match f {
-        Failure::Damage(e) | Failure::Unusable(e) => e,
+        Failure::Damage(e) | Failure::Invalid(e) | Failure::Unusable(e) => e,
     })?;
     Ok(out)
 }
 
+/// Replays a copy of the journal, handing each record with the commands it caused to `each`
+/// (which may stop the replay); a failure carries its exit code.
+pub fn replay_records(
+    dir: &Path,
+    mut each: impl FnMut(sim::live::ControllerRecord) -> ControlFlow<()>,
+) -> Result<(), Failure> {
+    replay(dir, |r, input, commands| {
+        each(sim::live::ControllerRecord {
+            seq: r.seq,
+            at: r.at,
+            input: input.clone(),
+            commands,
+        })
+    })
+}
+
 /// Prints each input and, by replaying the engine, the commands it caused (with their reasons):
 /// the journal answers "why" long after the fact.
-fn show(dir: &Path, format: Format, from: u64) -> Result<u8, Failure> {
+fn show(dir: &Path, format: Format, from: u64, object: Option<&str>) -> Result<u8, Failure> {
+    let subject = object
+        .map(|o| adapters::explain::Subject::parse(o).map_err(Failure::Invalid))
+        .transpose()?;
+    let mut issued = std::collections::BTreeMap::new();
+    let mut shown = 0u64;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    replay(dir, |r, input, commands| {
+    replay(dir, |r, input, mut commands| {
         use std::io::Write;
+        if let Some(subject) = &subject {
+            let record = sim::live::ControllerRecord {
+                seq: r.seq,
+                at: r.at,
+                input: input.clone(),
+                commands,
+            };
+            let concerns = adapters::explain::concerns(&record, subject, &issued);
+            // Only commands about the object: all an answer needs to be matched.
+            issued.extend(
+                record
+                    .commands
+                    .iter()
+                    .filter(|c| adapters::explain::command_concerns(c, subject))
+                    .map(|c| (c.id, c.clone())),
+            );
+            if !concerns {
+                return ControlFlow::Continue(());
+            }
+            commands = record.commands;
+            commands.retain(|c| adapters::explain::command_concerns(c, subject));
+        }
         if r.seq < from {
             return ControlFlow::Continue(());
         }
+        shown += 1;
         let described = input.describe();
         let text = match format {
             Format::Text => {
@@ -394,6 +452,13 @@ fn show(dir: &Path, format: Format, from: u64) -> Result<u8, Failure> {
         }
         ControlFlow::Continue(())
     })?;
+    if let Some(subject) = subject
+        && shown == 0
+    {
+        return Err(Failure::Invalid(format!(
+            "{subject}: no record from {from} on concerns this object (check the kind, namespace and name)"
+        )));
+    }
     Ok(EXIT_OK)
 }
 

@@ -1,0 +1,615 @@
+//! Folds replayed records into a [`Story`]: one pass, in sequence order.
+
+use super::{Cause, ControllerRecord, Entry, ExplainError, Now, Phase, Span, Story, Subject};
+use engine::model::{Condition, Kind, Object, ObjectKey};
+use engine::{Action, ApiOutcome, Command, Input, Timestamp};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// The v1beta2 condition a Machine's deletion writes; its reasons name the phases.
+pub(super) const DELETING: &str = "Deleting";
+
+pub(super) fn input_concerns(
+    input: &Input,
+    subject: &Subject,
+    issued: &BTreeMap<u64, Command>,
+) -> bool {
+    match input {
+        Input::Upsert { scope, object } => subject.matches(&object.key(scope)),
+        Input::Delete { key } => subject.matches(key),
+        Input::Relist { scope, objects } => objects.iter().any(|o| subject.matches(&o.key(scope))),
+        Input::ApiResult { command, .. } => issued
+            .get(command)
+            .is_some_and(|c| command_concerns(c, subject)),
+        Input::Batch { inputs } => inputs.iter().any(|i| input_concerns(i, subject, issued)),
+        Input::Tick | Input::Restarted | Input::Unlisted { .. } => false,
+    }
+}
+
+pub(super) fn command_concerns(c: &Command, subject: &Subject) -> bool {
+    subject.matches(&c.action.target().key) || subject.matches(&c.owner)
+}
+
+/// `Type=Status (Reason)`, as timelines write a condition.
+pub(super) fn condition_label(c: &Condition) -> String {
+    if c.reason.is_empty() {
+        format!("{}={}", c.type_, c.status.as_str())
+    } else {
+        format!("{}={} ({})", c.type_, c.status.as_str(), c.reason)
+    }
+}
+
+/// A condition with its message, each further message line indented by the renderer.
+pub(super) fn condition_text(c: &Condition) -> String {
+    if c.message.is_empty() {
+        condition_label(c)
+    } else {
+        format!("{}: {}", condition_label(c), c.message)
+    }
+}
+
+/// Descriptions of the latest records kept to cite as causes: a command's cause is the record
+/// that produced it, so a few suffice and a long journal does not grow the story's memory.
+const RECENT_CAUSES_MAX: usize = 4096;
+
+/// The longest cycle of lines folded into one: a command and the refusal it met.
+const REPEAT_PERIOD_MAX: usize = 2;
+
+/// What the pass keeps while it reads the records.
+pub(super) struct Teller {
+    pub subject: Subject,
+    recent: VecDeque<Cause>,
+    first: Option<(u64, Timestamp)>,
+    last: Option<(u64, Timestamp)>,
+    /// Commands issued and not answered yet.
+    issued: BTreeMap<u64, Command>,
+    /// The last `current` condition list written to each object.
+    pub conditions: BTreeMap<ObjectKey, Vec<Condition>>,
+    /// Every object observed, with the last version seen (`None` once observed deleted).
+    pub objects: BTreeMap<ObjectKey, Option<Object>>,
+    pub first_seen: Option<Cause>,
+    pub gone: Option<Cause>,
+    pub entries: Vec<Entry>,
+    /// Phase boundaries: (name, reason, when, cause).
+    pub marks: Vec<(String, String, Timestamp, Cause)>,
+    /// The time the story is told as at (set when it is finished).
+    pub now_at: Timestamp,
+}
+
+impl Teller {
+    pub fn cause(&self, seq: u64) -> Cause {
+        match self.recent.iter().rev().find(|c| c.seq == seq) {
+            Some(c) => c.clone(),
+            None => Cause {
+                seq,
+                at: String::new(),
+                input: format!("record #{seq}"),
+            },
+        }
+    }
+
+    pub fn entry(
+        &mut self,
+        at: Timestamp,
+        what: &'static str,
+        text: String,
+        command: Option<&Command>,
+        cause_seq: u64,
+    ) {
+        let controller = command.map(|c| c.controller.as_str());
+        // A retry loop (one line, or a command and its refusal, again and again) is told once,
+        // with how often and until when; condition changes are always told.
+        if matches!(what, "command" | "refused" | "event") {
+            let n = self.entries.len();
+            let repeated = (1..=REPEAT_PERIOD_MAX)
+                .filter(|back| *back <= n)
+                .map(|back| n - back)
+                .find(|i| {
+                    let e = &self.entries[*i];
+                    e.what == what && e.text == text && e.controller == controller
+                });
+            if let Some(i) = repeated {
+                let e = &mut self.entries[i];
+                e.repeats += 1;
+                e.last_at = Some(at.to_rfc3339());
+                return;
+            }
+        }
+        let cause = self.cause(cause_seq);
+        self.entries.push(Entry {
+            at: at.to_rfc3339(),
+            what,
+            text,
+            command: command.map(|c| c.id),
+            controller,
+            cause,
+            repeats: 0,
+            last_at: None,
+        });
+    }
+
+    pub fn mark(&mut self, name: &str, reason: &str, at: Timestamp, cause_seq: u64) {
+        if self.marks.last().is_some_and(|m| m.1 == reason) {
+            return;
+        }
+        let cause = self.cause(cause_seq);
+        self.marks
+            .push((name.to_string(), reason.to_string(), at, cause));
+    }
+
+    /// The last phase's name and start.
+    pub fn phases_last(&self) -> Option<(&str, Timestamp)> {
+        self.marks.last().map(|m| (m.0.as_str(), m.2))
+    }
+
+    /// The subject's last observed object, if it still exists.
+    pub fn subject_object(&self) -> Option<&Object> {
+        self.objects
+            .iter()
+            .find(|(k, _)| self.subject.matches(k))
+            .and_then(|(_, o)| o.as_ref())
+    }
+
+    pub fn subject_conditions(&self) -> &[Condition] {
+        self.conditions
+            .iter()
+            .find(|(k, _)| self.subject.matches(k))
+            .map_or(&[], |(_, v)| v.as_slice())
+    }
+
+    /// Records `new` as `key`'s conditions and returns those that changed.
+    pub fn diff_conditions(&mut self, key: &ObjectKey, new: &[Condition]) -> Vec<Condition> {
+        let old = self.conditions.insert(key.clone(), new.to_vec());
+        let old = old.unwrap_or_default();
+        new.iter()
+            .filter(|c| {
+                !old.iter().any(|o| {
+                    o.type_ == c.type_
+                        && o.status == c.status
+                        && o.reason == c.reason
+                        && o.message == c.message
+                })
+            })
+            .cloned()
+            .collect()
+    }
+}
+
+/// Flattens a batch into its inputs.
+fn each_input(input: &Input) -> Vec<&Input> {
+    match input {
+        Input::Batch { inputs } => inputs.iter().collect(),
+        other => vec![other],
+    }
+}
+
+/// What a story of one kind adds to the common pass.
+pub(super) trait Chapter {
+    /// An observation of any object (`None`: observed deleted), before it is recorded.
+    fn observed(
+        &mut self,
+        t: &mut Teller,
+        r: &ControllerRecord,
+        key: &ObjectKey,
+        object: Option<&Object>,
+    );
+    /// A command issued by any controller; for a `SetCondition`, `changed` holds the
+    /// conditions it changed on its target (already recorded).
+    fn command(&mut self, t: &mut Teller, r: &ControllerRecord, c: &Command, changed: &[Condition]);
+    /// A failed answer to a command.
+    fn refused(&mut self, t: &mut Teller, r: &ControllerRecord, c: &Command, outcome: &str);
+    fn finish(self: Box<Self>, t: &mut Teller) -> (Vec<super::Target>, Now);
+}
+
+/// Reads records one at a time, in sequence order, and tells the story when finished.
+pub struct Explainer {
+    t: Teller,
+    chapter: Box<dyn Chapter>,
+}
+
+impl Explainer {
+    pub fn new(subject: Subject) -> Explainer {
+        let chapter: Box<dyn Chapter> = match subject.kind.to_ascii_lowercase().as_str() {
+            "machinehealthcheck" => Box::new(super::health::Health::default()),
+            "machinepool" => Box::new(super::pool::Pool::default()),
+            _ => Box::new(MachineChapter::default()),
+        };
+        Explainer {
+            t: Teller {
+                subject,
+                recent: VecDeque::new(),
+                first: None,
+                last: None,
+                issued: BTreeMap::new(),
+                conditions: BTreeMap::new(),
+                objects: BTreeMap::new(),
+                first_seen: None,
+                gone: None,
+                entries: Vec::new(),
+                marks: Vec::new(),
+                now_at: Timestamp(0),
+            },
+            chapter,
+        }
+    }
+
+    /// Reads the next record (its input and the commands it caused).
+    pub fn record(&mut self, r: &ControllerRecord) {
+        let t = &mut self.t;
+        let chapter = &mut self.chapter;
+        t.first.get_or_insert((r.seq, r.at));
+        t.last = Some((r.seq, r.at));
+        if t.recent.len() == RECENT_CAUSES_MAX {
+            t.recent.pop_front();
+        }
+        t.recent.push_back(Cause {
+            seq: r.seq,
+            at: r.at.to_rfc3339(),
+            input: r.input.describe(),
+        });
+        for input in each_input(&r.input) {
+            match input {
+                Input::Upsert { scope, object } => {
+                    let key = object.key(scope);
+                    observe(t, chapter.as_mut(), r, key, Some(object));
+                }
+                Input::Relist { scope, objects } => {
+                    let listed: BTreeSet<ObjectKey> =
+                        objects.iter().map(|o| o.key(scope)).collect();
+                    for o in objects {
+                        observe(t, chapter.as_mut(), r, o.key(scope), Some(o));
+                    }
+                    // A relist drops what it no longer lists.
+                    let dropped: Vec<ObjectKey> = t
+                        .objects
+                        .iter()
+                        .filter(|(k, o)| &k.scope == scope && o.is_some() && !listed.contains(*k))
+                        .map(|(k, _)| k.clone())
+                        .collect();
+                    for key in dropped {
+                        observe(t, chapter.as_mut(), r, key, None);
+                    }
+                }
+                Input::Delete { key } => observe(t, chapter.as_mut(), r, key.clone(), None),
+                Input::ApiResult { command, outcome } => {
+                    if let Some(c) = t.issued.remove(command)
+                        && !matches!(outcome, ApiOutcome::Ok { .. })
+                    {
+                        chapter.refused(t, r, &c, &outcome.summary());
+                    }
+                }
+                Input::Tick | Input::Restarted | Input::Unlisted { .. } | Input::Batch { .. } => {}
+            }
+        }
+        for c in &r.commands {
+            t.issued.insert(c.id, c.clone());
+            let changed = match &c.action {
+                Action::SetCondition {
+                    target, conditions, ..
+                } => t.diff_conditions(&target.key, &conditions.current),
+                _ => Vec::new(),
+            };
+            chapter.command(t, r, c, &changed);
+        }
+    }
+
+    /// The story as at `now` (the last record's time when `None`, or when earlier).
+    pub fn finish(self, now: Option<Timestamp>) -> Result<Story, ExplainError> {
+        let Explainer { mut t, chapter } = self;
+        let (Some(first), Some(last)) = (t.first, t.last) else {
+            return Err(ExplainError::Empty);
+        };
+        t.now_at = now.unwrap_or(last.1).max(last.1);
+        let (targets, now) = chapter.finish(&mut t);
+        let Some(first_seen) = t.first_seen.clone() else {
+            return Err(ExplainError::Unknown(t.subject.to_string()));
+        };
+        let object = t
+            .objects
+            .keys()
+            .find(|k| t.subject.matches(k))
+            .map_or(t.subject.to_string(), |k| k.to_string());
+        Ok(Story {
+            object,
+            journal: Span {
+                first_seq: first.0,
+                last_seq: last.0,
+                first_at: first.1.to_rfc3339(),
+                last_at: last.1.to_rfc3339(),
+            },
+            at: t.now_at.to_rfc3339(),
+            first_seen,
+            gone: t.gone.clone(),
+            phases: phases(&t),
+            targets,
+            entries: std::mem::take(&mut t.entries),
+            now,
+        })
+    }
+}
+
+fn observe(
+    t: &mut Teller,
+    chapter: &mut dyn Chapter,
+    r: &ControllerRecord,
+    key: ObjectKey,
+    object: Option<&Object>,
+) {
+    let known = t.objects.get(&key).is_some_and(Option::is_some);
+    if object.is_none() && !known {
+        return;
+    }
+    if t.subject.matches(&key) {
+        match object {
+            Some(_) if t.first_seen.is_none() => {
+                t.first_seen = Some(t.cause(r.seq));
+                let how = if matches!(r.input, Input::Relist { .. }) {
+                    "first seen (relist)"
+                } else {
+                    "first seen"
+                };
+                t.entry(r.at, "observed", how.into(), None, r.seq);
+            }
+            Some(_) if t.gone.is_some() => {
+                t.gone = None;
+                let text = "seen again after it was gone (recreated with the same name)";
+                t.entry(r.at, "observed", text.into(), None, r.seq);
+            }
+            Some(_) => {}
+            None => {
+                t.gone = Some(t.cause(r.seq));
+                let text = "gone: no longer in the API (deleted)";
+                t.entry(r.at, "observed", text.into(), None, r.seq);
+            }
+        }
+    }
+    chapter.observed(t, r, &key, object);
+    t.objects.insert(key, object.cloned());
+}
+
+/// Phases from the marks: each lasts until the next one began, the last until the object
+/// was gone or, while it lasts, until the journal's last record.
+fn phases(t: &Teller) -> Vec<Phase> {
+    let gone_at = t
+        .gone
+        .as_ref()
+        .and_then(|g| engine::Timestamp::parse_rfc3339(&g.at).ok());
+    let mut out = Vec::new();
+    for (i, (name, reason, start, cause)) in t.marks.iter().enumerate() {
+        let end = t.marks.get(i + 1).map(|m| m.2).or(gone_at);
+        let until = end.unwrap_or(t.now_at);
+        let d = until.since(*start);
+        out.push(Phase {
+            name: name.clone(),
+            reason: reason.clone(),
+            start: start.to_rfc3339(),
+            end: end.map(|e| e.to_rfc3339()),
+            duration: d.to_string(),
+            duration_ms: d.as_millis(),
+            cause: cause.clone(),
+        });
+    }
+    out
+}
+
+/// A command as the story writes it: `drain Evict Pod app/web-0@c1: <reason>`.
+pub(super) fn command_text(c: &Command) -> String {
+    let mut text = format!("{} {}", c.action.name(), c.action.target().key);
+    let detail = c.action.detail();
+    // Summaries the reason repeats are written once.
+    if !detail.is_empty()
+        && !matches!(c.action, Action::RecordEvent { .. })
+        && !c.reason.contains(&detail)
+    {
+        text.push(' ');
+        text.push_str(&detail);
+    }
+    match &c.action {
+        Action::RecordEvent {
+            type_,
+            reason,
+            message,
+            ..
+        } => format!(
+            "{} {reason} on {}: {message}",
+            type_.as_str(),
+            c.action.target().key
+        ),
+        _ if c.reason.is_empty() => text,
+        _ => format!("{text}: {}", c.reason),
+    }
+}
+
+/// The Machine's deletion phases, named after the `Deleting` reasons the engine writes.
+pub(super) fn deletion_phase_name(reason: &str) -> &'static str {
+    use engine::deletion::reason as r;
+    match reason {
+        r::WAITING_FOR_PRE_DRAIN_HOOK => "pre-drain hooks",
+        r::DRAINING_NODE => "draining the Node",
+        r::WAITING_FOR_VOLUME_DETACH => "waiting for volumes to detach",
+        r::WAITING_FOR_PRE_TERMINATE_HOOK => "pre-terminate hooks",
+        r::WAITING_FOR_INFRASTRUCTURE_DELETION => "waiting for infrastructure deletion",
+        r::WAITING_FOR_BOOTSTRAP_DELETION => "waiting for bootstrap deletion",
+        r::DELETING_NODE => "deleting the Node",
+        r::DELETION_COMPLETED => "deletion completed; releasing the finalizer",
+        r::OBJECT_UNREADABLE => "blocked: an object it depends on is unreadable",
+        r::INTERNAL_ERROR => "blocked: internal error",
+        _ => "deleting",
+    }
+}
+
+/// A Machine's story: its deletion phases, health verdicts and remediation.
+#[derive(Default)]
+struct MachineChapter {
+    deletion_requested: bool,
+    /// Hook annotations on the Machine: (key, value).
+    hooks: BTreeMap<String, String>,
+    /// The replacement, once its owner deleted it for remediation: its owner's key.
+    remediated_owner: Option<String>,
+    replacement: Option<String>,
+    infrastructure: Option<String>,
+    bootstrap: Option<String>,
+    node_delete_refused: Option<String>,
+    /// The MHC that last judged the Machine.
+    judged_by: Option<ObjectKey>,
+}
+
+pub(super) fn is_hook(key: &str) -> bool {
+    use engine::model::{PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX};
+    key.split_once('/')
+        .is_some_and(|(p, _)| p == PRE_DRAIN_HOOK_PREFIX || p == PRE_TERMINATE_HOOK_PREFIX)
+}
+
+/// The controller owner reference of a Machine, as `MachineSet default/md-0`.
+pub(super) fn controller_owner(object: &Object) -> Option<String> {
+    let meta = object.meta();
+    meta.owner_references
+        .iter()
+        .find(|o| o.controller)
+        .map(|o| format!("{} {}/{}", o.kind, meta.namespace, o.name))
+}
+
+impl Chapter for MachineChapter {
+    fn observed(
+        &mut self,
+        t: &mut Teller,
+        r: &ControllerRecord,
+        key: &ObjectKey,
+        object: Option<&Object>,
+    ) {
+        if t.subject.matches(key)
+            && let Some(o) = object
+        {
+            let meta = o.meta();
+            if let Some(ts) = meta.deletion_timestamp
+                && !self.deletion_requested
+            {
+                self.deletion_requested = true;
+                t.entry(
+                    r.at,
+                    "observed",
+                    format!("deletion requested (deletionTimestamp {})", ts.to_rfc3339()),
+                    None,
+                    r.seq,
+                );
+            }
+            let hooks: BTreeMap<String, String> = meta
+                .annotations
+                .iter()
+                .filter(|(k, _)| is_hook(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            for (k, v) in &hooks {
+                if !self.hooks.contains_key(k) {
+                    t.entry(
+                        r.at,
+                        "observed",
+                        format!("hook annotation {k} set (owner: {v})"),
+                        None,
+                        r.seq,
+                    );
+                }
+            }
+            for k in self.hooks.keys() {
+                if !hooks.contains_key(k) {
+                    t.entry(
+                        r.at,
+                        "observed",
+                        format!("hook annotation {k} removed"),
+                        None,
+                        r.seq,
+                    );
+                }
+            }
+            self.hooks = hooks;
+        }
+        if key.kind == Kind::Machine
+            && self.replacement.is_none()
+            && let (Some(owner), Some(o)) = (&self.remediated_owner, object)
+            && !t.objects.contains_key(key)
+            && controller_owner(o).as_ref() == Some(owner)
+        {
+            let text = format!("replaced by {key} (created by {owner})");
+            self.replacement = Some(key.to_string());
+            t.entry(r.at, "replacement", text, None, r.seq);
+        }
+    }
+
+    fn command(
+        &mut self,
+        t: &mut Teller,
+        r: &ControllerRecord,
+        c: &Command,
+        changed: &[Condition],
+    ) {
+        if !command_concerns(c, &t.subject) {
+            return;
+        }
+        let target = &c.action.target().key;
+        if c.controller == engine::ControllerId::Health && t.subject.matches(target) {
+            self.judged_by = Some(c.owner.clone());
+        }
+        match &c.action {
+            Action::SetCondition { .. } => {
+                for changed in changed {
+                    if t.subject.matches(target) && changed.type_ == DELETING {
+                        t.mark(
+                            deletion_phase_name(&changed.reason),
+                            &changed.reason,
+                            r.at,
+                            c.cause,
+                        );
+                    }
+                    t.entry(r.at, "condition", condition_text(changed), Some(c), c.cause);
+                }
+            }
+            // Bookkeeping (phase, start times): the conditions say the same in words.
+            Action::PatchStatus { .. } if t.subject.matches(target) => {}
+            _ => {
+                match &c.action {
+                    Action::DeleteInfrastructure { .. } => {
+                        self.infrastructure = Some(target.to_string())
+                    }
+                    Action::DeleteBootstrap { .. } => self.bootstrap = Some(target.to_string()),
+                    Action::DeleteMachine { .. } => {
+                        self.remediated_owner = t.subject_object().and_then(controller_owner)
+                    }
+                    _ => {}
+                }
+                let what = if matches!(c.action, Action::RecordEvent { .. }) {
+                    "event"
+                } else {
+                    "command"
+                };
+                t.entry(r.at, what, command_text(c), Some(c), c.cause);
+            }
+        }
+    }
+
+    fn refused(&mut self, t: &mut Teller, r: &ControllerRecord, c: &Command, outcome: &str) {
+        if !command_concerns(c, &t.subject) {
+            return;
+        }
+        if matches!(c.action, Action::DeleteNode { .. }) {
+            self.node_delete_refused = Some(outcome.to_string());
+        }
+        let text = format!(
+            "{} {} answered {outcome}",
+            c.action.name(),
+            c.action.target().key,
+        );
+        t.entry(r.at, "refused", text, Some(c), r.seq);
+    }
+
+    fn finish(self: Box<Self>, t: &mut Teller) -> (Vec<super::Target>, Now) {
+        let context = super::unblock::MachineContext {
+            hooks: self.hooks,
+            infrastructure: self.infrastructure,
+            bootstrap: self.bootstrap,
+            node_delete_refused: self.node_delete_refused,
+            replacement: self.replacement,
+            deletion_requested: self.deletion_requested,
+            judged_by: self.judged_by,
+        };
+        (Vec::new(), super::unblock::machine_now(t, &context))
+    }
+}
