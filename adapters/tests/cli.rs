@@ -111,7 +111,7 @@ fn log_verify_on_a_missing_journal_is_a_clear_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no journal here"));
 }
 
-/// A 53-record simulator journal, as in issue 12.
+/// A 54-record simulator journal (53 when issue 12 was filed; the DrainBlocked event added one).
 fn simulated_journal(dir: &Path) -> std::path::PathBuf {
     let journal = dir.join("j");
     let run = lifecycle()
@@ -159,7 +159,7 @@ fn log_verify_names_records_lost_to_a_flipped_byte_and_exits_1() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("..53 are missing: damage at record"), "{err}");
+    assert!(err.contains("..54 are missing: damage at record"), "{err}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("ok"));
 }
 
@@ -193,7 +193,7 @@ fn log_commands_read_a_read_only_journal_and_change_nothing() {
         );
         if command == "verify" {
             assert!(
-                text.contains("commit record covers records 1..53"),
+                text.contains("commit record covers records 1..54"),
                 "{text}"
             );
         }
@@ -268,7 +268,7 @@ fn log_repair_truncate_keeps_the_good_records_and_verify_is_ok_after() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        text.contains("lost: committed records ") && text.contains("..53"),
+        text.contains("lost: committed records ") && text.contains("..54"),
         "{text}"
     );
     let verify = lifecycle()

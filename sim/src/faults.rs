@@ -379,33 +379,38 @@ impl Sim {
         Some(nodes[i].clone())
     }
 
-    /// The object a `corrupt-object` fault damages: the named Node (`node`) or object
-    /// (`kind` and `name`, management cluster), else one drawn from the seed's stream: a Node
-    /// of the cluster half of the time, otherwise a Cluster, Machine, MHC, MachinePool or
-    /// provider object of the management cluster.
+    /// The object a `corrupt-object` fault damages: the named Node (`node:`), Machine
+    /// (`machine:`), MHC (`mhc:`) or MachinePool (`pool:`), else one drawn from the fault's own
+    /// stream: a Node of the cluster half of the time, otherwise a Cluster, Machine, MHC,
+    /// MachinePool or provider object of the management cluster.
     fn corruption_target(&mut self, spec: &FaultSpec, workload: Scope) -> Option<(Scope, ObjKey)> {
         if let Some(node) = extra_str(spec, "node") {
             return Some((workload, ObjKey::new("", "Node", "", node)));
         }
-        let named = |k: &ObjKey| {
-            extra_str(spec, "kind").is_none_or(|kind| kind == k.kind)
-                && extra_str(spec, "name").is_none_or(|name| name == k.name)
-        };
+        let named = [
+            ("machine", "Machine"),
+            ("mhc", "MachineHealthCheck"),
+            ("pool", "MachinePool"),
+        ]
+        .into_iter()
+        .find_map(|(key, kind)| extra_str(spec, key).map(|name| (kind, name)));
         let management: Vec<ObjKey> = self
             .store(&Scope::Management)
             .map(|s| {
                 s.iter()
                     .map(|(k, _)| k)
-                    .filter(|k| is_corruptible(k) && named(k))
+                    .filter(|k| {
+                        is_corruptible(k)
+                            && named.is_none_or(|(kind, name)| k.kind == kind && k.name == name)
+                    })
                     .cloned()
                     .collect()
             })
             .unwrap_or_default();
-        let rng = &mut self.corrupt_rng;
-        if extra_str(spec, "kind").is_some() {
-            let i = rng.random_range(0..management.len().max(1));
-            return management.get(i).map(|k| (Scope::Management, k.clone()));
+        if named.is_some() {
+            return management.first().map(|k| (Scope::Management, k.clone()));
         }
+        let rng = &mut self.corrupt_rng;
         if management.is_empty() || rng.random_bool(0.5) {
             let nodes: Vec<ObjKey> = self
                 .store(&workload)?
@@ -419,40 +424,43 @@ impl Sim {
         Some((Scope::Management, management[i].clone()))
     }
 
-    /// Damages `key` below validation, as a buggy writer would (a label whose value is a
-    /// number, or a creation time that does not parse); returns the merge patch that undoes it.
+    /// Damages `key` below validation, as a buggy writer would: a label whose value is a
+    /// number, a creation time that does not parse, a required field removed, or a negative
+    /// timeout (`form:` picks one, else drawn among those that apply to the kind). Returns the
+    /// merge patch that undoes it.
     fn corrupt(&mut self, scope: &Scope, key: &ObjKey, spec: &FaultSpec) -> Option<Value> {
         let original = self.get(scope, key)?.clone();
-        let timestamp = match extra_str(spec, "form") {
-            Some("timestamp") => true,
-            Some(_) => false,
-            None => self.corrupt_rng.random_bool(0.5),
+        let forms = Corruption::applicable(key);
+        let form = match extra_str(spec, "form").and_then(Corruption::named) {
+            Some(form) if forms.contains(&form) => form,
+            Some(_) => Corruption::Label,
+            None => forms[self.corrupt_rng.random_range(0..forms.len())],
         };
-        let (damage, restore, detail) = if timestamp {
-            let created = original
-                .pointer("/metadata/creationTimestamp")
-                .cloned()
-                .unwrap_or(Value::Null);
-            (
-                json!({"metadata": {"creationTimestamp": "yesterday"}}),
-                json!({"metadata": {"creationTimestamp": created}}),
-                "metadata.creationTimestamp set to \"yesterday\" (unreadable)".to_string(),
-            )
-        } else {
-            (
-                json!({"metadata": {"labels": {CORRUPT_LABEL: 17}}}),
-                json!({"metadata": {"labels": {CORRUPT_LABEL: null}}}),
-                format!("label {CORRUPT_LABEL} set to the number 17 (unreadable)"),
-            )
-        };
+        let (path, bad) = form.damage(key, &original);
+        let at = |value: Value| nested(&path, value);
+        let before = path
+            .iter()
+            .try_fold(&original, |v, key| v.get(*key))
+            .cloned()
+            .unwrap_or(Value::Null);
+        let detail = format!(
+            "{} set to {} ({})",
+            path.join("."),
+            if bad.is_null() {
+                "nothing".to_string()
+            } else {
+                bad.to_string()
+            },
+            form.what()
+        );
         let w = self
             .store_mut(scope)
-            .patch(key, &damage, Part::Whole)
+            .patch(key, &at(bad), Part::Whole)
             .ok()?;
         self.faults.fire(FaultKind::CorruptObject);
         self.line("world", "Corrupt", Sim::describe(scope, key), detail);
         self.changed(scope, w);
-        Some(restore)
+        Some(at(before))
     }
 
     /// Undoes a corruption: the object reads again.
@@ -732,4 +740,84 @@ fn is_corruptible(key: &ObjKey) -> bool {
         ),
         group => group.ends_with(".cluster.x-k8s.io"),
     }
+}
+
+/// The ways a `corrupt-object` fault damages an object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Corruption {
+    /// A label whose value is a number (a wrong type: unreadable).
+    Label,
+    /// A creation time that does not parse (unreadable).
+    Timestamp,
+    /// `spec.clusterName` removed (a required field missing: unreadable).
+    Missing,
+    /// A negative timeout (readable, an invalid spec: it must time nothing).
+    Negative,
+}
+
+impl Corruption {
+    fn named(name: &str) -> Option<Corruption> {
+        Some(match name {
+            "label" => Corruption::Label,
+            "timestamp" => Corruption::Timestamp,
+            "missing" => Corruption::Missing,
+            "negative" => Corruption::Negative,
+            _ => return None,
+        })
+    }
+
+    fn applicable(key: &ObjKey) -> Vec<Corruption> {
+        let mut forms = vec![Corruption::Label, Corruption::Timestamp];
+        let capi = key.group == "cluster.x-k8s.io";
+        if capi
+            && matches!(
+                key.kind.as_str(),
+                "Machine" | "MachineHealthCheck" | "MachinePool"
+            )
+        {
+            forms.push(Corruption::Missing);
+        }
+        if capi && matches!(key.kind.as_str(), "Machine" | "MachineHealthCheck") {
+            forms.push(Corruption::Negative);
+        }
+        forms
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Corruption::Label | Corruption::Timestamp | Corruption::Missing => "unreadable",
+            Corruption::Negative => "an invalid spec",
+        }
+    }
+
+    /// The field path it writes and the bad value (`null` removes the field).
+    fn damage(self, key: &ObjKey, object: &Value) -> (Vec<&'static str>, Value) {
+        let v1beta1 = object["apiVersion"]
+            .as_str()
+            .is_some_and(|v| v.ends_with("/v1beta1"));
+        match self {
+            Corruption::Label => (vec!["metadata", "labels", CORRUPT_LABEL], json!(17)),
+            Corruption::Timestamp => (vec!["metadata", "creationTimestamp"], json!("yesterday")),
+            Corruption::Missing => (vec!["spec", "clusterName"], Value::Null),
+            Corruption::Negative => match (key.kind.as_str(), v1beta1) {
+                ("Machine", false) => (
+                    vec!["spec", "deletion", "nodeDrainTimeoutSeconds"],
+                    json!(-60),
+                ),
+                ("Machine", true) => (vec!["spec", "nodeDrainTimeout"], json!("-1m")),
+                (_, false) => (
+                    vec!["spec", "checks", "nodeStartupTimeoutSeconds"],
+                    json!(-600),
+                ),
+                (_, true) => (vec!["spec", "nodeStartupTimeout"], json!("-10m")),
+            },
+        }
+    }
+}
+
+/// `{"a": {"b": value}}` for the path `["a", "b"]`.
+fn nested(path: &[&str], value: Value) -> Value {
+    path.iter()
+        .rev()
+        .fold(value, |inner, key| json!({ *key: inner }))
 }

@@ -64,7 +64,7 @@ pub(crate) fn machine(root: &At, version: ApiVersion) -> Result<Machine, Convert
     };
     Ok(Machine {
         version,
-        cluster_name: spec.get("clusterName").str_or_empty()?,
+        cluster_name: spec.get("clusterName").required_str()?,
         bootstrap_config_ref: provider_reference(
             &bootstrap.get("configRef"),
             version,
@@ -199,7 +199,7 @@ pub(crate) fn machine_health_check(
         };
     Ok(MachineHealthCheck {
         version,
-        cluster_name: spec.get("clusterName").str_or_empty()?,
+        cluster_name: spec.get("clusterName").required_str()?,
         selector: label_selector(&spec.get("selector"))?,
         unhealthy_node_conditions: unhealthy_conditions(&node_conditions, version)?,
         unhealthy_machine_conditions: unhealthy_conditions(&machine_conditions, version)?,
@@ -235,7 +235,7 @@ pub(crate) fn machine_pool(root: &At, version: ApiVersion) -> Result<MachinePool
     };
     Ok(MachinePool {
         version,
-        cluster_name: spec.get("clusterName").str_or_empty()?,
+        cluster_name: spec.get("clusterName").required_str()?,
         replicas: spec.get("replicas").opt_i32()?,
         bootstrap_config_ref: provider_reference(
             &bootstrap.get("configRef"),

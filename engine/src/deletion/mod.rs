@@ -486,16 +486,17 @@ impl Controller for MachineDeletion {
             self.untrack(key);
             return;
         }
-        // The tracked cluster name, unless the Machine moved to another Cluster.
-        let cluster_name = match self.machines.get(key) {
-            Some(t)
-                if t.cluster.namespace == machine.meta.namespace
-                    && t.cluster.name == machine.cluster_name =>
-            {
-                t.cluster.clone()
-            }
-            _ => ClusterName::new(&machine.meta.namespace, &machine.cluster_name),
+        let cluster_name = ClusterName::new(&machine.meta.namespace, &machine.cluster_name);
+        // A Machine whose clusterName changed (a bad write, corrected) is tracked afresh under
+        // its cluster, whose cache holds its Node and pods; what it did so far is kept. Found
+        // by the corrupt-object fault: the old cluster's unsynced cache held it forever.
+        let moved = match self.machines.get(key) {
+            Some(t) if t.cluster != cluster_name => Some(t.memo.clone()),
+            _ => None,
         };
+        if moved.is_some() {
+            self.untrack(key);
+        }
         if !self.machines.contains_key(key) {
             let infrastructure = ref_key(&machine.infrastructure_ref, &machine.meta.namespace);
             let fresh = Tracked {
@@ -505,7 +506,7 @@ impl Controller for MachineDeletion {
                 infrastructure,
                 bootstrap: None,
                 control_plane: None,
-                memo: Memo::default(),
+                memo: moved.unwrap_or_default(),
                 pods: Default::default(),
             };
             self.machines.insert(key.clone(), fresh);

@@ -1742,3 +1742,15 @@ fn a_hook_held_for_ten_minutes_gets_one_warning_naming_it() {
     );
     assert!(warnings(&h.tick(at(1800))).is_empty(), "once per phase");
 }
+
+/// A deleting Machine whose clusterName is corrected is tracked under its real cluster: the
+/// old (never synced) cluster's cache no longer holds its deletion back.
+#[test]
+fn a_machine_whose_cluster_name_is_corrected_is_deleted_in_its_real_cluster() {
+    let mut wrong = deleting_m1();
+    wrong.cluster_name = "c2".into();
+    let (mut h, first) = Harness::start(world(wrong));
+    assert!(destructive(&first).is_empty(), "{:#?}", lines(&first));
+    let out = h.observe(mgmt(), Object::Machine(deleting_m1()));
+    assert_eq!(destructive(&out), ["drain Cordon Node n1@c1"]);
+}
