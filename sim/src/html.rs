@@ -16,13 +16,13 @@ pub const RUN_LANE: &str = "(run)";
 const LABEL_W: i64 = 280;
 const AXIS_H: i64 = 34;
 const LANE_H: i64 = 28;
-const MARK_W: i64 = 8;
+const MARK_W: i64 = 9;
 const COLUMN_PAD: i64 = 6;
 const GAP_PX_MIN: i64 = 6;
-const GAP_PX_MAX: i64 = 80;
-const GAP_MS_PER_PX: i64 = 250;
-const LABEL_SPACING_PX_MIN: i64 = 84;
-const RIGHT_MARGIN: i64 = 24;
+const GAP_PX_MAX: i64 = 160;
+const GAP_MS_PER_PX: i64 = 100;
+const LABEL_SPACING_PX_MIN: i64 = 64;
+const RIGHT_MARGIN: i64 = 64;
 
 /// Lane backgrounds, alternating (opaque, so a screenshot shows them exactly).
 pub const LANE_COLOURS: [&str; 2] = ["#f4f6f9", "#e6ecf4"];
@@ -245,6 +245,13 @@ fn at(ms: i64) -> String {
     clock(Duration(ms))
 }
 
+/// An axis label: `01:25`, `01:25.250`, `1:01:25` past an hour.
+fn tick(ms: i64) -> String {
+    let full = clock(Duration(ms));
+    let full = full.strip_suffix(".000").unwrap_or(&full);
+    full.strip_prefix("00:").unwrap_or(full).to_string()
+}
+
 fn mark_title(line: &Line) -> String {
     let mut title = format!(
         "{}  {} {}\n{}",
@@ -364,7 +371,7 @@ pub fn render(title: &str, timeline: &Timeline) -> String {
                 out,
                 "<text class=\"tick\" x=\"{x}\" y=\"{}\">{}</text>",
                 AXIS_H - 10,
-                escape(&at(at_ms))
+                escape(&tick(at_ms))
             );
             label_x_min = x + LABEL_SPACING_PX_MIN;
         }
@@ -630,6 +637,13 @@ mod tests {
         assert_eq!(page.matches("<rect class=\"mark").count(), t.lines.len());
         assert_eq!(page.matches("<rect class=\"bar\"").count(), 3);
         assert!(page.contains("command #7, caused by input #3"), "{page}");
+    }
+
+    #[test]
+    fn ticks_drop_what_is_zero() {
+        assert_eq!(tick(85_000), "01:25");
+        assert_eq!(tick(85_250), "01:25.250");
+        assert_eq!(tick(3_685_000), "01:01:25");
     }
 
     #[test]
