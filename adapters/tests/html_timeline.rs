@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 const SCENARIO: &str = "scenarios/deletion-pdb-blocks-until-rescheduled.yaml";
 const INSTALL: &str = "install it with .ci/install-clients (apt-get install -y chromium)";
 const CHROMIUM_WAIT_MAX: Duration = Duration::from_secs(25);
-const WINDOW: (usize, usize) = (1200, 440);
+const WINDOW: (usize, usize) = (1200, 410);
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
