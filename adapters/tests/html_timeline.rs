@@ -236,3 +236,68 @@ fn pdb_timeline_renders_a_lane_per_object_and_a_mark_per_action_in_chromium() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// The PDB scenario under the faults seed 7 draws, plus a violation and lines whose object and
+/// detail carry markup: faults and the violation are banded in the rendered page, and the
+/// markup stays text (its script never runs).
+#[test]
+fn faults_and_violations_are_banded_and_markup_stays_text_in_chromium() {
+    let chromium = chromium();
+    let scenario = sim::scenario::load(&workspace().join(SCENARIO)).expect("scenario loads");
+    let faults = sim::sweep::FaultChoice::parse("all").expect("fault choice");
+    let faulted = sim::sweep::with_faults(&scenario, 7, &faults);
+    let options = sim::RunOptions {
+        seed: Some(7),
+        ..Default::default()
+    };
+    let mut timeline = sim::run(&faulted, &options)
+        .expect("scenario runs")
+        .timeline;
+    // No quotes inside: escaped quotes alone would break the script and hide a missing `<` escape.
+    let payload = "<script>document.body.dataset.pwned=1</script><img src=x onerror=document.body.dataset.pwned=2>";
+    for (actor, action) in [("scenario", "Patch"), ("invariant", "Violation")] {
+        timeline.push(sim::timeline::Line {
+            at_ms: timeline.lines.last().map_or(0, |l| l.at_ms + 1000),
+            actor: actor.into(),
+            action: action.into(),
+            object: format!("Machine default/{payload}"),
+            detail: format!("'\"&{payload}"),
+            cause: None,
+            command: None,
+        });
+    }
+    let faults = timeline
+        .lines
+        .iter()
+        .filter(|l| l.action == "Fault" && l.actor == "scenario")
+        .count();
+    assert!(faults >= 3, "seed 7 draws faults: {faults}");
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let page = dir.path().join("faults.html");
+    std::fs::write(&page, sim::html::render(payload, &timeline)).expect("page written");
+    let dom = headless(
+        &chromium,
+        &dir.path().join("profile"),
+        &page,
+        &["--dump-dom".into()],
+    );
+    assert_eq!(body_count(&dom, "data-marks"), timeline.lines.len());
+    assert!(
+        !dom.contains("data-pwned"),
+        "markup in the timeline ran as script:\n{dom}"
+    );
+    let flagged = timeline
+        .lines
+        .iter()
+        .filter(|l| sim::html::highlight(l) != sim::html::Highlight::Plain)
+        .count();
+    assert!(flagged > faults, "a fault's effects are flagged too");
+    assert_eq!(dom.matches("<rect class=\"band\"").count(), flagged);
+    assert_eq!(dom.matches("<rect class=\"mark violation\"").count(), 1);
+    assert_eq!(
+        dom.matches("<rect class=\"mark fault\"").count(),
+        flagged - 1
+    );
+    assert_eq!(dom.matches("<text class=\"label bad\"").count(), 1);
+}
