@@ -156,6 +156,11 @@ fn pdb_timeline_renders_a_lane_per_object_and_a_mark_per_action_in_chromium() {
     assert!(status.success(), "sim run --html: {status}");
 
     let timeline = timeline();
+    let written = std::fs::read_to_string(&page).expect("page written");
+    assert!(
+        written == sim::html::render(SCENARIO, &timeline),
+        "the CLI's page is the renderer's, byte for byte, for the same (deterministic) run"
+    );
     let want = expected(&timeline);
     assert_eq!(
         want.objects.len(),
@@ -300,4 +305,25 @@ fn faults_and_violations_are_banded_and_markup_stays_text_in_chromium() {
         flagged - 1
     );
     assert_eq!(dom.matches("<text class=\"label bad\"").count(), 1);
+}
+
+#[test]
+fn an_unwritable_html_path_fails_the_run_and_names_the_flag() {
+    let output = Command::new(env!("CARGO_BIN_EXE_lifecycle"))
+        .current_dir(workspace())
+        .args([
+            "sim",
+            "run",
+            SCENARIO,
+            "--html",
+            "/nonexistent-dir/pdb.html",
+        ])
+        .output()
+        .expect("lifecycle runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--html /nonexistent-dir/pdb.html: "),
+        "{stderr}"
+    );
 }
