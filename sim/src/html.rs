@@ -294,6 +294,8 @@ svg text{font:12px system-ui,sans-serif;fill:#343a40}\
 .band{pointer-events:none}\
 #detail{white-space:pre-wrap;background:#f8f9fa;border:1px solid #dee2e6;padding:8px;min-height:3em}";
 
+/// Click shows a title in the detail box; the counts on `<body>` are what a headless browser
+/// test reads back after the page's script ran.
 const SCRIPT: &str = "for(const el of document.querySelectorAll('.mark,.bar')){\
 el.addEventListener('click',()=>{document.getElementById('detail').textContent=el.querySelector('title').textContent;});}\
 document.body.dataset.lanes=document.querySelectorAll('.lane').length;\
@@ -305,9 +307,6 @@ pub fn render(title: &str, timeline: &Timeline) -> String {
     let lanes = lanes(timeline);
     let phases = phases(timeline);
     let axis = Axis::new(timeline);
-    let lane_index: BTreeMap<&str, usize> =
-        lanes.iter().enumerate().map(|(i, l)| (*l, i)).collect();
-    let lane_y = |lane: &str| AXIS_H + lane_index[lane] as i64 * LANE_H;
     let height = AXIS_H + lanes.len() as i64 * LANE_H + 8;
     let end_ms = timeline.lines.last().map_or(0, |l| l.at_ms);
     let flagged: Vec<&Line> = timeline
@@ -358,26 +357,9 @@ pub fn render(title: &str, timeline: &Timeline) -> String {
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{height}\" viewBox=\"0 0 {} {height}\">",
         axis.end_x, axis.end_x
     );
-    let mut label_x_min = LABEL_W;
-    for (&at_ms, &(x, _)) in &axis.columns {
-        let _ = writeln!(
-            out,
-            "<line x1=\"{x}\" y1=\"{}\" x2=\"{x}\" y2=\"{}\" stroke=\"#ced4da\" stroke-width=\"1\"/>",
-            AXIS_H - 6,
-            height - 8
-        );
-        if x >= label_x_min {
-            let _ = writeln!(
-                out,
-                "<text class=\"tick\" x=\"{x}\" y=\"{}\">{}</text>",
-                AXIS_H - 10,
-                escape(&tick(at_ms))
-            );
-            label_x_min = x + LABEL_SPACING_PX_MIN;
-        }
-    }
+    ticks(&mut out, &axis, height);
     for (i, lane) in lanes.iter().enumerate() {
-        let y = lane_y(lane);
+        let y = AXIS_H + i as i64 * LANE_H;
         let bad = timeline
             .lines
             .iter()
@@ -403,63 +385,22 @@ pub fn render(title: &str, timeline: &Timeline) -> String {
             escape(lane)
         );
         for phase in phases.iter().filter(|p| p.object == *lane) {
-            let x0 = axis.x(phase.start_ms);
-            let x1 = phase.end_ms.map_or(axis.end_x, |end| {
-                if end == phase.start_ms || phase.reason == "DeletionCompleted" {
-                    axis.x_after(end)
-                } else {
-                    axis.x(end)
-                }
-            });
-            let until = phase.end_ms.map_or_else(
-                || "the end of the timeline".to_string(),
-                |end| format!("{} ({})", at(end), Duration(end - phase.start_ms)),
-            );
-            let _ = writeln!(
-                out,
-                "<rect class=\"bar\" data-phase=\"{}\" x=\"{x0}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"><title>{}</title></rect>",
-                escape(&phase.reason),
-                y + 3,
-                (x1 - x0).max(2),
-                LANE_H - 6,
-                phase_colour(&phase.reason),
-                escape(&format!(
-                    "Deleting: {}\n{} from {} to {}\n{}",
-                    phase.reason,
-                    phase.object,
-                    at(phase.start_ms),
-                    until,
-                    timeline.lines[phase.line].detail
-                ))
-            );
+            bar(&mut out, &axis, y, phase, &timeline.lines[phase.line]);
         }
         let mut slot: BTreeMap<i64, i64> = BTreeMap::new();
         for line in timeline.lines.iter().filter(|l| lane_of(l) == *lane) {
             let k = slot.entry(line.at_ms).or_default();
             let x = axis.x(line.at_ms) + *k * MARK_W;
             *k += 1;
-            let class = match highlight(line) {
-                Highlight::Plain => "",
-                Highlight::Fault => " fault",
-                Highlight::Violation => " violation",
-            };
-            let _ = writeln!(
-                out,
-                "<rect class=\"mark{class}\" data-actor=\"{}\" data-action=\"{}\" x=\"{x}\" y=\"{}\" width=\"{}\" height=\"14\" rx=\"1\" fill=\"{}\"><title>{}</title></rect>",
-                escape(&line.actor),
-                escape(&line.action),
-                y + 7,
-                MARK_W - 2,
-                actor_colour(&line.actor),
-                escape(&mark_title(line))
-            );
+            mark(&mut out, x, y, line);
         }
         out.push_str("</g>\n");
     }
     for line in &flagged {
         let fill = match highlight(line) {
             Highlight::Violation => "#fa5252",
-            _ => "#fd7e14",
+            Highlight::Fault => "#fd7e14",
+            Highlight::Plain => continue,
         };
         let x = axis.x(line.at_ms);
         let _ = writeln!(
@@ -473,6 +414,80 @@ pub fn render(title: &str, timeline: &Timeline) -> String {
     out.push_str("</svg>\n<pre id=\"detail\">Click a mark or a bar.</pre>\n");
     let _ = writeln!(out, "<script>{SCRIPT}</script>\n</body></html>");
     out
+}
+
+/// Vertical rules at every instant, labelled where there is room.
+fn ticks(out: &mut String, axis: &Axis, height: i64) {
+    let mut label_x_min = LABEL_W;
+    for (&at_ms, &(x, _)) in &axis.columns {
+        let _ = writeln!(
+            out,
+            "<line x1=\"{x}\" y1=\"{}\" x2=\"{x}\" y2=\"{}\" stroke=\"#ced4da\" stroke-width=\"1\"/>",
+            AXIS_H - 6,
+            height - 8
+        );
+        if x >= label_x_min {
+            let _ = writeln!(
+                out,
+                "<text class=\"tick\" x=\"{x}\" y=\"{}\">{}</text>",
+                AXIS_H - 10,
+                escape(&tick(at_ms))
+            );
+            label_x_min = x + LABEL_SPACING_PX_MIN;
+        }
+    }
+}
+
+/// A phase's bar: to the column of the next phase, over its own column when it starts and
+/// ends at one instant (or is `DeletionCompleted`), to the right edge while still open.
+fn bar(out: &mut String, axis: &Axis, y: i64, phase: &Phase, entered: &Line) {
+    let x0 = axis.x(phase.start_ms);
+    let x1 = phase.end_ms.map_or(axis.end_x, |end| {
+        if end == phase.start_ms || phase.reason == "DeletionCompleted" {
+            axis.x_after(end)
+        } else {
+            axis.x(end)
+        }
+    });
+    let until = phase.end_ms.map_or_else(
+        || "the end of the timeline".to_string(),
+        |end| format!("{} ({})", at(end), Duration(end - phase.start_ms)),
+    );
+    let _ = writeln!(
+        out,
+        "<rect class=\"bar\" data-phase=\"{}\" x=\"{x0}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"><title>{}</title></rect>",
+        escape(&phase.reason),
+        y + 3,
+        (x1 - x0).max(2),
+        LANE_H - 6,
+        phase_colour(&phase.reason),
+        escape(&format!(
+            "Deleting: {}\n{} from {} to {}\n{}",
+            phase.reason,
+            phase.object,
+            at(phase.start_ms),
+            until,
+            entered.detail
+        ))
+    );
+}
+
+fn mark(out: &mut String, x: i64, y: i64, line: &Line) {
+    let class = match highlight(line) {
+        Highlight::Plain => "",
+        Highlight::Fault => " fault",
+        Highlight::Violation => " violation",
+    };
+    let _ = writeln!(
+        out,
+        "<rect class=\"mark{class}\" data-actor=\"{}\" data-action=\"{}\" x=\"{x}\" y=\"{}\" width=\"{}\" height=\"14\" rx=\"1\" fill=\"{}\"><title>{}</title></rect>",
+        escape(&line.actor),
+        escape(&line.action),
+        y + 7,
+        MARK_W - 2,
+        actor_colour(&line.actor),
+        escape(&mark_title(line))
+    );
 }
 
 fn legend(out: &mut String, timeline: &Timeline, phases: &[Phase]) {
