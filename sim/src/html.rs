@@ -662,6 +662,21 @@ mod tests {
     }
 
     #[test]
+    fn the_page_loads_nothing() {
+        let page = render("story", &drain_story());
+        for reference in [
+            "src=", "href=", "url(", "@import", "<link", "<iframe", "fetch(",
+        ] {
+            assert!(!page.contains(reference), "{reference} in {page}");
+        }
+        let namespace = "http://www.w3.org/2000/svg";
+        assert_eq!(
+            page.matches("http").count(),
+            page.matches(namespace).count()
+        );
+    }
+
+    #[test]
     fn same_timeline_same_bytes() {
         assert_eq!(render("a", &drain_story()), render("a", &drain_story()));
     }
