@@ -13,6 +13,7 @@ pub mod expect;
 mod faults;
 pub mod feed;
 pub mod generate;
+pub mod html;
 mod intake;
 pub mod invariants;
 pub mod journal_damage;

@@ -2,7 +2,7 @@
 
 use clap::{Subcommand, ValueEnum};
 use sim::scenario;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The scenario replayed when `sim run` is given no file.
 pub const DEFAULT_SCENARIO: (&str, &str) = (
@@ -27,6 +27,10 @@ pub enum SimCommand {
         seed: Option<u64>,
         #[arg(long, value_enum, default_value = "text")]
         format: Format,
+        /// Also write the timeline as one self-contained HTML page (a lane per object,
+        /// phases as bars, actions as marks; no network needed to view it).
+        #[arg(long, value_name = "OUT.html")]
+        html: Option<PathBuf>,
         /// Keep the run's sled journal in this directory.
         #[arg(long)]
         journal: Option<PathBuf>,
@@ -113,6 +117,7 @@ pub fn main(command: SimCommand) -> u8 {
             file,
             seed,
             format,
+            html,
             journal,
             faults,
             batch,
@@ -129,9 +134,9 @@ pub fn main(command: SimCommand) -> u8 {
                     seed,
                     record_requests,
                 };
-                run_over_http(file, format, &setup)
+                run_over_http(file, format, html.as_deref(), &setup)
             } else {
-                run(file, seed, format, journal, faults, batch)
+                run(file, seed, format, html.as_deref(), journal, faults, batch)
             }
         }
         SimCommand::Sweep {
@@ -172,6 +177,21 @@ fn load(file: Option<&PathBuf>) -> Result<scenario::Scenario, String> {
     parsed.map_err(|e| e.to_string())
 }
 
+/// Writes the HTML page when asked to; false (and a message) when it could not be written.
+fn write_html(out: Option<&Path>, report: &sim::run::Report, file: &str) -> bool {
+    let Some(out) = out else {
+        return true;
+    };
+    let page = sim::html::render(file, &report.timeline);
+    match std::fs::write(out, page) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("--html {}: {e}", out.display());
+            false
+        }
+    }
+}
+
 fn print_report(report: &sim::run::Report, file: &str, format: Format) {
     match format {
         Format::Text => print!("{}", report.timeline.render_text()),
@@ -180,7 +200,12 @@ fn print_report(report: &sim::run::Report, file: &str, format: Format) {
     print!("{}", report.render_verdict(file));
 }
 
-fn run_over_http(file: Option<PathBuf>, format: Format, setup: &super::overhttp::OverHttp) -> u8 {
+fn run_over_http(
+    file: Option<PathBuf>,
+    format: Format,
+    html: Option<&Path>,
+    setup: &super::overhttp::OverHttp,
+) -> u8 {
     let scenario = match load(file.as_ref()) {
         Ok(s) => s,
         Err(e) => {
@@ -190,6 +215,9 @@ fn run_over_http(file: Option<PathBuf>, format: Format, setup: &super::overhttp:
     };
     match super::overhttp::run(&scenario, setup) {
         Ok(played) => {
+            if !write_html(html, &played.report, &scenario.file) {
+                return super::overhttp::EXIT_COULD_NOT_RUN;
+            }
             print_report(&played.report, &scenario.file, format);
             println!(
                 "over HTTP: speed {}x, tolerance {}, {} controller process(es), {:.1} s wall",
@@ -211,6 +239,7 @@ fn run(
     file: Option<PathBuf>,
     seed: Option<u64>,
     format: Format,
+    html: Option<&Path>,
     journal: Option<PathBuf>,
     faults: Option<String>,
     batch: bool,
@@ -246,6 +275,9 @@ fn run(
             return 1;
         }
     };
+    if !write_html(html, &report, &scenario.file) {
+        return 1;
+    }
     print_report(&report, &scenario.file, format);
     println!("engine state {:016x}", report.engine_state_hash);
     if report.passed() { 0 } else { 1 }
