@@ -8,6 +8,9 @@ use kube::{Api, Client, Config};
 use sim::api::ClusterStore;
 use std::time::Duration;
 
+mod common;
+use common::{Child, lifecycle, serve};
+
 #[tokio::test]
 async fn one_holder_at_a_time_and_takeover_after_expiry() {
     let server = ApiServer::start(
@@ -74,74 +77,6 @@ async fn a_released_lease_is_taken_at_once_and_only_the_holder_releases() {
     );
     assert!(!release(&api, &a).await.unwrap(), "a no longer holds it");
     server.shutdown().await;
-}
-
-/// A `lifecycle` child process, killed if still running when dropped.
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Child {
-    fn sigterm(&self) {
-        let sent = std::process::Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-    }
-
-    async fn exited(&mut self, within: Duration) -> std::process::ExitStatus {
-        let started = std::time::Instant::now();
-        loop {
-            if let Some(status) = self.0.try_wait().unwrap() {
-                return status;
-            }
-            assert!(started.elapsed() < within, "still running after {within:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-fn lifecycle() -> std::process::Command {
-    std::process::Command::new(env!("CARGO_BIN_EXE_lifecycle"))
-}
-
-/// `lifecycle sim serve` on deletion-order-of-actions (m1 deleted at 1m) at `speed`; returns
-/// the server, the management kubeconfig it wrote and the clock flags a controller needs.
-fn serve(dir: &std::path::Path, speed: u32) -> (Child, std::path::PathBuf, Vec<String>) {
-    use std::io::BufRead;
-    let file = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../scenarios/deletion-order-of-actions.yaml"
-    );
-    let mut serve = lifecycle()
-        .args(["sim", "serve", file, "--speed", &speed.to_string()])
-        .arg("--kubeconfig-dir")
-        .arg(dir)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("sim serve starts");
-    let stdout = serve.stdout.take().expect("piped");
-    let mut lines = std::io::BufReader::new(stdout).lines();
-    let mut clock = Vec::new();
-    for line in lines.by_ref() {
-        let line = line.expect("sim serve prints");
-        if let Some((_, flags)) = line.split_once("--journal <DIR>") {
-            clock = flags.split_whitespace().map(str::to_string).collect();
-        }
-        if line.starts_with("playing ") {
-            break;
-        }
-    }
-    // Keep reading so that the server never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
-    (Child(serve), dir.join("management.kubeconfig"), clock)
 }
 
 /// `lifecycle run --leader-elect` as `host` (its Lease identity is `host_PID`).
@@ -246,7 +181,7 @@ fn verify(journal: &std::path::Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_within_2s_of_the_leaders_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let (_server, kubeconfig, clock) = serve(dir.path(), 1);
+    let (_server, kubeconfig, clock) = serve(dir.path(), "deletion-order-of-actions", 1);
     let api: Api<Lease> = Api::namespaced(management_client(&kubeconfig).await, "kube-system");
     let journals = [dir.path().join("journal-a"), dir.path().join("journal-b")];
     let (mut children, ids, leader) = two_candidates(&api, &kubeconfig, &journals, &clock).await;
@@ -274,7 +209,7 @@ async fn a_standby_takes_over_within_2s_of_the_leaders_sigterm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_stopped_mid_drain_hands_over_and_the_deletion_completes() {
     let dir = tempfile::tempdir().unwrap();
-    let (_server, kubeconfig, clock) = serve(dir.path(), 10);
+    let (_server, kubeconfig, clock) = serve(dir.path(), "deletion-order-of-actions", 10);
     assert!(clock.iter().any(|f| f == "--clock-speed"), "{clock:?}");
     let client = management_client(&kubeconfig).await;
     let api: Api<Lease> = Api::namespaced(client.clone(), "kube-system");

@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::{Child, lifecycle, serve};
+
 const SCENARIO: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../scenarios/deletion-order-of-actions.yaml"
@@ -23,51 +26,6 @@ fn cache(path: &str) -> PathBuf {
     Path::new(&std::env::var("HOME").expect("HOME is set"))
         .join(".cache/lifecycle")
         .join(path)
-}
-
-/// Kills the child when dropped.
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn lifecycle() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_lifecycle"))
-}
-
-/// `sim serve` at 10x; the management kubeconfig and the clock flags a controller needs.
-fn serve(dir: &Path) -> (Child, PathBuf, Vec<String>) {
-    let mut child = lifecycle()
-        .args([
-            "sim",
-            "serve",
-            SCENARIO,
-            "--speed",
-            "10",
-            "--kubeconfig-dir",
-        ])
-        .arg(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("sim serve starts");
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut clock = Vec::new();
-    for line in lines.by_ref() {
-        let line = line.expect("sim serve prints");
-        if let Some((_, flags)) = line.split_once("--journal <DIR>") {
-            clock = flags.split_whitespace().map(str::to_string).collect();
-        }
-        if line.starts_with("playing ") {
-            break;
-        }
-    }
-    std::thread::spawn(move || lines.for_each(drop));
-    (Child(child), dir.join("management.kubeconfig"), clock)
 }
 
 /// Sample name → its (labels, value) pairs, as the parser reads them.
@@ -157,7 +115,7 @@ fn simulated(action: &str) -> f64 {
 #[test]
 fn the_metrics_page_parses_and_counts_what_the_controller_did() {
     let dir = tempfile::tempdir().unwrap();
-    let (_server, kubeconfig, clock) = serve(dir.path());
+    let (_server, kubeconfig, clock) = serve(dir.path(), "deletion-order-of-actions", 10);
     let port = free_port();
     let _controller = Child(
         lifecycle()

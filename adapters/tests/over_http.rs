@@ -46,10 +46,14 @@ const SET: &[&str] = &[
 /// the set, so its requests are recorded too.
 const RESTARTS: &str = "faults-controller-restart-and-torn-journal";
 
-/// Played only for the requests they make (MachinePool Machines: creating Machines, deleting
-/// DockerMachinePoolMachines), which the RBAC test must see. Its verdict over HTTP is not judged:
-/// the over-HTTP judge counts no `CreateMachine` although the server records the creates.
-const MEASURED_ONLY: &[&str] = &["pool-machines-drained-on-scale-down"];
+/// Played only for the requests they make, which the RBAC test must see: MachinePool Machines
+/// (creating Machines, deleting DockerMachinePoolMachines; its verdict is not judged: the
+/// over-HTTP judge counts no `CreateMachine` although the server records the creates), and a
+/// drain blocked for minutes (a repeated DrainBlocked updates its Event: `events patch`).
+const MEASURED_ONLY: &[&str] = &[
+    "pool-machines-drained-on-scale-down",
+    "deletion-drain-timeout",
+];
 
 fn scenario(name: &str) -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios")).join(format!("{name}.yaml"))

@@ -58,6 +58,9 @@ fn controller_of(obj: &Value) -> Option<(String, String)> {
         })
 }
 
+/// How soon a provider tries a provisioning step again when the Machine cannot be read.
+const PROVIDER_RETRY: engine::Duration = engine::Duration::from_secs(10);
+
 impl Sim {
     /// Reacts to a write as the world's controllers would.
     pub(crate) fn react(&mut self, scope: &Scope, written: &Written) {
@@ -732,6 +735,16 @@ impl Sim {
         }
     }
 
+    /// The cluster a Machine being provisioned belongs to; a provider cannot go on without
+    /// it (a corrupted Machine), so the step is tried again a little later.
+    fn cluster_or_retry(&mut self, machine: &Value, step: Event) -> Option<String> {
+        let cluster = json::str_at(machine, "spec.clusterName").filter(|c| !c.is_empty());
+        if cluster.is_none() {
+            self.schedule_in(PROVIDER_RETRY, step);
+        }
+        cluster.map(str::to_string)
+    }
+
     /// A Machine still being provisioned, unless it is gone or deleting; a world fault of
     /// `kind` in effect stops the step (and counts as fired).
     fn provisioning(
@@ -757,9 +770,14 @@ impl Sim {
             Err(Some(m)) => return self.provisioning_failed(machine_key, &m),
             Err(None) => return,
         };
-        let cluster = json::str_at(&machine, "spec.clusterName")
-            .unwrap_or_default()
-            .to_string();
+        let Some(cluster) = self.cluster_or_retry(
+            &machine,
+            Event::InfraReady {
+                machine: machine_key.clone(),
+            },
+        ) else {
+            return;
+        };
         let provider_id = format!("sim://{cluster}/{}", machine_key.name);
         let infra = machine
             .pointer("/spec/infrastructureRef")
@@ -806,9 +824,14 @@ impl Sim {
             }
             Err(None) => return,
         };
-        let cluster = json::str_at(&machine, "spec.clusterName")
-            .unwrap_or_default()
-            .to_string();
+        let Some(cluster) = self.cluster_or_retry(
+            &machine,
+            Event::NodeJoin {
+                machine: machine_key.clone(),
+            },
+        ) else {
+            return;
+        };
         let scope = self.workload_scope(&cluster);
         let provider_id = json::str_at(&machine, "spec.providerID")
             .unwrap_or_default()

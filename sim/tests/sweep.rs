@@ -310,22 +310,27 @@ fn corruption_scenarios() -> Vec<Scenario> {
     .collect()
 }
 
+/// 60 seeds of the corruption scenarios with `corrupt-object` as the only fault.
+fn corruption_sweep(feeding: Feeding) -> SweepReport {
+    let choice = FaultChoice::Only(vec![FaultKind::CorruptObject]);
+    sweep(
+        &corruption_scenarios(),
+        0,
+        60,
+        jobs(),
+        &choice,
+        feeding,
+        &|_, _| {},
+    )
+}
+
 /// Corrupting Nodes, Machines, MHCs, pools and provider objects (labels that are numbers,
 /// creation times that do not parse) may delay a destructive command, never add one: each
 /// seed runs again without its corruption and must issue every destructive command the
 /// corrupted run did.
 #[test]
 fn corrupting_objects_never_adds_a_destructive_command() {
-    let choice = FaultChoice::Only(vec![FaultKind::CorruptObject]);
-    let report = sweep(
-        &corruption_scenarios(),
-        0,
-        60,
-        jobs(),
-        &choice,
-        Feeding::default(),
-        &|_, _| {},
-    );
+    let report = corruption_sweep(Feeding::default());
     assert_no_failures(&report);
     assert!(
         report.fired.get("corrupt-object").copied().unwrap_or(0) >= 100,
@@ -356,19 +361,10 @@ fn unreadable_as_deleted(input: &mut Input) {
 
 #[test]
 fn a_controller_that_takes_unreadable_for_deleted_is_caught_by_the_corruption_differential() {
-    let choice = FaultChoice::Only(vec![FaultKind::CorruptObject]);
-    let report = sweep(
-        &corruption_scenarios(),
-        0,
-        60,
-        jobs(),
-        &choice,
-        Feeding {
-            filter: Some(unreadable_as_deleted),
-            batch: false,
-        },
-        &|_, _| {},
-    );
+    let report = corruption_sweep(Feeding {
+        filter: Some(unreadable_as_deleted),
+        batch: false,
+    });
     let added: Vec<&String> = report
         .failures
         .iter()

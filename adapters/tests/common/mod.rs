@@ -1,0 +1,77 @@
+//! What the test binaries that run `lifecycle` as a child process share: the child (killed
+//! when dropped) and `sim serve` started on a scenario. Each binary uses part of it.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+/// A `lifecycle` child process, killed if still running when dropped.
+pub struct Child(pub std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Child {
+    pub fn sigterm(&self) {
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    }
+
+    pub async fn exited(&mut self, within: Duration) -> std::process::ExitStatus {
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return status;
+            }
+            assert!(started.elapsed() < within, "still running after {within:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+pub fn lifecycle() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_lifecycle"))
+}
+
+/// `lifecycle sim serve` on `scenarios/<scenario>.yaml` at `speed`; returns the server, the
+/// management kubeconfig it wrote and the clock flags a controller needs.
+pub fn serve(
+    dir: &std::path::Path,
+    scenario: &str,
+    speed: u32,
+) -> (Child, std::path::PathBuf, Vec<String>) {
+    use std::io::BufRead;
+    let file = format!(
+        "{}/../scenarios/{scenario}.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut serve = lifecycle()
+        .args(["sim", "serve", &file, "--speed", &speed.to_string()])
+        .arg("--kubeconfig-dir")
+        .arg(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("sim serve starts");
+    let stdout = serve.stdout.take().expect("piped");
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let mut clock = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.expect("sim serve prints");
+        if let Some((_, flags)) = line.split_once("--journal <DIR>") {
+            clock = flags.split_whitespace().map(str::to_string).collect();
+        }
+        if line.starts_with("playing ") {
+            break;
+        }
+    }
+    // Keep reading so that the server never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    (Child(serve), dir.join("management.kubeconfig"), clock)
+}
