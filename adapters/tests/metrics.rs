@@ -5,7 +5,7 @@
 //! promtool fails the test (`.ci/install-clients` installs them).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -52,9 +52,13 @@ impl Sim {
         let Some(infra) = self.managed_infra_of(&pool) else {
             return;
         };
-        let cluster = json::str_at(&pool, "spec.clusterName")
-            .unwrap_or_default()
-            .to_string();
+        let step = Event::PoolProvisioned {
+            pool: pool_key.clone(),
+        };
+        let Some(cluster) = self.cluster_or_retry(&pool, step) else {
+            self.world.pool_targets.insert(pool_key.clone(), want);
+            return;
+        };
         let have = self
             .get(&Scope::Management, &infra)
             .and_then(|i| i.pointer("/status/replicas"))
@@ -98,9 +102,13 @@ impl Sim {
         if i64::from(index) >= replicas || json::is_deleting(&pool) {
             return;
         }
-        let cluster = json::str_at(&pool, "spec.clusterName")
-            .unwrap_or_default()
-            .to_string();
+        let step = Event::PoolNodeJoin {
+            pool: pool_key.clone(),
+            index,
+        };
+        let Some(cluster) = self.cluster_or_retry(&pool, step) else {
+            return;
+        };
         let scope = self.workload_scope(&cluster);
         let name = format!("{}-{index}", pool_key.name);
         let mut node =

@@ -737,7 +737,7 @@ impl Sim {
 
     /// The cluster a Machine being provisioned belongs to; a provider cannot go on without
     /// it (a corrupted Machine), so the step is tried again a little later.
-    fn cluster_or_retry(&mut self, machine: &Value, step: Event) -> Option<String> {
+    pub(crate) fn cluster_or_retry(&mut self, machine: &Value, step: Event) -> Option<String> {
         let cluster = json::str_at(machine, "spec.clusterName").filter(|c| !c.is_empty());
         if cluster.is_none() {
             self.schedule_in(PROVIDER_RETRY, step);
