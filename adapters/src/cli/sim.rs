@@ -59,6 +59,29 @@ pub enum SimCommand {
         #[arg(long, hide = true, requires = "over_http")]
         record_requests: Option<PathBuf>,
     },
+    /// Print a generated fleet as a scenario file (for `sim serve` and benchmarks): CLUSTERS
+    /// workload clusters of MACHINES Machines each (one control plane), PODS pods per Node, and
+    /// a seeded churn of Machine deletions and Node failures over the duration.
+    Generate {
+        #[arg(long, default_value_t = 10)]
+        clusters: usize,
+        /// Machines per cluster, the control-plane Machine included.
+        #[arg(long, default_value_t = 10)]
+        machines: usize,
+        #[arg(long, default_value_t = 10)]
+        pods: usize,
+        /// Share of worker Machines deleted during the run.
+        #[arg(long, default_value_t = 0.05)]
+        delete_fraction: f64,
+        /// Share of Nodes whose Ready condition turns False during the run.
+        #[arg(long, default_value_t = 0.0)]
+        fail_fraction: f64,
+        /// Length of the run, in minutes.
+        #[arg(long, default_value_t = 10)]
+        minutes: i64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// Run every scenario under many seeds with randomized faults, checking invariants.
     /// Exit 1 if any seed breaks one; each failure is printed with the command that reproduces it.
     Sweep {
@@ -158,6 +181,27 @@ pub fn main(command: SimCommand) -> u8 {
             out,
             batch,
         }),
+        SimCommand::Generate {
+            clusters,
+            machines,
+            pods,
+            delete_fraction,
+            fail_fraction,
+            minutes,
+            seed,
+        } => {
+            let spec = sim::generate::FleetSpec {
+                clusters,
+                machines_per_cluster: machines,
+                pods_per_node: pods,
+                delete_fraction: delete_fraction.clamp(0.0, 1.0),
+                fail_fraction: fail_fraction.clamp(0.0, 1.0),
+                duration: engine::Duration::from_secs(minutes.max(1) * 60),
+                seed,
+            };
+            print!("{}", sim::scenario::to_yaml(&sim::generate::fleet(&spec)));
+            0
+        }
         SimCommand::Serve {
             file,
             port,
