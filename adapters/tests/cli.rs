@@ -431,3 +431,41 @@ fn log_verify_still_names_damage_in_a_journal_with_retired_records() {
     );
     assert!(!text.contains("\nok\n"), "{text}");
 }
+
+/// `sim generate` prints a fleet that loads as a scenario and runs: CLUSTERS x MACHINES
+/// Machines, PODS pods per Node.
+#[test]
+fn sim_generate_prints_a_fleet_scenario_that_runs() {
+    let out = lifecycle()
+        .args([
+            "sim",
+            "generate",
+            "--clusters",
+            "2",
+            "--machines",
+            "3",
+            "--pods",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("fleet.yaml");
+    std::fs::write(&file, &out.stdout).unwrap();
+    let scenario = sim::scenario::load(&file).unwrap_or_else(|e| panic!("{e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.matches("\"kind\":\"Machine\",").count(), 6, "{text}");
+    assert_eq!(scenario.workload.len(), 2);
+    let run = lifecycle()
+        .args(["sim", "run"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stdout)
+    );
+}
