@@ -429,10 +429,11 @@ fn show(dir: &Path, format: Format, from: u64, object: Option<&str>) -> Result<u
             Format::Text => {
                 let mut t = format!("{:>8}  {}  {described}", r.seq, r.at);
                 for c in &commands {
-                    t.push_str(&format!(
-                        "\n          -> {c}  ({})",
-                        c.reason.replace('\n', " / ")
-                    ));
+                    t.push_str(&format!("\n          -> {c}"));
+                    // An event's reason is its message, already shown.
+                    if !matches!(c.action, engine::Action::RecordEvent { .. }) {
+                        t.push_str(&format!("  ({})", c.reason.replace('\n', " / ")));
+                    }
                 }
                 t
             }
