@@ -622,6 +622,29 @@ struct Flood {
     answered: Arc<std::sync::atomic::AtomicUsize>,
 }
 
+impl Flood {
+    fn new(evictions: u64) -> Self {
+        Flood {
+            evictions,
+            queue: VecDeque::new(),
+            issued: false,
+            finalizer_issued: false,
+            answered: Arc::default(),
+        }
+    }
+}
+
+/// The scenario's world, its servers logging each request's arrival.
+async fn world_logging_arrivals() -> (ServedWorld, Arc<adapters::apiserver::arrivals::Arrivals>) {
+    let arrivals = Arc::new(adapters::apiserver::arrivals::Arrivals::default());
+    let options = ServerOptions {
+        arrivals: Some(arrivals.clone()),
+        ..options()
+    };
+    let world = ServedWorld::start(&scenario(), 0, options).await.unwrap();
+    (world, arrivals)
+}
+
 impl SnapshotSource for Flood {
     fn engine(&self) -> Option<&engine::Engine> {
         None
@@ -699,24 +722,8 @@ impl Core for Flood {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finalizer_removal_overtakes_queued_evictions() {
     const EVICTIONS: u64 = 40;
-    let arrivals = Arc::new(adapters::apiserver::arrivals::Arrivals::default());
-    let world = ServedWorld::start(
-        &scenario(),
-        0,
-        ServerOptions {
-            arrivals: Some(arrivals.clone()),
-            ..options()
-        },
-    )
-    .await
-    .unwrap();
-    let flood = Flood {
-        evictions: EVICTIONS,
-        queue: VecDeque::new(),
-        issued: false,
-        finalizer_issued: false,
-        answered: Arc::default(),
-    };
+    let (world, arrivals) = world_logging_arrivals().await;
+    let flood = Flood::new(EVICTIONS);
     let answered = flood.answered.clone();
     let mut adapter = Adapter::new(
         flood,
@@ -797,24 +804,8 @@ impl adapters::kube::InputLog for ClosingLog {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_finishes_commands_in_flight_and_starts_no_more() {
     const EVICTIONS: u64 = 20;
-    let arrivals = Arc::new(adapters::apiserver::arrivals::Arrivals::default());
-    let world = ServedWorld::start(
-        &scenario(),
-        0,
-        ServerOptions {
-            arrivals: Some(arrivals.clone()),
-            ..options()
-        },
-    )
-    .await
-    .unwrap();
-    let flood = Flood {
-        evictions: EVICTIONS,
-        queue: VecDeque::new(),
-        issued: false,
-        finalizer_issued: false,
-        answered: Arc::default(),
-    };
+    let (world, arrivals) = world_logging_arrivals().await;
+    let flood = Flood::new(EVICTIONS);
     let answered = flood.answered.clone();
     let mut adapter = Adapter::new(
         flood,

@@ -5,7 +5,10 @@
 //!
 //! kubectl 1.20 reads `/openapi/v2` (protobuf) for explain, validation and `--dry-run=server`.
 
+mod common;
+
 use adapters::apiserver::{ApiServer, ServerOptions, SharedCluster};
+use common::{cache_home, required_tool};
 use serde_json::{Value, json};
 use sim::api::{ClusterStore, ObjKey};
 use std::path::{Path, PathBuf};
@@ -17,42 +20,26 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 const INSTALL: &str = "run .ci/install-clients (CI runs it from .ci/run)";
 
-fn cache_home() -> PathBuf {
-    PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cache/lifecycle")
-}
-
 /// kubectl 1.32: `$KUBECTL_1_32`, else `kubectl` on PATH, which must be 1.32.
 fn kubectl_132() -> PathBuf {
-    let path =
-        std::env::var_os("KUBECTL_1_32").map_or_else(|| PathBuf::from("kubectl"), PathBuf::from);
-    let out = Command::new(&path).args(["version", "--client"]).output();
-    let text = out
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    assert!(
-        text.contains("v1.32."),
-        "kubectl 1.32 is required at {} (got {text:?}); it ships with this machine kind, or set KUBECTL_1_32",
-        path.display()
-    );
-    path
+    required_tool(
+        "KUBECTL_1_32",
+        PathBuf::from("kubectl"),
+        &["version", "--client"],
+        "v1.32.",
+        "it ships with this machine kind",
+    )
 }
 
 /// kubectl 1.20: `$KUBECTL_1_20`, else where `.ci/install-clients` unpacks it.
 fn kubectl_120() -> PathBuf {
-    let path = std::env::var_os("KUBECTL_1_20").map_or_else(
-        || cache_home().join("kubectl-1.20/usr/bin/kubectl"),
-        PathBuf::from,
-    );
-    let out = Command::new(&path).args(["version", "--client"]).output();
-    let text = out
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    assert!(
-        text.contains("v1.20."),
-        "kubectl 1.20 is required at {} (got {text:?}): {INSTALL}",
-        path.display()
-    );
-    path
+    required_tool(
+        "KUBECTL_1_20",
+        cache_home().join("kubectl-1.20/usr/bin/kubectl"),
+        &["version", "--client"],
+        "v1.20.",
+        INSTALL,
+    )
 }
 
 /// The Python with the `kubernetes` package: `$LIFECYCLE_PYTHON`, else the virtualenv.

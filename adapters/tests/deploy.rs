@@ -4,9 +4,11 @@
 //! Deployment is hardened as documented; and its `lifecycle run` arguments, run against a served world,
 //! use exactly the leader-election Role. A missing kubectl or validator fails, never skips.
 
+mod common;
 mod rbac;
 
 use adapters::apiserver::record;
+use common::required_tool;
 use rbac::Grant;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -21,19 +23,13 @@ const KUBERNETES_VERSION: &str = "1.32.0";
 
 /// kubectl 1.32: `$KUBECTL_1_32`, else `kubectl` on PATH, which must be 1.32.
 fn kubectl() -> PathBuf {
-    let path =
-        std::env::var_os("KUBECTL_1_32").map_or_else(|| PathBuf::from("kubectl"), PathBuf::from);
-    let text = Command::new(&path)
-        .args(["version", "--client"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    assert!(
-        text.contains("v1.32."),
-        "kubectl 1.32 is required at {} (got {text:?}); it ships with this machine kind, or set KUBECTL_1_32",
-        path.display()
-    );
-    path
+    required_tool(
+        "KUBECTL_1_32",
+        PathBuf::from("kubectl"),
+        &["version", "--client"],
+        "v1.32.",
+        "it ships with this machine kind",
+    )
 }
 
 /// `$KUBERNETES_VALIDATE`, else the virtualenv `.ci/install-clients` makes.

@@ -3,8 +3,10 @@
 //! line (per action name too) and one bar per `Deleting` phase; the screenshot shows the lane
 //! and phase colours. A missing chromium fails, never skips.
 
+mod common;
 mod png;
 
+use common::required_tool;
 use sim::timeline::Timeline;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,20 +24,13 @@ fn workspace() -> PathBuf {
 
 /// `$CHROMIUM`, else `chromium` on PATH.
 fn chromium() -> PathBuf {
-    let path =
-        std::env::var_os("CHROMIUM").map_or_else(|| PathBuf::from("chromium"), PathBuf::from);
-    let version = Command::new(&path)
-        .arg("--version")
-        .stderr(Stdio::null())
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    assert!(
-        version.contains("Chromium"),
-        "chromium is required at {} (got {version:?}): {INSTALL}",
-        path.display()
-    );
-    path
+    required_tool(
+        "CHROMIUM",
+        PathBuf::from("chromium"),
+        &["--version"],
+        "Chromium",
+        INSTALL,
+    )
 }
 
 /// Runs headless Chromium on `page` with `extra` flags; its stdout.

@@ -6,12 +6,12 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{Child, lifecycle, serve};
+use common::{Child, cache_home, lifecycle, serve};
 
 const SCENARIO: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -21,12 +21,6 @@ const RULES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/deploy/alerts/lifecycle.rules.yaml"
 );
-
-fn cache(path: &str) -> PathBuf {
-    Path::new(&std::env::var("HOME").expect("HOME is set"))
-        .join(".cache/lifecycle")
-        .join(path)
-}
 
 /// Sample name → its (labels, value) pairs, as the parser reads them.
 type Families = BTreeMap<String, Vec<(BTreeMap<String, String>, f64)>>;
@@ -55,7 +49,7 @@ fn get(port: u16, path: &str) -> Option<String> {
 
 /// `{family: [(labels, value)]}` as `prometheus_client` parses `text`.
 fn parse(text: &str) -> Families {
-    let python = cache("py/bin/python");
+    let python = cache_home().join("py/bin/python");
     let script = "import json,sys\n\
         from prometheus_client.parser import text_string_to_metric_families as parse\n\
         out = {}\n\
@@ -202,7 +196,7 @@ fn the_metrics_page_parses_and_counts_what_the_controller_did() {
     );
 
     // The shipped alert rules: valid for promtool, and built on series this page serves.
-    let promtool = cache("prometheus/usr/bin/promtool");
+    let promtool = cache_home().join("prometheus/usr/bin/promtool");
     let checked = Command::new(&promtool)
         .args(["check", "rules", RULES])
         .output()

@@ -75,3 +75,33 @@ pub fn serve(
     std::thread::spawn(move || lines.for_each(drop));
     (Child(serve), dir.join("management.kubeconfig"), clock)
 }
+
+/// Where `.ci/install-clients` unpacks the tools and virtualenvs the tests drive.
+pub fn cache_home() -> std::path::PathBuf {
+    std::path::PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
+        .join(".cache/lifecycle")
+}
+
+/// A tool a test needs: `$env` if set, else `default`. Running it with `args` must print
+/// `expect` on stdout, or the test fails (never skips) naming the tool and `hint`.
+pub fn required_tool(
+    env: &str,
+    default: std::path::PathBuf,
+    args: &[&str],
+    expect: &str,
+    hint: &str,
+) -> std::path::PathBuf {
+    let path = std::env::var_os(env).map_or(default, std::path::PathBuf::from);
+    let printed = std::process::Command::new(&path)
+        .args(args)
+        .stderr(std::process::Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    assert!(
+        printed.contains(expect),
+        "{expect} is required at {} (got {printed:?}): {hint}, or set {env}",
+        path.display()
+    );
+    path
+}

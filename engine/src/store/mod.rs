@@ -173,18 +173,8 @@ impl Store {
     /// reached the cache yet (the Machine's watch and the Node's are separate streams, from
     /// separate clusters), and a Node never seen is not a deleted Node.
     pub fn node_seen_gone(&self, node: &ObjectKey, machine: &ObjectKey) -> bool {
-        let i = &self.indexes;
-        if i.tombstones.contains(node) {
-            return true;
-        }
-        match (
-            i.relisted_at.get(&node.scope),
-            i.node_ref_since.get(machine),
-        ) {
-            (Some(listed), Some(since)) => listed > since,
-            (Some(_), None) => true,
-            (None, _) => false,
-        }
+        let since = self.indexes.node_ref_since.get(machine);
+        self.absence_is_news(node, since, |listed, since| listed > since)
     }
 
     /// Whether the absence of provider object `key` from the cache is news the cache has had
@@ -193,15 +183,25 @@ impl Store {
     /// cluster was listed since the referrer was first stored. Otherwise it may not have reached the cache
     /// yet (each kind is its own watch), and an object never seen is not a deleted one.
     pub fn seen_gone(&self, key: &ObjectKey, referrer: &ObjectKey) -> bool {
+        // The referrer's own list counts: it lists the referred object too.
+        let since = self.indexes.referrer_since.get(referrer);
+        self.absence_is_news(key, since, |listed, since| listed >= since)
+    }
+
+    /// `key` was seen removed, or its cluster was listed after `since` (by `listed_after`; no
+    /// `since` recorded: any list).
+    fn absence_is_news(
+        &self,
+        key: &ObjectKey,
+        since: Option<&u64>,
+        listed_after: fn(u64, u64) -> bool,
+    ) -> bool {
         let i = &self.indexes;
         if i.tombstones.contains(key) {
             return true;
         }
-        match (
-            i.relisted_at.get(&key.scope),
-            i.referrer_since.get(referrer),
-        ) {
-            (Some(listed), Some(since)) => listed >= since,
+        match (i.relisted_at.get(&key.scope), since) {
+            (Some(listed), Some(since)) => listed_after(*listed, *since),
             (Some(_), None) => true,
             (None, _) => false,
         }
