@@ -68,6 +68,8 @@ pub(super) struct Teller {
     pub objects: BTreeMap<ObjectKey, Option<Object>>,
     pub first_seen: Option<Cause>,
     pub gone: Option<Cause>,
+    /// When it was observed gone, at the journal's precision (a cause carries it rounded).
+    gone_at: Option<engine::Timestamp>,
     pub entries: Vec<Entry>,
     /// Phase boundaries: (name, reason, when, cause).
     pub marks: Vec<(String, String, Timestamp, Cause)>,
@@ -224,6 +226,7 @@ impl Explainer {
                 objects: BTreeMap::new(),
                 first_seen: None,
                 gone: None,
+                gone_at: None,
                 entries: Vec::new(),
                 marks: Vec::new(),
                 now_at: Timestamp(0),
@@ -351,12 +354,14 @@ fn observe(
             }
             Some(_) if t.gone.is_some() => {
                 t.gone = None;
+                t.gone_at = None;
                 let text = "seen again after it was gone (recreated with the same name)";
                 t.entry(r.at, "observed", text.into(), None, r.seq);
             }
             Some(_) => {}
             None => {
                 t.gone = Some(t.cause(r.seq));
+                t.gone_at = Some(r.at);
                 let text = "gone: no longer in the API (deleted)";
                 t.entry(r.at, "observed", text.into(), None, r.seq);
             }
@@ -369,10 +374,7 @@ fn observe(
 /// Phases from the marks: each lasts until the next one began, the last until the object
 /// was gone or, while it lasts, until the journal's last record.
 fn phases(t: &Teller) -> Vec<Phase> {
-    let gone_at = t
-        .gone
-        .as_ref()
-        .and_then(|g| engine::Timestamp::parse_rfc3339(&g.at).ok());
+    let gone_at = t.gone_at;
     let mut out = Vec::new();
     for (i, (name, reason, start, cause)) in t.marks.iter().enumerate() {
         let end = t.marks.get(i + 1).map(|m| m.2).or(gone_at);

@@ -325,4 +325,57 @@ mod tests {
         );
         assert_eq!(story(&[], "default/m1"), Err(super::ExplainError::Empty));
     }
+
+    /// Found on a real run (its journal has millisecond times): the last phase's duration ran
+    /// to a "gone" time rounded to the second, and came out negative.
+    #[test]
+    fn a_phase_lasts_until_the_object_was_gone_to_the_millisecond() {
+        use engine::model::{Condition, ConditionStatus, Object};
+        let mut m1 = engine::testing::machine("c1", "m1", None);
+        m1.meta.deletion_timestamp = Some(engine::Timestamp(1_000));
+        let mut conditions = m1.conditions.clone();
+        conditions.current.push(Condition::new(
+            "Deleting",
+            ConditionStatus::True,
+            "DeletionCompleted",
+            "Deletion completed",
+        ));
+        let key = ObjectKey::management(Kind::Machine, "default", "m1");
+        let complete = engine::Command {
+            id: 1,
+            cause: 1,
+            controller: engine::ControllerId::Deletion,
+            owner: key.clone(),
+            action: engine::Action::SetCondition {
+                target: engine::Target {
+                    key: key.clone(),
+                    api_version: "cluster.x-k8s.io/v1beta2".into(),
+                },
+                conditions,
+                summary: "Deleting=True (DeletionCompleted)".into(),
+            },
+            reason: "Deletion completed".into(),
+            series: None,
+        };
+        let records = [
+            super::ControllerRecord {
+                seq: 1,
+                at: engine::Timestamp(1_600),
+                input: engine::Input::Upsert {
+                    scope: Scope::Management,
+                    object: Box::new(Object::Machine(m1)),
+                },
+                commands: vec![complete],
+            },
+            super::ControllerRecord {
+                seq: 2,
+                at: engine::Timestamp(2_300),
+                input: engine::Input::Delete { key },
+                commands: Vec::new(),
+            },
+        ];
+        let told = story(&records, "default/m1").unwrap();
+        let durations: Vec<i64> = told.phases.iter().map(|p| p.duration_ms).collect();
+        assert_eq!(durations, [700]);
+    }
 }
