@@ -106,6 +106,14 @@ impl Engine {
         &self.counters
     }
 
+    /// Tells `observer` when each reconcile begins and ends (for timing; it cannot answer).
+    pub fn observe_reconciles(
+        &mut self,
+        observer: std::sync::Arc<dyn crate::metrics::ReconcileObserver>,
+    ) {
+        self.counters.observer = Some(observer);
+    }
+
     pub fn controllers(&self) -> &Controllers {
         &self.controllers
     }
@@ -305,7 +313,13 @@ impl Engine {
                     owner: key.clone(),
                     effects: &mut self.effects,
                 };
+                if let Some(observer) = &self.counters.observer {
+                    observer.began(slot);
+                }
                 self.controllers.all_mut()[slot].reconcile(&key, &mut cx);
+                if let Some(observer) = &self.counters.observer {
+                    observer.ended(slot);
+                }
                 self.counters.reconciles[slot] += 1;
             }
         }

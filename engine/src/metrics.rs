@@ -2,7 +2,9 @@
 //! controller, and from the cache the deleting Machines by phase and each MHC's counts. Not
 //! state: counters are not encoded and compare equal, so replay equality ignores them.
 
-use crate::model::{Kind, Object, Scope};
+use crate::deletion::{MachineDeletion, reason};
+use crate::drain::EvictionOutcome;
+use crate::model::{Kind, Object, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope};
 use crate::store::Store;
 use crate::time::Timestamp;
 use std::collections::BTreeMap;
@@ -10,11 +12,22 @@ use std::collections::BTreeMap;
 /// The controllers as `controller_runtime_*` series name them (upstream's names).
 pub const CONTROLLER_NAMES: [&str; 3] = ["machine", "machinehealthcheck", "machinepool"];
 
+/// Watches reconciles without taking part in them: the adapter times each one for
+/// `controller_runtime_reconcile_time_seconds`. It hands nothing back to the engine, so what
+/// it sees cannot change a decision and replay stays exact.
+pub trait ReconcileObserver: std::fmt::Debug + Send + Sync {
+    /// A reconcile of controller slot `controller` ([`CONTROLLER_NAMES`] order) begins.
+    fn began(&self, controller: usize);
+    /// The reconcile that began last has ended.
+    fn ended(&self, controller: usize);
+}
+
 /// Reconciles and failed commands per controller slot ([`CONTROLLER_NAMES`] order).
 #[derive(Clone, Debug, Default)]
 pub struct Counters {
     pub reconciles: [u64; 3],
     pub errors: [u64; 3],
+    pub observer: Option<std::sync::Arc<dyn ReconcileObserver>>,
 }
 
 impl PartialEq for Counters {
@@ -42,16 +55,30 @@ pub struct MhcGauge {
     pub remediations_allowed: i64,
 }
 
+/// Why a drain cannot evict a pod now: the values of the `reason` label of
+/// `lifecycle_drain_blocked_pods`, always exported (0 when none) so an alert has a series.
+pub const DRAIN_BLOCKED_REASONS: [&str; 4] = [
+    "PodDisruptionBudget",
+    "NamespaceTerminating",
+    "EvictionFailed",
+    "WaitingForDeletion",
+];
+
 /// The gauges at one instant.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Gauges {
     pub deleting: BTreeMap<String, PhaseGauge>,
     pub mhcs: Vec<MhcGauge>,
+    /// Pods still on a draining Node that the drain cannot evict now, by
+    /// [`DRAIN_BLOCKED_REASONS`].
+    pub drain_blocked: BTreeMap<&'static str, u64>,
+    /// Machines a lifecycle hook holds now, by (`pre-drain` or `pre-terminate`, hook name).
+    pub hooks_waiting: BTreeMap<(&'static str, String), u64>,
 }
 
-/// Reads the gauges from the cache at `now`. A deleting Machine with no `Deleting` condition
-/// yet counts as phase `Pending`.
-pub fn gauges(store: &Store, now: Timestamp) -> Gauges {
+/// Reads the gauges from the cache and the deletion controller's memory at `now`. A deleting
+/// Machine with no `Deleting` condition yet counts as phase `Pending`.
+pub fn gauges(store: &Store, deletion: &MachineDeletion, now: Timestamp) -> Gauges {
     let mut out = Gauges::default();
     for (_, object) in store.iter_kind(&Scope::Management, &Kind::Machine) {
         let Object::Machine(m) = object else { continue };
@@ -65,6 +92,39 @@ pub fn gauges(store: &Store, now: Timestamp) -> Gauges {
         let g = out.deleting.entry(phase.to_string()).or_default();
         g.machines += 1;
         g.oldest_seconds = g.oldest_seconds.max(now.since(since).as_millis() / 1000);
+        let hook = match phase {
+            reason::WAITING_FOR_PRE_DRAIN_HOOK => Some(("pre-drain", PRE_DRAIN_HOOK_PREFIX)),
+            reason::WAITING_FOR_PRE_TERMINATE_HOOK => {
+                Some(("pre-terminate", PRE_TERMINATE_HOOK_PREFIX))
+            }
+            _ => None,
+        };
+        if let Some((label, prefix)) = hook {
+            for annotation in m.meta.annotations.keys() {
+                if let Some(name) = annotation
+                    .strip_prefix(prefix)
+                    .and_then(|rest| rest.strip_prefix('/'))
+                {
+                    *out.hooks_waiting
+                        .entry((label, name.to_string()))
+                        .or_default() += 1;
+                }
+            }
+        }
+    }
+    for (_, tracked) in deletion.tracked() {
+        for (pod, attempt) in &tracked.memo.evictions {
+            if store.get(pod).is_none() {
+                continue;
+            }
+            let reason = match (&attempt.outcome, &attempt.last_failure) {
+                (EvictionOutcome::Failed(message), _)
+                | (EvictionOutcome::Pending, Some(message)) => blocked_reason(message),
+                (EvictionOutcome::Evicted, _) => "WaitingForDeletion",
+                (EvictionOutcome::Pending | EvictionOutcome::NotFound, _) => continue,
+            };
+            *out.drain_blocked.entry(reason).or_default() += 1;
+        }
     }
     for (key, object) in store.iter_kind(&Scope::Management, &Kind::MachineHealthCheck) {
         let Object::MachineHealthCheck(h) = object else {
@@ -79,6 +139,19 @@ pub fn gauges(store: &Store, now: Timestamp) -> Gauges {
         });
     }
     out
+}
+
+/// Which [`DRAIN_BLOCKED_REASONS`] a refused eviction's message tells of (the messages are
+/// the API server's, as upstream shows them in the condition).
+fn blocked_reason(message: &str) -> &'static str {
+    let lower = message.to_ascii_lowercase();
+    if lower.contains("disruption budget") {
+        "PodDisruptionBudget"
+    } else if lower.contains("terminating namespace") {
+        "NamespaceTerminating"
+    } else {
+        "EvictionFailed"
+    }
 }
 
 #[cfg(test)]
@@ -118,7 +191,11 @@ mod tests {
         ];
         let mut store = Store::default();
         store.replace_scope(&Scope::Management, objects);
-        let g = gauges(&store, t0.saturating_add(Duration::from_secs(600)));
+        let g = gauges(
+            &store,
+            &MachineDeletion::default(),
+            t0.saturating_add(Duration::from_secs(600)),
+        );
         assert_eq!(
             g.deleting,
             BTreeMap::from([

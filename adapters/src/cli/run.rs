@@ -11,7 +11,6 @@ use kube::{Api, Client, Config};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 #[derive(Args)]
@@ -157,10 +156,11 @@ async fn run(args: RunArgs) -> Result<(), String> {
         retire_records: !args.journal_keep_all,
     };
     let (log, restored) = SledLog::open_with(&args.journal, retention)?;
-    let engine = restored.engine;
+    let mut engine = restored.engine;
     // Commands in flight when the last process stopped may never have run: the engine forgets
     // them and the relists that follow show what did happen.
     let metrics = Arc::new(Metrics::default());
+    engine.observe_reconciles(metrics.reconcile_observer());
     let (bound, _server) = adapters::kube::metrics::serve(args.metrics_addr, metrics.clone())
         .await
         .map_err(|e| format!("metrics server on {}: {e}", args.metrics_addr))?;
@@ -188,19 +188,19 @@ async fn run(args: RunArgs) -> Result<(), String> {
             _ = lease::acquire(&api, &config) => {}
             _ = stop_signal.recv() => return Ok(()),
         }
-        metrics.leader.store(true, Ordering::Relaxed);
+        metrics.set_leader(true);
         let leader = metrics.clone();
         let holding = {
             let (api, config) = (api.clone(), config.clone());
             tokio::spawn(async move {
                 let why = lease::hold(&api, &config).await;
-                leader.leader.store(false, Ordering::Relaxed);
+                leader.set_leader(false);
                 let _ = lost_tx.send(why);
             })
         };
         election = Some((api, config, holding));
     } else {
-        metrics.leader.store(true, Ordering::Relaxed);
+        metrics.set_leader(true);
         _no_election = Some(lost_tx);
     }
     let options = AdapterOptions {

@@ -38,7 +38,6 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -49,6 +48,22 @@ pub enum Event {
     Arrival(Arrival),
     /// A workload cluster's client is ready (the intake hears of it as `Arrival::Connected`).
     Connected { scope: Scope, client: Client },
+}
+
+/// An [`Event`] on its way to the loop, with when it was sent (how long it waits is
+/// `workqueue_queue_duration_seconds`).
+pub struct Queued {
+    event: Event,
+    at: std::time::Instant,
+}
+
+impl From<Event> for Queued {
+    fn from(event: Event) -> Self {
+        Queued {
+            event,
+            at: std::time::Instant::now(),
+        }
+    }
 }
 
 /// Knobs of the loop.
@@ -95,8 +110,10 @@ pub struct Adapter<C: Core, L: InputLog> {
     throttles: BTreeMap<Scope, Throttle>,
     metrics: Arc<Metrics>,
     options: AdapterOptions,
-    tx: mpsc::Sender<Event>,
-    rx: mpsc::Receiver<Event>,
+    tx: mpsc::Sender<Queued>,
+    rx: mpsc::Receiver<Queued>,
+    /// When each event taken into the intake and not applied yet was sent.
+    queued_at: Vec<std::time::Instant>,
     connectors: BTreeMap<Scope, JoinHandle<()>>,
     /// Watches and discovery.
     tasks: Vec<JoinHandle<()>>,
@@ -223,6 +240,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             metrics,
             options,
             tx,
+            queued_at: Vec::new(),
             rx,
             connectors: BTreeMap::new(),
             tasks: Vec::new(),
@@ -351,7 +369,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
     /// Hands `first` and whatever else is already queued (up to [`BATCH_INPUTS_MAX`] events) to
     /// the intake and feeds what it makes of them: under load the engine reconciles each
     /// affected key once per batch instead of once per event; when idle a batch is one event.
-    fn on_backlog(&mut self, first: Event) -> Result<(), String> {
+    fn on_backlog(&mut self, first: Queued) -> Result<(), String> {
         self.on_event(first);
         let mut queued = 1;
         while queued < BATCH_INPUTS_MAX {
@@ -368,8 +386,13 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             };
             self.feed(wall_now(), input)?;
         }
-        let depth = self.intake.backlog_len() as u64;
-        self.metrics.queue_depth.store(depth, Ordering::Relaxed);
+        if self.down.is_none() {
+            for at in self.queued_at.drain(..) {
+                self.metrics.queued_for(at.elapsed());
+            }
+        }
+        let depth = self.intake.backlog_len();
+        self.metrics.set_queue_depth(depth);
         self.carry_out_outputs();
         Ok(())
     }
@@ -423,7 +446,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
         self.engine_view_at = Some(std::time::Instant::now());
         self.metrics.engine_view(EngineView {
             counters: engine.counters().clone(),
-            gauges: engine::metrics::gauges(engine.store(), now),
+            gauges: engine::metrics::gauges(engine.store(), &engine.controllers().deletion, now),
         });
     }
 
@@ -586,7 +609,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
                     command: command.id,
                     outcome,
                 };
-                let _ = tx.send(Event::Arrival(result)).await;
+                let _ = tx.send(Event::Arrival(result).into()).await;
             }));
         }
         for answer in answered {
@@ -612,7 +635,8 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
         (previous, Some(done))
     }
 
-    fn on_event(&mut self, event: Event) {
+    fn on_event(&mut self, Queued { event, at }: Queued) {
+        self.queued_at.push(at);
         let arrival = match event {
             Event::Arrival(arrival) => arrival,
             Event::Connected { scope, client } => {
@@ -622,7 +646,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             }
         };
         self.intake.push(arrival);
-        self.metrics.queue_adds.fetch_add(1, Ordering::Relaxed);
+        self.metrics.queue_add();
     }
 
     fn watch_provider(&mut self, group: String, version: Option<String>, kind: String) {
@@ -643,7 +667,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
                                     stream: stream_id(&group, &kind),
                                     event: StreamEvent::Unavailable(problem),
                                 });
-                                if tx.send(unavailable).await.is_err() {
+                                if tx.send(unavailable.into()).await.is_err() {
                                     return;
                                 }
                             }
@@ -673,7 +697,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             loop {
                 match workload_client(&management, &cluster).await {
                     Ok(client) => {
-                        let _ = tx.send(Event::Connected { scope, client }).await;
+                        let _ = tx.send(Event::Connected { scope, client }.into()).await;
                         return;
                     }
                     Err(e) => {
@@ -738,11 +762,11 @@ mod tests {
         let cap = BATCH_INPUTS_MAX as u64;
         // A full channel behind the event in hand: one more than a batch holds.
         for id in 2..=cap + 1 {
-            a.tx.try_send(result(id)).unwrap();
+            a.tx.try_send(result(id).into()).unwrap();
         }
-        a.on_backlog(result(1)).unwrap();
+        a.on_backlog(result(1).into()).unwrap();
         for id in cap + 2..=cap + 10 {
-            a.tx.try_send(result(id)).unwrap();
+            a.tx.try_send(result(id).into()).unwrap();
         }
         let next = a.rx.try_recv().unwrap();
         a.on_backlog(next).unwrap();
@@ -844,16 +868,16 @@ mod tests {
     async fn an_unwritable_journal_stops_the_loop_until_it_recovers() {
         for reaches_disk in [false, true] {
             let mut a = full_disk_adapter(reaches_disk);
-            a.on_backlog(result(1)).unwrap();
+            a.on_backlog(result(1).into()).unwrap();
             a.log.full = true;
-            a.on_backlog(result(2)).unwrap();
+            a.on_backlog(result(2).into()).unwrap();
             assert!(a.journal_down());
-            a.on_backlog(result(3)).unwrap();
+            a.on_backlog(result(3).into()).unwrap();
             a.intake.push(Arrival::Result {
                 command: 4,
                 outcome: ApiOutcome::NotFound,
             });
-            a.on_backlog(result(5)).unwrap();
+            a.on_backlog(result(5).into()).unwrap();
             assert_eq!(a.core.0.len(), 1, "only the journaled input was applied");
             assert_eq!(a.metrics.readiness().0, 503);
             a.try_recover().unwrap();
@@ -872,7 +896,7 @@ mod tests {
             assert!(!a.journal_down());
             assert_eq!(a.metrics.readiness(), (200, "ok\n"));
             // Whatever the intake kept is taken at the next backlog.
-            a.on_backlog(result(6)).unwrap();
+            a.on_backlog(result(6).into()).unwrap();
             let commands: Vec<u64> = a
                 .core
                 .0
@@ -899,7 +923,7 @@ mod tests {
     #[tokio::test]
     async fn a_lone_event_is_fed_as_itself() {
         let mut a = adapter();
-        a.on_backlog(result(7)).unwrap();
+        a.on_backlog(result(7).into()).unwrap();
         assert!(matches!(
             a.core.0.as_slice(),
             [Input::ApiResult { command: 7, .. }]

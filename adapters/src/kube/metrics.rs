@@ -1,55 +1,42 @@
-//! Counters, `/metrics` (Prometheus text format), `/healthz` and `/livez` (the process runs) and
-//! `/readyz` (503 while the journal cannot be written) on a small hyper server.
+//! What the adapter counts and `/metrics` (OpenMetrics text, through `prometheus-client`),
+//! `/healthz` and `/livez` (the process runs) and `/readyz` (503 while the journal cannot be
+//! written) on a small hyper server.
 
 use bytes::Bytes;
+use engine::metrics::{CONTROLLER_NAMES, DRAIN_BLOCKED_REASONS, ReconcileObserver};
 use http_body_util::Full;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-/// What the adapter counts. Shared by the loop, the executors and the HTTP server.
-#[derive(Debug, Default)]
-pub struct Metrics {
-    /// Inputs applied, counting each input of a batch.
-    pub inputs: AtomicU64,
-    /// Journal records (a batch of queued inputs is one).
-    pub records: AtomicU64,
-    /// Commands issued, by action name (`Cordon`, `Evict`, ...).
-    commands: Mutex<BTreeMap<String, u64>>,
-    /// Non-2xx answers and unreachable clusters, by code (`429`, `unreachable`).
-    api_errors: Mutex<BTreeMap<String, u64>>,
-    pub leader: AtomicBool,
-    /// The journal cannot be written (a full disk): nothing is applied or done; `/readyz`
-    /// answers 503 until it is writable again.
-    pub journal_unwritable: AtomicBool,
-    /// Times the journal became unwritable.
-    pub journal_failures: AtomicU64,
-    /// Requests sent to the clusters, through their throttles.
-    pub api_requests: AtomicU64,
-    /// Time requests waited for their cluster's token bucket, in total.
-    pub api_throttled_ms: AtomicU64,
-    /// Answers by (code, method, cluster), as controller-runtime's REST client counts them.
-    rest_requests: Mutex<BTreeMap<(String, String, String), u64>>,
-    /// Arrivals waiting for the loop (the adapter's work queue) and arrivals ever queued.
-    pub queue_depth: AtomicU64,
-    pub queue_adds: AtomicU64,
-    /// Unix time of the last journal append.
-    pub last_commit_seconds: AtomicU64,
-    /// What the engine last reported (refreshed at most once a second).
-    engine: Mutex<EngineView>,
-}
+/// A sample's labels, in the order they are written.
+pub type Labels = Vec<(&'static str, String)>;
 
-/// The engine's counters and gauges, as last read by the loop.
-#[derive(Debug, Default, Clone)]
-pub struct EngineView {
-    pub counters: engine::metrics::Counters,
-    pub gauges: engine::metrics::Gauges,
-}
+/// One family read at scrape time: name (counters without `_total`), type, help, samples.
+pub(super) type ScrapedFamily = (&'static str, MetricType, &'static str, Vec<(Labels, f64)>);
+
+type Histograms = Family<Labels, Histogram, fn() -> Histogram>;
+
+/// What `/metrics` serves (Prometheus negotiates it; its text parser reads it too).
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The work queue's name label (controller-runtime names one queue per controller; the
+/// adapter has one).
+const QUEUE: &str = "lifecycle";
 
 /// The phases whose deleting-Machine gauges are always exported (0 when none), so an alert
 /// on them has a series to read.
@@ -61,90 +48,248 @@ const DELETING_PHASES: [&str; 5] = [
     "WaitingForInfrastructureDeletion",
 ];
 
-/// One metric family: name, `counter` or `gauge`, help text, and its samples (labels as
-/// written between the name and the value, then the value).
-pub(super) type Family = (&'static str, &'static str, &'static str, Vec<(String, f64)>);
-
-/// `{a="x",b="y"}` with label values escaped as the text format wants.
-fn labels(pairs: &[(&str, &str)]) -> String {
-    let inner: Vec<String> = pairs
-        .iter()
-        .map(|(k, v)| {
-            let v = v
-                .replace('\\', "\\\\")
-                .replace('"', "\\\"")
-                .replace('\n', "\\n");
-            format!("{k}=\"{v}\"")
-        })
-        .collect();
-    format!("{{{}}}", inner.join(","))
+/// 10 µs to 2.6 s: a reconcile is a pure pass over the cache, usually well under a millisecond.
+fn reconcile_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(1e-5, 4.0, 10))
 }
 
-fn one(value: f64) -> Vec<(String, f64)> {
-    vec![(String::new(), value)]
+/// 100 µs to 105 s: an arrival waits for the journal's fsync and the batch before it.
+fn queue_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(1e-4, 4.0, 11))
 }
 
-fn bump(map: &Mutex<BTreeMap<String, u64>>, key: &str) {
-    *map.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .entry(key.to_string())
-        .or_default() += 1;
+/// What the adapter counts. Shared by the loop, the executors and the HTTP server.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Inputs applied, counting each input of a batch.
+    inputs: Counter,
+    /// Journal records (a batch of queued inputs is one).
+    records: Counter,
+    journal_failures: Counter,
+    /// Commands issued, by action name (`Cordon`, `Evict`, ...).
+    commands: Family<Labels, Counter>,
+    /// Non-2xx answers and unreachable clusters, by code (`429`, `unreachable`).
+    api_errors: Family<Labels, Counter>,
+    /// Requests sent to the clusters, through their throttles.
+    api_requests: Counter,
+    api_throttled: Counter<f64, AtomicU64>,
+    /// Answers by (code, method, cluster), as controller-runtime's REST client counts them.
+    rest_requests: Family<Labels, Counter>,
+    queue_depth: Family<Labels, Gauge>,
+    queue_adds: Family<Labels, Counter>,
+    queue_duration: Histograms,
+    reconcile_time: Histograms,
+    /// What is read when scraped: leadership, the journal's state, the engine's view.
+    state: Arc<State>,
+}
+
+/// The part of [`Metrics`] read at scrape time.
+#[derive(Debug, Default)]
+struct State {
+    leader: AtomicBool,
+    /// The journal cannot be written (a full disk): nothing is applied or done; `/readyz`
+    /// answers 503 until it is writable again.
+    journal_unwritable: AtomicBool,
+    /// Unix time of the last journal append.
+    last_commit_seconds: AtomicU64,
+    /// What the engine last reported (refreshed at most once a second).
+    engine: Mutex<EngineView>,
+}
+
+/// The engine's counters and gauges, as last read by the loop.
+#[derive(Debug, Default, Clone)]
+pub struct EngineView {
+    pub counters: engine::metrics::Counters,
+    pub gauges: engine::metrics::Gauges,
+}
+
+fn label(key: &'static str, value: &str) -> Labels {
+    vec![(key, value.to_string())]
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Metrics {
+    pub fn new() -> Self {
+        let mut m = Metrics {
+            registry: Registry::default(),
+            inputs: Counter::default(),
+            records: Counter::default(),
+            journal_failures: Counter::default(),
+            commands: Family::default(),
+            api_errors: Family::default(),
+            api_requests: Counter::default(),
+            api_throttled: Counter::default(),
+            rest_requests: Family::default(),
+            queue_depth: Family::default(),
+            queue_adds: Family::default(),
+            queue_duration: Family::new_with_constructor(queue_buckets),
+            reconcile_time: Family::new_with_constructor(reconcile_buckets),
+            state: Arc::default(),
+        };
+        // Series an alert or dashboard reads exist from the start.
+        drop(m.queue_depth.get_or_create(&label("name", QUEUE)));
+        drop(m.queue_adds.get_or_create(&label("name", QUEUE)));
+        drop(m.queue_duration.get_or_create(&label("name", QUEUE)));
+        for name in CONTROLLER_NAMES {
+            drop(m.reconcile_time.get_or_create(&label("controller", name)));
+        }
+        let r = &mut m.registry;
+        r.register(
+            "lifecycle_inputs",
+            "Inputs the engine applied (watch events, answers, ticks), each batch member counted",
+            m.inputs.clone(),
+        );
+        r.register(
+            "lifecycle_journal_records",
+            "Records appended to the journal",
+            m.records.clone(),
+        );
+        r.register(
+            "lifecycle_journal_failures",
+            "Journal appends or snapshots that failed",
+            m.journal_failures.clone(),
+        );
+        r.register(
+            "lifecycle_commands",
+            "Commands the controllers issued, by action",
+            m.commands.clone(),
+        );
+        r.register(
+            "lifecycle_api_errors",
+            "API requests that did not succeed, by HTTP status (or unreachable)",
+            m.api_errors.clone(),
+        );
+        r.register(
+            "lifecycle_api_requests",
+            "Requests sent to the API servers (watches and lists included), all clusters",
+            m.api_requests.clone(),
+        );
+        r.register(
+            "lifecycle_api_throttled_seconds",
+            "Time requests waited for their cluster's rate limit (--kube-api-qps/--kube-api-burst), in total",
+            m.api_throttled.clone(),
+        );
+        r.register(
+            "rest_client_requests",
+            "Answers from the API servers by HTTP code, method and cluster (host: `management` or the workload cluster's namespace/name)",
+            m.rest_requests.clone(),
+        );
+        r.register(
+            "workqueue_depth",
+            "Arrivals (watch events, answers) waiting for the loop",
+            m.queue_depth.clone(),
+        );
+        r.register(
+            "workqueue_adds",
+            "Arrivals queued for the loop",
+            m.queue_adds.clone(),
+        );
+        r.register(
+            "workqueue_queue_duration_seconds",
+            "How long an arrival waited between its watch or answer and being applied (journal fsync included)",
+            m.queue_duration.clone(),
+        );
+        r.register(
+            "controller_runtime_reconcile_time_seconds",
+            "Time of one reconcile (one controller pass over one object key), by controller",
+            m.reconcile_time.clone(),
+        );
+        r.register_collector(Box::new(Scraped(m.state.clone())));
+        m
+    }
+
     /// One journal record holding `inputs` inputs.
     pub fn record(&self, inputs: usize) {
-        self.records.fetch_add(1, Ordering::Relaxed);
-        self.inputs.fetch_add(inputs as u64, Ordering::Relaxed);
+        self.records.inc();
+        self.inputs.inc_by(inputs as u64);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        self.last_commit_seconds.store(now, Ordering::Relaxed);
+        self.state.last_commit_seconds.store(now, Ordering::Relaxed);
     }
     pub fn command(&self, action: &str) {
-        bump(&self.commands, action);
+        self.commands.get_or_create(&label("action", action)).inc();
     }
     pub fn api_error(&self, code: &str) {
-        bump(&self.api_errors, code);
+        self.api_errors.get_or_create(&label("code", code)).inc();
     }
     /// A request went out.
     pub fn api_request(&self) {
-        self.api_requests.fetch_add(1, Ordering::Relaxed);
+        self.api_requests.inc();
     }
     /// A request waited `waited` for its cluster's token bucket.
-    pub fn api_throttled(&self, waited: std::time::Duration) {
-        let ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
-        self.api_throttled_ms.fetch_add(ms, Ordering::Relaxed);
+    pub fn api_throttled(&self, waited: Duration) {
+        self.api_throttled.inc_by(waited.as_secs_f64());
     }
 
     /// An answer from the API server of `cluster`.
     pub fn rest_request(&self, code: u16, method: &str, cluster: &str) {
-        *self
-            .rest_requests
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry((code.to_string(), method.to_string(), cluster.to_string()))
-            .or_default() += 1;
+        let labels = vec![
+            ("code", code.to_string()),
+            ("method", method.to_string()),
+            ("host", cluster.to_string()),
+        ];
+        self.rest_requests.get_or_create(&labels).inc();
+    }
+
+    pub fn set_leader(&self, leader: bool) {
+        self.state.leader.store(leader, Ordering::Relaxed);
+    }
+
+    /// Arrivals waiting for the loop now.
+    pub fn set_queue_depth(&self, depth: usize) {
+        let depth = i64::try_from(depth).unwrap_or(i64::MAX);
+        self.queue_depth
+            .get_or_create(&label("name", QUEUE))
+            .set(depth);
+    }
+
+    /// An arrival reached the loop's queue.
+    pub fn queue_add(&self) {
+        self.queue_adds.get_or_create(&label("name", QUEUE)).inc();
+    }
+
+    /// An arrival was applied `waited` after it was queued.
+    pub fn queued_for(&self, waited: Duration) {
+        self.queue_duration
+            .get_or_create(&label("name", QUEUE))
+            .observe(waited.as_secs_f64());
+    }
+
+    /// Times the engine's reconciles into `controller_runtime_reconcile_time_seconds`.
+    pub fn reconcile_observer(&self) -> Arc<dyn ReconcileObserver> {
+        Arc::new(ReconcileTimer {
+            histograms: self.reconcile_time.clone(),
+            began: Mutex::new(None),
+        })
     }
 
     /// What the engine reports now.
     pub fn engine_view(&self, view: EngineView) {
-        *self.engine.lock().unwrap_or_else(|e| e.into_inner()) = view;
+        *self.state.engine.lock().unwrap_or_else(|e| e.into_inner()) = view;
     }
 
     /// The journal became unwritable (`true`) or writable again.
     pub fn journal_unwritable(&self, unwritable: bool) {
-        if unwritable && !self.journal_unwritable.swap(true, Ordering::Relaxed) {
-            self.journal_failures.fetch_add(1, Ordering::Relaxed);
+        if unwritable && !self.state.journal_unwritable.swap(true, Ordering::Relaxed) {
+            self.journal_failures.inc();
         }
         if !unwritable {
-            self.journal_unwritable.store(false, Ordering::Relaxed);
+            self.state
+                .journal_unwritable
+                .store(false, Ordering::Relaxed);
         }
     }
 
     /// What `/readyz` answers: ready unless the journal is unwritable.
     pub fn readiness(&self) -> (u16, &'static str) {
-        if self.journal_unwritable.load(Ordering::Relaxed) {
+        if self.state.journal_unwritable.load(Ordering::Relaxed) {
             (
                 503,
                 "not ready: the journal cannot be written (is the disk full?); not acting\n",
@@ -154,152 +299,146 @@ impl Metrics {
         }
     }
 
-    pub fn commands(&self, action: &str) -> u64 {
-        self.commands
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(action)
-            .copied()
-            .unwrap_or(0)
+    /// Requests sent so far.
+    pub fn api_requests(&self) -> u64 {
+        self.api_requests.get()
     }
 
-    /// The Prometheus text exposition of every metric, each family with its `# HELP` and
-    /// `# TYPE`.
+    /// Time requests waited for their token buckets so far.
+    pub fn api_throttled_seconds(&self) -> f64 {
+        self.api_throttled.get()
+    }
+
+    pub fn commands(&self, action: &str) -> u64 {
+        self.commands.get_or_create(&label("action", action)).get()
+    }
+
+    /// The OpenMetrics text exposition of every metric, each family with its `# HELP` and
+    /// `# TYPE`, ending with `# EOF`.
     pub fn render(&self) -> String {
-        let load = |n: &AtomicU64| n.load(Ordering::Relaxed) as f64;
-        let labelled = |m: &Mutex<BTreeMap<String, u64>>, label: &str| -> Vec<(String, f64)> {
-            m.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .map(|(k, n)| (labels(&[(label, k)]), *n as f64))
-                .collect()
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::error!("cannot encode /metrics: {e}");
+        }
+        out
+    }
+}
+
+/// Times each reconcile: the engine reports its start and end on the loop's thread, one at a
+/// time.
+#[derive(Debug)]
+struct ReconcileTimer {
+    histograms: Histograms,
+    began: Mutex<Option<Instant>>,
+}
+
+impl ReconcileObserver for ReconcileTimer {
+    fn began(&self, _controller: usize) {
+        *self.began.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+    fn ended(&self, controller: usize) {
+        let began = self.began.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let (Some(began), Some(name)) = (began, CONTROLLER_NAMES.get(controller)) else {
+            return;
         };
-        let leader = f64::from(u8::from(self.leader.load(Ordering::Relaxed)));
-        let mut families: Vec<Family> = vec![
-            (
-                "lifecycle_inputs_total",
-                "counter",
-                "Inputs the engine applied (watch events, answers, ticks), each batch member counted.",
-                one(load(&self.inputs)),
-            ),
-            (
-                "lifecycle_journal_records_total",
-                "counter",
-                "Records appended to the journal.",
-                one(load(&self.records)),
-            ),
+        self.histograms
+            .get_or_create(&label("controller", name))
+            .observe(began.elapsed().as_secs_f64());
+    }
+}
+
+/// The families read when scraped: leadership, the journal, the engine's view, the process.
+#[derive(Debug)]
+struct Scraped(Arc<State>);
+
+impl Collector for Scraped {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for (name, kind, help, samples) in self.families() {
+            let mut family = encoder.encode_descriptor(name, help, None, kind)?;
+            match samples.as_slice() {
+                [(labels, value)] if labels.is_empty() => encode_value(kind, *value, family)?,
+                _ => {
+                    for (labels, value) in &samples {
+                        encode_value(kind, *value, family.encode_family(labels)?)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn encode_value(
+    kind: MetricType,
+    value: f64,
+    sample: prometheus_client::encoding::MetricEncoder,
+) -> Result<(), std::fmt::Error> {
+    // Whole numbers (counts, ages in seconds) are written as integers.
+    let whole = value.fract() == 0.0 && value.abs() < 9.0e15;
+    match kind {
+        MetricType::Counter if whole && value >= 0.0 => {
+            ConstCounter::new(value as u64).encode(sample)
+        }
+        MetricType::Counter => ConstCounter::new(value).encode(sample),
+        _ if whole => ConstGauge::new(value as i64).encode(sample),
+        _ => ConstGauge::new(value).encode(sample),
+    }
+}
+
+impl Scraped {
+    fn families(&self) -> Vec<ScrapedFamily> {
+        let state = &self.0;
+        let leader = f64::from(u8::from(state.leader.load(Ordering::Relaxed)));
+        let one = |v: f64| vec![(Labels::new(), v)];
+        let mut families: Vec<ScrapedFamily> = vec![
             (
                 "lifecycle_journal_last_commit_timestamp_seconds",
-                "gauge",
+                MetricType::Gauge,
                 "Unix time of the last journal append (alert on its age while inputs arrive).",
-                one(load(&self.last_commit_seconds)),
-            ),
-            (
-                "lifecycle_commands_total",
-                "counter",
-                "Commands the controllers issued, by action.",
-                labelled(&self.commands, "action"),
-            ),
-            (
-                "lifecycle_api_errors_total",
-                "counter",
-                "API requests that did not succeed, by HTTP status (or unreachable).",
-                labelled(&self.api_errors, "code"),
-            ),
-            (
-                "lifecycle_api_requests_total",
-                "counter",
-                "Requests sent to the API servers (watches and lists included), all clusters.",
-                one(load(&self.api_requests)),
-            ),
-            (
-                "lifecycle_api_throttled_milliseconds_total",
-                "counter",
-                "Time requests waited for their cluster's rate limit (--kube-api-qps/--kube-api-burst), in total.",
-                one(load(&self.api_throttled_ms)),
+                one(state.last_commit_seconds.load(Ordering::Relaxed) as f64),
             ),
             (
                 "lifecycle_journal_writable",
-                "gauge",
+                MetricType::Gauge,
                 "1 while the journal takes appends; 0 while it cannot (a full disk): nothing is applied or done then.",
                 one(f64::from(u8::from(
-                    !self.journal_unwritable.load(Ordering::Relaxed),
+                    !state.journal_unwritable.load(Ordering::Relaxed),
                 ))),
             ),
             (
-                "lifecycle_journal_failures_total",
-                "counter",
-                "Journal appends or snapshots that failed.",
-                one(load(&self.journal_failures)),
-            ),
-            (
                 "lifecycle_leader",
-                "gauge",
+                MetricType::Gauge,
                 "1 while this process holds the leader Lease (or runs without leader election).",
                 one(leader),
             ),
             (
                 "leader_election_master_status",
-                "gauge",
+                MetricType::Gauge,
                 "controller-runtime's name: 1 while this process is the leader.",
-                vec![(labels(&[("name", "lifecycle-controller")]), leader)],
-            ),
-            (
-                "rest_client_requests_total",
-                "counter",
-                "Answers from the API servers by HTTP code, method and cluster (host: `management` or the workload cluster's namespace/name).",
-                self.rest_requests
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .iter()
-                    .map(|((code, method, host), n)| {
-                        (
-                            labels(&[("code", code), ("method", method), ("host", host)]),
-                            *n as f64,
-                        )
-                    })
-                    .collect(),
-            ),
-            (
-                "workqueue_depth",
-                "gauge",
-                "Arrivals (watch events, answers) waiting for the loop.",
-                vec![(labels(&[("name", "lifecycle")]), load(&self.queue_depth))],
-            ),
-            (
-                "workqueue_adds_total",
-                "counter",
-                "Arrivals queued for the loop.",
-                vec![(labels(&[("name", "lifecycle")]), load(&self.queue_adds))],
+                vec![(label("name", "lifecycle-controller"), leader)],
             ),
         ];
         families.extend(self.engine_families());
         families.extend(super::process::families());
-        let mut out = String::new();
-        for (name, kind, help, samples) in families {
-            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
-            for (labels, value) in samples {
-                out.push_str(&format!("{name}{labels} {value}\n"));
-            }
-        }
-        out
+        families
     }
 
-    /// Reconciles per controller, deleting Machines by phase, each MHC's counts.
-    fn engine_families(&self) -> Vec<Family> {
+    /// Reconciles per controller, deleting Machines by phase, blocked pods, hooks, each MHC.
+    fn engine_families(&self) -> Vec<ScrapedFamily> {
         let view = self
+            .0
             .engine
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let per_controller = |counts: &[u64; 3], extra: &[(&str, &str)]| -> Vec<(String, f64)> {
-            engine::metrics::CONTROLLER_NAMES
+        let per_controller = |counts: &[u64; 3], extra: &[(&'static str, &str)]| {
+            CONTROLLER_NAMES
                 .iter()
                 .zip(counts)
                 .map(|(name, n)| {
-                    let mut pairs = vec![("controller", *name)];
-                    pairs.extend_from_slice(extra);
-                    (labels(&pairs), *n as f64)
+                    let mut labels = label("controller", name);
+                    labels.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+                    (labels, *n as f64)
                 })
                 .collect()
         };
@@ -308,59 +447,89 @@ impl Metrics {
             .map(|p| (p.to_string(), Default::default()))
             .collect();
         phases.extend(view.gauges.deleting.clone());
-        let by_phase = |f: &dyn Fn(&engine::metrics::PhaseGauge) -> f64| -> Vec<(String, f64)> {
+        let by_phase = |f: &dyn Fn(&engine::metrics::PhaseGauge) -> f64| {
             phases
                 .iter()
-                .map(|(p, g)| (labels(&[("phase", p)]), f(g)))
+                .map(|(p, g)| (label("phase", p), f(g)))
                 .collect()
         };
-        let by_mhc = |f: &dyn Fn(&engine::metrics::MhcGauge) -> i64| -> Vec<(String, f64)> {
+        let by_mhc = |f: &dyn Fn(&engine::metrics::MhcGauge) -> i64| {
             view.gauges
                 .mhcs
                 .iter()
-                .map(|m| (labels(&[("mhc", &m.name)]), f(m) as f64))
+                .map(|m| (label("mhc", &m.name), f(m) as f64))
                 .collect()
         };
+        let blocked = DRAIN_BLOCKED_REASONS
+            .iter()
+            .map(|reason| {
+                let n = view.gauges.drain_blocked.get(reason).copied().unwrap_or(0);
+                (label("reason", reason), n as f64)
+            })
+            .collect();
+        let hooks = view
+            .gauges
+            .hooks_waiting
+            .iter()
+            .map(|((stage, name), n)| {
+                (
+                    vec![("stage", stage.to_string()), ("hook", name.clone())],
+                    *n as f64,
+                )
+            })
+            .collect();
         vec![
             (
-                "controller_runtime_reconcile_total",
-                "counter",
+                "controller_runtime_reconcile",
+                MetricType::Counter,
                 "Reconciles: one controller pass over one object key, by controller.",
                 per_controller(&view.counters.reconciles, &[("result", "success")]),
             ),
             (
-                "controller_runtime_reconcile_errors_total",
-                "counter",
+                "controller_runtime_reconcile_errors",
+                MetricType::Counter,
                 "Commands whose API call failed, by the controller that issued them.",
                 per_controller(&view.counters.errors, &[]),
             ),
             (
                 "lifecycle_machines_deleting",
-                "gauge",
+                MetricType::Gauge,
                 "Machines being deleted, by phase (the Deleting condition's reason; Pending before the first).",
                 by_phase(&|g| g.machines as f64),
             ),
             (
                 "lifecycle_machine_deleting_oldest_seconds",
-                "gauge",
+                MetricType::Gauge,
                 "Seconds since the oldest Machine in each deletion phase started deleting (0 when none).",
                 by_phase(&|g| g.oldest_seconds as f64),
             ),
             (
+                "lifecycle_drain_blocked_pods",
+                MetricType::Gauge,
+                "Pods on draining Nodes that cannot be evicted now, by reason (PodDisruptionBudget, NamespaceTerminating, EvictionFailed; WaitingForDeletion: evicted, not gone yet).",
+                blocked,
+            ),
+            (
+                "lifecycle_hooks_waiting",
+                MetricType::Gauge,
+                "Deleting Machines a lifecycle hook holds now, by stage (pre-drain, pre-terminate) and hook name (the annotation's suffix).",
+                hooks,
+            ),
+            (
                 "lifecycle_mhc_expected_machines",
-                "gauge",
+                MetricType::Gauge,
                 "MachineHealthCheck status.expectedMachines, by MHC (namespace/name).",
                 by_mhc(&|m| m.expected),
             ),
             (
                 "lifecycle_mhc_current_healthy",
-                "gauge",
+                MetricType::Gauge,
                 "MachineHealthCheck status.currentHealthy, by MHC.",
                 by_mhc(&|m| m.healthy),
             ),
             (
                 "lifecycle_mhc_remediations_allowed",
-                "gauge",
+                MetricType::Gauge,
                 "MachineHealthCheck status.remediationsAllowed, by MHC (0 while short-circuited).",
                 by_mhc(&|m| m.remediations_allowed),
             ),
@@ -386,19 +555,20 @@ pub async fn serve(
                 let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                     let metrics = metrics.clone();
                     async move {
-                        let (code, body) = match req.uri().path() {
-                            "/healthz" | "/livez" => (200, "ok\n".to_string()),
+                        let plain = "text/plain; charset=utf-8";
+                        let (code, body, kind) = match req.uri().path() {
+                            "/healthz" | "/livez" => (200, "ok\n".to_string(), plain),
                             "/readyz" => {
                                 let (code, body) = metrics.readiness();
-                                (code, body.to_string())
+                                (code, body.to_string(), plain)
                             }
-                            "/metrics" => (200, metrics.render()),
-                            _ => (404, "not found\n".to_string()),
+                            "/metrics" => (200, metrics.render(), OPENMETRICS),
+                            _ => (404, "not found\n".to_string(), plain),
                         };
                         Ok::<_, Infallible>(
                             hyper::Response::builder()
                                 .status(code)
-                                .header("content-type", "text/plain; version=0.0.4")
+                                .header("content-type", kind)
                                 .body(Full::new(Bytes::from(body)))
                                 .expect("static headers are valid"),
                         )
@@ -427,55 +597,87 @@ mod tests {
         answer
     }
 
+    /// The family a sample belongs to: its name without the suffix its type adds.
+    fn family_of<'a>(sample: &'a str, described: &BTreeMap<String, String>) -> Option<&'a str> {
+        let name = sample.split(['{', ' ']).next()?;
+        let suffixes = ["", "_total", "_bucket", "_sum", "_count"];
+        suffixes.iter().find_map(|suffix| {
+            let base = name.strip_suffix(suffix)?;
+            let kind = described.get(base)?;
+            let fits = match *suffix {
+                "" => kind == "gauge",
+                "_total" => kind == "counter",
+                _ => kind == "histogram",
+            };
+            fits.then_some(base)
+        })
+    }
+
     #[test]
     fn every_family_has_help_and_type_before_its_samples() {
         let metrics = Metrics::default();
         metrics.command("Evict");
         metrics.api_error("429");
+        metrics.rest_request(200, "GET", "management");
+        let timer = metrics.reconcile_observer();
+        timer.began(0);
+        timer.ended(0);
+        metrics.queued_for(Duration::from_millis(3));
         let text = metrics.render();
-        let mut described = std::collections::BTreeSet::new();
-        for line in text.lines() {
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        let mut helped = std::collections::BTreeSet::new();
+        let mut described = BTreeMap::new();
+        for line in text.lines().filter(|l| *l != "# EOF") {
             if let Some(rest) = line.strip_prefix("# HELP ") {
                 let (name, help) = rest.split_once(' ').unwrap();
                 assert!(!help.is_empty(), "{line}");
-                described.insert(name.to_string());
+                helped.insert(name.to_string());
             } else if let Some(rest) = line.strip_prefix("# TYPE ") {
                 let (name, kind) = rest.split_once(' ').unwrap();
-                assert!(described.contains(name), "TYPE before HELP: {line}");
-                assert!(["counter", "gauge"].contains(&kind), "{line}");
+                assert!(helped.contains(name), "TYPE before HELP: {line}");
+                assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+                described.insert(name.to_string(), kind.to_string());
             } else {
-                let name = line.split(['{', ' ']).next().unwrap();
-                assert!(described.contains(name), "a sample without HELP: {line}");
+                assert!(
+                    family_of(line, &described).is_some(),
+                    "a sample without HELP and TYPE: {line}"
+                );
             }
         }
-        assert!(
-            text.contains("lifecycle_commands_total{action=\"Evict\"} 1\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("lifecycle_api_errors_total{code=\"429\"} 1\n"),
-            "{text}"
-        );
+        for line in [
+            "lifecycle_commands_total{action=\"Evict\"} 1",
+            "lifecycle_api_errors_total{code=\"429\"} 1",
+            "controller_runtime_reconcile_time_seconds_count{controller=\"machine\"} 1",
+            "controller_runtime_reconcile_time_seconds_count{controller=\"machinepool\"} 0",
+            "workqueue_queue_duration_seconds_count{name=\"lifecycle\"} 1",
+            "workqueue_queue_duration_seconds_bucket{le=\"0.0064\",name=\"lifecycle\"} 1",
+            "workqueue_queue_duration_seconds_bucket{le=\"0.0016\",name=\"lifecycle\"} 0",
+            // Every deletion phase and blocked-pod reason an alert reads has a series.
+            "lifecycle_machines_deleting{phase=\"DrainingNode\"} 0",
+            "lifecycle_drain_blocked_pods{reason=\"PodDisruptionBudget\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
         for name in [
-            "lifecycle_commands_total",
-            "controller_runtime_reconcile_total",
-            "controller_runtime_reconcile_errors_total",
-            "rest_client_requests_total",
+            "lifecycle_commands",
+            "controller_runtime_reconcile",
+            "controller_runtime_reconcile_errors",
+            "controller_runtime_reconcile_time_seconds",
+            "rest_client_requests",
             "workqueue_depth",
-            "workqueue_adds_total",
+            "workqueue_adds",
+            "workqueue_queue_duration_seconds",
             "leader_election_master_status",
             "lifecycle_machines_deleting",
             "lifecycle_machine_deleting_oldest_seconds",
+            "lifecycle_drain_blocked_pods",
+            "lifecycle_hooks_waiting",
             "lifecycle_mhc_remediations_allowed",
             "process_resident_memory_bytes",
+            "process_cpu_seconds",
         ] {
-            assert!(described.contains(name), "{name} missing:\n{text}");
+            assert!(described.contains_key(name), "{name} missing:\n{text}");
         }
-        // Every deletion phase an alert reads has a series, 0 when no Machine is in it.
-        assert!(
-            text.contains("lifecycle_machines_deleting{phase=\"DrainingNode\"} 0\n"),
-            "{text}"
-        );
     }
 
     /// `/readyz` is 503 while the journal cannot be written; `/healthz` stays 200 (the process

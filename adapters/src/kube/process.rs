@@ -1,5 +1,6 @@
 //! The `process_*` series Prometheus clients export, read from `/proc/self` (Linux).
 
+use prometheus_client::metrics::MetricType;
 use std::sync::OnceLock;
 
 /// Clock ticks per second of `/proc/*/stat` times (USER_HZ, 100 on Linux).
@@ -32,39 +33,39 @@ fn open_fds() -> Option<f64> {
 }
 
 /// The families (absent where `/proc` is not there).
-pub fn families() -> Vec<super::metrics::Family> {
+pub fn families() -> Vec<super::metrics::ScrapedFamily> {
     let mut out = vec![(
         "process_start_time_seconds",
-        "gauge",
+        MetricType::Gauge,
         "Start time of the process since the Unix epoch, in seconds.",
-        vec![(String::new(), start_time())],
+        vec![(Vec::new(), start_time())],
     )];
     if let Some((cpu, virtual_bytes, resident)) = stat() {
         out.push((
-            "process_cpu_seconds_total",
-            "counter",
+            "process_cpu_seconds",
+            MetricType::Counter,
             "Total user and system CPU time spent, in seconds.",
-            vec![(String::new(), cpu)],
+            vec![(Vec::new(), cpu)],
         ));
         out.push((
             "process_virtual_memory_bytes",
-            "gauge",
+            MetricType::Gauge,
             "Virtual memory size, in bytes.",
-            vec![(String::new(), virtual_bytes)],
+            vec![(Vec::new(), virtual_bytes)],
         ));
         out.push((
             "process_resident_memory_bytes",
-            "gauge",
+            MetricType::Gauge,
             "Resident memory size, in bytes.",
-            vec![(String::new(), resident)],
+            vec![(Vec::new(), resident)],
         ));
     }
     if let Some(fds) = open_fds() {
         out.push((
             "process_open_fds",
-            "gauge",
+            MetricType::Gauge,
             "Open file descriptors.",
-            vec![(String::new(), fds)],
+            vec![(Vec::new(), fds)],
         ));
     }
     out

@@ -1,7 +1,7 @@
 //! The watch streams: the task that runs one `kube::runtime::watcher` for a resource type the
 //! intake chose (`engine::intake::streams`) and forwards its events to the adapter loop.
 
-use super::adapter::Event;
+use super::adapter::{Event, Queued};
 use engine::intake::Arrival;
 use engine::intake::mirror::StreamEvent;
 use engine::intake::streams::StreamKey;
@@ -71,7 +71,7 @@ fn to_json(spec: &StreamSpec, object: &DynamicObject) -> Value {
 
 /// Runs the watcher of `spec` until the receiver is gone (or the task is aborted). Watch
 /// errors are logged and retried with kube's default backoff; a 410 makes it relist.
-pub async fn run_stream(client: Client, spec: StreamSpec, tx: mpsc::Sender<Event>) {
+pub async fn run_stream(client: Client, spec: StreamSpec, tx: mpsc::Sender<Queued>) {
     let api: Api<DynamicObject> = Api::all_with(client, &spec.api_resource());
     let mut events = watcher(api, watcher::Config::default())
         .default_backoff()
@@ -99,7 +99,7 @@ pub async fn run_stream(client: Client, spec: StreamSpec, tx: mpsc::Sender<Event
             stream: stream.clone(),
             event,
         });
-        if tx.send(message).await.is_err() {
+        if tx.send(message.into()).await.is_err() {
             return;
         }
     }

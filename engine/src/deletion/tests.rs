@@ -6,6 +6,7 @@ use crate::model::*;
 use crate::testing::*;
 use crate::time::{Duration, Timestamp};
 use crate::{Engine, Target};
+use std::collections::BTreeMap;
 
 /// 2024-01-01T00:00:00Z
 const T0: Timestamp = Timestamp(1_704_067_200_000);
@@ -564,6 +565,48 @@ fn a_batch_is_reconciled_once_against_its_latest_state() {
         batched.engine.applied_seq() + 3,
         one_by_one.engine.applied_seq(),
         "a batch is one input"
+    );
+}
+
+/// `/metrics` reads the gauges: a pod a PDB protects and a pod evicted but not gone yet are
+/// counted by reason; a Machine a hook holds is counted by hook.
+#[test]
+fn the_gauges_count_blocked_pods_by_reason_and_machines_held_by_each_hook() {
+    let gauges = |h: &Harness| {
+        crate::metrics::gauges(h.engine.store(), &h.engine.controllers().deletion, h.now)
+    };
+    let (mut h, cmds) = drained_start(deleting_m1(), vec![]);
+    h.apply_status(&cmds);
+    let pdb = "Cannot evict pod as it would violate the pod's disruption budget.";
+    let mut out = h.answer(
+        &cmds[0],
+        ApiOutcome::TooManyRequests {
+            message: pdb.into(),
+        },
+    );
+    out.extend(h.ok(&cmds[1]));
+    h.settle(&out);
+    assert_eq!(
+        gauges(&h).drain_blocked,
+        BTreeMap::from([("PodDisruptionBudget", 1), ("WaitingForDeletion", 1)])
+    );
+    let out = h.gone(pod_key("web-1"));
+    h.settle(&out);
+    assert_eq!(
+        gauges(&h).drain_blocked,
+        BTreeMap::from([("PodDisruptionBudget", 1)])
+    );
+    assert!(gauges(&h).hooks_waiting.is_empty());
+
+    let mut m1 = deleting_m1();
+    m1.meta
+        .annotations
+        .insert(format!("{PRE_DRAIN_HOOK_PREFIX}/migrate"), "owner".into());
+    let (mut h, first) = Harness::start(world(m1));
+    h.apply_status(&first);
+    assert_eq!(
+        gauges(&h).hooks_waiting,
+        BTreeMap::from([(("pre-drain", "migrate".to_string()), 1)])
     );
 }
 
