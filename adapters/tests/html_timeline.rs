@@ -322,3 +322,112 @@ fn an_unwritable_html_path_fails_the_run_and_names_the_flag() {
         "{stderr}"
     );
 }
+
+/// `lifecycle explain machine default/m1 --journal J --html OUT.html` on the PDB scenario's
+/// journal: the DOM has the Machine's lane first, then a lane per object its commands touched,
+/// one mark per story entry and one bar per phase of the story (read from `--format json`, not
+/// from the page); the screenshot shows the DrainingNode bar.
+#[test]
+fn explain_html_shows_the_story_of_one_machine_in_chromium() {
+    let chromium = chromium();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let journal = dir.path().join("journal");
+    let lifecycle = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_lifecycle"));
+        c.current_dir(workspace());
+        c
+    };
+    let status = lifecycle()
+        .args(["sim", "run", SCENARIO, "--journal"])
+        .arg(&journal)
+        .stdout(Stdio::null())
+        .status()
+        .expect("lifecycle runs");
+    assert!(status.success(), "sim run --journal: {status}");
+    let page = dir.path().join("m1.html");
+    let explained = lifecycle()
+        .args([
+            "explain",
+            "machine",
+            "default/m1",
+            "--format",
+            "json",
+            "--journal",
+        ])
+        .arg(&journal)
+        .arg("--html")
+        .arg(&page)
+        .output()
+        .expect("lifecycle explain runs");
+    assert!(explained.status.success(), "{explained:?}");
+    let story: serde_json::Value = serde_json::from_slice(&explained.stdout).expect("json story");
+    let entries = story["entries"].as_array().expect("entries");
+    let mut objects = vec!["Machine default/m1".to_string()];
+    for e in entries {
+        let text = e["text"].as_str().unwrap();
+        if ["command", "refused"].contains(&e["what"].as_str().unwrap()) {
+            let words: Vec<&str> = text.split_whitespace().collect();
+            let object = format!("{} {}", words[1], words[2].trim_end_matches(':'));
+            if !objects.contains(&object) {
+                objects.push(object);
+            }
+        }
+    }
+    let reasons: Vec<&str> = story["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            "DrainingNode",
+            "WaitingForInfrastructureDeletion",
+            "WaitingForBootstrapDeletion",
+            "DeletionCompleted"
+        ]
+    );
+    assert!(
+        objects.len() >= 5,
+        "the Node, both pods and the provider objects: {objects:?}"
+    );
+
+    let dom = headless(
+        &chromium,
+        &dir.path().join("profile"),
+        &page,
+        &["--dump-dom".into()],
+    );
+    let lanes = attribute_values(&dom, "<g class=\"lane\"", "data-object");
+    assert_eq!(lanes, objects, "lanes in the DOM");
+    assert_eq!(body_count(&dom, "data-marks"), entries.len());
+    assert_eq!(
+        attribute_values(&dom, "<rect class=\"bar\"", "data-phase"),
+        reasons
+    );
+    // A mark tells its cause on hover.
+    assert!(dom.contains("cause: #"), "no cause in the marks' titles");
+
+    let shot = dir.path().join("m1.png");
+    let (w, h) = WINDOW;
+    headless(
+        &chromium,
+        &dir.path().join("profile"),
+        &page,
+        &[
+            format!("--screenshot={}", shot.display()),
+            format!("--window-size={w},{h}"),
+        ],
+    );
+    let image =
+        png::decode(&std::fs::read(&shot).expect("screenshot written")).expect("PNG decodes");
+    let draining = sim::html::PHASE_COLOURS
+        .iter()
+        .find(|(r, _)| *r == "DrainingNode")
+        .unwrap()
+        .1;
+    let rgb = [1, 3, 5].map(|i| u8::from_str_radix(&draining[i..i + 2], 16).unwrap());
+    let pixels = image.rgb.iter().filter(|p| **p == rgb).count();
+    assert!(pixels >= 2_000, "DrainingNode bar: {pixels} pixels");
+}

@@ -304,8 +304,17 @@ document.body.dataset.bars=document.querySelectorAll('.bar').length;";
 
 /// The page. `title` heads it (a scenario's file, or the object `explain` follows).
 pub fn render(title: &str, timeline: &Timeline) -> String {
+    render_with_phases(title, timeline, &phases(timeline))
+}
+
+/// The page with the phases given (`explain` knows an object's phases from its story, not
+/// from `Deleting` lines). Each phase's `line` indexes `timeline.lines`.
+pub fn render_with_phases(title: &str, timeline: &Timeline, phases: &[Phase]) -> String {
     let lanes = lanes(timeline);
-    let phases = phases(timeline);
+    let phases: Vec<&Phase> = phases
+        .iter()
+        .filter(|p| p.line < timeline.lines.len())
+        .collect();
     let axis = Axis::new(timeline);
     let height = AXIS_H + lanes.len() as i64 * LANE_H + 8;
     let end_ms = timeline.lines.last().map_or(0, |l| l.at_ms);
@@ -490,7 +499,7 @@ fn mark(out: &mut String, x: i64, y: i64, line: &Line) {
     );
 }
 
-fn legend(out: &mut String, timeline: &Timeline, phases: &[Phase]) {
+fn legend(out: &mut String, timeline: &Timeline, phases: &[&Phase]) {
     let reasons: BTreeSet<&str> = phases.iter().map(|p| p.reason.as_str()).collect();
     let actors: BTreeSet<&str> = timeline.lines.iter().map(|l| l.actor.as_str()).collect();
     out.push_str("<div class=\"legend\">");

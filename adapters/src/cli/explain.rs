@@ -23,6 +23,7 @@ Times are the journal's recorded times (simulated time for `sim run --journal`).
 read from a copy, so a running controller's journal can be explained.
 
 Example: lifecycle explain machine default/m1 --journal /var/lib/lifecycle/journal
+         lifecycle explain machine default/m1 --journal J --html m1.html   (a timeline page)
          lifecycle log show --journal /var/lib/lifecycle/journal --object Machine/default/m1
 
 Exit codes: 0 ok; 1 the journal is damaged (records missing or failing their checks); 2 invalid
@@ -57,6 +58,10 @@ pub struct ExplainArgs {
     /// up to it, and durations up to it.
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
     at: Option<Timestamp>,
+    /// Also write the story as one self-contained HTML timeline (lanes, phase bars, marks
+    /// whose hover tells the cause).
+    #[arg(long, value_name = "OUT.html")]
+    html: Option<PathBuf>,
 }
 
 fn parse_time(s: &str) -> Result<Timestamp, String> {
@@ -86,6 +91,10 @@ fn run(args: ExplainArgs) -> Result<u8, Failure> {
         ExplainError::Unknown(_) => Failure::Invalid(e.to_string()),
         ExplainError::Empty => Failure::Unusable(format!("{}: {e}", args.journal.display())),
     })?;
+    if let Some(out) = &args.html {
+        std::fs::write(out, explain::html::page(&story))
+            .map_err(|e| Failure::Unusable(format!("--html {}: {e}", out.display())))?;
+    }
     match args.format {
         Format::Text => print!("{}", explain::render::text(&story)),
         Format::Json => println!(

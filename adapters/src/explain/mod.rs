@@ -12,6 +12,7 @@
 
 mod build;
 mod health;
+pub mod html;
 mod pool;
 pub mod render;
 mod unblock;
