@@ -910,3 +910,75 @@ async fn retry_after_holds_the_cluster_except_for_evictions() {
     assert!(after_patch >= Duration::from_secs(1), "{after_patch:?}");
     world.shutdown().await;
 }
+
+/// Workload clusters connect from one LIST of the kubeconfig Secrets (type
+/// `cluster.x-k8s.io/secret`), not a GET each: at 1,000 clusters the GETs were 1,000 requests
+/// through the management cluster's rate limit. A Secret the list does not show (here one
+/// re-created as `Opaque`) is read with a GET, and its cluster connects too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workload_clusters_connect_from_one_list_of_kubeconfig_secrets() {
+    use k8s_openapi::api::core::v1::Secret;
+    let arrivals = Arc::new(adapters::apiserver::arrivals::Arrivals::default());
+    let fleet = sim::generate::fleet(&sim::generate::FleetSpec {
+        clusters: 6,
+        machines_per_cluster: 2,
+        pods_per_node: 1,
+        delete_fraction: 0.0,
+        fail_fraction: 0.0,
+        duration: engine::Duration::from_secs(60),
+        seed: 1,
+    });
+    let server_options = ServerOptions {
+        arrivals: Some(arrivals.clone()),
+        ..options()
+    };
+    let world = ServedWorld::start(&fleet, 0, server_options).await.unwrap();
+    let management = client(&world.management.url());
+    let secrets: Api<Secret> = Api::namespaced(management, "default");
+    let mut opaque = secrets.get("c3-kubeconfig").await.unwrap();
+    secrets
+        .delete("c3-kubeconfig", &DeleteParams::default())
+        .await
+        .unwrap();
+    opaque.type_ = Some("Opaque".into());
+    opaque.metadata.resource_version = None;
+    opaque.metadata.uid = None;
+    secrets.create(&Default::default(), &opaque).await.unwrap();
+    let before = arrivals.all().len();
+
+    let (stop, task) = start(engine::Engine::new(), &world, Arc::new(Metrics::default()));
+    let deadline = tokio::time::Instant::now() + CONVERGE_TIMEOUT;
+    let connected = |arrived: &[adapters::apiserver::arrivals::Arrival]| {
+        world
+            .workloads
+            .values()
+            .filter(|w| arrived.iter().any(|a| a.server == w.addr()))
+            .count()
+    };
+    while connected(&arrivals.all()) < world.workloads.len() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {} workload clusters were connected",
+            connected(&arrivals.all()),
+            world.workloads.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = stop.send(());
+    let _ = task.await;
+    let secret_requests: Vec<(String, String)> = arrivals.all()[before..]
+        .iter()
+        .filter(|a| a.server == world.management.addr() && a.path.contains("/secrets"))
+        .map(|a| (a.method.clone(), a.path.clone()))
+        .collect();
+    assert_eq!(
+        secret_requests,
+        [
+            ("GET".to_string(), "/api/v1/secrets".to_string()),
+            (
+                "GET".to_string(),
+                "/api/v1/namespaces/default/secrets/c3-kubeconfig".to_string()
+            ),
+        ]
+    );
+}

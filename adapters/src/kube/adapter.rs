@@ -23,6 +23,7 @@ use super::bucket::RateLimit;
 use super::core::{Core, InputLog};
 use super::execute::{EventStamp, execute};
 use super::gate::Priority;
+use super::kubeconfigs::Kubeconfigs;
 use super::metrics::{EngineView, Metrics};
 use super::streams::{StreamSpec, run_stream};
 use super::throttle::{Throttle, throttled};
@@ -30,7 +31,7 @@ use crate::clock::{until, wall_now};
 use engine::intake::mirror::StreamEvent;
 use engine::intake::streams::stream_id;
 use engine::intake::{Arrival, Intake, Output};
-use engine::model::{ClusterName, ObjectKey, Scope};
+use engine::model::{ObjectKey, Scope};
 use engine::{Action, ApiOutcome, BATCH_INPUTS_MAX, Command, Input, Timestamp};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -105,6 +106,8 @@ pub struct Adapter<C: Core, L: InputLog> {
     log: L,
     intake: Intake,
     management: Client,
+    /// The workload clusters' kubeconfigs, read through the (throttled) management client.
+    kubeconfigs: Arc<Kubeconfigs>,
     /// Throttled, one per cluster.
     clients: BTreeMap<Scope, Client>,
     throttles: BTreeMap<Scope, Throttle>,
@@ -168,31 +171,6 @@ pub async fn client_from_kubeconfig(yaml: &str) -> Result<Client, String> {
     Client::try_from(config).map_err(|e| e.to_string())
 }
 
-/// Reads `<cluster>-kubeconfig` (key `value`) through the management client.
-async fn workload_client(management: &Client, cluster: &ClusterName) -> Result<Client, String> {
-    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
-        kube::Api::namespaced(management.clone(), &cluster.namespace);
-    let secret = secrets
-        .get(&format!("{}-kubeconfig", cluster.name))
-        .await
-        .map_err(|e| e.to_string())?;
-    let value = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get("value"))
-        .map(|b| b.0.clone())
-        .or_else(|| {
-            secret
-                .string_data
-                .as_ref()
-                .and_then(|d| d.get("value"))
-                .map(|s| s.clone().into_bytes())
-        })
-        .ok_or("the secret has no key \"value\"")?;
-    let yaml = String::from_utf8(value).map_err(|e| e.to_string())?;
-    client_from_kubeconfig(&yaml).await
-}
-
 /// How often `/metrics` gets the engine's counters and gauges.
 const ENGINE_VIEW_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -235,6 +213,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             log,
             intake: Intake::new(),
             management: management.clone(),
+            kubeconfigs: Arc::new(Kubeconfigs::new(management.clone())),
             clients: BTreeMap::new(),
             throttles: BTreeMap::new(),
             metrics,
@@ -252,6 +231,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             restart_required: false,
         };
         adapter.management = adapter.add_cluster(Scope::Management, management);
+        adapter.kubeconfigs = Arc::new(Kubeconfigs::new(adapter.management.clone()));
         adapter
     }
 
@@ -689,13 +669,19 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
         let Scope::Workload(cluster) = scope.clone() else {
             return;
         };
-        let management = self.management.clone();
+        let kubeconfigs = self.kubeconfigs.clone();
         let tx = self.tx.clone();
         let retry = self.options.connect_retry;
         let key = scope.clone();
         let task = tokio::spawn(async move {
+            let mut first_attempt = true;
             loop {
-                match workload_client(&management, &cluster).await {
+                let client = match kubeconfigs.get(&cluster, first_attempt).await {
+                    Ok(yaml) => client_from_kubeconfig(&yaml).await,
+                    Err(e) => Err(e),
+                };
+                first_attempt = false;
+                match client {
                     Ok(client) => {
                         let _ = tx.send(Event::Connected { scope, client }.into()).await;
                         return;

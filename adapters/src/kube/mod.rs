@@ -8,6 +8,8 @@
 //! * [`bucket`], [`gate`] (sans-IO) and [`throttle`]: per cluster, a token bucket and bounded
 //!   commands in flight, the most urgent request first; every request of a cluster goes
 //!   through its throttle.
+//! * [`kubeconfigs`]: the workload clusters' kubeconfig Secrets, listed once for the first
+//!   connects.
 //! * [`lease`]: leader election on a coordination.k8s.io Lease.
 //! * [`metrics`]: counters, `/metrics` and `/healthz`.
 //!
@@ -19,6 +21,7 @@ pub mod core;
 pub mod execute;
 pub mod gate;
 pub mod journal_log;
+pub mod kubeconfigs;
 pub mod lease;
 pub mod metrics;
 mod process;

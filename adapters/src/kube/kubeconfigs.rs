@@ -1,0 +1,145 @@
+//! The workload clusters' kubeconfigs (`<cluster>-kubeconfig`, key `value`), read for many
+//! clusters at once: the first connects share one paginated LIST of the Secrets of type
+//! `cluster.x-k8s.io/secret` instead of a GET each. At 1,000 workload clusters the GETs alone
+//! were 1,000 requests through the management cluster's rate limit (50 s at 20 QPS before the
+//! last cluster could even be watched); the list is two.
+//!
+//! What the list gives is used once per cluster and only while fresh ([`LISTED_FRESH`]): a
+//! cluster that appears later, a retry after a failed connect (the kubeconfig may have been
+//! rotated) or a list the API refuses (RBAC without `list secrets`) reads its Secret with a GET.
+
+use engine::model::ClusterName;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Client;
+use kube::api::{Api, ListParams};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tokio::sync::OnceCell;
+
+/// The type CAPI gives the Secrets it writes (kubeconfigs among them).
+const CAPI_SECRET_TYPE: &str = "cluster.x-k8s.io/secret";
+/// Secrets per page of the list.
+const PAGE: u32 = 500;
+/// How long a listed kubeconfig may stand in for a GET.
+pub const LISTED_FRESH: Duration = Duration::from_secs(30);
+
+/// The listed kubeconfigs by (namespace, Secret name), and when they were listed.
+#[derive(Debug)]
+struct Listed {
+    at: Instant,
+    values: Mutex<BTreeMap<(String, String), Vec<u8>>>,
+}
+
+/// Where the connectors get kubeconfigs; shared by all of them.
+pub struct Kubeconfigs {
+    management: Client,
+    /// `None` when the list failed: every cluster reads its own Secret.
+    listed: OnceCell<Option<Listed>>,
+}
+
+fn secret_name(cluster: &ClusterName) -> String {
+    format!("{}-kubeconfig", cluster.name)
+}
+
+/// The kubeconfig bytes a Secret holds under `value` (`data`, else `stringData`).
+pub fn kubeconfig_value(secret: &Secret) -> Option<Vec<u8>> {
+    let data = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("value"))
+        .map(|b| b.0.clone());
+    data.or_else(|| {
+        secret
+            .string_data
+            .as_ref()
+            .and_then(|d| d.get("value"))
+            .map(|s| s.clone().into_bytes())
+    })
+}
+
+impl Kubeconfigs {
+    pub fn new(management: Client) -> Self {
+        Kubeconfigs {
+            management,
+            listed: OnceCell::new(),
+        }
+    }
+
+    /// The kubeconfig YAML of `cluster`: from the shared list on a first attempt while it is
+    /// fresh, else from a GET of its Secret.
+    pub async fn get(&self, cluster: &ClusterName, first_attempt: bool) -> Result<String, String> {
+        if first_attempt && let Some(value) = self.take_listed(cluster).await {
+            return String::from_utf8(value).map_err(|e| e.to_string());
+        }
+        let secrets: Api<Secret> = Api::namespaced(self.management.clone(), &cluster.namespace);
+        let secret = secrets
+            .get(&secret_name(cluster))
+            .await
+            .map_err(|e| e.to_string())?;
+        let value = kubeconfig_value(&secret).ok_or("the secret has no key \"value\"")?;
+        String::from_utf8(value).map_err(|e| e.to_string())
+    }
+
+    async fn take_listed(&self, cluster: &ClusterName) -> Option<Vec<u8>> {
+        let listed = self
+            .listed
+            .get_or_init(|| async { self.list().await })
+            .await
+            .as_ref()?;
+        if listed.at.elapsed() > LISTED_FRESH {
+            return None;
+        }
+        let key = (cluster.namespace.to_string(), secret_name(cluster));
+        listed
+            .values
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key)
+    }
+
+    /// Every CAPI Secret's `value`, all namespaces, page by page.
+    async fn list(&self) -> Option<Listed> {
+        let at = Instant::now();
+        let secrets: Api<Secret> = Api::all(self.management.clone());
+        let mut params = ListParams::default()
+            .fields(&format!("type={CAPI_SECRET_TYPE}"))
+            .limit(PAGE);
+        let mut values = BTreeMap::new();
+        loop {
+            let page = match secrets.list(&params).await {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot list the kubeconfig Secrets ({e}): reading one Secret per workload cluster"
+                    );
+                    return None;
+                }
+            };
+            for secret in &page.items {
+                let (Some(namespace), Some(name)) =
+                    (&secret.metadata.namespace, &secret.metadata.name)
+                else {
+                    continue;
+                };
+                if let (true, Some(value)) =
+                    (name.ends_with("-kubeconfig"), kubeconfig_value(secret))
+                {
+                    values.insert((namespace.clone(), name.clone()), value);
+                }
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+        tracing::info!(
+            secrets = values.len(),
+            "listed the workload clusters' kubeconfigs"
+        );
+        Some(Listed {
+            at,
+            values: Mutex::new(values),
+        })
+    }
+}
