@@ -24,6 +24,7 @@ pub mod remediation;
 pub mod store;
 pub mod testing;
 pub mod time;
+pub mod work;
 
 pub use command::{Action, Command, ControllerId, EventSeries, EventType, Target};
 pub use engine::{Controllers, Engine};

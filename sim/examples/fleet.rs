@@ -35,7 +35,7 @@ fn main() {
         no_journal,
         ..Default::default()
     };
-    let report = sim::run(&scenario, &options).expect("fleet runs");
+    let report = sim::run_owned(scenario, &options).expect("fleet runs");
     let wall = start.elapsed();
     println!(
         "{} machines in {} clusters, seed {}: generated in {:.2?}, ran 1h simulated in {:.2?} wall ({} inputs journaled, {} timeline lines, {} violations); peak RSS {:.0} MiB",

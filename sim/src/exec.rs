@@ -222,11 +222,11 @@ impl Sim {
                 // released the last finalizer and the object is gone; a DELETE of an object
                 // that is gone at once answers with no object the controller could keep.
                 let answered = written.as_ref().and_then(|w| match &request {
-                    ApiRequest::Delete { .. } => w.object.clone(),
-                    _ => w.object.clone().or_else(|| w.removed.clone()),
+                    ApiRequest::Delete { .. } => w.object.as_ref(),
+                    _ => w.object.as_ref().or(w.removed.as_ref()),
                 });
                 let object = answered
-                    .and_then(|o| self.convert(scope, &key, &o))
+                    .and_then(|o| self.convert(scope, &key, o))
                     .map(Box::new);
                 if let Some(w) = written {
                     self.changed(scope, w);

@@ -110,14 +110,14 @@ impl Sim {
     }
 
     /// The watch event of a write, when its type is watched in that cluster.
-    pub(crate) fn push_watch(&mut self, scope: &Scope, written: &Written) {
+    pub(crate) fn push_watch(&mut self, scope: &Scope, written: Written) {
         let stream = stream_id(&written.key.group, &written.key.kind);
         if !self.watched.contains(&(scope.clone(), stream.clone())) {
             return;
         }
-        let event = match (&written.object, &written.removed) {
-            (Some(object), _) => StreamEvent::Apply(object.clone()),
-            (None, Some(last)) => StreamEvent::Delete(last.clone()),
+        let event = match (written.object, written.removed) {
+            (Some(object), _) => StreamEvent::Apply(object),
+            (None, Some(last)) => StreamEvent::Delete(last),
             (None, None) => return,
         };
         self.intake.push(Arrival::Watch {

@@ -296,13 +296,8 @@ impl Sim {
             broken.push(format!("remediated {key} while its Cluster is paused"));
         }
         let labels = json::labels(machine);
-        for (_, mhc) in self
-            .store(&Scope::Management)
-            .into_iter()
-            .flat_map(|s| s.list("cluster.x-k8s.io", "MachineHealthCheck"))
-        {
+        for mhc in self.mhcs_of(ns, cluster) {
             let selects = json::namespace(mhc) == ns
-                && json::str_at(mhc, "spec.clusterName") == Some(cluster)
                 && mhc
                     .pointer("/spec/selector/matchLabels")
                     .and_then(Value::as_object)

@@ -32,4 +32,4 @@ pub mod sweep;
 pub mod timeline;
 mod world;
 
-pub use run::{Report, RunOptions, run};
+pub use run::{Report, RunOptions, run, run_owned};

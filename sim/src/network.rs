@@ -427,7 +427,7 @@ impl Sim {
         match arrival {
             Arrival::Watch { scope, written } => {
                 self.net.remember(&scope, &written.key);
-                self.push_watch(&scope, &written);
+                self.push_watch(&scope, *written);
             }
             Arrival::Result { command, outcome } => self.push_result(command, outcome),
             Arrival::Relist { scope, stream } => {
@@ -461,7 +461,7 @@ impl Sim {
                 object: Some(value),
                 removed: None,
             };
-            self.push_watch(scope, &written);
+            self.push_watch(scope, written);
         }
     }
 

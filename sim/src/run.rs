@@ -72,6 +72,12 @@ impl Report {
 
 /// Runs `scenario` once.
 pub fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report, String> {
+    run_owned(scenario.clone(), options)
+}
+
+/// Runs `scenario` once, consuming it: its manifests become the starting world instead of
+/// being copied (a large generated fleet is then held once, not twice).
+pub fn run_owned(scenario: Scenario, options: &RunOptions) -> Result<Report, String> {
     let seed = options.seed.unwrap_or(scenario.seed);
     let journal = if options.no_journal {
         None
@@ -82,7 +88,7 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report, String> 
     };
     let mut feeder = Feeder::new(journal);
     feeder.filter = options.input_filter;
-    let mut sim = Sim::new(scenario.clone(), seed, feeder);
+    let mut sim = Sim::new(scenario, seed, feeder);
     sim.batching = options.batch_inputs;
     sim.setup();
     sim.run();

@@ -65,6 +65,7 @@ impl Sim {
             .store(&Scope::Management)
             .map(|s| {
                 s.list("cluster.x-k8s.io", "Machine")
+                    .chain(s.list("cluster.x-k8s.io", "MachineHealthCheck"))
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect()
             })
@@ -126,8 +127,9 @@ impl Sim {
             }
         }
         let now = self.now;
-        if let Err(e) = self.store_mut(scope).apply(obj.clone(), now) {
-            let object = Sim::describe(scope, &ObjKey::of(&obj));
+        let key = ObjKey::of(&obj);
+        if let Err(e) = self.store_mut(scope).apply(obj, now) {
+            let object = Sim::describe(scope, &key);
             self.line("world", "Setup", object, format!("refused: {e:?}"));
         }
     }

@@ -140,6 +140,9 @@ pub struct Sim {
     /// Machines of each Cluster `(namespace, clusterName)` in the fake API, so checks that look
     /// at one cluster's Machines do not walk every Machine of the fleet.
     pub(crate) machines_by_cluster: BTreeMap<(String, String), BTreeSet<ObjKey>>,
+    /// MachineHealthChecks by `(namespace, spec.clusterName)` when written (a later change of
+    /// clusterName leaves a stale entry: readers check the object they find).
+    pub(crate) mhcs_by_cluster: BTreeMap<(String, String), BTreeSet<ObjKey>>,
     /// Objects the controllers could not read (malformed), reported once each.
     pub(crate) malformed: BTreeSet<(Scope, ObjKey)>,
     /// Feed the inputs of an instant as batches, as the adapter feeds a backlog: inputs wait
@@ -195,6 +198,7 @@ impl Sim {
             deferred_watches: BTreeSet::new(),
             malformed: BTreeSet::new(),
             machines_by_cluster: BTreeMap::new(),
+            mhcs_by_cluster: BTreeMap::new(),
             batching: false,
             pending: Vec::new(),
             ticks_now: None,
@@ -280,6 +284,9 @@ impl Sim {
     /// Keeps `machines_by_cluster` in step with a write to a Machine.
     pub(crate) fn index_machine(&mut self, written: &Written) {
         let key = &written.key;
+        if key.group == "cluster.x-k8s.io" && key.kind == "MachineHealthCheck" {
+            return self.index_mhc(written);
+        }
         if key.group != "cluster.x-k8s.io" || key.kind != "Machine" {
             return;
         }
@@ -300,6 +307,34 @@ impl Sim {
         } else if let Some(set) = self.machines_by_cluster.get_mut(&slot) {
             set.remove(key);
         }
+    }
+
+    fn index_mhc(&mut self, written: &Written) {
+        let obj = written.object.as_ref().or(written.removed.as_ref());
+        let cluster = obj
+            .and_then(|o| json::str_at(o, "spec.clusterName"))
+            .unwrap_or_default()
+            .to_string();
+        let slot = (written.key.namespace.clone(), cluster);
+        if written.object.is_some() {
+            self.mhcs_by_cluster
+                .entry(slot)
+                .or_default()
+                .insert(written.key.clone());
+        } else if let Some(set) = self.mhcs_by_cluster.get_mut(&slot) {
+            set.remove(&written.key);
+        }
+    }
+
+    /// The MachineHealthChecks whose `spec.clusterName` is `cluster`, in key order.
+    pub(crate) fn mhcs_of(&self, namespace: &str, cluster: &str) -> Vec<&Value> {
+        self.mhcs_by_cluster
+            .get(&(namespace.to_string(), cluster.to_string()))
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.get(&Scope::Management, k))
+            .filter(|mhc| json::str_at(mhc, "spec.clusterName") == Some(cluster))
+            .collect()
     }
 
     /// The Machines of one Cluster in the fake API.
@@ -455,7 +490,7 @@ impl Sim {
             match work {
                 Work::Changed { scope, written } => {
                     self.react(&scope, &written);
-                    self.deliver(&scope, &written);
+                    self.deliver(&scope, written);
                     self.with_tracker(|t, sim| t.observe(sim));
                 }
                 Work::Command(command) => self.execute(command),
@@ -510,7 +545,7 @@ impl Sim {
     }
 
     /// Delivers a write to the engine as a watch event would, unless a fault hides it.
-    fn deliver(&mut self, scope: &Scope, written: &Written) {
+    fn deliver(&mut self, scope: &Scope, written: Written) {
         if self.external.is_some() {
             return;
         }
@@ -518,7 +553,7 @@ impl Sim {
             self.faults.missed_watch(scope, self.now);
             return;
         }
-        if self.send_watch(scope, written) {
+        if self.send_watch(scope, &written) {
             return;
         }
         self.push_watch(scope, written);

@@ -227,8 +227,13 @@ impl MhcMemo {
         self.passes_from_views.0.unwrap_or(0)
     }
 
-    pub(super) fn waits_for(&self, cluster: &ClusterName) -> bool {
-        self.waiting_for.as_ref() == Some(cluster)
+    pub(super) fn waiting_for(&self) -> Option<&ClusterName> {
+        self.waiting_for.as_ref()
+    }
+
+    /// Only through [`HealthChecks::set_waiting`], which keeps its index in step.
+    pub(super) fn set_waiting_for(&mut self, cluster: Option<ClusterName>) {
+        self.waiting_for = cluster;
     }
 
     pub(super) fn request_deleted(&mut self, machine: &str) {
@@ -512,8 +517,9 @@ impl<'a> Judge<'a> {
         }
     }
 
-    /// Judges every target and records each verdict in one merge pass over the known targets
-    /// (both in name order), so a steady fleet costs no lookups; drops the targets not seen.
+    /// Judges every target and records each verdict in one merge of the Machines labelled for
+    /// the MHC's cluster with the known targets (both in name order); drops the targets not
+    /// seen. Costs the cluster's Machines, whatever the size of the namespace.
     /// Returns only the evaluations that may need a write (unhealthy, or healthy but not yet
     /// marked so, or with a remediation request to withdraw), in name order.
     fn all(
@@ -539,12 +545,13 @@ impl<'a> Judge<'a> {
                 ..
             } = memo;
             let mut known = targets.iter_mut().peekable();
+            // Only Machines labelled for the MHC's cluster can be selected: the walk costs the
+            // cluster's Machines, not the namespace's.
             let machines = store
-                .iter_kind(&Scope::Management, &Kind::Machine)
-                .skip_while(|(k, _)| k.namespace.as_str() < ns)
-                .take_while(|(k, _)| k.namespace == ns)
-                .filter(|_| valid);
-            for (_, o) in machines {
+                .machines_labelled_for_cluster(ns, &self.mhc.cluster_name)
+                .filter(|_| valid)
+                .filter_map(|k| store.get(k));
+            for o in machines {
                 let Object::Machine(m) = o else { continue };
                 let name = m.meta.name.as_str();
                 while let Some((t, _)) = known.peek()
@@ -763,6 +770,7 @@ struct Visit<'k> {
 
 impl HealthChecks {
     pub(super) fn forget_mhc(&mut self, key: &ObjectKey) {
+        self.set_waiting(key, None);
         if let Some(memo) = self.mhcs.remove(key) {
             for name in memo.targets.keys() {
                 let mkey = ObjectKey::management(Kind::Machine, &key.namespace, name);
@@ -783,7 +791,7 @@ impl HealthChecks {
             self.timers
                 .wake_at(key, now.saturating_add(WORKLOAD_SYNC_RECHECK_INTERVAL));
         }
-        memo.waiting_for = waiting_for;
+        self.set_waiting(key, waiting_for);
     }
 
     pub(super) fn reconcile_mhc(&mut self, key: &ObjectKey, cx: &mut Cx<'_>) {
@@ -845,13 +853,15 @@ impl HealthChecks {
         });
         let facts = Facts::of(mhc, gates, template.and_then(|(_, t)| t));
 
+        self.mhcs.entry(key.clone()).or_default();
+        self.set_waiting(key, None);
         let HealthChecks {
             mhcs,
             index,
             timers,
+            ..
         } = self;
         let memo = mhcs.entry(key.clone()).or_default();
-        memo.waiting_for = None;
         let views_hold = template.is_none()
             && mhc.unhealthy_machine_conditions.len() + mhc.unhealthy_node_conditions.len()
                 <= VIEW_CHECKS_MAX

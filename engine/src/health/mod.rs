@@ -46,11 +46,45 @@ type NodeSlot = (ClusterName, String);
 /// The MachineHealthChecks this controller knows, and the reverse indexes that let a Machine or
 /// Node change find them in O(log n).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "Encoded")]
 pub struct HealthChecks {
     mhcs: BTreeMap<ObjectKey, MhcMemo>,
     index: TargetIndex,
     /// One wake-up per MHC: its earliest target deadline.
     timers: Timers,
+    /// The MHCs waiting for each workload cluster's cache to sync (their memos'
+    /// `waiting_for`), so that a workload change finds them without walking every MHC.
+    /// Derived: not encoded, rebuilt when decoded.
+    #[serde(skip)]
+    waiting: BTreeMap<ClusterName, BTreeSet<ObjectKey>>,
+}
+
+/// The encoded form of [`HealthChecks`]: the same fields without the derived `waiting`.
+#[derive(Deserialize)]
+struct Encoded {
+    mhcs: BTreeMap<ObjectKey, MhcMemo>,
+    index: TargetIndex,
+    timers: Timers,
+}
+
+impl From<Encoded> for HealthChecks {
+    fn from(e: Encoded) -> HealthChecks {
+        let mut waiting: BTreeMap<ClusterName, BTreeSet<ObjectKey>> = BTreeMap::new();
+        for (key, memo) in &e.mhcs {
+            if let Some(cluster) = memo.waiting_for() {
+                waiting
+                    .entry(cluster.clone())
+                    .or_default()
+                    .insert(key.clone());
+            }
+        }
+        HealthChecks {
+            mhcs: e.mhcs,
+            index: e.index,
+            timers: e.timers,
+            waiting,
+        }
+    }
 }
 
 /// Which MHCs cover a Machine, and which Machines name a Node.
@@ -120,6 +154,7 @@ impl HealthChecks {
         out: &mut Vec<ObjectKey>,
     ) {
         if let Some(link) = self.index.links.get(machine_key) {
+            crate::work::mhcs_examined(link.mhcs.len());
             out.extend(link.mhcs.iter().cloned());
         }
         let Some(m) = machine else { return };
@@ -127,6 +162,7 @@ impl HealthChecks {
             return;
         };
         for k in store.health_checks_of_cluster(&machine_key.namespace, cluster) {
+            crate::work::mhcs_examined(1);
             if !out.contains(k) {
                 out.push(k.clone());
             }
@@ -149,14 +185,38 @@ impl HealthChecks {
     }
 
     fn mhcs_of_cluster(store: &Store, cluster: &ObjectKey, out: &mut Vec<ObjectKey>) {
-        for (k, o) in store.iter_kind(&Scope::Management, &Kind::MachineHealthCheck) {
-            if let Object::MachineHealthCheck(mhc) = o
-                && k.namespace == cluster.namespace
-                && mhc.cluster_name == cluster.name
-            {
-                out.push(k.clone());
+        let before = out.len();
+        out.extend(
+            store
+                .health_checks_of_cluster(&cluster.namespace, &cluster.name)
+                .cloned(),
+        );
+        crate::work::mhcs_examined(out.len() - before);
+    }
+
+    /// Records that the MHC `key` waits for `cluster`'s cache (or no longer waits).
+    fn set_waiting(&mut self, key: &ObjectKey, cluster: Option<ClusterName>) {
+        let Some(memo) = self.mhcs.get_mut(key) else {
+            return;
+        };
+        if memo.waiting_for() == cluster.as_ref() {
+            return;
+        }
+        if let Some(old) = memo.waiting_for()
+            && let Some(keys) = self.waiting.get_mut(old)
+        {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.waiting.remove(old);
             }
         }
+        if let Some(new) = &cluster {
+            self.waiting
+                .entry(new.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        memo.set_waiting_for(cluster);
     }
 
     /// Forgets the verdicts of `mhc`, so that its next reconcile judges every target again
@@ -237,6 +297,7 @@ impl Controller for HealthChecks {
                         // A remediation template: the MHCs that use it.
                         for (k, o) in store.iter_kind(&Scope::Management, &Kind::MachineHealthCheck)
                         {
+                            crate::work::mhcs_examined(1);
                             if let Object::MachineHealthCheck(mhc) = o
                                 && k.namespace == key.namespace
                                 && let Some(t) = &mhc.remediation_template
@@ -284,10 +345,9 @@ impl Controller for HealthChecks {
                     }
                 }
                 // MHCs that could not judge anything until this cluster's cache synced.
-                for (k, memo) in &self.mhcs {
-                    if memo.waits_for(cluster) {
-                        push_unique(out, k.clone());
-                    }
+                for k in self.waiting.get(cluster).into_iter().flatten() {
+                    crate::work::mhcs_examined(1);
+                    push_unique(out, k.clone());
                 }
             }
         }

@@ -17,6 +17,7 @@ pub enum Selection {
 /// Whether `machine` is a target of `mhc`: same namespace, `selector` plus
 /// `cluster.x-k8s.io/cluster-name=<clusterName>`, and neither skip-remediation nor paused.
 pub fn select(mhc: &MachineHealthCheck, machine: &Machine) -> Selection {
+    crate::work::selection();
     if machine.meta.namespace != mhc.meta.namespace
         || machine.meta.labels.get(CLUSTER_NAME_LABEL) != Some(&mhc.cluster_name)
         || selector_problem(mhc).is_some()

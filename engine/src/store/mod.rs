@@ -44,6 +44,7 @@ enum Now {
 /// Guarantees: iteration order is the key order (deterministic); an upsert with an older
 /// `resourceVersion` than the cached one is ignored (a stale watch event or API answer).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "Encoded")]
 pub struct Store {
     objects: table::Table,
     /// Counts accepted changes (upserts that changed something, removals).
@@ -77,6 +78,10 @@ struct Indexes {
     /// MachineHealthChecks by (management, `<namespace>/<spec.clusterName>`): a Machine change
     /// finds the MHCs that may cover it without walking every MHC.
     health_checks_by_cluster: BTreeMap<(Scope, String), BTreeSet<ObjectKey>>,
+    /// Machines by namespace and `cluster.x-k8s.io/cluster-name` label: the only Machines an
+    /// MHC can select. Derived from the objects: not encoded, rebuilt when a store is decoded.
+    #[serde(skip)]
+    machines_by_cluster_label: MachinesByLabel,
     #[serde(skip)]
     namespace_changes: NamespaceChanges,
     /// Nodes seen removed (a watch deletion or a relist without them) since their cluster's
@@ -105,6 +110,74 @@ impl PartialEq for NamespaceChanges {
 }
 
 impl Eq for NamespaceChanges {}
+
+/// The encoded form of a [`Store`]: the same fields, without the indexes that are rebuilt
+/// from the objects on decoding.
+#[derive(Deserialize)]
+struct Encoded {
+    objects: table::Table,
+    changes: u64,
+    indexes: Indexes,
+    synced: BTreeSet<Scope>,
+    unreadable: BTreeMap<ObjectKey, String>,
+    unlisted: BTreeMap<(Scope, Kind), String>,
+}
+
+impl From<Encoded> for Store {
+    fn from(e: Encoded) -> Store {
+        let mut indexes = e.indexes;
+        for (key, object) in e.objects.iter_kind(&Scope::Management, &Kind::Machine) {
+            if let Object::Machine(m) = object {
+                indexes.machines_by_cluster_label.set(key, m, true);
+            }
+        }
+        Store {
+            objects: e.objects,
+            changes: e.changes,
+            indexes,
+            synced: e.synced,
+            unreadable: e.unreadable,
+            unlisted: e.unlisted,
+        }
+    }
+}
+
+/// Machine keys by namespace, then by cluster-name label (nested so that a lookup borrows).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct MachinesByLabel(BTreeMap<String, BTreeMap<String, BTreeSet<ObjectKey>>>);
+
+impl MachinesByLabel {
+    fn set(&mut self, key: &ObjectKey, m: &Machine, add: bool) {
+        let Some(label) = m.meta.labels.get(CLUSTER_NAME_LABEL) else {
+            return;
+        };
+        let namespace = m.meta.namespace.as_str();
+        if add {
+            let labels = match self.0.get_mut(namespace) {
+                Some(labels) => labels,
+                None => self.0.entry(namespace.to_string()).or_default(),
+            };
+            match labels.get_mut(label.as_str()) {
+                Some(keys) => keys.insert(key.clone()),
+                None => labels.entry(label.clone()).or_default().insert(key.clone()),
+            };
+        } else if let Some(labels) = self.0.get_mut(namespace) {
+            if let Some(keys) = labels.get_mut(label.as_str()) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    labels.remove(label.as_str());
+                }
+            }
+            if labels.is_empty() {
+                self.0.remove(namespace);
+            }
+        }
+    }
+
+    fn get(&self, namespace: &str, label: &str) -> Option<&BTreeSet<ObjectKey>> {
+        self.0.get(namespace)?.get(label)
+    }
+}
 
 impl Store {
     pub fn get(&self, key: &ObjectKey) -> Option<&Object> {
@@ -356,6 +429,20 @@ impl Store {
         self.indexes
             .machines_by_cluster
             .get(&(Scope::Management, format!("{namespace}/{cluster}")))
+            .into_iter()
+            .flatten()
+    }
+
+    /// Keys of the Machines of `namespace` labelled `cluster.x-k8s.io/cluster-name=<cluster>`,
+    /// in key (name) order: every Machine an MHC of that cluster can select.
+    pub fn machines_labelled_for_cluster(
+        &self,
+        namespace: &str,
+        cluster: &str,
+    ) -> impl Iterator<Item = &ObjectKey> {
+        self.indexes
+            .machines_by_cluster_label
+            .get(namespace, cluster)
             .into_iter()
             .flatten()
     }
@@ -614,6 +701,7 @@ impl Indexes {
                     );
                 }
                 set_membership(&mut self.machines_by_cluster, at, key, add);
+                self.machines_by_cluster_label.set(key, m, add);
             }
             Object::MachinePool(_) if add => {
                 self.referrer_since.entry(key.clone()).or_insert(change);
@@ -663,7 +751,7 @@ impl Indexes {
 enum IndexSlots<'o> {
     Pod(Option<&'o str>),
     Node(Option<&'o str>),
-    Machine(&'o str, &'o str, bool, Option<&'o str>),
+    Machine(&'o str, &'o str, bool, Option<&'o str>, Option<&'o str>),
     HealthCheck(&'o str, &'o str),
     None,
 }
@@ -678,6 +766,7 @@ impl<'o> IndexSlots<'o> {
                 &m.cluster_name,
                 is_active_control_plane(m),
                 m.node_ref.as_deref(),
+                m.meta.labels.get(CLUSTER_NAME_LABEL).map(String::as_str),
             ),
             Object::MachineHealthCheck(h) => {
                 IndexSlots::HealthCheck(&h.meta.namespace, &h.cluster_name)
@@ -748,6 +837,45 @@ mod tests {
     use super::*;
     use crate::testing::{control_plane_machine, machine};
     use crate::time::Timestamp;
+
+    fn labelled(store: &Store, cluster: &str) -> Vec<String> {
+        store
+            .machines_labelled_for_cluster("default", cluster)
+            .map(|k| k.name.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn machines_by_label_follow_relabelling_and_removal_and_survive_decoding() {
+        let mut store = Store::default();
+        let mut b = machine("c1", "b", None);
+        for name in ["c", "a"] {
+            store.upsert(
+                &Scope::Management,
+                Object::Machine(machine("c1", name, None)),
+            );
+        }
+        store.upsert(&Scope::Management, Object::Machine(b.clone()));
+        assert_eq!(labelled(&store, "c1"), ["a", "b", "c"]);
+
+        b.meta.resource_version += 1;
+        b.meta.labels.insert(CLUSTER_NAME_LABEL.into(), "c2".into());
+        store.upsert(&Scope::Management, Object::Machine(b.clone()));
+        assert_eq!(labelled(&store, "c1"), ["a", "c"]);
+        assert_eq!(labelled(&store, "c2"), ["b"]);
+
+        let decoded: Store = crate::codec::decode(&crate::codec::encode(&store).unwrap()).unwrap();
+        assert_eq!(labelled(&decoded, "c2"), ["b"]);
+        assert_eq!(decoded, store, "the index is rebuilt as it was");
+
+        let key = Object::Machine(b).key(&Scope::Management);
+        store.remove(&key);
+        let index = &store.indexes.machines_by_cluster_label;
+        assert!(
+            index.get("default", "c2").is_none(),
+            "empty sets are dropped"
+        );
+    }
 
     #[test]
     fn active_control_plane_count_follows_label_deletion_and_removal() {
