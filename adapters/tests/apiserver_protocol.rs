@@ -651,6 +651,47 @@ async fn a_body_over_3_mib_is_413_and_version_is_complete() {
     .await;
 }
 
+/// kubectl writes the whole body before it reads the answer: the server must read (and
+/// discard) the excess so the client sees the 413, not a broken pipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_still_writing_a_refused_body_reads_the_413() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    bounded(async {
+        let (server, _client) = serve(ClusterStore::new("t")).await;
+        let body = vec![b'x'; 16 << 20];
+        let mut conn = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+        let head = format!(
+            "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        conn.write_all(head.as_bytes()).await.unwrap();
+        for chunk in body.chunks(64 << 10) {
+            conn.write_all(chunk)
+                .await
+                .expect("the server reads a refused body to its end");
+        }
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&answer).contains("RequestEntityTooLarge") {
+            let n = conn.read(&mut buf).await.unwrap();
+            assert!(
+                n > 0,
+                "closed before the status: {}",
+                String::from_utf8_lossy(&answer)
+            );
+            answer.extend_from_slice(&buf[..n]);
+        }
+        assert!(
+            answer.starts_with(b"HTTP/1.1 413"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+        server.shutdown().await;
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn updates_that_rename_or_change_kind_are_400() {
     bounded(async {

@@ -16,7 +16,7 @@ use super::validate::FieldValidation;
 use super::watch::{self, Start, WatchSpec};
 use super::{Body, Ctx, Query};
 use crate::clock::wall_now;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 use serde_json::{Value, json};
@@ -26,6 +26,29 @@ use std::time::Duration;
 
 /// Largest request body accepted (the real server's limit; larger is 413).
 const BODY_BYTES_MAX: usize = 3 << 20;
+/// How much of a refused body is still read and discarded, so that a client that is
+/// still writing it reads the 413 instead of a broken pipe.
+const REFUSED_BODY_DRAIN_MAX: usize = 64 << 20;
+
+/// The request body, or `None` when it is larger than [`BODY_BYTES_MAX`]. The excess is
+/// drained (up to [`REFUSED_BODY_DRAIN_MAX`]) before answering: closing the connection
+/// under a client still writing makes it see `broken pipe` rather than the status.
+async fn read_body(mut body: Incoming) -> Result<Option<bytes::Bytes>, hyper::Error> {
+    let mut kept = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        seen += data.len();
+        if seen <= BODY_BYTES_MAX {
+            kept.extend_from_slice(&data);
+        } else if seen > BODY_BYTES_MAX + REFUSED_BODY_DRAIN_MAX {
+            return Ok(None);
+        }
+    }
+    Ok((seen <= BODY_BYTES_MAX).then(|| kept.freeze()))
+}
 
 pub fn json_response(code: u16, body: &Value) -> Response<Body> {
     Response::builder()
@@ -122,12 +145,9 @@ async fn serve(ctx: Arc<Ctx>, query: Query, req: Request<Incoming>) -> Response<
     };
     let content_type = header("content-type");
     let accept = header("accept");
-    let body = match Limited::new(req.into_body(), BODY_BYTES_MAX)
-        .collect()
-        .await
-    {
-        Ok(b) => b.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+    let body = match read_body(req.into_body()).await {
+        Ok(Some(body)) => body,
+        Ok(None) => {
             return failure(Failure::new(
                 413,
                 "RequestEntityTooLarge",
