@@ -103,6 +103,7 @@ impl Scripted {
                 self.answered
                     .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
+            Input::RelistKind { objects, .. } => objects.iter().for_each(|o| self.see(o)),
             Input::Batch { inputs } => inputs.iter().for_each(|i| self.observe(i)),
             Input::Delete { .. } | Input::Tick | Input::Restarted | Input::Unlisted { .. } => {}
         }

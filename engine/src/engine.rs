@@ -6,7 +6,7 @@ use crate::controller::{Controller, Cx, Effects};
 use crate::deletion::MachineDeletion;
 use crate::health::HealthChecks;
 use crate::input::{ApiOutcome, Input};
-use crate::model::{Object, ObjectKey, Scope};
+use crate::model::{Kind, Object, ObjectKey, Scope};
 use crate::pool::Pools;
 use crate::store::{Change, Store};
 use crate::time::Timestamp;
@@ -145,23 +145,12 @@ impl Engine {
                     self.route(self.store.change(&replaced), dirty);
                 }
             }
-            Input::Relist { scope, objects } => {
-                let replaced = self.store.replace_scope(&scope, objects);
-                for (slot, controller) in self.controllers.all().into_iter().enumerate() {
-                    controller.on_synced(&self.store, &scope, &mut dirty.routed);
-                    dirty.absorb(slot);
-                }
-                for r in &replaced {
-                    self.route(self.store.change(r), dirty);
-                }
-                // Unchanged objects are routed too: a synced cache may unblock destructive
-                // commands that were held back while it was not.
-                let changed: BTreeSet<&ObjectKey> = replaced
-                    .iter()
-                    .map(|r| self.store.replaced_key(r))
-                    .collect();
-                self.route_unchanged(&scope, &changed, dirty);
-            }
+            Input::Relist { scope, objects } => self.relist(&scope, None, objects, dirty),
+            Input::RelistKind {
+                scope,
+                kind,
+                objects,
+            } => self.relist(&scope, Some(&kind), objects, dirty),
             Input::Unlisted {
                 scope,
                 kind,
@@ -201,6 +190,31 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Replaces the cache of `scope` (or of one kind there) with a list's answer. Routed
+    /// besides the changes: every unchanged object of the scope, since a synced cache may
+    /// unblock destructive commands that were held back while it was not.
+    fn relist(
+        &mut self,
+        scope: &Scope,
+        kind: Option<&Kind>,
+        objects: Vec<Object>,
+        dirty: &mut Dirty,
+    ) {
+        let replaced = self.store.replace(scope, kind, objects);
+        for (slot, controller) in self.controllers.all().into_iter().enumerate() {
+            controller.on_synced(&self.store, scope, &mut dirty.routed);
+            dirty.absorb(slot);
+        }
+        for r in &replaced {
+            self.route(self.store.change(r), dirty);
+        }
+        let changed: BTreeSet<&ObjectKey> = replaced
+            .iter()
+            .map(|r| self.store.replaced_key(r))
+            .collect();
+        self.route_unchanged(scope, &changed, dirty);
     }
 
     /// The next command to execute, if any. Call until `None` after every `handle`.

@@ -39,6 +39,30 @@ pub enum Input {
         kind: Kind,
         problem: Option<String>,
     },
+    /// A relist of one kind in one cluster finished (its watch ended, 410 Gone, and it listed
+    /// again): `objects` replace the cache's objects of that kind there; every other kind
+    /// stays as the watches left it. Otherwise the same as [`Input::Relist`].
+    RelistKind {
+        scope: Scope,
+        kind: Kind,
+        objects: Vec<Object>,
+    },
+}
+
+/// What a relist ([`Input::Relist`] or [`Input::RelistKind`]) replaced.
+#[derive(Clone, Copy, Debug)]
+pub struct Relisted<'a> {
+    pub scope: &'a Scope,
+    /// `None`: every kind of the scope.
+    pub kind: Option<&'a Kind>,
+    pub objects: &'a [Object],
+}
+
+impl Relisted<'_> {
+    /// Whether the relist speaks for `key`: listed, or gone if it is not among `objects`.
+    pub fn covers(&self, key: &ObjectKey) -> bool {
+        key.scope == *self.scope && self.kind.is_none_or(|k| key.kind == *k)
+    }
 }
 
 /// A batch's inputs decode as [`Unbatched`], the same variants as [`Input`] in the same order
@@ -76,6 +100,11 @@ enum Unbatched {
         kind: Kind,
         problem: Option<String>,
     },
+    RelistKind {
+        scope: Scope,
+        kind: Kind,
+        objects: Vec<Object>,
+    },
 }
 
 /// Never decodes: a batch inside a batch is a damaged record.
@@ -105,6 +134,15 @@ impl From<Unbatched> for Input {
                 scope,
                 kind,
                 problem,
+            },
+            Unbatched::RelistKind {
+                scope,
+                kind,
+                objects,
+            } => Input::RelistKind {
+                scope,
+                kind,
+                objects,
             },
         }
     }
@@ -181,6 +219,27 @@ impl Input {
         Input::Batch { inputs: flat }
     }
 
+    /// The relist this input is, if it is one (not looking inside a batch).
+    pub fn as_relist(&self) -> Option<Relisted<'_>> {
+        match self {
+            Input::Relist { scope, objects } => Some(Relisted {
+                scope,
+                kind: None,
+                objects,
+            }),
+            Input::RelistKind {
+                scope,
+                kind,
+                objects,
+            } => Some(Relisted {
+                scope,
+                kind: Some(kind),
+                objects,
+            }),
+            _ => None,
+        }
+    }
+
     /// A one-line description for timelines and `log show`.
     pub fn describe(&self) -> String {
         match self {
@@ -192,6 +251,21 @@ impl Input {
                     Scope::Workload(c) => c.name.to_string(),
                 };
                 format!("relisted {name} ({} objects)", objects.len())
+            }
+            Input::RelistKind {
+                scope,
+                kind,
+                objects,
+            } => {
+                let name = match scope {
+                    Scope::Management => "management".to_string(),
+                    Scope::Workload(c) => c.name.to_string(),
+                };
+                format!(
+                    "relisted {} in {name} ({} objects)",
+                    kind.name(),
+                    objects.len()
+                )
             }
             Input::ApiResult { command, outcome } => {
                 format!("result of command #{command}: {}", outcome.summary())

@@ -3,7 +3,7 @@
 //! resource type is listing it (`Init`, `InitApply` of each object, `InitDone`, as kube's
 //! `watcher` reports a list), then handing each write of that type over as a watch event;
 //! answers go in as they come back. What the intake makes of them (the first list of a cluster
-//! once every stream listed, a relist of the whole cluster when one stream lists again, one
+//! once every stream listed, a relist of one kind when its stream lists again, one
 //! batch for whatever arrived together) is what the engine is fed.
 
 use crate::api::{ObjKey, Written};
@@ -142,7 +142,7 @@ impl Sim {
     /// Marks the clusters an input relists as listed since the controller started.
     pub(crate) fn note_synced(&mut self, input: &Input) {
         match input {
-            Input::Relist { scope, .. } => {
+            Input::Relist { scope, .. } | Input::RelistKind { scope, .. } => {
                 self.invariants.synced.insert(scope.clone());
             }
             Input::Batch { inputs } => inputs.iter().for_each(|i| self.note_synced(i)),

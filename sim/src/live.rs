@@ -333,10 +333,12 @@ fn note_uids(input: &Input, uids: &mut BTreeMap<ObjectKey, String>) {
         Input::Delete { key } => {
             uids.remove(key);
         }
-        Input::Relist { scope, objects } => {
-            uids.retain(|k, _| &k.scope != scope);
-            for object in objects {
-                uids.insert(object.key(scope), object.meta().uid.to_string());
+        Input::Relist { .. } | Input::RelistKind { .. } => {
+            if let Some(relist) = input.as_relist() {
+                uids.retain(|k, _| !relist.covers(k));
+                for object in relist.objects {
+                    uids.insert(object.key(relist.scope), object.meta().uid.to_string());
+                }
             }
         }
         Input::Batch { inputs } => inputs.iter().for_each(|i| note_uids(i, uids)),

@@ -118,13 +118,19 @@ impl Repeats {
                 self.see(&key, seq, |i| i.shown_by(object));
             }
             Input::Delete { key } => self.see(key, seq, |_| true),
-            Input::Relist { scope, objects } => {
-                let listed: BTreeMap<ObjectKey, &Object> =
-                    objects.iter().map(|o| (o.key(scope), o)).collect();
+            Input::Relist { .. } | Input::RelistKind { .. } => {
+                let Some(relist) = input.as_relist() else {
+                    return;
+                };
+                let listed: BTreeMap<ObjectKey, &Object> = relist
+                    .objects
+                    .iter()
+                    .map(|o| (o.key(relist.scope), o))
+                    .collect();
                 let keys: Vec<ObjectKey> = self
                     .unseen
                     .keys()
-                    .filter(|k| &k.scope == scope)
+                    .filter(|k| relist.covers(k))
                     .cloned()
                     .collect();
                 for key in keys {

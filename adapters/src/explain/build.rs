@@ -16,7 +16,9 @@ pub(super) fn input_concerns(
     match input {
         Input::Upsert { scope, object } => subject.matches(&object.key(scope)),
         Input::Delete { key } => subject.matches(key),
-        Input::Relist { scope, objects } => objects.iter().any(|o| subject.matches(&o.key(scope))),
+        Input::Relist { scope, objects } | Input::RelistKind { scope, objects, .. } => {
+            objects.iter().any(|o| subject.matches(&o.key(scope)))
+        }
         Input::ApiResult { command, .. } => issued
             .get(command)
             .is_some_and(|c| command_concerns(c, subject)),
@@ -255,17 +257,21 @@ impl Explainer {
                     let key = object.key(scope);
                     observe(t, chapter.as_mut(), r, key, Some(object));
                 }
-                Input::Relist { scope, objects } => {
+                Input::Relist { .. } | Input::RelistKind { .. } => {
+                    let Some(relist) = input.as_relist() else {
+                        continue;
+                    };
+                    let scope = relist.scope;
                     let listed: BTreeSet<ObjectKey> =
-                        objects.iter().map(|o| o.key(scope)).collect();
-                    for o in objects {
+                        relist.objects.iter().map(|o| o.key(scope)).collect();
+                    for o in relist.objects {
                         observe(t, chapter.as_mut(), r, o.key(scope), Some(o));
                     }
                     // A relist drops what it no longer lists.
                     let dropped: Vec<ObjectKey> = t
                         .objects
                         .iter()
-                        .filter(|(k, o)| &k.scope == scope && o.is_some() && !listed.contains(*k))
+                        .filter(|(k, o)| relist.covers(k) && o.is_some() && !listed.contains(*k))
                         .map(|(k, _)| k.clone())
                         .collect();
                     for key in dropped {

@@ -1,14 +1,14 @@
 //! Watch events of many streams → engine inputs.
 //!
-//! The engine's [`Input::Relist`] replaces everything it knows about one scope (one cluster),
-//! while the adapter runs one watcher per resource type. The mirror keeps what each stream
-//! last reported, so a relist of one stream (its `InitDone`) becomes a `Relist` of the whole
-//! scope: every stream's objects. The first `Relist` of a scope waits until every stream
-//! registered for it has listed once; before that, events only update the mirror.
+//! The adapter runs one watcher per resource type. The first [`Input::Relist`] of a scope (one
+//! cluster) waits until every stream registered for it has listed once; until then the mirror
+//! keeps what each stream reported, and that relist takes it (the engine's store is then the
+//! only copy of every object). Afterwards events flow as `Upsert`/`Delete`, and a stream that
+//! lists again (its watch ended with 410 Gone) relists its own kind: [`Input::RelistKind`].
 //!
 //! Guarantees: objects the engine does not model (`Ok(None)` from `object_from_json`) never
-//! reach it; an object that does not convert is logged and left out (a DELETE still removes it
-//! by key); relist contents are sorted by key, so they are deterministic.
+//! reach it; an object that does not convert is delivered as unreadable (a DELETE still
+//! removes it by key); relist contents are sorted by key, so they are deterministic.
 
 use crate::Input;
 use crate::convert::{object_from_json, object_key_of_json, unreadable_of_json};
@@ -32,6 +32,7 @@ pub enum StreamEvent {
 
 #[derive(Debug, Default)]
 struct Stream {
+    /// What the stream reported before its scope's first relist (empty after it).
     objects: BTreeMap<ObjectKey, Object>,
     /// Objects of a list in progress (between `Init` and `InitDone`).
     pending: Option<BTreeMap<ObjectKey, Object>>,
@@ -91,28 +92,34 @@ fn convert(
 }
 
 impl ScopeMirror {
-    /// The scope's `Relist` once every stream has listed (always, after the first).
-    fn relist(&mut self, scope: &Scope) -> Option<Input> {
-        if !(self.relisted || self.streams.values().all(|s| s.listed)) {
+    /// The scope's first `Relist`, once every stream has listed. The objects move into it:
+    /// from then on the engine's store is the only copy, and a stream that lists again
+    /// relists its own kind ([`Input::RelistKind`]).
+    fn first_relist(&mut self, scope: &Scope) -> Option<Input> {
+        if self.relisted || !self.streams.values().all(|s| s.listed) {
             return None;
         }
         self.relisted = true;
-        let mut objects: BTreeMap<&ObjectKey, &Object> = BTreeMap::new();
-        for s in self.streams.values() {
-            objects.extend(s.objects.iter());
+        let mut objects = BTreeMap::new();
+        for s in self.streams.values_mut() {
+            objects.append(&mut s.objects);
         }
         Some(Input::Relist {
             scope: scope.clone(),
-            objects: objects.into_values().cloned().collect(),
+            objects: objects.into_values().collect(),
         })
     }
 }
 
-fn unlisted(scope: &Scope, stream: &str, problem: Option<String>) -> Input {
+fn stream_kind(stream: &str) -> Kind {
     let (group, kind) = stream.split_once('/').unwrap_or(("", stream));
+    Kind::from_group_kind(group, kind)
+}
+
+fn unlisted(scope: &Scope, stream: &str, problem: Option<String>) -> Input {
     Input::Unlisted {
         scope: scope.clone(),
-        kind: Kind::from_group_kind(group, kind),
+        kind: stream_kind(stream),
         problem,
     }
 }
@@ -160,13 +167,22 @@ impl Mirror {
                 Vec::new()
             }
             StreamEvent::InitDone => {
-                s.objects = s.pending.take().unwrap_or_default();
+                let listed = s.pending.take().unwrap_or_default();
                 s.listed = true;
                 let mut inputs = Vec::new();
                 if s.unavailable.take().is_some() {
                     inputs.push(unlisted(scope, stream, None));
                 }
-                inputs.extend(mirror.relist(scope));
+                if mirror.relisted {
+                    inputs.push(Input::RelistKind {
+                        scope: scope.clone(),
+                        kind: stream_kind(stream),
+                        objects: listed.into_values().collect(),
+                    });
+                } else {
+                    s.objects = listed;
+                    inputs.extend(mirror.first_relist(scope));
+                }
                 inputs
             }
             StreamEvent::Unavailable(problem) => {
@@ -178,8 +194,8 @@ impl Mirror {
                 let first = !s.listed;
                 s.listed = true;
                 let mut inputs = vec![unlisted(scope, stream, Some(problem))];
-                if first && !mirror.relisted {
-                    inputs.extend(mirror.relist(scope));
+                if first {
+                    inputs.extend(mirror.first_relist(scope));
                 }
                 inputs
             }
@@ -187,15 +203,14 @@ impl Mirror {
                 let Some((key, object)) = convert(scope, &v, &mut self.unreadable) else {
                     return Vec::new();
                 };
-                s.objects.insert(key, object.clone());
                 if mirror.relisted {
-                    vec![Input::Upsert {
+                    return vec![Input::Upsert {
                         scope: scope.clone(),
                         object: Box::new(object),
-                    }]
-                } else {
-                    Vec::new()
+                    }];
                 }
+                s.objects.insert(key, object);
+                Vec::new()
             }
             StreamEvent::Delete(v) => {
                 let key = match object_key_of_json(scope, &v) {
@@ -206,12 +221,11 @@ impl Mirror {
                         return Vec::new();
                     }
                 };
-                s.objects.remove(&key);
                 if mirror.relisted {
-                    vec![Input::Delete { key }]
-                } else {
-                    Vec::new()
+                    return vec![Input::Delete { key }];
                 }
+                s.objects.remove(&key);
+                Vec::new()
             }
         }
     }
@@ -231,6 +245,9 @@ mod tests {
                "spec": {"nodeName": "n1"}})
     }
 
+    const NODES: &str = "/Node";
+    const PODS: &str = "/Pod";
+
     fn relist_names(inputs: &[Input]) -> Vec<String> {
         match inputs {
             [Input::Relist { objects, .. }] => {
@@ -244,43 +261,54 @@ mod tests {
     fn the_first_relist_waits_for_every_stream_and_unites_them() {
         let scope = Scope::Management;
         let mut m = Mirror::default();
-        m.register(&scope, "nodes");
-        m.register(&scope, "pods");
-        assert!(m.on_event(&scope, "nodes", StreamEvent::Init).is_empty());
-        m.on_event(&scope, "nodes", StreamEvent::InitApply(node("n1")));
-        assert!(
-            m.on_event(&scope, "nodes", StreamEvent::InitDone)
-                .is_empty()
-        );
+        m.register(&scope, NODES);
+        m.register(&scope, PODS);
+        assert!(m.on_event(&scope, NODES, StreamEvent::Init).is_empty());
+        m.on_event(&scope, NODES, StreamEvent::InitApply(node("n1")));
+        assert!(m.on_event(&scope, NODES, StreamEvent::InitDone).is_empty());
         // Not relisted yet: an event only updates the mirror.
         assert!(
-            m.on_event(&scope, "nodes", StreamEvent::Apply(node("n2")))
+            m.on_event(&scope, NODES, StreamEvent::Apply(node("n2")))
                 .is_empty()
         );
-        m.on_event(&scope, "pods", StreamEvent::Init);
-        m.on_event(&scope, "pods", StreamEvent::InitApply(pod("p1")));
-        let inputs = m.on_event(&scope, "pods", StreamEvent::InitDone);
+        m.on_event(&scope, PODS, StreamEvent::Init);
+        m.on_event(&scope, PODS, StreamEvent::InitApply(pod("p1")));
+        let inputs = m.on_event(&scope, PODS, StreamEvent::InitDone);
         assert_eq!(relist_names(&inputs), ["n1", "n2", "p1"]);
         // Now events flow; a secret (not modelled) never reaches the engine.
         assert!(matches!(
-            m.on_event(&scope, "pods", StreamEvent::Apply(pod("p2")))
+            m.on_event(&scope, PODS, StreamEvent::Apply(pod("p2")))
                 .as_slice(),
             [Input::Upsert { .. }]
         ));
         let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "a"}});
         assert!(
-            m.on_event(&scope, "pods", StreamEvent::Apply(secret))
+            m.on_event(&scope, PODS, StreamEvent::Apply(secret))
                 .is_empty()
         );
         assert!(matches!(
-            m.on_event(&scope, "nodes", StreamEvent::Delete(node("n2")))
+            m.on_event(&scope, NODES, StreamEvent::Delete(node("n2")))
                 .as_slice(),
             [Input::Delete { .. }]
         ));
-        // A relist of one stream (after a 410) relists the whole scope.
-        m.on_event(&scope, "nodes", StreamEvent::Init);
-        let inputs = m.on_event(&scope, "nodes", StreamEvent::InitDone);
-        assert_eq!(relist_names(&inputs), ["p1", "p2"]);
+        // A relist of one stream (after a 410) relists its kind; the mirror kept no copies.
+        assert!(
+            m.scopes[&scope]
+                .streams
+                .values()
+                .all(|s| s.objects.is_empty())
+        );
+        m.on_event(&scope, NODES, StreamEvent::Init);
+        m.on_event(&scope, NODES, StreamEvent::InitApply(node("n3")));
+        let inputs = m.on_event(&scope, NODES, StreamEvent::InitDone);
+        match inputs.as_slice() {
+            [Input::RelistKind { kind, objects, .. }] => {
+                assert_eq!(*kind, Kind::Node);
+                let names: Vec<&str> = objects.iter().map(|o| o.meta().name.as_str()).collect();
+                assert_eq!(names, ["n3"]);
+            }
+            other => panic!("expected one kind relist, got {other:?}"),
+        }
     }
 
     #[test]
@@ -341,13 +369,13 @@ mod tests {
         );
         // The same refusal again (kube's watcher retries) is no news.
         assert!(m.on_event(&scope, foo, refused()).is_empty());
-        // A list that succeeds clears the mark, then relists the cluster with its objects.
+        // A list that succeeds clears the mark, then relists the kind with its objects.
         m.on_event(&scope, foo, StreamEvent::Init);
         let inputs = m.on_event(&scope, foo, StreamEvent::InitDone);
         assert!(
             matches!(
                 inputs.as_slice(),
-                [Input::Unlisted { problem: None, .. }, Input::Relist { .. },]
+                [Input::Unlisted { problem: None, .. }, Input::RelistKind { kind: k, .. },] if *k == kind
             ),
             "{inputs:?}"
         );

@@ -13,7 +13,7 @@
 //! refer to when first seen; a workload cluster's kinds once a Cluster names it and its
 //! connection is up. The [`mirror`] turns kube `watcher` events into inputs: the first list of
 //! a cluster waits for every stream registered for it, and any later list of one stream (its
-//! watch ended with 410 Gone and kube's `watcher` listed again) relists the whole cluster.
+//! watch ended with 410 Gone and kube's `watcher` listed again) relists that stream's kind.
 
 pub mod mirror;
 pub mod refs;

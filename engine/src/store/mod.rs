@@ -562,17 +562,31 @@ impl Store {
     /// An unreadable object in the relist keeps its last good reading, marked unknown; marks
     /// of the scope that the relist does not repeat are cleared.
     pub fn replace_scope(&mut self, scope: &Scope, objects: Vec<Object>) -> Vec<Replaced> {
+        self.replace(scope, None, objects)
+    }
+
+    /// [`Store::replace_scope`] for the objects of one `kind` of the scope (all, with `None`):
+    /// the others stay as they are. The scope counts as listed now either way: what the
+    /// watches kept of its other kinds is as current as a list of them.
+    pub fn replace(
+        &mut self,
+        scope: &Scope,
+        kind: Option<&Kind>,
+        objects: Vec<Object>,
+    ) -> Vec<Replaced> {
+        let covered = |k: &ObjectKey| k.scope == *scope && kind.is_none_or(|kind| k.kind == *kind);
         let incoming: BTreeSet<ObjectKey> = objects.iter().map(|o| o.key(scope)).collect();
         let stale: Vec<ObjectKey> = self
             .iter_scope(scope)
-            .map(|(k, _)| k.clone())
-            .filter(|k| !incoming.contains(k))
+            .map(|(k, _)| k)
+            .filter(|k| covered(k) && !incoming.contains(*k))
+            .cloned()
             .collect();
         let mut changes: Vec<Replaced> = stale.iter().filter_map(|k| self.remove(k)).collect();
         let marked: Vec<ObjectKey> = self
             .unreadable
             .keys()
-            .filter(|k| k.scope == *scope)
+            .filter(|k| covered(k))
             .cloned()
             .collect();
         let mut still_marked = BTreeSet::new();
@@ -913,6 +927,30 @@ mod tests {
         assert_eq!(store.active_control_plane_machines("default", "c1"), 0);
         assert!(store.indexes.active_control_plane_by_cluster.is_empty());
         assert!(store.indexes.machines_by_cluster.is_empty());
+    }
+
+    #[test]
+    fn a_kind_relist_replaces_that_kind_only() {
+        let scope = crate::testing::workload("c1");
+        let mut store = Store::default();
+        let node = |n: &str| Object::Node(crate::testing::node(n));
+        let pod = |n: &str| Object::Pod(crate::testing::pod("app", n, "n1"));
+        let bad = || crate::testing::unreadable(Kind::Pod, "app", "p3", "spec: bad");
+        store.replace_scope(&scope, vec![node("n1"), node("n2"), pod("p1"), bad()]);
+        let key = |o: Object| o.key(&scope);
+        let p3 = ObjectKey::new(scope.clone(), Kind::Pod, "app", "p3");
+        assert!(store.unreadable(&p3).is_some());
+
+        store.replace(&scope, Some(&Kind::Pod), vec![pod("p2")]);
+        assert!(store.get(&key(pod("p1"))).is_none());
+        assert!(store.get(&key(pod("p2"))).is_some());
+        assert!(store.unreadable(&p3).is_none(), "no longer listed");
+        for n in ["n1", "n2"] {
+            assert!(store.get(&key(node(n))).is_some(), "other kinds stay");
+        }
+        // The same with `None` is a relist of the whole scope.
+        store.replace(&scope, None, vec![pod("p2")]);
+        assert!(store.get(&key(node("n1"))).is_none());
     }
 
     #[test]
