@@ -65,6 +65,13 @@ fn slot_of(id: ControllerId) -> usize {
     }
 }
 
+/// The layout of the encoded [`Engine`] (journal snapshots). Bump it with any change to what
+/// the state encodes or how: a snapshot of another version is passed over and the journal's
+/// records are replayed instead (bincode is not self-describing, so an old layout could
+/// otherwise decode into the wrong meaning).
+/// 1: typed timer tables, one controller per slot (MachineSet remediation its own).
+pub const STATE_VERSION: u16 = 1;
+
 /// The whole engine: observed objects, controller state, commands in flight.
 ///
 /// Expected flow: append each input to the journal, then `handle(now, input)`; drain

@@ -124,7 +124,8 @@ fn is_damage(e: &JournalError) -> bool {
         | JournalError::CommitIo { .. }
         | JournalError::RecordTooLarge { .. }
         | JournalError::Retired { .. }
-        | JournalError::SnapshotBeyondEnd { .. } => false,
+        | JournalError::SnapshotBeyondEnd { .. }
+        | JournalError::OtherStateVersion { .. } => false,
         JournalError::UnknownFormat { .. }
         | JournalError::Corrupt { .. }
         | JournalError::CorruptSnapshot { .. }

@@ -32,6 +32,13 @@ pub enum JournalError {
     Corrupt { seq: u64, reason: String },
     /// A snapshot failed its checks and no older valid snapshot exists.
     CorruptSnapshot { through_seq: u64, reason: String },
+    /// A snapshot holds engine state in a layout this build does not read (another release
+    /// wrote it); recovery passes it over.
+    OtherStateVersion {
+        through_seq: u64,
+        found: u16,
+        supported: u16,
+    },
     /// A payload larger than `JournalOptions::record_bytes_max` was offered.
     RecordTooLarge { bytes: usize, max: usize },
     /// A snapshot was offered for records the journal does not hold.
@@ -117,6 +124,15 @@ impl fmt::Display for JournalError {
             } => {
                 write!(f, "snapshot through seq {through_seq} is corrupt: {reason}")
             }
+            JournalError::OtherStateVersion {
+                through_seq,
+                found,
+                supported,
+            } => write!(
+                f,
+                "snapshot through seq {through_seq} holds engine state version {found}; this \
+                 build reads version {supported}"
+            ),
             JournalError::RecordTooLarge { bytes, max } => {
                 write!(
                     f,

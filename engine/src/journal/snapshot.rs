@@ -1,13 +1,16 @@
 //! Snapshot framing: engine state as of a sequence number, checksummed.
 //!
 //! ```text
-//! snapshot = format_version u16 | reserved u16 (0) | through_seq u64 | at i64
+//! snapshot = format_version u16 | state_version u16 | through_seq u64 | at i64
 //!          | state_bytes u32 | crc u32 (crc32 of the 24 bytes before it and the state) | state
 //! ```
-//! Stored in the `snapshots` tree under big-endian `through_seq`.
+//! Stored in the `snapshots` tree under big-endian `through_seq`. `state_version` is
+//! [`crate::engine::STATE_VERSION`] of the build that wrote it (0 before it was kept): a
+//! snapshot of another layout is passed over rather than decoded into the wrong meaning.
 
 use super::JournalError;
 use super::batch::FORMAT_VERSION;
+use crate::engine::STATE_VERSION;
 use crate::time::Timestamp;
 
 pub(crate) const SNAPSHOT_HEADER_BYTES: usize = 28;
@@ -37,10 +40,14 @@ pub struct SnapshotProblem {
 }
 
 pub(crate) fn encode(through_seq: u64, at: Timestamp, state: &[u8]) -> Vec<u8> {
+    encode_version(STATE_VERSION, through_seq, at, state)
+}
+
+fn encode_version(state_version: u16, through_seq: u64, at: Timestamp, state: &[u8]) -> Vec<u8> {
     assert!(state.len() <= u32::MAX as usize);
     let mut buf = Vec::with_capacity(SNAPSHOT_HEADER_BYTES + state.len());
     buf.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    buf.extend_from_slice(&0u16.to_le_bytes());
+    buf.extend_from_slice(&state_version.to_le_bytes());
     buf.extend_from_slice(&through_seq.to_le_bytes());
     buf.extend_from_slice(&at.0.to_le_bytes());
     buf.extend_from_slice(&(state.len() as u32).to_le_bytes());
@@ -67,6 +74,7 @@ pub(crate) fn decode(key_seq: u64, bytes: &[u8]) -> Result<(Timestamp, &[u8]), J
         u64::from_le_bytes(a)
     };
     let version = word(0, 2) as u16;
+    let state_version = word(2, 2) as u16;
     let through_seq = word(4, 8);
     let at = Timestamp(word(12, 8) as i64);
     let state_bytes = word(20, 4) as usize;
@@ -83,6 +91,13 @@ pub(crate) fn decode(key_seq: u64, bytes: &[u8]) -> Result<(Timestamp, &[u8]), J
             found: version,
             supported: FORMAT_VERSION,
             seq: Some(key_seq),
+        });
+    }
+    if state_version != STATE_VERSION {
+        return Err(JournalError::OtherStateVersion {
+            through_seq: key_seq,
+            found: state_version,
+            supported: STATE_VERSION,
         });
     }
     if through_seq != key_seq {
@@ -102,6 +117,19 @@ pub(crate) fn decode(key_seq: u64, bytes: &[u8]) -> Result<(Timestamp, &[u8]), J
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_snapshot_of_another_state_version_is_refused_not_decoded() {
+        for other in [0, STATE_VERSION + 1] {
+            let buf = encode_version(other, 7, Timestamp(1), b"state");
+            let refused = decode(7, &buf);
+            assert!(
+                matches!(refused, Err(JournalError::OtherStateVersion { through_seq: 7, found, supported })
+                    if found == other && supported == STATE_VERSION),
+                "{refused:?}"
+            );
+        }
+    }
 
     #[test]
     fn snapshot_round_trips_and_flips_are_caught() {
