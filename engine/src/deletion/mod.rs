@@ -10,7 +10,7 @@
 //! Guarantees: a failed eviction of a pod is retried 20 s after it was issued, never earlier;
 //! a drain completes at the input that removes the last pod it waits for; the Node gets at
 //! least one real deletion attempt (Part 1 decision 10). Timers are a closed enum
-//! ([`DeletionTimer`]) kept in one [`Timers`] table.
+//! ([`DeletionTimer`]) kept in one [`TimerTable`].
 
 mod gates;
 mod pass;
@@ -30,7 +30,7 @@ pub use status::{StatusFields, legacy, reason};
 pub use volumes::{VolumeWait, volumes_to_wait_for};
 
 use crate::command::{Action, Command, ControllerId};
-use crate::controller::{Controller, Cx, Timers};
+use crate::controller::{Controller, Cx};
 use crate::drain::{EvictionAttempt, EvictionOutcome, eviction_failure_message};
 use crate::input::ApiOutcome;
 use crate::model::{
@@ -38,6 +38,7 @@ use crate::model::{
 };
 use crate::store::{Change, Store};
 use crate::time::{Duration, Timestamp};
+use crate::timer::{FiredTimer, TimerKind, TimerTable};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -45,7 +46,8 @@ use std::collections::{BTreeMap, BTreeSet};
 /// a fixed pace keeps a failing API from being hammered).
 pub const API_RETRY_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Why a deleting Machine asked to be woken (the closed set of deletion timers).
+/// Why a deleting Machine asked to be woken (the closed set of deletion timers, the drain's
+/// included: the drain is a phase of the deletion and reconciles the same Machine).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum DeletionTimer {
     /// A failed eviction may be retried (20 s after it was issued).
@@ -59,6 +61,24 @@ pub enum DeletionTimer {
     NodeDeletionRetry,
     /// A deletion phase has lasted [`PHASE_STALL_WARNING_AFTER`]: time to say so.
     PhaseStalled,
+}
+
+impl TimerKind for DeletionTimer {
+    fn name(self) -> &'static str {
+        match self {
+            DeletionTimer::EvictionRetry => "EvictionRetry",
+            DeletionTimer::SkipDeletedPod => "SkipDeletedPod",
+            DeletionTimer::DrainTimeout => "DrainTimeout",
+            DeletionTimer::VolumeDetachTimeout => "VolumeDetachTimeout",
+            DeletionTimer::ApiRetry => "ApiRetry",
+            DeletionTimer::NodeDeletionRetry => "NodeDeletionRetry",
+            DeletionTimer::PhaseStalled => "PhaseStalled",
+        }
+    }
+
+    fn controller(self) -> ControllerId {
+        ControllerId::Deletion
+    }
 }
 
 /// How long a deletion phase (a hook, the drain, the volume detach, a provider object's
@@ -198,7 +218,7 @@ pub struct MachineDeletion {
     /// Tracked Machines by cluster and [`Tracked::node`]: a pod change is routed to the Machines
     /// of its Node without looking at the others (a cluster may delete hundreds at once).
     by_node: BTreeMap<ClusterName, BTreeMap<String, BTreeSet<ObjectKey>>>,
-    timers: Timers,
+    timers: TimerTable<DeletionTimer>,
 }
 
 /// The key of an object a Machine references (provider refs default to the Machine's
@@ -551,28 +571,28 @@ impl Controller for MachineDeletion {
             &cluster_name.namespace,
         );
 
-        let wake = match cluster {
+        let wakes = match cluster {
             None => {
                 tracing::debug!(machine = %key, "waiting for Cluster {} to be observed", cluster_name.name);
-                None
+                Vec::new()
             }
             Some(c) if c.paused || machine.meta.has_annotation(crate::model::PAUSED_ANNOTATION) => {
                 tracing::debug!(machine = %key, "Reconciliation is paused for this object");
-                None
+                Vec::new()
             }
             Some(c) => {
                 let mut p = pass::Pass::new(key, machine, c, tracked, cx);
                 p.run();
-                p.wake
+                p.wakes
             }
         };
         if routed_node != tracked.node {
             let (cluster, node) = (tracked.cluster.clone(), tracked.node.clone());
             self.route_node(key, &cluster, routed_node.as_deref(), node.as_deref());
         }
-        if let Some((at, timer)) = wake {
+        for (timer, at, about) in wakes {
             tracing::trace!(machine = %key, ?timer, at = %at, "deletion timer");
-            self.timers.wake_at(key, at);
+            self.timers.set(key, timer, at, about.as_ref());
         }
     }
 
@@ -655,8 +675,8 @@ impl Controller for MachineDeletion {
         }
     }
 
-    fn take_due(&mut self, now: Timestamp, out: &mut Vec<ObjectKey>) {
-        self.timers.take_due(now, out);
+    fn take_due(&mut self, now: Timestamp, fired: &mut Vec<FiredTimer>) {
+        self.timers.take_due(now, fired);
     }
 
     fn next_deadline(&self) -> Option<Timestamp> {

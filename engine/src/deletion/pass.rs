@@ -53,8 +53,9 @@ pub(super) struct Pass<'p, 'a> {
     /// The `Deleting` reason and message; `None` keeps what is observed (a Node deletion in
     /// flight shows nothing new until it is answered).
     deleting: Option<(&'static str, String)>,
-    /// The earliest clock-driven change this pass knows of.
-    pub wake: Option<(Timestamp, DeletionTimer)>,
+    /// The clock-driven changes this pass knows of: (timer, when, the object it is about
+    /// when not the Machine).
+    pub wakes: Vec<(DeletionTimer, Timestamp, Option<ObjectKey>)>,
     /// The Node's key and object, looked up once: drain, volume wait and Node deletion all
     /// need them.
     /// The Node's name and, when it exists, its stored key and object.
@@ -151,7 +152,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             base_status,
             status,
             deleting: None,
-            wake: None,
+            wakes: Vec::new(),
             node_seen: None,
             conditions_in_flight,
         }
@@ -240,10 +241,8 @@ impl<'p, 'a> Pass<'p, 'a> {
         self.conditions.legacy(type_).is_some()
     }
 
-    fn wake_at(&mut self, at: Timestamp, timer: DeletionTimer) {
-        if self.wake.is_none_or(|(w, _)| at < w) {
-            self.wake = Some((at, timer));
-        }
+    fn wake_at(&mut self, at: Timestamp, timer: DeletionTimer, about: Option<&ObjectKey>) {
+        self.wakes.push((timer, at, about.cloned()));
     }
 
     /// Writes the status fields and conditions that differ from what is observed.
@@ -363,7 +362,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             return;
         }
         if now < due {
-            self.wake_at(due, DeletionTimer::PhaseStalled);
+            self.wake_at(due, DeletionTimer::PhaseStalled, None);
             return;
         }
         let waited = now.since(phase.since);
@@ -764,7 +763,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         }
         let start = self.start(|d| &mut d.node_drain_start);
         if let Some(at) = gates::deadline(Some(start), timeout) {
-            self.wake_at(at, DeletionTimer::DrainTimeout);
+            self.wake_at(at, DeletionTimer::DrainTimeout, None);
         }
         if !self.legacy_exists(legacy::DRAINING_SUCCEEDED) {
             self.set_legacy(legacy_false(
@@ -864,8 +863,11 @@ impl<'p, 'a> Pass<'p, 'a> {
                 None => matches!(store.get(k), Some(Object::Pod(p)) if !p.meta.is_deleting()),
             }
         });
-        if let Some(at) = plan.next_wake {
-            self.wake_at(at, DeletionTimer::EvictionRetry);
+        if let Some((at, pod)) = plan.next_eviction_retry {
+            self.wake_at(at, DeletionTimer::EvictionRetry, Some(pod));
+        }
+        if let Some((at, pod)) = plan.next_skip {
+            self.wake_at(at, DeletionTimer::SkipDeletedPod, Some(pod));
         }
         self.evict(node_name, &plan, grace_period_seconds);
         if plan.is_complete() {
@@ -922,9 +924,11 @@ impl<'p, 'a> Pass<'p, 'a> {
                 });
             }
         } else if let Some(a) = attempt.as_ref().filter(|a| a.failure.is_some()) {
+            let node_key = self.node_key(node_name);
             self.wake_at(
                 a.at.saturating_add(API_RETRY_INTERVAL),
                 DeletionTimer::ApiRetry,
+                Some(&node_key),
             );
         }
         match self
@@ -1015,7 +1019,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         }
         let start = self.start(|d| &mut d.wait_for_node_volume_detach_start);
         if let Some(at) = gates::deadline(Some(start), timeout) {
-            self.wake_at(at, DeletionTimer::VolumeDetachTimeout);
+            self.wake_at(at, DeletionTimer::VolumeDetachTimeout, None);
         }
         if !self.legacy_exists(legacy::VOLUME_DETACH_SUCCEEDED) {
             self.set_legacy(legacy_false(
@@ -1196,6 +1200,7 @@ impl<'p, 'a> Pass<'p, 'a> {
                 self.wake_at(
                     a.at.saturating_add(API_RETRY_INTERVAL),
                     DeletionTimer::ApiRetry,
+                    Some(key),
                 );
             }
         }
@@ -1283,7 +1288,7 @@ impl<'p, 'a> Pass<'p, 'a> {
                         .last_at
                         .saturating_add(gates::NODE_DELETION_RETRY_INTERVAL);
                     if self.now < due {
-                        self.wake_at(due, DeletionTimer::NodeDeletionRetry);
+                        self.wake_at(due, DeletionTimer::NodeDeletionRetry, Some(&node_key));
                         return Flow::Wait;
                     }
                     true

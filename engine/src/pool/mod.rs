@@ -25,24 +25,38 @@ pub use phase::PoolPhase;
 pub use reconcile::machine_pool_machine;
 
 use crate::command::{Action, Command, ControllerId};
-use crate::controller::{Controller, Cx, Issued, Timers};
+use crate::controller::{Controller, Cx, Issued};
 use crate::input::ApiOutcome;
 use crate::model::{Kind, MachinePool, Object, ObjectKey, POOL_NAME_LABEL, Scope};
 use crate::store::{Change, Store};
 use crate::time::{Duration, Timestamp};
+use crate::timer::{FiredTimer, TimerKind, TimerTable};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Part 1, decision 2: an unset `nodeDeletionTimeout` means 10 s; zero means retry forever.
 pub const NODE_DELETION_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 
-/// Why a pool asked to be woken (one pending wake-up per pool, the earliest).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// Why a pool asked to be woken (the closed set of pool timers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum PoolWake {
     /// A ready Node becomes available when `minReadySeconds` have passed.
     MinReadySeconds,
     /// A failed Node deletion may be retried.
     NodeDeletionRetry,
+}
+
+impl TimerKind for PoolWake {
+    fn name(self) -> &'static str {
+        match self {
+            PoolWake::MinReadySeconds => "MinReadySeconds",
+            PoolWake::NodeDeletionRetry => "NodeDeletionRetry",
+        }
+    }
+
+    fn controller(self) -> ControllerId {
+        ControllerId::Pool
+    }
 }
 
 /// What the controller remembers about one Node it deletes.
@@ -78,7 +92,7 @@ pub struct PoolMemory {
 /// The MachinePool controller (registry slot 2).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pools {
-    timers: Timers,
+    timers: TimerTable<PoolWake>,
     memory: BTreeMap<ObjectKey, PoolMemory>,
 }
 
@@ -265,9 +279,9 @@ impl Controller for Pools {
                 entry.retry_not_before = None;
             }
         }
-        if let Some((at, why)) = plan.wake {
+        for (why, at, about) in &plan.wakes {
             tracing::trace!(pool = %key, ?why, at = %at, "wake-up");
-            self.timers.wake_at(key, at);
+            self.timers.set(key, *why, *at, about.as_ref());
         }
         if memory == PoolMemory::default() {
             self.memory.remove(key);
@@ -326,13 +340,18 @@ impl Controller for Pools {
                 );
                 let at = now + NODE_DELETE_RETRY_INTERVAL;
                 attempt.retry_not_before = Some(at);
-                self.timers.wake_at(&command.owner, at);
+                self.timers.set(
+                    &command.owner,
+                    PoolWake::NodeDeletionRetry,
+                    at,
+                    Some(&node.key),
+                );
             }
         }
     }
 
-    fn take_due(&mut self, now: Timestamp, out: &mut Vec<ObjectKey>) {
-        self.timers.take_due(now, out);
+    fn take_due(&mut self, now: Timestamp, fired: &mut Vec<FiredTimer>) {
+        self.timers.take_due(now, fired);
     }
 
     fn next_deadline(&self) -> Option<Timestamp> {

@@ -33,7 +33,8 @@ pub struct Planned {
 #[derive(Clone, Debug, Default)]
 pub struct Plan {
     pub commands: Vec<Planned>,
-    pub wake: Option<(Timestamp, PoolWake)>,
+    /// Clock-driven changes: (timer, when, the object it is about when not the pool).
+    pub wakes: Vec<(PoolWake, Timestamp, Option<ObjectKey>)>,
     /// Node deletion attempts to forget (the Node is gone).
     pub forget_nodes: Vec<String>,
     /// Node refs announced with `SuccessfulSetNodeRefs` (their hash), when an event is planned.
@@ -53,10 +54,8 @@ impl Plan {
         });
     }
 
-    fn wake_at(&mut self, at: Timestamp, why: PoolWake) {
-        if self.wake.is_none_or(|(t, _)| at < t) {
-            self.wake = Some((at, why));
-        }
+    fn wake_at(&mut self, at: Timestamp, why: PoolWake, about: Option<ObjectKey>) {
+        self.wakes.push((why, at, about));
     }
 }
 
@@ -888,7 +887,7 @@ fn node_refs_from(
     draft.legacy_available = Some(result.available);
     draft.legacy_unavailable = Some(replicas - result.available);
     if let Some(at) = result.next_available_at {
-        plan.wake_at(at, PoolWake::MinReadySeconds);
+        plan.wake_at(at, PoolWake::MinReadySeconds, None);
     }
     if result.references != mp.status.node_refs {
         let hash = refs_hash(&result.references);
@@ -1002,7 +1001,8 @@ fn delete_retired_nodes(
         }) = attempt
             && *at > cx.now
         {
-            plan.wake_at(*at, PoolWake::NodeDeletionRetry);
+            let node = ObjectKey::new(workload.clone(), Kind::Node, "", &r.name);
+            plan.wake_at(*at, PoolWake::NodeDeletionRetry, Some(node));
             continue;
         }
         if attempt.is_some_and(|a| a.done) {
@@ -1254,7 +1254,8 @@ fn reconcile_delete(cx: &Ctx<'_>, plan: &mut Plan) {
             }
             NodeDeleteStep::WaitUntil(at) => {
                 pending = true;
-                plan.wake_at(at, PoolWake::NodeDeletionRetry);
+                let node = ObjectKey::new(workload.clone(), Kind::Node, "", &r.name);
+                plan.wake_at(at, PoolWake::NodeDeletionRetry, Some(node));
             }
         }
     }
