@@ -475,8 +475,15 @@ mod tests {
             let mut fired = Vec::new();
             effects.take_due_retries(retry_at, &mut fired);
             assert_eq!(
-                fired.iter().map(|f| (f.controller, f.owner.clone(), f.to_string())).collect::<Vec<_>>(),
-                vec![(ControllerId::Deletion, key("m1"), "WriteRetry Machine default/m1".to_string())]
+                fired
+                    .iter()
+                    .map(|f| (f.controller, f.owner.clone(), f.to_string()))
+                    .collect::<Vec<_>>(),
+                vec![(
+                    ControllerId::Deletion,
+                    key("m1"),
+                    "WriteRetry Machine default/m1".to_string()
+                )]
             );
             now = retry_at;
         }

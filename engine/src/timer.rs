@@ -220,7 +220,10 @@ mod tests {
         t.set(&key("b"), T::A, Timestamp(60), None);
         t.set(&key("a"), T::A, Timestamp(10), None);
         assert_eq!(t.next_deadline(), Some(Timestamp(10)));
-        assert_eq!(t.pending(&key("a")).collect::<Vec<_>>(), [(T::A, Timestamp(10))]);
+        assert_eq!(
+            t.pending(&key("a")).collect::<Vec<_>>(),
+            [(T::A, Timestamp(10))]
+        );
         let mut fired = Vec::new();
         t.take_due(Timestamp(60), &mut fired);
         assert_eq!(

@@ -35,9 +35,9 @@ impl Feeder {
         // A tick is told by the timers it fired, known once it is handled.
         let described = (!matches!(input, Input::Tick)).then(|| input.describe());
         engine.handle(now, input);
-        self.causes.push(described.unwrap_or_else(|| {
-            engine::timer::describe_fired(engine.fired_timers())
-        }));
+        self.causes.push(
+            described.unwrap_or_else(|| engine::timer::describe_fired(engine.fired_timers())),
+        );
         debug_assert_eq!(engine.applied_seq(), self.inputs);
     }
 

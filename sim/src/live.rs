@@ -194,10 +194,7 @@ impl Live {
         stores: BTreeMap<Scope, ClusterStore>,
     ) -> Report {
         self.sim.clusters = stores;
-        let causes: BTreeMap<u64, String> = records
-            .iter()
-            .map(|r| (r.seq, r.describe()))
-            .collect();
+        let causes: BTreeMap<u64, String> = records.iter().map(|r| (r.seq, r.describe())).collect();
         for record in records {
             for command in &record.commands {
                 let cause = causes.get(&command.cause).map_or("", String::as_str);

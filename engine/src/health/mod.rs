@@ -35,9 +35,9 @@ use crate::store::{Change, Store};
 use crate::time::{Duration, Timestamp};
 use crate::timer::{FiredTimer, TimerTable};
 use mhc::MhcMemo;
-pub use timers::HealthTimer;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+pub use timers::HealthTimer;
 
 /// How long to wait before creating an external remediation request again after the API
 /// refused one (upstream retries through the controller's error backoff).
