@@ -18,6 +18,7 @@ pub mod intake;
 pub mod journal;
 pub mod metrics;
 pub mod model;
+pub mod node_deletion;
 pub mod pool;
 pub mod recovery;
 pub mod remediation;

@@ -22,9 +22,10 @@ mod volumes;
 mod tests;
 
 pub use gates::{
-    ControlPlaneFact, InfrastructureFact, NODE_DELETION_RETRY_INTERVAL, NODE_DELETION_RETRY_WINDOW,
-    NODE_DELETION_TIMEOUT_DEFAULT, NodeDeletionBlocked, NodeDeletionFacts, WaitGateFacts,
-    WaitSkipped, is_delete_node_allowed, keep_deleting_node, timeout_exceeded, wait_allowed,
+    ControlPlaneFact, InfrastructureFact, MACHINE_NODE_DELETION_RETRY_INTERVAL,
+    NODE_DELETION_RETRY_WINDOW, NODE_DELETION_TIMEOUT_DEFAULT, NodeDeletionBlocked,
+    NodeDeletionFacts, WaitGateFacts, WaitSkipped, is_delete_node_allowed, keep_deleting_node,
+    timeout_exceeded, wait_allowed,
 };
 pub use status::{StatusFields, legacy, reason};
 pub use volumes::{VolumeWait, volumes_to_wait_for};
@@ -221,46 +222,22 @@ pub struct MachineDeletion {
     timers: TimerTable<DeletionTimer>,
 }
 
-/// The key of an object a Machine references (provider refs default to the Machine's
-/// namespace; a v1beta1 ref may carry only `apiVersion`).
-pub fn ref_key(r: &ObjectRef, namespace: &str) -> ObjectKey {
-    let (group, ns) = ref_group_namespace(r, namespace);
-    ObjectKey::management(Kind::from_group_kind(group, &r.kind), ns, &r.name)
-}
-
-fn ref_group_namespace<'r>(r: &'r ObjectRef, namespace: &'r str) -> (&'r str, &'r str) {
-    let group = if r.api_group.is_empty() {
-        r.api_version
-            .as_deref()
-            .and_then(|v| v.rsplit_once('/').map(|(g, _)| g))
-            .unwrap_or("")
-    } else {
-        r.api_group.as_str()
-    };
-    let ns = if r.namespace.is_empty() {
-        namespace
-    } else {
-        r.namespace.as_str()
-    };
-    (group, ns)
-}
-
 /// Points `key` at what `r` references, keeping it (no allocation) when it already does.
 fn refresh_ref_key(key: &mut ObjectKey, r: &ObjectRef, namespace: &str) {
-    let (group, ns) = ref_group_namespace(r, namespace);
+    let (group, ns) = r.group_and_namespace(namespace);
     let same = key.scope == Scope::Management
         && key.kind.is(group, &r.kind)
         && key.namespace == ns
         && key.name == r.name.as_str();
     if !same {
-        *key = ref_key(r, namespace);
+        *key = r.key_in(namespace);
     }
 }
 
 fn refresh_optional_ref_key(key: &mut Option<ObjectKey>, r: Option<&ObjectRef>, namespace: &str) {
     match (key.as_mut(), r) {
         (Some(k), Some(r)) => refresh_ref_key(k, r, namespace),
-        (_, r) => *key = r.map(|r| ref_key(r, namespace)),
+        (_, r) => *key = r.map(|r| r.key_in(namespace)),
     }
 }
 
@@ -518,7 +495,7 @@ impl Controller for MachineDeletion {
             self.untrack(key);
         }
         if !self.machines.contains_key(key) {
-            let infrastructure = ref_key(&machine.infrastructure_ref, &machine.meta.namespace);
+            let infrastructure = machine.infrastructure_ref.key_in(&machine.meta.namespace);
             let fresh = Tracked {
                 cluster: cluster_name.clone(),
                 node: None,
@@ -618,7 +595,11 @@ impl Controller for MachineDeletion {
                     });
                 match &outcome {
                     EvictionOutcome::Failed(message) => {
-                        tracing::info!(pod = %pod.key, "Eviction failed, will be retried in 20s: {message}");
+                        tracing::info!(
+                            pod = %pod.key,
+                            "Eviction failed, will be retried in {}: {message}",
+                            crate::drain::EVICTION_RETRY_INTERVAL
+                        );
                         entry.last_failure = Some(message.clone());
                     }
                     EvictionOutcome::Evicted | EvictionOutcome::NotFound => {
@@ -702,7 +683,7 @@ fn ensure_finalizer(
         Action::AddFinalizer {
             target: crate::command::Target {
                 key: key.clone(),
-                api_version: pass::api_version(machine.version).to_string(),
+                api_version: machine.version.capi().to_string(),
             },
             finalizer: crate::model::MACHINE_FINALIZER.to_string(),
         },

@@ -65,13 +65,6 @@ pub(super) struct Pass<'p, 'a> {
     conditions_in_flight: bool,
 }
 
-pub(super) fn api_version(v: ApiVersion) -> &'static str {
-    match v {
-        ApiVersion::V1Beta1 => "cluster.x-k8s.io/v1beta1",
-        ApiVersion::V1Beta2 => "cluster.x-k8s.io/v1beta2",
-    }
-}
-
 /// Whether a request of this kind may be (re)issued now: never while one is in flight, at once
 /// when none was made or its answer was lost, otherwise after [`API_RETRY_INTERVAL`].
 fn attempt_due(attempt: &Option<Attempt>, in_flight: bool, now: Timestamp) -> bool {
@@ -145,7 +138,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             now,
             target: Target {
                 key: key.clone(),
-                api_version: api_version(m.version).to_string(),
+                api_version: m.version.capi().to_string(),
             },
             conditions: Conditions::clone(&base_conditions),
             base_conditions,
@@ -879,7 +872,8 @@ impl<'p, 'a> Pass<'p, 'a> {
             node = node_name,
             remaining = plan.deletion_timestamp_set.len() + plan.awaiting_answer.len(),
             failed = plan.failed.len(),
-            "Drain not completed yet, requeuing in 20s"
+            "Drain not completed yet, requeuing in {}",
+            drain::EVICTION_RETRY_INTERVAL
         );
         if self.conditions_in_flight {
             return Flow::Wait;
@@ -960,7 +954,10 @@ impl<'p, 'a> Pass<'p, 'a> {
         for key in &plan.evict_now {
             let previous = self.tracked.memo.evictions.get(*key).cloned();
             let why = match previous.as_ref().and_then(|a| a.last_failure.as_deref()) {
-                Some(f) => format!("retrying eviction 20s after it failed ({f})"),
+                Some(f) => format!(
+                    "retrying eviction {} after it failed ({f})",
+                    drain::EVICTION_RETRY_INTERVAL
+                ),
                 None => format!(
                     "draining Node {node_name}: Machine {} is being deleted",
                     self.m.meta.name
@@ -1286,7 +1283,7 @@ impl<'p, 'a> Pass<'p, 'a> {
                     }
                     let due = d
                         .last_at
-                        .saturating_add(gates::NODE_DELETION_RETRY_INTERVAL);
+                        .saturating_add(gates::MACHINE_NODE_DELETION_RETRY_INTERVAL);
                     if self.now < due {
                         self.wake_at(due, DeletionTimer::NodeDeletionRetry, Some(&node_key));
                         return Flow::Wait;
@@ -1310,7 +1307,10 @@ impl<'p, 'a> Pass<'p, 'a> {
                     .map_or("bootstrap", |r| r.kind.as_str()),
                 self.m.meta.name
             ),
-            Some(_) => format!("retrying deletion of Node {node_name} (every 2s)"),
+            Some(_) => format!(
+                "retrying deletion of Node {node_name} (every {})",
+                gates::MACHINE_NODE_DELETION_RETRY_INTERVAL
+            ),
         };
         let issued = self.cx.issue(
             ControllerId::Deletion,

@@ -1467,7 +1467,7 @@ fn reference_keys_are_kept_while_they_match_and_rebuilt_when_the_reference_chang
         name: "m1".into(),
         namespace: String::new(),
     };
-    let mut key = super::ref_key(&r, "default");
+    let mut key = r.key_in("default");
     let kept = key.clone();
     super::refresh_ref_key(&mut key, &r, "default");
     assert!(
@@ -1494,7 +1494,7 @@ fn reference_keys_are_kept_while_they_match_and_rebuilt_when_the_reference_chang
     ] {
         let mut k = kept.clone();
         super::refresh_ref_key(&mut k, &changed, "default");
-        assert_eq!(k, super::ref_key(&changed, "default"));
+        assert_eq!(k, changed.key_in("default"));
         assert_ne!(k, kept);
     }
     // Kind::is agrees with from_group_kind for known and provider kinds.

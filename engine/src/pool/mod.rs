@@ -20,7 +20,8 @@ mod reconcile;
 #[cfg(test)]
 mod tests;
 
-pub use deletion::{NODE_DELETE_RETRY_INTERVAL, NODE_DELETE_RETRY_WINDOW};
+pub use crate::node_deletion::NODE_DELETION_TIMEOUT_DEFAULT;
+pub use deletion::{NODE_DELETION_RETRY_WINDOW, POOL_NODE_DELETION_RETRY_INTERVAL};
 pub use phase::PoolPhase;
 pub use reconcile::machine_pool_machine;
 
@@ -29,13 +30,10 @@ use crate::controller::{Controller, Cx, Issued};
 use crate::input::ApiOutcome;
 use crate::model::{Kind, MachinePool, Object, ObjectKey, POOL_NAME_LABEL, Scope};
 use crate::store::{Change, Store};
-use crate::time::{Duration, Timestamp};
+use crate::time::Timestamp;
 use crate::timer::{FiredTimer, TimerKind, TimerTable};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
-
-/// Part 1, decision 2: an unset `nodeDeletionTimeout` means 10 s; zero means retry forever.
-pub const NODE_DELETION_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 
 /// Why a pool asked to be woken (the closed set of pool timers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -59,9 +57,11 @@ impl TimerKind for PoolWake {
     }
 }
 
-/// What the controller remembers about one Node it deletes.
+/// What the pool controller remembers about one Node it deletes (the Machine controller's
+/// record, [`crate::deletion::NodeDeletion`], keeps each attempt's outcome instead: upstream's
+/// two controllers pace and give up differently).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeDeletion {
+pub struct PoolNodeDeletion {
     pub first_try: Timestamp,
     pub retry_not_before: Option<Timestamp>,
     /// The API answered 2xx or 404.
@@ -74,7 +74,7 @@ pub struct PoolMemory {
     /// Hash of the nodeRefs last announced with `SuccessfulSetNodeRefs`, so the event is
     /// emitted once per change even while the status patch is on its way.
     pub announced_node_refs: Option<u64>,
-    pub node_deletions: BTreeMap<String, NodeDeletion>,
+    pub node_deletions: BTreeMap<String, PoolNodeDeletion>,
     /// Provider objects whose deletion the API accepted, so the delete is not repeated while
     /// the watch catches up.
     pub deleted_externals: BTreeSet<ObjectKey>,
@@ -153,8 +153,7 @@ impl Pools {
                 if let Some(label) = e.meta.labels.get(POOL_NAME_LABEL) {
                     Self::pools_labelled(store, &e.meta.namespace, label, out);
                 }
-                let matches =
-                    |r: &crate::model::ObjectRef, ns: &str| &reconcile::external_key(r, ns) == key;
+                let matches = |r: &crate::model::ObjectRef, ns: &str| &r.key_in(ns) == key;
                 for (k, o) in store.iter_kind(&Scope::Management, &Kind::MachinePool) {
                     let Object::MachinePool(mp) = o else { continue };
                     let ns = &mp.meta.namespace;
@@ -272,10 +271,13 @@ impl Controller for Pools {
         for planned in plan.commands {
             let issued = cx.issue(ControllerId::Pool, planned.action, planned.reason);
             if let (Some(node), Issued::Queued(_)) = (planned.node_deletion, issued) {
-                let entry = memory.node_deletions.entry(node).or_insert(NodeDeletion {
-                    first_try: now,
-                    ..Default::default()
-                });
+                let entry = memory
+                    .node_deletions
+                    .entry(node)
+                    .or_insert(PoolNodeDeletion {
+                        first_try: now,
+                        ..Default::default()
+                    });
                 entry.retry_not_before = None;
             }
         }
@@ -338,7 +340,7 @@ impl Controller for Pools {
                     "Failed to delete Node: {}",
                     outcome.summary()
                 );
-                let at = now + NODE_DELETE_RETRY_INTERVAL;
+                let at = now + POOL_NODE_DELETION_RETRY_INTERVAL;
                 attempt.retry_not_before = Some(at);
                 self.timers.set(
                     &command.owner,
