@@ -223,18 +223,10 @@ impl Engine {
         }
     }
 
-    /// The timers the last input fired (a [`Input::Tick`], or a batch holding ticks), in the
-    /// order [`crate::timer::describe_fired`] names them.
+    /// The timers the last input fired (a [`Input::Tick`], or a batch holding ticks), sorted
+    /// by kind, then the object they are about; [`crate::timer::describe_fired`] words them.
     pub fn fired_timers(&self) -> &[FiredTimer] {
         &self.fired.0
-    }
-
-    /// What the last input was, as timelines cite a cause: a tick names the timers it fired.
-    pub fn describe_applied(&self, input: &Input) -> String {
-        match input {
-            Input::Tick => crate::timer::describe_fired(self.fired_timers()),
-            other => other.describe(),
-        }
     }
 
     /// The next command to execute, if any. Call until `None` after every `handle`.

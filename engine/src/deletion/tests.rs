@@ -683,7 +683,7 @@ fn a_tick_names_the_eviction_retry_it_fired() {
     assert_eq!(fired, ["EvictionRetry Pod app/web-0@c1"]);
     assert_eq!(h.engine.fired_timers()[0].owner, machine_key("m1"));
     assert_eq!(
-        h.engine.describe_applied(&Input::Tick),
+        crate::timer::describe_fired(h.engine.fired_timers()),
         "timer EvictionRetry Pod app/web-0@c1"
     );
     let rebuilt = Engine::decode_state(&h.engine.encode_state()).unwrap();
