@@ -5,6 +5,7 @@ use crate::input::ApiOutcome;
 use crate::model::{ObjectKey, Scope};
 use crate::store::{Change, Store};
 use crate::time::{Duration, Timestamp};
+use crate::timer::{FiredTimer, TimerKind, TimerTable};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -24,8 +25,8 @@ pub trait Controller {
     fn reconcile(&mut self, key: &ObjectKey, cx: &mut Cx<'_>);
     /// The API's answer to a command this controller issued.
     fn on_result(&mut self, command: &Command, outcome: &ApiOutcome, now: Timestamp);
-    /// Removes and returns the keys whose timers are due at `now`.
-    fn take_due(&mut self, now: Timestamp, out: &mut Vec<ObjectKey>);
+    /// Removes the timers due at `now`, pushing each onto `fired` (its owner is reconciled).
+    fn take_due(&mut self, now: Timestamp, fired: &mut Vec<FiredTimer>);
     fn next_deadline(&self) -> Option<Timestamp>;
     /// Reconcile keys that were waiting for `scope`'s cache, which has just synced (a relist
     /// with nothing new in it changes no object, so `affected` alone would not wake them).
@@ -96,6 +97,20 @@ impl Issued {
 pub const RETRY_BACKOFF_FIRST: Duration = Duration::from_secs(1);
 pub const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
+/// The timer of a reconcile held back by a write's backoff: which controller retries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct WriteRetry(pub ControllerId);
+
+impl TimerKind for WriteRetry {
+    fn name(self) -> &'static str {
+        "WriteRetry"
+    }
+
+    fn controller(self) -> ControllerId {
+        self.0
+    }
+}
+
 /// Failures of one intent in a row, and when it may be tried again.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct Backoff {
@@ -136,8 +151,8 @@ pub struct Effects {
     waiting: BTreeMap<Intent, BTreeSet<(ControllerId, ObjectKey)>>,
     /// Intents whose last call failed, so a failing API is not hammered in a loop.
     backoffs: BTreeMap<Intent, Backoff>,
-    /// Reconciles to repeat when a backoff ends.
-    retries: BTreeSet<(Timestamp, ControllerId, ObjectKey)>,
+    /// Reconciles to repeat when a backoff ends, per owner (about the intent's target).
+    retries: TimerTable<WriteRetry>,
     /// Recent events per (object, reason and message shape), so repeats update one Event
     /// (see [`Cx::issue`]).
     events: BTreeMap<(ObjectKey, String), Series>,
@@ -265,27 +280,19 @@ impl Effects {
         self.intents.clear();
         self.waiting.clear();
         self.backoffs.clear();
-        self.retries.clear();
+        self.retries = TimerTable::default();
         self.outbox.0.clear();
         owners
     }
 
     /// When the earliest backoff ends.
     pub fn next_retry(&self) -> Option<Timestamp> {
-        self.retries.first().map(|(at, _, _)| *at)
+        self.retries.next_deadline()
     }
 
-    /// Reconciles whose backoff has ended by `now`.
-    pub fn take_due_retries(&mut self, now: Timestamp) -> Vec<(ControllerId, ObjectKey)> {
-        let mut due = Vec::new();
-        while let Some((at, _, _)) = self.retries.first() {
-            if *at > now {
-                break;
-            }
-            let (_, c, k) = self.retries.pop_first().expect("non-empty");
-            due.push((c, k));
-        }
-        due
+    /// Reconciles whose backoff has ended by `now`, pushed onto `fired`.
+    pub fn take_due_retries(&mut self, now: Timestamp, fired: &mut Vec<FiredTimer>) {
+        self.retries.take_due(now, fired);
     }
 }
 
@@ -320,9 +327,12 @@ impl<'a> Cx<'a> {
             && let Some(b) = self.effects.backoffs.get(intent)
             && b.until > self.now
         {
-            self.effects
-                .retries
-                .insert((b.until, controller, self.owner.clone()));
+            self.effects.retries.set(
+                &self.owner,
+                WriteRetry(controller),
+                b.until,
+                Some(&intent.target),
+            );
             return Issued::Backoff;
         }
         if let Some(intent) = &intent
@@ -409,48 +419,6 @@ impl<'a> Cx<'a> {
     }
 }
 
-/// A deadline table for one controller: at most one pending wake-up per key.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Timers {
-    by_key: BTreeMap<ObjectKey, Timestamp>,
-    queue: BTreeSet<(Timestamp, ObjectKey)>,
-}
-
-impl Timers {
-    /// Wakes `key` at `at`, or earlier if it already has an earlier wake-up.
-    pub fn wake_at(&mut self, key: &ObjectKey, at: Timestamp) {
-        if let Some(existing) = self.by_key.get(key) {
-            if *existing <= at {
-                return;
-            }
-            self.queue.remove(&(*existing, key.clone()));
-        }
-        self.by_key.insert(key.clone(), at);
-        self.queue.insert((at, key.clone()));
-    }
-
-    pub fn cancel(&mut self, key: &ObjectKey) {
-        if let Some(at) = self.by_key.remove(key) {
-            self.queue.remove(&(at, key.clone()));
-        }
-    }
-
-    pub fn take_due(&mut self, now: Timestamp, out: &mut Vec<ObjectKey>) {
-        while let Some((at, _)) = self.queue.first() {
-            if *at > now {
-                break;
-            }
-            let (_, key) = self.queue.pop_first().expect("non-empty");
-            self.by_key.remove(&key);
-            out.push(key);
-        }
-    }
-
-    pub fn next_deadline(&self) -> Option<Timestamp> {
-        self.queue.first().map(|(at, _)| *at)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -504,9 +472,18 @@ mod tests {
             );
             let retry_at = effects.next_retry().expect("a retry is scheduled");
             waits.push(retry_at.since(now).as_millis());
+            let mut fired = Vec::new();
+            effects.take_due_retries(retry_at, &mut fired);
             assert_eq!(
-                effects.take_due_retries(retry_at),
-                vec![(ControllerId::Deletion, key("m1"))]
+                fired
+                    .iter()
+                    .map(|f| (f.controller, f.owner.clone(), f.to_string()))
+                    .collect::<Vec<_>>(),
+                vec![(
+                    ControllerId::Deletion,
+                    key("m1"),
+                    "WriteRetry Machine default/m1".to_string()
+                )]
             );
             now = retry_at;
         }
@@ -587,19 +564,5 @@ mod tests {
             "old series are dropped: {:?}",
             effects.events
         );
-    }
-
-    #[test]
-    fn timers_keep_the_earliest_wake_up_per_key() {
-        let mut t = Timers::default();
-        t.wake_at(&key("a"), Timestamp(50));
-        t.wake_at(&key("a"), Timestamp(80));
-        t.wake_at(&key("b"), Timestamp(60));
-        t.wake_at(&key("a"), Timestamp(10));
-        assert_eq!(t.next_deadline(), Some(Timestamp(10)));
-        let mut due = Vec::new();
-        t.take_due(Timestamp(60), &mut due);
-        assert_eq!(due, vec![key("a"), key("b")]);
-        assert_eq!(t.next_deadline(), None);
     }
 }

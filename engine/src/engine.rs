@@ -10,6 +10,7 @@ use crate::model::{Kind, Object, ObjectKey, Scope};
 use crate::pool::Pools;
 use crate::store::{Change, Store};
 use crate::time::Timestamp;
+use crate::timer::FiredTimer;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
@@ -88,7 +89,22 @@ pub struct Engine {
     effects: Effects,
     #[serde(skip)]
     counters: crate::metrics::Counters,
+    /// The timers the last input fired: a report, not state (not hashed, not snapshotted).
+    #[serde(skip)]
+    fired: Fired,
 }
+
+/// [`Engine::fired_timers`]: equal whatever it holds, so a rebuilt engine equals the live one.
+#[derive(Clone, Debug, Default)]
+struct Fired(Vec<FiredTimer>);
+
+impl PartialEq for Fired {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Fired {}
 
 impl Engine {
     pub fn new() -> Self {
@@ -134,6 +150,7 @@ impl Engine {
     pub fn handle(&mut self, now: Timestamp, input: Input) {
         self.now = self.now.max(now);
         self.applied_seq += 1;
+        self.fired.0.clear();
         let mut dirty: Dirty = Default::default();
         self.apply(input, &mut dirty);
         self.reconcile(dirty);
@@ -177,13 +194,16 @@ impl Engine {
             }
             Input::Tick => {
                 let now = self.now;
-                for (controller, owner) in self.effects.take_due_retries(now) {
-                    dirty.push(slot_of(controller), owner);
+                let fired = &mut self.fired.0;
+                let from = fired.len();
+                self.effects.take_due_retries(now, fired);
+                for controller in self.controllers.all_mut() {
+                    controller.take_due(now, fired);
                 }
-                for (slot, controller) in self.controllers.all_mut().into_iter().enumerate() {
-                    controller.take_due(now, &mut dirty.routed);
-                    dirty.absorb(slot);
+                for f in &fired[from..] {
+                    dirty.push(slot_of(f.controller), f.owner.clone());
                 }
+                fired[from..].sort();
             }
             Input::Restarted => {
                 for (id, owner) in self.effects.forget_in_flight() {
@@ -222,6 +242,12 @@ impl Engine {
             .map(|r| self.store.replaced_key(r))
             .collect();
         self.route_unchanged(scope, &changed, dirty);
+    }
+
+    /// The timers the last input fired (a [`Input::Tick`], or a batch holding ticks), sorted
+    /// by kind, then the object they are about; [`crate::timer::describe_fired`] words them.
+    pub fn fired_timers(&self) -> &[FiredTimer] {
+        &self.fired.0
     }
 
     /// The next command to execute, if any. Call until `None` after every `handle`.

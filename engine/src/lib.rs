@@ -18,15 +18,18 @@ pub mod intake;
 pub mod journal;
 pub mod metrics;
 pub mod model;
+pub mod node_deletion;
 pub mod pool;
 pub mod recovery;
 pub mod remediation;
 pub mod store;
 pub mod testing;
 pub mod time;
+pub mod timer;
 pub mod work;
 
 pub use command::{Action, Command, ControllerId, EventSeries, EventType, Target};
 pub use engine::{Controllers, Engine};
 pub use input::{ApiOutcome, BATCH_INPUTS_MAX, Input};
 pub use time::{Duration, Timestamp};
+pub use timer::FiredTimer;

@@ -32,8 +32,12 @@ impl Feeder {
             j.append(now, &input);
         }
         self.inputs += 1;
-        self.causes.push(input.describe());
+        // A tick is told by the timers it fired, known once it is handled.
+        let described = (!matches!(input, Input::Tick)).then(|| input.describe());
         engine.handle(now, input);
+        self.causes.push(
+            described.unwrap_or_else(|| engine::timer::describe_fired(engine.fired_timers())),
+        );
         debug_assert_eq!(engine.applied_seq(), self.inputs);
     }
 

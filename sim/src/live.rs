@@ -27,6 +27,18 @@ pub struct ControllerRecord {
     pub at: Timestamp,
     pub input: Input,
     pub commands: Vec<Command>,
+    /// The timers the input fired (a tick's; empty for other inputs).
+    pub fired: Vec<engine::FiredTimer>,
+}
+
+impl ControllerRecord {
+    /// The input as a cause: a tick names the timers it fired.
+    pub fn describe(&self) -> String {
+        match self.input {
+            Input::Tick => engine::timer::describe_fired(&self.fired),
+            _ => self.input.describe(),
+        }
+    }
 }
 
 /// What the world asks of the driver after a step.
@@ -182,10 +194,7 @@ impl Live {
         stores: BTreeMap<Scope, ClusterStore>,
     ) -> Report {
         self.sim.clusters = stores;
-        let causes: BTreeMap<u64, String> = records
-            .iter()
-            .map(|r| (r.seq, r.input.describe()))
-            .collect();
+        let causes: BTreeMap<u64, String> = records.iter().map(|r| (r.seq, r.describe())).collect();
         for record in records {
             for command in &record.commands {
                 let cause = causes.get(&command.cause).map_or("", String::as_str);
@@ -569,6 +578,7 @@ mod tests {
             at: Timestamp(1_800_000_000_000 + seq as i64 * 1_000),
             input,
             commands,
+            fired: Vec::new(),
         }
     }
 

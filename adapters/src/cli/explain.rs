@@ -18,6 +18,7 @@ The story is built by replaying every journaled input through the engine, as `lo
               RemediationAllowed; a MachinePool's status.phase)
   Targets     for an MHC: each Machine's verdict, its remediation and its replacement
   Story       each decision with its cause: [after #N: input] names the journal record
+              (a timer by what fired: [after #15: timer EvictionRetry Pod app/web-1@c1])
   Now         what holds the object at the last record and what would unblock it
 Times are the journal's recorded times (simulated time for `sim run --journal`). The journal is
 read from a copy, so a running controller's journal can be explained.

@@ -316,7 +316,12 @@ fn verify(dir: &Path) -> Result<u8, Failure> {
 /// the commands it caused to `each` (which may stop the replay).
 fn replay(
     dir: &Path,
-    mut each: impl FnMut(&RecordRef<'_>, &engine::Input, Vec<engine::Command>) -> ControlFlow<()>,
+    mut each: impl FnMut(
+        &RecordRef<'_>,
+        &engine::Input,
+        Vec<engine::Command>,
+        Vec<engine::FiredTimer>,
+    ) -> ControlFlow<()>,
 ) -> Result<(), Failure> {
     let copy = open(dir)?;
     let mut failure = None;
@@ -344,7 +349,7 @@ fn replay(
             };
             engine.handle(r.at, input.clone());
             let commands = std::iter::from_fn(|| engine.poll_command()).collect();
-            each(&r, &input, commands)
+            each(&r, &input, commands, engine.fired_timers().to_vec())
         })
         .map_err(|e| Failure::Damage(e.to_string()))?;
     match failure {
@@ -357,12 +362,13 @@ fn replay(
 /// (the controller may still hold the journal). An error says what is wrong and where.
 pub fn controller_records(dir: &Path) -> Result<Vec<sim::live::ControllerRecord>, String> {
     let mut out = Vec::new();
-    replay(dir, |r, input, commands| {
+    replay(dir, |r, input, commands, fired| {
         out.push(sim::live::ControllerRecord {
             seq: r.seq,
             at: r.at,
             input: input.clone(),
             commands,
+            fired,
         });
         ControlFlow::Continue(())
     })
@@ -378,12 +384,13 @@ pub fn replay_records(
     dir: &Path,
     mut each: impl FnMut(sim::live::ControllerRecord) -> ControlFlow<()>,
 ) -> Result<(), Failure> {
-    replay(dir, |r, input, commands| {
+    replay(dir, |r, input, commands, fired| {
         each(sim::live::ControllerRecord {
             seq: r.seq,
             at: r.at,
             input: input.clone(),
             commands,
+            fired,
         })
     })
 }
@@ -397,14 +404,19 @@ fn show(dir: &Path, format: Format, from: u64, object: Option<&str>) -> Result<u
     let mut issued = std::collections::BTreeMap::new();
     let mut shown = 0u64;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    replay(dir, |r, input, mut commands| {
+    replay(dir, |r, input, mut commands, fired| {
         use std::io::Write;
+        let described = match input {
+            engine::Input::Tick => engine::timer::describe_fired(&fired),
+            other => other.describe(),
+        };
         if let Some(subject) = &subject {
             let record = sim::live::ControllerRecord {
                 seq: r.seq,
                 at: r.at,
                 input: input.clone(),
                 commands,
+                fired,
             };
             let concerns = adapters::explain::concerns(&record, subject, &issued);
             // Only commands about the object: all an answer needs to be matched.
@@ -425,7 +437,6 @@ fn show(dir: &Path, format: Format, from: u64, object: Option<&str>) -> Result<u
             return ControlFlow::Continue(());
         }
         shown += 1;
-        let described = input.describe();
         let text = match format {
             Format::Text => {
                 let mut t = format!("{:>8}  {}  {described}", r.seq, r.at);

@@ -249,7 +249,7 @@ impl Explainer {
         t.recent.push_back(Cause {
             seq: r.seq,
             at: r.at.to_rfc3339(),
-            input: r.input.describe(),
+            input: r.describe(),
         });
         for input in each_input(&r.input) {
             match input {

@@ -268,6 +268,7 @@ mod tests {
             at: engine::Timestamp(i64::try_from(seq).unwrap() * 1000),
             input,
             commands: Vec::new(),
+            fired: Vec::new(),
         }
     }
 
@@ -367,12 +368,14 @@ mod tests {
                     object: Box::new(Object::Machine(m1)),
                 },
                 commands: vec![complete],
+                fired: Vec::new(),
             },
             super::ControllerRecord {
                 seq: 2,
                 at: engine::Timestamp(2_300),
                 input: engine::Input::Delete { key },
                 commands: Vec::new(),
+                fired: Vec::new(),
             },
         ];
         let told = story(&records, "default/m1").unwrap();

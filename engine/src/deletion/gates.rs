@@ -2,14 +2,11 @@
 //! `isDeleteNodeAllowed`, `isNodeDrainAllowed` / `isNodeVolumeDetachingAllowed`, the inclusive
 //! timeout rule, and whether a failed Node deletion is tried again.
 
+pub use crate::node_deletion::{
+    MACHINE_NODE_DELETION_RETRY_INTERVAL, NODE_DELETION_RETRY_WINDOW, NODE_DELETION_TIMEOUT_DEFAULT,
+};
 use crate::time::{Duration, Timestamp};
 use std::fmt;
-
-/// Upstream's in-reconcile Node deletion retry: attempts every 2 s for up to 10 s.
-pub const NODE_DELETION_RETRY_INTERVAL: Duration = Duration::from_secs(2);
-pub const NODE_DELETION_RETRY_WINDOW: Duration = Duration::from_secs(10);
-/// `nodeDeletionTimeout` when unset (Part 1 decision 2: the default the webhook would apply).
-pub const NODE_DELETION_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 
 /// What is known about the Cluster's control plane object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,7 +10,7 @@
 //! Guarantees: a failed eviction of a pod is retried 20 s after it was issued, never earlier;
 //! a drain completes at the input that removes the last pod it waits for; the Node gets at
 //! least one real deletion attempt (Part 1 decision 10). Timers are a closed enum
-//! ([`DeletionTimer`]) kept in one [`Timers`] table.
+//! ([`DeletionTimer`]) kept in one [`TimerTable`].
 
 mod gates;
 mod pass;
@@ -22,15 +22,16 @@ mod volumes;
 mod tests;
 
 pub use gates::{
-    ControlPlaneFact, InfrastructureFact, NODE_DELETION_RETRY_INTERVAL, NODE_DELETION_RETRY_WINDOW,
-    NODE_DELETION_TIMEOUT_DEFAULT, NodeDeletionBlocked, NodeDeletionFacts, WaitGateFacts,
-    WaitSkipped, is_delete_node_allowed, keep_deleting_node, timeout_exceeded, wait_allowed,
+    ControlPlaneFact, InfrastructureFact, MACHINE_NODE_DELETION_RETRY_INTERVAL,
+    NODE_DELETION_RETRY_WINDOW, NODE_DELETION_TIMEOUT_DEFAULT, NodeDeletionBlocked,
+    NodeDeletionFacts, WaitGateFacts, WaitSkipped, is_delete_node_allowed, keep_deleting_node,
+    timeout_exceeded, wait_allowed,
 };
 pub use status::{StatusFields, legacy, reason};
 pub use volumes::{VolumeWait, volumes_to_wait_for};
 
 use crate::command::{Action, Command, ControllerId};
-use crate::controller::{Controller, Cx, Timers};
+use crate::controller::{Controller, Cx};
 use crate::drain::{EvictionAttempt, EvictionOutcome, eviction_failure_message};
 use crate::input::ApiOutcome;
 use crate::model::{
@@ -38,6 +39,7 @@ use crate::model::{
 };
 use crate::store::{Change, Store};
 use crate::time::{Duration, Timestamp};
+use crate::timer::{FiredTimer, TimerKind, TimerTable};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -45,7 +47,8 @@ use std::collections::{BTreeMap, BTreeSet};
 /// a fixed pace keeps a failing API from being hammered).
 pub const API_RETRY_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Why a deleting Machine asked to be woken (the closed set of deletion timers).
+/// Why a deleting Machine asked to be woken (the closed set of deletion timers, the drain's
+/// included: the drain is a phase of the deletion and reconciles the same Machine).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum DeletionTimer {
     /// A failed eviction may be retried (20 s after it was issued).
@@ -59,6 +62,24 @@ pub enum DeletionTimer {
     NodeDeletionRetry,
     /// A deletion phase has lasted [`PHASE_STALL_WARNING_AFTER`]: time to say so.
     PhaseStalled,
+}
+
+impl TimerKind for DeletionTimer {
+    fn name(self) -> &'static str {
+        match self {
+            DeletionTimer::EvictionRetry => "EvictionRetry",
+            DeletionTimer::SkipDeletedPod => "SkipDeletedPod",
+            DeletionTimer::DrainTimeout => "DrainTimeout",
+            DeletionTimer::VolumeDetachTimeout => "VolumeDetachTimeout",
+            DeletionTimer::ApiRetry => "ApiRetry",
+            DeletionTimer::NodeDeletionRetry => "NodeDeletionRetry",
+            DeletionTimer::PhaseStalled => "PhaseStalled",
+        }
+    }
+
+    fn controller(self) -> ControllerId {
+        ControllerId::Deletion
+    }
 }
 
 /// How long a deletion phase (a hook, the drain, the volume detach, a provider object's
@@ -198,49 +219,25 @@ pub struct MachineDeletion {
     /// Tracked Machines by cluster and [`Tracked::node`]: a pod change is routed to the Machines
     /// of its Node without looking at the others (a cluster may delete hundreds at once).
     by_node: BTreeMap<ClusterName, BTreeMap<String, BTreeSet<ObjectKey>>>,
-    timers: Timers,
-}
-
-/// The key of an object a Machine references (provider refs default to the Machine's
-/// namespace; a v1beta1 ref may carry only `apiVersion`).
-pub fn ref_key(r: &ObjectRef, namespace: &str) -> ObjectKey {
-    let (group, ns) = ref_group_namespace(r, namespace);
-    ObjectKey::management(Kind::from_group_kind(group, &r.kind), ns, &r.name)
-}
-
-fn ref_group_namespace<'r>(r: &'r ObjectRef, namespace: &'r str) -> (&'r str, &'r str) {
-    let group = if r.api_group.is_empty() {
-        r.api_version
-            .as_deref()
-            .and_then(|v| v.rsplit_once('/').map(|(g, _)| g))
-            .unwrap_or("")
-    } else {
-        r.api_group.as_str()
-    };
-    let ns = if r.namespace.is_empty() {
-        namespace
-    } else {
-        r.namespace.as_str()
-    };
-    (group, ns)
+    timers: TimerTable<DeletionTimer>,
 }
 
 /// Points `key` at what `r` references, keeping it (no allocation) when it already does.
 fn refresh_ref_key(key: &mut ObjectKey, r: &ObjectRef, namespace: &str) {
-    let (group, ns) = ref_group_namespace(r, namespace);
+    let (group, ns) = r.group_and_namespace(namespace);
     let same = key.scope == Scope::Management
         && key.kind.is(group, &r.kind)
         && key.namespace == ns
         && key.name == r.name.as_str();
     if !same {
-        *key = ref_key(r, namespace);
+        *key = r.key_in(namespace);
     }
 }
 
 fn refresh_optional_ref_key(key: &mut Option<ObjectKey>, r: Option<&ObjectRef>, namespace: &str) {
     match (key.as_mut(), r) {
         (Some(k), Some(r)) => refresh_ref_key(k, r, namespace),
-        (_, r) => *key = r.map(|r| ref_key(r, namespace)),
+        (_, r) => *key = r.map(|r| r.key_in(namespace)),
     }
 }
 
@@ -498,7 +495,7 @@ impl Controller for MachineDeletion {
             self.untrack(key);
         }
         if !self.machines.contains_key(key) {
-            let infrastructure = ref_key(&machine.infrastructure_ref, &machine.meta.namespace);
+            let infrastructure = machine.infrastructure_ref.key_in(&machine.meta.namespace);
             let fresh = Tracked {
                 cluster: cluster_name.clone(),
                 node: None,
@@ -551,28 +548,28 @@ impl Controller for MachineDeletion {
             &cluster_name.namespace,
         );
 
-        let wake = match cluster {
+        let wakes = match cluster {
             None => {
                 tracing::debug!(machine = %key, "waiting for Cluster {} to be observed", cluster_name.name);
-                None
+                Vec::new()
             }
             Some(c) if c.paused || machine.meta.has_annotation(crate::model::PAUSED_ANNOTATION) => {
                 tracing::debug!(machine = %key, "Reconciliation is paused for this object");
-                None
+                Vec::new()
             }
             Some(c) => {
                 let mut p = pass::Pass::new(key, machine, c, tracked, cx);
                 p.run();
-                p.wake
+                p.wakes
             }
         };
         if routed_node != tracked.node {
             let (cluster, node) = (tracked.cluster.clone(), tracked.node.clone());
             self.route_node(key, &cluster, routed_node.as_deref(), node.as_deref());
         }
-        if let Some((at, timer)) = wake {
+        for (timer, at, about) in wakes {
             tracing::trace!(machine = %key, ?timer, at = %at, "deletion timer");
-            self.timers.wake_at(key, at);
+            self.timers.set(key, timer, at, about.as_ref());
         }
     }
 
@@ -598,7 +595,11 @@ impl Controller for MachineDeletion {
                     });
                 match &outcome {
                     EvictionOutcome::Failed(message) => {
-                        tracing::info!(pod = %pod.key, "Eviction failed, will be retried in 20s: {message}");
+                        tracing::info!(
+                            pod = %pod.key,
+                            "Eviction failed, will be retried in {}: {message}",
+                            crate::drain::EVICTION_RETRY_INTERVAL
+                        );
                         entry.last_failure = Some(message.clone());
                     }
                     EvictionOutcome::Evicted | EvictionOutcome::NotFound => {
@@ -655,8 +656,8 @@ impl Controller for MachineDeletion {
         }
     }
 
-    fn take_due(&mut self, now: Timestamp, out: &mut Vec<ObjectKey>) {
-        self.timers.take_due(now, out);
+    fn take_due(&mut self, now: Timestamp, fired: &mut Vec<FiredTimer>) {
+        self.timers.take_due(now, fired);
     }
 
     fn next_deadline(&self) -> Option<Timestamp> {
@@ -682,7 +683,7 @@ fn ensure_finalizer(
         Action::AddFinalizer {
             target: crate::command::Target {
                 key: key.clone(),
-                api_version: pass::api_version(machine.version).to_string(),
+                api_version: machine.version.capi().to_string(),
             },
             finalizer: crate::model::MACHINE_FINALIZER.to_string(),
         },

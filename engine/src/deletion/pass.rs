@@ -53,8 +53,9 @@ pub(super) struct Pass<'p, 'a> {
     /// The `Deleting` reason and message; `None` keeps what is observed (a Node deletion in
     /// flight shows nothing new until it is answered).
     deleting: Option<(&'static str, String)>,
-    /// The earliest clock-driven change this pass knows of.
-    pub wake: Option<(Timestamp, DeletionTimer)>,
+    /// The clock-driven changes this pass knows of: (timer, when, the object it is about
+    /// when not the Machine).
+    pub wakes: Vec<(DeletionTimer, Timestamp, Option<ObjectKey>)>,
     /// The Node's key and object, looked up once: drain, volume wait and Node deletion all
     /// need them.
     /// The Node's name and, when it exists, its stored key and object.
@@ -62,13 +63,6 @@ pub(super) struct Pass<'p, 'a> {
     /// A condition write of this Machine is unanswered: nothing is written until its answer
     /// reconciles the Machine again, so messages that only feed conditions are not built.
     conditions_in_flight: bool,
-}
-
-pub(super) fn api_version(v: ApiVersion) -> &'static str {
-    match v {
-        ApiVersion::V1Beta1 => "cluster.x-k8s.io/v1beta1",
-        ApiVersion::V1Beta2 => "cluster.x-k8s.io/v1beta2",
-    }
 }
 
 /// Whether a request of this kind may be (re)issued now: never while one is in flight, at once
@@ -144,14 +138,14 @@ impl<'p, 'a> Pass<'p, 'a> {
             now,
             target: Target {
                 key: key.clone(),
-                api_version: api_version(m.version).to_string(),
+                api_version: m.version.capi().to_string(),
             },
             conditions: Conditions::clone(&base_conditions),
             base_conditions,
             base_status,
             status,
             deleting: None,
-            wake: None,
+            wakes: Vec::new(),
             node_seen: None,
             conditions_in_flight,
         }
@@ -240,10 +234,8 @@ impl<'p, 'a> Pass<'p, 'a> {
         self.conditions.legacy(type_).is_some()
     }
 
-    fn wake_at(&mut self, at: Timestamp, timer: DeletionTimer) {
-        if self.wake.is_none_or(|(w, _)| at < w) {
-            self.wake = Some((at, timer));
-        }
+    fn wake_at(&mut self, at: Timestamp, timer: DeletionTimer, about: Option<&ObjectKey>) {
+        self.wakes.push((timer, at, about.cloned()));
     }
 
     /// Writes the status fields and conditions that differ from what is observed.
@@ -363,7 +355,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             return;
         }
         if now < due {
-            self.wake_at(due, DeletionTimer::PhaseStalled);
+            self.wake_at(due, DeletionTimer::PhaseStalled, None);
             return;
         }
         let waited = now.since(phase.since);
@@ -764,7 +756,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         }
         let start = self.start(|d| &mut d.node_drain_start);
         if let Some(at) = gates::deadline(Some(start), timeout) {
-            self.wake_at(at, DeletionTimer::DrainTimeout);
+            self.wake_at(at, DeletionTimer::DrainTimeout, None);
         }
         if !self.legacy_exists(legacy::DRAINING_SUCCEEDED) {
             self.set_legacy(legacy_false(
@@ -864,8 +856,11 @@ impl<'p, 'a> Pass<'p, 'a> {
                 None => matches!(store.get(k), Some(Object::Pod(p)) if !p.meta.is_deleting()),
             }
         });
-        if let Some(at) = plan.next_wake {
-            self.wake_at(at, DeletionTimer::EvictionRetry);
+        if let Some((at, pod)) = plan.next_eviction_retry {
+            self.wake_at(at, DeletionTimer::EvictionRetry, Some(pod));
+        }
+        if let Some((at, pod)) = plan.next_skip {
+            self.wake_at(at, DeletionTimer::SkipDeletedPod, Some(pod));
         }
         self.evict(node_name, &plan, grace_period_seconds);
         if plan.is_complete() {
@@ -877,7 +872,8 @@ impl<'p, 'a> Pass<'p, 'a> {
             node = node_name,
             remaining = plan.deletion_timestamp_set.len() + plan.awaiting_answer.len(),
             failed = plan.failed.len(),
-            "Drain not completed yet, requeuing in 20s"
+            "Drain not completed yet, requeuing in {}",
+            drain::EVICTION_RETRY_INTERVAL
         );
         if self.conditions_in_flight {
             return Flow::Wait;
@@ -922,9 +918,11 @@ impl<'p, 'a> Pass<'p, 'a> {
                 });
             }
         } else if let Some(a) = attempt.as_ref().filter(|a| a.failure.is_some()) {
+            let node_key = self.node_key(node_name);
             self.wake_at(
                 a.at.saturating_add(API_RETRY_INTERVAL),
                 DeletionTimer::ApiRetry,
+                Some(&node_key),
             );
         }
         match self
@@ -956,7 +954,10 @@ impl<'p, 'a> Pass<'p, 'a> {
         for key in &plan.evict_now {
             let previous = self.tracked.memo.evictions.get(*key).cloned();
             let why = match previous.as_ref().and_then(|a| a.last_failure.as_deref()) {
-                Some(f) => format!("retrying eviction 20s after it failed ({f})"),
+                Some(f) => format!(
+                    "retrying eviction {} after it failed ({f})",
+                    drain::EVICTION_RETRY_INTERVAL
+                ),
                 None => format!(
                     "draining Node {node_name}: Machine {} is being deleted",
                     self.m.meta.name
@@ -1015,7 +1016,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         }
         let start = self.start(|d| &mut d.wait_for_node_volume_detach_start);
         if let Some(at) = gates::deadline(Some(start), timeout) {
-            self.wake_at(at, DeletionTimer::VolumeDetachTimeout);
+            self.wake_at(at, DeletionTimer::VolumeDetachTimeout, None);
         }
         if !self.legacy_exists(legacy::VOLUME_DETACH_SUCCEEDED) {
             self.set_legacy(legacy_false(
@@ -1196,6 +1197,7 @@ impl<'p, 'a> Pass<'p, 'a> {
                 self.wake_at(
                     a.at.saturating_add(API_RETRY_INTERVAL),
                     DeletionTimer::ApiRetry,
+                    Some(key),
                 );
             }
         }
@@ -1281,9 +1283,9 @@ impl<'p, 'a> Pass<'p, 'a> {
                     }
                     let due = d
                         .last_at
-                        .saturating_add(gates::NODE_DELETION_RETRY_INTERVAL);
+                        .saturating_add(gates::MACHINE_NODE_DELETION_RETRY_INTERVAL);
                     if self.now < due {
-                        self.wake_at(due, DeletionTimer::NodeDeletionRetry);
+                        self.wake_at(due, DeletionTimer::NodeDeletionRetry, Some(&node_key));
                         return Flow::Wait;
                     }
                     true
@@ -1305,7 +1307,10 @@ impl<'p, 'a> Pass<'p, 'a> {
                     .map_or("bootstrap", |r| r.kind.as_str()),
                 self.m.meta.name
             ),
-            Some(_) => format!("retrying deletion of Node {node_name} (every 2s)"),
+            Some(_) => format!(
+                "retrying deletion of Node {node_name} (every {})",
+                gates::MACHINE_NODE_DELETION_RETRY_INTERVAL
+            ),
         };
         let issued = self.cx.issue(
             ControllerId::Deletion,

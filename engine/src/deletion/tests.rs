@@ -656,6 +656,44 @@ fn failed_eviction_is_retried_after_20s_and_never_earlier() {
     );
 }
 
+/// A tick reports the timers it fired, by kind and the object they are about; the report is
+/// not state (the hash is the same whether or not the engine carries one).
+#[test]
+fn a_tick_names_the_eviction_retry_it_fired() {
+    let (mut h, cmds) = drained_start(deleting_m1(), vec![]);
+    h.apply_status(&cmds);
+    let out = h.answer(
+        &cmds[0],
+        ApiOutcome::TooManyRequests {
+            message: "budget".into(),
+        },
+    );
+    h.settle(&out);
+    assert_eq!(h.engine.next_deadline(), Some(at(20)));
+    assert!(h.tick(at(19)).is_empty());
+    assert!(h.engine.fired_timers().is_empty());
+    let out = h.tick(at(20));
+    assert_eq!(lines(&out), ["drain Evict Pod app/web-0@c1"]);
+    let fired: Vec<String> = h
+        .engine
+        .fired_timers()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(fired, ["EvictionRetry Pod app/web-0@c1"]);
+    assert_eq!(h.engine.fired_timers()[0].owner, machine_key("m1"));
+    assert_eq!(
+        crate::timer::describe_fired(h.engine.fired_timers()),
+        "timer EvictionRetry Pod app/web-0@c1"
+    );
+    let rebuilt = Engine::decode_state(&h.engine.encode_state()).unwrap();
+    assert!(rebuilt.fired_timers().is_empty());
+    assert_eq!(rebuilt.state_hash(), h.engine.state_hash());
+    // The next input replaces the report.
+    h.gone(pod_key("web-1"));
+    assert!(h.engine.fired_timers().is_empty());
+}
+
 #[test]
 fn eviction_failures_in_a_terminating_namespace_and_other_errors_are_grouped() {
     let (mut h, cmds) = drained_start(deleting_m1(), vec![]);
@@ -1429,7 +1467,7 @@ fn reference_keys_are_kept_while_they_match_and_rebuilt_when_the_reference_chang
         name: "m1".into(),
         namespace: String::new(),
     };
-    let mut key = super::ref_key(&r, "default");
+    let mut key = r.key_in("default");
     let kept = key.clone();
     super::refresh_ref_key(&mut key, &r, "default");
     assert!(
@@ -1456,7 +1494,7 @@ fn reference_keys_are_kept_while_they_match_and_rebuilt_when_the_reference_chang
     ] {
         let mut k = kept.clone();
         super::refresh_ref_key(&mut k, &changed, "default");
-        assert_eq!(k, super::ref_key(&changed, "default"));
+        assert_eq!(k, changed.key_in("default"));
         assert_ne!(k, kept);
     }
     // Kind::is agrees with from_group_kind for known and provider kinds.

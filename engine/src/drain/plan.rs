@@ -109,9 +109,18 @@ pub struct DrainPlan<'a> {
     pub ignored: Vec<&'a ObjectKey>,
     /// Classification errors: message → pods. Any entry fails the whole drain.
     pub errors: BTreeMap<String, Vec<&'a ObjectKey>>,
-    /// When something in the plan changes by the clock alone (an eviction retry becomes due,
-    /// a deleted pod on an unreachable Node starts being skipped).
-    pub next_wake: Option<Timestamp>,
+    /// When something in the plan changes by the clock alone, and for which pod: the first
+    /// eviction retry to become due, and the first deleted pod on an unreachable Node to
+    /// start being skipped.
+    pub next_eviction_retry: Option<(Timestamp, &'a ObjectKey)>,
+    pub next_skip: Option<(Timestamp, &'a ObjectKey)>,
+}
+
+/// Keeps the earliest (deadline, pod) in `slot`; the first pod of a tie.
+fn wake<'a>(slot: &mut Option<(Timestamp, &'a ObjectKey)>, at: Timestamp, pod: &'a ObjectKey) {
+    if slot.is_none_or(|(w, _)| at < w) {
+        *slot = Some((at, pod));
+    }
 }
 
 impl<'a> DrainPlan<'a> {
@@ -167,7 +176,7 @@ impl<'a> DrainPlan<'a> {
                         let skip_at = at.saturating_add(crate::time::Duration::from_secs(
                             skip_wait_for_delete_timeout_seconds + 1,
                         ));
-                        plan.wake(skip_at);
+                        wake(&mut plan.next_skip, skip_at, key);
                     }
                 }
                 (DrainBehavior::Skip, _) => plan.ignored.push(key),
@@ -202,17 +211,17 @@ impl<'a> DrainPlan<'a> {
             }
             EvictionOutcome::Evicted => {
                 self.deletion_timestamp_set.push(key);
-                self.wake(attempt.retry_at());
+                wake(&mut self.next_eviction_retry, attempt.retry_at(), key);
                 false
             }
             EvictionOutcome::NotFound => {
                 self.not_found.push(key);
-                self.wake(attempt.retry_at());
+                wake(&mut self.next_eviction_retry, attempt.retry_at(), key);
                 false
             }
             EvictionOutcome::Failed(message) => {
                 self.failed.entry(message.clone()).or_default().push(key);
-                self.wake(attempt.retry_at());
+                wake(&mut self.next_eviction_retry, attempt.retry_at(), key);
                 false
             }
         };
@@ -224,8 +233,13 @@ impl<'a> DrainPlan<'a> {
         }
     }
 
-    fn wake(&mut self, at: Timestamp) {
-        self.next_wake = Some(self.next_wake.map_or(at, |w| w.min(at)));
+    /// The earliest clock-driven change of the plan.
+    pub fn next_wake(&self) -> Option<Timestamp> {
+        [self.next_eviction_retry, self.next_skip]
+            .into_iter()
+            .flatten()
+            .map(|(at, _)| at)
+            .min()
     }
 
     /// Upstream's completion rule: nothing evicted now, nothing failed, nothing waited for.
@@ -418,7 +432,7 @@ mod tests {
         assert_eq!(names(&plan.failed["pdb"]), ["c-pdb", "e-old"]);
         assert_eq!(names(&plan.awaiting_answer), ["d-flight"]);
         assert_eq!(names(&plan.evict_now), ["e-old"]);
-        assert_eq!(plan.next_wake, Some(Timestamp(NOW.0 + 1)));
+        assert_eq!(plan.next_wake(), Some(Timestamp(NOW.0 + 1)));
     }
 
     #[test]
@@ -466,7 +480,7 @@ mod tests {
         let drains = f.drains();
         let plan = DrainPlan::build(&drains, &BTreeMap::new(), NOW, 1, |_| false);
         // Deleted at NOW-500ms; skipped once 2 whole seconds have passed.
-        assert_eq!(plan.next_wake, Some(Timestamp(NOW.0 - 500 + 2_000)));
+        assert_eq!(plan.next_wake(), Some(Timestamp(NOW.0 - 500 + 2_000)));
         let _ = Duration::ZERO;
     }
 

@@ -788,8 +788,12 @@ impl HealthChecks {
         memo.facts = None;
         self.timers.cancel(key);
         if waiting_for.is_some() {
-            self.timers
-                .wake_at(key, now.saturating_add(WORKLOAD_SYNC_RECHECK_INTERVAL));
+            self.timers.set(
+                key,
+                super::HealthTimer::WorkloadSyncRecheck,
+                now.saturating_add(WORKLOAD_SYNC_RECHECK_INTERVAL),
+                None,
+            );
         }
         self.set_waiting(key, waiting_for);
     }
@@ -1008,12 +1012,22 @@ impl HealthChecks {
 
         // 5. Wake at the earliest target deadline, short-circuited or not (decision 11).
         timers.cancel(key);
-        if let Some((at, _)) = memo.tally.deadlines.first() {
+        if let Some((at, name)) = memo.tally.deadlines.first() {
             debug_assert!(
                 *at > now,
                 "every deadline is in the future after a reconcile"
             );
-            timers.wake_at(key, *at);
+            // The tally keeps a target's deadline, not its cause: a retry is told by its time,
+            // a target without a Node is waiting for it to start.
+            let kind = if memo.request_retry_at.get(name) == Some(at) {
+                super::HealthTimer::RemediationRequestRetry
+            } else if memo.targets.get(name).is_some_and(|t| t.node_ref.is_none()) {
+                super::HealthTimer::NodeStartupTimeout
+            } else {
+                super::HealthTimer::UnhealthyConditionTimeout
+            };
+            let machine = ObjectKey::management(Kind::Machine, &key.namespace, name);
+            timers.set(key, kind, *at, Some(&machine));
         }
     }
 }

@@ -21,20 +21,23 @@
 pub mod conditions;
 mod mhc;
 pub mod targets;
+mod timers;
 pub mod trigger;
 pub mod verdict;
 mod view;
 
 use crate::command::{Action, Command, ControllerId};
-use crate::controller::{Controller, Cx, Timers};
+use crate::controller::{Controller, Cx};
 use crate::input::ApiOutcome;
 use crate::model::{CLUSTER_NAME_LABEL, ClusterName, Kind, Machine, Object, ObjectKey, Scope};
 use crate::remediation::owner;
 use crate::store::{Change, Store};
 use crate::time::{Duration, Timestamp};
+use crate::timer::{FiredTimer, TimerTable};
 use mhc::MhcMemo;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+pub use timers::HealthTimer;
 
 /// How long to wait before creating an external remediation request again after the API
 /// refused one (upstream retries through the controller's error backoff).
@@ -50,8 +53,8 @@ type NodeSlot = (ClusterName, String);
 pub struct HealthChecks {
     mhcs: BTreeMap<ObjectKey, MhcMemo>,
     index: TargetIndex,
-    /// One wake-up per MHC: its earliest target deadline.
-    timers: Timers,
+    /// Per MHC: its earliest target deadline, or a look at an unsynced workload cache.
+    timers: TimerTable<HealthTimer>,
     /// The MHCs waiting for each workload cluster's cache to sync (their memos'
     /// `waiting_for`), so that a workload change finds them without walking every MHC.
     /// Derived: not encoded, rebuilt when decoded.
@@ -64,7 +67,7 @@ pub struct HealthChecks {
 struct Encoded {
     mhcs: BTreeMap<ObjectKey, MhcMemo>,
     index: TargetIndex,
-    timers: Timers,
+    timers: TimerTable<HealthTimer>,
 }
 
 impl From<Encoded> for HealthChecks {
@@ -398,8 +401,8 @@ impl Controller for HealthChecks {
         }
     }
 
-    fn take_due(&mut self, now: Timestamp, out: &mut Vec<ObjectKey>) {
-        self.timers.take_due(now, out);
+    fn take_due(&mut self, now: Timestamp, fired: &mut Vec<FiredTimer>) {
+        self.timers.take_due(now, fired);
     }
 
     fn next_deadline(&self) -> Option<Timestamp> {

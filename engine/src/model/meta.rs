@@ -369,6 +369,32 @@ impl ObjectRef {
     pub fn kind(&self) -> Kind {
         Kind::from_group_kind(&self.api_group, &self.kind)
     }
+
+    /// The referenced object's group (from `apiVersion` when a v1beta1 ref names no
+    /// `apiGroup`) and namespace (the referrer's, `namespace`, when the ref names none).
+    pub fn group_and_namespace<'r>(&'r self, namespace: &'r str) -> (&'r str, &'r str) {
+        let group = if self.api_group.is_empty() {
+            self.api_version
+                .as_deref()
+                .and_then(|v| v.rsplit_once('/').map(|(g, _)| g))
+                .unwrap_or("")
+        } else {
+            self.api_group.as_str()
+        };
+        let ns = if self.namespace.is_empty() {
+            namespace
+        } else {
+            self.namespace.as_str()
+        };
+        (group, ns)
+    }
+
+    /// The store key of the referenced management-cluster object, for a referrer in
+    /// `namespace`.
+    pub fn key_in(&self, namespace: &str) -> ObjectKey {
+        let (group, ns) = self.group_and_namespace(namespace);
+        ObjectKey::management(Kind::from_group_kind(group, &self.kind), ns, &self.name)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -419,6 +445,16 @@ pub enum ApiVersion {
     V1Beta1,
     #[default]
     V1Beta2,
+}
+
+impl ApiVersion {
+    /// The `apiVersion` a CAPI object read in this version is written in.
+    pub fn capi(self) -> &'static str {
+        match self {
+            ApiVersion::V1Beta1 => "cluster.x-k8s.io/v1beta1",
+            ApiVersion::V1Beta2 => "cluster.x-k8s.io/v1beta2",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

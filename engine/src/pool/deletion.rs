@@ -1,14 +1,10 @@
 //! When the pool deletes one of its Nodes on pool deletion (Part 1, decisions 9 and 10): the
 //! first attempt is always made; failed attempts are retried for
-//! [`NODE_DELETE_RETRY_WINDOW`] after the first one, and after that only while
+//! [`NODE_DELETION_RETRY_WINDOW`] after the first one, and after that only while
 //! `nodeDeletionTimeout` (counted from the pool's `deletionTimestamp`) has not passed.
 
-use crate::time::{Duration, Timestamp};
-
-/// Upstream's in-reconcile retry budget for a Node deletion.
-pub const NODE_DELETE_RETRY_WINDOW: Duration = Duration::from_secs(10);
-/// Pause between two attempts to delete the same Node after a failure.
-pub const NODE_DELETE_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+pub use crate::node_deletion::{NODE_DELETION_RETRY_WINDOW, POOL_NODE_DELETION_RETRY_INTERVAL};
+use crate::time::Timestamp;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NodeDeleteFacts {
@@ -44,7 +40,7 @@ pub fn node_delete_step(f: &NodeDeleteFacts) -> NodeDeleteStep {
         // Decision 10: one real try, whatever the timeout says.
         return NodeDeleteStep::Delete;
     };
-    let within_window = f.now < first_try + NODE_DELETE_RETRY_WINDOW;
+    let within_window = f.now < first_try + NODE_DELETION_RETRY_WINDOW;
     match (within_window || !f.timeout_passed, f.retry_not_before) {
         (false, _) => NodeDeleteStep::GiveUp,
         (true, Some(at)) if at > f.now => NodeDeleteStep::WaitUntil(at),

@@ -20,24 +20,23 @@ mod reconcile;
 #[cfg(test)]
 mod tests;
 
-pub use deletion::{NODE_DELETE_RETRY_INTERVAL, NODE_DELETE_RETRY_WINDOW};
+pub use crate::node_deletion::NODE_DELETION_TIMEOUT_DEFAULT;
+pub use deletion::{NODE_DELETION_RETRY_WINDOW, POOL_NODE_DELETION_RETRY_INTERVAL};
 pub use phase::PoolPhase;
 pub use reconcile::machine_pool_machine;
 
 use crate::command::{Action, Command, ControllerId};
-use crate::controller::{Controller, Cx, Issued, Timers};
+use crate::controller::{Controller, Cx, Issued};
 use crate::input::ApiOutcome;
 use crate::model::{Kind, MachinePool, Object, ObjectKey, POOL_NAME_LABEL, Scope};
 use crate::store::{Change, Store};
-use crate::time::{Duration, Timestamp};
+use crate::time::Timestamp;
+use crate::timer::{FiredTimer, TimerKind, TimerTable};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Part 1, decision 2: an unset `nodeDeletionTimeout` means 10 s; zero means retry forever.
-pub const NODE_DELETION_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
-
-/// Why a pool asked to be woken (one pending wake-up per pool, the earliest).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// Why a pool asked to be woken (the closed set of pool timers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum PoolWake {
     /// A ready Node becomes available when `minReadySeconds` have passed.
     MinReadySeconds,
@@ -45,9 +44,24 @@ pub enum PoolWake {
     NodeDeletionRetry,
 }
 
-/// What the controller remembers about one Node it deletes.
+impl TimerKind for PoolWake {
+    fn name(self) -> &'static str {
+        match self {
+            PoolWake::MinReadySeconds => "MinReadySeconds",
+            PoolWake::NodeDeletionRetry => "NodeDeletionRetry",
+        }
+    }
+
+    fn controller(self) -> ControllerId {
+        ControllerId::Pool
+    }
+}
+
+/// What the pool controller remembers about one Node it deletes (the Machine controller's
+/// record, [`crate::deletion::NodeDeletion`], keeps each attempt's outcome instead: upstream's
+/// two controllers pace and give up differently).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeDeletion {
+pub struct PoolNodeDeletion {
     pub first_try: Timestamp,
     pub retry_not_before: Option<Timestamp>,
     /// The API answered 2xx or 404.
@@ -60,7 +74,7 @@ pub struct PoolMemory {
     /// Hash of the nodeRefs last announced with `SuccessfulSetNodeRefs`, so the event is
     /// emitted once per change even while the status patch is on its way.
     pub announced_node_refs: Option<u64>,
-    pub node_deletions: BTreeMap<String, NodeDeletion>,
+    pub node_deletions: BTreeMap<String, PoolNodeDeletion>,
     /// Provider objects whose deletion the API accepted, so the delete is not repeated while
     /// the watch catches up.
     pub deleted_externals: BTreeSet<ObjectKey>,
@@ -78,7 +92,7 @@ pub struct PoolMemory {
 /// The MachinePool controller (registry slot 2).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pools {
-    timers: Timers,
+    timers: TimerTable<PoolWake>,
     memory: BTreeMap<ObjectKey, PoolMemory>,
 }
 
@@ -139,8 +153,7 @@ impl Pools {
                 if let Some(label) = e.meta.labels.get(POOL_NAME_LABEL) {
                     Self::pools_labelled(store, &e.meta.namespace, label, out);
                 }
-                let matches =
-                    |r: &crate::model::ObjectRef, ns: &str| &reconcile::external_key(r, ns) == key;
+                let matches = |r: &crate::model::ObjectRef, ns: &str| &r.key_in(ns) == key;
                 for (k, o) in store.iter_kind(&Scope::Management, &Kind::MachinePool) {
                     let Object::MachinePool(mp) = o else { continue };
                     let ns = &mp.meta.namespace;
@@ -258,16 +271,19 @@ impl Controller for Pools {
         for planned in plan.commands {
             let issued = cx.issue(ControllerId::Pool, planned.action, planned.reason);
             if let (Some(node), Issued::Queued(_)) = (planned.node_deletion, issued) {
-                let entry = memory.node_deletions.entry(node).or_insert(NodeDeletion {
-                    first_try: now,
-                    ..Default::default()
-                });
+                let entry = memory
+                    .node_deletions
+                    .entry(node)
+                    .or_insert(PoolNodeDeletion {
+                        first_try: now,
+                        ..Default::default()
+                    });
                 entry.retry_not_before = None;
             }
         }
-        if let Some((at, why)) = plan.wake {
+        for (why, at, about) in &plan.wakes {
             tracing::trace!(pool = %key, ?why, at = %at, "wake-up");
-            self.timers.wake_at(key, at);
+            self.timers.set(key, *why, *at, about.as_ref());
         }
         if memory == PoolMemory::default() {
             self.memory.remove(key);
@@ -324,15 +340,20 @@ impl Controller for Pools {
                     "Failed to delete Node: {}",
                     outcome.summary()
                 );
-                let at = now + NODE_DELETE_RETRY_INTERVAL;
+                let at = now + POOL_NODE_DELETION_RETRY_INTERVAL;
                 attempt.retry_not_before = Some(at);
-                self.timers.wake_at(&command.owner, at);
+                self.timers.set(
+                    &command.owner,
+                    PoolWake::NodeDeletionRetry,
+                    at,
+                    Some(&node.key),
+                );
             }
         }
     }
 
-    fn take_due(&mut self, now: Timestamp, out: &mut Vec<ObjectKey>) {
-        self.timers.take_due(now, out);
+    fn take_due(&mut self, now: Timestamp, fired: &mut Vec<FiredTimer>) {
+        self.timers.take_due(now, fired);
     }
 
     fn next_deadline(&self) -> Option<Timestamp> {

@@ -8,7 +8,7 @@ use super::draft::Draft;
 use super::noderefs::{self, NoAvailableNodes, node_patch, node_references};
 use super::nodes::{FnvSet, NodeIndex};
 use super::phase::{PhaseFacts, next_phase, replicas_managed_externally};
-use super::{NodeDeletion, PoolMemory, PoolWake};
+use super::{PoolMemory, PoolNodeDeletion, PoolWake};
 use crate::command::{Action, EventType, JsonText, Target};
 use crate::model::*;
 use crate::store::Store;
@@ -33,7 +33,8 @@ pub struct Planned {
 #[derive(Clone, Debug, Default)]
 pub struct Plan {
     pub commands: Vec<Planned>,
-    pub wake: Option<(Timestamp, PoolWake)>,
+    /// Clock-driven changes: (timer, when, the object it is about when not the pool).
+    pub wakes: Vec<(PoolWake, Timestamp, Option<ObjectKey>)>,
     /// Node deletion attempts to forget (the Node is gone).
     pub forget_nodes: Vec<String>,
     /// Node refs announced with `SuccessfulSetNodeRefs` (their hash), when an event is planned.
@@ -53,10 +54,8 @@ impl Plan {
         });
     }
 
-    fn wake_at(&mut self, at: Timestamp, why: PoolWake) {
-        if self.wake.is_none_or(|(t, _)| at < t) {
-            self.wake = Some((at, why));
-        }
+    fn wake_at(&mut self, at: Timestamp, why: PoolWake, about: Option<ObjectKey>) {
+        self.wakes.push((why, at, about));
     }
 }
 
@@ -104,7 +103,7 @@ impl<'a> Ctx<'a> {
     fn pool_target(&self) -> Target {
         Target {
             key: self.key.clone(),
-            api_version: capi_api_version(self.mp.version),
+            api_version: self.mp.version.capi().to_string(),
         }
     }
 
@@ -117,7 +116,7 @@ impl<'a> Ctx<'a> {
     }
 
     fn external(&self, r: &ObjectRef) -> (ObjectKey, Option<&External>) {
-        let key = external_key(r, &self.mp.meta.namespace);
+        let key = r.key_in(&self.mp.meta.namespace);
         let found = match self.store.get(&key) {
             Some(Object::External(e)) => Some(e),
             _ => None,
@@ -132,31 +131,6 @@ impl<'a> Ctx<'a> {
     fn node_by_provider_id(&self, provider_id: &str) -> Option<&'a Node> {
         self.nodes().by_provider_id(provider_id)
     }
-}
-
-pub fn capi_api_version(v: ApiVersion) -> String {
-    match v {
-        ApiVersion::V1Beta1 => "cluster.x-k8s.io/v1beta1".to_string(),
-        ApiVersion::V1Beta2 => CAPI_HUB_API_VERSION.to_string(),
-    }
-}
-
-/// The store key of a provider object a pool references (namespace defaults to the pool's).
-pub fn external_key(r: &ObjectRef, pool_namespace: &str) -> ObjectKey {
-    let group = if r.api_group.is_empty() {
-        r.api_version
-            .as_deref()
-            .and_then(|v| v.rsplit_once('/').map(|(g, _)| g))
-            .unwrap_or_default()
-    } else {
-        r.api_group.as_str()
-    };
-    let namespace = if r.namespace.is_empty() {
-        pool_namespace
-    } else {
-        r.namespace.as_str()
-    };
-    ObjectKey::management(Kind::from_group_kind(group, &r.kind), namespace, &r.name)
 }
 
 fn group_of(api_version: &str) -> &str {
@@ -464,7 +438,7 @@ fn reconcile_infrastructure<'a>(
 ) -> Option<&'a External> {
     let mp = cx.mp;
     let infra_ref = &mp.infrastructure_ref;
-    let key = external_key(infra_ref, &mp.meta.namespace);
+    let key = infra_ref.key_in(&mp.meta.namespace);
     let Some(Object::External(infra)) = cx.store.get(&key) else {
         // Not in the cache yet is not deleted: the failure is terminal, so it needs proof.
         if mp.status.infrastructure_provisioned && cx.store.seen_gone(&key, cx.key) {
@@ -622,7 +596,7 @@ fn reconcile_machines(cx: &Ctx<'_>, infra: &External, plan: &mut Plan) {
                     Action::PatchSpec {
                         target: Target {
                             key: machine_key,
-                            api_version: capi_api_version(m.version),
+                            api_version: m.version.capi().to_string(),
                         },
                         merge: JsonText::from_value(&merge),
                         summary: summary.clone(),
@@ -645,7 +619,7 @@ fn reconcile_machines(cx: &Ctx<'_>, infra: &External, plan: &mut Plan) {
             Action::CreateMachine {
                 target: Target {
                     key: machine_key,
-                    api_version: capi_api_version(mp.version),
+                    api_version: mp.version.capi().to_string(),
                 },
                 object: JsonText::from_value(&object),
             },
@@ -687,7 +661,7 @@ fn mark_machines_up_to_date(cx: &Ctx<'_>, plan: &mut Plan) {
             Action::SetCondition {
                 target: Target {
                     key: ObjectKey::management(Kind::Machine, &m.meta.namespace, &m.meta.name),
-                    api_version: capi_api_version(m.version),
+                    api_version: m.version.capi().to_string(),
                 },
                 conditions,
                 summary: format!("{UP_TO_DATE}={} ({reason})", status.as_str()),
@@ -794,7 +768,7 @@ pub fn machine_pool_machine(mp: &MachinePool, im: &External, version: Option<Str
         .map(|(k, v)| (k.clone(), json!(v)))
         .collect();
     let owner = OwnerReference {
-        api_version: capi_api_version(mp.version),
+        api_version: mp.version.capi().to_string(),
         kind: "MachinePool".into(),
         name: mp.meta.name.clone(),
         uid: mp.meta.uid.clone(),
@@ -821,7 +795,7 @@ pub fn machine_pool_machine(mp: &MachinePool, im: &External, version: Option<Str
         spec.insert("version".into(), json!(v));
     }
     json!({
-        "apiVersion": capi_api_version(mp.version),
+        "apiVersion": mp.version.capi().to_string(),
         "kind": "Machine",
         "metadata": {
             "name": im.meta.name,
@@ -888,7 +862,7 @@ fn node_refs_from(
     draft.legacy_available = Some(result.available);
     draft.legacy_unavailable = Some(replicas - result.available);
     if let Some(at) = result.next_available_at {
-        plan.wake_at(at, PoolWake::MinReadySeconds);
+        plan.wake_at(at, PoolWake::MinReadySeconds, None);
     }
     if result.references != mp.status.node_refs {
         let hash = refs_hash(&result.references);
@@ -996,13 +970,14 @@ fn delete_retired_nodes(
             continue;
         }
         let attempt = cx.memory.node_deletions.get(&r.name);
-        if let Some(NodeDeletion {
+        if let Some(PoolNodeDeletion {
             retry_not_before: Some(at),
             ..
         }) = attempt
             && *at > cx.now
         {
-            plan.wake_at(*at, PoolWake::NodeDeletionRetry);
+            let node = ObjectKey::new(workload.clone(), Kind::Node, "", &r.name);
+            plan.wake_at(*at, PoolWake::NodeDeletionRetry, Some(node));
             continue;
         }
         if attempt.is_some_and(|a| a.done) {
@@ -1033,10 +1008,8 @@ fn unreadable_dependency(cx: &Ctx<'_>) -> Option<(ObjectKey, String)> {
     [
         Some(cx.key.clone()),
         Some(ObjectKey::management(Kind::Cluster, ns, &mp.cluster_name)),
-        Some(external_key(&mp.infrastructure_ref, ns)),
-        mp.bootstrap_config_ref
-            .as_ref()
-            .map(|r| external_key(r, ns)),
+        Some(mp.infrastructure_ref.key_in(ns)),
+        mp.bootstrap_config_ref.as_ref().map(|r| r.key_in(ns)),
     ]
     .into_iter()
     .flatten()
@@ -1254,7 +1227,8 @@ fn reconcile_delete(cx: &Ctx<'_>, plan: &mut Plan) {
             }
             NodeDeleteStep::WaitUntil(at) => {
                 pending = true;
-                plan.wake_at(at, PoolWake::NodeDeletionRetry);
+                let node = ObjectKey::new(workload.clone(), Kind::Node, "", &r.name);
+                plan.wake_at(at, PoolWake::NodeDeletionRetry, Some(node));
             }
         }
     }

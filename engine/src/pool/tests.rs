@@ -6,7 +6,7 @@ use crate::command::{Action, Command};
 use crate::input::{ApiOutcome, Input};
 use crate::model::*;
 use crate::testing::*;
-use crate::time::Timestamp;
+use crate::time::{Duration, Timestamp};
 use crate::{Engine, Target};
 
 const T0: Timestamp = Timestamp(1_700_000_000_000);

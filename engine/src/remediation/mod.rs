@@ -17,17 +17,9 @@ pub const OWNER_REMEDIATED: &str = "OwnerRemediated";
 /// `ExternallyRemediated` (v1beta2 only).
 pub const EXTERNALLY_REMEDIATED: &str = "ExternallyRemediated";
 
-/// The apiVersion CAPI objects are written in, per the version they were read in.
-pub fn capi_api_version(version: ApiVersion) -> &'static str {
-    match version {
-        ApiVersion::V1Beta1 => "cluster.x-k8s.io/v1beta1",
-        ApiVersion::V1Beta2 => "cluster.x-k8s.io/v1beta2",
-    }
-}
-
 pub fn capi_target(key: ObjectKey, version: ApiVersion) -> Target {
     Target {
         key,
-        api_version: capi_api_version(version).to_string(),
+        api_version: version.capi().to_string(),
     }
 }
