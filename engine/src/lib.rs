@@ -21,6 +21,7 @@ pub mod model;
 pub mod pool;
 pub mod recovery;
 pub mod remediation;
+pub mod shared;
 pub mod store;
 pub mod testing;
 pub mod time;

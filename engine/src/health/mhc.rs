@@ -1,7 +1,7 @@
 //! One MachineHealthCheck's reconcile: evaluate targets (all, or only the dirty and due ones),
 //! decide the gate on the complete counts, write what differs from what is observed.
 
-use super::conditions::{Edit, List, apply, legacy};
+use crate::shared::conditions::{Edit, List, apply, legacy};
 use super::targets::{Selection, select, selector_problem, timeout_problem};
 use super::trigger::{self, restricted_message};
 use super::verdict::{
@@ -18,7 +18,7 @@ use crate::model::{
     PAUSED_ANNOTATION, Scope, Severity, UnhealthyCondition,
 };
 use crate::remediation::external::{request_key, request_object, request_target, template_key};
-use crate::remediation::{EXTERNALLY_REMEDIATED, OWNER_REMEDIATED, capi_target};
+use crate::shared::{EXTERNALLY_REMEDIATED, OWNER_REMEDIATED, capi_target};
 use crate::store::{Store, unreadable_message};
 use crate::time::{Duration, Timestamp};
 use serde::{Deserialize, Serialize};
@@ -1269,7 +1269,7 @@ impl SyncCx<'_> {
         }
         for (action, why) in actions {
             if !matches!(
-                cx.issue(ControllerId::Remediation, action, why),
+                cx.issue(ControllerId::Health, action, why),
                 Issued::Queued(_)
             ) {
                 memo.mark_dirty(name);

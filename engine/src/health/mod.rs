@@ -1,11 +1,10 @@
 //! MachineHealthCheck (CAPI-SEMANTICS §2 with the product decisions of Part 1): select targets,
 //! judge each against its Machine and Node conditions and timeouts, gate remediation on
 //! `maxUnhealthy` / `unhealthyRange`, then remediate through the owner (conditions) or an
-//! external remediation request. The MachineSet side of owner remediation
-//! ([`crate::remediation::owner`]) runs in this controller slot too.
+//! external remediation request. The MachineSet side of owner remediation is its own
+//! controller ([`crate::remediation::OwnerRemediation`]).
 //!
-//! Expected flow: reconcile keys are MachineHealthChecks (the health check), MachineSets (owner
-//! remediation) and Machines. A Machine key does no work of its own: it marks that target dirty
+//! Expected flow: reconcile keys are MachineHealthChecks and Machines. A Machine key does no work of its own: it marks that target dirty
 //! in every MHC that covers (or may now cover) it. Keys are reconciled in key order and Machine
 //! sorts before MachineHealthCheck, so within one input every changed target is marked before its
 //! MHC is reconciled; the MHC then re-judges only its dirty and due targets and decides on the
@@ -18,7 +17,6 @@
 //! timeout is acted on within one second, and it keeps that clock while short-circuited
 //! (decision 11). Reconciling with nothing changed issues nothing.
 
-pub mod conditions;
 mod mhc;
 pub mod targets;
 pub mod trigger;
@@ -29,7 +27,6 @@ use crate::command::{Action, Command, ControllerId};
 use crate::controller::{Controller, Cx, Timers};
 use crate::input::ApiOutcome;
 use crate::model::{CLUSTER_NAME_LABEL, ClusterName, Kind, Machine, Object, ObjectKey, Scope};
-use crate::remediation::owner;
 use crate::store::{Change, Store};
 use crate::time::{Duration, Timestamp};
 use mhc::MhcMemo;
@@ -266,7 +263,6 @@ impl Controller for HealthChecks {
 
     fn affected(&self, store: &Store, change: &Change, out: &mut Vec<ObjectKey>) {
         let key = change.key;
-        owner::affected(store, change, out);
         match &key.scope {
             Scope::Management => match &key.kind {
                 Kind::MachineHealthCheck => push_unique(out, key.clone()),
@@ -357,7 +353,6 @@ impl Controller for HealthChecks {
         match key.kind {
             Kind::Machine => self.mark_dirty(key, cx.store),
             Kind::MachineHealthCheck => self.reconcile_mhc(key, cx),
-            Kind::MachineSet => owner::reconcile(key, cx),
             _ => {}
         }
     }

@@ -11,12 +11,11 @@
 //! status write failed. Not done: upstream's MachineSet preflight checks (§2.7 step 6) and the
 //! rollout "move" of step 8.
 
-use super::{OWNER_REMEDIATED, capi_target};
 use crate::command::{Action, ControllerId};
 use crate::controller::Cx;
-use crate::health::conditions::{Edit, List, apply};
-use crate::health::trigger::scaled_round_up;
-use crate::health::verdict::HEALTH_CHECK_SUCCEEDED;
+use crate::shared::conditions::{Edit, List, apply};
+use crate::shared::scaled::scaled_round_up;
+use crate::shared::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED, capi_target};
 use crate::model::{
     Condition, ConditionStatus, Kind, Machine, MachineDeployment, MachineSet, Object, ObjectKey,
     PAUSED_ANNOTATION, REMEDIATE_MACHINE_ANNOTATION, Scope, Severity,
