@@ -98,8 +98,8 @@ impl Chapter for Health {
     ) {
         let target = c.action.target().key.clone();
         let ours = command_concerns(c, &t.subject);
-        let remediating = c.actor() == "remediation"
-            && self.judged.get(&target).is_some_and(|j| j.unhealthy);
+        let remediating =
+            c.actor() == "remediation" && self.judged.get(&target).is_some_and(|j| j.unhealthy);
         if !ours && !remediating {
             return;
         }

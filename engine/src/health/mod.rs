@@ -17,7 +17,11 @@
 //! timeout is acted on within one second, and it keeps that clock while short-circuited
 //! (decision 11). Reconciling with nothing changed issues nothing.
 
-mod mhc;
+mod judge;
+mod memo;
+mod reconcile;
+mod remediate;
+mod status;
 pub mod targets;
 pub mod trigger;
 pub mod verdict;
@@ -29,7 +33,7 @@ use crate::input::ApiOutcome;
 use crate::model::{CLUSTER_NAME_LABEL, ClusterName, Kind, Machine, Object, ObjectKey, Scope};
 use crate::store::{Change, Store};
 use crate::time::{Duration, Timestamp};
-use mhc::MhcMemo;
+use memo::MhcMemo;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 

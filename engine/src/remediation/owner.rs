@@ -13,13 +13,13 @@
 
 use crate::command::{Action, ControllerId};
 use crate::controller::Cx;
-use crate::shared::conditions::{Edit, List, apply};
-use crate::shared::scaled::scaled_round_up;
-use crate::shared::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED, capi_target};
 use crate::model::{
     Condition, ConditionStatus, Kind, Machine, MachineDeployment, MachineSet, Object, ObjectKey,
     PAUSED_ANNOTATION, REMEDIATE_MACHINE_ANNOTATION, Scope, Severity,
 };
+use crate::shared::conditions::{Edit, List, apply};
+use crate::shared::scaled::scaled_round_up;
+use crate::shared::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED, capi_target};
 use crate::store::{Change, Store};
 use crate::time::Timestamp;
 use std::cmp::Reverse;
