@@ -116,6 +116,11 @@ impl Engine {
         &self.controllers
     }
 
+    #[cfg(test)]
+    pub(crate) fn controllers_mut(&mut self) -> &mut Controllers {
+        &mut self.controllers
+    }
+
     pub fn in_flight_len(&self) -> usize {
         self.effects.in_flight_len()
     }

@@ -384,3 +384,74 @@ fn log_transition(mhc: &ObjectKey, e: &Evaluated<'_>, now: Timestamp) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(class: TargetClass, deadline: Option<Timestamp>) -> TargetMemo {
+        TargetMemo {
+            class,
+            deadline,
+            node_ref: None,
+            marked: false,
+            written: false,
+            view: Cached(None),
+        }
+    }
+
+    /// Taking out a healthy target the count never had stops at zero in a release build
+    /// (logged), and fails a debug build.
+    #[test]
+    #[cfg_attr(debug_assertions, should_panic(expected = "healthy count underflow"))]
+    fn taking_out_a_healthy_target_the_count_never_had_is_caught() {
+        let mut tally = Tally::default();
+        tally.count(TargetClass::Healthy, "m1", false);
+        assert_eq!(tally.healthy, 0);
+    }
+
+    #[test]
+    #[cfg_attr(
+        debug_assertions,
+        should_panic(expected = "1 healthy and 1 unhealthy of 1 targets")
+    )]
+    fn a_tally_with_more_classified_targets_than_targets_is_caught() {
+        let targets = BTreeMap::from([("m1".to_string(), target(TargetClass::Healthy, None))]);
+        let mut tally = Tally::default();
+        tally.count(TargetClass::Healthy, "m1", true);
+        tally.count(TargetClass::Unhealthy, "m2", true);
+        tally.check(&targets);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "the tally drifted")]
+    fn a_tally_whose_deadlines_drifted_from_the_targets_is_caught() {
+        let due = Timestamp(5_000);
+        let targets = BTreeMap::from([
+            ("m1".to_string(), target(TargetClass::Pending, Some(due))),
+            ("m2".to_string(), target(TargetClass::Healthy, None)),
+        ]);
+        let mut tally = Tally::default();
+        tally.count(TargetClass::Healthy, "m2", true);
+        tally.move_deadline("m2", None, Some(due));
+        tally.check(&targets);
+    }
+
+    #[test]
+    fn a_tally_kept_in_step_passes_its_check() {
+        let due = Timestamp(5_000);
+        let targets = BTreeMap::from([
+            ("m1".to_string(), target(TargetClass::Pending, Some(due))),
+            ("m2".to_string(), target(TargetClass::Healthy, None)),
+            ("m3".to_string(), target(TargetClass::Unhealthy, None)),
+        ]);
+        let mut tally = Tally::default();
+        for (name, t) in &targets {
+            tally.count(t.class, name, true);
+            tally.move_deadline(name, None, t.deadline);
+        }
+        tally.check(&targets);
+        assert_eq!(tally.recount(&targets), tally);
+    }
+}

@@ -244,6 +244,17 @@ impl HealthChecks {
         self.mhcs.get(mhc).map_or(0, |m| m.passes_from_views())
     }
 
+    /// Swaps what two targets of `mhc` were read as: views that no longer match their
+    /// Machines, which a full evaluation from the views must catch.
+    #[cfg(test)]
+    pub(crate) fn swap_views(&mut self, mhc: &ObjectKey, a: &str, b: &str) {
+        let memo = self.mhcs.get_mut(mhc).expect("a known MHC");
+        let view = |memo: &MhcMemo, name: &str| memo.targets[name].view.clone();
+        let (va, vb) = (view(memo, a), view(memo, b));
+        memo.targets.get_mut(a).expect("a target").view = vb;
+        memo.targets.get_mut(b).expect("a target").view = va;
+    }
+
     /// Number of MachineHealthChecks with state (for tests and metrics).
     pub fn len(&self) -> usize {
         self.mhcs.len()
