@@ -4,8 +4,8 @@
 //! external remediation request. The MachineSet side of owner remediation is its own
 //! controller ([`crate::remediation::OwnerRemediation`]).
 //!
-//! Expected flow: reconcile keys are MachineHealthChecks and Machines. A Machine key does no work of its own: it marks that target dirty
-//! in every MHC that covers (or may now cover) it. Keys are reconciled in key order and Machine
+//! Expected flow: reconcile keys are MachineHealthChecks and Machines. A Machine key does no
+//! work of its own: it marks that target dirty in every MHC that covers (or may now cover) it. Keys are reconciled in key order and Machine
 //! sorts before MachineHealthCheck, so within one input every changed target is marked before its
 //! MHC is reconciled; the MHC then re-judges only its dirty and due targets and decides on the
 //! complete counts at one common `now`. A change to the MHC's spec, its Cluster's gates or its
@@ -16,6 +16,12 @@
 //! Guarantees: each MHC asks for the exact next deadline among its targets (`expiry + 1s`), so a
 //! timeout is acted on within one second, and it keeps that clock while short-circuited
 //! (decision 11). Reconciling with nothing changed issues nothing.
+//!
+//! Where things are: which Machines are targets in `targets`; what is remembered per MHC in
+//! `memo`; judging in `judge` (one pass over the targets a reconcile looks at, each settled by
+//! its view or read from the store) with the verdict in `verdict` and views in `view`; the
+//! order of a reconcile and the gate decision in `reconcile` (the gate itself in `trigger`);
+//! writes to the MHC in `status` and to its targets, remediation included, in `remediate`.
 
 mod judge;
 mod memo;
@@ -30,7 +36,9 @@ mod view;
 use crate::command::{Action, Command, ControllerId};
 use crate::controller::{Controller, Cx, Timers};
 use crate::input::ApiOutcome;
-use crate::model::{CLUSTER_NAME_LABEL, ClusterName, Kind, Machine, Object, ObjectKey, Scope};
+use crate::model::{
+    CLUSTER_NAME_LABEL, ClusterName, GroupKind, Kind, Machine, Object, ObjectKey, Scope,
+};
 use crate::store::{Change, Store};
 use crate::time::{Duration, Timestamp};
 use memo::MhcMemo;
@@ -220,6 +228,47 @@ impl HealthChecks {
         memo.set_waiting_for(cluster);
     }
 
+    /// A remediation template (the MHCs that use it), or possibly a remediation request,
+    /// named after its Machine (that Machine and its MHCs).
+    fn affected_by_external(
+        &self,
+        store: &Store,
+        key: &ObjectKey,
+        gk: &GroupKind,
+        out: &mut Vec<ObjectKey>,
+    ) {
+        if gk.kind.ends_with("Template") {
+            // A remediation template: the MHCs that use it.
+            for (k, o) in store.iter_kind(&Scope::Management, &Kind::MachineHealthCheck) {
+                crate::work::mhcs_examined(1);
+                if let Object::MachineHealthCheck(mhc) = o
+                    && k.namespace == key.namespace
+                    && let Some(t) = &mhc.remediation_template
+                    && t.name == key.name
+                    && t.kind == gk.kind
+                {
+                    push_unique(out, k.clone());
+                }
+            }
+        } else {
+            // Possibly a remediation request, named after its Machine.
+            let machine = ObjectKey::management(Kind::Machine, &key.namespace, &key.name);
+            if let Some(link) = self.index.links.get(&machine) {
+                let requested = link.mhcs.iter().any(|mhc| {
+                    matches!(store.get(mhc), Some(Object::MachineHealthCheck(m))
+                        if m.remediation_template.as_ref().is_some_and(|t|
+                            crate::remediation::external::request_group_kind(t) == *gk))
+                });
+                if requested {
+                    push_unique(out, machine);
+                    for mhc in &link.mhcs {
+                        push_unique(out, mhc.clone());
+                    }
+                }
+            }
+        }
+    }
+
     /// Forgets the verdicts of `mhc`, so that its next reconcile judges every target again
     /// (benchmarks measure a full evaluation this way).
     #[doc(hidden)]
@@ -303,40 +352,7 @@ impl Controller for HealthChecks {
                         push_unique(out, k);
                     }
                 }
-                Kind::External(gk) => {
-                    if gk.kind.ends_with("Template") {
-                        // A remediation template: the MHCs that use it.
-                        for (k, o) in store.iter_kind(&Scope::Management, &Kind::MachineHealthCheck)
-                        {
-                            crate::work::mhcs_examined(1);
-                            if let Object::MachineHealthCheck(mhc) = o
-                                && k.namespace == key.namespace
-                                && let Some(t) = &mhc.remediation_template
-                                && t.name == key.name
-                                && t.kind == gk.kind
-                            {
-                                push_unique(out, k.clone());
-                            }
-                        }
-                    } else {
-                        // Possibly a remediation request, named after its Machine.
-                        let machine =
-                            ObjectKey::management(Kind::Machine, &key.namespace, &key.name);
-                        if let Some(link) = self.index.links.get(&machine) {
-                            let requested = link.mhcs.iter().any(|mhc| {
-                                matches!(store.get(mhc), Some(Object::MachineHealthCheck(m))
-                                    if m.remediation_template.as_ref().is_some_and(|t|
-                                        crate::remediation::external::request_group_kind(t) == *gk))
-                            });
-                            if requested {
-                                push_unique(out, machine);
-                                for mhc in &link.mhcs {
-                                    push_unique(out, mhc.clone());
-                                }
-                            }
-                        }
-                    }
-                }
+                Kind::External(gk) => self.affected_by_external(store, key, gk, out),
                 _ => {}
             },
             Scope::Workload(cluster) => {
