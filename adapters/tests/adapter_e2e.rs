@@ -62,7 +62,7 @@ impl Scripted {
         Command {
             id,
             cause: 0,
-            controller: ControllerId::Drain,
+            controller: ControllerId::Deletion,
             owner: ObjectKey::new(Scope::Management, Kind::Machine, "default", "m1"),
             action,
             reason: "scripted drain".into(),

@@ -4,23 +4,31 @@ use crate::model::{Conditions, ObjectKey};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// The three controllers, named as timelines show them.
+/// The registered controllers, in the order the engine reconciles them: one variant per
+/// registry slot ([`ControllerId::slot`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum ControllerId {
     Deletion,
-    Drain,
-    Health,
+    /// MachineSet owner remediation. Before the health check: within one input a MachineSet
+    /// decides before the MHCs write (the order they had when they shared a slot).
     Remediation,
+    Health,
     Pool,
 }
 
 impl ControllerId {
+    pub const COUNT: usize = 4;
+
+    /// The controller's registry slot (its place in [`crate::Controllers`]).
+    pub fn slot(self) -> usize {
+        self as usize
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             ControllerId::Deletion => "deletion",
-            ControllerId::Drain => "drain",
-            ControllerId::Health => "health",
             ControllerId::Remediation => "remediation",
+            ControllerId::Health => "health",
             ControllerId::Pool => "pool",
         }
     }
@@ -255,13 +263,29 @@ pub struct EventSeries {
     pub count: u32,
 }
 
+impl Command {
+    /// Who timelines say acted: the controller, except for two roles inside one: a
+    /// deletion's cordon and evictions are its `drain`, and an MHC's external remediation
+    /// requests are `remediation`.
+    pub fn actor(&self) -> &'static str {
+        match (self.controller, &self.action) {
+            (ControllerId::Deletion, Action::Cordon { .. } | Action::Evict { .. }) => "drain",
+            (
+                ControllerId::Health,
+                Action::CreateRemediation { .. } | Action::DeleteRemediation { .. },
+            ) => "remediation",
+            (controller, _) => controller.as_str(),
+        }
+    }
+}
+
 impl fmt::Display for Command {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "#{} {} {} {}",
             self.id,
-            self.controller.as_str(),
+            self.actor(),
             self.action.name(),
             self.action.target().key
         )?;

@@ -8,6 +8,7 @@ use crate::health::HealthChecks;
 use crate::input::{ApiOutcome, Input};
 use crate::model::{Kind, Object, ObjectKey, Scope};
 use crate::pool::Pools;
+use crate::remediation::OwnerRemediation;
 use crate::store::{Change, Store};
 use crate::time::Timestamp;
 use crate::timer::FiredTimer;
@@ -17,22 +18,29 @@ use std::collections::BTreeSet;
 /// Bound on reconciles per input, so a bug that keeps re-dirtying keys cannot spin forever.
 const RECONCILES_PER_INPUT_MAX: usize = 1_000_000;
 
-/// The registry: every controller the engine runs. Adding one means a field here and a line
-/// in [`Controllers::all_mut`]; the loop in [`Engine::handle`] does not change.
+/// The registry: every controller the engine runs, each in the slot of its [`ControllerId`].
+/// Adding one means a variant there, a field here and a line in [`Controllers::all_mut`]; the
+/// loop in [`Engine::handle`] does not change.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Controllers {
     pub deletion: MachineDeletion,
+    pub remediation: OwnerRemediation,
     pub health: HealthChecks,
     pub pool: Pools,
 }
 
 impl Controllers {
-    fn all_mut(&mut self) -> [&mut dyn Controller; 3] {
-        [&mut self.deletion, &mut self.health, &mut self.pool]
+    fn all_mut(&mut self) -> [&mut dyn Controller; ControllerId::COUNT] {
+        [
+            &mut self.deletion,
+            &mut self.remediation,
+            &mut self.health,
+            &mut self.pool,
+        ]
     }
 
-    fn all(&self) -> [&dyn Controller; 3] {
-        [&self.deletion, &self.health, &self.pool]
+    fn all(&self) -> [&dyn Controller; ControllerId::COUNT] {
+        [&self.deletion, &self.remediation, &self.health, &self.pool]
     }
 }
 
@@ -40,7 +48,7 @@ impl Controllers {
 /// Machine a thousand times keeps one key.
 #[derive(Default)]
 struct Dirty {
-    slots: [BTreeSet<ObjectKey>; 3],
+    slots: [BTreeSet<ObjectKey>; ControllerId::COUNT],
     /// Where controllers push the keys a change affects (reused between changes).
     routed: Vec<ObjectKey>,
 }
@@ -53,16 +61,6 @@ impl Dirty {
     /// Moves what was pushed into `routed` into `slot`.
     fn absorb(&mut self, slot: usize) {
         self.slots[slot].extend(self.routed.drain(..));
-    }
-}
-
-/// Which registry slot owns commands of a controller id (deletion also issues `drain`
-/// commands; health also issues `remediation` ones).
-fn slot_of(id: ControllerId) -> usize {
-    match id {
-        ControllerId::Deletion | ControllerId::Drain => 0,
-        ControllerId::Health | ControllerId::Remediation => 1,
-        ControllerId::Pool => 2,
     }
 }
 
@@ -141,6 +139,11 @@ impl Engine {
         &self.controllers
     }
 
+    #[cfg(test)]
+    pub(crate) fn controllers_mut(&mut self) -> &mut Controllers {
+        &mut self.controllers
+    }
+
     pub fn in_flight_len(&self) -> usize {
         self.effects.in_flight_len()
     }
@@ -201,13 +204,13 @@ impl Engine {
                     controller.take_due(now, fired);
                 }
                 for f in &fired[from..] {
-                    dirty.push(slot_of(f.controller), f.owner.clone());
+                    dirty.push(f.controller.slot(), f.owner.clone());
                 }
                 fired[from..].sort();
             }
             Input::Restarted => {
                 for (id, owner) in self.effects.forget_in_flight() {
-                    dirty.push(slot_of(id), owner);
+                    dirty.push(id.slot(), owner);
                 }
                 self.store.mark_unsynced_all();
             }
@@ -331,14 +334,14 @@ impl Engine {
         if let Some(replaced) = replaced {
             self.route(self.store.change(&replaced), dirty);
         }
-        let slot = slot_of(command.controller);
+        let slot = command.controller.slot();
         if !matches!(outcome, ApiOutcome::Ok { .. }) {
             self.counters.errors[slot] += 1;
         }
         self.controllers.all_mut()[slot].on_result(&command, outcome, self.now);
         dirty.push(slot, command.owner.clone());
         for (controller, owner) in waiters {
-            dirty.push(slot_of(controller), owner);
+            dirty.push(controller.slot(), owner);
         }
     }
 
@@ -409,4 +412,17 @@ fn fnv1a(bytes: &[u8]) -> u64 {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     hash
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_controller_sits_in_the_slot_of_its_id() {
+        let mut controllers = Controllers::default();
+        for (slot, controller) in controllers.all_mut().into_iter().enumerate() {
+            assert_eq!(controller.id().slot(), slot, "{:?}", controller.id());
+        }
+    }
 }

@@ -22,6 +22,7 @@ pub mod node_deletion;
 pub mod pool;
 pub mod recovery;
 pub mod remediation;
+pub mod shared;
 pub mod store;
 pub mod testing;
 pub mod time;

@@ -2,6 +2,7 @@
 //! controller, and from the cache the deleting Machines by phase and each MHC's counts. Not
 //! state: counters are not encoded and compare equal, so replay equality ignores them.
 
+use crate::command::ControllerId;
 use crate::deletion::{MachineDeletion, reason};
 use crate::drain::EvictionOutcome;
 use crate::model::{Kind, Object, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope};
@@ -9,8 +10,10 @@ use crate::store::Store;
 use crate::time::Timestamp;
 use std::collections::BTreeMap;
 
-/// The controllers as `controller_runtime_*` series name them (upstream's names).
-pub const CONTROLLER_NAMES: [&str; 3] = ["machine", "machinehealthcheck", "machinepool"];
+/// The controllers as `controller_runtime_*` series name them (upstream's names), in
+/// [`ControllerId`] slot order.
+pub const CONTROLLER_NAMES: [&str; ControllerId::COUNT] =
+    ["machine", "machineset", "machinehealthcheck", "machinepool"];
 
 /// Watches reconciles without taking part in them: the adapter times each one for
 /// `controller_runtime_reconcile_time_seconds`. It hands nothing back to the engine, so what
@@ -25,8 +28,8 @@ pub trait ReconcileObserver: std::fmt::Debug + Send + Sync {
 /// Reconciles and failed commands per controller slot ([`CONTROLLER_NAMES`] order).
 #[derive(Clone, Debug, Default)]
 pub struct Counters {
-    pub reconciles: [u64; 3],
-    pub errors: [u64; 3],
+    pub reconciles: [u64; ControllerId::COUNT],
+    pub errors: [u64; ControllerId::COUNT],
     pub observer: Option<std::sync::Arc<dyn ReconcileObserver>>,
 }
 

@@ -145,7 +145,7 @@ impl Sim {
         };
         self.timeline.push(Line {
             at_ms: at.since(self.start).as_millis(),
-            actor: command.controller.as_str().to_string(),
+            actor: command.actor().to_string(),
             action: action.to_string(),
             object,
             detail,

@@ -14,7 +14,7 @@ use engine::model::{
     SKIP_REMEDIATION_ANNOTATION, Scope,
 };
 use engine::time::Duration;
-use engine::{Action, Command, ControllerId};
+use engine::{Action, Command};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -264,7 +264,7 @@ impl Sim {
     /// Remediation never touches skipped or paused Machines, never runs while its MHC is
     /// short-circuited, and stays within maxInFlight.
     fn remediation_rules(&self, command: &Command) -> Vec<String> {
-        if command.controller != ControllerId::Remediation {
+        if command.actor() != "remediation" {
             return Vec::new();
         }
         let machine_name = match &command.action {
@@ -551,6 +551,7 @@ impl Sim {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use engine::ControllerId;
     use engine::model::ObjectKey;
 
     /// The unknown-node scenario run to 27m: Node w2 is unreadable and Machine w2 deleting.

@@ -453,7 +453,7 @@ fn show(dir: &Path, format: Format, from: u64, object: Option<&str>) -> Result<u
                 "seq": r.seq, "at": r.at.to_rfc3339(), "at_ms": r.at.as_millis(),
                 "input": described,
                 "commands": commands.iter().map(|c| serde_json::json!({
-                    "id": c.id, "controller": c.controller.as_str(), "action": c.action.name(),
+                    "id": c.id, "controller": c.actor(), "action": c.action.name(),
                     "object": c.action.target().key.to_string(), "detail": c.action.detail(),
                     "reason": c.reason,
                 })).collect::<Vec<_>>(),

@@ -99,7 +99,7 @@ impl Teller {
         command: Option<&Command>,
         cause_seq: u64,
     ) {
-        let controller = command.map(|c| c.controller.as_str());
+        let controller = command.map(|c| c.actor());
         // A retry loop (one line, or a command and its refusal, again and again) is told once,
         // with how often and until when; condition changes are always told.
         if matches!(what, "command" | "refused" | "event") {

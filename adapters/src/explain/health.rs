@@ -7,7 +7,7 @@ use super::build::{
 };
 use super::{ControllerRecord, Now, Target};
 use engine::model::{Condition, ConditionStatus, Kind, Object, ObjectKey, find_condition};
-use engine::{Action, Command, ControllerId};
+use engine::{Action, Command};
 use std::collections::BTreeMap;
 
 const HEALTH_CHECK_SUCCEEDED: &str = "HealthCheckSucceeded";
@@ -98,8 +98,8 @@ impl Chapter for Health {
     ) {
         let target = c.action.target().key.clone();
         let ours = command_concerns(c, &t.subject);
-        let remediating = c.controller == ControllerId::Remediation
-            && self.judged.get(&target).is_some_and(|j| j.unhealthy);
+        let remediating =
+            c.actor() == "remediation" && self.judged.get(&target).is_some_and(|j| j.unhealthy);
         if !ours && !remediating {
             return;
         }

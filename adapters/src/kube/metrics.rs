@@ -431,7 +431,7 @@ impl Scraped {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let per_controller = |counts: &[u64; 3], extra: &[(&'static str, &str)]| {
+        let per_controller = |counts: &[u64], extra: &[(&'static str, &str)]| {
             CONTROLLER_NAMES
                 .iter()
                 .zip(counts)

@@ -897,7 +897,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             // Upstream patches the Machine before draining, so the start time is visible.
             self.flush_status();
             let issued = self.cx.issue(
-                ControllerId::Drain,
+                ControllerId::Deletion,
                 Action::Cordon {
                     node: Target {
                         key: node_key,
@@ -964,7 +964,7 @@ impl<'p, 'a> Pass<'p, 'a> {
                 ),
             };
             let issued = self.cx.issue(
-                ControllerId::Drain,
+                ControllerId::Deletion,
                 Action::Evict {
                     pod: Target {
                         key: (*key).clone(),

@@ -242,9 +242,9 @@ fn lines(commands: &[Command]) -> Vec<String> {
         .iter()
         .map(|c| match &c.action {
             Action::RecordEvent { reason, .. } => {
-                format!("{} RecordEvent {reason}", c.controller.as_str())
+                format!("{} RecordEvent {reason}", c.actor())
             }
-            a => format!("{} {} {}", c.controller.as_str(), a.name(), a.target().key),
+            a => format!("{} {} {}", c.actor(), a.name(), a.target().key),
         })
         .collect()
 }

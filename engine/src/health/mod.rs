@@ -1,12 +1,11 @@
 //! MachineHealthCheck (CAPI-SEMANTICS §2 with the product decisions of Part 1): select targets,
 //! judge each against its Machine and Node conditions and timeouts, gate remediation on
 //! `maxUnhealthy` / `unhealthyRange`, then remediate through the owner (conditions) or an
-//! external remediation request. The MachineSet side of owner remediation
-//! ([`crate::remediation::owner`]) runs in this controller slot too.
+//! external remediation request. The MachineSet side of owner remediation is its own
+//! controller ([`crate::remediation::OwnerRemediation`]).
 //!
-//! Expected flow: reconcile keys are MachineHealthChecks (the health check), MachineSets (owner
-//! remediation) and Machines. A Machine key does no work of its own: it marks that target dirty
-//! in every MHC that covers (or may now cover) it. Keys are reconciled in key order and Machine
+//! Expected flow: reconcile keys are MachineHealthChecks and Machines. A Machine key does no
+//! work of its own: it marks that target dirty in every MHC that covers (or may now cover) it. Keys are reconciled in key order and Machine
 //! sorts before MachineHealthCheck, so within one input every changed target is marked before its
 //! MHC is reconciled; the MHC then re-judges only its dirty and due targets and decides on the
 //! complete counts at one common `now`. A change to the MHC's spec, its Cluster's gates or its
@@ -17,9 +16,18 @@
 //! Guarantees: each MHC asks for the exact next deadline among its targets (`expiry + 1s`), so a
 //! timeout is acted on within one second, and it keeps that clock while short-circuited
 //! (decision 11). Reconciling with nothing changed issues nothing.
+//!
+//! Where things are: which Machines are targets in `targets`; what is remembered per MHC in
+//! `memo`; judging in `judge` (one pass over the targets a reconcile looks at, each settled by
+//! its view or read from the store) with the verdict in `verdict` and views in `view`; the
+//! order of a reconcile and the gate decision in `reconcile` (the gate itself in `trigger`);
+//! writes to the MHC in `status` and to its targets, remediation included, in `remediate`.
 
-pub mod conditions;
-mod mhc;
+mod judge;
+mod memo;
+mod reconcile;
+mod remediate;
+mod status;
 pub mod targets;
 mod timers;
 pub mod trigger;
@@ -29,12 +37,13 @@ mod view;
 use crate::command::{Action, Command, ControllerId};
 use crate::controller::{Controller, Cx};
 use crate::input::ApiOutcome;
-use crate::model::{CLUSTER_NAME_LABEL, ClusterName, Kind, Machine, Object, ObjectKey, Scope};
-use crate::remediation::owner;
+use crate::model::{
+    CLUSTER_NAME_LABEL, ClusterName, GroupKind, Kind, Machine, Object, ObjectKey, Scope,
+};
 use crate::store::{Change, Store};
 use crate::time::{Duration, Timestamp};
 use crate::timer::{FiredTimer, TimerTable};
-use mhc::MhcMemo;
+use memo::MhcMemo;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 pub use timers::HealthTimer;
@@ -222,6 +231,47 @@ impl HealthChecks {
         memo.set_waiting_for(cluster);
     }
 
+    /// A remediation template (the MHCs that use it), or possibly a remediation request,
+    /// named after its Machine (that Machine and its MHCs).
+    fn affected_by_external(
+        &self,
+        store: &Store,
+        key: &ObjectKey,
+        gk: &GroupKind,
+        out: &mut Vec<ObjectKey>,
+    ) {
+        if gk.kind.ends_with("Template") {
+            // A remediation template: the MHCs that use it.
+            for (k, o) in store.iter_kind(&Scope::Management, &Kind::MachineHealthCheck) {
+                crate::work::mhcs_examined(1);
+                if let Object::MachineHealthCheck(mhc) = o
+                    && k.namespace == key.namespace
+                    && let Some(t) = &mhc.remediation_template
+                    && t.name == key.name
+                    && t.kind == gk.kind
+                {
+                    push_unique(out, k.clone());
+                }
+            }
+        } else {
+            // Possibly a remediation request, named after its Machine.
+            let machine = ObjectKey::management(Kind::Machine, &key.namespace, &key.name);
+            if let Some(link) = self.index.links.get(&machine) {
+                let requested = link.mhcs.iter().any(|mhc| {
+                    matches!(store.get(mhc), Some(Object::MachineHealthCheck(m))
+                        if m.remediation_template.as_ref().is_some_and(|t|
+                            crate::remediation::external::request_group_kind(t) == *gk))
+                });
+                if requested {
+                    push_unique(out, machine);
+                    for mhc in &link.mhcs {
+                        push_unique(out, mhc.clone());
+                    }
+                }
+            }
+        }
+    }
+
     /// Forgets the verdicts of `mhc`, so that its next reconcile judges every target again
     /// (benchmarks measure a full evaluation this way).
     #[doc(hidden)]
@@ -244,6 +294,17 @@ impl HealthChecks {
     #[cfg(test)]
     pub(crate) fn passes_from_views(&self, mhc: &ObjectKey) -> usize {
         self.mhcs.get(mhc).map_or(0, |m| m.passes_from_views())
+    }
+
+    /// Swaps what two targets of `mhc` were read as: views that no longer match their
+    /// Machines, which a full evaluation from the views must catch.
+    #[cfg(test)]
+    pub(crate) fn swap_views(&mut self, mhc: &ObjectKey, a: &str, b: &str) {
+        let memo = self.mhcs.get_mut(mhc).expect("a known MHC");
+        let view = |memo: &MhcMemo, name: &str| memo.targets[name].view.clone();
+        let (va, vb) = (view(memo, a), view(memo, b));
+        memo.targets.get_mut(a).expect("a target").view = vb;
+        memo.targets.get_mut(b).expect("a target").view = va;
     }
 
     /// Number of MachineHealthChecks with state (for tests and metrics).
@@ -269,7 +330,6 @@ impl Controller for HealthChecks {
 
     fn affected(&self, store: &Store, change: &Change, out: &mut Vec<ObjectKey>) {
         let key = change.key;
-        owner::affected(store, change, out);
         match &key.scope {
             Scope::Management => match &key.kind {
                 Kind::MachineHealthCheck => push_unique(out, key.clone()),
@@ -295,40 +355,7 @@ impl Controller for HealthChecks {
                         push_unique(out, k);
                     }
                 }
-                Kind::External(gk) => {
-                    if gk.kind.ends_with("Template") {
-                        // A remediation template: the MHCs that use it.
-                        for (k, o) in store.iter_kind(&Scope::Management, &Kind::MachineHealthCheck)
-                        {
-                            crate::work::mhcs_examined(1);
-                            if let Object::MachineHealthCheck(mhc) = o
-                                && k.namespace == key.namespace
-                                && let Some(t) = &mhc.remediation_template
-                                && t.name == key.name
-                                && t.kind == gk.kind
-                            {
-                                push_unique(out, k.clone());
-                            }
-                        }
-                    } else {
-                        // Possibly a remediation request, named after its Machine.
-                        let machine =
-                            ObjectKey::management(Kind::Machine, &key.namespace, &key.name);
-                        if let Some(link) = self.index.links.get(&machine) {
-                            let requested = link.mhcs.iter().any(|mhc| {
-                                matches!(store.get(mhc), Some(Object::MachineHealthCheck(m))
-                                    if m.remediation_template.as_ref().is_some_and(|t|
-                                        crate::remediation::external::request_group_kind(t) == *gk))
-                            });
-                            if requested {
-                                push_unique(out, machine);
-                                for mhc in &link.mhcs {
-                                    push_unique(out, mhc.clone());
-                                }
-                            }
-                        }
-                    }
-                }
+                Kind::External(gk) => self.affected_by_external(store, key, gk, out),
                 _ => {}
             },
             Scope::Workload(cluster) => {
@@ -360,7 +387,6 @@ impl Controller for HealthChecks {
         match key.kind {
             Kind::Machine => self.mark_dirty(key, cx.store),
             Kind::MachineHealthCheck => self.reconcile_mhc(key, cx),
-            Kind::MachineSet => owner::reconcile(key, cx),
             _ => {}
         }
     }

@@ -1082,6 +1082,32 @@ fn step_upsert(engine: &mut Engine, now: Timestamp, scope: Scope, object: Object
     )
 }
 
+/// A view that no longer matches its Machine and Node (two targets' views swapped: a healthy
+/// one's and one without a Node) is caught by the next full evaluation from the views, in a
+/// debug build.
+#[test]
+#[cfg(debug_assertions)]
+#[should_panic(expected = "judges unlike its Machine and Node")]
+fn a_view_that_judges_unlike_the_store_is_caught() {
+    let mhc = testing::machine_health_check("c1", "mhc");
+    let machines = vec![machine("m1"), testing::machine("c1", "m2", None)];
+    let nodes = vec![node("m1", ConditionStatus::True, T0)];
+    let (mut engine, first) = synced_engine(at(mins(1)), objects(mhc, machines, nodes));
+    settle(&mut engine, at(mins(1)), first);
+    let key = ObjectKey::management(Kind::MachineHealthCheck, "default", "mhc");
+    engine.controllers_mut().health.swap_views(&key, "m1", "m2");
+    // A moved gate transition: every verdict is stale, and the views are used.
+    let mut cluster = testing::ready_cluster("c1");
+    cluster.meta.resource_version = 100;
+    cluster.conditions.current[1].last_transition_time = Some(Timestamp(1));
+    upsert(
+        &mut engine,
+        at(mins(2)),
+        Scope::Management,
+        Object::Cluster(cluster),
+    );
+}
+
 /// A full evaluation from the targets' views decides exactly what one from the store decides,
 /// after every kind of change: Node condition, Machine label, Machine condition, annotation,
 /// Node and Machine deletion, a new Machine and Node, time passing past a timeout (with no

@@ -5,6 +5,7 @@
 //! blocks remediation until it is fixed (DESIGN property 6).
 
 use crate::model::IntOrString;
+use crate::shared::scaled::scaled_round_down;
 
 /// Which limit decided, kept as written so messages can quote it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,39 +123,6 @@ pub fn parse_range(range: &str) -> Result<(i64, i64), String> {
         ));
     }
     Ok((min, max))
-}
-
-/// An int, or a percentage of `total` rounded down (upstream `GetScaledValueFromIntOrPercent`
-/// with `roundUp=false`).
-pub fn scaled_round_down(value: &IntOrString, total: u32) -> Result<i64, String> {
-    scaled(value, total, false)
-}
-
-/// As [`scaled_round_down`], rounding up (MachineDeployment `maxInFlight`).
-pub fn scaled_round_up(value: &IntOrString, total: u32) -> Result<i64, String> {
-    scaled(value, total, true)
-}
-
-fn scaled(value: &IntOrString, total: u32, round_up: bool) -> Result<i64, String> {
-    match value {
-        IntOrString::Int(i) => Ok(*i),
-        IntOrString::String(s) => {
-            let not_percent = || {
-                "invalid value for IntOrString: invalid type: string is not a percentage"
-                    .to_string()
-            };
-            let digits = s.strip_suffix('%').ok_or_else(not_percent)?;
-            let pct: i64 = digits
-                .parse()
-                .map_err(|_| format!("invalid value for IntOrString: invalid value {s:?}"))?;
-            let product = pct.saturating_mul(i64::from(total));
-            Ok(if round_up {
-                product.div_euclid(100) + i64::from(product.rem_euclid(100) != 0)
-            } else {
-                product.div_euclid(100)
-            })
-        }
-    }
 }
 
 /// The short-circuit message (CAPI-SEMANTICS §2.4): `unhealthy_listed` is the number of
@@ -345,14 +313,6 @@ mod tests {
         for bad in ["2-3", "[2]", "[a-3]", "[-3]", "[1-99999999999]"] {
             assert!(parse_range(bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn percentages_scale_like_upstream() {
-        assert_eq!(scaled_round_down(&s("40%"), 7), Ok(2));
-        assert_eq!(scaled_round_up(&s("40%"), 7), Ok(3));
-        assert_eq!(scaled_round_up(&s("50%"), 4), Ok(2));
-        assert_eq!(scaled_round_up(&int(2), 10), Ok(2));
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub const NODE_STARTUP_TIMEOUT_DEFAULT: Duration = Duration::from_mins(10);
 /// Upstream looks again one second after a timeout would expire (comparisons are strict).
 pub const NEXT_CHECK_MARGIN: Duration = Duration::from_secs(1);
 
-pub const HEALTH_CHECK_SUCCEEDED: &str = "HealthCheckSucceeded";
+pub use crate::shared::HEALTH_CHECK_SUCCEEDED;
 
 /// One Cluster condition the health check is gated on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -29,7 +29,7 @@ fn cordon(id: u64) -> Command {
     Command {
         id,
         cause: 1,
-        controller: ControllerId::Drain,
+        controller: ControllerId::Deletion,
         owner: ObjectKey::management(Kind::Machine, "default", "m1"),
         action: Action::Cordon {
             node: Target {

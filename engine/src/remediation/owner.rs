@@ -11,16 +11,15 @@
 //! status write failed. Not done: upstream's MachineSet preflight checks (§2.7 step 6) and the
 //! rollout "move" of step 8.
 
-use super::{OWNER_REMEDIATED, capi_target};
 use crate::command::{Action, ControllerId};
 use crate::controller::Cx;
-use crate::health::conditions::{Edit, List, apply};
-use crate::health::trigger::scaled_round_up;
-use crate::health::verdict::HEALTH_CHECK_SUCCEEDED;
 use crate::model::{
     Condition, ConditionStatus, Kind, Machine, MachineDeployment, MachineSet, Object, ObjectKey,
     PAUSED_ANNOTATION, REMEDIATE_MACHINE_ANNOTATION, Scope, Severity,
 };
+use crate::shared::conditions::{Edit, List, apply};
+use crate::shared::scaled::scaled_round_up;
+use crate::shared::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED, capi_target};
 use crate::store::{Change, Store};
 use crate::time::Timestamp;
 use std::cmp::Reverse;
@@ -252,87 +251,19 @@ impl<'a> Plan<'a> {
 /// The decisions of §2.7 for `machines` (those `ms` controls), without issuing anything.
 pub fn plan<'a>(ms: &MachineSet, store: &Store, machines: &[&'a Machine]) -> Plan<'a> {
     let mut plan = Plan::default();
-    // 1. A Machine healthy again keeps no stale OwnerRemediated (each API version on its own).
-    for m in machines.iter().copied().filter(|m| !m.meta.is_deleting()) {
-        let c = &m.conditions;
-        if is(c.current(HEALTH_CHECK_SUCCEEDED), ConditionStatus::True)
-            && is(c.current(OWNER_REMEDIATED), ConditionStatus::False)
-        {
-            let why = format!(
-                "Machine {} is healthy again; clearing OwnerRemediated",
-                m.meta.name
-            );
-            plan.edit(m, Edit::Remove(List::Current, OWNER_REMEDIATED), why);
-        }
-        if is(c.legacy(HEALTH_CHECK_SUCCEEDED), ConditionStatus::True)
-            && is(c.legacy(OWNER_REMEDIATED), ConditionStatus::False)
-        {
-            let why = format!(
-                "Machine {} is healthy again; clearing OwnerRemediated",
-                m.meta.name
-            );
-            plan.edit(m, Edit::Remove(List::Legacy, OWNER_REMEDIATED), why);
-        }
-    }
-    // 2. Candidates.
-    let mut candidates: Vec<&Machine> = machines
-        .iter()
-        .copied()
-        .filter(|m| {
-            !m.meta.is_deleting()
-                && is(
-                    m.conditions.current(HEALTH_CHECK_SUCCEEDED),
-                    ConditionStatus::False,
-                )
-                && is(
-                    m.conditions.current(OWNER_REMEDIATED),
-                    ConditionStatus::False,
-                )
-        })
-        .collect();
+    plan.clear_stale(machines);
+    let mut candidates = candidates(machines);
     if candidates.is_empty() {
         return plan;
     }
-    let md = controlled_by(&ms.meta, "MachineDeployment").and_then(|name| {
-        match store.get(&ObjectKey::management(
-            Kind::MachineDeployment,
-            &ms.meta.namespace,
-            name,
-        )) {
-            Some(Object::MachineDeployment(md)) => Some(md),
-            _ => None,
-        }
-    });
-    // 3. A MachineSet of an outdated revision is being rolled away; its Machines go with it.
-    if let Some(md) = md {
-        let revision = |meta: &crate::model::ObjectMeta| {
-            meta.annotations
-                .get(REVISION_ANNOTATION)
-                .cloned()
-                .unwrap_or_default()
-        };
-        if revision(&ms.meta) != revision(&md.meta) {
-            for m in candidates {
-                let why = format!(
-                    "MachineSet {} is from an outdated revision; Machine {} goes with the rollout",
-                    ms.meta.name, m.meta.name
-                );
-                plan.edit(
-                    m,
-                    Edit::set(
-                        List::Current,
-                        OWNER_REMEDIATED,
-                        ConditionStatus::False,
-                        CANNOT_BE_REMEDIATED_REASON,
-                        "Machine won't be remediated because it is pending removal due to rollout",
-                    ),
-                    why,
-                );
-            }
-            return plan;
-        }
+    let md = owning_deployment(ms, store);
+    if let Some(md) = md
+        && revision(&ms.meta) != revision(&md.meta)
+    {
+        plan.go_with_rollout(ms, &candidates);
+        return plan;
     }
-    // 4. maxInFlight, less the remediations already deleting.
+    // Step 4: maxInFlight, less the remediations already deleting.
     let limit = match max_in_flight(md) {
         Ok(limit) => limit,
         Err(why) => {
@@ -355,12 +286,106 @@ pub fn plan<'a>(ms: &MachineSet, store: &Store, machines: &[&'a Machine]) -> Pla
     };
     let (now, later) = candidates.split_at(take);
     if let Some((written, _)) = &limit {
-        for m in later {
+        plan.defer(later, in_flight, written);
+    }
+    plan.remediate(now);
+    plan
+}
+
+/// Step 2, the Machines to remediate: not deleting, with v1beta2 `HealthCheckSucceeded`
+/// and `OwnerRemediated` both False.
+fn candidates<'a>(machines: &[&'a Machine]) -> Vec<&'a Machine> {
+    machines
+        .iter()
+        .copied()
+        .filter(|m| {
+            !m.meta.is_deleting()
+                && is(
+                    m.conditions.current(HEALTH_CHECK_SUCCEEDED),
+                    ConditionStatus::False,
+                )
+                && is(
+                    m.conditions.current(OWNER_REMEDIATED),
+                    ConditionStatus::False,
+                )
+        })
+        .collect()
+}
+
+fn owning_deployment<'s>(ms: &MachineSet, store: &'s Store) -> Option<&'s MachineDeployment> {
+    let name = controlled_by(&ms.meta, "MachineDeployment")?;
+    match store.get(&ObjectKey::management(
+        Kind::MachineDeployment,
+        &ms.meta.namespace,
+        name,
+    )) {
+        Some(Object::MachineDeployment(md)) => Some(md),
+        _ => None,
+    }
+}
+
+fn revision(meta: &crate::model::ObjectMeta) -> String {
+    meta.annotations
+        .get(REVISION_ANNOTATION)
+        .cloned()
+        .unwrap_or_default()
+}
+
+impl<'a> Plan<'a> {
+    /// Step 1: a Machine healthy again keeps no stale OwnerRemediated (each API version on
+    /// its own).
+    fn clear_stale(&mut self, machines: &[&'a Machine]) {
+        for m in machines.iter().copied().filter(|m| !m.meta.is_deleting()) {
+            let c = &m.conditions;
+            let why = || {
+                format!(
+                    "Machine {} is healthy again; clearing OwnerRemediated",
+                    m.meta.name
+                )
+            };
+            if is(c.current(HEALTH_CHECK_SUCCEEDED), ConditionStatus::True)
+                && is(c.current(OWNER_REMEDIATED), ConditionStatus::False)
+            {
+                self.edit(m, Edit::Remove(List::Current, OWNER_REMEDIATED), why());
+            }
+            if is(c.legacy(HEALTH_CHECK_SUCCEEDED), ConditionStatus::True)
+                && is(c.legacy(OWNER_REMEDIATED), ConditionStatus::False)
+            {
+                self.edit(m, Edit::Remove(List::Legacy, OWNER_REMEDIATED), why());
+            }
+        }
+    }
+
+    /// Step 3: a MachineSet of an outdated revision is being rolled away; its Machines go
+    /// with it.
+    fn go_with_rollout(&mut self, ms: &MachineSet, candidates: &[&'a Machine]) {
+        for m in candidates.iter().copied() {
+            let why = format!(
+                "MachineSet {} is from an outdated revision; Machine {} goes with the rollout",
+                ms.meta.name, m.meta.name
+            );
+            self.edit(
+                m,
+                Edit::set(
+                    List::Current,
+                    OWNER_REMEDIATED,
+                    ConditionStatus::False,
+                    CANNOT_BE_REMEDIATED_REASON,
+                    "Machine won't be remediated because it is pending removal due to rollout",
+                ),
+                why,
+            );
+        }
+    }
+
+    /// Candidates beyond `maxInFlight` wait, and say why.
+    fn defer(&mut self, later: &[&'a Machine], in_flight: i64, written: &str) {
+        for m in later.iter().copied() {
             let why = format!(
                 "{in_flight} remediation(s) in progress, maxInFlight is {written}; deferring Machine {}",
                 m.meta.name
             );
-            plan.edit(
+            self.edit(
                 m,
                 Edit::set(
                     List::Current,
@@ -373,37 +398,39 @@ pub fn plan<'a>(ms: &MachineSet, store: &Store, machines: &[&'a Machine]) -> Pla
             );
         }
     }
-    // 7. Mark, then delete once the mark is observed.
-    for m in now {
-        let why = format!(
-            "Machine {} failed its health check and its owner remediates it; deleting it",
-            m.meta.name
-        );
-        plan.edit(
-            m,
-            Edit::set(
-                List::Current,
-                OWNER_REMEDIATED,
-                ConditionStatus::False,
-                MACHINE_DELETING_REASON,
-                "Machine is deleting",
-            ),
-            why.clone(),
-        );
-        plan.edit(
-            m,
-            Edit::set_with(
-                List::Legacy,
-                Condition::new(OWNER_REMEDIATED, ConditionStatus::True, "", "")
-                    .with_severity(Severity::None),
-            ),
-            why.clone(),
-        );
-        if is_marked_deleting(m) {
-            plan.deletions.push((m, why));
+
+    /// Step 7: mark, then delete once the mark is observed.
+    fn remediate(&mut self, now: &[&'a Machine]) {
+        for m in now.iter().copied() {
+            let why = format!(
+                "Machine {} failed its health check and its owner remediates it; deleting it",
+                m.meta.name
+            );
+            self.edit(
+                m,
+                Edit::set(
+                    List::Current,
+                    OWNER_REMEDIATED,
+                    ConditionStatus::False,
+                    MACHINE_DELETING_REASON,
+                    "Machine is deleting",
+                ),
+                why.clone(),
+            );
+            self.edit(
+                m,
+                Edit::set_with(
+                    List::Legacy,
+                    Condition::new(OWNER_REMEDIATED, ConditionStatus::True, "", "")
+                        .with_severity(Severity::None),
+                ),
+                why.clone(),
+            );
+            if is_marked_deleting(m) {
+                self.deletions.push((m, why));
+            }
         }
     }
-    plan
 }
 
 #[cfg(test)]
