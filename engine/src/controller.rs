@@ -8,6 +8,8 @@ use crate::time::{Duration, Timestamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+mod checks;
+
 /// A level-triggered, sans-IO controller.
 ///
 /// Expected flow: the engine tells it about every observed change (`affected` names the keys to
