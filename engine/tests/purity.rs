@@ -120,7 +120,9 @@ fn engine_src_reads_no_clock_rng_or_runtime() {
             {
                 continue;
             }
-            let aliases = ALIASES.iter().map(|a| (*a, "is a hash collection (an alias)"));
+            let aliases = ALIASES
+                .iter()
+                .map(|a| (*a, "is a hash collection (an alias)"));
             for (pattern, why) in FORBIDDEN.into_iter().chain(aliases) {
                 if code.contains(pattern) {
                     offences.push(format!(
@@ -182,7 +184,10 @@ fn unprobed_uses(code: &str, handle: &str) -> Vec<String> {
             .strip_prefix('.')
             .is_some_and(|r| PROBES.iter().any(|p| r.trim_start().starts_with(p)));
         if !probed && !rest.starts_with(':') {
-            out.push(format!("{handle}{}", rest.lines().next().unwrap_or_default()));
+            out.push(format!(
+                "{handle}{}",
+                rest.lines().next().unwrap_or_default()
+            ));
         }
     }
     out
