@@ -278,6 +278,7 @@ impl Engine {
 
     fn complete(&mut self, id: u64, outcome: &ApiOutcome, dirty: &mut Dirty) {
         let Some((command, waiters)) = self.effects.complete(id, outcome, self.now) else {
+            crate::mark::hit("result_for_a_command_not_in_flight");
             tracing::debug!(
                 command = id,
                 "result for a command not in flight (after a restart?)"
@@ -294,6 +295,7 @@ impl Engine {
             // The API says the object does not exist: the cache learns it now, not when a
             // (possibly lost) watch event catches up, so no controller keeps writing to it.
             ApiOutcome::NotFound if !matches!(command.action, Action::RecordEvent { .. }) => {
+                crate::mark::hit("not_found_answer_removes_the_object");
                 self.store.remove(target)
             }
             // A DELETE that removed an object the cache never had: gone, and now known to be.
@@ -372,6 +374,7 @@ impl Engine {
             "reconcile budget exhausted: the keys left are carried to the next input"
         );
         self.counters.reconcile_budget_exhausted += 1;
+        crate::mark::hit("reconcile_budget_exhausted");
         debug_assert!(
             self.budget_exhaustion_expected(),
             "reconcile budget exhausted for input #{} with {keys} keys left",
@@ -403,6 +406,7 @@ fn keeps_answer(action: &Action, object: &Object, cached: bool) -> bool {
         && meta.is_deleting()
         && meta.finalizers.is_empty();
     if released {
+        crate::mark::hit("released_object_not_brought_back");
         return false;
     }
     cached

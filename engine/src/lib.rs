@@ -18,6 +18,7 @@ pub mod health;
 pub mod input;
 pub mod intake;
 pub mod journal;
+pub mod mark;
 pub mod metrics;
 pub mod model;
 pub mod pool;

@@ -612,6 +612,7 @@ fn the_gauges_count_blocked_pods_by_reason_and_machines_held_by_each_hook() {
 
 #[test]
 fn failed_eviction_is_retried_after_20s_and_never_earlier() {
+    let _mark = crate::mark::check("eviction_retried_after_a_failure");
     let (mut h, cmds) = drained_start(deleting_m1(), vec![]);
     h.apply_status(&cmds);
     let pdb = "Cannot evict pod as it would violate the pod's disruption budget. \
@@ -1080,6 +1081,7 @@ fn node_deletion_timeout_zero_retries_forever() {
 
 #[test]
 fn node_deletion_404_counts_as_success() {
+    let _mark = crate::mark::check("not_found_answer_removes_the_object");
     let (mut h, first) = node_deletion_world(None, T0);
     let del = find(&first, "DeleteNode").clone();
     h.apply_status(&first);
@@ -1163,6 +1165,7 @@ fn the_finalizer_goes_whatever_order_the_completed_write_and_its_event_arrive_in
 /// Machine as it was must not bring it back, nor make the finalizer go twice.
 #[test]
 fn an_answer_arriving_after_the_deletion_was_observed_brings_nothing_back() {
+    let _mark = crate::mark::check("released_object_not_brought_back");
     for stale_finalizers in [vec![MACHINE_FINALIZER.to_string()], vec![]] {
         let (mut h, first) = node_deletion_world(None, T0);
         let del = find(&first, "DeleteNode").clone();

@@ -63,6 +63,7 @@ fn actions(commands: &[Command]) -> BTreeSet<String> {
 
 #[test]
 fn keys_left_when_the_budget_runs_out_are_reconciled_by_the_next_inputs() {
+    let _mark = crate::mark::check("reconcile_budget_exhausted");
     let mut unlimited = Engine::new();
     unlimited.handle(T0, deleting_machines(5));
     let expected = actions(&drain_commands(&mut unlimited));
@@ -170,4 +171,61 @@ fn a_lost_input_or_time_going_back_is_a_violation() {
         let violation = engine.violation(&before, false).unwrap_or_default();
         assert!(violation.contains("input #1 at"), "{violation:?}");
     }
+}
+
+#[test]
+fn an_answer_to_a_command_forgotten_at_a_restart_changes_nothing() {
+    let _mark = crate::mark::check("result_for_a_command_not_in_flight");
+    let mut engine = Engine::new();
+    engine.handle(T0, deleting_machines(1));
+    let first = drain_commands(&mut engine).remove(0);
+    engine.handle(T0, Input::Restarted);
+    assert_eq!(engine.in_flight_len(), 0);
+    let store = engine.store().clone();
+    engine.handle(
+        T0,
+        Input::ApiResult {
+            command: first.id,
+            outcome: crate::ApiOutcome::Ok { object: None },
+        },
+    );
+    assert_eq!(engine.store(), &store);
+    assert_eq!(engine.in_flight_len(), 0);
+}
+
+/// A restart forgets which caches are synced: nothing destructive goes out until the relists.
+#[test]
+fn after_a_restart_destructive_commands_wait_for_the_relists() {
+    let Input::Batch { mut inputs } = deleting_machines(1) else {
+        unreachable!("a batch")
+    };
+    let Some(Input::Relist { objects, .. }) = inputs.last_mut() else {
+        unreachable!("the management relist last")
+    };
+    for object in objects.iter_mut() {
+        if let Object::Machine(m) = object {
+            m.provider_id = None;
+        }
+    }
+    let destructive = |commands: Vec<Command>| {
+        commands
+            .into_iter()
+            .filter(|c| c.action.is_destructive())
+            .count()
+    };
+    let mut engine = Engine::new();
+    engine.handle(
+        T0,
+        Input::Batch {
+            inputs: inputs.clone(),
+        },
+    );
+    assert!(destructive(drain_commands(&mut engine)) > 0);
+    engine.handle(T0, Input::Restarted);
+    assert_eq!(destructive(drain_commands(&mut engine)), 0, "held");
+    engine.handle(T0, Input::Batch { inputs });
+    assert!(
+        destructive(drain_commands(&mut engine)) > 0,
+        "issued after the relist"
+    );
 }
