@@ -12,6 +12,7 @@
 //! least one real deletion attempt (Part 1 decision 10). Timers are a closed enum
 //! ([`DeletionTimer`]) kept in one [`Timers`] table.
 
+mod checks;
 mod gates;
 mod pass;
 mod pods;
@@ -457,6 +458,7 @@ impl Controller for MachineDeletion {
     }
 
     fn reconcile(&mut self, key: &ObjectKey, cx: &mut Cx<'_>) {
+        self.check(key, cx.now);
         let store: &Store = cx.store;
         let machine = match store.get(key) {
             Some(Object::Machine(m)) => m,
@@ -574,6 +576,7 @@ impl Controller for MachineDeletion {
             tracing::trace!(machine = %key, ?timer, at = %at, "deletion timer");
             self.timers.wake_at(key, at);
         }
+        self.check(key, cx.now);
     }
 
     fn on_result(&mut self, command: &Command, outcome: &ApiOutcome, now: Timestamp) {
@@ -653,6 +656,7 @@ impl Controller for MachineDeletion {
             | Action::CreateMachine { .. }
             | Action::RecordEvent { .. } => {}
         }
+        self.check(&command.owner, now);
     }
 
     fn take_due(&mut self, now: Timestamp, out: &mut Vec<ObjectKey>) {

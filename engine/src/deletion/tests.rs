@@ -1800,3 +1800,76 @@ fn a_machine_whose_cluster_name_is_corrected_is_deleted_in_its_real_cluster() {
     let out = h.observe(mgmt(), Object::Machine(deleting_m1()));
     assert_eq!(destructive(&out), ["drain Cordon Node n1@c1"]);
 }
+
+/// The drained world with m1's memory bent by `corrupt`; the next input touching m1 (its
+/// watch event) checks it.
+fn corrupted(corrupt: impl FnOnce(&mut super::MachineDeletion)) {
+    let mut h = evicted_start();
+    corrupt(&mut h.engine.controllers_mut().deletion);
+    let m1 = h.machine();
+    h.observe(mgmt(), Object::Machine(m1));
+}
+
+fn m1_memo(deletion: &mut super::MachineDeletion) -> &mut super::Memo {
+    &mut deletion
+        .machines
+        .get_mut(&machine_key("m1"))
+        .expect("m1 is tracked")
+        .memo
+}
+
+#[test]
+fn the_checks_pass_on_an_uncorrupted_deletion() {
+    corrupted(|_| {});
+}
+
+#[test]
+#[should_panic(expected = "deleting Machine Machine default/m1: eviction of")]
+fn an_eviction_remembered_as_issued_in_the_future_fails_the_check() {
+    corrupted(|d| {
+        for attempt in m1_memo(d).evictions.values_mut() {
+            attempt.at = at(3600);
+        }
+    });
+}
+
+#[test]
+#[should_panic(expected = "failed (pdb) but remembers None")]
+fn a_failed_eviction_that_forgot_its_failure_fails_the_check() {
+    corrupted(|d| {
+        for attempt in m1_memo(d).evictions.values_mut() {
+            attempt.outcome = crate::drain::EvictionOutcome::Failed("pdb".into());
+            attempt.last_failure = None;
+        }
+    });
+}
+
+#[test]
+#[should_panic(expected = "Node deletion first tried at")]
+fn node_deletion_attempts_out_of_order_fail_the_check() {
+    corrupted(|d| {
+        m1_memo(d).node_deletion = Some(super::NodeDeletion {
+            first_at: at(2),
+            last_at: at(1),
+            outcome: super::NodeDeletionOutcome::Pending,
+        });
+    });
+}
+
+#[test]
+#[should_panic(expected = "asked at")]
+fn a_cordon_asked_in_the_future_fails_the_check() {
+    corrupted(|d| {
+        m1_memo(d).cordon = Some(super::Attempt {
+            at: at(3600),
+            answered: true,
+            failure: None,
+        });
+    });
+}
+
+#[test]
+#[should_panic(expected = "not routed: under its cluster true, under Node Some(\"n1\") false")]
+fn a_machine_missing_from_its_nodes_routing_fails_the_check() {
+    corrupted(|d| d.by_node.clear());
+}

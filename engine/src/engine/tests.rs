@@ -24,6 +24,11 @@ impl Engine {
     pub(super) fn budget_exhaustion_expected(&self) -> bool {
         self.budget.exhaustion_expected
     }
+
+    /// For tests that corrupt a controller's memory to make its checks fire.
+    pub(crate) fn controllers_mut(&mut self) -> &mut Controllers {
+        &mut self.controllers
+    }
 }
 
 const T0: Timestamp = Timestamp(1_704_067_200_000);

@@ -71,6 +71,11 @@ pub fn node_references<'a>(
     if out.references.is_empty() && !provider_ids.is_empty() {
         return Err(NoAvailableNodes);
     }
+    if cfg!(debug_assertions)
+        && let Some(v) = out.violation()
+    {
+        panic!("nodeRefs of {} providerIDs: {v}", provider_ids.len());
+    }
     Ok(out)
 }
 

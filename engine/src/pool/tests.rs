@@ -1229,3 +1229,82 @@ fn an_unreadable_infrastructure_pool_or_node_deletes_nothing() {
     let commands = upsert(&mut engine, secs(603), workload, Object::Node(n));
     assert_eq!(lines(&commands)[..1], ["DeleteNode Node p1-1@c1"]);
 }
+
+/// The deleting pool's Nodes being deleted: `DeleteNode` for p1-0 and p1-1 in flight at 30 s.
+fn deleting_nodes() -> (Engine, Vec<Command>) {
+    let (mut engine, commands) = deleting_world(None);
+    answer(&mut engine, secs(1), &commands[0], ok());
+    answer(&mut engine, secs(1), &commands[1], ok());
+    remove(
+        &mut engine,
+        secs(30),
+        external_key("KubeadmConfig", "bootstrap.cluster.x-k8s.io"),
+    );
+    let commands = remove(
+        &mut engine,
+        secs(30),
+        external_key("DockerMachinePool", "infrastructure.cluster.x-k8s.io"),
+    );
+    assert_eq!(commands.len(), 2, "{:?}", lines(&commands));
+    (engine, commands)
+}
+
+/// `corrupt` bends p1-0's deletion memory; the answer for p1-1 then checks the pool's memory.
+fn node_deletion_corrupted(corrupt: impl FnOnce(&mut NodeDeletion)) {
+    let (mut engine, commands) = deleting_nodes();
+    let memory = engine
+        .controllers_mut()
+        .pool
+        .memory
+        .get_mut(&pool_key("p1"))
+        .expect("the pool remembers its Node deletions");
+    corrupt(memory.node_deletions.get_mut("p1-0").expect("p1-0 tried"));
+    answer(&mut engine, secs(30), &commands[1], ok());
+}
+
+#[test]
+fn the_pool_checks_pass_on_an_uncorrupted_deletion() {
+    node_deletion_corrupted(|_| {});
+}
+
+#[test]
+#[should_panic(expected = "MachinePool MachinePool default/p1: Node p1-0 deletion")]
+fn a_done_node_deletion_still_waiting_for_a_retry_fails_the_check() {
+    node_deletion_corrupted(|d| {
+        d.done = true;
+        d.retry_not_before = Some(secs(32));
+    });
+}
+
+#[test]
+#[should_panic(expected = "Node p1-0 deletion: first try")]
+fn a_node_deletion_first_tried_in_the_future_fails_the_check() {
+    node_deletion_corrupted(|d| d.first_try = secs(3600));
+}
+
+#[test]
+fn impossible_node_counts_are_named() {
+    let node = pool_node("p1-0");
+    let result =
+        |ready: i32, available: i32, nodes: Vec<&'static Node>| super::noderefs::NodeRefsResult {
+            references: refs(&["p1-0"]),
+            nodes,
+            ready,
+            available,
+            next_available_at: None,
+        };
+    let node: &'static Node = Box::leak(Box::new(node));
+    assert_eq!(result(1, 1, vec![node]).violation(), None);
+    for bad in [
+        result(1, 2, vec![node]),
+        result(2, 1, vec![node]),
+        result(1, -1, vec![node]),
+        result(1, 1, vec![]),
+    ] {
+        assert!(
+            bad.violation().is_some(),
+            "{:?}",
+            (bad.ready, bad.available)
+        );
+    }
+}
