@@ -51,15 +51,19 @@ impl Memo {
 }
 
 impl MachineDeletion {
-    /// Panics (in debug builds) when `key`'s memory or its routing entries are inconsistent:
-    /// a tracked Machine is listed under its cluster and, once its Node is known, under it.
+    /// Panics (in debug builds) when `key`'s memory or its routing entries are inconsistent.
     pub(super) fn check(&self, key: &ObjectKey, now: Timestamp) {
-        if !cfg!(debug_assertions) {
-            return;
-        }
-        let Some(tracked) = self.machines.get(key) else {
-            return;
-        };
+        debug_assert!(
+            self.violation(key, now).is_none(),
+            "deleting Machine {key}: {}",
+            self.violation(key, now).unwrap_or_default()
+        );
+    }
+
+    /// A tracked Machine is listed under its cluster and, once its Node is known, under it;
+    /// its memory holds ([`Memo::violation`]).
+    fn violation(&self, key: &ObjectKey, now: Timestamp) -> Option<String> {
+        let tracked = self.machines.get(key)?;
         let listed = self
             .by_cluster
             .get(&tracked.cluster)
@@ -70,16 +74,12 @@ impl MachineDeletion {
                 .and_then(|nodes| nodes.get(node))
                 .is_some_and(|keys| keys.contains(key))
         });
-        let violation = if !listed || !under_node {
-            Some(format!(
+        if !listed || !under_node {
+            return Some(format!(
                 "not routed: under its cluster {listed}, under Node {:?} {under_node}",
                 tracked.node
-            ))
-        } else {
-            tracked.memo.violation(now)
-        };
-        if let Some(v) = violation {
-            panic!("deleting Machine {key}: {v}");
+            ));
         }
+        tracked.memo.violation(now)
     }
 }

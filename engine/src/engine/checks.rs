@@ -16,11 +16,13 @@ impl Engine {
             self.applied_seq < u64::MAX,
             "input sequence numbers exhausted"
         );
-        if cfg!(debug_assertions)
-            && let Some(v) = self.effects.violation()
-        {
-            panic!("before input #{}: {v}", self.applied_seq + 1);
-        }
+        // The message repeats the check: it is built only when the check has failed.
+        debug_assert!(
+            self.effects.violation().is_none(),
+            "before input #{}: {}",
+            self.applied_seq + 1,
+            self.effects.violation().unwrap_or_default()
+        );
         Before {
             applied_seq: self.applied_seq,
             now: self.now,
@@ -28,11 +30,12 @@ impl Engine {
     }
 
     pub(super) fn check_postconditions(&self, before: &Before, after_tick: bool) {
-        if cfg!(debug_assertions)
-            && let Some(v) = self.violation(before, after_tick)
-        {
-            panic!("after input #{}: {v}", self.applied_seq);
-        }
+        debug_assert!(
+            self.violation(before, after_tick).is_none(),
+            "after input #{}: {}",
+            self.applied_seq,
+            self.violation(before, after_tick).unwrap_or_default()
+        );
     }
 
     /// The first broken postcondition, if any: one more input applied, time not gone back,

@@ -26,11 +26,12 @@ impl PoolMemory {
 
 impl Pools {
     pub(super) fn check(&self, key: &ObjectKey, now: Timestamp) {
-        if cfg!(debug_assertions)
-            && let Some(v) = self.memory.get(key).and_then(|m| m.violation(now))
-        {
-            panic!("MachinePool {key}: {v}");
-        }
+        let violation = || self.memory.get(key).and_then(|m| m.violation(now));
+        debug_assert!(
+            violation().is_none(),
+            "MachinePool {key}: {}",
+            violation().unwrap_or_default()
+        );
     }
 }
 

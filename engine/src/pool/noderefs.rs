@@ -71,11 +71,12 @@ pub fn node_references<'a>(
     if out.references.is_empty() && !provider_ids.is_empty() {
         return Err(NoAvailableNodes);
     }
-    if cfg!(debug_assertions)
-        && let Some(v) = out.violation()
-    {
-        panic!("nodeRefs of {} providerIDs: {v}", provider_ids.len());
-    }
+    debug_assert!(
+        out.violation().is_none(),
+        "nodeRefs of {} providerIDs: {}",
+        provider_ids.len(),
+        out.violation().unwrap_or_default()
+    );
     Ok(out)
 }
 
