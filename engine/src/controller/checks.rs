@@ -117,7 +117,8 @@ mod tests {
     #[test]
     fn each_broken_invariant_is_named() {
         assert_eq!(consistent().violation(), None);
-        let broken: [(&str, fn(&mut Effects)); 6] = [
+        type Corruption = fn(&mut Effects);
+        let broken: [(&str, Corruption); 6] = [
             ("under id", |e| e.next_command_id = 0),
             ("without its intent", |e| e.intents.clear()),
             ("not in flight", |e| drop(e.in_flight.remove(&1))),
