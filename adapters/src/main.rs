@@ -1,5 +1,7 @@
 //! `lifecycle`: run the controllers against a cluster, replay scenarios, inspect journals.
 
+#![deny(unsafe_code)]
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 

@@ -2,7 +2,7 @@
 //! and the old holder learns it lost.
 
 use adapters::apiserver::{ApiServer, ServerOptions, SharedCluster};
-use adapters::kube::lease::{LeaseConfig, release, try_acquire_or_renew};
+use adapters::kube::lease::{LeaseConfig, release, try_acquire_or_renew, try_acquire_or_renew_at};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client, Config};
 use sim::api::ClusterStore;
@@ -27,21 +27,30 @@ async fn one_holder_at_a_time_and_takeover_after_expiry() {
     let mut b = LeaseConfig::new("lifecycle", "b");
     a.lease_duration = Duration::from_secs(1);
     b.lease_duration = Duration::from_secs(1);
-    let step = |c: &LeaseConfig| {
+    // The candidates' clock is passed in: expiry is 1.1 s later on it, not a wait.
+    let t0 = adapters::clock::wall_now();
+    let later = t0.saturating_add(engine::Duration::from_millis(1100));
+    let step = |c: &LeaseConfig, now: engine::Timestamp| {
         let (api, c) = (api.clone(), c.clone());
         async move {
-            tokio::time::timeout(Duration::from_secs(10), try_acquire_or_renew(&api, &c))
-                .await
-                .unwrap()
-                .unwrap()
+            tokio::time::timeout(
+                Duration::from_secs(10),
+                try_acquire_or_renew_at(&api, &c, now),
+            )
+            .await
+            .unwrap()
+            .unwrap()
         }
     };
-    assert!(step(&a).await, "a creates the lease");
-    assert!(!step(&b).await, "b sees a live holder");
-    assert!(step(&a).await, "a renews");
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    assert!(step(&b).await, "b takes over an expired lease");
-    assert!(!step(&a).await, "a has lost it");
+    assert!(step(&a, t0).await, "a creates the lease");
+    assert!(!step(&b, t0).await, "b sees a live holder");
+    assert!(step(&a, t0).await, "a renews");
+    assert!(
+        !step(&b, t0.saturating_add(engine::Duration::from_millis(900))).await,
+        "not expired yet"
+    );
+    assert!(step(&b, later).await, "b takes over an expired lease");
+    assert!(!step(&a, later).await, "a has lost it");
     let spec = api.get("lifecycle").await.unwrap().spec.unwrap();
     assert_eq!(spec.holder_identity.as_deref(), Some("b"));
     assert_eq!(spec.lease_transitions, Some(1));

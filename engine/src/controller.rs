@@ -9,6 +9,8 @@ use crate::timer::{FiredTimer, TimerKind, TimerTable};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+mod checks;
+
 /// A level-triggered, sans-IO controller.
 ///
 /// Expected flow: the engine tells it about every observed change (`affected` names the keys to
@@ -320,6 +322,7 @@ impl<'a> Cx<'a> {
     ) -> Issued {
         let scope: &Scope = &action.target().key.scope;
         if action.is_destructive() && !self.store.is_synced(scope) {
+            crate::mark::hit("destructive_action_held_until_synced");
             return Issued::NotSynced;
         }
         let intent = Intent::of(&action);
@@ -495,6 +498,35 @@ mod tests {
         effects.complete(id, &ApiOutcome::Ok { object: None }, now);
         assert!(matches!(
             issue_at(&mut effects, &store, now, status_write("m1")),
+            Issued::Queued(_)
+        ));
+    }
+
+    /// Controllers wait for their caches before deciding to destroy anything; this is the
+    /// guard behind them, for an action on an object of a cluster whose cache is not synced.
+    #[test]
+    fn a_destructive_action_waits_for_its_cluster_cache() {
+        let _mark = crate::mark::check("destructive_action_held_until_synced");
+        let mut store = Store::default();
+        let mut effects = Effects::default();
+        let remove = || Action::RemoveFinalizer {
+            target: crate::command::Target {
+                key: key("m1"),
+                api_version: "cluster.x-k8s.io/v1beta2".into(),
+            },
+            finalizer: crate::model::MACHINE_FINALIZER.into(),
+        };
+        assert_eq!(
+            issue_at(&mut effects, &store, Timestamp(0), remove()),
+            Issued::NotSynced
+        );
+        assert!(matches!(
+            issue_at(&mut effects, &store, Timestamp(0), status_write("m1")),
+            Issued::Queued(_)
+        ));
+        store.replace_scope(&Scope::Management, Vec::new());
+        assert!(matches!(
+            issue_at(&mut effects, &store, Timestamp(0), remove()),
             Issued::Queued(_)
         ));
     }

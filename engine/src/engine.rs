@@ -15,8 +15,14 @@ use crate::timer::FiredTimer;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
-/// Bound on reconciles per input, so a bug that keeps re-dirtying keys cannot spin forever.
+/// Bound on reconciles per input, so one input cannot hold the loop for ever. Reaching it is
+/// a bug (debug builds stop); release builds log it, count it and carry the keys left to the
+/// next input ([`Engine::next_deadline`] asks for that input at once).
 const RECONCILES_PER_INPUT_MAX: usize = 1_000_000;
+
+mod checks;
+#[cfg(test)]
+mod tests;
 
 /// The registry: every controller the engine runs, each in the slot of its [`ControllerId`].
 /// Adding one means a variant there, a field here and a line in [`Controllers::all_mut`]; the
@@ -85,11 +91,17 @@ pub struct Engine {
     store: Store,
     controllers: Controllers,
     effects: Effects,
+    /// Keys per registry slot that a pass left unreconciled when its budget ran out; the next
+    /// `handle` reconciles them with its own.
+    carried: [BTreeSet<ObjectKey>; ControllerId::COUNT],
     #[serde(skip)]
     counters: crate::metrics::Counters,
     /// The timers the last input fired: a report, not state (not hashed, not snapshotted).
     #[serde(skip)]
     fired: Fired,
+    #[cfg(test)]
+    #[serde(skip)]
+    budget: tests::Budget,
 }
 
 /// [`Engine::fired_timers`]: equal whatever it holds, so a rebuilt engine equals the live one.
@@ -139,11 +151,6 @@ impl Engine {
         &self.controllers
     }
 
-    #[cfg(test)]
-    pub(crate) fn controllers_mut(&mut self) -> &mut Controllers {
-        &mut self.controllers
-    }
-
     pub fn in_flight_len(&self) -> usize {
         self.effects.in_flight_len()
     }
@@ -151,12 +158,18 @@ impl Engine {
     /// Applies one input at time `now` (a clock that goes backwards is held at its maximum),
     /// then reconciles every key it affected, each once.
     pub fn handle(&mut self, now: Timestamp, input: Input) {
+        let before = self.check_preconditions();
+        let is_tick = matches!(input, Input::Tick);
         self.now = self.now.max(now);
         self.applied_seq += 1;
         self.fired.0.clear();
-        let mut dirty: Dirty = Default::default();
+        let mut dirty = Dirty {
+            slots: std::mem::take(&mut self.carried),
+            ..Default::default()
+        };
         self.apply(input, &mut dirty);
         self.reconcile(dirty);
+        self.check_postconditions(&before, is_tick);
     }
 
     /// Updates the store and the controllers' memory for one input; collects affected keys.
@@ -259,8 +272,12 @@ impl Engine {
         self.effects.poll()
     }
 
-    /// The earliest time the engine wants a [`Input::Tick`].
+    /// The earliest time the engine wants a [`Input::Tick`]: now, when a pass left keys to
+    /// reconcile.
     pub fn next_deadline(&self) -> Option<Timestamp> {
+        if self.carried.iter().any(|keys| !keys.is_empty()) {
+            return Some(self.now);
+        }
         self.controllers
             .all()
             .iter()
@@ -306,6 +323,7 @@ impl Engine {
 
     fn complete(&mut self, id: u64, outcome: &ApiOutcome, dirty: &mut Dirty) {
         let Some((command, waiters)) = self.effects.complete(id, outcome, self.now) else {
+            crate::mark::hit("result_for_a_command_not_in_flight");
             tracing::debug!(
                 command = id,
                 "result for a command not in flight (after a restart?)"
@@ -322,6 +340,7 @@ impl Engine {
             // The API says the object does not exist: the cache learns it now, not when a
             // (possibly lost) watch event catches up, so no controller keeps writing to it.
             ApiOutcome::NotFound if !matches!(command.action, Action::RecordEvent { .. }) => {
+                crate::mark::hit("not_found_answer_removes_the_object");
                 self.store.remove(target)
             }
             // A DELETE that removed an object the cache never had: gone, and now known to be.
@@ -345,33 +364,69 @@ impl Engine {
         }
     }
 
-    fn reconcile(&mut self, dirty: Dirty) {
-        let mut budget = RECONCILES_PER_INPUT_MAX;
-        let now = self.now;
-        let cause = self.applied_seq;
-        for (slot, keys) in dirty.slots.into_iter().enumerate() {
-            for key in keys {
+    /// Reconciles each dirty key once, in slot then key order, up to the budget; what is left
+    /// is carried to the next input.
+    fn reconcile(&mut self, mut dirty: Dirty) {
+        let mut budget = self.reconciles_per_input_max();
+        for slot in 0..dirty.slots.len() {
+            while let Some(key) = dirty.slots[slot].pop_first() {
                 if budget == 0 {
-                    tracing::error!("reconcile budget exhausted for input #{cause}");
+                    dirty.push(slot, key);
+                    self.carry(dirty);
                     return;
                 }
                 budget -= 1;
-                let mut cx = Cx {
-                    now,
-                    store: &self.store,
-                    cause,
-                    owner: key.clone(),
-                    effects: &mut self.effects,
-                };
-                if let Some(observer) = &self.counters.observer {
-                    observer.began(slot);
-                }
-                self.controllers.all_mut()[slot].reconcile(&key, &mut cx);
-                if let Some(observer) = &self.counters.observer {
-                    observer.ended(slot);
-                }
-                self.counters.reconciles[slot] += 1;
+                self.reconcile_key(slot, &key);
             }
+        }
+    }
+
+    fn reconcile_key(&mut self, slot: usize, key: &ObjectKey) {
+        let mut cx = Cx {
+            now: self.now,
+            store: &self.store,
+            cause: self.applied_seq,
+            owner: key.clone(),
+            effects: &mut self.effects,
+        };
+        if let Some(observer) = &self.counters.observer {
+            observer.began(slot);
+        }
+        self.controllers.all_mut()[slot].reconcile(key, &mut cx);
+        if let Some(observer) = &self.counters.observer {
+            observer.ended(slot);
+        }
+        self.counters.reconciles[slot] += 1;
+    }
+
+    #[cfg(not(test))]
+    fn reconciles_per_input_max(&self) -> usize {
+        RECONCILES_PER_INPUT_MAX
+    }
+
+    #[cfg(not(test))]
+    fn budget_exhaustion_expected(&self) -> bool {
+        false
+    }
+
+    /// The budget ran out with `left` still dirty: a bug, or an input far beyond any fleet
+    /// this was sized for. The keys are not dropped: the next input reconciles them.
+    fn carry(&mut self, left: Dirty) {
+        let keys: usize = left.slots.iter().map(BTreeSet::len).sum();
+        tracing::error!(
+            input = self.applied_seq,
+            keys,
+            "reconcile budget exhausted: the keys left are carried to the next input"
+        );
+        self.counters.reconcile_budget_exhausted += 1;
+        crate::mark::hit("reconcile_budget_exhausted");
+        debug_assert!(
+            self.budget_exhaustion_expected(),
+            "reconcile budget exhausted for input #{} with {keys} keys left",
+            self.applied_seq
+        );
+        for (carried, keys) in self.carried.iter_mut().zip(left.slots) {
+            carried.extend(keys);
         }
     }
 }
@@ -396,6 +451,7 @@ fn keeps_answer(action: &Action, object: &Object, cached: bool) -> bool {
         && meta.is_deleting()
         && meta.finalizers.is_empty();
     if released {
+        crate::mark::hit("released_object_not_brought_back");
         return false;
     }
     cached
@@ -412,17 +468,4 @@ fn fnv1a(bytes: &[u8]) -> u64 {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     hash
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_controller_sits_in_the_slot_of_its_id() {
-        let mut controllers = Controllers::default();
-        for (slot, controller) in controllers.all_mut().into_iter().enumerate() {
-            assert_eq!(controller.id().slot(), slot, "{:?}", controller.id());
-        }
-    }
 }

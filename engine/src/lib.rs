@@ -5,6 +5,8 @@
 //! No clock, RNG, async runtime or I/O here except the `journal` module: time is a value passed
 //! to [`Engine::handle`], and commands are pulled with [`Engine::poll_command`].
 
+#![deny(unsafe_code)]
+
 pub mod codec;
 pub mod command;
 pub mod controller;
@@ -16,6 +18,7 @@ pub mod health;
 pub mod input;
 pub mod intake;
 pub mod journal;
+pub mod mark;
 pub mod metrics;
 pub mod model;
 pub mod node_deletion;

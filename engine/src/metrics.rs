@@ -30,6 +30,8 @@ pub trait ReconcileObserver: std::fmt::Debug + Send + Sync {
 pub struct Counters {
     pub reconciles: [u64; ControllerId::COUNT],
     pub errors: [u64; ControllerId::COUNT],
+    /// Inputs whose reconciles ran out of budget (a bug): their keys left were carried on.
+    pub reconcile_budget_exhausted: u64,
     pub observer: Option<std::sync::Arc<dyn ReconcileObserver>>,
 }
 

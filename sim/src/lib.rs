@@ -4,6 +4,8 @@
 //! Same scenario and seed give byte-identical timelines: time only moves when the next event
 //! is due, all randomness comes from one `rand_chacha` stream, and every collection is ordered.
 
+#![deny(unsafe_code)]
+
 pub mod api;
 pub mod defaults;
 mod differential;

@@ -41,9 +41,8 @@ impl LeaseConfig {
     }
 }
 
-fn micro_now() -> MicroTime {
-    let ms = wall_now().as_millis();
-    MicroTime(k8s_openapi::jiff::Timestamp::from_millisecond(ms).unwrap_or_default())
+fn micro(at: engine::Timestamp) -> MicroTime {
+    MicroTime(k8s_openapi::jiff::Timestamp::from_millisecond(at.as_millis()).unwrap_or_default())
 }
 
 fn is_conflict(e: &kube::Error) -> bool {
@@ -56,7 +55,16 @@ pub async fn try_acquire_or_renew(
     api: &Api<Lease>,
     config: &LeaseConfig,
 ) -> Result<bool, kube::Error> {
-    let now = micro_now();
+    try_acquire_or_renew_at(api, config, wall_now()).await
+}
+
+/// [`try_acquire_or_renew`] as of `now` (tests pass a clock instead of waiting for expiry).
+pub async fn try_acquire_or_renew_at(
+    api: &Api<Lease>,
+    config: &LeaseConfig,
+    now: engine::Timestamp,
+) -> Result<bool, kube::Error> {
+    let now = micro(now);
     let duration_s = i32::try_from(config.lease_duration.as_secs()).unwrap_or(i32::MAX);
     let Some(mut lease) = api.get_opt(&config.name).await? else {
         let lease = Lease {
@@ -158,7 +166,7 @@ pub async fn release(api: &Api<Lease>, config: &LeaseConfig) -> Result<bool, kub
         if spec.holder_identity.as_deref() != Some(config.identity.as_str()) {
             return Ok(false);
         }
-        let now = micro_now();
+        let now = micro(wall_now());
         spec.holder_identity = Some(String::new());
         spec.lease_duration_seconds = Some(1);
         spec.acquire_time = Some(now.clone());

@@ -492,6 +492,15 @@ impl Scraped {
                 per_controller(&view.counters.errors, &[]),
             ),
             (
+                "lifecycle_reconcile_budget_exhausted",
+                MetricType::Counter,
+                "Inputs whose reconciles ran out of the per-input budget (a bug): the keys left were carried to the next input.",
+                vec![(
+                    Labels::new(),
+                    view.counters.reconcile_budget_exhausted as f64,
+                )],
+            ),
+            (
                 "lifecycle_machines_deleting",
                 MetricType::Gauge,
                 "Machines being deleted, by phase (the Deleting condition's reason; Pending before the first).",
@@ -655,6 +664,7 @@ mod tests {
             // Every deletion phase and blocked-pod reason an alert reads has a series.
             "lifecycle_machines_deleting{phase=\"DrainingNode\"} 0",
             "lifecycle_drain_blocked_pods{reason=\"PodDisruptionBudget\"} 0",
+            "lifecycle_reconcile_budget_exhausted_total 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
         }

@@ -12,6 +12,7 @@
 //! least one real deletion attempt (Part 1 decision 10). Timers are a closed enum
 //! ([`DeletionTimer`]) kept in one [`TimerTable`].
 
+mod checks;
 mod gates;
 mod pass;
 mod pods;
@@ -454,6 +455,7 @@ impl Controller for MachineDeletion {
     }
 
     fn reconcile(&mut self, key: &ObjectKey, cx: &mut Cx<'_>) {
+        self.check(key, cx.now);
         let store: &Store = cx.store;
         let machine = match store.get(key) {
             Some(Object::Machine(m)) => m,
@@ -571,6 +573,7 @@ impl Controller for MachineDeletion {
             tracing::trace!(machine = %key, ?timer, at = %at, "deletion timer");
             self.timers.set(key, timer, at, about.as_ref());
         }
+        self.check(key, cx.now);
     }
 
     fn on_result(&mut self, command: &Command, outcome: &ApiOutcome, now: Timestamp) {
@@ -654,6 +657,7 @@ impl Controller for MachineDeletion {
             | Action::CreateMachine { .. }
             | Action::RecordEvent { .. } => {}
         }
+        self.check(&command.owner, now);
     }
 
     fn take_due(&mut self, now: Timestamp, fired: &mut Vec<FiredTimer>) {

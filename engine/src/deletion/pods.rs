@@ -42,7 +42,9 @@ pub struct NodePods {
 
 /// A [`NodePods`] kept in a deletion's memory without being state: not serialized (a decoded
 /// engine rebuilds it on its first pass) and equal to any other (it never changes what a pass
-/// does, only what it costs).
+/// does, only what it costs). So replay equality cannot see it drift: debug builds check each
+/// [`NodePods::sync`] against a classification from scratch instead, which also checks the
+/// store's Namespace change numbers it relies on.
 #[derive(Clone, Debug, Default)]
 pub struct PodCache(pub NodePods);
 
@@ -65,6 +67,58 @@ impl NodePods {
         dcx: &DrainContext<'_>,
         rules: &[&MachineDrainRule],
     ) -> &[CachedPod] {
+        self.update(store, scope, node, dcx, rules);
+        debug_assert!(
+            self.drift(store, scope, node, dcx).is_none(),
+            "pod cache of Node {node} drifted: {}",
+            self.drift(store, scope, node, dcx).unwrap_or_default()
+        );
+        &self.pods
+    }
+
+    /// The first entry that differs from classifying every pod on `node` now, if any.
+    fn drift(
+        &self,
+        store: &Store,
+        scope: &Scope,
+        node: &str,
+        dcx: &DrainContext<'_>,
+    ) -> Option<String> {
+        let mut fresh = store
+            .pods_on_node(scope, node)
+            .filter_map(|k| match store.get(k) {
+                Some(Object::Pod(p)) => {
+                    Some((k, p.meta.deletion_timestamp, drain::classify(p, dcx)))
+                }
+                _ => None,
+            });
+        let mut kept = self.pods.iter();
+        loop {
+            match (kept.next(), fresh.next()) {
+                (None, None) => return None,
+                (Some(c), Some((key, deletion_timestamp, status)))
+                    if c.key == *key
+                        && c.deletion_timestamp == deletion_timestamp
+                        && c.status == status => {}
+                (c, f) => {
+                    return Some(format!(
+                        "kept {:?}, now {:?}",
+                        c.map(|c| (&c.key, c.deletion_timestamp, &c.status)),
+                        f
+                    ));
+                }
+            }
+        }
+    }
+
+    fn update(
+        &mut self,
+        store: &Store,
+        scope: &Scope,
+        node: &str,
+        dcx: &DrainContext<'_>,
+        rules: &[&MachineDrainRule],
+    ) {
         let namespaces_changed_at = store.namespaces_changed_at(scope);
         let same_context = self.rules.iter().eq(rules.iter().copied())
             && self.namespaces_changed_at == namespaces_changed_at;
@@ -119,7 +173,6 @@ impl NodePods {
             self.pods.append(&mut added);
             self.pods.sort_by(|a, b| a.key.cmp(&b.key));
         }
-        &self.pods
     }
 }
 
@@ -215,6 +268,18 @@ mod tests {
             controller: true,
         }];
         p
+    }
+
+    /// A kept classification that no longer matches its pod (a missed invalidation) stops a
+    /// debug build at the sync that would have used it.
+    #[test]
+    #[should_panic(expected = "pod cache of Node n1 drifted: kept")]
+    fn a_stale_classification_is_caught_by_the_sync() {
+        let mut w = World::new();
+        w.put(Object::Pod(pod("app", "a", "n1")));
+        w.check(0);
+        w.cache.pods[0].status.behavior = drain::DrainBehavior::Skip;
+        w.check(0);
     }
 
     /// Every change a classification depends on is seen, whether or not the pod changes.

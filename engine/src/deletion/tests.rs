@@ -612,6 +612,7 @@ fn the_gauges_count_blocked_pods_by_reason_and_machines_held_by_each_hook() {
 
 #[test]
 fn failed_eviction_is_retried_after_20s_and_never_earlier() {
+    let _mark = crate::mark::check("eviction_retried_after_a_failure");
     let (mut h, cmds) = drained_start(deleting_m1(), vec![]);
     h.apply_status(&cmds);
     let pdb = "Cannot evict pod as it would violate the pod's disruption budget. \
@@ -1118,6 +1119,7 @@ fn node_deletion_timeout_zero_retries_forever() {
 
 #[test]
 fn node_deletion_404_counts_as_success() {
+    let _mark = crate::mark::check("not_found_answer_removes_the_object");
     let (mut h, first) = node_deletion_world(None, T0);
     let del = find(&first, "DeleteNode").clone();
     h.apply_status(&first);
@@ -1201,6 +1203,7 @@ fn the_finalizer_goes_whatever_order_the_completed_write_and_its_event_arrive_in
 /// Machine as it was must not bring it back, nor make the finalizer go twice.
 #[test]
 fn an_answer_arriving_after_the_deletion_was_observed_brings_nothing_back() {
+    let _mark = crate::mark::check("released_object_not_brought_back");
     for stale_finalizers in [vec![MACHINE_FINALIZER.to_string()], vec![]] {
         let (mut h, first) = node_deletion_world(None, T0);
         let del = find(&first, "DeleteNode").clone();
@@ -1834,4 +1837,77 @@ fn a_machine_whose_cluster_name_is_corrected_is_deleted_in_its_real_cluster() {
     assert!(destructive(&first).is_empty(), "{:#?}", lines(&first));
     let out = h.observe(mgmt(), Object::Machine(deleting_m1()));
     assert_eq!(destructive(&out), ["drain Cordon Node n1@c1"]);
+}
+
+/// The drained world with m1's memory bent by `corrupt`; the next input touching m1 (its
+/// watch event) checks it.
+fn corrupted(corrupt: impl FnOnce(&mut super::MachineDeletion)) {
+    let mut h = evicted_start();
+    corrupt(&mut h.engine.controllers_mut().deletion);
+    let m1 = h.machine();
+    h.observe(mgmt(), Object::Machine(m1));
+}
+
+fn m1_memo(deletion: &mut super::MachineDeletion) -> &mut super::Memo {
+    &mut deletion
+        .machines
+        .get_mut(&machine_key("m1"))
+        .expect("m1 is tracked")
+        .memo
+}
+
+#[test]
+fn the_checks_pass_on_an_uncorrupted_deletion() {
+    corrupted(|_| {});
+}
+
+#[test]
+#[should_panic(expected = "deleting Machine Machine default/m1: eviction of")]
+fn an_eviction_remembered_as_issued_in_the_future_fails_the_check() {
+    corrupted(|d| {
+        for attempt in m1_memo(d).evictions.values_mut() {
+            attempt.at = at(3600);
+        }
+    });
+}
+
+#[test]
+#[should_panic(expected = "failed (pdb) but remembers None")]
+fn a_failed_eviction_that_forgot_its_failure_fails_the_check() {
+    corrupted(|d| {
+        for attempt in m1_memo(d).evictions.values_mut() {
+            attempt.outcome = crate::drain::EvictionOutcome::Failed("pdb".into());
+            attempt.last_failure = None;
+        }
+    });
+}
+
+#[test]
+#[should_panic(expected = "Node deletion first tried at")]
+fn node_deletion_attempts_out_of_order_fail_the_check() {
+    corrupted(|d| {
+        m1_memo(d).node_deletion = Some(super::NodeDeletion {
+            first_at: at(2),
+            last_at: at(1),
+            outcome: super::NodeDeletionOutcome::Pending,
+        });
+    });
+}
+
+#[test]
+#[should_panic(expected = "asked at")]
+fn a_cordon_asked_in_the_future_fails_the_check() {
+    corrupted(|d| {
+        m1_memo(d).cordon = Some(super::Attempt {
+            at: at(3600),
+            answered: true,
+            failure: None,
+        });
+    });
+}
+
+#[test]
+#[should_panic(expected = "not routed: under its cluster true, under Node Some(\"n1\") false")]
+fn a_machine_missing_from_its_nodes_routing_fails_the_check() {
+    corrupted(|d| d.by_node.clear());
 }

@@ -202,10 +202,14 @@ impl<'a> DrainPlan<'a> {
             EvictionOutcome::Pending if in_flight(key) => true,
             // Issued before a restart and never answered: try again.
             EvictionOutcome::Pending => {
+                crate::mark::hit("eviction_issued_again_after_a_restart");
                 self.evict_now.push(key);
                 true
             }
             _ if due => {
+                if matches!(attempt.outcome, EvictionOutcome::Failed(_)) {
+                    crate::mark::hit("eviction_retried_after_a_failure");
+                }
                 self.evict_now.push(key);
                 true
             }
@@ -456,6 +460,7 @@ mod tests {
 
     #[test]
     fn an_unanswered_eviction_from_before_a_restart_is_issued_again() {
+        let _mark = crate::mark::check("eviction_issued_again_after_a_restart");
         use DrainBehavior::*;
         let f = Fixture::new(&[("a", Drain, None, false)]);
         let attempts = [(

@@ -80,6 +80,7 @@ fn repair(dir: &Path, opts: &JournalOptions) -> Result<RepairReport, JournalErro
         if let Ok(view) = BatchView::parse(first, &value)
             && view.last_seq() > kept_through
         {
+            crate::mark::hit("repair_reframes_the_batch_with_the_first_bad_record");
             let good: Vec<(Timestamp, Vec<u8>)> = view
                 .records()
                 .map_while(Result::ok)

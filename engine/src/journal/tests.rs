@@ -788,6 +788,7 @@ pub(super) fn damage_matrix(
 
 #[test]
 fn repair_truncates_to_the_last_good_record_and_rewrites_the_commit_record() {
+    let _mark = crate::mark::check("repair_reframes_the_batch_with_the_first_bad_record");
     let tmp = tempfile::tempdir().unwrap();
     let (mut j, _) = open(tmp.path());
     append_n(&mut j, 30, 10);

@@ -9,6 +9,7 @@
 //! Guarantees: reconciling twice with nothing changed issues nothing; Node changes wake the pool
 //! (no 30 s polling); a timer only covers `minReadySeconds` expiry and Node deletion retries.
 
+mod checks;
 mod conditions;
 mod deletion;
 mod draft;
@@ -240,6 +241,7 @@ impl Controller for Pools {
     }
 
     fn reconcile(&mut self, key: &ObjectKey, cx: &mut Cx<'_>) {
+        self.check(key, cx.now);
         self.timers.cancel(key);
         let Some(Object::MachinePool(mp)) = cx.store.get(key) else {
             self.memory.remove(key);
@@ -290,6 +292,7 @@ impl Controller for Pools {
         } else {
             self.memory.insert(key.clone(), memory);
         }
+        self.check(key, now);
     }
 
     fn on_result(&mut self, command: &Command, outcome: &ApiOutcome, now: Timestamp) {
@@ -350,6 +353,7 @@ impl Controller for Pools {
                 );
             }
         }
+        self.check(&command.owner, now);
     }
 
     fn take_due(&mut self, now: Timestamp, fired: &mut Vec<FiredTimer>) {

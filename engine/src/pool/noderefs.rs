@@ -71,6 +71,12 @@ pub fn node_references<'a>(
     if out.references.is_empty() && !provider_ids.is_empty() {
         return Err(NoAvailableNodes);
     }
+    debug_assert!(
+        out.violation().is_none(),
+        "nodeRefs of {} providerIDs: {}",
+        provider_ids.len(),
+        out.violation().unwrap_or_default()
+    );
     Ok(out)
 }
 

@@ -35,7 +35,7 @@ impl Hasher for Fnv {
 
 type FnvMap<'a> = HashMap<&'a str, &'a Node, BuildHasherDefault<Fnv>>;
 /// A set of strings for membership tests only (never iterated).
-pub type FnvSet<'a> = HashSet<&'a str, BuildHasherDefault<Fnv>>; // probed only, never iterated
+pub type FnvSet<'a> = HashSet<&'a str, BuildHasherDefault<Fnv>>;
 
 /// Built lazily, one map at a time: a steady reconcile only needs the providerID map.
 pub struct NodeIndex<'a> {

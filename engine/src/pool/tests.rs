@@ -90,6 +90,45 @@ fn world(pool: MachinePool, nodes: &[&str]) -> Vec<(Scope, Object)> {
     objects
 }
 
+/// The world's provider object of kind `kind` (`KubeadmConfig`, `DockerMachinePool`).
+fn external_mut<'a>(objects: &'a mut [(Scope, Object)], kind: &str) -> &'a mut External {
+    objects
+        .iter_mut()
+        .find_map(|(_, o)| match o {
+            Object::External(e) if e.group_kind.kind == kind => Some(e),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no {kind} in the world"))
+}
+
+fn bootstrap_mut(objects: &mut [(Scope, Object)]) -> &mut External {
+    external_mut(objects, "KubeadmConfig")
+}
+
+fn infra_mut(objects: &mut [(Scope, Object)]) -> &mut External {
+    external_mut(objects, "DockerMachinePool")
+}
+
+fn cluster_mut(objects: &mut [(Scope, Object)]) -> &mut Cluster {
+    objects
+        .iter_mut()
+        .find_map(|(_, o)| match o {
+            Object::Cluster(c) => Some(c),
+            _ => None,
+        })
+        .expect("a Cluster in the world")
+}
+
+fn node_mut<'a>(objects: &'a mut [(Scope, Object)], name: &str) -> &'a mut Node {
+    objects
+        .iter_mut()
+        .find_map(|(_, o)| match o {
+            Object::Node(n) if n.meta.name == name => Some(n),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no Node {name} in the world"))
+}
+
 /// The pool as it looks once everything the controller wrote for `world` has landed.
 fn settled_pool(nodes: &[&str]) -> MachinePool {
     let n = nodes.len() as i32;
@@ -230,9 +269,7 @@ fn paused_cluster_or_pool_does_nothing() {
     assert_eq!(lines(&commands), Vec::<String>::new());
 
     let mut objects = world(machine_pool("c1", "p1", 1), &["p1-0"]);
-    if let Object::Cluster(c) = &mut objects[0].1 {
-        c.paused = true;
-    }
+    cluster_mut(&mut objects).paused = true;
     let (_, commands) = synced_engine(T0, objects);
     assert_eq!(lines(&commands), Vec::<String>::new());
 }
@@ -284,9 +321,7 @@ fn owner_references_and_labels_on_pool_bootstrap_and_infra() {
 #[test]
 fn provider_object_owned_by_another_controller_is_not_stolen() {
     let mut objects = world(settled_pool(&["p1-0"]), &["p1-0"]);
-    if let Object::External(e) = &mut objects[2].1 {
-        e.meta.owner_references[0].name = "someone-else".into();
-    }
+    bootstrap_mut(&mut objects).meta.owner_references[0].name = "someone-else".into();
     let (_, commands) = synced_engine(T0, objects);
     assert_eq!(lines(&commands), Vec::<String>::new());
 }
@@ -344,13 +379,15 @@ fn bootstrap_reconciliation_table() {
         let mut mp = machine_pool("c1", "p1", 1);
         mp.status.phase = Some("Pending".into());
         let mut objects = world(mp, &[]);
-        if let Object::External(e) = &mut objects[2].1 {
+        {
+            let e = bootstrap_mut(&mut objects);
             e.ready = case.ready;
             e.data_secret_created = case.data_secret_created;
             e.data_secret_name = case.secret.map(str::to_string);
         }
         // Keep infrastructure out of the way.
-        if let Object::External(e) = &mut objects[3].1 {
+        {
+            let e = infra_mut(&mut objects);
             e.ready = Some(false);
             e.provisioned = Some(false);
         }
@@ -439,9 +476,7 @@ fn empty_provider_id_list_with_nonzero_replicas_is_not_copied() {
     mp.replicas = Some(2);
     mp.status.phase = Some("ScalingUp".into());
     let mut objects = world(mp, &[]);
-    if let Object::External(e) = &mut objects[3].1 {
-        e.status_replicas = Some(2);
-    }
+    infra_mut(&mut objects).status_replicas = Some(2);
     let (_, commands) = synced_engine(T0, objects);
     let status = merge_of(find(&commands, "PatchStatus", "MachinePool default/p1"));
     assert!(!commands.iter().any(|c| c.action.name() == "PatchSpec"));
@@ -456,7 +491,8 @@ fn infra_ready_through_initialization_provisioned_alone() {
     let mut mp = settled_pool(&["p1-0"]);
     mp.status.infrastructure_provisioned = false;
     let mut objects = world(mp, &["p1-0"]);
-    if let Object::External(e) = &mut objects[3].1 {
+    {
+        let e = infra_mut(&mut objects);
         e.ready = None;
         e.provisioned = Some(true);
     }
@@ -537,7 +573,8 @@ fn scale_from_zero_picks_up_new_nodes_as_they_join() {
     let mut mp = settled_pool(&[]);
     mp.replicas = Some(1);
     let mut objects = world(mp, &[]);
-    if let Object::External(e) = &mut objects[3].1 {
+    {
+        let e = infra_mut(&mut objects);
         e.provider_id_list = Some(ids(&["p1-0"]));
         e.status_replicas = Some(1);
     }
@@ -613,9 +650,8 @@ fn min_ready_seconds_expiry_wakes_the_pool_and_counts_the_node_available() {
     mp.status.legacy_available_replicas = Some(0);
     mp.status.legacy_unavailable_replicas = Some(1);
     let mut objects = world(mp, &["p1-0"]);
-    if let Object::Node(n) = &mut objects[4].1 {
-        n.conditions = vec![ready_condition(ConditionStatus::True, secs(0))];
-    }
+    node_mut(&mut objects, "p1-0").conditions =
+        vec![ready_condition(ConditionStatus::True, secs(0))];
     let (mut engine, commands) = synced_engine(secs(10), objects);
     assert_eq!(lines(&commands), Vec::<String>::new());
     assert_eq!(
@@ -650,7 +686,8 @@ fn replicas_managed_by_annotation_makes_the_phase_scaling() {
 #[test]
 fn infra_failure_surfaces_and_failed_is_terminal() {
     let mut objects = world(settled_pool(&["p1-0"]), &["p1-0"]);
-    if let Object::External(e) = &mut objects[3].1 {
+    {
+        let e = infra_mut(&mut objects);
         e.failure_reason = Some("UpdateError".into());
         e.failure_message = Some("instance group is broken".into());
     }
@@ -738,9 +775,7 @@ fn v1beta1_pool_gets_its_own_paths_and_both_condition_lists() {
     let mut mp = machine_pool("c1", "p1", 1);
     mp.version = ApiVersion::V1Beta1;
     let mut objects = world(mp, &["p1-0"]);
-    if let Object::Node(n) = &mut objects[4].1 {
-        *n = bare_node("p1-0");
-    }
+    *node_mut(&mut objects, "p1-0") = bare_node("p1-0");
     let (_, commands) = started(T0, objects);
     let status = find(&commands, "PatchStatus", "MachinePool default/p1");
     assert_eq!(
@@ -901,9 +936,7 @@ fn machine_pool_machines_are_created_per_infrastructure_machine() {
     mp.template_labels = labels(&[("team", "blue")]);
     mp.template_annotations = labels(&[("note", "x")]);
     let mut objects = world(mp, &["p1-0"]);
-    if let Object::External(e) = &mut objects[3].1 {
-        e.infrastructure_machine_kind = Some("DockerMachinePoolMachine".into());
-    }
+    infra_mut(&mut objects).infrastructure_machine_kind = Some("DockerMachinePoolMachine".into());
     let mut im = external(
         "infrastructure.cluster.x-k8s.io",
         "DockerMachinePoolMachine",
@@ -1195,4 +1228,83 @@ fn an_unreadable_infrastructure_pool_or_node_deletes_nothing() {
     n.meta.resource_version = 3;
     let commands = upsert(&mut engine, secs(603), workload, Object::Node(n));
     assert_eq!(lines(&commands)[..1], ["DeleteNode Node p1-1@c1"]);
+}
+
+/// The deleting pool's Nodes being deleted: `DeleteNode` for p1-0 and p1-1 in flight at 30 s.
+fn deleting_nodes() -> (Engine, Vec<Command>) {
+    let (mut engine, commands) = deleting_world(None);
+    answer(&mut engine, secs(1), &commands[0], ok());
+    answer(&mut engine, secs(1), &commands[1], ok());
+    remove(
+        &mut engine,
+        secs(30),
+        external_key("KubeadmConfig", "bootstrap.cluster.x-k8s.io"),
+    );
+    let commands = remove(
+        &mut engine,
+        secs(30),
+        external_key("DockerMachinePool", "infrastructure.cluster.x-k8s.io"),
+    );
+    assert_eq!(commands.len(), 2, "{:?}", lines(&commands));
+    (engine, commands)
+}
+
+/// `corrupt` bends p1-0's deletion memory; the answer for p1-1 then checks the pool's memory.
+fn node_deletion_corrupted(corrupt: impl FnOnce(&mut PoolNodeDeletion)) {
+    let (mut engine, commands) = deleting_nodes();
+    let memory = engine
+        .controllers_mut()
+        .pool
+        .memory
+        .get_mut(&pool_key("p1"))
+        .expect("the pool remembers its Node deletions");
+    corrupt(memory.node_deletions.get_mut("p1-0").expect("p1-0 tried"));
+    answer(&mut engine, secs(30), &commands[1], ok());
+}
+
+#[test]
+fn the_pool_checks_pass_on_an_uncorrupted_deletion() {
+    node_deletion_corrupted(|_| {});
+}
+
+#[test]
+#[should_panic(expected = "MachinePool MachinePool default/p1: Node p1-0 deletion")]
+fn a_done_node_deletion_still_waiting_for_a_retry_fails_the_check() {
+    node_deletion_corrupted(|d| {
+        d.done = true;
+        d.retry_not_before = Some(secs(32));
+    });
+}
+
+#[test]
+#[should_panic(expected = "Node p1-0 deletion: first try")]
+fn a_node_deletion_first_tried_in_the_future_fails_the_check() {
+    node_deletion_corrupted(|d| d.first_try = secs(3600));
+}
+
+#[test]
+fn impossible_node_counts_are_named() {
+    let node = pool_node("p1-0");
+    let result =
+        |ready: i32, available: i32, nodes: Vec<&'static Node>| super::noderefs::NodeRefsResult {
+            references: refs(&["p1-0"]),
+            nodes,
+            ready,
+            available,
+            next_available_at: None,
+        };
+    let node: &'static Node = Box::leak(Box::new(node));
+    assert_eq!(result(1, 1, vec![node]).violation(), None);
+    for bad in [
+        result(1, 2, vec![node]),
+        result(2, 1, vec![node]),
+        result(1, -1, vec![node]),
+        result(1, 1, vec![]),
+    ] {
+        assert!(
+            bad.violation().is_some(),
+            "{:?}",
+            (bad.ready, bad.available)
+        );
+    }
 }

@@ -100,6 +100,8 @@ struct Indexes {
 /// classifications (which read Namespaces) stay valid while it does not move. A cache, not
 /// state: not encoded, equal to any other; a decoded store starts at 0, as do the
 /// classifications kept with it (none).
+/// A number that failed to move would leave those classifications stale: debug builds check
+/// every one of them against a fresh classification (`deletion::pods`), where it would show.
 #[derive(Clone, Debug, Default)]
 struct NamespaceChanges(BTreeMap<Scope, u64>);
 

@@ -1,0 +1,244 @@
+//! The reconcile budget and the checks of `Engine::handle`, each made to fire.
+
+use super::checks::Before;
+use super::*;
+use crate::command::ControllerId;
+use crate::controller::Intent;
+use crate::model::{Kind, Object};
+use crate::testing::{bootstrap_config, cluster, drain_commands, infra_machine, machine};
+use crate::time::Duration;
+
+/// A test's reconcile budget: lower than the real one, and whether running out is expected
+/// (it is a bug otherwise, and a debug build stops).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Budget {
+    max: Option<usize>,
+    exhaustion_expected: bool,
+}
+
+impl Engine {
+    pub(super) fn reconciles_per_input_max(&self) -> usize {
+        self.budget.max.unwrap_or(RECONCILES_PER_INPUT_MAX)
+    }
+
+    pub(super) fn budget_exhaustion_expected(&self) -> bool {
+        self.budget.exhaustion_expected
+    }
+
+    /// For tests that corrupt a controller's memory to make its checks fire.
+    pub(crate) fn controllers_mut(&mut self) -> &mut Controllers {
+        &mut self.controllers
+    }
+}
+
+const T0: Timestamp = Timestamp(1_704_067_200_000);
+
+/// Cluster c1 with `n` deleting Machines (no Nodes), each with its providers; both caches
+/// synced.
+fn deleting_machines(n: usize) -> Input {
+    let mut objects = vec![Object::Cluster(cluster("c1"))];
+    for i in 0..n {
+        let name = format!("m{i}");
+        let mut m = machine("c1", &name, None);
+        m.meta.deletion_timestamp = Some(T0);
+        objects.push(Object::Machine(m));
+        objects.push(Object::External(infra_machine(&name)));
+        objects.push(Object::External(bootstrap_config(&name)));
+    }
+    let workload = Input::Relist {
+        scope: crate::testing::workload("c1"),
+        objects: Vec::new(),
+    };
+    let management = Input::Relist {
+        scope: Scope::Management,
+        objects,
+    };
+    Input::Batch {
+        inputs: vec![workload, management],
+    }
+}
+
+/// What the commands do, without their ids and causes (which differ between the runs).
+fn actions(commands: &[Command]) -> BTreeSet<String> {
+    commands
+        .iter()
+        .map(|c| format!("{:?} {:?}", c.controller, c.action))
+        .collect()
+}
+
+#[test]
+fn keys_left_when_the_budget_runs_out_are_reconciled_by_the_next_inputs() {
+    let _mark = crate::mark::check("reconcile_budget_exhausted");
+    let mut unlimited = Engine::new();
+    unlimited.handle(T0, deleting_machines(5));
+    let expected = actions(&drain_commands(&mut unlimited));
+    assert!(expected.len() >= 5, "{expected:?}");
+    let reconciles: u64 = unlimited.counters().reconciles.iter().sum();
+    assert!(reconciles > 4, "{reconciles} reconciles");
+
+    let mut engine = Engine::new();
+    engine.budget = Budget {
+        max: Some(2),
+        exhaustion_expected: true,
+    };
+    engine.handle(T0, deleting_machines(5));
+    let mut commands = drain_commands(&mut engine);
+    assert_eq!(engine.counters().reconcile_budget_exhausted, 1);
+    assert_eq!(engine.counters().reconciles.iter().sum::<u64>(), 2);
+    assert_eq!(
+        engine.next_deadline(),
+        Some(T0),
+        "the rest is wanted at once"
+    );
+    let mut ticks = 0;
+    while engine.carried.iter().any(|keys| !keys.is_empty()) {
+        engine.handle(T0, Input::Tick);
+        commands.extend(drain_commands(&mut engine));
+        ticks += 1;
+        assert!(ticks < 100, "the carried keys never ran out");
+    }
+    assert_eq!(
+        engine.counters().reconciles.iter().sum::<u64>(),
+        reconciles,
+        "each key reconciled once"
+    );
+    assert_eq!(actions(&commands), expected);
+}
+
+#[test]
+#[should_panic(expected = "reconcile budget exhausted for input #1 with")]
+fn running_out_of_the_budget_stops_a_debug_build() {
+    let mut engine = Engine::new();
+    engine.budget.max = Some(2);
+    engine.handle(T0, deleting_machines(5));
+}
+
+#[test]
+#[should_panic(expected = "before input #2: ")]
+fn a_reconcile_waiting_on_an_intent_not_in_flight_stops_the_next_input() {
+    let mut engine = Engine::new();
+    engine.handle(T0, deleting_machines(1));
+    let key = ObjectKey::management(Kind::Machine, "default", "gone");
+    let intent = Intent {
+        action: "PatchStatus".into(),
+        target: key.clone(),
+    };
+    engine
+        .effects
+        .corrupt_wait(intent, (ControllerId::Deletion, key));
+    engine.handle(T0, Input::Tick);
+}
+
+#[test]
+#[should_panic(expected = "input sequence numbers exhausted")]
+fn sequence_numbers_run_out_in_a_debug_build_only_by_corruption() {
+    let mut engine = Engine::new();
+    engine.applied_seq = u64::MAX;
+    engine.handle(T0, Input::Tick);
+}
+
+#[test]
+fn a_deadline_still_due_after_a_tick_is_a_violation() {
+    let mut engine = Engine::new();
+    engine.handle(T0, deleting_machines(1));
+    let first = drain_commands(&mut engine).remove(0);
+    // A failed write is retried after its backoff: a deadline.
+    engine.handle(
+        T0,
+        Input::ApiResult {
+            command: first.id,
+            outcome: crate::ApiOutcome::Unreachable {
+                message: "down".into(),
+            },
+        },
+    );
+    let due = engine.next_deadline().expect("a retry after the backoff");
+    assert!(due > T0);
+    let before = Before {
+        applied_seq: engine.applied_seq - 1,
+        now: T0,
+    };
+    assert_eq!(engine.violation(&before, true), None);
+    // As if a Tick at `due` had left the timer in place.
+    engine.now = due;
+    let violation = engine.violation(&before, true).unwrap_or_default();
+    assert!(violation.contains("still due"), "{violation:?}");
+    assert_eq!(engine.violation(&before, false), None, "only a Tick takes");
+}
+
+#[test]
+fn a_lost_input_or_time_going_back_is_a_violation() {
+    let mut engine = Engine::new();
+    engine.handle(T0, Input::Tick);
+    let at = |applied_seq: u64, now: Timestamp| Before { applied_seq, now };
+    assert_eq!(engine.violation(&at(0, T0), false), None);
+    for before in [at(1, T0), at(0, T0.saturating_add(Duration::from_secs(1)))] {
+        let violation = engine.violation(&before, false).unwrap_or_default();
+        assert!(violation.contains("input #1 at"), "{violation:?}");
+    }
+}
+
+#[test]
+fn an_answer_to_a_command_forgotten_at_a_restart_changes_nothing() {
+    let _mark = crate::mark::check("result_for_a_command_not_in_flight");
+    let mut engine = Engine::new();
+    engine.handle(T0, deleting_machines(1));
+    let first = drain_commands(&mut engine).remove(0);
+    engine.handle(T0, Input::Restarted);
+    assert_eq!(engine.in_flight_len(), 0);
+    let store = engine.store().clone();
+    engine.handle(
+        T0,
+        Input::ApiResult {
+            command: first.id,
+            outcome: crate::ApiOutcome::Ok { object: None },
+        },
+    );
+    assert_eq!(engine.store(), &store);
+    assert_eq!(engine.in_flight_len(), 0);
+}
+
+/// A restart forgets which caches are synced: nothing destructive goes out until the relists.
+#[test]
+fn after_a_restart_destructive_commands_wait_for_the_relists() {
+    let Input::Batch { mut inputs } = deleting_machines(1) else {
+        unreachable!("a batch")
+    };
+    let Some(Input::Relist { objects, .. }) = inputs.last_mut() else {
+        unreachable!("the management relist last")
+    };
+    for object in objects.iter_mut() {
+        if let Object::Machine(m) = object {
+            m.provider_id = None;
+        }
+    }
+    let destructive = |commands: Vec<Command>| {
+        commands
+            .into_iter()
+            .filter(|c| c.action.is_destructive())
+            .count()
+    };
+    let mut engine = Engine::new();
+    engine.handle(
+        T0,
+        Input::Batch {
+            inputs: inputs.clone(),
+        },
+    );
+    assert!(destructive(drain_commands(&mut engine)) > 0);
+    engine.handle(T0, Input::Restarted);
+    assert_eq!(destructive(drain_commands(&mut engine)), 0, "held");
+    engine.handle(T0, Input::Batch { inputs });
+    assert!(
+        destructive(drain_commands(&mut engine)) > 0,
+        "issued after the relist"
+    );
+}
+
+#[test]
+fn each_controller_sits_in_the_slot_of_its_id() {
+    let mut controllers = Controllers::default();
+    for (slot, controller) in controllers.all_mut().into_iter().enumerate() {
+        assert_eq!(controller.id().slot(), slot, "{:?}", controller.id());
+    }
+}
