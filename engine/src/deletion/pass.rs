@@ -917,7 +917,12 @@ impl<'p, 'a> Pass<'p, 'a> {
                     failure: attempt.and_then(|a| a.failure),
                 });
             }
-        } else if let Some(a) = attempt.as_ref().filter(|a| a.failure.is_some()) {
+        } else if let Some(a) = attempt
+            .as_ref()
+            .filter(|a| a.failure.is_some() && !in_flight)
+        {
+            // In flight, its answer reconciles the Machine; a wake-up now would be in the past
+            // and have the caller tick at once, for as long as the request is out.
             let node_key = self.node_key(node_name);
             self.wake_at(
                 a.at.saturating_add(API_RETRY_INTERVAL),
@@ -1193,7 +1198,10 @@ impl<'p, 'a> Pass<'p, 'a> {
                         ExternalRole::Bootstrap => self.tracked.memo.bootstrap_delete = fresh,
                     }
                 }
-            } else if let Some(a) = attempt.as_ref().filter(|a| a.failure.is_some()) {
+            } else if let Some(a) = attempt
+                .as_ref()
+                .filter(|a| a.failure.is_some() && !in_flight)
+            {
                 self.wake_at(
                     a.at.saturating_add(API_RETRY_INTERVAL),
                     DeletionTimer::ApiRetry,

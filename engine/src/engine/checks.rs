@@ -57,9 +57,20 @@ impl Engine {
             && !carrying
             && let Some(due) = self.next_deadline().filter(|at| *at <= self.now)
         {
+            let mut holders: Vec<String> = self
+                .controllers
+                .all()
+                .iter()
+                .filter(|c| c.next_deadline().is_some_and(|at| at <= self.now))
+                .map(|c| c.id().as_str().to_string())
+                .collect();
+            if self.effects.next_retry().is_some_and(|at| at <= self.now) {
+                holders.push("write retries".to_string());
+            }
             return Some(format!(
-                "a deadline at {due:?} is still due at {:?}",
-                self.now
+                "a deadline at {due:?} is still due at {:?} (held by {})",
+                self.now,
+                holders.join(", ")
             ));
         }
         None
