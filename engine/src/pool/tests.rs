@@ -852,20 +852,8 @@ fn deletion_removes_providers_then_every_node_then_the_finalizer() {
 
 #[test]
 fn node_deletion_gets_one_real_try_then_stops_after_the_timeout() {
-    let (mut engine, commands) = deleting_world(None);
-    answer(&mut engine, secs(1), &commands[0], ok());
-    answer(&mut engine, secs(1), &commands[1], ok());
-    remove(
-        &mut engine,
-        secs(30),
-        external_key("KubeadmConfig", "bootstrap.cluster.x-k8s.io"),
-    );
     // 30 s after deletion: the 10 s timeout passed long ago, yet each Node gets a real try.
-    let commands = remove(
-        &mut engine,
-        secs(30),
-        external_key("DockerMachinePool", "infrastructure.cluster.x-k8s.io"),
-    );
+    let (mut engine, commands) = deleting_nodes();
     assert_eq!(
         lines(&commands),
         ["DeleteNode Node p1-0@c1", "DeleteNode Node p1-1@c1"]

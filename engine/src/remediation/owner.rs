@@ -364,18 +364,28 @@ impl<'a> Plan<'a> {
                 "MachineSet {} is from an outdated revision; Machine {} goes with the rollout",
                 ms.meta.name, m.meta.name
             );
-            self.edit(
+            self.mark_current(
                 m,
-                Edit::set(
-                    List::Current,
-                    OWNER_REMEDIATED,
-                    ConditionStatus::False,
-                    CANNOT_BE_REMEDIATED_REASON,
-                    "Machine won't be remediated because it is pending removal due to rollout",
-                ),
+                CANNOT_BE_REMEDIATED_REASON,
+                "Machine won't be remediated because it is pending removal due to rollout",
                 why,
             );
         }
+    }
+
+    /// `OwnerRemediated=False` with `reason` and `message` on `m`'s current conditions.
+    fn mark_current(&mut self, m: &'a Machine, reason: &str, message: &str, why: String) {
+        self.edit(
+            m,
+            Edit::set(
+                List::Current,
+                OWNER_REMEDIATED,
+                ConditionStatus::False,
+                reason,
+                message,
+            ),
+            why,
+        );
     }
 
     /// Candidates beyond `maxInFlight` wait, and say why.
@@ -385,15 +395,10 @@ impl<'a> Plan<'a> {
                 "{in_flight} remediation(s) in progress, maxInFlight is {written}; deferring Machine {}",
                 m.meta.name
             );
-            self.edit(
+            self.mark_current(
                 m,
-                Edit::set(
-                    List::Current,
-                    OWNER_REMEDIATED,
-                    ConditionStatus::False,
-                    REMEDIATION_DEFERRED_REASON,
-                    &deferred_message(written),
-                ),
+                REMEDIATION_DEFERRED_REASON,
+                &deferred_message(written),
                 why,
             );
         }
@@ -406,15 +411,10 @@ impl<'a> Plan<'a> {
                 "Machine {} failed its health check and its owner remediates it; deleting it",
                 m.meta.name
             );
-            self.edit(
+            self.mark_current(
                 m,
-                Edit::set(
-                    List::Current,
-                    OWNER_REMEDIATED,
-                    ConditionStatus::False,
-                    MACHINE_DELETING_REASON,
-                    "Machine is deleting",
-                ),
+                MACHINE_DELETING_REASON,
+                "Machine is deleting",
                 why.clone(),
             );
             self.edit(
