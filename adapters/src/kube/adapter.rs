@@ -98,6 +98,19 @@ impl Default for AdapterOptions {
     }
 }
 
+/// A cluster's first relist is when its cache is synced: worth a line at `info`.
+fn log_first_relists(input: &Input) {
+    match input {
+        Input::Relist { scope, objects } => tracing::info!(
+            cluster = %engine::store::scope_name(scope),
+            objects = objects.len(),
+            "cache synced"
+        ),
+        Input::Batch { inputs } => inputs.iter().for_each(log_first_relists),
+        _ => {}
+    }
+}
+
 /// Events waiting for the loop; a backlog is fed as one batch, so a full channel is one batch.
 const CHANNEL_CAPACITY: usize = BATCH_INPUTS_MAX;
 
@@ -404,6 +417,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             _ => 1,
         });
         tracing::debug!(input = %input.describe(), "input");
+        log_first_relists(&input);
         self.core.handle(now, input);
         if let Err(e) = self.log.after_handle(&self.core) {
             self.journal_failed(e, None);
