@@ -16,6 +16,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// Counts live bytes and forwards every call to the system allocator. `unsafe` because a
+/// global allocator can only be written as an `unsafe impl GlobalAlloc` (the crates' roots deny
+/// unsafe code; this example is its own crate).
 struct Counting;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
