@@ -99,10 +99,7 @@ async fn main() {
     // Let the start's burst of work settle before measuring.
     tokio::time::sleep(Duration::from_secs(5)).await;
 
-    let client = kube::Client::try_from(kube::Config::new(
-        world.management.url().parse().expect("url"),
-    ))
-    .expect("client");
+    let client = adapters::kube::client_for_url(&world.management.url()).expect("client");
     let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine");
     let api: Api<DynamicObject> =
         Api::namespaced_with(client, "default", &ApiResource::from_gvk(&gvk));

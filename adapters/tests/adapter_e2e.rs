@@ -4,14 +4,16 @@
 //! and whose pod must be evicted through the API.
 
 use adapters::apiserver::ServerOptions;
-use adapters::kube::{Adapter, AdapterOptions, Core, MemoryLog, Metrics, SnapshotSource};
+use adapters::kube::{
+    Adapter, AdapterOptions, Core, MemoryLog, Metrics, SnapshotSource, client_for_url,
+};
 use adapters::serve::ServedWorld;
 use engine::model::{ClusterName, Kind, Object, ObjectKey, Scope};
 use engine::{Action, ApiOutcome, Command, ControllerId, Input, Target, Timestamp};
+use kube::Client;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
 };
-use kube::{Client, Config};
 use serde_json::{Value, json};
 use sim::api::ObjKey;
 use std::collections::{BTreeSet, VecDeque};
@@ -31,9 +33,7 @@ fn load(name: &str) -> sim::scenario::Scenario {
 }
 
 fn client(url: &str) -> Client {
-    let mut config = Config::new(url.parse().unwrap());
-    config.default_retry = false;
-    Client::try_from(config).unwrap()
+    client_for_url(url).unwrap()
 }
 
 fn workload() -> Scope {

@@ -2,6 +2,7 @@
 //! 127.0.0.1 (KUBE-NOTES §2).
 
 use adapters::apiserver::{ApiServer, ServerOptions, SharedCluster};
+use adapters::kube::client_for_url;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{
@@ -9,7 +10,7 @@ use kube::api::{
     Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
 use kube::runtime::watcher;
-use kube::{Client, Config, ResourceExt};
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use sim::api::ClusterStore;
 use std::time::Duration;
@@ -30,9 +31,7 @@ async fn serve(store: ClusterStore) -> (ApiServer, Client) {
     )
     .await
     .unwrap();
-    let mut config = Config::new(server.url().parse().unwrap());
-    config.default_retry = false;
-    let client = Client::try_from(config).unwrap();
+    let client = client_for_url(&server.url()).unwrap();
     (server, client)
 }
 
@@ -1229,9 +1228,7 @@ async fn overload_is_429_slow_requests_504_and_idle_connections_close() {
         )
         .await
         .unwrap();
-        let mut config = Config::new(server.url().parse().unwrap());
-        config.default_retry = false;
-        let client = Client::try_from(config).unwrap();
+        let client = client_for_url(&server.url()).unwrap();
         let nodes: Api<Node> = Api::all(client.clone());
 
         // Something holds the store (a live world mid-step): the request in progress times

@@ -3,6 +3,7 @@
 
 use adapters::apiserver::{ApiServer, ServerOptions, SharedCluster};
 use adapters::kube::lease::{LeaseConfig, release, try_acquire_or_renew, try_acquire_or_renew_at};
+use adapters::kube::{client_for_url, client_from_config};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client, Config};
 use sim::api::ClusterStore;
@@ -20,9 +21,8 @@ async fn one_holder_at_a_time_and_takeover_after_expiry() {
     )
     .await
     .unwrap();
-    let mut config = Config::new(server.url().parse().unwrap());
-    config.default_retry = false;
-    let api: Api<Lease> = Api::namespaced(Client::try_from(config).unwrap(), "kube-system");
+    let client = client_for_url(&server.url()).unwrap();
+    let api: Api<Lease> = Api::namespaced(client, "kube-system");
     let mut a = LeaseConfig::new("lifecycle", "a");
     let mut b = LeaseConfig::new("lifecycle", "b");
     a.lease_duration = Duration::from_secs(1);
@@ -68,9 +68,8 @@ async fn a_released_lease_is_taken_at_once_and_only_the_holder_releases() {
     )
     .await
     .unwrap();
-    let mut config = Config::new(server.url().parse().unwrap());
-    config.default_retry = false;
-    let api: Api<Lease> = Api::namespaced(Client::try_from(config).unwrap(), "kube-system");
+    let client = client_for_url(&server.url()).unwrap();
+    let api: Api<Lease> = Api::namespaced(client, "kube-system");
     let a = LeaseConfig::new("lifecycle", "a");
     let b = LeaseConfig::new("lifecycle", "b");
     assert!(try_acquire_or_renew(&api, &a).await.unwrap());
@@ -114,12 +113,10 @@ fn controller(
 
 async fn management_client(kubeconfig: &std::path::Path) -> Client {
     let kube = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
-    let mut config =
-        Config::from_custom_kubeconfig(kube, &kube::config::KubeConfigOptions::default())
-            .await
-            .unwrap();
-    config.default_retry = false;
-    Client::try_from(config).unwrap()
+    let config = Config::from_custom_kubeconfig(kube, &kube::config::KubeConfigOptions::default())
+        .await
+        .unwrap();
+    client_from_config(config).unwrap()
 }
 
 async fn holder(api: &Api<Lease>) -> Option<String> {

@@ -371,9 +371,7 @@ fn sim_serve_plays_the_timeline_at_its_speed() {
     assert!(run_line.contains("--clock-speed 10"), "{run_line}");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let deleting_after = runtime.block_on(async {
-        let mut config = kube::Config::new(url.parse().unwrap());
-        config.default_retry = false;
-        let client = kube::Client::try_from(config).unwrap();
+        let client = adapters::kube::client_for_url(&url).unwrap();
         let gvk = kube::api::GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine");
         let machines: kube::Api<kube::api::DynamicObject> =
             kube::Api::namespaced_with(client, "default", &kube::api::ApiResource::from_gvk(&gvk));

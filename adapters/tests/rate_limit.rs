@@ -96,12 +96,11 @@ async fn a_1000_pod_drain_keeps_every_cluster_within_burst_plus_qps_t() {
     let limit = AdapterOptions::default().rate_limit;
     assert_eq!(limit, RateLimit::CAPI_DEFAULT);
     let metrics = Arc::new(Metrics::default());
-    let mut config = kube::Config::new(world.management.url().parse().unwrap());
-    config.default_retry = false;
+    let client = adapters::kube::client_for_url(&world.management.url()).unwrap();
     let mut adapter = Adapter::new(
         engine::Engine::new(),
         MemoryLog::new(1_000),
-        kube::Client::try_from(config).unwrap(),
+        client,
         metrics.clone(),
         AdapterOptions {
             connect_retry: Duration::from_millis(200),

@@ -101,7 +101,7 @@ impl StopSignal {
 }
 
 async fn management_client(path: Option<&PathBuf>) -> Result<Client, String> {
-    let mut config = match path {
+    let config = match path {
         Some(p) => {
             let kubeconfig =
                 Kubeconfig::read_from(p).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -111,9 +111,7 @@ async fn management_client(path: Option<&PathBuf>) -> Result<Client, String> {
         }
         None => Config::infer().await.map_err(|e| e.to_string())?,
     };
-    // KUBE-NOTES §1.4: kube's default retries would hold a 429 eviction for minutes.
-    config.default_retry = false;
-    Client::try_from(config).map_err(|e| e.to_string())
+    adapters::kube::client_from_config(config)
 }
 
 /// `run` ended so the process can re-execute itself (the journal can only be reopened by a

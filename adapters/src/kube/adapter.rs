@@ -20,6 +20,7 @@
 //! I/O errors), `run` returns and [`Adapter::restart_required`] says so.
 
 use super::bucket::RateLimit;
+use super::client::client_from_kubeconfig;
 use super::core::{Core, InputLog};
 use super::execute::{EventStamp, execute};
 use super::gate::Priority;
@@ -33,14 +34,13 @@ use engine::intake::streams::stream_id;
 use engine::intake::{Arrival, Intake, Output};
 use engine::model::{ObjectKey, Scope};
 use engine::{Action, ApiOutcome, BATCH_INPUTS_MAX, Command, Input, Timestamp};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::Client;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 /// Messages to the adapter loop.
@@ -54,7 +54,7 @@ pub enum Event {
 /// An [`Event`] on its way to the loop, with when it was sent (how long it waits is
 /// `workqueue_queue_duration_seconds`).
 pub struct Queued {
-    event: Event,
+    pub(super) event: Event,
     at: std::time::Instant,
 }
 
@@ -83,6 +83,8 @@ pub struct AdapterOptions {
     pub instance: String,
     /// How often an unwritable journal is reopened.
     pub journal_retry: Duration,
+    /// Workload clusters' first lists in flight at once, over all clusters.
+    pub workload_lists_max: usize,
 }
 
 impl Default for AdapterOptions {
@@ -94,6 +96,7 @@ impl Default for AdapterOptions {
             tick_spacing_min: Duration::from_millis(10),
             instance: "lifecycle".to_string(),
             journal_retry: Duration::from_secs(1),
+            workload_lists_max: 64,
         }
     }
 }
@@ -121,6 +124,8 @@ pub struct Adapter<C: Core, L: InputLog> {
     management: Client,
     /// The workload clusters' kubeconfigs, read through the (throttled) management client.
     kubeconfigs: Arc<Kubeconfigs>,
+    /// Permits for workload clusters' first lists ([`AdapterOptions::workload_lists_max`]).
+    workload_lists: Arc<Semaphore>,
     /// Throttled, one per cluster.
     clients: BTreeMap<Scope, Client>,
     throttles: BTreeMap<Scope, Throttle>,
@@ -174,16 +179,6 @@ impl<C: Core, L: InputLog> Drop for Adapter<C, L> {
     }
 }
 
-/// A client for a workload cluster from its kubeconfig YAML, with kube's retries off.
-pub async fn client_from_kubeconfig(yaml: &str) -> Result<Client, String> {
-    let kubeconfig = Kubeconfig::from_yaml(yaml).map_err(|e| e.to_string())?;
-    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    config.default_retry = false;
-    Client::try_from(config).map_err(|e| e.to_string())
-}
-
 /// How often `/metrics` gets the engine's counters and gauges.
 const ENGINE_VIEW_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -227,6 +222,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             intake: Intake::new(),
             management: management.clone(),
             kubeconfigs: Arc::new(Kubeconfigs::new(management.clone())),
+            workload_lists: Arc::new(Semaphore::new(options.workload_lists_max.max(1))),
             clients: BTreeMap::new(),
             throttles: BTreeMap::new(),
             metrics,
@@ -288,8 +284,13 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
     }
 
     fn start_stream(&mut self, client: Client, spec: StreamSpec) {
-        self.tasks
-            .push(tokio::spawn(run_stream(client, spec, self.tx.clone())));
+        let lists = matches!(spec.scope, Scope::Workload(_)).then(|| self.workload_lists.clone());
+        self.tasks.push(tokio::spawn(run_stream(
+            client,
+            spec,
+            self.tx.clone(),
+            lists,
+        )));
     }
 
     /// Carries out what the intake asks for: watches, provider discovery, connections.
@@ -674,6 +675,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
                 client,
                 StreamSpec::new(&Scope::Management, &group, &version, &kind),
                 tx,
+                None,
             )
             .await;
         }));
@@ -745,12 +747,10 @@ mod tests {
     }
 
     fn adapter() -> Adapter<Recorder, crate::kube::MemoryLog> {
-        let mut config = Config::new("http://127.0.0.1:9".parse().unwrap());
-        config.default_retry = false;
         Adapter::new(
             Recorder::default(),
             crate::kube::MemoryLog::new(10_000),
-            Client::try_from(config).unwrap(),
+            crate::kube::client_for_url("http://127.0.0.1:9").unwrap(),
             Arc::new(Metrics::default()),
             AdapterOptions::default(),
         )
@@ -847,15 +847,13 @@ mod tests {
     }
 
     fn full_disk_adapter(reaches_disk: bool) -> Adapter<Recorder, FullDisk> {
-        let mut config = Config::new("http://127.0.0.1:9".parse().unwrap());
-        config.default_retry = false;
         Adapter::new(
             Recorder::default(),
             FullDisk {
                 reaches_disk,
                 ..FullDisk::default()
             },
-            Client::try_from(config).unwrap(),
+            crate::kube::client_for_url("http://127.0.0.1:9").unwrap(),
             Arc::new(Metrics::default()),
             AdapterOptions::default(),
         )

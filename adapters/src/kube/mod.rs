@@ -8,6 +8,8 @@
 //! * [`bucket`], [`gate`] (sans-IO) and [`throttle`]: per cluster, a token bucket and bounded
 //!   commands in flight, the most urgent request first; every request of a cluster goes
 //!   through its throttle.
+//! * [`client`]: the settings every kube client is built with (no kube retries, no trust
+//!   store loaded for a plain-HTTP server).
 //! * [`kubeconfigs`]: the workload clusters' kubeconfig Secrets, listed once for the first
 //!   connects.
 //! * [`lease`]: leader election on a coordination.k8s.io Lease.
@@ -17,6 +19,7 @@
 
 pub mod adapter;
 pub mod bucket;
+pub mod client;
 pub mod core;
 pub mod execute;
 pub mod gate;
@@ -28,7 +31,8 @@ mod process;
 pub mod streams;
 pub mod throttle;
 
-pub use adapter::{Adapter, AdapterOptions, client_from_kubeconfig};
+pub use adapter::{Adapter, AdapterOptions};
+pub use client::{client_for_url, client_from_config, client_from_kubeconfig};
 pub use core::{Core, InputLog, MemoryLog};
 pub use journal_log::{SledLog, SnapshotSource};
 pub use metrics::Metrics;

@@ -11,7 +11,8 @@ use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use std::sync::Arc;
+use tokio::sync::{Semaphore, mpsc};
 
 /// One watched resource type in one cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,13 +72,32 @@ fn to_json(spec: &StreamSpec, object: &DynamicObject) -> Value {
 
 /// Runs the watcher of `spec` until the receiver is gone (or the task is aborted). Watch
 /// errors are logged and retried with kube's default backoff; a 410 makes it relist.
-pub async fn run_stream(client: Client, spec: StreamSpec, tx: mpsc::Sender<Queued>) {
+///
+/// With `lists`, the first list waits for a permit and holds it until it is done (or fails):
+/// a thousand clusters connected at once would otherwise hold every list response in memory
+/// at the same time (330 MiB of the peak at 10,000 Machines, BENCHMARKS.md).
+pub async fn run_stream(
+    client: Client,
+    spec: StreamSpec,
+    tx: mpsc::Sender<Queued>,
+    lists: Option<Arc<Semaphore>>,
+) {
+    let mut listing = match lists {
+        Some(lists) => lists.acquire_owned().await.ok(),
+        None => None,
+    };
     let api: Api<DynamicObject> = Api::all_with(client, &spec.api_resource());
     let mut events = watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
     let stream = spec.id();
     while let Some(item) = events.next().await {
+        if !matches!(
+            item,
+            Ok(watcher::Event::Init | watcher::Event::InitApply(_))
+        ) {
+            drop(listing.take());
+        }
         let event = match item {
             Ok(watcher::Event::Init) => StreamEvent::Init,
             Ok(watcher::Event::InitApply(o)) => StreamEvent::InitApply(to_json(&spec, &o)),
@@ -132,5 +152,72 @@ pub fn list_refused(spec: &StreamSpec, e: &kube::Error) -> String {
             s.message
         ),
         None => format!("listing {resource} failed: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apiserver::{ApiServer, ServerOptions, SharedCluster};
+    use sim::api::ClusterStore;
+    use std::time::Duration;
+
+    fn node(name: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "spec": {},
+               "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    }
+
+    async fn next_event(rx: &mut mpsc::Receiver<Queued>, within: Duration) -> Option<StreamEvent> {
+        match tokio::time::timeout(within, rx.recv()).await {
+            Ok(Some(Queued {
+                event: Event::Arrival(Arrival::Watch { event, .. }),
+                ..
+            })) => Some(event),
+            Ok(_) => panic!("the stream ended or sent something else"),
+            Err(_) => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_first_list_waits_for_a_permit_and_gives_it_back_when_done() {
+        let mut store = ClusterStore::new("t");
+        store.create(node("n0"), crate::clock::wall_now()).unwrap();
+        let server = ApiServer::start(
+            SharedCluster::new(store),
+            "127.0.0.1:0".parse().unwrap(),
+            ServerOptions::default(),
+        )
+        .await
+        .unwrap();
+        let client = crate::kube::client_for_url(&server.url()).unwrap();
+        let scope = Scope::Workload(engine::model::ClusterName::new("default", "c1"));
+        let spec = StreamSpec::new(&scope, "", "v1", "Node");
+        let lists = Arc::new(Semaphore::new(0));
+        let (tx, mut rx) = mpsc::channel(16);
+        let task = tokio::spawn(run_stream(client, spec, tx, Some(lists.clone())));
+
+        let waiting = next_event(&mut rx, Duration::from_millis(300)).await;
+        assert!(waiting.is_none(), "listed without a permit: {waiting:?}");
+
+        lists.add_permits(1);
+        let mut events = Vec::new();
+        while let Some(event) = next_event(&mut rx, Duration::from_secs(10)).await {
+            let done = matches!(event, StreamEvent::InitDone);
+            events.push(event);
+            if done {
+                break;
+            }
+        }
+        assert!(
+            matches!(events.last(), Some(StreamEvent::InitDone)),
+            "{events:?}"
+        );
+        assert_eq!(events.len(), 3, "Init, the node, InitDone: {events:?}");
+        assert_eq!(
+            lists.available_permits(),
+            1,
+            "the permit is back once listed"
+        );
+        task.abort();
     }
 }

@@ -1,0 +1,75 @@
+//! The settings every kube client of ours is built with, management and workload alike.
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+/// A client for a workload cluster from its kubeconfig YAML.
+pub async fn client_from_kubeconfig(yaml: &str) -> Result<Client, String> {
+    let kubeconfig = Kubeconfig::from_yaml(yaml).map_err(|e| e.to_string())?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    client_from_config(config)
+}
+
+/// A client from a kube [`Config`], after [`prepare`].
+pub fn client_from_config(config: Config) -> Result<Client, String> {
+    Client::try_from(prepare(config)).map_err(|e| e.to_string())
+}
+
+/// A client for a server's URL, without credentials (tests, the simulator's own API servers).
+pub fn client_for_url(url: &str) -> Result<Client, String> {
+    let url = url.parse().map_err(|e| format!("{url}: {e}"))?;
+    client_from_config(Config::new(url))
+}
+
+/// What we change in kube's defaults.
+pub fn prepare(mut config: Config) -> Config {
+    // KUBE-NOTES §1.4: kube's default retries would hold a 429 eviction for minutes.
+    config.default_retry = false;
+    // A plain-HTTP server is never verified, but without a CA of its own kube builds the
+    // client's TLS settings from the system's trust store, reading and parsing every file of
+    // /etc/ssl/certs again for each client: 19% of `lifecycle run`'s CPU while it connected
+    // 1,000 workload clusters, and ~95 KiB each (BENCHMARKS.md). No roots: nothing to load.
+    if config.cluster_url.scheme() == Some(&http::uri::Scheme::HTTP) && config.root_cert.is_none() {
+        config.root_cert = Some(Vec::new());
+    }
+    config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(url: &str) -> Config {
+        Config::new(url.parse().unwrap())
+    }
+
+    #[test]
+    fn kube_retries_are_off() {
+        assert!(config("https://h:6443").default_retry);
+        assert!(!prepare(config("https://h:6443")).default_retry);
+    }
+
+    #[test]
+    fn a_plain_http_server_gets_no_trust_roots_loaded() {
+        assert_eq!(
+            prepare(config("http://127.0.0.1:8080")).root_cert,
+            Some(Vec::new())
+        );
+    }
+
+    #[test]
+    fn an_https_server_keeps_its_own_ca_or_the_system_roots() {
+        assert_eq!(prepare(config("https://h:6443")).root_cert, None);
+        let mut with_ca = config("https://h:6443");
+        with_ca.root_cert = Some(vec![vec![1, 2, 3]]);
+        assert_eq!(prepare(with_ca).root_cert, Some(vec![vec![1, 2, 3]]));
+    }
+
+    #[tokio::test]
+    async fn a_plain_http_client_builds_without_any_system_roots() {
+        // An empty root store is what kube is given; building must still succeed.
+        client_from_config(config("http://127.0.0.1:1")).unwrap();
+    }
+}
