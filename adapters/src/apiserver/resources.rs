@@ -168,16 +168,10 @@ pub fn served_types(
         )
         .collect();
     let mut provider: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
-    let seen = store.iter().map(|(_, obj)| {
-        let api_version = sim::api::json::api_version(obj);
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        (
-            group.to_string(),
-            version.to_string(),
-            sim::api::json::kind(obj).to_string(),
-        )
-    });
-    for (group, version, kind) in seen.chain(registered.iter().cloned()) {
+    let stored = store
+        .versions_stored()
+        .map(|(g, v, k)| (g.to_string(), v.to_string(), k.to_string()));
+    for (group, version, kind) in stored.chain(registered.iter().cloned()) {
         let is_provider = group.ends_with(".cluster.x-k8s.io");
         let known = out.iter().any(|t| t.group == group && t.kind == kind);
         if is_provider && !known && !kind.is_empty() && !version.is_empty() {

@@ -71,6 +71,55 @@ mod tests {
     }
 
     #[test]
+    fn the_versions_stored_follow_every_write() {
+        let machine = |name: &str, version: &str| {
+            json!({"apiVersion": format!("infrastructure.cluster.x-k8s.io/{version}"),
+                   "kind": "DockerMachine", "metadata": {"name": name, "namespace": "default",
+                   "finalizers": ["f"]}})
+        };
+        let mut s = store_with_pdb(json!(1));
+        s.create(machine("a", "v1beta1"), NOW).unwrap();
+        s.create(machine("b", "v1beta2"), NOW).unwrap();
+        let stored = |s: &ClusterStore| {
+            s.versions_stored()
+                .map(|(g, v, k)| format!("{g}/{v}/{k}"))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            stored(&s),
+            [
+                "/v1/Pod",
+                "infrastructure.cluster.x-k8s.io/v1beta1/DockerMachine",
+                "infrastructure.cluster.x-k8s.io/v1beta2/DockerMachine",
+                "policy/v1/PodDisruptionBudget"
+            ]
+        );
+        // Deleting with a finalizer keeps the object; losing the finalizer removes it.
+        let a = ObjKey::new(
+            "infrastructure.cluster.x-k8s.io",
+            "DockerMachine",
+            "default",
+            "a",
+        );
+        s.delete(&a, NOW).unwrap();
+        assert_eq!(stored(&s).len(), 4);
+        s.patch(&a, &json!({"metadata": {"finalizers": null}}), Part::Main)
+            .unwrap();
+        assert!(s.get(&a).is_none());
+        s.apply(machine("b", "v1beta1"), NOW).unwrap();
+        for pod in ["web-0", "web-1", "web-2"] {
+            s.remove(&ObjKey::new("", "Pod", "app", pod));
+        }
+        assert_eq!(
+            stored(&s),
+            [
+                "infrastructure.cluster.x-k8s.io/v1beta1/DockerMachine",
+                "policy/v1/PodDisruptionBudget"
+            ]
+        );
+    }
+
+    #[test]
     fn eviction_refused_by_pdb_answers_429_with_the_budget_cause() {
         let mut s = store_with_pdb(json!(3));
         let key = ObjKey::new("", "Pod", "app", "web-0");

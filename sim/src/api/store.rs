@@ -159,6 +159,9 @@ struct ChangeLog {
 #[derive(Clone, Debug, Default)]
 pub struct ClusterStore {
     objects: BTreeMap<ObjKey, Value>,
+    /// How many objects of each (group, kind) are stored at each version: what a served
+    /// type's versions are, without a walk over every object per request.
+    versions: BTreeMap<(String, String), BTreeMap<String, usize>>,
     resource_version: u64,
     uid_counter: u64,
     /// Prefix of generated uids, so uids differ between clusters.
@@ -192,6 +195,47 @@ impl ClusterStore {
 
     pub fn iter(&self) -> impl Iterator<Item = (&ObjKey, &Value)> {
         self.objects.iter()
+    }
+
+    /// Every (group, version, kind) some stored object has, in order.
+    pub fn versions_stored(&self) -> impl Iterator<Item = (&str, &str, &str)> {
+        self.versions.iter().flat_map(|((group, kind), versions)| {
+            versions
+                .keys()
+                .map(move |v| (group.as_str(), v.as_str(), kind.as_str()))
+        })
+    }
+
+    fn put(&mut self, key: ObjKey, obj: Value) {
+        self.count_version(&key, &obj, true);
+        if let Some(old) = self.objects.insert(key.clone(), obj) {
+            self.count_version(&key, &old, false);
+        }
+    }
+
+    fn take(&mut self, key: &ObjKey) -> Option<Value> {
+        let old = self.objects.remove(key)?;
+        self.count_version(key, &old, false);
+        Some(old)
+    }
+
+    fn count_version(&mut self, key: &ObjKey, obj: &Value, added: bool) {
+        let api_version = json::api_version(obj);
+        let version = api_version.rsplit_once('/').map_or(api_version, |(_, v)| v);
+        let kind = (key.group.clone(), key.kind.clone());
+        let versions = self.versions.entry(kind.clone()).or_default();
+        let count = versions.entry(version.to_string()).or_default();
+        if added {
+            *count += 1;
+        } else {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                versions.remove(version);
+                if versions.is_empty() {
+                    self.versions.remove(&kind);
+                }
+            }
+        }
     }
 
     /// Objects of one kind (any group with that kind name when `group` is None).
@@ -303,7 +347,7 @@ impl ClusterStore {
         }
         self.stamp(&mut obj);
         self.log_change(ChangeType::Added, &key, &obj);
-        self.objects.insert(key.clone(), obj.clone());
+        self.put(key.clone(), obj.clone());
         Ok(Written {
             key,
             object: Some(obj),
@@ -430,7 +474,7 @@ impl ClusterStore {
 
     /// Removes the object outright (the kubelet confirming a pod is gone, GC, a provider).
     pub fn remove(&mut self, key: &ObjKey) -> Written {
-        let mut removed = self.objects.remove(key);
+        let mut removed = self.take(key);
         if let Some(last) = &mut removed {
             // The deletion is a change of its own: the last state carries its version.
             self.stamp(last);
@@ -455,12 +499,12 @@ impl ClusterStore {
         if had_finalizers && json::is_deleting(&next) && json::finalizers(&next).is_empty() {
             // Gone with its last finalizer; the write's answer and the watch's DELETED event
             // carry this last state.
-            self.objects.insert(key.clone(), next);
+            self.put(key.clone(), next);
             return Ok(self.remove(&key));
         }
         self.stamp(&mut next);
         self.log_change(ChangeType::Modified, &key, &next);
-        self.objects.insert(key.clone(), next.clone());
+        self.put(key.clone(), next.clone());
         Ok(Written {
             key,
             object: Some(next),
