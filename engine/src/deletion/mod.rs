@@ -97,12 +97,67 @@ pub struct Phase {
 }
 
 /// The last request of one kind (cordon, infrastructure or bootstrap deletion): when it was
-/// issued and the failure it got, if any.
+/// issued and what became of it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Attempt {
-    pub at: Timestamp,
-    pub answered: bool,
-    pub failure: Option<String>,
+pub enum Attempt {
+    /// Issued, not answered yet (or its answer was lost); a re-issue after a failure keeps
+    /// showing that failure until it is answered.
+    Requested {
+        at: Timestamp,
+        previous_failure: Option<String>,
+    },
+    Succeeded {
+        at: Timestamp,
+    },
+    Failed {
+        at: Timestamp,
+        failure: String,
+    },
+}
+
+impl Attempt {
+    /// The attempt issued at `now`, after `previous` (whose failure it keeps showing).
+    pub fn requested(previous: Option<&Attempt>, now: Timestamp) -> Self {
+        Attempt::Requested {
+            at: now,
+            previous_failure: previous.and_then(|a| a.failure()).map(str::to_string),
+        }
+    }
+
+    /// Its answer: success (`None`) or the failure's text.
+    pub fn answer(&mut self, failure: Option<String>) {
+        let at = self.at();
+        *self = match failure {
+            None => Attempt::Succeeded { at },
+            Some(failure) => Attempt::Failed { at, failure },
+        };
+    }
+
+    pub fn at(&self) -> Timestamp {
+        match self {
+            Attempt::Requested { at, .. }
+            | Attempt::Succeeded { at }
+            | Attempt::Failed { at, .. } => *at,
+        }
+    }
+
+    pub fn is_answered(&self) -> bool {
+        match self {
+            Attempt::Requested { .. } => false,
+            Attempt::Succeeded { .. } | Attempt::Failed { .. } => true,
+        }
+    }
+
+    /// The failure to show: the answer's, or the previous one while a re-issue is unanswered.
+    pub fn failure(&self) -> Option<&str> {
+        match self {
+            Attempt::Requested {
+                previous_failure, ..
+            } => previous_failure.as_deref(),
+            Attempt::Succeeded { .. } => None,
+            Attempt::Failed { failure, .. } => Some(failure),
+        }
+    }
 }
 
 /// Node deletion attempts (Part 1 decision 10).
@@ -129,25 +184,34 @@ pub enum NodeDeletionOutcome {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pending<T> {
     pub value: T,
-    pub answered: bool,
-    /// The first resourceVersion that shows the write: the written object's when the answer
-    /// carries it, else anything newer than the Machine seen at the first pass after the answer.
-    pub landed_resource_version: Option<u64>,
+    pub landing: Landing,
+}
+
+/// Where a [`Pending`] write stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Landing {
+    Unanswered,
+    /// Answered with success. `landed_resource_version` is the first resourceVersion that
+    /// shows the write: the written object's when the answer carries it, else (set at the
+    /// first pass after the answer) anything newer than the Machine seen then.
+    Answered {
+        landed_resource_version: Option<u64>,
+    },
 }
 
 impl<T: PartialEq> Pending<T> {
     pub fn new(value: T) -> Self {
         Pending {
             value,
-            answered: false,
-            landed_resource_version: None,
+            landing: Landing::Unanswered,
         }
     }
 
     /// The write succeeded; `written` is the resourceVersion the answer carries, if any.
     pub fn answered(&mut self, written: Option<u64>) {
-        self.answered = true;
-        self.landed_resource_version = written;
+        self.landing = Landing::Answered {
+            landed_resource_version: written,
+        };
     }
 
     /// Whether it still stands for the observed value, given the observed one.
@@ -155,13 +219,16 @@ impl<T: PartialEq> Pending<T> {
         if &self.value == observed {
             return false;
         }
-        if !self.answered {
-            return true;
+        match &mut self.landing {
+            Landing::Unanswered => true,
+            Landing::Answered {
+                landed_resource_version,
+            } => {
+                let landed =
+                    *landed_resource_version.get_or_insert(resource_version.saturating_add(1));
+                resource_version < landed
+            }
         }
-        let landed = *self
-            .landed_resource_version
-            .get_or_insert(resource_version.saturating_add(1));
-        resource_version < landed
     }
 }
 
@@ -701,8 +768,7 @@ fn ensure_finalizer(
 
 fn answer(attempt: &mut Option<Attempt>, failure: Option<String>) {
     if let Some(a) = attempt {
-        a.answered = true;
-        a.failure = failure;
+        a.answer(failure);
     }
 }
 

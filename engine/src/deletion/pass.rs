@@ -71,8 +71,8 @@ fn attempt_due(attempt: &Option<Attempt>, in_flight: bool, now: Timestamp) -> bo
     match attempt {
         None => true,
         Some(_) if in_flight => false,
-        Some(a) if !a.answered => true,
-        Some(a) => now >= a.at.saturating_add(API_RETRY_INTERVAL),
+        Some(a) if !a.is_answered() => true,
+        Some(a) => now >= a.at().saturating_add(API_RETRY_INTERVAL),
     }
 }
 
@@ -911,21 +911,17 @@ impl<'p, 'a> Pass<'p, 'a> {
             );
             if let Issued::Queued(_) = issued {
                 tracing::info!(machine = %self.key, node = node_name, "Cordoning Node");
-                self.tracked.memo.cordon = Some(Attempt {
-                    at: self.now,
-                    answered: false,
-                    failure: attempt.and_then(|a| a.failure),
-                });
+                self.tracked.memo.cordon = Some(Attempt::requested(attempt.as_ref(), self.now));
             }
         } else if let Some(a) = attempt
             .as_ref()
-            .filter(|a| a.failure.is_some() && !in_flight)
+            .filter(|a| a.failure().is_some() && !in_flight)
         {
             // In flight, its answer reconciles the Machine; a wake-up now would be in the past
             // and have the caller tick at once, for as long as the request is out.
             let node_key = self.node_key(node_name);
             self.wake_at(
-                a.at.saturating_add(API_RETRY_INTERVAL),
+                a.at().saturating_add(API_RETRY_INTERVAL),
                 DeletionTimer::ApiRetry,
                 Some(&node_key),
             );
@@ -935,7 +931,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             .memo
             .cordon
             .as_ref()
-            .and_then(|a| a.failure.clone())
+            .and_then(|a| a.failure().map(str::to_string))
         {
             Some(f) => self.drain_failed(node_name, format!("failed to cordon Node: {f}")),
             None => Flow::Wait,
@@ -1186,11 +1182,7 @@ impl<'p, 'a> Pass<'p, 'a> {
                 };
                 if let Issued::Queued(_) = self.cx.issue(ControllerId::Deletion, action, why) {
                     tracing::info!(machine = %self.key, "Deleting {kind} {}", key.name);
-                    let fresh = Some(Attempt {
-                        at: self.now,
-                        answered: false,
-                        failure: attempt.as_ref().and_then(|a| a.failure.clone()),
-                    });
+                    let fresh = Some(Attempt::requested(attempt.as_ref(), self.now));
                     match role {
                         ExternalRole::Infrastructure => {
                             self.tracked.memo.infrastructure_delete = fresh
@@ -1200,10 +1192,10 @@ impl<'p, 'a> Pass<'p, 'a> {
                 }
             } else if let Some(a) = attempt
                 .as_ref()
-                .filter(|a| a.failure.is_some() && !in_flight)
+                .filter(|a| a.failure().is_some() && !in_flight)
             {
                 self.wake_at(
-                    a.at.saturating_add(API_RETRY_INTERVAL),
+                    a.at().saturating_add(API_RETRY_INTERVAL),
                     DeletionTimer::ApiRetry,
                     Some(key),
                 );
@@ -1214,7 +1206,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             ExternalRole::Bootstrap => &self.tracked.memo.bootstrap_delete,
         }
         .as_ref()
-        .is_some_and(|a| a.failure.is_some());
+        .is_some_and(|a| a.failure().is_some());
         if failed && !deleting {
             self.set_deleting(
                 reason::INTERNAL_ERROR,

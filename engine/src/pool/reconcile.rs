@@ -970,8 +970,8 @@ fn delete_retired_nodes(
             continue;
         }
         let attempt = cx.memory.node_deletions.get(&r.name);
-        if let Some(PoolNodeDeletion {
-            retry_not_before: Some(at),
+        if let Some(PoolNodeDeletion::Failed {
+            retry_not_before: at,
             ..
         }) = attempt
             && *at > cx.now
@@ -980,7 +980,7 @@ fn delete_retired_nodes(
             plan.wake_at(*at, PoolWake::NodeDeletionRetry, Some(node));
             continue;
         }
-        if attempt.is_some_and(|a| a.done) {
+        if attempt.is_some_and(PoolNodeDeletion::is_deleted) {
             continue;
         }
         plan_delete_node(
@@ -1203,9 +1203,9 @@ fn reconcile_delete(cx: &Ctx<'_>, plan: &mut Plan) {
         }
         let facts = NodeDeleteFacts {
             node_deleting: node.is_some_and(|n| n.meta.is_deleting()),
-            first_try: attempt.map(|a| a.first_try),
-            succeeded: attempt.is_some_and(|a| a.done),
-            retry_not_before: attempt.and_then(|a| a.retry_not_before),
+            first_try: attempt.map(PoolNodeDeletion::first_try),
+            succeeded: attempt.is_some_and(PoolNodeDeletion::is_deleted),
+            retry_not_before: attempt.and_then(PoolNodeDeletion::retry_not_before),
             timeout_passed,
             now: cx.now,
         };

@@ -1257,17 +1257,54 @@ fn the_pool_checks_pass_on_an_uncorrupted_deletion() {
 
 #[test]
 #[should_panic(expected = "MachinePool MachinePool default/p1: Node p1-0 deletion")]
-fn a_done_node_deletion_still_waiting_for_a_retry_fails_the_check() {
+fn a_node_deletion_retried_before_its_first_try_fails_the_check() {
     node_deletion_corrupted(|d| {
-        d.done = true;
-        d.retry_not_before = Some(secs(32));
+        *d = PoolNodeDeletion::Failed {
+            first_try: secs(20),
+            retry_not_before: secs(10),
+        };
     });
 }
 
 #[test]
-#[should_panic(expected = "Node p1-0 deletion: first try")]
+#[should_panic(expected = "Node p1-0 deletion: Requested")]
 fn a_node_deletion_first_tried_in_the_future_fails_the_check() {
-    node_deletion_corrupted(|d| d.first_try = secs(3600));
+    node_deletion_corrupted(|d| {
+        *d = PoolNodeDeletion::Requested {
+            first_try: secs(3600),
+        }
+    });
+}
+
+#[test]
+fn a_pool_node_deletion_moves_between_its_states() {
+    let queued = PoolNodeDeletion::queued(None, secs(1));
+    assert_eq!(queued, PoolNodeDeletion::Requested { first_try: secs(1) });
+    let mut failed = queued;
+    failed.failed(secs(6));
+    assert_eq!(
+        failed,
+        PoolNodeDeletion::Failed {
+            first_try: secs(1),
+            retry_not_before: secs(6)
+        }
+    );
+    assert_eq!(failed.retry_not_before(), Some(secs(6)));
+    // A retry keeps the first try and forgets the pacing.
+    let retried = PoolNodeDeletion::queued(Some(failed), secs(7));
+    assert_eq!(retried, PoolNodeDeletion::Requested { first_try: secs(1) });
+    let mut deleted = retried;
+    deleted.succeeded();
+    assert_eq!(deleted, PoolNodeDeletion::Deleted { first_try: secs(1) });
+    assert!(deleted.is_deleted() && !retried.is_deleted());
+    // A deletion is never undone by a late failure or another queued attempt.
+    deleted.failed(secs(9));
+    assert_eq!(deleted, PoolNodeDeletion::Deleted { first_try: secs(1) });
+    assert_eq!(
+        PoolNodeDeletion::queued(Some(deleted), secs(9)),
+        PoolNodeDeletion::Deleted { first_try: secs(1) }
+    );
+    assert_eq!(deleted.retry_not_before(), None);
 }
 
 #[test]
