@@ -13,18 +13,25 @@ mod checks;
 mod conditions;
 mod deletion;
 mod draft;
+mod machines;
 mod noderefs;
 mod nodes;
+mod ownership;
 mod phase;
+mod provider;
 mod reconcile;
+mod replicas;
+mod status;
+mod teardown;
+mod unreadable;
 
 #[cfg(test)]
 mod tests;
 
 pub use crate::node_deletion::NODE_DELETION_TIMEOUT_DEFAULT;
 pub use deletion::{NODE_DELETION_RETRY_WINDOW, POOL_NODE_DELETION_RETRY_INTERVAL};
+pub use machines::machine_pool_machine;
 pub use phase::PoolPhase;
-pub use reconcile::machine_pool_machine;
 
 use crate::command::{Action, Command, ControllerId};
 use crate::controller::{Controller, Cx, Issued};
