@@ -15,6 +15,7 @@
 mod checks;
 mod gates;
 mod pass;
+mod phase;
 mod pods;
 mod status;
 mod volumes;
