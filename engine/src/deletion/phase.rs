@@ -123,8 +123,11 @@ mod tests {
         }
     }
 
+    /// Picks one step's field out of the facts.
+    type Field = fn(&mut PhaseFacts) -> &mut Step;
+
     /// The step fields in order, each with the phase it holds the Machine in.
-    fn fields() -> [(fn(&mut PhaseFacts) -> &mut Step, DeletionPhase); 9] {
+    fn fields() -> [(Field, DeletionPhase); 9] {
         [
             (
                 |f| &mut f.workload_cache,

@@ -44,7 +44,8 @@ pub(super) enum DrainFinding<'c> {
     UnreadablePod(ObjectKey, String),
     RulesFailed(String),
     Planned {
-        plan: DrainPlan<'c>,
+        /// Boxed: the plan is many lists, the other findings a word or two.
+        plan: Box<DrainPlan<'c>>,
         /// The Node's classified pods, in key order.
         cached: &'c [CachedPod],
         grace_period_seconds: Option<i64>,
@@ -280,7 +281,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             |k| effects_view.is_in_flight("Evict", k),
         );
         DrainFinding::Planned {
-            plan,
+            plan: Box::new(plan),
             cached,
             grace_period_seconds,
         }

@@ -176,15 +176,14 @@ impl<'p, 'a> Pass<'p, 'a> {
                 Some(&node_key),
             );
         }
-        match self
+        if let Some(f) = self
             .tracked
             .memo
             .cordon
             .as_ref()
             .and_then(|a| a.failure().map(str::to_string))
         {
-            Some(f) => self.drain_failed(node_name, format!("failed to cordon Node: {f}")),
-            None => {}
+            self.drain_failed(node_name, format!("failed to cordon Node: {f}"));
         }
     }
 
