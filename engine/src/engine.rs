@@ -75,7 +75,9 @@ impl Dirty {
 /// records are replayed instead (bincode is not self-describing, so an old layout could
 /// otherwise decode into the wrong meaning).
 /// 1: typed timer tables, one controller per slot (MachineSet remediation its own).
-pub const STATE_VERSION: u16 = 1;
+/// 2: deletion and pool memos as enums of their possible states (`Attempt`, `Landing`,
+///    `PoolNodeDeletion`).
+pub const STATE_VERSION: u16 = 2;
 
 /// The whole engine: observed objects, controller state, commands in flight.
 ///

@@ -61,7 +61,7 @@ const PROBE_ONLY: [ProbeOnly; 4] = [
         why: "membership of providerIDs in a pool's list (see the FnvSet bindings)",
     },
     ProbeOnly {
-        file: "pool/reconcile.rs",
+        file: "pool/replicas.rs",
         declared: &["let listed: FnvSet<"],
         handles: &["listed"],
         why: "whether a Node's providerID is still listed by its pool",

@@ -34,8 +34,8 @@ impl Memo {
             ("bootstrap deletion", &self.bootstrap_delete),
         ];
         for (what, attempt) in attempts {
-            if let Some(a) = attempt.as_ref().filter(|a| a.at > now) {
-                return Some(format!("{what} asked at {:?}, after now", a.at));
+            if let Some(a) = attempt.as_ref().filter(|a| a.at() > now) {
+                return Some(format!("{what} asked at {:?}, after now", a.at()));
             }
         }
         if let Some(d) = &self.node_deletion

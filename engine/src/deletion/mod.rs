@@ -14,7 +14,9 @@
 
 mod checks;
 mod gates;
+mod memo;
 mod pass;
+mod phase;
 mod pods;
 mod status;
 mod volumes;
@@ -28,6 +30,7 @@ pub use gates::{
     NodeDeletionFacts, WaitGateFacts, WaitSkipped, is_delete_node_allowed, keep_deleting_node,
     timeout_exceeded, wait_allowed,
 };
+pub use memo::{Attempt, Landing, Memo, NodeDeletion, NodeDeletionOutcome, Pending, Phase};
 pub use status::{StatusFields, legacy, reason};
 pub use volumes::{VolumeWait, volumes_to_wait_for};
 
@@ -35,12 +38,11 @@ use crate::command::{Action, Command, ControllerId};
 use crate::controller::{Controller, Cx};
 use crate::drain::{EvictionAttempt, EvictionOutcome, eviction_failure_message};
 use crate::input::ApiOutcome;
-use crate::model::{
-    ClusterName, Conditions, DeletionTimes, Kind, Object, ObjectKey, ObjectRef, Pod, Scope,
-};
+use crate::model::{ClusterName, Kind, Object, ObjectKey, ObjectRef, Pod, Scope};
 use crate::store::{Change, Store};
 use crate::time::{Duration, Timestamp};
 use crate::timer::{FiredTimer, TimerKind, TimerTable};
+use memo::written_resource_version;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -86,116 +88,6 @@ impl TimerKind for DeletionTimer {
 /// How long a deletion phase (a hook, the drain, the volume detach, a provider object's
 /// deletion) may last before a Warning event says what holds it.
 pub const PHASE_STALL_WARNING_AFTER: crate::time::Duration = crate::time::Duration::from_secs(600);
-
-/// The deletion phase in progress: its `Deleting` reason, since when, and whether its stall
-/// was reported.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Phase {
-    pub reason: String,
-    pub since: Timestamp,
-    pub stall_reported: bool,
-}
-
-/// The last request of one kind (cordon, infrastructure or bootstrap deletion): when it was
-/// issued and the failure it got, if any.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Attempt {
-    pub at: Timestamp,
-    pub answered: bool,
-    pub failure: Option<String>,
-}
-
-/// Node deletion attempts (Part 1 decision 10).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeDeletion {
-    pub first_at: Timestamp,
-    pub last_at: Timestamp,
-    pub outcome: NodeDeletionOutcome,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum NodeDeletionOutcome {
-    Pending,
-    Deleted,
-    Failed(String),
-    /// `nodeDeletionTimeout` expired: continuing without Node deletion.
-    GaveUp(String),
-}
-
-/// A status write issued whose effect may not be observed yet. It stands for the observed
-/// value until the cache shows the Machine at (or after) the write, so a stale cache does not
-/// make the same write twice; it never outlives that, so a value the API server stores in its
-/// own form cannot hold the Machine back.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Pending<T> {
-    pub value: T,
-    pub answered: bool,
-    /// The first resourceVersion that shows the write: the written object's when the answer
-    /// carries it, else anything newer than the Machine seen at the first pass after the answer.
-    pub landed_resource_version: Option<u64>,
-}
-
-impl<T: PartialEq> Pending<T> {
-    pub fn new(value: T) -> Self {
-        Pending {
-            value,
-            answered: false,
-            landed_resource_version: None,
-        }
-    }
-
-    /// The write succeeded; `written` is the resourceVersion the answer carries, if any.
-    pub fn answered(&mut self, written: Option<u64>) {
-        self.answered = true;
-        self.landed_resource_version = written;
-    }
-
-    /// Whether it still stands for the observed value, given the observed one.
-    pub fn stands(&mut self, observed: &T, resource_version: u64) -> bool {
-        if &self.value == observed {
-            return false;
-        }
-        if !self.answered {
-            return true;
-        }
-        let landed = *self
-            .landed_resource_version
-            .get_or_insert(resource_version.saturating_add(1));
-        resource_version < landed
-    }
-}
-
-/// The resourceVersion of the object a successful write returned.
-fn written_resource_version(outcome: &ApiOutcome) -> Option<u64> {
-    match outcome {
-        ApiOutcome::Ok {
-            object: Some(object),
-        } => Some(object.meta().resource_version).filter(|rv| *rv != 0),
-        _ => None,
-    }
-}
-
-/// What the controller remembers about one deleting Machine.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Memo {
-    /// Start times chosen by this controller: chosen once, even if the patch is not yet seen.
-    pub started: DeletionTimes,
-    pub evictions: BTreeMap<ObjectKey, EvictionAttempt>,
-    pub cordon: Option<Attempt>,
-    pub infrastructure_delete: Option<Attempt>,
-    pub bootstrap_delete: Option<Attempt>,
-    pub node_deletion: Option<NodeDeletion>,
-    /// Events already recorded (`Reason` or `Reason:message`): events mark transitions.
-    pub events: BTreeSet<String>,
-    pub pending_conditions: Option<Pending<Conditions>>,
-    pub pending_status: Option<Pending<StatusFields>>,
-    /// The finalizer removal was answered with success: the Machine is on its way out and a
-    /// cache that still shows it must not trigger more writes.
-    pub finalizer_released: bool,
-    pub phase: Option<Phase>,
-    /// The latest eviction attempt a `DrainBlocked` event reported.
-    pub drain_blocked_reported: Option<Timestamp>,
-}
 
 /// One deleting Machine and what routes changes to it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -701,8 +593,7 @@ fn ensure_finalizer(
 
 fn answer(attempt: &mut Option<Attempt>, failure: Option<String>) {
     if let Some(a) = attempt {
-        a.answered = true;
-        a.failure = failure;
+        a.answer(failure);
     }
 }
 

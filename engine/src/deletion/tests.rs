@@ -1898,11 +1898,7 @@ fn node_deletion_attempts_out_of_order_fail_the_check() {
 #[should_panic(expected = "asked at")]
 fn a_cordon_asked_in_the_future_fails_the_check() {
     corrupted(|d| {
-        m1_memo(d).cordon = Some(super::Attempt {
-            at: at(3600),
-            answered: true,
-            failure: None,
-        });
+        m1_memo(d).cordon = Some(super::Attempt::Succeeded { at: at(3600) });
     });
 }
 
@@ -1910,4 +1906,75 @@ fn a_cordon_asked_in_the_future_fails_the_check() {
 #[should_panic(expected = "not routed: under its cluster true, under Node Some(\"n1\") false")]
 fn a_machine_missing_from_its_nodes_routing_fails_the_check() {
     corrupted(|d| d.by_node.clear());
+}
+
+#[test]
+fn an_attempt_keeps_its_failure_while_it_is_retried() {
+    use super::Attempt;
+    let first = Attempt::requested(None, at(1));
+    assert_eq!(
+        (first.at(), first.is_answered(), first.failure()),
+        (at(1), false, None)
+    );
+    let mut failed = first.clone();
+    failed.answer(Some("forbidden".to_string()));
+    assert_eq!(
+        failed,
+        Attempt::Failed {
+            at: at(1),
+            failure: "forbidden".to_string()
+        }
+    );
+    assert!(failed.is_answered());
+    // The retry shows the last failure until its own answer comes back.
+    let mut retry = Attempt::requested(Some(&failed), at(6));
+    assert_eq!(
+        (retry.at(), retry.is_answered(), retry.failure()),
+        (at(6), false, Some("forbidden"))
+    );
+    retry.answer(None);
+    assert_eq!(retry, Attempt::Succeeded { at: at(6) });
+    assert_eq!(retry.failure(), None);
+    assert_eq!(
+        Attempt::requested(Some(&retry), at(7)).failure(),
+        None,
+        "a success leaves no failure to show"
+    );
+}
+
+#[test]
+fn a_pending_write_stands_until_the_cache_shows_it() {
+    use super::{Landing, Pending};
+    let mut unanswered = Pending::new(2_u32);
+    assert!(unanswered.stands(&1, 10), "not answered: still on its way");
+    assert!(
+        !unanswered.stands(&2, 10),
+        "observed: nothing stands for it"
+    );
+    assert_eq!(unanswered.landing, Landing::Unanswered);
+
+    let mut with_version = Pending::new(2_u32);
+    with_version.answered(Some(12));
+    assert!(
+        with_version.stands(&1, 11),
+        "the cache is older than the write"
+    );
+    assert!(
+        !with_version.stands(&1, 12),
+        "the cache shows the write's version"
+    );
+
+    let mut without_version = Pending::new(2_u32);
+    without_version.answered(None);
+    assert!(
+        without_version.stands(&1, 20),
+        "first look after the answer"
+    );
+    assert_eq!(
+        without_version.landing,
+        Landing::Answered {
+            landed_resource_version: Some(21)
+        }
+    );
+    assert!(!without_version.stands(&1, 21), "anything newer shows it");
 }

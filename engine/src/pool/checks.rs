@@ -9,17 +9,12 @@ use crate::time::Timestamp;
 
 impl PoolMemory {
     /// The first broken invariant, if any: a Node deletion was first tried no later than now;
-    /// a done one waits for no retry; a retry comes after the first try.
+    /// a retry comes after the first try.
     pub(super) fn violation(&self, now: Timestamp) -> Option<String> {
         self.node_deletions.iter().find_map(|(node, d)| {
-            let retry_in_order = d.retry_not_before.is_none_or(|at| at > d.first_try);
-            let done_settled = !d.done || d.retry_not_before.is_none();
-            (d.first_try > now || !retry_in_order || !done_settled).then(|| {
-                format!(
-                    "Node {node} deletion: first try {:?}, retry not before {:?}, done {}, now {now:?}",
-                    d.first_try, d.retry_not_before, d.done
-                )
-            })
+            let retry_in_order = d.retry_not_before().is_none_or(|at| at > d.first_try());
+            (d.first_try() > now || !retry_in_order)
+                .then(|| format!("Node {node} deletion: {d:?}, now {now:?}"))
         })
     }
 }

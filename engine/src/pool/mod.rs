@@ -13,18 +13,25 @@ mod checks;
 mod conditions;
 mod deletion;
 mod draft;
+mod machines;
 mod noderefs;
 mod nodes;
+mod ownership;
 mod phase;
+mod provider;
 mod reconcile;
+mod replicas;
+mod status;
+mod teardown;
+mod unreadable;
 
 #[cfg(test)]
 mod tests;
 
 pub use crate::node_deletion::NODE_DELETION_TIMEOUT_DEFAULT;
 pub use deletion::{NODE_DELETION_RETRY_WINDOW, POOL_NODE_DELETION_RETRY_INTERVAL};
+pub use machines::machine_pool_machine;
 pub use phase::PoolPhase;
-pub use reconcile::machine_pool_machine;
 
 use crate::command::{Action, Command, ControllerId};
 use crate::controller::{Controller, Cx, Issued};
@@ -61,12 +68,74 @@ impl TimerKind for PoolWake {
 /// What the pool controller remembers about one Node it deletes (the Machine controller's
 /// record, [`crate::deletion::NodeDeletion`], keeps each attempt's outcome instead: upstream's
 /// two controllers pace and give up differently).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PoolNodeDeletion {
-    pub first_try: Timestamp,
-    pub retry_not_before: Option<Timestamp>,
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PoolNodeDeletion {
+    /// An attempt was queued and no failure has come back since (its answer may be lost).
+    Requested { first_try: Timestamp },
+    /// The last attempt failed: the next one waits until `retry_not_before`.
+    Failed {
+        first_try: Timestamp,
+        retry_not_before: Timestamp,
+    },
     /// The API answered 2xx or 404.
-    pub done: bool,
+    Deleted { first_try: Timestamp },
+}
+
+impl PoolNodeDeletion {
+    /// The record after an attempt is queued at `now`, given the record before it, if any.
+    pub fn queued(previous: Option<Self>, now: Timestamp) -> Self {
+        match previous {
+            None => PoolNodeDeletion::Requested { first_try: now },
+            Some(PoolNodeDeletion::Deleted { first_try }) => {
+                PoolNodeDeletion::Deleted { first_try }
+            }
+            Some(
+                PoolNodeDeletion::Requested { first_try }
+                | PoolNodeDeletion::Failed { first_try, .. },
+            ) => PoolNodeDeletion::Requested { first_try },
+        }
+    }
+
+    /// The API answered 2xx or 404.
+    pub fn succeeded(&mut self) {
+        *self = PoolNodeDeletion::Deleted {
+            first_try: self.first_try(),
+        };
+    }
+
+    /// An attempt failed: retry at `retry_not_before`. A Node already deleted stays so.
+    pub fn failed(&mut self, retry_not_before: Timestamp) {
+        if let PoolNodeDeletion::Requested { first_try }
+        | PoolNodeDeletion::Failed { first_try, .. } = *self
+        {
+            *self = PoolNodeDeletion::Failed {
+                first_try,
+                retry_not_before,
+            };
+        }
+    }
+
+    pub fn first_try(&self) -> Timestamp {
+        match *self {
+            PoolNodeDeletion::Requested { first_try }
+            | PoolNodeDeletion::Failed { first_try, .. }
+            | PoolNodeDeletion::Deleted { first_try } => first_try,
+        }
+    }
+
+    /// After a failed attempt: not before this.
+    pub fn retry_not_before(&self) -> Option<Timestamp> {
+        match *self {
+            PoolNodeDeletion::Failed {
+                retry_not_before, ..
+            } => Some(retry_not_before),
+            PoolNodeDeletion::Requested { .. } | PoolNodeDeletion::Deleted { .. } => None,
+        }
+    }
+
+    pub fn is_deleted(&self) -> bool {
+        matches!(self, PoolNodeDeletion::Deleted { .. })
+    }
 }
 
 /// The controller's own memory of one pool (everything else is read from the store).
@@ -273,14 +342,10 @@ impl Controller for Pools {
         for planned in plan.commands {
             let issued = cx.issue(ControllerId::Pool, planned.action, planned.reason);
             if let (Some(node), Issued::Queued(_)) = (planned.node_deletion, issued) {
-                let entry = memory
+                let previous = memory.node_deletions.get(&node).copied();
+                memory
                     .node_deletions
-                    .entry(node)
-                    .or_insert(PoolNodeDeletion {
-                        first_try: now,
-                        ..Default::default()
-                    });
-                entry.retry_not_before = None;
+                    .insert(node, PoolNodeDeletion::queued(previous, now));
             }
         }
         for (why, at, about) in &plan.wakes {
@@ -329,8 +394,7 @@ impl Controller for Pools {
         };
         match outcome {
             ApiOutcome::Ok { .. } | ApiOutcome::NotFound => {
-                attempt.done = true;
-                attempt.retry_not_before = None;
+                attempt.succeeded();
             }
             ApiOutcome::Conflict { .. }
             | ApiOutcome::TooManyRequests { .. }
@@ -344,7 +408,7 @@ impl Controller for Pools {
                     outcome.summary()
                 );
                 let at = now + POOL_NODE_DELETION_RETRY_INTERVAL;
-                attempt.retry_not_before = Some(at);
+                attempt.failed(at);
                 self.timers.set(
                     &command.owner,
                     PoolWake::NodeDeletionRetry,

@@ -1099,7 +1099,7 @@ fn a_pool_name_too_long_for_a_label_is_hashed_in_its_machines_and_routed_back() 
         "DockerMachinePoolMachine",
         "m-0",
     );
-    let machine = reconcile::machine_pool_machine(&mp, &im, None);
+    let machine = machines::machine_pool_machine(&mp, &im, None);
     let label = machine["metadata"]["labels"][POOL_NAME_LABEL]
         .as_str()
         .expect("a pool-name label")
@@ -1137,13 +1137,13 @@ fn existing_pool_machines_are_updated_only_when_they_lack_something_and_are_the_
         (CLUSTER_NAME_LABEL, "c1"),
     ]);
     m.kubernetes_version = Some("v1.33.0".into());
-    assert_eq!(reconcile::machine_update(&mp, &m, Some("v1.33.0")), None);
-    let (merge, summary) = reconcile::machine_update(&mp, &m, Some("v1.34.0")).unwrap();
+    assert_eq!(machines::machine_update(&mp, &m, Some("v1.33.0")), None);
+    let (merge, summary) = machines::machine_update(&mp, &m, Some("v1.34.0")).unwrap();
     assert_eq!(merge.to_string(), r#"{"spec":{"version":"v1.34.0"}}"#);
     assert_eq!(summary, "spec.version=v1.34.0");
     let mut relabelled = m.clone();
     relabelled.meta.labels.insert("team".into(), "red".into());
-    let (merge, _) = reconcile::machine_update(&mp, &relabelled, None).unwrap();
+    let (merge, _) = machines::machine_update(&mp, &relabelled, None).unwrap();
     assert_eq!(
         merge.to_string(),
         r#"{"metadata":{"labels":{"team":"blue"}}}"#
@@ -1151,7 +1151,7 @@ fn existing_pool_machines_are_updated_only_when_they_lack_something_and_are_the_
     // Deleting, or controlled by another owner: left alone.
     let mut deleting = relabelled.clone();
     deleting.meta.deletion_timestamp = Some(T0);
-    assert_eq!(reconcile::machine_update(&mp, &deleting, None), None);
+    assert_eq!(machines::machine_update(&mp, &deleting, None), None);
     let mut owned = relabelled;
     owned.meta.owner_references = vec![OwnerReference {
         api_version: "cluster.x-k8s.io/v1beta2".into(),
@@ -1160,7 +1160,7 @@ fn existing_pool_machines_are_updated_only_when_they_lack_something_and_are_the_
         uid: "u".into(),
         controller: true,
     }];
-    assert_eq!(reconcile::machine_update(&mp, &owned, None), None);
+    assert_eq!(machines::machine_update(&mp, &owned, None), None);
 }
 
 #[test]
@@ -1257,17 +1257,54 @@ fn the_pool_checks_pass_on_an_uncorrupted_deletion() {
 
 #[test]
 #[should_panic(expected = "MachinePool MachinePool default/p1: Node p1-0 deletion")]
-fn a_done_node_deletion_still_waiting_for_a_retry_fails_the_check() {
+fn a_node_deletion_retried_before_its_first_try_fails_the_check() {
     node_deletion_corrupted(|d| {
-        d.done = true;
-        d.retry_not_before = Some(secs(32));
+        *d = PoolNodeDeletion::Failed {
+            first_try: secs(20),
+            retry_not_before: secs(10),
+        };
     });
 }
 
 #[test]
-#[should_panic(expected = "Node p1-0 deletion: first try")]
+#[should_panic(expected = "Node p1-0 deletion: Requested")]
 fn a_node_deletion_first_tried_in_the_future_fails_the_check() {
-    node_deletion_corrupted(|d| d.first_try = secs(3600));
+    node_deletion_corrupted(|d| {
+        *d = PoolNodeDeletion::Requested {
+            first_try: secs(3600),
+        }
+    });
+}
+
+#[test]
+fn a_pool_node_deletion_moves_between_its_states() {
+    let queued = PoolNodeDeletion::queued(None, secs(1));
+    assert_eq!(queued, PoolNodeDeletion::Requested { first_try: secs(1) });
+    let mut failed = queued;
+    failed.failed(secs(6));
+    assert_eq!(
+        failed,
+        PoolNodeDeletion::Failed {
+            first_try: secs(1),
+            retry_not_before: secs(6)
+        }
+    );
+    assert_eq!(failed.retry_not_before(), Some(secs(6)));
+    // A retry keeps the first try and forgets the pacing.
+    let retried = PoolNodeDeletion::queued(Some(failed), secs(7));
+    assert_eq!(retried, PoolNodeDeletion::Requested { first_try: secs(1) });
+    let mut deleted = retried;
+    deleted.succeeded();
+    assert_eq!(deleted, PoolNodeDeletion::Deleted { first_try: secs(1) });
+    assert!(deleted.is_deleted() && !retried.is_deleted());
+    // A deletion is never undone by a late failure or another queued attempt.
+    deleted.failed(secs(9));
+    assert_eq!(deleted, PoolNodeDeletion::Deleted { first_try: secs(1) });
+    assert_eq!(
+        PoolNodeDeletion::queued(Some(deleted), secs(9)),
+        PoolNodeDeletion::Deleted { first_try: secs(1) }
+    );
+    assert_eq!(deleted.retry_not_before(), None);
 }
 
 #[test]
@@ -1295,4 +1332,43 @@ fn impossible_node_counts_are_named() {
             (bad.ready, bad.available)
         );
     }
+}
+
+#[test]
+fn the_pool_flow_follows_upstreams_gates_in_order() {
+    use super::reconcile::{FlowFacts, PoolFlow};
+    let c1 = cluster("c1");
+    let unknown = (pool_key("p1"), "corrupt".to_string());
+    let facts = |unreadable: bool, deleting, has_finalizer, cluster: bool, paused| FlowFacts {
+        unreadable: unreadable.then(|| unknown.clone()),
+        deleting,
+        has_finalizer,
+        cluster: cluster.then_some(&c1),
+        paused,
+    };
+    // Every combination, so that each flow is reached and the gates' order is pinned.
+    let mut reached = std::collections::BTreeSet::new();
+    for bits in 0..32_u8 {
+        let bit = |i: u8| bits & (1 << i) != 0;
+        let f = facts(bit(0), bit(1), bit(2), bit(3), bit(4));
+        let expected = if f.unreadable.is_some() {
+            PoolFlow::WaitForReadable(unknown.clone())
+        } else if !f.has_finalizer && f.deleting {
+            PoolFlow::Released
+        } else if !f.has_finalizer {
+            PoolFlow::AddFinalizer
+        } else if f.cluster.is_none() {
+            PoolFlow::WaitForCluster
+        } else if f.paused {
+            PoolFlow::Paused
+        } else if f.deleting {
+            PoolFlow::Delete(&c1)
+        } else {
+            PoolFlow::Reconcile(&c1)
+        };
+        let flow = PoolFlow::of(f.clone());
+        assert_eq!(flow, expected, "{f:?}");
+        reached.insert(format!("{flow:?}").split('(').next().map(str::to_string));
+    }
+    assert_eq!(reached.len(), 7, "every flow is reachable: {reached:?}");
 }

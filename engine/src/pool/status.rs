@@ -1,0 +1,101 @@
+//! The pool's status counters (§3.6) and the write of what differs from what is observed.
+
+use super::conditions::{self as cond};
+use super::draft::Draft;
+use super::machines::pool_machines;
+use super::reconcile::Ctx;
+use super::reconcile::Plan;
+use crate::command::{Action, JsonText};
+use crate::model::{Condition, External};
+
+/// §3.6 `updateStatus`: the v1beta2 counters and `versions`.
+pub(super) fn update_status(cx: &Ctx<'_>, infra: &External, draft: &mut Draft) {
+    let mp = cx.mp;
+    let has_machines = infra
+        .infrastructure_machine_kind
+        .as_deref()
+        .is_some_and(|k| !k.is_empty());
+    if !has_machines {
+        draft.ready = draft.replicas;
+        draft.available = draft.replicas;
+        draft.up_to_date = mp.replicas;
+        let workload = cx.workload();
+        if cx.store.is_synced(&workload) {
+            let versions: Vec<String> = match cx.matched.get() {
+                Some(nodes) => nodes
+                    .iter()
+                    .filter_map(|n| n.kubelet_version.clone())
+                    .collect(),
+                None => draft
+                    .node_refs(mp)
+                    .iter()
+                    .filter_map(|r| cx.node_by_name(&r.name))
+                    .filter(|n| n.provider_id.as_deref().is_some_and(|p| !p.is_empty()))
+                    .filter_map(|n| n.kubelet_version.clone())
+                    .collect(),
+            };
+            draft.versions = aggregate_versions(versions.into_iter());
+        }
+        return;
+    }
+    let machines = pool_machines(cx);
+    let count = |t: &str| {
+        machines
+            .iter()
+            .filter(|m| m.conditions.current(t).is_some_and(Condition::is_true))
+            .count() as i32
+    };
+    draft.ready = Some(count("Ready"));
+    draft.available = Some(count("Available"));
+    draft.up_to_date = Some(count("UpToDate"));
+    draft.versions =
+        aggregate_versions(machines.iter().filter_map(|m| m.kubernetes_version.clone()));
+}
+
+/// `[{version, replicas}]` ordered by version string; empty versions are skipped.
+fn aggregate_versions(versions: impl Iterator<Item = String>) -> Vec<(String, i32)> {
+    let mut counts: std::collections::BTreeMap<String, i32> = Default::default();
+    for v in versions.filter(|v| !v.is_empty()) {
+        *counts.entry(v).or_default() += 1;
+    }
+    counts.into_iter().collect()
+}
+
+/// Pool spec, status and conditions: only what differs from what is observed.
+pub(super) fn write_pool(cx: &Ctx<'_>, mut draft: Draft, plan: &mut Plan) {
+    let mp = cx.mp;
+    let target = cx.pool_target();
+    if let Some((merge, summary)) = draft.spec_patch(mp) {
+        plan.issue(
+            Action::PatchSpec {
+                target: target.clone(),
+                merge: JsonText::from_value(&merge),
+                summary: summary.clone(),
+            },
+            format!("MachinePool {}: {summary}", cx.pool_name()),
+        );
+    }
+    if let Some((merge, summary)) = draft.status_patch(mp) {
+        plan.issue(
+            Action::PatchStatus {
+                target: target.clone(),
+                merge: JsonText::from_value(&merge),
+                summary: summary.clone(),
+            },
+            format!("MachinePool {}: {summary}", cx.pool_name()),
+        );
+    }
+    let legacy = std::mem::take(&mut draft.legacy_conditions);
+    let conditions = cond::finish(&mp.conditions, legacy, cx.now);
+    if conditions != mp.conditions {
+        let summary = cond::summary_of_change(&mp.conditions, &conditions);
+        plan.issue(
+            Action::SetCondition {
+                target,
+                conditions,
+                summary: summary.clone(),
+            },
+            format!("MachinePool {}: {summary}", cx.pool_name()),
+        );
+    }
+}
