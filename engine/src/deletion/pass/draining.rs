@@ -9,7 +9,7 @@ use crate::deletion::gates;
 use crate::deletion::pods::CachedPod;
 use crate::deletion::status::{legacy, legacy_false, legacy_true, reason};
 use crate::deletion::{Attempt, DeletionTimer};
-use crate::drain::{self, DrainPlan, EvictionAttempt, EvictionOutcome};
+use crate::drain::{self, DrainPlan, EvictionAttempt};
 use crate::model::{Condition, Object, Severity};
 
 impl<'p, 'a> Pass<'p, 'a> {
@@ -207,8 +207,8 @@ impl<'p, 'a> Pass<'p, 'a> {
             "Draining Node"
         );
         for key in &plan.evict_now {
-            let previous = self.tracked.memo.evictions.get(*key).cloned();
-            let why = match previous.as_ref().and_then(|a| a.last_failure.as_deref()) {
+            let previous = self.tracked.memo.evictions.get(*key);
+            let why = match previous.and_then(EvictionAttempt::failure) {
                 Some(f) => format!(
                     "retrying eviction {} after it failed ({f})",
                     drain::EVICTION_RETRY_INTERVAL
@@ -230,14 +230,9 @@ impl<'p, 'a> Pass<'p, 'a> {
                 why,
             );
             if let Issued::Queued(_) = issued {
-                self.tracked.memo.evictions.insert(
-                    (*key).clone(),
-                    EvictionAttempt {
-                        at: self.now,
-                        outcome: EvictionOutcome::Pending,
-                        last_failure: previous.and_then(|a| a.last_failure),
-                    },
-                );
+                let attempt =
+                    EvictionAttempt::requested(self.tracked.memo.evictions.get(*key), self.now);
+                self.tracked.memo.evictions.insert((*key).clone(), attempt);
             }
         }
     }
@@ -267,7 +262,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         };
         let latest = pods
             .iter()
-            .filter_map(|k| self.tracked.memo.evictions.get(*k).map(|a| a.at))
+            .filter_map(|k| self.tracked.memo.evictions.get(*k).map(EvictionAttempt::at))
             .max();
         if latest.is_none() || latest <= self.tracked.memo.drain_blocked_reported {
             return;
