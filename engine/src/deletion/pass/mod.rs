@@ -7,6 +7,7 @@
 
 mod assess;
 mod draining;
+mod plan;
 mod steps;
 
 use super::phase::{DeletionPhase, PhaseFacts};
@@ -24,6 +25,7 @@ use crate::model::{
 use crate::store::Store;
 use crate::time::Timestamp;
 use assess::Findings;
+use plan::{Plan, Record};
 use std::borrow::Cow;
 
 pub(super) struct Pass<'p, 'a> {
@@ -54,6 +56,8 @@ pub(super) struct Pass<'p, 'a> {
     /// A condition write of this Machine is unanswered: nothing is written until its answer
     /// reconciles the Machine again, so messages that only feed conditions are not built.
     conditions_in_flight: bool,
+    /// The commands the steps ask for, issued by [`Pass::apply`].
+    plan: Plan,
 }
 
 /// Whether a request of this kind may be (re)issued now: never while one is in flight, at once
@@ -139,6 +143,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             wakes: Vec::new(),
             node_seen: None,
             conditions_in_flight,
+            plan: Plan::default(),
         }
     }
 
@@ -208,6 +213,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         if let (Some(node), Some(deletion)) = (&node, found.node_deletion) {
             self.delete_node(node, deletion);
         }
+        self.apply();
     }
 
     fn remove_finalizer(&mut self) {
@@ -216,8 +222,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             // condition write has landed (its answer reconciles this Machine again).
             return;
         }
-        let issued = self.cx.issue(
-            ControllerId::Deletion,
+        self.plan.push(
             Action::RemoveFinalizer {
                 target: self.target.clone(),
                 finalizer: MACHINE_FINALIZER.to_string(),
@@ -226,10 +231,9 @@ impl<'p, 'a> Pass<'p, 'a> {
                 "deletion of Machine {} completed: releasing finalizer {MACHINE_FINALIZER}",
                 self.m.meta.name
             ),
+            Record::Nothing,
         );
-        if let Issued::Queued(_) = issued {
-            tracing::info!(machine = %self.key, "Deletion completed, removing finalizer");
-        }
+        self.apply();
     }
 
     fn set_deleting(&mut self, reason: &'static str, message: impl Into<String>) {
