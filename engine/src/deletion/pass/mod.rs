@@ -197,8 +197,13 @@ impl<'p, 'a> Pass<'p, 'a> {
     }
 
     /// Every step's action up to the one that holds (the steps after it were not reached and
-    /// have nothing to act on).
+    /// have nothing to act on), then what they asked of the API.
     fn run_steps(&mut self, facts: &PhaseFacts, found: Findings<'_>) {
+        self.plan_steps(facts, found);
+        self.apply();
+    }
+
+    fn plan_steps(&mut self, facts: &PhaseFacts, found: Findings<'_>) {
         let node = found.node.ok();
         self.pre_drain_hooks(facts.pre_drain_hooks);
         if let (Some(node), Some(drain)) = (&node, found.drain) {
@@ -213,7 +218,6 @@ impl<'p, 'a> Pass<'p, 'a> {
         if let (Some(node), Some(deletion)) = (&node, found.node_deletion) {
             self.delete_node(node, deletion);
         }
-        self.apply();
     }
 
     fn remove_finalizer(&mut self) {

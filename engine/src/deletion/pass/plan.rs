@@ -79,3 +79,111 @@ impl Pass<'_, '_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::Target;
+    use crate::controller::{Cx, Effects};
+    use crate::deletion::{Memo, Tracked};
+    use crate::model::{ClusterName, Object, Scope};
+    use crate::store::Store;
+    use crate::testing::{bootstrap_config, cluster, infra_machine, machine, workload};
+    use crate::time::Timestamp;
+
+    const NOW: Timestamp = Timestamp(1_000_000);
+
+    /// The intents a pass plans for Machine default/m1 (deleting, no Node, no hooks: its
+    /// infrastructure is next) when it remembers `memo`, without issuing them.
+    fn planned(memo: Memo) -> Vec<Intent> {
+        let mut m = machine("c1", "m1", None);
+        m.provider_id = None;
+        m.meta.deletion_timestamp = Some(Timestamp(0));
+        let mut store = Store::default();
+        store.replace_scope(
+            &Scope::Management,
+            vec![
+                Object::Cluster(cluster("c1")),
+                Object::Machine(m.clone()),
+                Object::External(infra_machine("m1")),
+                Object::External(bootstrap_config("m1")),
+            ],
+        );
+        store.replace_scope(&workload("c1"), Vec::new());
+        let key = crate::model::ObjectKey::new(
+            Scope::Management,
+            crate::model::Kind::Machine,
+            "default",
+            "m1",
+        );
+        let mut tracked = Tracked {
+            cluster: ClusterName::new("default", "c1"),
+            node: None,
+            provider_id: None,
+            infrastructure: m.infrastructure_ref.key_in("default"),
+            bootstrap: m.bootstrap_config_ref.as_ref().map(|r| r.key_in("default")),
+            control_plane: None,
+            memo,
+            pods: Default::default(),
+        };
+        let mut effects = Effects::default();
+        let mut cx = Cx {
+            now: NOW,
+            store: &store,
+            cause: 0,
+            owner: key.clone(),
+            effects: &mut effects,
+        };
+        let c = cluster("c1");
+        let mut pass = Pass::new(&key, &m, &c, &mut tracked, &mut cx);
+        let mut pods = std::mem::take(&mut pass.tracked.pods.0);
+        let (facts, found) = pass.assess(&mut pods);
+        pass.plan_steps(&facts, found);
+        let intents = pass.plan.intents.clone();
+        assert!(effects.poll().is_none(), "planning issues nothing");
+        intents
+    }
+
+    fn delete_infrastructure(previous_failure: Option<&str>) -> Intent {
+        let infra = infra_machine("m1");
+        Intent {
+            action: Action::DeleteInfrastructure {
+                target: Target {
+                    key: machine("c1", "m1", None)
+                        .infrastructure_ref
+                        .key_in("default"),
+                    api_version: infra.api_version,
+                },
+            },
+            why: "Machine m1 is being deleted and its Node is drained: deleting DockerMachine m1"
+                .to_string(),
+            on_queued: Record::InfrastructureDelete(Attempt::Requested {
+                at: NOW,
+                previous_failure: previous_failure.map(str::to_string),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_machine_without_a_node_plans_the_deletion_of_its_infrastructure() {
+        assert_eq!(planned(Memo::default()), [delete_infrastructure(None)]);
+    }
+
+    #[test]
+    fn a_failed_infrastructure_deletion_is_planned_again_once_due_keeping_its_failure() {
+        let failed = |at| Memo {
+            infrastructure_delete: Some(Attempt::Failed {
+                at,
+                failure: "boom".to_string(),
+            }),
+            ..Memo::default()
+        };
+        assert_eq!(
+            planned(failed(Timestamp(NOW.0 - 1))),
+            [],
+            "not before the retry interval"
+        );
+        let due = Timestamp(NOW.0 - crate::deletion::API_RETRY_INTERVAL.as_millis());
+        assert_eq!(planned(failed(due)), [delete_infrastructure(Some("boom"))]);
+    }
+}
