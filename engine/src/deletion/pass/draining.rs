@@ -2,8 +2,9 @@
 //! it is over. What it acts on was found by [`super::assess`].
 
 use super::assess::DrainFinding;
+use super::plan::Record;
 use super::{API_RETRY_INTERVAL, Pass, attempt_due};
-use crate::command::{Action, ControllerId, EventType, Target};
+use crate::command::{Action, EventType, Target};
 use crate::controller::Issued;
 use crate::deletion::gates;
 use crate::deletion::pods::CachedPod;
@@ -146,8 +147,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         if attempt_due(&attempt, in_flight, self.now) {
             // Upstream patches the Machine before draining, so the start time is visible.
             self.flush_status();
-            let issued = self.cx.issue(
-                ControllerId::Deletion,
+            self.plan.push(
                 Action::Cordon {
                     node: Target {
                         key: node_key,
@@ -158,11 +158,8 @@ impl<'p, 'a> Pass<'p, 'a> {
                     "Machine {} is being deleted: cordoning Node {node_name} before draining it",
                     self.m.meta.name
                 ),
+                Record::Cordon(Attempt::requested(attempt.as_ref(), self.now)),
             );
-            if let Issued::Queued(_) = issued {
-                tracing::info!(machine = %self.key, node = node_name, "Cordoning Node");
-                self.tracked.memo.cordon = Some(Attempt::requested(attempt.as_ref(), self.now));
-            }
         } else if let Some(a) = attempt
             .as_ref()
             .filter(|a| a.failure().is_some() && !in_flight)
@@ -218,8 +215,7 @@ impl<'p, 'a> Pass<'p, 'a> {
                     self.m.meta.name
                 ),
             };
-            let issued = self.cx.issue(
-                ControllerId::Deletion,
+            let issued = self.issue_now(
                 Action::Evict {
                     pod: Target {
                         key: (*key).clone(),
@@ -271,8 +267,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             "Drain of Node {node_name} (Machine {}) is blocked by a PodDisruptionBudget: {blocked}",
             self.m.meta.name
         );
-        let issued = self.cx.issue(
-            ControllerId::Deletion,
+        let issued = self.issue_now(
             Action::RecordEvent {
                 regarding: self.target.clone(),
                 type_: EventType::Warning,

@@ -194,13 +194,13 @@ impl<'p, 'a> Pass<'p, 'a> {
                 self.remove_finalizer();
             }
         }
+        self.apply();
     }
 
     /// Every step's action up to the one that holds (the steps after it were not reached and
     /// have nothing to act on), then what they asked of the API.
     fn run_steps(&mut self, facts: &PhaseFacts, found: Findings<'_>) {
         self.plan_steps(facts, found);
-        self.apply();
     }
 
     fn plan_steps(&mut self, facts: &PhaseFacts, found: Findings<'_>) {
@@ -237,7 +237,6 @@ impl<'p, 'a> Pass<'p, 'a> {
             ),
             Record::Nothing,
         );
-        self.apply();
     }
 
     fn set_deleting(&mut self, reason: &'static str, message: impl Into<String>) {
@@ -275,8 +274,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         if let Some((merge, summary)) =
             status::status_patch(self.m.version, &self.base_status, &self.status)
         {
-            let issued = self.cx.issue(
-                ControllerId::Deletion,
+            let issued = self.issue_now(
                 Action::PatchStatus {
                     target: self.target.clone(),
                     merge,
@@ -310,8 +308,7 @@ impl<'p, 'a> Pass<'p, 'a> {
                 Some((_, message)) => message.clone(),
                 None => "deletion in progress".to_string(),
             };
-            let issued = self.cx.issue(
-                ControllerId::Deletion,
+            let issued = self.issue_now(
                 Action::SetCondition {
                     target: self.target.clone(),
                     conditions: self.conditions.clone(),
@@ -328,11 +325,10 @@ impl<'p, 'a> Pass<'p, 'a> {
 
     /// Records a Kubernetes Event once per deletion (events mark transitions).
     fn event(&mut self, type_: EventType, reason: &str, message: String, once_key: String) {
-        if self.tracked.memo.events.contains(&once_key) {
+        if self.tracked.memo.events.contains(&once_key) || self.plan.has_event(&once_key) {
             return;
         }
-        let issued = self.cx.issue(
-            ControllerId::Deletion,
+        self.plan.push(
             Action::RecordEvent {
                 regarding: self.target.clone(),
                 type_,
@@ -340,10 +336,8 @@ impl<'p, 'a> Pass<'p, 'a> {
                 message: message.clone(),
             },
             message,
+            Record::Event(once_key),
         );
-        if issued.recorded() {
-            self.tracked.memo.events.insert(once_key);
-        }
     }
 
     /// Follows the phase the `Deleting` condition names; one that lasts
@@ -383,8 +377,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             waited,
             message.replace('\n', " ")
         );
-        let issued = self.cx.issue(
-            ControllerId::Deletion,
+        let issued = self.issue_now(
             Action::RecordEvent {
                 regarding: self.target.clone(),
                 type_: EventType::Warning,

@@ -18,11 +18,23 @@ pub(super) struct Intent {
 /// The memo update of a queued [`Intent`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Record {
+    Cordon(Attempt),
     InfrastructureDelete(Attempt),
     BootstrapDelete(Attempt),
     NodeDeletion(NodeDeletion),
+    /// An event recorded once per deletion, under this key (a folded one counts).
+    Event(String),
     /// Remembered by nobody: the finalizer's removal ends the deletion.
     Nothing,
+}
+
+impl Record {
+    fn holds(&self, issued: Issued) -> bool {
+        match self {
+            Record::Event(_) => issued.recorded(),
+            _ => matches!(issued, Issued::Queued(_)),
+        }
+    }
 }
 
 /// The intents of a pass, in the order they are issued.
@@ -39,9 +51,23 @@ impl Plan {
             on_queued,
         });
     }
+
+    /// Whether the once-per-deletion event `once_key` is planned already.
+    pub fn has_event(&self, once_key: &str) -> bool {
+        self.intents
+            .iter()
+            .any(|i| matches!(&i.on_queued, Record::Event(k) if k == once_key))
+    }
 }
 
 impl Pass<'_, '_> {
+    /// Issues `action` after what is planned, so no command overtakes a planned one: for
+    /// the writes that stay direct (status, conditions, evictions, report events).
+    pub(super) fn issue_now(&mut self, action: Action, why: String) -> Issued {
+        self.apply();
+        self.cx.issue(ControllerId::Deletion, action, why)
+    }
+
     /// Issues the planned intents and records the memo updates of those queued.
     pub(super) fn apply(&mut self) {
         for intent in std::mem::take(&mut self.plan.intents) {
@@ -52,11 +78,18 @@ impl Pass<'_, '_> {
             } = intent;
             let target = action.target().key.name.clone();
             let issued = self.cx.issue(ControllerId::Deletion, action, why);
-            if !matches!(issued, Issued::Queued(_)) {
+            if !on_queued.holds(issued) {
                 continue;
             }
             let memo = &mut self.tracked.memo;
             match on_queued {
+                Record::Cordon(attempt) => {
+                    tracing::info!(machine = %self.key, node = %target, "Cordoning Node");
+                    memo.cordon = Some(attempt);
+                }
+                Record::Event(once_key) => {
+                    memo.events.insert(once_key);
+                }
                 Record::InfrastructureDelete(attempt) => {
                     let kind = &self.m.infrastructure_ref.kind;
                     tracing::info!(machine = %self.key, "Deleting {kind} {target}");
