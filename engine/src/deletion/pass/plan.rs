@@ -121,7 +121,9 @@ mod tests {
     use crate::deletion::{Memo, Tracked};
     use crate::model::{ClusterName, Object, Scope};
     use crate::store::Store;
-    use crate::testing::{bootstrap_config, cluster, infra_machine, machine, workload};
+    use crate::testing::{
+        bootstrap_config, cluster, control_plane_machine, infra_machine, machine, workload,
+    };
     use crate::time::Timestamp;
 
     const NOW: Timestamp = Timestamp(1_000_000);
@@ -131,18 +133,32 @@ mod tests {
     fn planned(memo: Memo) -> Vec<Intent> {
         let mut m = machine("c1", "m1", None);
         m.provider_id = None;
+        let (intents, issued) = plan_of(m, Vec::new(), memo);
+        assert!(issued.is_empty(), "planning issues nothing: {issued:?}");
+        intents
+    }
+
+    /// The intents the steps of a pass over `m` (made deleting) plan, and the commands the
+    /// pass issued directly while planning them.
+    fn plan_of(
+        mut m: crate::model::Machine,
+        workload_objects: Vec<Object>,
+        memo: Memo,
+    ) -> (Vec<Intent>, Vec<String>) {
         m.meta.deletion_timestamp = Some(Timestamp(0));
         let mut store = Store::default();
         store.replace_scope(
             &Scope::Management,
             vec![
                 Object::Cluster(cluster("c1")),
+                // A control plane left, so the Node may be deleted.
+                Object::Machine(control_plane_machine("c1", "cp-1", Some("cp-1"))),
                 Object::Machine(m.clone()),
                 Object::External(infra_machine("m1")),
                 Object::External(bootstrap_config("m1")),
             ],
         );
-        store.replace_scope(&workload("c1"), Vec::new());
+        store.replace_scope(&workload("c1"), workload_objects);
         let key = crate::model::ObjectKey::new(
             Scope::Management,
             crate::model::Kind::Machine,
@@ -151,8 +167,8 @@ mod tests {
         );
         let mut tracked = Tracked {
             cluster: ClusterName::new("default", "c1"),
-            node: None,
-            provider_id: None,
+            node: m.node_ref.clone(),
+            provider_id: m.provider_id.clone(),
             infrastructure: m.infrastructure_ref.key_in("default"),
             bootstrap: m.bootstrap_config_ref.as_ref().map(|r| r.key_in("default")),
             control_plane: None,
@@ -173,8 +189,10 @@ mod tests {
         let (facts, found) = pass.assess(&mut pods);
         pass.plan_steps(&facts, found);
         let intents = pass.plan.intents.clone();
-        assert!(effects.poll().is_none(), "planning issues nothing");
-        intents
+        let issued = std::iter::from_fn(|| effects.poll())
+            .map(|c| c.action.name().to_string())
+            .collect();
+        (intents, issued)
     }
 
     fn delete_infrastructure(previous_failure: Option<&str>) -> Intent {
@@ -200,6 +218,33 @@ mod tests {
     #[test]
     fn a_machine_without_a_node_plans_the_deletion_of_its_infrastructure() {
         assert_eq!(planned(Memo::default()), [delete_infrastructure(None)]);
+    }
+
+    #[test]
+    fn a_schedulable_node_is_cordoned_after_the_drain_start_is_written() {
+        let m = machine("c1", "m1", Some("n1"));
+        let n1 = crate::testing::node("n1");
+        let (intents, issued) = plan_of(m, vec![Object::Node(n1.clone())], Memo::default());
+        assert_eq!(issued, ["PatchStatus"]);
+        let node_key =
+            crate::model::ObjectKey::new(workload("c1"), crate::model::Kind::Node, "", "n1");
+        assert_eq!(
+            intents,
+            [Intent {
+                action: Action::Cordon {
+                    node: Target {
+                        key: node_key,
+                        api_version: "v1".to_string(),
+                    },
+                },
+                why: "Machine m1 is being deleted: cordoning Node n1 before draining it"
+                    .to_string(),
+                on_queued: Record::Cordon(Attempt::Requested {
+                    at: NOW,
+                    previous_failure: None,
+                }),
+            }]
+        );
     }
 
     #[test]
