@@ -5,7 +5,6 @@ use super::assess::DrainFinding;
 use super::plan::Record;
 use super::{API_RETRY_INTERVAL, Pass, attempt_due};
 use crate::command::{Action, EventType, Target};
-use crate::controller::Issued;
 use crate::deletion::gates;
 use crate::deletion::pods::CachedPod;
 use crate::deletion::status::{legacy, legacy_false, legacy_true, reason};
@@ -215,7 +214,8 @@ impl<'p, 'a> Pass<'p, 'a> {
                     self.m.meta.name
                 ),
             };
-            let issued = self.issue_now(
+            let attempt = EvictionAttempt::requested(previous, self.now);
+            self.plan.push(
                 Action::Evict {
                     pod: Target {
                         key: (*key).clone(),
@@ -224,12 +224,11 @@ impl<'p, 'a> Pass<'p, 'a> {
                     grace_period_seconds,
                 },
                 why,
+                Record::Eviction {
+                    pod: (*key).clone(),
+                    attempt,
+                },
             );
-            if let Issued::Queued(_) = issued {
-                let attempt =
-                    EvictionAttempt::requested(self.tracked.memo.evictions.get(*key), self.now);
-                self.tracked.memo.evictions.insert((*key).clone(), attempt);
-            }
         }
     }
 
@@ -256,6 +255,8 @@ impl<'p, 'a> Pass<'p, 'a> {
         let Some((blocked, pods)) = drain::blocked_by_disruption_budget(plan) else {
             return;
         };
+        // The evictions just planned count as tried now.
+        self.apply();
         let latest = pods
             .iter()
             .filter_map(|k| self.tracked.memo.evictions.get(*k).map(EvictionAttempt::at))

@@ -6,6 +6,8 @@ use super::Pass;
 use crate::command::{Action, ControllerId};
 use crate::controller::Issued;
 use crate::deletion::{Attempt, NodeDeletion};
+use crate::drain::EvictionAttempt;
+use crate::model::ObjectKey;
 
 /// One command to issue and what to remember once it is queued.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,6 +21,10 @@ pub(super) struct Intent {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Record {
     Cordon(Attempt),
+    Eviction {
+        pod: ObjectKey,
+        attempt: EvictionAttempt,
+    },
     InfrastructureDelete(Attempt),
     BootstrapDelete(Attempt),
     NodeDeletion(NodeDeletion),
@@ -62,7 +68,7 @@ impl Plan {
 
 impl Pass<'_, '_> {
     /// Issues `action` after what is planned, so no command overtakes a planned one: for
-    /// the writes that stay direct (status, conditions, evictions, report events).
+    /// the writes that stay direct (status, conditions, the stall and drain-blocked events).
     pub(super) fn issue_now(&mut self, action: Action, why: String) -> Issued {
         self.apply();
         self.cx.issue(ControllerId::Deletion, action, why)
@@ -86,6 +92,9 @@ impl Pass<'_, '_> {
                 Record::Cordon(attempt) => {
                     tracing::info!(machine = %self.key, node = %target, "Cordoning Node");
                     memo.cordon = Some(attempt);
+                }
+                Record::Eviction { pod, attempt } => {
+                    memo.evictions.insert(pod, attempt);
                 }
                 Record::Event(once_key) => {
                     memo.events.insert(once_key);
