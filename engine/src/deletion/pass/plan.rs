@@ -257,6 +257,61 @@ mod tests {
     }
 
     #[test]
+    fn a_cordoned_node_plans_the_eviction_of_its_pod_and_a_retry_keeps_the_failure() {
+        let mut n1 = crate::testing::node("n1");
+        n1.unschedulable = true;
+        let workload_objects = || {
+            vec![
+                Object::Node(n1.clone()),
+                Object::Namespace(crate::testing::namespace("app")),
+                Object::Pod(crate::testing::pod("app", "web-0", "n1")),
+            ]
+        };
+        let web_0 =
+            crate::model::ObjectKey::new(workload("c1"), crate::model::Kind::Pod, "app", "web-0");
+        let evict = |why: &str, previous_failure: Option<&str>| Intent {
+            action: Action::Evict {
+                pod: Target {
+                    key: web_0.clone(),
+                    api_version: "v1".to_string(),
+                },
+                grace_period_seconds: None,
+            },
+            why: why.to_string(),
+            on_queued: Record::Eviction {
+                pod: web_0.clone(),
+                attempt: EvictionAttempt::Requested {
+                    at: NOW,
+                    previous_failure: previous_failure.map(str::to_string),
+                },
+            },
+        };
+        let m = || machine("c1", "m1", Some("n1"));
+        let (intents, _) = plan_of(m(), workload_objects(), Memo::default());
+        assert_eq!(
+            intents,
+            [evict("draining Node n1: Machine m1 is being deleted", None)]
+        );
+
+        let mut memo = Memo::default();
+        memo.evictions.insert(
+            web_0.clone(),
+            EvictionAttempt::Failed {
+                at: Timestamp(NOW.0 - crate::drain::EVICTION_RETRY_INTERVAL.as_millis()),
+                failure: "pdb".to_string(),
+            },
+        );
+        let (intents, _) = plan_of(m(), workload_objects(), memo);
+        assert_eq!(
+            intents,
+            [evict(
+                "retrying eviction 20s after it failed (pdb)",
+                Some("pdb")
+            )]
+        );
+    }
+
+    #[test]
     fn a_failed_infrastructure_deletion_is_planned_again_once_due_keeping_its_failure() {
         let failed = |at| Memo {
             infrastructure_delete: Some(Attempt::Failed {
