@@ -77,7 +77,8 @@ impl Dirty {
 /// 1: typed timer tables, one controller per slot (MachineSet remediation its own).
 /// 2: deletion and pool memos as enums of their possible states (`Attempt`, `Landing`,
 ///    `PoolNodeDeletion`).
-pub const STATE_VERSION: u16 = 2;
+/// 3: eviction attempts as an enum of their possible states (`EvictionAttempt`).
+pub const STATE_VERSION: u16 = 3;
 
 /// The whole engine: observed objects, controller state, commands in flight.
 ///

@@ -4,7 +4,7 @@
 
 use crate::command::ControllerId;
 use crate::deletion::{MachineDeletion, reason};
-use crate::drain::EvictionOutcome;
+use crate::drain::EvictionAttempt;
 use crate::model::{Kind, Object, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope};
 use crate::store::Store;
 use crate::time::Timestamp;
@@ -122,11 +122,15 @@ pub fn gauges(store: &Store, deletion: &MachineDeletion, now: Timestamp) -> Gaug
             if store.get(pod).is_none() {
                 continue;
             }
-            let reason = match (&attempt.outcome, &attempt.last_failure) {
-                (EvictionOutcome::Failed(message), _)
-                | (EvictionOutcome::Pending, Some(message)) => blocked_reason(message),
-                (EvictionOutcome::Evicted, _) => "WaitingForDeletion",
-                (EvictionOutcome::Pending | EvictionOutcome::NotFound, _) => continue,
+            let reason = match attempt {
+                EvictionAttempt::Evicted { .. } => "WaitingForDeletion",
+                EvictionAttempt::NotFound { .. } => continue,
+                EvictionAttempt::Requested { .. } | EvictionAttempt::Failed { .. } => {
+                    match attempt.failure() {
+                        Some(message) => blocked_reason(message),
+                        None => continue,
+                    }
+                }
             };
             *out.drain_blocked.entry(reason).or_default() += 1;
         }

@@ -480,29 +480,17 @@ impl Controller for MachineDeletion {
         match &command.action {
             Action::Evict { pod, .. } => {
                 let outcome = eviction_failure_message(outcome);
-                let entry = memo
-                    .evictions
-                    .entry(pod.key.clone())
-                    .or_insert(EvictionAttempt {
-                        at: now,
-                        outcome: EvictionOutcome::Pending,
-                        last_failure: None,
-                    });
-                match &outcome {
-                    EvictionOutcome::Failed(message) => {
-                        tracing::info!(
-                            pod = %pod.key,
-                            "Eviction failed, will be retried in {}: {message}",
-                            crate::drain::EVICTION_RETRY_INTERVAL
-                        );
-                        entry.last_failure = Some(message.clone());
-                    }
-                    EvictionOutcome::Evicted | EvictionOutcome::NotFound => {
-                        entry.last_failure = None
-                    }
-                    EvictionOutcome::Pending => {}
+                if let EvictionOutcome::Failed(message) = &outcome {
+                    tracing::info!(
+                        pod = %pod.key,
+                        "Eviction failed, will be retried in {}: {message}",
+                        crate::drain::EVICTION_RETRY_INTERVAL
+                    );
                 }
-                entry.outcome = outcome;
+                memo.evictions
+                    .entry(pod.key.clone())
+                    .or_insert_with(|| EvictionAttempt::requested(None, now))
+                    .answer(outcome);
             }
             Action::Cordon { .. } => answer(&mut memo.cordon, failure),
             Action::DeleteInfrastructure { .. } => answer(&mut memo.infrastructure_delete, failure),

@@ -9,11 +9,9 @@ use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// The API's answer to the last eviction of a pod, as far as the controller knows.
+/// The API's answer to an eviction.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EvictionOutcome {
-    /// Issued, no answer yet.
-    Pending,
     /// Accepted: the pod gets a deletionTimestamp (observed later).
     Evicted,
     /// The pod was already gone (does not block the drain).
@@ -22,25 +20,73 @@ pub enum EvictionOutcome {
     Failed(String),
 }
 
-/// The last eviction of one pod: when it was issued and how it went.
+/// The last eviction of one pod: when it was issued and what became of it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EvictionAttempt {
-    pub at: Timestamp,
-    pub outcome: EvictionOutcome,
-    /// The failure message of the latest failed try, kept while a retry is unanswered so the
-    /// condition keeps showing why the pod is still there.
-    pub last_failure: Option<String>,
+pub enum EvictionAttempt {
+    /// Issued, no answer yet. A retry after a failure keeps that failure so the condition
+    /// keeps showing why the pod is still there.
+    Requested {
+        at: Timestamp,
+        previous_failure: Option<String>,
+    },
+    Evicted {
+        at: Timestamp,
+    },
+    NotFound {
+        at: Timestamp,
+    },
+    Failed {
+        at: Timestamp,
+        failure: String,
+    },
 }
 
 impl EvictionAttempt {
+    /// The eviction issued at `now`, after `previous` (whose failure it keeps showing).
+    pub fn requested(previous: Option<&EvictionAttempt>, now: Timestamp) -> Self {
+        EvictionAttempt::Requested {
+            at: now,
+            previous_failure: previous.and_then(|a| a.failure()).map(str::to_string),
+        }
+    }
+
+    /// The attempt once `outcome` answers it.
+    pub fn answer(&mut self, outcome: EvictionOutcome) {
+        let at = self.at();
+        *self = match outcome {
+            EvictionOutcome::Evicted => EvictionAttempt::Evicted { at },
+            EvictionOutcome::NotFound => EvictionAttempt::NotFound { at },
+            EvictionOutcome::Failed(failure) => EvictionAttempt::Failed { at, failure },
+        };
+    }
+
+    pub fn at(&self) -> Timestamp {
+        match self {
+            EvictionAttempt::Requested { at, .. }
+            | EvictionAttempt::Evicted { at }
+            | EvictionAttempt::NotFound { at }
+            | EvictionAttempt::Failed { at, .. } => *at,
+        }
+    }
+
+    /// The failure to show: the answer's, or the previous one while a retry is unanswered.
+    pub fn failure(&self) -> Option<&str> {
+        match self {
+            EvictionAttempt::Requested {
+                previous_failure, ..
+            } => previous_failure.as_deref(),
+            EvictionAttempt::Evicted { .. } | EvictionAttempt::NotFound { .. } => None,
+            EvictionAttempt::Failed { failure, .. } => Some(failure),
+        }
+    }
+
     /// The earliest time this pod may be evicted again.
     pub fn retry_at(&self) -> Timestamp {
-        self.at.saturating_add(EVICTION_RETRY_INTERVAL)
+        self.at().saturating_add(EVICTION_RETRY_INTERVAL)
     }
 }
 
-/// The failure message of an eviction answer, as upstream records it (`None` for success and
-/// 404, which are not failures).
+/// An eviction answer as upstream records it, with the failure message it shows.
 pub fn eviction_failure_message(outcome: &ApiOutcome) -> EvictionOutcome {
     match outcome {
         ApiOutcome::Ok { .. } => EvictionOutcome::Evicted,
@@ -198,40 +244,44 @@ impl<'a> DrainPlan<'a> {
             return;
         };
         let due = now >= attempt.retry_at();
-        let unanswered = match &attempt.outcome {
-            EvictionOutcome::Pending if in_flight(key) => true,
+        let unanswered = match attempt {
+            EvictionAttempt::Requested { .. } if in_flight(key) => true,
             // Issued before a restart and never answered: try again.
-            EvictionOutcome::Pending => {
+            EvictionAttempt::Requested { .. } => {
                 crate::mark::hit("eviction_issued_again_after_a_restart");
                 self.evict_now.push(key);
                 true
             }
             _ if due => {
-                if matches!(attempt.outcome, EvictionOutcome::Failed(_)) {
+                if matches!(attempt, EvictionAttempt::Failed { .. }) {
                     crate::mark::hit("eviction_retried_after_a_failure");
                 }
                 self.evict_now.push(key);
                 true
             }
-            EvictionOutcome::Evicted => {
+            EvictionAttempt::Evicted { .. } => {
                 self.deletion_timestamp_set.push(key);
                 wake(&mut self.next_eviction_retry, attempt.retry_at(), key);
                 false
             }
-            EvictionOutcome::NotFound => {
+            EvictionAttempt::NotFound { .. } => {
                 self.not_found.push(key);
                 wake(&mut self.next_eviction_retry, attempt.retry_at(), key);
                 false
             }
-            EvictionOutcome::Failed(message) => {
-                self.failed.entry(message.clone()).or_default().push(key);
+            EvictionAttempt::Failed { failure, .. } => {
+                self.failed.entry(failure.clone()).or_default().push(key);
                 wake(&mut self.next_eviction_retry, attempt.retry_at(), key);
                 false
             }
         };
         if unanswered {
-            match &attempt.last_failure {
-                Some(message) => self.failed.entry(message.clone()).or_default().push(key),
+            match attempt.failure() {
+                Some(message) => self
+                    .failed
+                    .entry(message.to_string())
+                    .or_default()
+                    .push(key),
                 None => self.awaiting_answer.push(key),
             }
         }
@@ -401,32 +451,35 @@ mod tests {
             ("e-old", Drain, None, false),
         ]);
         let recent = Timestamp(NOW.0 - 19_999);
+        let old = Timestamp(NOW.0 - 20_000);
+        let pdb = || "pdb".to_string();
         let attempts: BTreeMap<ObjectKey, EvictionAttempt> = [
-            ("a-ok", recent, EvictionOutcome::Evicted),
-            ("b-404", recent, EvictionOutcome::NotFound),
-            ("c-pdb", recent, EvictionOutcome::Failed("pdb".into())),
-            ("d-flight", recent, EvictionOutcome::Pending),
+            ("a-ok", EvictionAttempt::Evicted { at: recent }),
+            ("b-404", EvictionAttempt::NotFound { at: recent }),
+            (
+                "c-pdb",
+                EvictionAttempt::Failed {
+                    at: recent,
+                    failure: pdb(),
+                },
+            ),
+            (
+                "d-flight",
+                EvictionAttempt::Requested {
+                    at: recent,
+                    previous_failure: None,
+                },
+            ),
             (
                 "e-old",
-                Timestamp(NOW.0 - 20_000),
-                EvictionOutcome::Failed("pdb".into()),
+                EvictionAttempt::Failed {
+                    at: old,
+                    failure: pdb(),
+                },
             ),
         ]
         .into_iter()
-        .map(|(n, at, outcome)| {
-            let last_failure = match &outcome {
-                EvictionOutcome::Failed(m) => Some(m.clone()),
-                _ => None,
-            };
-            (
-                key(n),
-                EvictionAttempt {
-                    at,
-                    outcome,
-                    last_failure,
-                },
-            )
-        })
+        .map(|(n, attempt)| (key(n), attempt))
         .collect();
         let drains = f.drains();
         let plan = DrainPlan::build(&drains, &attempts, NOW, 0, |k| k.name == "d-flight");
@@ -440,19 +493,40 @@ mod tests {
     }
 
     #[test]
+    fn an_eviction_attempt_keeps_its_failure_until_a_retry_is_answered() {
+        let t = |ms| Timestamp(NOW.0 + ms);
+        let mut first = EvictionAttempt::requested(None, t(0));
+        assert_eq!(first.failure(), None);
+        first.answer(EvictionOutcome::Failed("pdb".into()));
+        assert_eq!(
+            first,
+            EvictionAttempt::Failed {
+                at: t(0),
+                failure: "pdb".into()
+            }
+        );
+        assert_eq!(first.retry_at(), t(20_000));
+
+        let mut retry = EvictionAttempt::requested(Some(&first), t(20_000));
+        assert_eq!(retry.failure(), Some("pdb"));
+        assert_eq!(retry.at(), t(20_000));
+        retry.answer(EvictionOutcome::Evicted);
+        assert_eq!(retry, EvictionAttempt::Evicted { at: t(20_000) });
+        assert_eq!(retry.failure(), None);
+
+        let mut after_success = EvictionAttempt::requested(Some(&retry), t(40_000));
+        assert_eq!(after_success.failure(), None);
+        after_success.answer(EvictionOutcome::NotFound);
+        assert_eq!(after_success, EvictionAttempt::NotFound { at: t(40_000) });
+    }
+
+    #[test]
     fn not_found_alone_does_not_block_completion() {
         use DrainBehavior::*;
         let f = Fixture::new(&[("gone", Drain, None, false)]);
-        let attempts = [(
-            key("gone"),
-            EvictionAttempt {
-                at: NOW,
-                outcome: EvictionOutcome::NotFound,
-                last_failure: None,
-            },
-        )]
-        .into_iter()
-        .collect();
+        let attempts = [(key("gone"), EvictionAttempt::NotFound { at: NOW })]
+            .into_iter()
+            .collect();
         let drains = f.drains();
         let plan = DrainPlan::build(&drains, &attempts, NOW, 0, |_| false);
         assert!(plan.is_complete());
@@ -465,10 +539,9 @@ mod tests {
         let f = Fixture::new(&[("a", Drain, None, false)]);
         let attempts = [(
             key("a"),
-            EvictionAttempt {
+            EvictionAttempt::Requested {
                 at: NOW,
-                outcome: EvictionOutcome::Pending,
-                last_failure: None,
+                previous_failure: None,
             },
         )]
         .into_iter()

@@ -2,14 +2,14 @@
 //! it is over. What it acts on was found by [`super::assess`].
 
 use super::assess::DrainFinding;
+use super::plan::Record;
 use super::{API_RETRY_INTERVAL, Pass, attempt_due};
-use crate::command::{Action, ControllerId, EventType, Target};
-use crate::controller::Issued;
+use crate::command::{Action, EventType, Target};
 use crate::deletion::gates;
 use crate::deletion::pods::CachedPod;
 use crate::deletion::status::{legacy, legacy_false, legacy_true, reason};
 use crate::deletion::{Attempt, DeletionTimer};
-use crate::drain::{self, DrainPlan, EvictionAttempt, EvictionOutcome};
+use crate::drain::{self, DrainPlan, EvictionAttempt};
 use crate::model::{Condition, Object, Severity};
 
 impl<'p, 'a> Pass<'p, 'a> {
@@ -146,8 +146,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         if attempt_due(&attempt, in_flight, self.now) {
             // Upstream patches the Machine before draining, so the start time is visible.
             self.flush_status();
-            let issued = self.cx.issue(
-                ControllerId::Deletion,
+            self.plan.push(
                 Action::Cordon {
                     node: Target {
                         key: node_key,
@@ -158,11 +157,8 @@ impl<'p, 'a> Pass<'p, 'a> {
                     "Machine {} is being deleted: cordoning Node {node_name} before draining it",
                     self.m.meta.name
                 ),
+                Record::Cordon(Attempt::requested(attempt.as_ref(), self.now)),
             );
-            if let Issued::Queued(_) = issued {
-                tracing::info!(machine = %self.key, node = node_name, "Cordoning Node");
-                self.tracked.memo.cordon = Some(Attempt::requested(attempt.as_ref(), self.now));
-            }
         } else if let Some(a) = attempt
             .as_ref()
             .filter(|a| a.failure().is_some() && !in_flight)
@@ -207,8 +203,8 @@ impl<'p, 'a> Pass<'p, 'a> {
             "Draining Node"
         );
         for key in &plan.evict_now {
-            let previous = self.tracked.memo.evictions.get(*key).cloned();
-            let why = match previous.as_ref().and_then(|a| a.last_failure.as_deref()) {
+            let previous = self.tracked.memo.evictions.get(*key);
+            let why = match previous.and_then(EvictionAttempt::failure) {
                 Some(f) => format!(
                     "retrying eviction {} after it failed ({f})",
                     drain::EVICTION_RETRY_INTERVAL
@@ -218,8 +214,8 @@ impl<'p, 'a> Pass<'p, 'a> {
                     self.m.meta.name
                 ),
             };
-            let issued = self.cx.issue(
-                ControllerId::Deletion,
+            let attempt = EvictionAttempt::requested(previous, self.now);
+            self.plan.push(
                 Action::Evict {
                     pod: Target {
                         key: (*key).clone(),
@@ -228,17 +224,11 @@ impl<'p, 'a> Pass<'p, 'a> {
                     grace_period_seconds,
                 },
                 why,
+                Record::Eviction {
+                    pod: (*key).clone(),
+                    attempt,
+                },
             );
-            if let Issued::Queued(_) = issued {
-                self.tracked.memo.evictions.insert(
-                    (*key).clone(),
-                    EvictionAttempt {
-                        at: self.now,
-                        outcome: EvictionOutcome::Pending,
-                        last_failure: previous.and_then(|a| a.last_failure),
-                    },
-                );
-            }
         }
     }
 
@@ -265,9 +255,11 @@ impl<'p, 'a> Pass<'p, 'a> {
         let Some((blocked, pods)) = drain::blocked_by_disruption_budget(plan) else {
             return;
         };
+        // The evictions just planned count as tried now.
+        self.apply();
         let latest = pods
             .iter()
-            .filter_map(|k| self.tracked.memo.evictions.get(*k).map(|a| a.at))
+            .filter_map(|k| self.tracked.memo.evictions.get(*k).map(EvictionAttempt::at))
             .max();
         if latest.is_none() || latest <= self.tracked.memo.drain_blocked_reported {
             return;
@@ -276,8 +268,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             "Drain of Node {node_name} (Machine {}) is blocked by a PodDisruptionBudget: {blocked}",
             self.m.meta.name
         );
-        let issued = self.cx.issue(
-            ControllerId::Deletion,
+        let issued = self.issue_now(
             Action::RecordEvent {
                 regarding: self.target.clone(),
                 type_: EventType::Warning,

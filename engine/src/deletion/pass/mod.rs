@@ -7,6 +7,7 @@
 
 mod assess;
 mod draining;
+mod plan;
 mod steps;
 
 use super::phase::{DeletionPhase, PhaseFacts};
@@ -24,6 +25,7 @@ use crate::model::{
 use crate::store::Store;
 use crate::time::Timestamp;
 use assess::Findings;
+use plan::{Plan, Record};
 use std::borrow::Cow;
 
 pub(super) struct Pass<'p, 'a> {
@@ -54,6 +56,8 @@ pub(super) struct Pass<'p, 'a> {
     /// A condition write of this Machine is unanswered: nothing is written until its answer
     /// reconciles the Machine again, so messages that only feed conditions are not built.
     conditions_in_flight: bool,
+    /// The commands the steps ask for, issued by [`Pass::apply`].
+    plan: Plan,
 }
 
 /// Whether a request of this kind may be (re)issued now: never while one is in flight, at once
@@ -139,6 +143,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             wakes: Vec::new(),
             node_seen: None,
             conditions_in_flight,
+            plan: Plan::default(),
         }
     }
 
@@ -189,11 +194,16 @@ impl<'p, 'a> Pass<'p, 'a> {
                 self.remove_finalizer();
             }
         }
+        self.apply();
     }
 
     /// Every step's action up to the one that holds (the steps after it were not reached and
-    /// have nothing to act on).
+    /// have nothing to act on), then what they asked of the API.
     fn run_steps(&mut self, facts: &PhaseFacts, found: Findings<'_>) {
+        self.plan_steps(facts, found);
+    }
+
+    fn plan_steps(&mut self, facts: &PhaseFacts, found: Findings<'_>) {
         let node = found.node.ok();
         self.pre_drain_hooks(facts.pre_drain_hooks);
         if let (Some(node), Some(drain)) = (&node, found.drain) {
@@ -216,8 +226,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             // condition write has landed (its answer reconciles this Machine again).
             return;
         }
-        let issued = self.cx.issue(
-            ControllerId::Deletion,
+        self.plan.push(
             Action::RemoveFinalizer {
                 target: self.target.clone(),
                 finalizer: MACHINE_FINALIZER.to_string(),
@@ -226,10 +235,8 @@ impl<'p, 'a> Pass<'p, 'a> {
                 "deletion of Machine {} completed: releasing finalizer {MACHINE_FINALIZER}",
                 self.m.meta.name
             ),
+            Record::Nothing,
         );
-        if let Issued::Queued(_) = issued {
-            tracing::info!(machine = %self.key, "Deletion completed, removing finalizer");
-        }
     }
 
     fn set_deleting(&mut self, reason: &'static str, message: impl Into<String>) {
@@ -267,8 +274,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         if let Some((merge, summary)) =
             status::status_patch(self.m.version, &self.base_status, &self.status)
         {
-            let issued = self.cx.issue(
-                ControllerId::Deletion,
+            let issued = self.issue_now(
                 Action::PatchStatus {
                     target: self.target.clone(),
                     merge,
@@ -302,8 +308,7 @@ impl<'p, 'a> Pass<'p, 'a> {
                 Some((_, message)) => message.clone(),
                 None => "deletion in progress".to_string(),
             };
-            let issued = self.cx.issue(
-                ControllerId::Deletion,
+            let issued = self.issue_now(
                 Action::SetCondition {
                     target: self.target.clone(),
                     conditions: self.conditions.clone(),
@@ -320,11 +325,10 @@ impl<'p, 'a> Pass<'p, 'a> {
 
     /// Records a Kubernetes Event once per deletion (events mark transitions).
     fn event(&mut self, type_: EventType, reason: &str, message: String, once_key: String) {
-        if self.tracked.memo.events.contains(&once_key) {
+        if self.tracked.memo.events.contains(&once_key) || self.plan.has_event(&once_key) {
             return;
         }
-        let issued = self.cx.issue(
-            ControllerId::Deletion,
+        self.plan.push(
             Action::RecordEvent {
                 regarding: self.target.clone(),
                 type_,
@@ -332,10 +336,8 @@ impl<'p, 'a> Pass<'p, 'a> {
                 message: message.clone(),
             },
             message,
+            Record::Event(once_key),
         );
-        if issued.recorded() {
-            self.tracked.memo.events.insert(once_key);
-        }
     }
 
     /// Follows the phase the `Deleting` condition names; one that lasts
@@ -375,8 +377,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             waited,
             message.replace('\n', " ")
         );
-        let issued = self.cx.issue(
-            ControllerId::Deletion,
+        let issued = self.issue_now(
             Action::RecordEvent {
                 regarding: self.target.clone(),
                 type_: EventType::Warning,

@@ -3,9 +3,9 @@
 //! the step that holds says why and asks the API for what it waits on.
 
 use super::assess::{NodeDeletionFinding, VolumeFinding};
+use super::plan::Record;
 use super::{API_RETRY_INTERVAL, ExternalRole, Pass, attempt_due};
-use crate::command::{Action, ControllerId, EventType, Target};
-use crate::controller::Issued;
+use crate::command::{Action, EventType, Target};
 use crate::deletion::gates;
 use crate::deletion::phase::Step;
 use crate::deletion::status::{legacy, legacy_false, legacy_true, reason};
@@ -256,16 +256,12 @@ impl<'p, 'a> Pass<'p, 'a> {
                         ),
                     ),
                 };
-                if let Issued::Queued(_) = self.cx.issue(ControllerId::Deletion, action, why) {
-                    tracing::info!(machine = %self.key, "Deleting {kind} {}", key.name);
-                    let fresh = Some(Attempt::requested(attempt.as_ref(), self.now));
-                    match role {
-                        ExternalRole::Infrastructure => {
-                            self.tracked.memo.infrastructure_delete = fresh
-                        }
-                        ExternalRole::Bootstrap => self.tracked.memo.bootstrap_delete = fresh,
-                    }
-                }
+                let fresh = Attempt::requested(attempt.as_ref(), self.now);
+                let record = match role {
+                    ExternalRole::Infrastructure => Record::InfrastructureDelete(fresh),
+                    ExternalRole::Bootstrap => Record::BootstrapDelete(fresh),
+                };
+                self.plan.push(action, why, record);
             } else if let Some(a) = attempt
                 .as_ref()
                 .filter(|a| a.failure().is_some() && !in_flight)
@@ -368,8 +364,8 @@ impl<'p, 'a> Pass<'p, 'a> {
                 gates::MACHINE_NODE_DELETION_RETRY_INTERVAL
             ),
         };
-        let issued = self.cx.issue(
-            ControllerId::Deletion,
+        let first_at = previous.as_ref().map_or(self.now, |d| d.first_at);
+        self.plan.push(
             Action::DeleteNode {
                 node: Target {
                     key: node_key,
@@ -377,16 +373,12 @@ impl<'p, 'a> Pass<'p, 'a> {
                 },
             },
             why,
-        );
-        if let Issued::Queued(_) = issued {
-            tracing::info!(machine = %self.key, node = node_name, "Deleting node");
-            let first_at = previous.as_ref().map_or(self.now, |d| d.first_at);
-            self.tracked.memo.node_deletion = Some(NodeDeletion {
+            Record::NodeDeletion(NodeDeletion {
                 first_at,
                 last_at: self.now,
                 outcome: NodeDeletionOutcome::Pending,
-            });
-        }
+            }),
+        );
         if previous.is_none() {
             self.deleting = None;
         }
