@@ -41,6 +41,16 @@ pub struct Target {
     pub api_version: String,
 }
 
+impl Target {
+    /// A CAPI object, written in the version it was read in.
+    pub fn capi(key: ObjectKey, version: crate::model::ApiVersion) -> Self {
+        Target {
+            key,
+            api_version: version.capi().to_string(),
+        }
+    }
+}
+
 /// JSON text carried inside commands (kept as text so records encode compactly and canonically).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JsonText(pub String);

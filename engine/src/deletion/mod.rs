@@ -565,10 +565,7 @@ fn ensure_finalizer(
     cx.issue(
         ControllerId::Deletion,
         Action::AddFinalizer {
-            target: crate::command::Target {
-                key: key.clone(),
-                api_version: machine.version.capi().to_string(),
-            },
+            target: crate::command::Target::capi(key.clone(), machine.version),
             finalizer: crate::model::MACHINE_FINALIZER.to_string(),
         },
         format!(

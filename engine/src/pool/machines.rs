@@ -87,10 +87,7 @@ pub(super) fn reconcile_machines(cx: &Ctx<'_>, infra: &External, plan: &mut Plan
             if let Some((merge, summary)) = machine_update(mp, m, version().as_deref()) {
                 plan.issue(
                     Action::PatchSpec {
-                        target: Target {
-                            key: machine_key,
-                            api_version: m.version.capi().to_string(),
-                        },
+                        target: Target::capi(machine_key, m.version),
                         merge: JsonText::from_value(&merge),
                         summary: summary.clone(),
                     },
@@ -110,10 +107,7 @@ pub(super) fn reconcile_machines(cx: &Ctx<'_>, infra: &External, plan: &mut Plan
         let object = machine_pool_machine(mp, im, version);
         plan.issue(
             Action::CreateMachine {
-                target: Target {
-                    key: machine_key,
-                    api_version: mp.version.capi().to_string(),
-                },
+                target: Target::capi(machine_key, mp.version),
                 object: JsonText::from_value(&object),
             },
             format!(
@@ -152,10 +146,10 @@ fn mark_machines_up_to_date(cx: &Ctx<'_>, plan: &mut Plan) {
         cond::set(&mut conditions.current, condition, cx.now);
         plan.issue(
             Action::SetCondition {
-                target: Target {
-                    key: ObjectKey::management(Kind::Machine, &m.meta.namespace, &m.meta.name),
-                    api_version: m.version.capi().to_string(),
-                },
+                target: Target::capi(
+                    ObjectKey::management(Kind::Machine, &m.meta.namespace, &m.meta.name),
+                    m.version,
+                ),
                 conditions,
                 summary: format!("{UP_TO_DATE}={} ({reason})", status.as_str()),
             },

@@ -114,10 +114,7 @@ impl<'a> Ctx<'a> {
     }
 
     pub(super) fn pool_target(&self) -> Target {
-        Target {
-            key: self.key.clone(),
-            api_version: self.mp.version.capi().to_string(),
-        }
+        Target::capi(self.key.clone(), self.mp.version)
     }
 
     pub(super) fn workload(&self) -> Scope {

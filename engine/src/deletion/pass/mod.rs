@@ -131,10 +131,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             tracked,
             cx,
             now,
-            target: Target {
-                key: key.clone(),
-                api_version: m.version.capi().to_string(),
-            },
+            target: Target::capi(key.clone(), m.version),
             conditions: Conditions::clone(&base_conditions),
             base_conditions,
             base_status,
