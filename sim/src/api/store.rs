@@ -207,20 +207,28 @@ impl ClusterStore {
     }
 
     fn put(&mut self, key: ObjKey, obj: Value) {
-        self.count_version(&key, &obj, true);
-        if let Some(old) = self.objects.insert(key.clone(), obj) {
-            self.count_version(&key, &old, false);
+        let version = json::api_version(&obj);
+        match self.objects.get(&key).map(json::api_version) {
+            // Only a create or a change of apiVersion moves a count, not every write.
+            Some(stored) if stored == version => {}
+            stored => {
+                let stored = stored.map(str::to_string);
+                self.count_version(&key, version, true);
+                if let Some(stored) = stored {
+                    self.count_version(&key, &stored, false);
+                }
+            }
         }
+        self.objects.insert(key, obj);
     }
 
     fn take(&mut self, key: &ObjKey) -> Option<Value> {
         let old = self.objects.remove(key)?;
-        self.count_version(key, &old, false);
+        self.count_version(key, json::api_version(&old), false);
         Some(old)
     }
 
-    fn count_version(&mut self, key: &ObjKey, obj: &Value, added: bool) {
-        let api_version = json::api_version(obj);
+    fn count_version(&mut self, key: &ObjKey, api_version: &str, added: bool) {
         let version = api_version.rsplit_once('/').map_or(api_version, |(_, v)| v);
         let kind = (key.group.clone(), key.kind.clone());
         let versions = self.versions.entry(kind.clone()).or_default();
