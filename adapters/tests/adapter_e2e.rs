@@ -103,9 +103,19 @@ impl Scripted {
                 self.answered
                     .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
-            Input::RelistKind { objects, .. } => objects.iter().for_each(|o| self.see(o)),
+            Input::RelistKind { scope, objects, .. } => {
+                if *scope == workload() {
+                    let listed = objects.iter().map(|o| o.key(scope).to_string());
+                    self.workload_objects.extend(listed);
+                }
+                objects.iter().for_each(|o| self.see(o))
+            }
             Input::Batch { inputs } => inputs.iter().for_each(|i| self.observe(i)),
-            Input::Delete { .. } | Input::Tick | Input::Restarted | Input::Unlisted { .. } => {}
+            Input::Delete { .. }
+            | Input::Tick
+            | Input::Restarted
+            | Input::Unlisted { .. }
+            | Input::Unwatched { .. } => {}
         }
     }
 }

@@ -37,13 +37,13 @@ fn what_replay_logs_says_replayed_and_when_it_happened() {
                 Object::External(testing::infra_machine("m1")),
             ],
         },
-        Input::Relist {
-            scope: testing::workload("c1"),
-            objects: vec![
+        testing::listed(
+            testing::workload("c1"),
+            vec![
                 Object::Node(testing::node("cp-1")),
                 Object::Node(testing::node("n1")),
             ],
-        },
+        ),
     ];
     {
         let (mut log, restored) = SledLog::open(dir.path()).unwrap();

@@ -78,7 +78,8 @@ impl Dirty {
 /// 2: deletion and pool memos as enums of their possible states (`Attempt`, `Landing`,
 ///    `PoolNodeDeletion`).
 /// 3: eviction attempts as an enum of their possible states (`EvictionAttempt`).
-pub const STATE_VERSION: u16 = 3;
+/// 4: the store keeps which kinds were listed on their own (drain kinds are watched on demand).
+pub const STATE_VERSION: u16 = 4;
 
 /// The whole engine: observed objects, controller state, commands in flight.
 ///
@@ -208,6 +209,7 @@ impl Engine {
                     }
                 }
             }
+            Input::Unwatched { scope, kind } => self.store.forget_kind(&scope, &kind),
             Input::ApiResult { command, outcome } => {
                 self.complete(command, &outcome, dirty);
             }

@@ -47,6 +47,9 @@ pub enum Input {
         kind: Kind,
         objects: Vec<Object>,
     },
+    /// `kind` is no longer watched in `scope` (a drain kind no deletion there needs): its
+    /// objects are forgotten, and it is unknown there until a [`Input::RelistKind`] of it.
+    Unwatched { scope: Scope, kind: Kind },
 }
 
 /// What a relist ([`Input::Relist`] or [`Input::RelistKind`]) replaced.
@@ -105,6 +108,10 @@ enum Unbatched {
         kind: Kind,
         objects: Vec<Object>,
     },
+    Unwatched {
+        scope: Scope,
+        kind: Kind,
+    },
 }
 
 /// Never decodes: a batch inside a batch is a damaged record.
@@ -144,6 +151,7 @@ impl From<Unbatched> for Input {
                 kind,
                 objects,
             },
+            Unbatched::Unwatched { scope, kind } => Input::Unwatched { scope, kind },
         }
     }
 }
@@ -283,6 +291,11 @@ impl Input {
             ),
             Input::Unlisted { scope, kind, .. } => format!(
                 "listed {} in {} again",
+                kind.name(),
+                crate::store::scope_name(scope)
+            ),
+            Input::Unwatched { scope, kind } => format!(
+                "stopped watching {} in {}",
                 kind.name(),
                 crate::store::scope_name(scope)
             ),

@@ -187,10 +187,34 @@ pub fn synced_engine(
     }
     let mut engine = crate::Engine::new();
     for (scope, objects) in by_scope {
-        engine.handle(now, crate::Input::Relist { scope, objects });
+        engine.handle(now, listed(scope, objects));
     }
     let commands = drain_commands(&mut engine);
     (engine, commands)
+}
+
+/// A first list of `scope` with `objects`, as the intake delivers it while a drain watches a
+/// workload cluster: one relist of its other kinds, then one relist of each drain kind.
+pub fn listed(scope: Scope, objects: Vec<Object>) -> crate::Input {
+    if scope == Scope::Management {
+        return crate::Input::Relist { scope, objects };
+    }
+    let (drain, rest): (Vec<Object>, Vec<Object>) = objects
+        .into_iter()
+        .partition(|o| Kind::DRAIN_ONLY.contains(&o.kind()));
+    let mut inputs = vec![crate::Input::Relist {
+        scope: scope.clone(),
+        objects: rest,
+    }];
+    for kind in Kind::DRAIN_ONLY {
+        let objects = drain.iter().filter(|o| o.kind() == kind).cloned().collect();
+        inputs.push(crate::Input::RelistKind {
+            scope: scope.clone(),
+            kind,
+            objects,
+        });
+    }
+    crate::Input::batch(inputs)
 }
 
 pub fn drain_commands(engine: &mut crate::Engine) -> Vec<crate::Command> {

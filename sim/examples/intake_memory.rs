@@ -130,7 +130,7 @@ fn main() {
                 stream_id(&group, &kind),
             ),
             Output::Connect(scope) => intake.push(Arrival::Connected { scope }),
-            Output::Disconnect(_) => {}
+            Output::Unwatch(_) | Output::Disconnect(_) => {}
         }
     }
     drop(streams);

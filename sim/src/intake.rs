@@ -38,6 +38,11 @@ impl Sim {
             };
             match output {
                 Output::Watch(key) => self.start_watch(&key.scope, key.id()),
+                Output::Unwatch(key) => {
+                    let watch = (key.scope.clone(), key.id());
+                    self.watched.remove(&watch);
+                    self.deferred_watches.remove(&watch);
+                }
                 Output::WatchProvider { group, kind, .. } => {
                     self.start_watch(&Scope::Management, stream_id(&group, &kind))
                 }

@@ -141,7 +141,7 @@ impl Repeats {
                 }
             }
             Input::Batch { inputs } => inputs.iter().for_each(|i| self.observe(i, seq)),
-            Input::Tick | Input::Restarted | Input::Unlisted { .. } => {}
+            Input::Tick | Input::Restarted | Input::Unlisted { .. } | Input::Unwatched { .. } => {}
         }
     }
 

@@ -23,7 +23,7 @@ pub(super) fn input_concerns(
             .get(command)
             .is_some_and(|c| command_concerns(c, subject)),
         Input::Batch { inputs } => inputs.iter().any(|i| input_concerns(i, subject, issued)),
-        Input::Tick | Input::Restarted | Input::Unlisted { .. } => false,
+        Input::Tick | Input::Restarted | Input::Unlisted { .. } | Input::Unwatched { .. } => false,
     }
 }
 
@@ -286,7 +286,12 @@ impl Explainer {
                         chapter.refused(t, r, &c, &outcome.summary());
                     }
                 }
-                Input::Tick | Input::Restarted | Input::Unlisted { .. } | Input::Batch { .. } => {}
+                // Forgotten, not deleted: the story keeps what was last seen.
+                Input::Tick
+                | Input::Restarted
+                | Input::Unlisted { .. }
+                | Input::Unwatched { .. }
+                | Input::Batch { .. } => {}
             }
         }
         for c in &r.commands {

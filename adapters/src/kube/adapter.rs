@@ -136,7 +136,10 @@ pub struct Adapter<C: Core, L: InputLog> {
     /// When each event taken into the intake and not applied yet was sent.
     queued_at: Vec<std::time::Instant>,
     connectors: BTreeMap<Scope, JoinHandle<()>>,
-    /// Watches and discovery.
+    /// Watches of the intake's choosing, by cluster and stream: stopped when it unwatches
+    /// them or disconnects their cluster.
+    streams: BTreeMap<(Scope, String), JoinHandle<()>>,
+    /// Provider discovery and watches.
     tasks: Vec<JoinHandle<()>>,
     /// One per command until it has been answered.
     commands: Vec<JoinHandle<()>>,
@@ -173,6 +176,7 @@ struct JournalDown {
 impl<C: Core, L: InputLog> Drop for Adapter<C, L> {
     fn drop(&mut self) {
         let all = self.tasks.iter().chain(&self.commands);
+        let all = all.chain(self.streams.values());
         for t in all.chain(self.connectors.values()) {
             t.abort();
         }
@@ -231,6 +235,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             queued_at: Vec::new(),
             rx,
             connectors: BTreeMap::new(),
+            streams: BTreeMap::new(),
             tasks: Vec::new(),
             commands: Vec::new(),
             last_tick: None,
@@ -285,12 +290,11 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
 
     fn start_stream(&mut self, client: Client, spec: StreamSpec) {
         let lists = matches!(spec.scope, Scope::Workload(_)).then(|| self.workload_lists.clone());
-        self.tasks.push(tokio::spawn(run_stream(
-            client,
-            spec,
-            self.tx.clone(),
-            lists,
-        )));
+        let key = (spec.scope.clone(), spec.id());
+        let task = tokio::spawn(run_stream(client, spec, self.tx.clone(), lists));
+        if let Some(replaced) = self.streams.insert(key, task) {
+            replaced.abort();
+        }
     }
 
     /// Carries out what the intake asks for: watches, provider discovery, connections.
@@ -308,11 +312,23 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
                     version,
                     kind,
                 } => self.watch_provider(group, version, kind),
+                Output::Unwatch(key) => {
+                    if let Some(task) = self.streams.remove(&(key.scope.clone(), key.id())) {
+                        task.abort();
+                    }
+                }
                 Output::Connect(scope) => self.connect(scope),
                 Output::Disconnect(scope) => {
                     if let Some(task) = self.connectors.remove(&scope) {
                         task.abort();
                     }
+                    self.streams.retain(|(s, _), task| {
+                        let keep = *s != scope;
+                        if !keep {
+                            task.abort();
+                        }
+                        keep
+                    });
                     self.clients.remove(&scope);
                     self.throttles.remove(&scope);
                 }
@@ -505,6 +521,9 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
     /// relists and sees what they did), then flushes and closes the journal.
     pub async fn shutdown(&mut self, bound: Duration) -> Result<Shutdown, String> {
         for task in self.tasks.drain(..) {
+            task.abort();
+        }
+        for (_, task) in std::mem::take(&mut self.streams) {
             task.abort();
         }
         for (_, task) in std::mem::take(&mut self.connectors) {

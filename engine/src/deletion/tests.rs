@@ -1386,13 +1386,7 @@ fn reconciling_again_with_nothing_changed_issues_nothing() {
         .iter_scope(&workload("c1"))
         .map(|(_, o)| o.clone())
         .collect();
-    let out = h.input(
-        at(2),
-        Input::Relist {
-            scope: workload("c1"),
-            objects,
-        },
-    );
+    let out = h.input(at(2), crate::testing::listed(workload("c1"), objects));
     assert!(out.is_empty(), "{:#?}", lines(&out));
 }
 
@@ -1966,4 +1960,92 @@ fn a_pending_write_stands_until_the_cache_shows_it() {
         }
     );
     assert!(!without_version.stands(&1, 21), "anything newer shows it");
+}
+
+/// m1 deleting in a world whose drain kinds were never listed: the first list of c1 as
+/// the intake delivers it while no Machine of c1 was being deleted (Nodes only).
+fn drain_kinds_unlisted() -> (Harness, Vec<Command>) {
+    let objects: Vec<(Scope, Object)> = world(deleting_m1())
+        .into_iter()
+        .filter(|(_, o)| !Kind::DRAIN_ONLY.contains(&o.kind()))
+        .collect();
+    let mut engine = Engine::new();
+    let mut by_scope: BTreeMap<Scope, Vec<Object>> = BTreeMap::new();
+    for (scope, object) in objects {
+        by_scope.entry(scope).or_default().push(object);
+    }
+    for (scope, objects) in by_scope {
+        engine.handle(T0, Input::Relist { scope, objects });
+    }
+    let commands = drain_commands(&mut engine);
+    let h = Harness {
+        engine,
+        now: T0,
+        rv: 100,
+    };
+    (h, commands)
+}
+
+#[test]
+fn a_drain_waits_for_its_kinds_to_be_listed_and_their_absence_is_not_an_empty_node() {
+    let (mut h, first) = drain_kinds_unlisted();
+    // No pod listed is not "no pod": nothing is cordoned, evicted or deleted yet.
+    assert_eq!(destructive(&first), Vec::<String>::new());
+    let mut out = Vec::new();
+    for kind in Kind::DRAIN_ONLY {
+        let objects = world(deleting_m1())
+            .into_iter()
+            .filter(|(_, o)| o.kind() == kind)
+            .map(|(_, o)| o)
+            .collect();
+        assert_eq!(destructive(&out), Vec::<String>::new(), "before {kind:?}");
+        out = h.input(
+            T0,
+            Input::RelistKind {
+                scope: workload("c1"),
+                kind,
+                objects,
+            },
+        );
+    }
+    assert_eq!(destructive(&out), ["drain Cordon Node n1@c1"]);
+}
+
+#[test]
+fn an_unwatched_kind_is_forgotten_not_deleted() {
+    let (mut h, _) = Harness::start(world(machine("c1", "m1", Some("n1"))));
+    let w = workload("c1");
+    assert!(h.engine.store().kind_listed(&w, &Kind::Pod));
+    let out = h.input(
+        T0,
+        Input::Unwatched {
+            scope: w.clone(),
+            kind: Kind::Pod,
+        },
+    );
+    assert!(out.is_empty(), "{:?}", lines(&out));
+    let store = h.engine.store();
+    assert!(!store.kind_listed(&w, &Kind::Pod));
+    assert_eq!(store.iter_kind(&w, &Kind::Pod).count(), 0);
+    assert_eq!(store.pods_on_node(&w, "n1").count(), 0);
+    // The other kinds stay as they were.
+    assert!(store.kind_listed(&w, &Kind::Namespace));
+    assert_eq!(store.iter_kind(&w, &Kind::Node).count(), 2);
+    // Deleted now, m1 waits for the pods to be listed again.
+    let out = h.observe(mgmt(), Object::Machine(deleting_m1()));
+    assert_eq!(destructive(&out), Vec::<String>::new());
+    let pods = world(deleting_m1())
+        .into_iter()
+        .filter(|(_, o)| o.kind() == Kind::Pod)
+        .map(|(_, o)| o)
+        .collect();
+    let out = h.input(
+        T0,
+        Input::RelistKind {
+            scope: w,
+            kind: Kind::Pod,
+            objects: pods,
+        },
+    );
+    assert_eq!(destructive(&out), ["drain Cordon Node n1@c1"]);
 }

@@ -5,6 +5,9 @@
 //! keeps what each stream reported, and that relist takes it (the engine's store is then the
 //! only copy of every object). Afterwards events flow as `Upsert`/`Delete`, and a stream that
 //! lists again (its watch ended with 410 Gone) relists its own kind: [`Input::RelistKind`].
+//! A stream registered *on demand* (a drain kind, watched only while a Machine of its cluster
+//! is being deleted) never holds the first relist back and always reports as
+//! [`Input::RelistKind`], right after the first relist if it listed before it.
 //!
 //! Guarantees: objects the engine does not model (`Ok(None)` from `object_from_json`) never
 //! reach it; an object that does not convert is delivered as unreadable (a DELETE still
@@ -39,6 +42,8 @@ struct Stream {
     listed: bool,
     /// Why the last list failed, until one succeeds.
     unavailable: Option<String>,
+    /// Started on demand: not part of the scope's first relist.
+    on_demand: bool,
 }
 
 #[derive(Debug, Default)]
@@ -95,19 +100,32 @@ impl ScopeMirror {
     /// The scope's first `Relist`, once every stream has listed. The objects move into it:
     /// from then on the engine's store is the only copy, and a stream that lists again
     /// relists its own kind ([`Input::RelistKind`]).
-    fn first_relist(&mut self, scope: &Scope) -> Option<Input> {
-        if self.relisted || !self.streams.values().all(|s| s.listed) {
-            return None;
+    ///
+    /// On-demand streams that listed before it follow it, each as its kind's relist.
+    fn first_relist(&mut self, scope: &Scope) -> Vec<Input> {
+        let waiting = |s: &Stream| !s.on_demand && !s.listed;
+        if self.relisted || self.streams.values().any(waiting) {
+            return Vec::new();
         }
         self.relisted = true;
         let mut objects = BTreeMap::new();
-        for s in self.streams.values_mut() {
+        for s in self.streams.values_mut().filter(|s| !s.on_demand) {
             objects.append(&mut s.objects);
         }
-        Some(Input::Relist {
+        let mut inputs = vec![Input::Relist {
             scope: scope.clone(),
             objects: objects.into_values().collect(),
-        })
+        }];
+        for (stream, s) in &mut self.streams {
+            if s.on_demand && s.listed && s.unavailable.is_none() {
+                inputs.push(Input::RelistKind {
+                    scope: scope.clone(),
+                    kind: stream_kind(stream),
+                    objects: std::mem::take(&mut s.objects).into_values().collect(),
+                });
+            }
+        }
+        inputs
     }
 }
 
@@ -135,6 +153,26 @@ impl Mirror {
             .or_default();
     }
 
+    /// Declares a stream of `scope` started on demand: the scope's first `Relist` does not
+    /// wait for it, and its lists reach the engine as `RelistKind`.
+    pub fn register_on_demand(&mut self, scope: &Scope, stream: &str) {
+        let s = self.scopes.entry(scope.clone()).or_default();
+        s.streams.insert(
+            stream.to_string(),
+            Stream {
+                on_demand: true,
+                ..Stream::default()
+            },
+        );
+    }
+
+    /// Forgets a stream that was stopped: events it still delivers are dropped.
+    pub fn unregister(&mut self, scope: &Scope, stream: &str) {
+        if let Some(s) = self.scopes.get_mut(scope) {
+            s.streams.remove(stream);
+        }
+    }
+
     /// Forgets a scope (its cluster is gone or unreachable for good).
     pub fn remove_scope(&mut self, scope: &Scope) {
         self.scopes.remove(scope);
@@ -150,9 +188,15 @@ impl Mirror {
     }
 
     /// Applies one event; returns the inputs to feed (in order).
+    /// Events of a stream that is not registered (stopped, or its cluster forgotten) are
+    /// dropped: they would bring back what was forgotten.
     pub fn on_event(&mut self, scope: &Scope, stream: &str, event: StreamEvent) -> Vec<Input> {
-        let mirror = self.scopes.entry(scope.clone()).or_default();
-        let s = mirror.streams.entry(stream.to_string()).or_default();
+        let Some(mirror) = self.scopes.get_mut(scope) else {
+            return Vec::new();
+        };
+        let Some(s) = mirror.streams.get_mut(stream) else {
+            return Vec::new();
+        };
         match event {
             StreamEvent::Init => {
                 s.pending = Some(BTreeMap::new());

@@ -10,8 +10,10 @@
 //! to start and which clusters to connect to or drop.
 //!
 //! *Watches:* the management kinds from the start; the provider kinds management objects
-//! refer to when first seen; a workload cluster's kinds once a Cluster names it and its
-//! connection is up. The [`mirror`] turns kube `watcher` events into inputs: the first list of
+//! refer to when first seen; a workload cluster's Nodes once a Cluster names it and its
+//! connection is up, and its drain kinds ([`Kind::DRAIN_ONLY`]) while one of its Machines is
+//! being deleted: when the last such Machine is gone they are unwatched and the engine forgets
+//! them ([`Input::Unwatched`]), so a fleet at rest holds no pods. The [`mirror`] turns kube `watcher` events into inputs: the first list of
 //! a cluster waits for every stream registered for it, and any later list of one stream (its
 //! watch ended with 410 Gone and kube's `watcher` listed again) relists that stream's kind.
 
@@ -21,11 +23,11 @@ pub mod streams;
 
 use crate::command::Command;
 use crate::input::{ApiOutcome, Input};
-use crate::model::{ClusterName, Scope};
+use crate::model::{ClusterName, Kind, Scope};
 use mirror::{Mirror, StreamEvent};
 use serde_json::Value;
-use std::collections::{BTreeSet, VecDeque};
-use streams::{StreamKey, management_streams, stream_id, workload_streams};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use streams::{StreamKey, drain_streams, management_streams, stream_id, workload_streams};
 
 /// Something that reached the controller.
 #[derive(Clone, Debug)]
@@ -50,6 +52,8 @@ pub enum Arrival {
 pub enum Output {
     /// Start watching a resource type.
     Watch(StreamKey),
+    /// Stop watching a resource type (a drain kind no deletion needs any more).
+    Unwatch(StreamKey),
     /// Watch a provider kind of the management cluster (`version: None`: ask discovery).
     WatchProvider {
         group: String,
@@ -71,7 +75,84 @@ pub struct Intake {
     clusters: BTreeSet<Scope>,
     /// `(group, kind)` of provider kinds watched.
     providers: BTreeSet<(String, String)>,
+    /// Machines being deleted, by workload cluster.
+    deleting: Deleting,
+    /// Workload clusters whose drain kinds are watched.
+    draining: BTreeSet<Scope>,
     outputs: VecDeque<Output>,
+}
+
+/// Machines being deleted (`namespace/name`), by the workload cluster they belong to.
+#[derive(Debug, Default)]
+struct Deleting {
+    machines: BTreeMap<Scope, BTreeSet<String>>,
+    /// While the Machine stream lists: what the list shows so far (it replaces `machines`).
+    listing: Option<BTreeMap<Scope, BTreeSet<String>>>,
+}
+
+impl Deleting {
+    /// Applies one Machine event; the clusters whose set may have changed.
+    fn on_event(&mut self, event: &StreamEvent) -> Vec<Scope> {
+        match event {
+            StreamEvent::Init => {
+                self.listing = Some(BTreeMap::new());
+                Vec::new()
+            }
+            StreamEvent::InitApply(machine) => {
+                if let (Some(listing), Some((scope, name, true))) =
+                    (self.listing.as_mut(), machine_deletion(machine))
+                {
+                    listing.entry(scope).or_default().insert(name);
+                }
+                Vec::new()
+            }
+            StreamEvent::InitDone => {
+                let listed = self.listing.take().unwrap_or_default();
+                let before = std::mem::replace(&mut self.machines, listed);
+                before
+                    .into_keys()
+                    .chain(self.machines.keys().cloned())
+                    .collect()
+            }
+            StreamEvent::Apply(machine) | StreamEvent::Delete(machine) => {
+                let Some((scope, name, deleting)) = machine_deletion(machine) else {
+                    return Vec::new();
+                };
+                let gone = matches!(event, StreamEvent::Delete(_));
+                let set = self.machines.entry(scope.clone()).or_default();
+                if deleting && !gone {
+                    set.insert(name);
+                } else {
+                    set.remove(&name);
+                }
+                if set.is_empty() {
+                    self.machines.remove(&scope);
+                }
+                vec![scope]
+            }
+            StreamEvent::Unavailable(_) => Vec::new(),
+        }
+    }
+
+    fn any(&self, scope: &Scope) -> bool {
+        self.machines.contains_key(scope)
+    }
+}
+
+/// A Machine's workload cluster, `namespace/name`, and whether it is being deleted.
+fn machine_deletion(machine: &Value) -> Option<(Scope, String, bool)> {
+    let text = |pointer: &str| machine.pointer(pointer).and_then(Value::as_str);
+    let namespace = text("/metadata/namespace").unwrap_or_default();
+    let cluster = text("/spec/clusterName")?;
+    let name = text("/metadata/name")?;
+    let deleting = machine
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null());
+    Some((
+        Scope::Workload(ClusterName::new(namespace, cluster)),
+        format!("{namespace}/{name}"),
+        deleting,
+    ))
 }
 
 impl Default for Intake {
@@ -89,6 +170,8 @@ impl Intake {
             connected: BTreeSet::from([Scope::Management]),
             clusters: BTreeSet::new(),
             providers: BTreeSet::new(),
+            deleting: Deleting::default(),
+            draining: BTreeSet::new(),
             outputs: VecDeque::new(),
         };
         for key in management_streams() {
@@ -138,6 +221,7 @@ impl Intake {
                     for key in workload_streams(&scope) {
                         self.outputs.push_back(Output::Watch(key));
                     }
+                    self.watch_drain_kinds(&scope, inputs);
                 }
             }
             Arrival::Watch {
@@ -145,11 +229,49 @@ impl Intake {
                 stream,
                 event,
             } => {
+                let machines = scope == Scope::Management
+                    && stream == stream_id(crate::convert::CAPI_GROUP, "Machine");
+                let changed = if machines {
+                    self.deleting.on_event(&event)
+                } else {
+                    Vec::new()
+                };
                 if scope == Scope::Management {
                     self.follow_references(&event);
                 }
                 inputs.extend(self.mirror.on_event(&scope, &stream, event));
+                for scope in changed {
+                    self.watch_drain_kinds(&scope, inputs);
+                }
             }
+        }
+    }
+
+    /// Starts the drain kinds' watches of a connected cluster with a Machine being deleted;
+    /// stops them once it has none (the engine forgets those kinds there).
+    fn watch_drain_kinds(&mut self, scope: &Scope, inputs: &mut Vec<Input>) {
+        let wanted = self.connected.contains(scope) && self.deleting.any(scope);
+        if wanted == self.draining.contains(scope) {
+            return;
+        }
+        for key in drain_streams(scope) {
+            let id = key.id();
+            if wanted {
+                self.mirror.register_on_demand(scope, &id);
+                self.outputs.push_back(Output::Watch(key));
+            } else {
+                self.mirror.unregister(scope, &id);
+                inputs.push(Input::Unwatched {
+                    scope: scope.clone(),
+                    kind: Kind::from_group_kind(&key.group, &key.kind),
+                });
+                self.outputs.push_back(Output::Unwatch(key));
+            }
+        }
+        if wanted {
+            self.draining.insert(scope.clone());
+        } else {
+            self.draining.remove(scope);
         }
     }
 
@@ -194,6 +316,7 @@ impl Intake {
             if deleted {
                 if self.clusters.remove(&scope) {
                     self.connected.remove(&scope);
+                    self.draining.remove(&scope);
                     self.mirror.remove_scope(&scope);
                     self.outputs.push_back(Output::Disconnect(scope));
                 }

@@ -1,6 +1,6 @@
 //! Which resource types the controllers watch, in which cluster.
 
-use crate::model::Scope;
+use crate::model::{Kind, Scope};
 
 /// One watched resource type in one cluster.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -49,19 +49,46 @@ pub fn management_streams() -> Vec<StreamKey> {
     .collect()
 }
 
-/// The kinds the engine reads from a workload cluster.
+/// The kinds the engine always reads from a workload cluster.
 pub fn workload_streams(scope: &Scope) -> Vec<StreamKey> {
-    [
-        ("", "v1", "Node"),
-        ("", "v1", "Pod"),
-        ("", "v1", "Namespace"),
-        ("", "v1", "PersistentVolume"),
-        ("", "v1", "PersistentVolumeClaim"),
-        ("apps", "v1", "DaemonSet"),
-        ("policy", "v1", "PodDisruptionBudget"),
-        ("storage.k8s.io", "v1", "VolumeAttachment"),
-    ]
-    .iter()
-    .map(|(g, v, k)| StreamKey::new(scope, g, v, k))
-    .collect()
+    vec![workload_stream(scope, &Kind::Node)]
+}
+
+/// The kinds a workload cluster is watched for while one of its Machines is being deleted
+/// ([`Kind::DRAIN_ONLY`]).
+pub fn drain_streams(scope: &Scope) -> Vec<StreamKey> {
+    Kind::DRAIN_ONLY
+        .iter()
+        .map(|kind| workload_stream(scope, kind))
+        .collect()
+}
+
+fn workload_stream(scope: &Scope, kind: &Kind) -> StreamKey {
+    let group = match kind {
+        Kind::DaemonSet => "apps",
+        Kind::PodDisruptionBudget => "policy",
+        Kind::VolumeAttachment => "storage.k8s.io",
+        _ => "",
+    };
+    StreamKey::new(scope, group, "v1", kind.name())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_drain_stream_names_its_kind_and_none_is_always_watched() {
+        let scope = Scope::Workload(crate::model::ClusterName::new("default", "c1"));
+        let kinds: Vec<Kind> = drain_streams(&scope)
+            .iter()
+            .map(|k| Kind::from_group_kind(&k.group, &k.kind))
+            .collect();
+        assert_eq!(kinds, Kind::DRAIN_ONLY);
+        let always: Vec<Kind> = workload_streams(&scope)
+            .iter()
+            .map(|k| Kind::from_group_kind(&k.group, &k.kind))
+            .collect();
+        assert_eq!(always, [Kind::Node]);
+    }
 }

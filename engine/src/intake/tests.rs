@@ -159,3 +159,170 @@ fn a_backlog_is_one_input_of_at_most_the_cap_and_a_lone_answer_is_itself() {
         .collect();
     assert_eq!(sizes, [4, 4, 2]);
 }
+
+fn machine(name: &str, deleting: bool) -> serde_json::Value {
+    let mut m = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+           "metadata": {"name": name, "namespace": "default", "uid": name, "resourceVersion": "7"},
+           "spec": {"clusterName": "c1", "bootstrap": {"dataSecretName": "s"},
+                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerMachine", "name": name}}});
+    if deleting {
+        m["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
+        m["metadata"]["finalizers"] = json!(["machine.cluster.x-k8s.io"]);
+    }
+    m
+}
+
+const MACHINES: &str = "cluster.x-k8s.io/Machine";
+
+fn workload_event(stream: &str, event: StreamEvent) -> Arrival {
+    Arrival::Watch {
+        scope: c1(),
+        stream: stream.to_string(),
+        event,
+    }
+}
+
+/// Lists `stream` of c1 with `objects`; what the intake makes of it.
+fn list_c1(intake: &mut Intake, stream: &str, objects: &[serde_json::Value]) -> Vec<Input> {
+    intake.push(workload_event(stream, StreamEvent::Init));
+    for o in objects {
+        intake.push(workload_event(stream, StreamEvent::InitApply(o.clone())));
+    }
+    intake.push(workload_event(stream, StreamEvent::InitDone));
+    flat(intake.next_input(BATCH_INPUTS_MAX))
+}
+
+fn flat(input: Option<Input>) -> Vec<Input> {
+    match input {
+        Some(Input::Batch { inputs }) => inputs,
+        Some(one) => vec![one],
+        None => Vec::new(),
+    }
+}
+
+fn drain_outputs(outputs: &[Output]) -> (usize, usize) {
+    let drain: Vec<String> = drain_streams(&c1()).iter().map(StreamKey::id).collect();
+    let count = |f: fn(&Output) -> Option<&StreamKey>| {
+        outputs
+            .iter()
+            .filter_map(f)
+            .filter(|k| k.scope == c1() && drain.contains(&k.id()))
+            .count()
+    };
+    (
+        count(|o| match o {
+            Output::Watch(k) => Some(k),
+            _ => None,
+        }),
+        count(|o| match o {
+            Output::Unwatch(k) => Some(k),
+            _ => None,
+        }),
+    )
+}
+
+#[test]
+fn a_clusters_drain_kinds_are_watched_while_one_of_its_machines_is_being_deleted() {
+    let drain = drain_streams(&c1()).len();
+    let mut intake = Intake::new();
+    outputs(&mut intake);
+    list_management(
+        &mut intake,
+        &[cluster(), machine("m1", false), machine("m2", false)],
+    );
+    // The Machines name DockerMachines: management's first relist waits for their list.
+    let docker = "infrastructure.cluster.x-k8s.io/DockerMachine";
+    intake.push(management(StreamEvent::Init, docker));
+    intake.push(management(StreamEvent::InitDone, docker));
+    let relist = intake.next_input(BATCH_INPUTS_MAX);
+    assert!(matches!(relist, Some(Input::Relist { .. })), "{relist:?}");
+    outputs(&mut intake);
+    intake.push(Arrival::Connected { scope: c1() });
+    intake.next_input(BATCH_INPUTS_MAX);
+    // At rest: the Nodes only, and the first list of c1 is theirs.
+    assert_eq!(drain_outputs(&outputs(&mut intake)), (0, 0));
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}});
+    let first = list_c1(&mut intake, "/Node", &[node]);
+    assert!(
+        matches!(first.as_slice(), [Input::Relist { objects, .. }] if objects.len() == 1),
+        "{first:?}"
+    );
+    // m1 is being deleted: c1's drain kinds are watched; each list relists its kind.
+    intake.push(management(
+        StreamEvent::Apply(machine("m1", true)),
+        MACHINES,
+    ));
+    intake.next_input(BATCH_INPUTS_MAX);
+    assert_eq!(drain_outputs(&outputs(&mut intake)), (drain, 0));
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"name": "web-0", "namespace": "app"}, "spec": {"nodeName": "n1"}});
+    let pods = list_c1(&mut intake, "/Pod", std::slice::from_ref(&pod));
+    assert!(
+        matches!(pods.as_slice(), [Input::RelistKind { kind: Kind::Pod, objects, .. }] if objects.len() == 1),
+        "{pods:?}"
+    );
+    // A second deletion in c1 watches nothing more; the first one ending unwatches nothing.
+    intake.push(management(
+        StreamEvent::Apply(machine("m2", true)),
+        MACHINES,
+    ));
+    intake.push(management(
+        StreamEvent::Delete(machine("m1", true)),
+        MACHINES,
+    ));
+    intake.next_input(BATCH_INPUTS_MAX);
+    assert_eq!(drain_outputs(&outputs(&mut intake)), (0, 0));
+    // The last one gone: the drain kinds are unwatched and forgotten, after its deletion.
+    intake.push(management(
+        StreamEvent::Delete(machine("m2", true)),
+        MACHINES,
+    ));
+    let inputs = flat(intake.next_input(BATCH_INPUTS_MAX));
+    assert_eq!(drain_outputs(&outputs(&mut intake)), (0, drain));
+    assert!(matches!(inputs[0], Input::Delete { .. }), "{inputs:?}");
+    let forgotten: Vec<&Kind> = inputs[1..]
+        .iter()
+        .map(|i| match i {
+            Input::Unwatched { scope, kind } if *scope == c1() => kind,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(forgotten, Kind::DRAIN_ONLY.iter().collect::<Vec<_>>());
+    // What a stopped stream still delivers is dropped.
+    intake.push(workload_event("/Pod", StreamEvent::Apply(pod)));
+    assert_eq!(intake.next_input(BATCH_INPUTS_MAX), None);
+    // A relist of the Machines that shows one being deleted watches them again.
+    intake.push(management(StreamEvent::Init, MACHINES));
+    intake.push(management(
+        StreamEvent::InitApply(machine("m3", true)),
+        MACHINES,
+    ));
+    intake.push(management(StreamEvent::InitDone, MACHINES));
+    intake.next_input(BATCH_INPUTS_MAX);
+    assert_eq!(drain_outputs(&outputs(&mut intake)), (drain, 0));
+}
+
+#[test]
+fn a_machine_deleted_before_its_cluster_connects_is_drained_from_the_first_list() {
+    let mut intake = Intake::new();
+    outputs(&mut intake);
+    list_management(&mut intake, &[cluster(), machine("m1", true)]);
+    assert_eq!(drain_outputs(&outputs(&mut intake)), (0, 0));
+    intake.push(Arrival::Connected { scope: c1() });
+    intake.next_input(BATCH_INPUTS_MAX);
+    let watches = outputs(&mut intake);
+    assert_eq!(drain_outputs(&watches), (drain_streams(&c1()).len(), 0));
+    assert_eq!(watches.len(), 1 + drain_streams(&c1()).len(), "{watches:?}");
+    // Pods listed before the Nodes follow the cluster's first relist as their kind's relist.
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"name": "web-0", "namespace": "app"}, "spec": {"nodeName": "n1"}});
+    assert!(list_c1(&mut intake, "/Pod", &[pod]).is_empty());
+    let first = list_c1(&mut intake, "/Node", &[]);
+    assert!(
+        matches!(
+            first.as_slice(),
+            [Input::Relist { .. }, Input::RelistKind { kind: Kind::Pod, objects, .. }] if objects.len() == 1
+        ),
+        "{first:?}"
+    );
+}

@@ -119,6 +119,19 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The kinds only a Machine's drain and volume-detach wait read in a workload cluster.
+    /// They are watched there only while one of its Machines is being deleted: they are most
+    /// of what a cluster holds (ten pods per Node), and nothing else needs them.
+    pub const DRAIN_ONLY: [Kind; 7] = [
+        Kind::Pod,
+        Kind::Namespace,
+        Kind::PersistentVolume,
+        Kind::PersistentVolumeClaim,
+        Kind::DaemonSet,
+        Kind::PodDisruptionBudget,
+        Kind::VolumeAttachment,
+    ];
+
     pub fn name(&self) -> &str {
         match self {
             Kind::Cluster => "Cluster",

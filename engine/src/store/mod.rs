@@ -58,6 +58,10 @@ pub struct Store {
     /// Kinds the API would not list, per cluster, with the problem: every object of such a
     /// kind there is unknown ([`Store::unreadable`]) until a list succeeds.
     unlisted: BTreeMap<(Scope, Kind), String>,
+    /// Kinds listed on their own ([`Input::RelistKind`](crate::Input::RelistKind)) since the
+    /// scope's last full relist: a drain kind is known in a workload cluster only while it is
+    /// here ([`Store::kind_listed`]).
+    listed_kinds: BTreeSet<(Scope, Kind)>,
 }
 
 /// The store's secondary indexes (a separate field so that they can be updated while the
@@ -123,6 +127,7 @@ struct Encoded {
     synced: BTreeSet<Scope>,
     unreadable: BTreeMap<ObjectKey, String>,
     unlisted: BTreeMap<(Scope, Kind), String>,
+    listed_kinds: BTreeSet<(Scope, Kind)>,
 }
 
 impl From<Encoded> for Store {
@@ -140,6 +145,7 @@ impl From<Encoded> for Store {
             synced: e.synced,
             unreadable: e.unreadable,
             unlisted: e.unlisted,
+            listed_kinds: e.listed_kinds,
         }
     }
 }
@@ -240,6 +246,33 @@ impl Store {
             }
             None => self.unlisted.remove(&key).is_some(),
         }
+    }
+
+    /// Whether the cache speaks for `kind` in `scope` as a list of its own does: it was
+    /// listed since the scope's last full relist (or cannot be, which makes its objects
+    /// unknown rather than absent).
+    pub fn kind_listed(&self, scope: &Scope, kind: &Kind) -> bool {
+        let key = (scope.clone(), kind.clone());
+        self.listed_kinds.contains(&key) || self.unlisted.contains_key(&key)
+    }
+
+    /// Forgets every object of `kind` in `scope` (its watch stopped): not deleted, unknown
+    /// until it is listed again. Nothing is routed: what reads that kind waits for the list.
+    pub fn forget_kind(&mut self, scope: &Scope, kind: &Kind) {
+        let keys: Vec<ObjectKey> = self
+            .iter_kind(scope, kind)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &keys {
+            self.unreadable.remove(key);
+            if let Some(before) = self.objects.remove(key) {
+                self.changes += 1;
+                self.indexes.index(key, &before, false, self.changes);
+            }
+        }
+        let key = (scope.clone(), kind.clone());
+        self.listed_kinds.remove(&key);
+        self.unlisted.remove(&key);
     }
 
     /// Whether the absence of `node` from the cache is news the cache has had time to learn,
@@ -608,6 +641,12 @@ impl Store {
             }
         }
         self.synced.insert(scope.clone());
+        match kind {
+            Some(kind) => {
+                self.listed_kinds.insert((scope.clone(), kind.clone()));
+            }
+            None => self.listed_kinds.retain(|(s, _)| s != scope),
+        }
         self.indexes.relisted_at.insert(scope.clone(), self.changes);
         self.indexes.tombstones.retain(|k| k.scope != *scope);
         changes

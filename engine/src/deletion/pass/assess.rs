@@ -167,10 +167,16 @@ impl<'p, 'a> Pass<'p, 'a> {
             return (facts, found);
         }
         found.node = self.node_deletion_allowed();
-        // A Node or pod missing from an unsynced cache proves nothing: wait for the relist.
+        // A Node or pod missing from an unsynced cache proves nothing: wait for the relist,
+        // and for the drain kinds, watched from the Machine's deletion on, to be listed.
+        let drain_kinds_listed = || {
+            Kind::DRAIN_ONLY
+                .iter()
+                .all(|kind| self.store.kind_listed(&self.scope, kind))
+        };
         if holds(
             &mut facts.workload_cache,
-            step_if(found.node.is_ok() && !synced),
+            step_if(found.node.is_ok() && !(synced && drain_kinds_listed())),
         ) {
             return (facts, found);
         }

@@ -128,7 +128,7 @@ mod tests {
     use crate::command::Target;
     use crate::controller::{Cx, Effects};
     use crate::deletion::{Memo, Tracked};
-    use crate::model::{ClusterName, Object, Scope};
+    use crate::model::{ClusterName, Kind, Object, Scope};
     use crate::store::Store;
     use crate::testing::{
         bootstrap_config, cluster, control_plane_machine, infra_machine, machine, workload,
@@ -167,7 +167,15 @@ mod tests {
                 Object::External(bootstrap_config("m1")),
             ],
         );
-        store.replace_scope(&workload("c1"), workload_objects);
+        // Listed as the intake lists a cluster with a Machine being deleted.
+        let (drain, rest): (Vec<Object>, Vec<Object>) = workload_objects
+            .into_iter()
+            .partition(|o| Kind::DRAIN_ONLY.contains(&o.kind()));
+        store.replace_scope(&workload("c1"), rest);
+        for kind in Kind::DRAIN_ONLY {
+            let objects = drain.iter().filter(|o| o.kind() == kind).cloned().collect();
+            store.replace(&workload("c1"), Some(&kind), objects);
+        }
         let key = crate::model::ObjectKey::new(
             Scope::Management,
             crate::model::Kind::Machine,
