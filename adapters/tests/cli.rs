@@ -112,8 +112,9 @@ fn log_verify_on_a_missing_journal_is_a_clear_error() {
 }
 
 /// Records in [`simulated_journal`]: 53 when issue 12 was filed; the DrainBlocked event added
-/// one, and watching the drain kinds from the deletion on seven (their lists).
-const SIMULATED_RECORDS: u64 = 61;
+/// one, watching the drain kinds from the deletion on seven (their lists) and the status
+/// written while they are listed four (two writes, two answers).
+const SIMULATED_RECORDS: u64 = 65;
 
 /// A [`SIMULATED_RECORDS`]-record simulator journal.
 fn simulated_journal(dir: &Path) -> std::path::PathBuf {

@@ -6,8 +6,9 @@
 //! only copy of every object). Afterwards events flow as `Upsert`/`Delete`, and a stream that
 //! lists again (its watch ended with 410 Gone) relists its own kind: [`Input::RelistKind`].
 //! A stream registered *on demand* (a drain kind, watched only while a Machine of its cluster
-//! is being deleted) never holds the first relist back and always reports as
-//! [`Input::RelistKind`], right after the first relist if it listed before it.
+//! is being deleted) always reports as [`Input::RelistKind`]: right after the first relist,
+//! in the same input, when it was registered before it (a restart in the middle of a drain
+//! shows the drain its kinds at once, never a cluster without them), and on its own after.
 //!
 //! Guarantees: objects the engine does not model (`Ok(None)` from `object_from_json`) never
 //! reach it; an object that does not convert is delivered as unreadable (a DELETE still
@@ -103,8 +104,7 @@ impl ScopeMirror {
     ///
     /// On-demand streams that listed before it follow it, each as its kind's relist.
     fn first_relist(&mut self, scope: &Scope) -> Vec<Input> {
-        let waiting = |s: &Stream| !s.on_demand && !s.listed;
-        if self.relisted || self.streams.values().any(waiting) {
+        if self.relisted || self.streams.values().any(|s| !s.listed) {
             return Vec::new();
         }
         self.relisted = true;

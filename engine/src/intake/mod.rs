@@ -268,9 +268,12 @@ impl Intake {
                 self.outputs.push_back(Output::Unwatch(key));
             }
         }
+        let cluster = crate::store::scope_name(scope);
         if wanted {
+            tracing::info!(%cluster, "a Machine is being deleted: watching its cluster's drain kinds");
             self.draining.insert(scope.clone());
         } else {
+            tracing::info!(%cluster, "no Machine is being deleted any more: its cluster's drain kinds are unwatched and forgotten");
             self.draining.remove(scope);
         }
     }

@@ -313,16 +313,28 @@ fn a_machine_deleted_before_its_cluster_connects_is_drained_from_the_first_list(
     let watches = outputs(&mut intake);
     assert_eq!(drain_outputs(&watches), (drain_streams(&c1()).len(), 0));
     assert_eq!(watches.len(), 1 + drain_streams(&c1()).len(), "{watches:?}");
-    // Pods listed before the Nodes follow the cluster's first relist as their kind's relist.
+    // The first relist waits for every stream started with it; the drain kinds follow it,
+    // in the same input, each as its kind's relist.
     let pod = json!({"apiVersion": "v1", "kind": "Pod",
                      "metadata": {"name": "web-0", "namespace": "app"}, "spec": {"nodeName": "n1"}});
     assert!(list_c1(&mut intake, "/Pod", &[pod]).is_empty());
-    let first = list_c1(&mut intake, "/Node", &[]);
-    assert!(
-        matches!(
-            first.as_slice(),
-            [Input::Relist { .. }, Input::RelistKind { kind: Kind::Pod, objects, .. }] if objects.len() == 1
-        ),
-        "{first:?}"
-    );
+    assert!(list_c1(&mut intake, "/Node", &[]).is_empty());
+    for key in drain_streams(&c1())
+        .iter()
+        .filter(|k| k.kind != "Pod" && k.kind != "VolumeAttachment")
+    {
+        assert!(list_c1(&mut intake, &key.id(), &[]).is_empty(), "{key:?}");
+    }
+    let first = list_c1(&mut intake, "storage.k8s.io/VolumeAttachment", &[]);
+    assert!(matches!(first[0], Input::Relist { .. }), "{first:?}");
+    let pods = first.iter().find_map(|i| match i {
+        Input::RelistKind {
+            kind: Kind::Pod,
+            objects,
+            ..
+        } => Some(objects.len()),
+        _ => None,
+    });
+    assert_eq!(pods, Some(1), "{first:?}");
+    assert_eq!(first.len(), 1 + Kind::DRAIN_ONLY.len(), "{first:?}");
 }
