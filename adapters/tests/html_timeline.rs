@@ -164,8 +164,7 @@ fn pdb_timeline_renders_a_lane_per_object_and_a_mark_per_action_in_chromium() {
         want.objects
     );
     assert_eq!(want.actions["Evict"], 3);
-    // Deleting (the drain's lists), DrainingNode, the infrastructure, the bootstrap, done.
-    assert_eq!(want.phases, 5);
+    assert_eq!(want.phases, 4);
 
     let profile = dir.path().join("profile");
     let dom = headless(&chromium, &profile, &page, &["--dump-dom".into()]);
@@ -184,7 +183,6 @@ fn pdb_timeline_renders_a_lane_per_object_and_a_mark_per_action_in_chromium() {
     assert_eq!(
         bars,
         [
-            "Deleting",
             "DrainingNode",
             "WaitingForInfrastructureDeletion",
             "WaitingForBootstrapDeletion",
@@ -384,7 +382,6 @@ fn explain_html_shows_the_story_of_one_machine_in_chromium() {
     assert_eq!(
         reasons,
         [
-            "Deleting",
             "DrainingNode",
             "WaitingForInfrastructureDeletion",
             "WaitingForBootstrapDeletion",

@@ -159,13 +159,15 @@ impl<'p, 'a> Pass<'p, 'a> {
         match phase {
             DeletionPhase::Released => {}
             DeletionPhase::WaitingForWorkloadCache => {
-                // Once the cluster's Nodes are listed, the phase and Deleting=True are news
-                // while the drain kinds are listed (started by this deletion), and a wait that
-                // lasts must say what it waits for. Before the cluster's first relist nothing
-                // is written: the relist reconciles this Machine again.
+                // Once the cluster's Nodes are listed, the phase is news while the drain kinds
+                // are listed (their watches start with this deletion). The conditions wait for
+                // the drain: a condition write in flight would hold back the drain's first one.
+                // Before the cluster's first relist nothing is written: the relist reconciles
+                // this Machine again.
                 if self.store.is_synced(&self.scope) {
-                    self.set_deleting(reason::DELETING, self.drain_lists_wait());
-                    self.flush();
+                    let cluster = &self.tracked.cluster.name;
+                    tracing::debug!(machine = %self.key, %cluster, "waiting for the drain kinds to be listed");
+                    self.flush_status();
                 }
             }
             DeletionPhase::WaitingForReadable => {
@@ -240,16 +242,6 @@ impl<'p, 'a> Pass<'p, 'a> {
             ),
             Record::Nothing,
         );
-    }
-
-    /// What a deletion waits for while its drain kinds are listed: one message, not one per
-    /// kind still to list (each list arriving would rewrite it).
-    fn drain_lists_wait(&self) -> String {
-        format!(
-            "Waiting for the pods, Namespaces, volumes, DaemonSets and PDBs of workload cluster \
-             {} to be listed for the drain (watched while one of its Machines is being deleted)",
-            self.tracked.cluster.name
-        )
     }
 
     fn set_deleting(&mut self, reason: &'static str, message: impl Into<String>) {
