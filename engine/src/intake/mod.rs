@@ -13,9 +13,10 @@
 //! refer to when first seen; a workload cluster's Nodes once a Cluster names it and its
 //! connection is up, and its drain kinds ([`Kind::DRAIN_ONLY`]) while one of its Machines is
 //! being deleted: when the last such Machine is gone they are unwatched and the engine forgets
-//! them ([`Input::Unwatched`]), so a fleet at rest holds no pods. The [`mirror`] turns kube `watcher` events into inputs: the first list of
-//! a cluster waits for every stream registered for it, and any later list of one stream (its
-//! watch ended with 410 Gone and kube's `watcher` listed again) relists that stream's kind.
+//! them ([`Input::Unwatched`]), so a fleet at rest holds no pods. The [`mirror`] turns kube
+//! `watcher` events into inputs: the first list of a cluster waits for every stream registered
+//! for it, and any later list of one stream (its watch ended with 410 Gone and kube's `watcher`
+//! listed again) relists that stream's kind.
 
 pub mod mirror;
 pub mod refs;
@@ -229,8 +230,9 @@ impl Intake {
                 stream,
                 event,
             } => {
+                // Compared by parts: every management event passes here.
                 let machines = scope == Scope::Management
-                    && stream == stream_id(crate::convert::CAPI_GROUP, "Machine");
+                    && stream.split_once('/') == Some((crate::convert::CAPI_GROUP, "Machine"));
                 let changed = if machines {
                     self.deleting.on_event(&event)
                 } else {
