@@ -161,9 +161,10 @@ impl ApiServer {
                 );
                 connections.spawn(async move {
                     let mut interval = tokio::time::interval(every);
+                    let mut controllers = kubelet::Controllers::default();
                     loop {
                         interval.tick().await;
-                        kubelet::tick(&cluster, crate::clock::wall_now(), cap);
+                        controllers.tick(&cluster, crate::clock::wall_now(), cap);
                     }
                 });
             }
