@@ -1240,7 +1240,14 @@ fn worker_without_an_active_control_plane_machine_skips_node_operations() {
     objects.retain(|(_, o)| !matches!(o, Object::Machine(m) if m.meta.name == "cp-1"));
     let (_h, first) = Harness::start(objects);
     assert!(all(&first, "Cordon").is_empty());
-    assert_eq!(all(&first, "DeleteInfrastructure").len(), 1);
+    let infra = all(&first, "DeleteInfrastructure");
+    assert_eq!(infra.len(), 1);
+    // The reason says the Node was left alone and why, never that it was drained.
+    assert_eq!(
+        infra[0].reason,
+        "Machine m1 is being deleted and its Node is neither drained nor deleted \
+         (no control plane members): deleting DockerMachine m1"
+    );
     let c = last_conditions(&first);
     assert!(
         c.legacy("PreDrainDeleteHookSucceeded").is_none(),

@@ -31,6 +31,26 @@ pub(super) struct Findings<'c> {
     pub node_deletion: Option<NodeDeletionFinding>,
 }
 
+impl Findings<'_> {
+    /// What became of the Machine's Node, for the reason of its infrastructure's deletion:
+    /// "drained" only when it was.
+    pub(super) fn node_outcome(&self) -> String {
+        match (&self.node, &self.drain) {
+            (Err(NodeDeletionBlocked::NilNodeRef), _) => "it has no Node".to_string(),
+            (Err(blocked), _) => format!("its Node is neither drained nor deleted ({blocked})"),
+            // The hooks come after the drain: it was over (done or skipped) before they began.
+            (Ok(_), Some(DrainFinding::Skipped(WaitSkipped::PreTerminateHooksStarted))) => {
+                "its Node's drain is over (pre-terminate hooks already started)".to_string()
+            }
+            (Ok(_), Some(DrainFinding::Skipped(skipped))) => {
+                format!("its Node's drain was skipped ({skipped})")
+            }
+            (Ok(_), Some(DrainFinding::NodeGone)) => "its Node is gone".to_string(),
+            (Ok(_), _) => "its Node is drained".to_string(),
+        }
+    }
+}
+
 /// Where the drain stands.
 #[derive(Debug)]
 pub(super) enum DrainFinding<'c> {

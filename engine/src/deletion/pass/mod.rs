@@ -209,6 +209,7 @@ impl<'p, 'a> Pass<'p, 'a> {
     }
 
     fn plan_steps(&mut self, facts: &PhaseFacts, found: Findings<'_>) {
+        let node_outcome = found.node_outcome();
         let node = found.node.ok();
         self.pre_drain_hooks(facts.pre_drain_hooks);
         if let (Some(node), Some(drain)) = (&node, found.drain) {
@@ -218,7 +219,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             self.volume_detach(node, volumes);
         }
         self.pre_terminate_hooks(facts.pre_terminate_hooks);
-        self.infrastructure(facts.infrastructure);
+        self.infrastructure(facts.infrastructure, &node_outcome);
         self.bootstrap(facts.bootstrap);
         if let (Some(node), Some(deletion)) = (&node, found.node_deletion) {
             self.delete_node(node, deletion);
@@ -455,8 +456,9 @@ impl<'p, 'a> Pass<'p, 'a> {
 }
 
 #[derive(Clone, Copy)]
-enum ExternalRole {
-    Infrastructure,
+enum ExternalRole<'o> {
+    /// With what became of the Machine's Node, for the deletion's reason.
+    Infrastructure(&'o str),
     Bootstrap,
 }
 

@@ -223,7 +223,7 @@ mod tests {
                     api_version: infra.api_version,
                 },
             },
-            why: "Machine m1 is being deleted and its Node is drained: deleting DockerMachine m1"
+            why: "Machine m1 is being deleted and it has no Node: deleting DockerMachine m1"
                 .to_string(),
             on_queued: Record::InfrastructureDelete(Attempt::Requested {
                 at: NOW,

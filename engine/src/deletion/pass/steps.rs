@@ -180,10 +180,16 @@ impl<'p, 'a> Pass<'p, 'a> {
         }
     }
 
-    pub(super) fn infrastructure(&mut self, step: Step) {
+    /// `node_outcome`: what became of the Node, for the deletion's reason.
+    pub(super) fn infrastructure(&mut self, step: Step, node_outcome: &str) {
         let key = self.tracked.infrastructure.clone();
         let kind = self.m.infrastructure_ref.kind.clone();
-        self.external(step, &key, &kind, ExternalRole::Infrastructure);
+        self.external(
+            step,
+            &key,
+            &kind,
+            ExternalRole::Infrastructure(node_outcome),
+        );
     }
 
     pub(super) fn bootstrap(&mut self, step: Step) {
@@ -197,7 +203,7 @@ impl<'p, 'a> Pass<'p, 'a> {
 
     pub(super) fn external(&mut self, step: Step, key: &ObjectKey, kind: &str, role: ExternalRole) {
         let ready_type = match role {
-            ExternalRole::Infrastructure => legacy::INFRASTRUCTURE_READY,
+            ExternalRole::Infrastructure(_) => legacy::INFRASTRUCTURE_READY,
             ExternalRole::Bootstrap => legacy::BOOTSTRAP_READY,
         };
         match step {
@@ -214,7 +220,7 @@ impl<'p, 'a> Pass<'p, 'a> {
 
     pub(super) fn delete_external(&mut self, key: &ObjectKey, kind: &str, role: ExternalRole) {
         let waiting_reason = match role {
-            ExternalRole::Infrastructure => reason::WAITING_FOR_INFRASTRUCTURE_DELETION,
+            ExternalRole::Infrastructure(_) => reason::WAITING_FOR_INFRASTRUCTURE_DELETION,
             ExternalRole::Bootstrap => reason::WAITING_FOR_BOOTSTRAP_DELETION,
         };
         let object = self.store.get(key);
@@ -222,11 +228,11 @@ impl<'p, 'a> Pass<'p, 'a> {
         // (gone, or deleted as it should be), where upstream would read it live.
         let deleting = object.is_some_and(|o| o.meta().is_deleting());
         let action_name = match role {
-            ExternalRole::Infrastructure => "DeleteInfrastructure",
+            ExternalRole::Infrastructure(_) => "DeleteInfrastructure",
             ExternalRole::Bootstrap => "DeleteBootstrap",
         };
         let attempt = match role {
-            ExternalRole::Infrastructure => self.tracked.memo.infrastructure_delete.clone(),
+            ExternalRole::Infrastructure(_) => self.tracked.memo.infrastructure_delete.clone(),
             ExternalRole::Bootstrap => self.tracked.memo.bootstrap_delete.clone(),
         };
         if !deleting {
@@ -241,10 +247,10 @@ impl<'p, 'a> Pass<'p, 'a> {
                     },
                 };
                 let (action, why) = match role {
-                    ExternalRole::Infrastructure => (
+                    ExternalRole::Infrastructure(node_outcome) => (
                         Action::DeleteInfrastructure { target },
                         format!(
-                            "Machine {} is being deleted and its Node is drained: deleting {kind} {}",
+                            "Machine {} is being deleted and {node_outcome}: deleting {kind} {}",
                             self.m.meta.name, key.name
                         ),
                     ),
@@ -258,7 +264,7 @@ impl<'p, 'a> Pass<'p, 'a> {
                 };
                 let fresh = Attempt::requested(attempt.as_ref(), self.now);
                 let record = match role {
-                    ExternalRole::Infrastructure => Record::InfrastructureDelete(fresh),
+                    ExternalRole::Infrastructure(_) => Record::InfrastructureDelete(fresh),
                     ExternalRole::Bootstrap => Record::BootstrapDelete(fresh),
                 };
                 self.plan.push(action, why, record);
@@ -274,7 +280,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             }
         }
         let failed = match role {
-            ExternalRole::Infrastructure => &self.tracked.memo.infrastructure_delete,
+            ExternalRole::Infrastructure(_) => &self.tracked.memo.infrastructure_delete,
             ExternalRole::Bootstrap => &self.tracked.memo.bootstrap_delete,
         }
         .as_ref()
@@ -303,7 +309,7 @@ impl<'p, 'a> Pass<'p, 'a> {
     /// discovery for the preferred version).
     pub(super) fn unseen_api_version(&self, key: &ObjectKey, role: ExternalRole) -> String {
         let reference = match role {
-            ExternalRole::Infrastructure => Some(&self.m.infrastructure_ref),
+            ExternalRole::Infrastructure(_) => Some(&self.m.infrastructure_ref),
             ExternalRole::Bootstrap => self.m.bootstrap_config_ref.as_ref(),
         };
         reference
