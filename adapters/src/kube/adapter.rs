@@ -600,7 +600,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
                     let _ = previous.await;
                 }
                 // Refused: shutting down before this command was in flight.
-                let priority = Priority::of(&command.action);
+                let priority = Priority::of(&command);
                 let Some(_slot) = throttle.slot(priority).await else {
                     return;
                 };

@@ -176,7 +176,7 @@ impl EventStamp {
 /// ([`super::throttle::Throttle::first_request`]).
 pub async fn execute(client: &Client, command: &Command, stamp: Option<&EventStamp>) -> ApiOutcome {
     let mut first = Manners {
-        priority: Priority::of(&command.action),
+        priority: Priority::of(command),
         first: true,
     };
     let next = Manners {

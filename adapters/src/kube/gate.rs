@@ -11,7 +11,9 @@
 //! in flight yet, while commands in flight still get tokens for their further requests.
 
 use super::bucket::{RateLimit, TokenBucket};
-use engine::Action;
+use engine::model::{ConditionStatus, Conditions};
+use engine::shared::HEALTH_CHECK_SUCCEEDED;
+use engine::{Action, Command, ControllerId};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -27,8 +29,16 @@ pub enum Priority {
 }
 
 impl Priority {
-    pub fn of(action: &Action) -> Priority {
-        match action {
+    pub fn of(command: &Command) -> Priority {
+        match &command.action {
+            Action::SetCondition { conditions, .. }
+                if command.controller == ControllerId::Health && !unhealthy_verdict(conditions) =>
+            {
+                Priority::Normal
+            }
+            Action::PatchStatus { .. } if command.controller == ControllerId::Health => {
+                Priority::Normal
+            }
             Action::RemoveFinalizer { .. }
             | Action::SetCondition { .. }
             | Action::PatchStatus { .. } => Priority::Unblocking,
@@ -46,6 +56,15 @@ impl Priority {
             Action::Evict { .. } | Action::RecordEvent { .. } => Priority::Bulk,
         }
     }
+}
+
+/// A health check's conditions that find the Machine unhealthy: its remediation waits on them.
+/// The rest of what a health check writes (a healthy verdict, its own status) only reports, and
+/// a fleet's first start writes it for every Machine: it must not hold a deletion's status back.
+fn unhealthy_verdict(conditions: &Conditions) -> bool {
+    conditions
+        .current(HEALTH_CHECK_SUCCEEDED)
+        .is_some_and(|c| c.status != ConditionStatus::True)
 }
 
 /// What `poll_grant` hands out.
@@ -209,6 +228,68 @@ mod tests {
         assert_eq!(drain(&mut gate, ms(300)), [Grant::Token("evict-2")]);
         assert_eq!(drain(&mut gate, ms(400)), [Grant::Token("evict-3")]);
         assert_eq!(gate.token_wait(ms(400)), None);
+    }
+
+    fn set_condition(controller: ControllerId, healthy: ConditionStatus) -> Command {
+        let key = engine::model::ObjectKey::new(
+            engine::model::Scope::Management,
+            engine::model::Kind::Machine,
+            "default",
+            "m1",
+        );
+        let condition = engine::model::Condition::new(HEALTH_CHECK_SUCCEEDED, healthy, "", "");
+        Command {
+            id: 1,
+            cause: 0,
+            controller,
+            owner: key.clone(),
+            action: Action::SetCondition {
+                target: engine::Target {
+                    key,
+                    api_version: "cluster.x-k8s.io/v1beta2".into(),
+                },
+                conditions: Conditions {
+                    current: vec![condition],
+                    legacy: Vec::new(),
+                },
+                summary: String::new(),
+            },
+            reason: String::new(),
+            series: None,
+        }
+    }
+
+    /// A fleet's first start has its health checks write a healthy verdict on every Machine; a
+    /// deletion's status writes go before them, an unhealthy verdict (remediation waits on it)
+    /// with them.
+    #[test]
+    fn a_health_checks_reports_wait_behind_a_deletions_status_but_not_its_verdicts() {
+        use ConditionStatus::{False, True};
+        assert_eq!(
+            Priority::of(&set_condition(ControllerId::Deletion, True)),
+            Priority::Unblocking
+        );
+        assert_eq!(
+            Priority::of(&set_condition(ControllerId::Health, True)),
+            Priority::Normal
+        );
+        assert_eq!(
+            Priority::of(&set_condition(ControllerId::Health, False)),
+            Priority::Unblocking
+        );
+        let mut gate = Gate::new(LIMIT, 32);
+        gate.want_token(Priority::Unblocking, "first");
+        assert_eq!(drain(&mut gate, ms(0)), [Grant::Token("first")]);
+        for report in ["healthy-1", "healthy-2"] {
+            gate.want_token(
+                Priority::of(&set_condition(ControllerId::Health, True)),
+                report,
+            );
+        }
+        let phase = set_condition(ControllerId::Deletion, True);
+        gate.want_token(Priority::of(&phase), "deleting-phase");
+        assert_eq!(drain(&mut gate, ms(100)), [Grant::Token("deleting-phase")]);
+        assert_eq!(drain(&mut gate, ms(200)), [Grant::Token("healthy-1")]);
     }
 
     #[test]
