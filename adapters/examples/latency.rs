@@ -47,6 +47,21 @@ fn cpu_seconds(pid: &str) -> f64 {
     (fields.get(11).unwrap_or(&0.0) + fields.get(12).unwrap_or(&0.0)) / 100.0
 }
 
+/// Prints `label: p50, p99, max` of `sorted` (nothing when it is empty).
+fn report(label: &str, sorted: &[Duration]) {
+    let Some(max) = sorted.last() else {
+        return;
+    };
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "{label}: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} measured)",
+        ms(percentile(sorted, 0.5)),
+        ms(percentile(sorted, 0.99)),
+        ms(*max),
+        sorted.len()
+    );
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
@@ -206,24 +221,8 @@ async fn main() {
         deleted.len(),
         churn.as_secs_f64()
     );
-    if !latencies.is_empty() {
-        println!(
-            "event -> first request: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} measured)",
-            percentile(&latencies, 0.5).as_secs_f64() * 1e3,
-            percentile(&latencies, 0.99).as_secs_f64() * 1e3,
-            latencies.last().unwrap().as_secs_f64() * 1e3,
-            latencies.len()
-        );
-    }
-    if !from_event.is_empty() {
-        println!(
-            "watch event seen by a client -> first request: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} measured)",
-            percentile(&from_event, 0.5).as_secs_f64() * 1e3,
-            percentile(&from_event, 0.99).as_secs_f64() * 1e3,
-            from_event.last().unwrap().as_secs_f64() * 1e3,
-            from_event.len()
-        );
-    }
+    report("DELETE sent -> first request", &latencies);
+    report("watch event seen by a client -> first request", &from_event);
     const STAGES: [&str; 4] = [
         "DELETE sent -> event seen by a client",
         "event seen by a client -> the controller's intake has it (info log)",
@@ -231,16 +230,8 @@ async fn main() {
         "command issued -> request arrives",
     ];
     for (name, stage) in STAGES.iter().zip(stages.iter_mut()) {
-        if stage.is_empty() {
-            continue;
-        }
         stage.sort();
-        println!(
-            "  {name}: p50 {:.2} ms, p99 {:.2} ms ({} measured)",
-            percentile(stage, 0.5).as_secs_f64() * 1e3,
-            percentile(stage, 0.99).as_secs_f64() * 1e3,
-            stage.len()
-        );
+        report(&format!("  {name}"), stage);
     }
     slowest.sort();
     println!("  slowest from the event (the four stages above, in order):");
