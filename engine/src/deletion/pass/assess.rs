@@ -18,6 +18,7 @@ use crate::model::{
 };
 use crate::time::Timestamp;
 use std::collections::BTreeSet;
+use std::fmt;
 
 /// What the steps' actions need of the assessment.
 #[derive(Debug)]
@@ -32,21 +33,51 @@ pub(super) struct Findings<'c> {
 }
 
 impl Findings<'_> {
-    /// What became of the Machine's Node, for the reason of its infrastructure's deletion:
-    /// "drained" only when it was.
-    pub(super) fn node_outcome(&self) -> String {
+    /// What became of the Machine's Node, for the reason of its infrastructure's deletion.
+    pub(super) fn node_outcome(&self) -> NodeOutcome {
         match (&self.node, &self.drain) {
-            (Err(NodeDeletionBlocked::NilNodeRef), _) => "it has no Node".to_string(),
-            (Err(blocked), _) => format!("its Node is neither drained nor deleted ({blocked})"),
+            (Err(NodeDeletionBlocked::NilNodeRef), _) => NodeOutcome::NoNode,
+            (Err(blocked), _) => NodeOutcome::LeftAlone(*blocked),
             // The hooks come after the drain: it was over (done or skipped) before they began.
             (Ok(_), Some(DrainFinding::Skipped(WaitSkipped::PreTerminateHooksStarted))) => {
-                "its Node's drain is over (pre-terminate hooks already started)".to_string()
+                NodeOutcome::DrainOver
             }
-            (Ok(_), Some(DrainFinding::Skipped(skipped))) => {
-                format!("its Node's drain was skipped ({skipped})")
+            (Ok(_), Some(DrainFinding::Skipped(skipped))) => NodeOutcome::DrainSkipped(*skipped),
+            (Ok(_), Some(DrainFinding::NodeGone)) => NodeOutcome::Gone,
+            (Ok(_), _) => NodeOutcome::Drained,
+        }
+    }
+}
+
+/// What became of a Machine's Node before its infrastructure is deleted: "drained" only when
+/// it was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum NodeOutcome {
+    NoNode,
+    /// Upstream's `isDeleteNodeAllowed` refused: no drain, no Node deletion.
+    LeftAlone(NodeDeletionBlocked),
+    /// The pre-terminate hooks started, so the drain had ended before.
+    DrainOver,
+    DrainSkipped(WaitSkipped),
+    Gone,
+    Drained,
+}
+
+impl fmt::Display for NodeOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeOutcome::NoNode => f.write_str("it has no Node"),
+            NodeOutcome::LeftAlone(blocked) => {
+                write!(f, "its Node is neither drained nor deleted ({blocked})")
             }
-            (Ok(_), Some(DrainFinding::NodeGone)) => "its Node is gone".to_string(),
-            (Ok(_), _) => "its Node is drained".to_string(),
+            NodeOutcome::DrainOver => {
+                f.write_str("its Node's drain is over (pre-terminate hooks already started)")
+            }
+            NodeOutcome::DrainSkipped(skipped) => {
+                write!(f, "its Node's drain was skipped ({skipped})")
+            }
+            NodeOutcome::Gone => f.write_str("its Node is gone"),
+            NodeOutcome::Drained => f.write_str("its Node is drained"),
         }
     }
 }

@@ -24,7 +24,7 @@ use crate::model::{
 };
 use crate::store::Store;
 use crate::time::Timestamp;
-use assess::Findings;
+use assess::{Findings, NodeOutcome};
 use plan::{Plan, Record};
 use std::borrow::Cow;
 
@@ -219,7 +219,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             self.volume_detach(node, volumes);
         }
         self.pre_terminate_hooks(facts.pre_terminate_hooks);
-        self.infrastructure(facts.infrastructure, &node_outcome);
+        self.infrastructure(facts.infrastructure, node_outcome);
         self.bootstrap(facts.bootstrap);
         if let (Some(node), Some(deletion)) = (&node, found.node_deletion) {
             self.delete_node(node, deletion);
@@ -456,9 +456,9 @@ impl<'p, 'a> Pass<'p, 'a> {
 }
 
 #[derive(Clone, Copy)]
-enum ExternalRole<'o> {
+enum ExternalRole {
     /// With what became of the Machine's Node, for the deletion's reason.
-    Infrastructure(&'o str),
+    Infrastructure(NodeOutcome),
     Bootstrap,
 }
 

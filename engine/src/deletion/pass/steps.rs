@@ -2,7 +2,7 @@
 //! found ([`super::assess`]) and acts on it: passed steps leave their conditions and events,
 //! the step that holds says why and asks the API for what it waits on.
 
-use super::assess::{NodeDeletionFinding, VolumeFinding};
+use super::assess::{NodeDeletionFinding, NodeOutcome, VolumeFinding};
 use super::plan::Record;
 use super::{API_RETRY_INTERVAL, ExternalRole, Pass, attempt_due};
 use crate::command::{Action, EventType, Target};
@@ -181,7 +181,7 @@ impl<'p, 'a> Pass<'p, 'a> {
     }
 
     /// `node_outcome`: what became of the Node, for the deletion's reason.
-    pub(super) fn infrastructure(&mut self, step: Step, node_outcome: &str) {
+    pub(super) fn infrastructure(&mut self, step: Step, node_outcome: NodeOutcome) {
         let key = self.tracked.infrastructure.clone();
         let kind = self.m.infrastructure_ref.kind.clone();
         self.external(
