@@ -1,14 +1,15 @@
 //! `lifecycle log verify|show|stats --journal DIR`: read a journal, change nothing.
 //!
-//! sled cannot open a directory read-only and rewrites files on open, so every command copies
-//! the journal to a private temporary directory and opens the copy: the original is never
-//! written, and a journal held open by a running controller can be read. The commit record is
-//! copied first (everything it vouches for was flushed to sled before it was written), so the
-//! copy is checked up to the sequence the copied commit record covers.
+//! A journal no process holds is opened read-only in place (nothing in it is written, created
+//! or removed; it may be read-only and owned by another user). A journal a running controller
+//! holds is copied to a private temporary directory (`$TMPDIR`, as large as the journal) and
+//! the copy opened read-only. The commit record's copies are copied first (everything they
+//! vouch for was flushed to sled before they were written), so the copy is checked up to the
+//! sequence the copied commit record covers. Messages name the journal's own paths.
 
-use adapters::kube::journal_log::{JOURNAL_OPEN_TIMEOUT_S, OpenFailure, open_bounded};
+use adapters::kube::journal_log::{Access, JOURNAL_OPEN_TIMEOUT_S, OpenFailure, open_bounded};
 use clap::{Subcommand, ValueEnum};
-use engine::journal::{COMMITS_FILE, JournalError, RecordRef};
+use engine::journal::{COMMIT_COPIES, COMMITS_FILE, JournalError, RecordRef, RepairMode};
 use engine::journal::{Journal, JournalOptions};
 use engine::recovery;
 use std::ops::ControlFlow;
@@ -81,15 +82,23 @@ pub enum LogCommand {
         #[arg(long)]
         journal: PathBuf,
     },
-    /// With --truncate: keep the records before the first missing or damaged one, remove the
-    /// rest (and snapshots beyond it), rewrite the commit record, and print what was removed.
-    /// Writes the journal: stop the controller first. Exit codes: 0 repaired (or intact); 3
-    /// not done (no --truncate, no journal, locked, unusable).
+    /// Repair what a start refuses: unfinished sled snapshot files, a lost or damaged `conf`
+    /// (written again with the segment size the store reads back with), a damaged sled
+    /// snapshot file (sled rebuilds it from its log), a lost copy of the commit record
+    /// (written from the other). With --truncate also discard the records after the first
+    /// missing or damaged one (and snapshots beyond it) and rewrite the commit record; when
+    /// sled cannot open the store at all, its files are moved to DIR/discarded/ and the
+    /// journal starts empty. Writes the journal: stop the controller first. Exit codes: 0
+    /// repaired, intact, or (--dry-run) listed; 3 not done (records would be discarded
+    /// without --truncate, no journal, locked, a file unreadable).
     Repair {
         #[arg(long)]
         journal: PathBuf,
-        /// Confirms that records after the last good one may be removed.
+        /// List what would be done, and what would be discarded; change nothing.
         #[arg(long)]
+        dry_run: bool,
+        /// Confirms that records after the last good one may be discarded.
+        #[arg(long, conflicts_with = "dry_run")]
         truncate: bool,
     },
 }
@@ -104,56 +113,47 @@ pub fn main(command: LogCommand) -> u8 {
             object,
         } => show(&journal, format, from, object.as_deref()),
         LogCommand::Stats { journal } => stats(&journal),
-        LogCommand::Repair { journal, truncate } => repair(&journal, truncate),
+        LogCommand::Repair {
+            journal,
+            dry_run,
+            truncate,
+        } => repair(
+            &journal,
+            match (dry_run, truncate) {
+                (true, _) => RepairMode::DryRun,
+                (false, true) => RepairMode::Truncate,
+                (false, false) => RepairMode::Keep,
+            },
+        ),
     };
     result.unwrap_or_else(Failure::report)
 }
 
-/// An open copy of a journal; the copy is removed when this is dropped (journal first).
+/// A journal open read-only: in place, or a copy (removed when this is dropped, journal
+/// first).
 struct JournalCopy {
     journal: Journal,
     committed_through: u64,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
 }
 
-fn is_damage(e: &JournalError) -> bool {
-    match e {
-        JournalError::Locked { .. }
-        | JournalError::CreateDir { .. }
-        | JournalError::Storage { .. }
-        | JournalError::CommitIo { .. }
-        | JournalError::RecordTooLarge { .. }
-        | JournalError::Retired { .. }
-        | JournalError::SnapshotBeyondEnd { .. }
-        | JournalError::OtherStateVersion { .. } => false,
-        JournalError::UnknownFormat { .. }
-        | JournalError::Corrupt { .. }
-        | JournalError::CorruptSnapshot { .. }
-        | JournalError::CommitCorrupt { .. }
-        | JournalError::CommitMissing { .. }
-        | JournalError::RecordsMissing { .. }
-        | JournalError::RecordsDamaged { .. }
-        | JournalError::StorePanicked { .. } => true,
-    }
-}
-
-/// Copies the journal's files (the commit record first), skipping files sled removes meanwhile.
+/// Copies the journal's files (the commit record's copies first), skipping files sled removes
+/// meanwhile.
 fn copy_journal(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     let skip_gone = |r: std::io::Result<u64>| match r {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
         other => other,
     };
-    skip_gone(std::fs::copy(
-        from.join(COMMITS_FILE),
-        to.join(COMMITS_FILE),
-    ))?;
+    for name in COMMIT_COPIES {
+        skip_gone(std::fs::copy(from.join(name), to.join(name)))?;
+    }
     let mut dirs = vec![(from.to_path_buf(), to.to_path_buf())];
     while let Some((src, dst)) = dirs.pop() {
         for entry in std::fs::read_dir(&src)? {
             let entry = entry?;
             let name = entry.file_name();
-            if src == from && name == COMMITS_FILE {
+            if src == from && COMMIT_COPIES.iter().any(|c| name == *c) {
                 continue;
             }
             let target = dst.join(&name);
@@ -203,8 +203,9 @@ fn copy_consistent_with(
     }
 }
 
-/// Opens a private copy of an existing journal (a missing one is an error, not a new empty
-/// journal), within [`OPEN_TIMEOUT_S`].
+/// Opens an existing journal read-only (a missing one is an error, not a new empty journal):
+/// in place, or a private copy when a running controller holds it; within
+/// [`JOURNAL_OPEN_TIMEOUT_S`].
 fn open(dir: &Path) -> Result<JournalCopy, Failure> {
     if !dir.join("conf").exists() && !dir.join("db").exists() {
         return Err(Failure::Unusable(format!(
@@ -212,55 +213,109 @@ fn open(dir: &Path) -> Result<JournalCopy, Failure> {
             dir.display()
         )));
     }
+    match open_at(dir, dir) {
+        Err(OpenError::Locked) => {}
+        Err(OpenError::Failed(f)) => return Err(f),
+        Ok((journal, committed_through)) => {
+            return Ok(JournalCopy {
+                journal,
+                committed_through,
+                _dir: None,
+            });
+        }
+    }
     let unusable = |what: &str, e: std::io::Error| {
         Failure::Unusable(format!("{}: {what}: {e}", dir.display()))
     };
     let tmp = tempfile::Builder::new()
         .prefix("lifecycle-log-")
         .tempdir()
-        .map_err(|e| unusable("cannot create a temporary directory", e))?;
+        .map_err(|e| unusable("held by a running controller, and a temporary directory to copy it to cannot be created ($TMPDIR)", e))?;
     let copy = tmp.path().join("journal");
-    copy_consistent(dir, &copy).map_err(|e| unusable("cannot copy the journal", e))?;
-    let opened = match open_bounded(&copy, JournalOptions::default(), JOURNAL_OPEN_TIMEOUT_S) {
+    copy_consistent(dir, &copy).map_err(|e| {
+        unusable(
+            "held by a running controller, and copying it to a temporary directory ($TMPDIR) failed",
+            e,
+        )
+    })?;
+    match open_at(&copy, dir) {
+        Ok((journal, committed_through)) => Ok(JournalCopy {
+            journal,
+            committed_through,
+            _dir: Some(tmp),
+        }),
+        Err(OpenError::Locked) => Err(Failure::Unusable(format!(
+            "{}: its private copy is locked",
+            dir.display()
+        ))),
+        Err(OpenError::Failed(f)) => Err(f),
+    }
+}
+
+enum OpenError {
+    Locked,
+    Failed(Failure),
+}
+
+/// Opens `path` read-only; messages name `shown` (the journal, not a copy of it).
+fn open_at(path: &Path, shown: &Path) -> Result<(Journal, u64), OpenError> {
+    let name = |e: &dyn std::fmt::Display| {
+        let text = e.to_string();
+        let text = text.replace(&path.display().to_string(), &shown.display().to_string());
+        if text.starts_with(&shown.display().to_string()) {
+            text
+        } else {
+            format!("{}: {text}", shown.display())
+        }
+    };
+    let opened = match open_bounded(
+        path,
+        JournalOptions::default(),
+        JOURNAL_OPEN_TIMEOUT_S,
+        Access::Read,
+    ) {
         Err(OpenFailure::TimedOut { after_s }) => {
             eprintln!(
                 "{}: opening the journal did not finish within {after_s} s (sled is stuck on damaged files); giving up",
-                dir.display()
+                shown.display()
             );
             // The spinning sled thread cannot be stopped: only exiting ends it.
             std::process::exit(i32::from(EXIT_UNUSABLE));
         }
+        Err(OpenFailure::Journal(JournalError::Locked { .. })) => return Err(OpenError::Locked),
         Err(OpenFailure::Journal(e)) => Err(e),
         Ok(opened) => Ok(opened),
     };
     let (journal, report) = opened.map_err(|e| {
-        let message = format!("{}: {e}", dir.display());
-        if is_damage(&e) {
-            Failure::Damage(message)
+        OpenError::Failed(if e.is_damage() {
+            Failure::Damage(name(&e))
         } else {
-            Failure::Unusable(message)
-        }
+            Failure::Unusable(name(&e))
+        })
     })?;
     if let Some(t) = report.truncated_tail {
         eprintln!(
             "{}: a torn, unacknowledged last batch from record {} ({} bytes) is ignored: {}",
-            dir.display(),
+            shown.display(),
             t.from_seq,
             t.bytes,
             t.reason
         );
     }
+    for copy in &report.recovered_commit_copies {
+        eprintln!(
+            "{}: the commit record's copy {} (the other copy vouches for every record; the controller's next start writes it again)",
+            shown.display(),
+            name(copy)
+        );
+    }
     if let Some(v) = report.upgraded_from {
         eprintln!(
             "{}: written by journal format {v} (no commit record); read as such",
-            dir.display()
+            shown.display()
         );
     }
-    Ok(JournalCopy {
-        journal,
-        committed_through: report.committed_through,
-        _dir: tmp,
-    })
+    Ok((journal, report.committed_through))
 }
 
 fn verify(dir: &Path) -> Result<u8, Failure> {
@@ -268,8 +323,13 @@ fn verify(dir: &Path) -> Result<u8, Failure> {
     let journal = &copy.journal;
     let v = recovery::verify(journal);
     println!(
-        "{}: checked a copy; its commit record covers records 1..{}",
+        "{}: {}; its commit record covers records 1..{}",
         dir.display(),
+        if copy._dir.is_some() {
+            "held by a running controller: checked a copy"
+        } else {
+            "checked in place, read-only"
+        },
         copy.committed_through
     );
     if v.retired_through > 0 {
@@ -478,13 +538,13 @@ fn show(dir: &Path, format: Format, from: u64, object: Option<&str>) -> Result<u
 fn stats(dir: &Path) -> Result<u8, Failure> {
     let copy = open(dir)?;
     let s = copy.journal.stats().map_err(|e| {
-        if is_damage(&e) {
+        if e.is_damage() {
             Failure::Damage(e.to_string())
         } else {
             Failure::Unusable(e.to_string())
         }
     })?;
-    println!("committed      1..{} (in the copy)", copy.committed_through);
+    println!("committed      1..{}", copy.committed_through);
     if s.retired_through > 0 {
         println!(
             "history        records 1..{} retired (kept from {}); replay starts at the oldest kept snapshot",
@@ -515,21 +575,22 @@ fn stats(dir: &Path) -> Result<u8, Failure> {
     Ok(EXIT_OK)
 }
 
-fn repair(dir: &Path, truncate: bool) -> Result<u8, Failure> {
-    if !truncate {
-        return Err(Failure::Unusable(
-            "log repair changes the journal: pass --truncate to keep only the records before the first damaged one".into(),
-        ));
-    }
-    if !dir.join("conf").exists() && !dir.join("db").exists() {
+fn repair(dir: &Path, mode: RepairMode) -> Result<u8, Failure> {
+    if !dir.join("conf").exists()
+        && !dir.join("db").exists()
+        && !COMMIT_COPIES.iter().any(|c| dir.join(c).exists())
+    {
         return Err(Failure::Unusable(format!(
             "{}: no journal here",
             dir.display()
         )));
     }
-    let r = Journal::repair_truncate(dir, JournalOptions::default())
-        .map_err(|e| Failure::Unusable(format!("{}: {e}", dir.display())))?;
+    let r = Journal::repair(dir, JournalOptions::default(), mode).map_err(|e| match &e {
+        JournalError::RepairDiscards { .. } => Failure::Unusable(e.to_string()),
+        _ => Failure::Unusable(format!("{}: {e}", dir.display())),
+    })?;
     let kept = r.kept_through;
+    let would = if r.dry_run { "would " } else { "" };
     if r.retired_through > 0 {
         println!(
             "{}: records 1..{} retired before (kept from {})",
@@ -538,25 +599,40 @@ fn repair(dir: &Path, truncate: bool) -> Result<u8, Failure> {
             r.retired_through + 1
         );
     }
-    println!("{}: kept records 1..{kept}", dir.display());
+    if r.actions.is_empty() {
+        println!(
+            "{}: nothing to repair: records 1..{kept} are intact",
+            dir.display()
+        );
+        return Ok(EXIT_OK);
+    }
+    for action in &r.actions {
+        println!("{would}{action}");
+    }
     if let Some(problem) = &r.first_problem {
         println!("first problem: {problem}");
+        match r.committed_before {
+            Some(c) if c > kept && r.dry_run => {
+                println!("would lose committed records {}..{c}", kept + 1)
+            }
+            Some(c) if c > kept => println!("lost: committed records {}..{c}", kept + 1),
+            Some(_) => {}
+            None => println!("the old commit record is missing or unreadable"),
+        }
     }
-    if r.batches_removed > 0 {
+    println!(
+        "{}: {}records 1..{kept} {}",
+        dir.display(),
+        if r.dry_run { "a repair keeps " } else { "" },
+        if r.dry_run { "" } else { "kept" }
+    );
+    if r.dry_run && r.discards_records() {
+        println!("run again with --truncate to do it (stop the controller first)");
+    } else if r.dry_run {
         println!(
-            "removed {} stored batch(es) after record {kept}",
-            r.batches_removed
+            "run again without --dry-run to do it (stop the controller first); no record is discarded"
         );
     }
-    match r.committed_before {
-        Some(c) if c > kept => println!("lost: committed records {}..{c}", kept + 1),
-        Some(_) => {}
-        None => println!("the old commit record was missing or unreadable"),
-    }
-    for seq in &r.snapshots_removed {
-        println!("removed snapshot through {seq}");
-    }
-    println!("commit record rewritten: records 1..{kept}");
     Ok(EXIT_OK)
 }
 

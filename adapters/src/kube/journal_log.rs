@@ -18,17 +18,30 @@ pub enum OpenFailure {
     TimedOut { after_s: u64 },
 }
 
-/// [`Journal::open`] on a thread, waiting at most `timeout_s`. After a timeout the thread may
-/// still be spinning: the process must exit.
+/// How [`open_bounded`] opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// [`Journal::open`]: checked read-only in place, then opened for appending.
+    Write,
+    /// [`Journal::open_read_only`]: nothing in the directory is written.
+    Read,
+}
+
+/// [`Journal::open`] (or [`Journal::open_read_only`]) on a thread, waiting at most
+/// `timeout_s`. After a timeout the thread may still be spinning: the process must exit.
 pub fn open_bounded(
     dir: &Path,
     options: JournalOptions,
     timeout_s: u64,
+    access: Access,
 ) -> Result<(Journal, OpenReport), OpenFailure> {
     let (tx, rx) = std::sync::mpsc::channel();
     let dir = dir.to_path_buf();
     std::thread::spawn(move || {
-        let _ = tx.send(Journal::open(&dir, options));
+        let _ = tx.send(match access {
+            Access::Write => Journal::open(&dir, options),
+            Access::Read => Journal::open_read_only(&dir, options),
+        });
     });
     match rx.recv_timeout(Duration::from_secs(timeout_s)) {
         Ok(opened) => opened.map_err(OpenFailure::Journal),
@@ -195,7 +208,12 @@ impl SledLog {
 
 fn open_journal(dir: &Path, options: JournalOptions) -> Result<Journal, String> {
     let (journal, report) =
-        open_bounded(dir, options, JOURNAL_OPEN_TIMEOUT_S).map_err(|e| match e {
+        open_bounded(dir, options, JOURNAL_OPEN_TIMEOUT_S, Access::Write).map_err(|e| match e {
+            OpenFailure::Journal(e) if e.is_damage() => format!(
+                "journal {}: {e}. Nothing was changed; `lifecycle log repair --journal {} --dry-run` lists what a repair would do",
+                dir.display(),
+                dir.display()
+            ),
             OpenFailure::Journal(e) => format!("journal {}: {e}", dir.display()),
             OpenFailure::TimedOut { after_s } => format!(
                 "journal {}: opening did not finish within {after_s} s (sled is stuck on damaged files); run `lifecycle log verify --journal {}`",
@@ -210,6 +228,9 @@ fn open_journal(dir: &Path, options: JournalOptions) -> Result<Journal, String> 
             reason = %t.reason,
             "a torn last batch (from a crash) was removed from the journal"
         );
+    }
+    for copy in &report.recovered_commit_copies {
+        tracing::warn!(copy = %copy, "a copy of the journal's commit record was lost or damaged: written again from the other copy (no record lost)");
     }
     Ok(journal)
 }

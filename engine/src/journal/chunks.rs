@@ -27,6 +27,9 @@ pub(crate) struct Chunks {
     starts: Vec<u64>,
     /// The last chunk and how many batches it holds.
     head: Option<(sled::Tree, usize)>,
+    /// Batches from this seq on are passed over (a read-only view of a journal whose torn,
+    /// unacknowledged last batch a writable open would remove).
+    hidden_from: Option<u64>,
 }
 
 impl Chunks {
@@ -34,6 +37,30 @@ impl Chunks {
     /// journal). Drops an empty last chunk: a crash between creating a chunk and storing its
     /// first batch leaves one, and only the last chunk can be in that state.
     pub(crate) fn load(db: &sled::Db) -> Result<Self, JournalError> {
+        let mut chunks = Chunks::list(db)?;
+        if let Some((tree, 0)) = &chunks.head {
+            let name = tree.name();
+            chunks
+                .db
+                .drop_tree(&name)
+                .map_err(JournalError::storage("dropping an empty chunk"))?;
+            chunks.starts.pop();
+            chunks.reload_head()?;
+        }
+        Ok(chunks)
+    }
+
+    /// [`Chunks::load`] without writing: an empty last chunk is passed over, not dropped.
+    pub(crate) fn load_read_only(db: &sled::Db) -> Result<Self, JournalError> {
+        let mut chunks = Chunks::list(db)?;
+        if let Some((_, 0)) = &chunks.head {
+            chunks.starts.pop();
+            chunks.reload_head()?;
+        }
+        Ok(chunks)
+    }
+
+    fn list(db: &sled::Db) -> Result<Self, JournalError> {
         let mut starts = Vec::new();
         for name in db.tree_names() {
             let Some(digits) = std::str::from_utf8(&name)
@@ -56,17 +83,9 @@ impl Chunks {
             db: db.clone(),
             starts,
             head: None,
+            hidden_from: None,
         };
         chunks.reload_head()?;
-        if let Some((tree, 0)) = &chunks.head {
-            let name = tree.name();
-            chunks
-                .db
-                .drop_tree(&name)
-                .map_err(JournalError::storage("dropping an empty chunk"))?;
-            chunks.starts.pop();
-            chunks.reload_head()?;
-        }
         Ok(chunks)
     }
 
@@ -86,6 +105,11 @@ impl Chunks {
         self.db
             .open_tree(chunk_name(start))
             .map_err(JournalError::storage("opening a chunk"))
+    }
+
+    /// Passes over the batches from `seq` on (read-only views only: see `hidden_from`).
+    pub(crate) fn hide_from(&mut self, seq: u64) {
+        self.hidden_from = Some(seq);
     }
 
     pub(crate) fn starts(&self) -> &[u64] {
@@ -212,6 +236,17 @@ impl Chunks {
         Ok(retirable)
     }
 
+    /// [`Chunks::retire_through`] for a read-only view: the chunks are passed over, not dropped.
+    pub(crate) fn retire_view(&mut self, seq: u64) -> usize {
+        let retirable = self
+            .starts
+            .windows(2)
+            .take_while(|w| w[1] - 1 <= seq)
+            .count();
+        self.starts.drain(..retirable);
+        retirable
+    }
+
     /// Every stored batch in key order, across chunks: `(key, value)`.
     pub(crate) fn iter_from(&self, seq: u64) -> Result<ChunkIter, JournalError> {
         let idx = self.index_for(seq).unwrap_or(0);
@@ -225,6 +260,7 @@ impl Chunks {
             next_idx: idx,
             current: None,
             start_key,
+            hidden_from: self.hidden_from,
         })
     }
 }
@@ -236,6 +272,7 @@ pub(crate) struct ChunkIter {
     next_idx: usize,
     current: Option<sled::Iter>,
     start_key: u64,
+    hidden_from: Option<u64>,
 }
 
 impl Iterator for ChunkIter {
@@ -245,6 +282,15 @@ impl Iterator for ChunkIter {
         loop {
             if let Some(iter) = &mut self.current {
                 match iter.next() {
+                    Some(Ok((key, _)))
+                        if self
+                            .hidden_from
+                            .is_some_and(|h| key_seq(&key, h).is_ok_and(|s| s >= h)) =>
+                    {
+                        self.chunks.clear();
+                        self.current = None;
+                        return None;
+                    }
                     Some(kv) => return Some(kv.map_err(JournalError::storage("reading a batch"))),
                     None => self.current = None,
                 }

@@ -18,6 +18,13 @@
 //! (new file, fsync, rename) to start with a retention entry, tag `LJR1`, `first_seq` 1,
 //! `last_seq` N, digest 0 and the chain of the entry that ended at N, followed by the entries
 //! after N unchanged (their chain still links). Only the first entry may be a retention entry.
+//!
+//! *Two copies* (journal format 4): the record is kept twice, in `commits` and
+//! `commits.mirror`, each written and fsynced before an append is acknowledged, so the loss of
+//! either file (deleted, emptied, truncated, damaged) is detected and repaired from the other
+//! (see [`reconcile`]). Each copy starts with a header entry (tag `LJH1`, `first_seq` the
+//! format, the rest 0): a copy of 0 bytes is damage, never "nothing committed yet". Copies
+//! written by format 2 and 3 have no header and no mirror.
 
 use super::JournalError;
 use super::batch::BatchView;
@@ -27,9 +34,16 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 pub const COMMITS_FILE: &str = "commits";
+/// The second copy of the commit record.
+pub const COMMITS_MIRROR_FILE: &str = "commits.mirror";
+/// The copies, primary first (the order they are written in).
+pub const COMMIT_COPIES: [&str; 2] = [COMMITS_FILE, COMMITS_MIRROR_FILE];
 pub(crate) const ENTRY_BYTES: usize = 40;
 const TAG: [u8; 4] = *b"LJC1";
 const TAG_RETIRED: [u8; 4] = *b"LJR1";
+const TAG_HEADER: [u8; 4] = *b"LJH1";
+/// The format a header names (`first_seq` of the header entry).
+const HEADER_FORMAT: u64 = 4;
 const CHAIN_START: u64 = 0xcbf2_9ce4_8422_2325;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,18 +71,30 @@ impl CommitEntry {
         b
     }
 
-    /// The entry and whether it is a retention entry (`LJR1`).
-    fn decode(b: &[u8; ENTRY_BYTES]) -> Result<(CommitEntry, bool), String> {
+    fn header() -> [u8; ENTRY_BYTES] {
+        CommitEntry {
+            first_seq: HEADER_FORMAT,
+            last_seq: 0,
+            digest: 0,
+            chain: 0,
+        }
+        .encode_tagged(TAG_HEADER)
+    }
+
+    /// The entry and its kind.
+    fn decode(b: &[u8; ENTRY_BYTES]) -> Result<(CommitEntry, EntryKind), String> {
         let u64_at = |i: usize| {
             let mut a = [0u8; 8];
             a.copy_from_slice(&b[i..i + 8]);
             u64::from_le_bytes(a)
         };
         let crc = u32::from_le_bytes([b[36], b[37], b[38], b[39]]);
-        let retired = b[0..4] == TAG_RETIRED;
-        if b[0..4] != TAG && !retired {
-            return Err("entry has no LJC1 or LJR1 tag".into());
-        }
+        let kind = match [b[0], b[1], b[2], b[3]] {
+            TAG => EntryKind::Commit,
+            TAG_RETIRED => EntryKind::Retired,
+            TAG_HEADER => EntryKind::Header,
+            _ => return Err("entry has no LJC1, LJR1 or LJH1 tag".into()),
+        };
         if crc32fast::hash(&b[..36]) != crc {
             return Err("entry fails its checksum".into());
         }
@@ -78,8 +104,15 @@ impl CommitEntry {
             digest: u64_at(20),
             chain: u64_at(28),
         };
-        Ok((entry, retired))
+        Ok((entry, kind))
     }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EntryKind {
+    Commit,
+    Retired,
+    Header,
 }
 
 fn chain_next(prev: u64, first_seq: u64, last_seq: u64, digest: u64) -> u64 {
@@ -147,13 +180,13 @@ pub(crate) fn digest_range(chunks: &Chunks, first: u64, last: u64) -> Result<u64
     Ok(digest.finish())
 }
 
-/// The commit file as read: its valid entries end at `valid_bytes`.
-#[derive(Clone, Debug, Default)]
+/// One copy of the commit record as read: its valid entries end at `valid_bytes`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Loaded {
-    /// Commit entries (not counting a retention entry).
-    pub entries: u64,
-    /// The last commit entry (`None`: none after the retention entry, if any).
-    pub last: Option<CommitEntry>,
+    /// The copy starts with a header entry (format 4).
+    pub header: bool,
+    /// Commit entries (not the header or a retention entry), in order.
+    pub entries: Vec<CommitEntry>,
     /// The retention entry: records `1..=retired.last_seq` were retired.
     pub retired: Option<CommitEntry>,
     pub valid_bytes: u64,
@@ -172,27 +205,79 @@ impl Loaded {
 
     /// The entry the next one chains from: the last commit entry, else the retention entry.
     pub(crate) fn tip(&self) -> Option<CommitEntry> {
-        self.last.or(self.retired)
+        self.entries.last().copied().or(self.retired)
+    }
+
+    pub(crate) fn last(&self) -> Option<CommitEntry> {
+        self.entries.last().copied()
+    }
+
+    /// Whether this copy vouches for `e` (an entry ending where `e` ends, with its chain) or
+    /// retired past it.
+    fn agrees_with(&self, e: &CommitEntry) -> bool {
+        let retired_past = self.retired.is_some_and(|r| {
+            r.last_seq > e.last_seq || (r.last_seq == e.last_seq && r.chain == e.chain)
+        });
+        retired_past
+            || self
+                .entries
+                .iter()
+                .any(|x| x.last_seq == e.last_seq && x.chain == e.chain)
     }
 }
 
-/// Reads and checks every entry, calling `visit` on each. `Ok(None)` when the file is absent.
-pub(crate) fn load(
-    dir: &Path,
-    mut visit: impl FnMut(&CommitEntry),
-) -> Result<Option<Loaded>, JournalError> {
-    let path = dir.join(COMMITS_FILE);
-    let mut file = match File::open(&path) {
+/// One copy of the commit record, as found on disk.
+#[derive(Clone, Debug)]
+pub(crate) enum CopyState {
+    Absent,
+    /// 0 bytes: damage for a format-4 copy (it always holds its header); "nothing committed
+    /// yet" for a copy written by format 2 or 3.
+    Empty,
+    Read(Loaded),
+    /// Unreadable or failing its checks (the error names the file and the offset).
+    Damaged(std::sync::Arc<JournalError>),
+}
+
+impl CopyState {
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            CopyState::Absent => "is missing".into(),
+            CopyState::Empty => "is empty".into(),
+            CopyState::Read(l) => format!("covers records 1..{}", l.committed_through()),
+            CopyState::Damaged(e) => format!("is damaged ({e})"),
+        }
+    }
+}
+
+/// Reads and checks every entry of the copy at `path`.
+pub(crate) fn load_copy(path: &Path) -> CopyState {
+    let mut file = match File::open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(JournalError::CommitIo { path, source }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return CopyState::Absent,
+        Err(source) => {
+            return CopyState::Damaged(std::sync::Arc::new(JournalError::CommitIo {
+                path: path.to_path_buf(),
+                source,
+            }));
+        }
     };
     let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)
-        .map_err(|source| JournalError::CommitIo {
-            path: path.clone(),
+    if let Err(source) = file.read_to_end(&mut bytes) {
+        return CopyState::Damaged(std::sync::Arc::new(JournalError::CommitIo {
+            path: path.to_path_buf(),
             source,
-        })?;
+        }));
+    }
+    if bytes.is_empty() {
+        return CopyState::Empty;
+    }
+    match parse(path, &bytes) {
+        Ok(l) => CopyState::Read(l),
+        Err(e) => CopyState::Damaged(std::sync::Arc::new(e)),
+    }
+}
+
+fn parse(path: &Path, bytes: &[u8]) -> Result<Loaded, JournalError> {
     let mut loaded = Loaded::default();
     let whole = bytes.len() / ENTRY_BYTES;
     for (i, raw) in bytes.chunks_exact(ENTRY_BYTES).enumerate() {
@@ -200,27 +285,42 @@ pub(crate) fn load(
         let mut b = [0u8; ENTRY_BYTES];
         b.copy_from_slice(raw);
         let corrupt = |reason: String| JournalError::CommitCorrupt {
-            path: path.clone(),
+            path: path.to_path_buf(),
             offset,
             reason,
         };
-        let (entry, retired) = match CommitEntry::decode(&b) {
+        let (entry, kind) = match CommitEntry::decode(&b) {
             Ok(e) => e,
             // Only the last entry may be torn, and only if nothing follows it.
-            Err(_) if i + 1 == whole && bytes.len() % ENTRY_BYTES == 0 => break,
+            Err(_) if i + 1 == whole && bytes.len().is_multiple_of(ENTRY_BYTES) => break,
             Err(reason) => return Err(corrupt(reason)),
         };
-        if retired {
-            // A retention entry is written only as the first of a rewritten file.
-            if i != 0 || entry.first_seq != 1 || entry.last_seq == 0 || entry.digest != 0 {
-                return Err(corrupt(format!(
-                    "retention entry for records {}..{} is not the first entry of the file",
-                    entry.first_seq, entry.last_seq
-                )));
+        let at_start = i == usize::from(loaded.header);
+        match kind {
+            EntryKind::Header => {
+                if i != 0 || entry.first_seq != HEADER_FORMAT {
+                    return Err(corrupt(format!(
+                        "header entry (format {}) is not the first entry of the file",
+                        entry.first_seq
+                    )));
+                }
+                loaded.header = true;
+                loaded.valid_bytes = ENTRY_BYTES as u64;
+                continue;
             }
-            loaded.retired = Some(entry);
-            loaded.valid_bytes = ENTRY_BYTES as u64;
-            continue;
+            EntryKind::Retired => {
+                // A retention entry is written only first in a rewritten file (after a header).
+                if !at_start || entry.first_seq != 1 || entry.last_seq == 0 || entry.digest != 0 {
+                    return Err(corrupt(format!(
+                        "retention entry for records {}..{} is not the first entry of the file",
+                        entry.first_seq, entry.last_seq
+                    )));
+                }
+                loaded.retired = Some(entry);
+                loaded.valid_bytes = offset + ENTRY_BYTES as u64;
+                continue;
+            }
+            EntryKind::Commit => {}
         }
         let (prev_last, prev_chain) = loaded
             .tip()
@@ -234,48 +334,244 @@ pub(crate) fn load(
         if entry.chain != chain_next(prev_chain, entry.first_seq, entry.last_seq, entry.digest) {
             return Err(corrupt("entry breaks the hash chain".into()));
         }
-        visit(&entry);
-        loaded.entries += 1;
-        loaded.last = Some(entry);
+        loaded.entries.push(entry);
         loaded.valid_bytes = offset + ENTRY_BYTES as u64;
     }
     loaded.torn_bytes = bytes.len() as u64 - loaded.valid_bytes;
-    Ok(Some(loaded))
+    Ok(loaded)
 }
 
-/// The commit file open for appending.
+/// Both copies of the commit record as found in `dir`, primary first.
+pub(crate) fn load_copies(dir: &Path) -> [CopyState; 2] {
+    COMMIT_COPIES.map(|name| load_copy(&dir.join(name)))
+}
+
+/// The commit record a journal trusts, from its two copies.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Reconciled {
+    /// The copy trusted (`None`: no copy exists, or only empty format-2/3 ones).
+    pub loaded: Option<Loaded>,
+    /// Copies that must be rewritten from the trusted one: file name and what was wrong.
+    /// `benign` copies lag by the one entry a crash between the two writes leaves behind.
+    pub stale: Vec<StaleCopy>,
+}
+
+impl Reconciled {
+    pub(crate) fn committed_through(&self) -> u64 {
+        self.loaded.as_ref().map_or(0, Loaded::committed_through)
+    }
+
+    pub(crate) fn retired_through(&self) -> u64 {
+        self.loaded.as_ref().map_or(0, Loaded::retired_through)
+    }
+
+    /// A repair of a damaged copy (not the benign lag of a crash between the two writes).
+    pub(crate) fn recovered_copies(&self) -> impl Iterator<Item = &StaleCopy> {
+        self.stale.iter().filter(|s| !s.benign)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct StaleCopy {
+    pub file: &'static str,
+    pub why: String,
+    pub benign: bool,
+}
+
+/// Which copy to trust. `format` is the journal's (from `meta`): from 4 on both copies must
+/// hold their header, and a missing, empty or damaged one is repaired from the other; before
+/// 4 only `commits` exists and an empty one means "nothing committed yet".
+///
+/// *Errors:* [`JournalError::CommitCorrupt`] (or the copy's own error) when the copies
+/// disagree (neither can be trusted) or no copy is usable. Both copies absent is `Ok` with no
+/// record: the caller decides whether the store's records make that damage.
+pub(crate) fn reconcile(
+    dir: &Path,
+    copies: &[CopyState; 2],
+    format: u16,
+) -> Result<Reconciled, JournalError> {
+    let headed = format >= 4;
+    let usable = |c: &CopyState| match c {
+        CopyState::Read(l) if l.header == headed || !headed => Some(l.clone()),
+        _ => None,
+    };
+    let [primary, mirror] = copies;
+    if !headed {
+        return match primary {
+            CopyState::Absent => Ok(Reconciled::default()),
+            CopyState::Empty => Ok(Reconciled {
+                loaded: Some(Loaded::default()),
+                stale: Vec::new(),
+            }),
+            CopyState::Read(l) => Ok(Reconciled {
+                loaded: Some(l.clone()),
+                stale: vec![StaleCopy {
+                    file: COMMITS_MIRROR_FILE,
+                    why: "is written from this release on".into(),
+                    benign: true,
+                }],
+            }),
+            CopyState::Damaged(e) => Err(clone_error(e)),
+        };
+    }
+    let (a, b) = (usable(primary), usable(mirror));
+    let why_unusable = |c: &CopyState| match c {
+        CopyState::Read(_) => "has no header (it was not written by format 4)".to_string(),
+        other => other.describe(),
+    };
+    let chosen = match (a, b) {
+        (None, None) => {
+            return match (primary, mirror) {
+                (CopyState::Absent, CopyState::Absent) => Ok(Reconciled::default()),
+                (CopyState::Damaged(e), _) | (_, CopyState::Damaged(e)) => Err(clone_error(e)),
+                _ => Err(JournalError::CommitCorrupt {
+                    path: dir.join(COMMITS_FILE),
+                    offset: 0,
+                    reason: format!(
+                        "it {} and {} {}: no copy of the commit record is usable",
+                        why_unusable(primary),
+                        COMMITS_MIRROR_FILE,
+                        why_unusable(mirror)
+                    ),
+                }),
+            };
+        }
+        (Some(l), None) => Reconciled {
+            loaded: Some(l),
+            stale: vec![StaleCopy {
+                file: COMMITS_MIRROR_FILE,
+                why: why_unusable(mirror),
+                benign: false,
+            }],
+        },
+        (None, Some(l)) => Reconciled {
+            loaded: Some(l),
+            stale: vec![StaleCopy {
+                file: COMMITS_FILE,
+                why: why_unusable(primary),
+                benign: false,
+            }],
+        },
+        (Some(p), Some(m)) => {
+            let p_ahead = (p.committed_through(), p.retired_through())
+                >= (m.committed_through(), m.retired_through());
+            let (ahead, behind, behind_file) = if p_ahead {
+                (p, m, COMMITS_MIRROR_FILE)
+            } else {
+                (m, p, COMMITS_FILE)
+            };
+            if let Some(tip) = behind.tip()
+                && !ahead.agrees_with(&tip)
+            {
+                return Err(JournalError::CommitCorrupt {
+                    path: dir.join(behind_file),
+                    offset: 0,
+                    reason: format!(
+                        "it and the other copy of the commit record disagree about records 1..{}: neither can be trusted",
+                        tip.last_seq
+                    ),
+                });
+            }
+            let lag = ahead.entries.len() as i64 - behind.entries.len() as i64;
+            let mut stale = Vec::new();
+            if ahead.valid_bytes != behind.valid_bytes || ahead.retired != behind.retired {
+                let benign = lag == 1 && ahead.retired == behind.retired;
+                stale.push(StaleCopy {
+                    file: behind_file,
+                    why: format!(
+                        "covers records 1..{} and the other copy 1..{}",
+                        behind.committed_through(),
+                        ahead.committed_through()
+                    ),
+                    benign,
+                });
+            }
+            Reconciled {
+                loaded: Some(ahead),
+                stale,
+            }
+        }
+    };
+    Ok(chosen)
+}
+
+fn clone_error(e: &JournalError) -> JournalError {
+    match e {
+        JournalError::CommitIo { path, source } => JournalError::CommitIo {
+            path: path.clone(),
+            source: std::io::Error::new(source.kind(), source.to_string()),
+        },
+        JournalError::CommitCorrupt {
+            path,
+            offset,
+            reason,
+        } => JournalError::CommitCorrupt {
+            path: path.clone(),
+            offset: *offset,
+            reason: reason.clone(),
+        },
+        other => JournalError::Corrupt {
+            seq: 0,
+            reason: other.to_string(),
+        },
+    }
+}
+
+/// The commit record open for appending: both copies, written in order.
 pub(crate) struct CommitLog {
-    path: PathBuf,
-    file: File,
+    files: [(PathBuf, File); 2],
     last: Option<CommitEntry>,
 }
 
 impl CommitLog {
-    /// Opens (creating with mode 0600) and cuts off a torn last entry.
-    pub(crate) fn open_for_append(dir: &Path, loaded: &Loaded) -> Result<CommitLog, JournalError> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let path = dir.join(COMMITS_FILE);
-        let io = |source| JournalError::CommitIo {
-            path: path.clone(),
-            source,
+    /// Opens both copies for appending. A copy that is stale (missing, damaged, lagging) is
+    /// first rewritten from `trusted`; torn bytes after the last valid entry are cut off.
+    pub(crate) fn open_for_append(
+        dir: &Path,
+        trusted: &Loaded,
+        rewrite_copies: &[&'static str],
+    ) -> Result<CommitLog, JournalError> {
+        for name in rewrite_copies {
+            write_copy(dir, name, trusted.retired, &trusted.entries)?;
+        }
+        let open = |name: &str, torn: bool| -> Result<(PathBuf, File), JournalError> {
+            use std::os::unix::fs::OpenOptionsExt;
+            let path = dir.join(name);
+            let io = |source| JournalError::CommitIo {
+                path: path.clone(),
+                source,
+            };
+            let file = OpenOptions::new()
+                .append(true)
+                .mode(0o600)
+                .open(&path)
+                .map_err(io)?;
+            if torn {
+                file.set_len(trusted.valid_bytes).map_err(io)?;
+                file.sync_all().map_err(io)?;
+            }
+            Ok((path, file))
         };
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(io)?;
-        if loaded.torn_bytes > 0 {
-            file.set_len(loaded.valid_bytes).map_err(io)?;
-            file.sync_all().map_err(io)?;
-        }
-        if let Some(parent) = path.parent() {
-            File::open(parent).and_then(|d| d.sync_all()).map_err(io)?;
-        }
+        let torn = trusted.torn_bytes > 0;
+        let files = [
+            open(
+                COMMITS_FILE,
+                torn && !rewrite_copies.contains(&COMMITS_FILE),
+            )?,
+            open(
+                COMMITS_MIRROR_FILE,
+                torn && !rewrite_copies.contains(&COMMITS_MIRROR_FILE),
+            )?,
+        ];
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|source| JournalError::CommitIo {
+                path: dir.to_path_buf(),
+                source,
+            })?;
         Ok(CommitLog {
-            path,
-            file,
-            last: loaded.tip(),
+            files,
+            last: trusted.tip(),
         })
     }
 
@@ -283,14 +579,14 @@ impl CommitLog {
         self.last.map_or(0, |e| e.last_seq)
     }
 
-    /// Reopens the file after [`replace`] renamed a new one over it.
+    /// Reopens both copies after [`replace`] renamed new ones over them.
     pub(crate) fn reopen(&mut self, dir: &Path) -> Result<(), JournalError> {
-        let loaded = load(dir, |_| {})?.unwrap_or_default();
-        *self = CommitLog::open_for_append(dir, &loaded)?;
+        *self = CommitLog::open_for_append(dir, &load_written(dir)?, &[])?;
         Ok(())
     }
 
-    /// Appends and fsyncs the entry for `first..=last` (the caller has flushed sled).
+    /// Appends the entry for `first..=last` to both copies and fsyncs them (the caller has
+    /// flushed sled).
     pub(crate) fn commit(
         &mut self,
         first: u64,
@@ -305,15 +601,41 @@ impl CommitLog {
             digest,
             chain: chain_next(prev_chain, first, last, digest),
         };
-        let io = |source| JournalError::CommitIo {
-            path: self.path.clone(),
-            source,
-        };
-        self.file.write_all(&entry.encode()).map_err(io)?;
-        self.file.sync_data().map_err(io)?;
+        let encoded = entry.encode();
+        for (path, file) in &mut self.files {
+            file.write_all(&encoded)
+                .map_err(|source| JournalError::CommitIo {
+                    path: path.clone(),
+                    source,
+                })?;
+        }
+        for (path, file) in &self.files {
+            file.sync_data().map_err(|source| JournalError::CommitIo {
+                path: path.clone(),
+                source,
+            })?;
+        }
         self.last = Some(entry);
         Ok(())
     }
+}
+
+/// The primary copy as a writer of this journal keeps it (both copies are written alike).
+pub(crate) fn load_written(dir: &Path) -> Result<Loaded, JournalError> {
+    match load_copy(&dir.join(COMMITS_FILE)) {
+        CopyState::Read(l) => Ok(l),
+        CopyState::Damaged(e) => Err(clone_error(&e)),
+        other => Err(JournalError::CommitCorrupt {
+            path: dir.join(COMMITS_FILE),
+            offset: 0,
+            reason: format!("it {} although this journal writes it", other.describe()),
+        }),
+    }
+}
+
+/// Creates both copies of a new journal's commit record (header only: nothing committed).
+pub(crate) fn create(dir: &Path) -> Result<(), JournalError> {
+    replace(dir, None, &[])
 }
 
 /// Replaces the commit record with the retention entry `retired` (if any) and one entry for
@@ -466,23 +788,29 @@ pub(crate) fn fresh_retention_entry(retired_through: u64) -> CommitEntry {
     }
 }
 
-/// Every commit entry of the file (not the retention entry), in order.
-pub(crate) fn entries(dir: &Path) -> Result<Vec<CommitEntry>, JournalError> {
-    let mut all = Vec::new();
-    load(dir, |e| all.push(*e))?;
-    Ok(all)
-}
-
-/// Writes a new commit record: `retired` (as the retention entry) then `entries`, to a new
-/// file, fsynced, then renamed over the old one (a crash leaves the old or the new file).
+/// Writes a new commit record to both copies, primary first: see [`write_copy`].
 pub(crate) fn replace(
     dir: &Path,
     retired: Option<CommitEntry>,
     entries: &[CommitEntry],
 ) -> Result<(), JournalError> {
+    for name in COMMIT_COPIES {
+        write_copy(dir, name, retired, entries)?;
+    }
+    Ok(())
+}
+
+/// Writes the copy `name`: its header, `retired` (as the retention entry) then `entries`, to
+/// a new file, fsynced, then renamed over the old one (a crash leaves the old or the new file).
+fn write_copy(
+    dir: &Path,
+    name: &str,
+    retired: Option<CommitEntry>,
+    entries: &[CommitEntry],
+) -> Result<(), JournalError> {
     use std::os::unix::fs::OpenOptionsExt;
-    let path = dir.join(COMMITS_FILE);
-    let fresh = dir.join(format!("{COMMITS_FILE}.new"));
+    let path = dir.join(name);
+    let fresh = dir.join(format!("{name}.new"));
     let io = |source| JournalError::CommitIo {
         path: path.clone(),
         source,
@@ -494,7 +822,8 @@ pub(crate) fn replace(
         .mode(0o600)
         .open(&fresh)
         .map_err(io)?;
-    let mut bytes = Vec::with_capacity((entries.len() + 1) * ENTRY_BYTES);
+    let mut bytes = Vec::with_capacity((entries.len() + 2) * ENTRY_BYTES);
+    bytes.extend_from_slice(&CommitEntry::header());
     if let Some(r) = retired {
         bytes.extend_from_slice(&r.encode_tagged(TAG_RETIRED));
     }

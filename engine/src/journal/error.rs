@@ -73,11 +73,63 @@ pub enum JournalError {
     /// Records from `from_seq` were asked for but `1..=retired_through` were retired by
     /// retention (not damage: the journal keeps only what its snapshots need).
     Retired { from_seq: u64, retired_through: u64 },
+    /// sled's `conf` file is missing, empty or fails its checks (sled would silently rewrite
+    /// it with whatever settings it was opened with).
+    ConfDamaged { path: PathBuf, reason: String },
+    /// A file of the journal cannot be read (its mode, its owner, an I/O error).
+    FileUnreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// sled's newest `snap.*` file fails its checksum.
+    StoreSnapshotDamaged { path: PathBuf, reason: String },
+    /// sled found damaged data in one of its files while opening the journal.
+    StoreDamaged { path: PathBuf, reason: String },
+    /// A write was asked of a journal opened read-only (for inspection).
+    ReadOnly { dir: PathBuf },
+    /// The directory holds no journal (a read-only open never creates one).
+    NoJournal { dir: PathBuf },
+    /// A repair would discard records from `first` on and was not allowed to.
+    RepairDiscards {
+        dir: PathBuf,
+        first: u64,
+        reason: String,
+    },
 }
 
 impl JournalError {
     pub(crate) fn storage(op: &'static str) -> impl FnOnce(sled::Error) -> JournalError {
         move |source| JournalError::Storage { op, source }
+    }
+
+    /// Whether this is damage to the journal's data (as opposed to a failure to do the job:
+    /// a lock held, an I/O error, a full disk). `log` commands exit 1 on damage, 3 otherwise.
+    pub fn is_damage(&self) -> bool {
+        match self {
+            JournalError::Locked { .. }
+            | JournalError::CreateDir { .. }
+            | JournalError::Storage { .. }
+            | JournalError::CommitIo { .. }
+            | JournalError::RecordTooLarge { .. }
+            | JournalError::Retired { .. }
+            | JournalError::SnapshotBeyondEnd { .. }
+            | JournalError::OtherStateVersion { .. }
+            | JournalError::FileUnreadable { .. }
+            | JournalError::ReadOnly { .. }
+            | JournalError::NoJournal { .. } => false,
+            JournalError::RepairDiscards { .. } => true,
+            JournalError::UnknownFormat { .. }
+            | JournalError::Corrupt { .. }
+            | JournalError::CorruptSnapshot { .. }
+            | JournalError::CommitCorrupt { .. }
+            | JournalError::CommitMissing { .. }
+            | JournalError::RecordsMissing { .. }
+            | JournalError::RecordsDamaged { .. }
+            | JournalError::StorePanicked { .. }
+            | JournalError::ConfDamaged { .. }
+            | JournalError::StoreSnapshotDamaged { .. }
+            | JournalError::StoreDamaged { .. } => true,
+        }
     }
 }
 
@@ -160,9 +212,10 @@ impl fmt::Display for JournalError {
             ),
             JournalError::CommitMissing { dir, last_seq } => write!(
                 f,
-                "journal {} holds records 1..{last_seq} but its commit record ({}) is missing: cannot tell whether records were lost",
+                "journal {} holds records 1..{last_seq} but its commit record ({} and {}) is missing: cannot tell whether records were lost",
                 dir.display(),
-                super::commit::COMMITS_FILE
+                super::commit::COMMITS_FILE,
+                super::commit::COMMITS_MIRROR_FILE
             ),
             JournalError::RecordsMissing {
                 first,
@@ -195,6 +248,35 @@ impl fmt::Display for JournalError {
                 "journal {}: sled panicked while opening it (its files are damaged): {message}",
                 dir.display()
             ),
+            JournalError::ConfDamaged { path, reason } => {
+                write!(f, "journal settings file {} {reason}", path.display())
+            }
+            JournalError::FileUnreadable { path, source } => {
+                write!(
+                    f,
+                    "journal file {} cannot be read: {source}",
+                    path.display()
+                )
+            }
+            JournalError::StoreSnapshotDamaged { path, reason } => write!(
+                f,
+                "sled snapshot file {} is damaged: {reason} (sled can rebuild it from its log: see `log repair`)",
+                path.display()
+            ),
+            JournalError::StoreDamaged { path, reason } => {
+                write!(f, "journal file {} is damaged: {reason}", path.display())
+            }
+            JournalError::NoJournal { dir } => write!(f, "{}: no journal here", dir.display()),
+            JournalError::RepairDiscards { dir, first, reason } => write!(
+                f,
+                "repairing journal {} would discard records from {first} on ({reason}): run `lifecycle log repair --dry-run` to see what, then `--truncate` to do it",
+                dir.display()
+            ),
+            JournalError::ReadOnly { dir } => write!(
+                f,
+                "journal {} is open read-only (for inspection): nothing may be written",
+                dir.display()
+            ),
         }
     }
 }
@@ -205,6 +287,7 @@ impl std::error::Error for JournalError {
             JournalError::CreateDir { source, .. } => Some(source),
             JournalError::Storage { source, .. } => Some(source),
             JournalError::CommitIo { source, .. } => Some(source),
+            JournalError::FileUnreadable { source, .. } => Some(source),
             _ => None,
         }
     }

@@ -26,8 +26,11 @@
 mod batch;
 mod chunks;
 mod commit;
+#[cfg(any(test, feature = "testing"))]
+mod damage;
 mod durable;
 mod error;
+mod inspect;
 mod read;
 mod repair;
 mod retention;
@@ -38,16 +41,19 @@ mod snapshot;
 mod tests;
 
 pub use batch::{FORMAT_VERSION, RecordRef};
-pub use commit::COMMITS_FILE;
+pub use commit::{COMMIT_COPIES, COMMITS_FILE, COMMITS_MIRROR_FILE};
+#[cfg(any(test, feature = "testing"))]
+pub use damage::Damage;
 pub use error::JournalError;
 pub use read::Records;
-pub use repair::RepairReport;
+pub use repair::{DISCARDED_DIR, RepairMode, RepairReport};
 pub use retention::Retired;
 pub use snapshot::{SNAPSHOTS_KEPT_LIMIT, SNAPSHOTS_KEPT_MAX, Snapshot, SnapshotProblem};
 
 use crate::time::Timestamp;
 use batch::{BatchEncoder, BatchView, key_seq, seq_key};
 use chunks::Chunks;
+use inspect::StoreMode;
 use std::ops::{ControlFlow, RangeInclusive};
 use std::path::{Path, PathBuf};
 
@@ -56,9 +62,12 @@ const TREE_META: &str = "meta";
 const META_FORMAT_VERSION: &str = "format_version";
 const META_CREATED_BY: &str = "created_by";
 /// The journal's format (in `meta`): 2 adds the commit record, 3 retention entries in it
-/// (records retired; a build that reads only 2 would take them for damage). Batches keep
-/// [`FORMAT_VERSION`]. A format-2 journal is read as is and becomes 3 when it first retires.
-pub const JOURNAL_FORMAT_VERSION: u16 = 3;
+/// (records retired; a build that reads only 2 would take them for damage), 4 keeps the
+/// commit record in two copies, each starting with a header. Batches keep [`FORMAT_VERSION`].
+/// Older journals are read as they are and upgraded to 4 by the first writable open.
+pub const JOURNAL_FORMAT_VERSION: u16 = 4;
+/// The format before the second copy of the commit record.
+pub const JOURNAL_FORMAT_VERSION_NO_MIRROR: u16 = 3;
 /// The format before retention: read as is.
 pub const JOURNAL_FORMAT_VERSION_NO_RETENTION: u16 = 2;
 /// The previous release's journals (no commit record): read, and upgraded on open.
@@ -70,17 +79,6 @@ pub const JOURNAL_FORMAT_VERSION_LEGACY: u16 = 1;
 /// recording the rewrite fills up. Small segments fill after a few appends, which keeps disk
 /// use near the payload size (512 KiB segments measured 3x the payload bytes).
 pub const SLED_SEGMENT_BYTES: usize = 4096;
-/// The segment size an existing sled database was created with (from its `conf` file): sled
-/// refuses to open it with another.
-fn existing_segment_bytes(dir: &Path) -> Option<usize> {
-    // The file ends with a binary checksum: read it as bytes.
-    let conf = std::fs::read(dir.join("conf")).ok()?;
-    String::from_utf8_lossy(&conf)
-        .lines()
-        .find_map(|l| l.strip_prefix("segment_size:"))
-        .and_then(|v| v.trim().parse().ok())
-}
-
 /// `verify` stops collecting problems after this many (the first ones matter most).
 pub const VERIFY_PROBLEMS_MAX: usize = 1000;
 
@@ -153,6 +151,9 @@ pub struct OpenReport {
     pub upgraded_from: Option<u16>,
     /// Records `1..=retired_through` were retired (0: none); the journal starts after them.
     pub retired_through: u64,
+    /// Copies of the commit record found missing or damaged and taken from the other copy
+    /// (a writable open rewrote them): `"<file> <what was wrong>"`.
+    pub recovered_commit_copies: Vec<String>,
 }
 
 /// The batch removed from the end of the journal on open.
@@ -221,27 +222,6 @@ impl VerifyReport {
     }
 }
 
-/// Ways to damage a stored journal, so tests can prove damage is detected.
-#[doc(hidden)]
-#[derive(Clone, Debug)]
-pub enum Damage {
-    /// Flip one bit in the record's payload (or its checksum if the payload is empty).
-    FlipRecord { seq: u64 },
-    /// Cut the batch holding `seq` to half its length, as a torn write would.
-    TearBatch { seq: u64 },
-    /// Remove the batch holding `seq`, leaving a gap.
-    RemoveBatch { seq: u64 },
-    /// Rewrite the batch holding `seq` with another format version (valid checksum).
-    BatchFormatVersion { seq: u64, version: u16 },
-    /// Rewrite the journal's meta format version.
-    MetaFormatVersion { version: u16 },
-    /// Flip one bit in the state of the snapshot through `through_seq`.
-    FlipSnapshot { through_seq: u64 },
-    /// Cut the commit record back to the entries that end before `seq`, as a crash between
-    /// sled's flush and the commit write would (records from `seq` on become unacknowledged).
-    UncommitFrom { seq: u64 },
-}
-
 /// An open journal. Holds sled's exclusive lock on the directory until dropped.
 ///
 /// *Guarantees:* appends are dense (`next_seq` grows by the number of records appended) and,
@@ -252,10 +232,25 @@ pub struct Journal {
     dir: PathBuf,
     db: sled::Db,
     chunks: Chunks,
-    snapshots: sled::Tree,
+    /// `None` only read-only, when the journal never stored a snapshot.
+    snapshots: Option<sled::Tree>,
     opts: JournalOptions,
     next_seq: u64,
     encode_buf: Vec<u8>,
+    /// `None`: opened read-only ([`Journal::open_read_only`]).
+    writer: Option<Writer>,
+    /// The commit record trusted at open (read-only `verify` checks the store against it).
+    commit_record: commit::Loaded,
+    /// Read-only: why no commit record could be trusted (`verify` reports it).
+    commit_problem: Option<String>,
+    /// Read-only view of a format-1 journal, which has no commit record by design.
+    legacy: bool,
+    /// Records `1..=retired_through` were retired (the commit record says so).
+    retired_through: u64,
+}
+
+/// What only a writable journal has.
+struct Writer {
     blob_sync: durable::BlobSync,
     commits: commit::CommitLog,
     /// Digest of the values appended since the last commit entry.
@@ -263,8 +258,6 @@ pub struct Journal {
     /// `pending` is unknown (a failed append, or records found uncommitted on open): recompute
     /// it from the store before committing.
     pending_dirty: bool,
-    /// Records `1..=retired_through` were retired (the commit record says so).
-    retired_through: u64,
 }
 
 impl std::fmt::Debug for Journal {
@@ -272,29 +265,139 @@ impl std::fmt::Debug for Journal {
         f.debug_struct("Journal")
             .field("dir", &self.dir)
             .field("next_seq", &self.next_seq)
+            .field("read_only", &self.writer.is_none())
             .finish_non_exhaustive()
     }
 }
 
 impl Journal {
-    /// Opens (or creates, with mode 0700) the journal in `dir`.
+    /// Opens (or creates, with mode 0700) the journal in `dir` for appending.
+    ///
+    /// The journal is first checked in place, read-only ([`inspect`]): a journal that fails is
+    /// refused with nothing written, so it stays refused across restarts until `log repair`.
+    /// Only then is it opened for writing, which removes an unacknowledged torn last batch,
+    /// rewrites a lost or lagging copy of the commit record from the other, and commits
+    /// records sled holds beyond the commit record (a crash between the two writes).
     ///
     /// *Errors:* [`JournalError::Locked`] if it is open elsewhere;
-    /// [`JournalError::UnknownFormat`] for a journal from another format version;
-    /// [`JournalError::Corrupt`] if the last batch's header is unreadable even after removing a
-    /// torn tail. A torn last batch is removed and reported in [`OpenReport::truncated_tail`].
+    /// [`JournalError::UnknownFormat`] for a journal from another format version; the damage
+    /// errors ([`JournalError::is_damage`]) naming the file and records.
     pub fn open(dir: &Path, opts: JournalOptions) -> Result<(Journal, OpenReport), JournalError> {
         let opts = clamp_options(opts);
-        create_private_dir(dir)?;
         // sled panics on some damaged files; that is an error about the journal, not a crash.
-        contain_panics(dir, || Journal::open_checked(dir, opts))
+        contain_panics(dir, || Journal::open_writable(dir, opts))
     }
 
-    fn open_checked(
+    /// Opens an existing journal for reading only: nothing in `dir` is written, created or
+    /// removed (its files may be read-only and owned by another user, as long as they are
+    /// readable). It refuses only what keeps the journal from being read at all; missing or
+    /// damaged committed records are for the reader to meet (readers stop with an error at
+    /// the first) and for [`Journal::verify`] to list. Appends fail with
+    /// [`JournalError::ReadOnly`]. A torn, unacknowledged last batch is passed over.
+    ///
+    /// *Errors:* as [`Journal::open`], and [`JournalError::NoJournal`] when `dir` holds none.
+    pub fn open_read_only(
         dir: &Path,
         opts: JournalOptions,
     ) -> Result<(Journal, OpenReport), JournalError> {
-        let db = open_sled(dir, &sled_config(dir, &opts))?;
+        let opts = clamp_options(opts);
+        contain_panics(dir, || {
+            Journal::open_inspected(dir, opts, StoreMode::Inspect)
+        })
+    }
+
+    /// [`Journal::open_read_only`] with sled recovering from its log alone, its `snap.*` files
+    /// ignored: whether a damaged sled snapshot file can be removed without losing records.
+    pub fn open_read_only_without_store_snapshot(
+        dir: &Path,
+        opts: JournalOptions,
+    ) -> Result<(Journal, OpenReport), JournalError> {
+        let opts = clamp_options(opts);
+        contain_panics(dir, || {
+            Journal::open_inspected(dir, opts, StoreMode::InspectLogOnly)
+        })
+    }
+
+    fn open_inspected(
+        dir: &Path,
+        opts: JournalOptions,
+        mode: StoreMode,
+    ) -> Result<(Journal, OpenReport), JournalError> {
+        match inspect::presence(dir) {
+            Ok(inspect::Presence::Store) => {}
+            Ok(inspect::Presence::Fresh) => {
+                check_fresh(dir)?;
+                return Err(JournalError::NoJournal {
+                    dir: dir.to_path_buf(),
+                });
+            }
+            Err(JournalError::FileUnreadable { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                return Err(JournalError::NoJournal {
+                    dir: dir.to_path_buf(),
+                });
+            }
+            Err(e) => return Err(e),
+        }
+        let mut found = inspect::inspect(dir, &opts, mode, inspect::Strictness::Read)?;
+        if let Some(t) = &found.torn_tail {
+            found.chunks.hide_from(t.from_seq);
+            tracing::debug!(from_seq = t.from_seq, bytes = t.bytes, reason = %t.reason, "passing over a torn, unacknowledged last batch");
+        }
+        let report = OpenReport {
+            created: false,
+            truncated_tail: found.torn_tail.clone(),
+            next_seq: found.stored_last + 1,
+            committed_through: found.commits.committed_through(),
+            upgraded_from: found.legacy.then_some(JOURNAL_FORMAT_VERSION_LEGACY),
+            retired_through: found.commits.retired_through(),
+            recovered_commit_copies: recovered_copies(&found.commits),
+        };
+        let journal = Journal {
+            dir: dir.to_path_buf(),
+            db: found.db,
+            chunks: found.chunks,
+            snapshots: found.snapshots,
+            opts,
+            next_seq: found.stored_last + 1,
+            encode_buf: Vec::new(),
+            writer: None,
+            retired_through: found.commits.retired_through(),
+            commit_record: found.commits.loaded.unwrap_or_default(),
+            commit_problem: found.commit_problem,
+            legacy: found.legacy,
+        };
+        Ok((journal, report))
+    }
+
+    fn open_writable(
+        dir: &Path,
+        opts: JournalOptions,
+    ) -> Result<(Journal, OpenReport), JournalError> {
+        let presence = if dir.is_dir() {
+            inspect::presence(dir)?
+        } else {
+            inspect::Presence::Fresh
+        };
+        if presence == inspect::Presence::Fresh {
+            check_fresh(dir)?;
+            create_private_dir(dir)?;
+            return Journal::create(dir, opts);
+        }
+        let found = inspect::inspect(dir, &opts, StoreMode::Inspect, inspect::Strictness::Start)?;
+        let checked_last = found.stored_last;
+        let format = found.format;
+        let legacy = found.legacy;
+        let commits = found.commits;
+        // sled's lock: the read-only view must be gone before the writable open.
+        drop((found.db, found.chunks, found.snapshots));
+        let segment_bytes = inspect::read_conf(dir)?;
+        let db = open_sled(
+            dir,
+            &inspect::sled_config(dir, &opts, segment_bytes, StoreMode::Write),
+        )?;
+        // After sled's open: its recovery writes a new snapshot file with the umask's mode.
         make_private(dir).map_err(|source| JournalError::CreateDir {
             dir: dir.to_path_buf(),
             source,
@@ -306,49 +409,18 @@ impl Journal {
         let chunks = Chunks::load(&db)?;
         let snapshots = tree(TREE_SNAPSHOTS)?;
         let meta = tree(TREE_META)?;
-        let loaded = commit::load(dir, |_| {})?;
-        let committed = loaded.as_ref().map_or(0, |l| l.committed_through());
-        let retired_through = loaded.as_ref().map_or(0, |l| l.retired_through());
-        let stored_version = read_meta_version(&meta)?;
-        let (created, upgrading) = match stored_version {
-            None if chunks.starts().is_empty() => {
-                if committed > 0 {
-                    return Err(JournalError::RecordsMissing {
-                        first: 1,
-                        last: committed,
-                        stored_last: 0,
-                    });
-                }
-                write_meta(&meta, true)?;
-                (true, false)
-            }
-            None => {
-                return Err(JournalError::Corrupt {
-                    seq: chunks.starts().first().copied().unwrap_or(1),
-                    reason: "journal has batches but no meta record".into(),
-                });
-            }
-            Some(JOURNAL_FORMAT_VERSION_LEGACY) => (false, loaded.is_none()),
-            Some(JOURNAL_FORMAT_VERSION_NO_RETENTION) if retired_through > 0 => {
-                return Err(JournalError::Corrupt {
-                    seq: retired_through,
-                    reason: format!(
-                        "the commit record says records 1..{retired_through} were retired but the journal's format ({JOURNAL_FORMAT_VERSION_NO_RETENTION}) has no retention"
-                    ),
-                });
-            }
-            Some(JOURNAL_FORMAT_VERSION_NO_RETENTION | JOURNAL_FORMAT_VERSION) => (false, false),
-            Some(found) => {
-                return Err(JournalError::UnknownFormat {
-                    found,
-                    supported: JOURNAL_FORMAT_VERSION,
-                    seq: None,
-                });
-            }
+        let committed = commits.committed_through();
+        let retired_through = commits.retired_through();
+        let trusted = commits.loaded.clone().unwrap_or_default();
+        let upgrading = format < JOURNAL_FORMAT_VERSION;
+        let rewrite: Vec<&'static str> = if upgrading {
+            commit::COMMIT_COPIES.to_vec()
+        } else {
+            commits.stale.iter().map(|c| c.file).collect()
         };
-        // An empty commit file is fine (nothing acknowledged yet); an absent one is not.
-        let commit_file_present = loaded.is_some();
-        let loaded = loaded.unwrap_or_default();
+        for c in commits.recovered_copies() {
+            tracing::warn!(file = c.file, why = %c.why, "a copy of the commit record is damaged: rewriting it from the other copy");
+        }
         let blob_sync = durable::BlobSync::new(dir).map_err(|e| JournalError::Storage {
             op: "listing blob files",
             source: e.into(),
@@ -357,14 +429,19 @@ impl Journal {
             dir: dir.to_path_buf(),
             db,
             chunks,
-            snapshots,
+            snapshots: Some(snapshots),
             opts,
             next_seq: 1,
             encode_buf: Vec::new(),
-            blob_sync,
-            commits: commit::CommitLog::open_for_append(dir, &loaded)?,
-            pending: commit::Digest::default(),
-            pending_dirty: true,
+            writer: Some(Writer {
+                blob_sync,
+                commits: commit::CommitLog::open_for_append(dir, &trusted, &rewrite)?,
+                pending: commit::Digest::default(),
+                pending_dirty: true,
+            }),
+            commit_record: trusted,
+            commit_problem: None,
+            legacy: false,
             retired_through,
         };
         // A crash between the commit record's retention entry and dropping the chunks.
@@ -372,24 +449,15 @@ impl Journal {
         let truncated_tail = journal.truncate_torn_tail(committed)?;
         journal.next_seq = journal.read_next_seq()?;
         let stored_last = journal.next_seq - 1;
-        if let Some(&first) = journal.chunks.starts().first()
-            && first > retired_through + 1
-            && retired_through < committed
-        {
+        // Checked twice: the writable view must be the one the read-only check passed.
+        if stored_last != checked_last || stored_last < committed {
             return Err(JournalError::RecordsMissing {
-                first: retired_through + 1,
-                last: (first - 1).min(committed),
+                first: stored_last.min(checked_last) + 1,
+                last: checked_last.max(committed),
                 stored_last,
             });
         }
-        if stored_last < committed {
-            return Err(JournalError::RecordsMissing {
-                first: stored_last + 1,
-                last: committed,
-                stored_last,
-            });
-        }
-        if let Some(last) = loaded.last {
+        if let Some(last) = journal.commit_record.last() {
             match commit::digest_range(&journal.chunks, last.first_seq, last.last_seq) {
                 Ok(d) if d == last.digest => {}
                 Ok(_) => {
@@ -407,37 +475,112 @@ impl Journal {
                     });
                 }
             }
-        } else if stored_last > 0 && !upgrading && !commit_file_present {
-            return Err(JournalError::CommitMissing {
-                dir: dir.to_path_buf(),
-                last_seq: stored_last,
-            });
         }
-        if created
-            || truncated_tail.is_some()
-            || upgrading
-            || stored_last > committed
-            || finished > 0
-        {
+        if truncated_tail.is_some() || upgrading || stored_last > committed || finished > 0 {
             journal.flush()?;
         }
         if upgrading {
-            write_meta(&journal.meta_tree()?, false)?;
+            write_meta(&meta, false)?;
             journal
                 .db
                 .flush()
                 .map_err(JournalError::storage("flushing after an upgrade"))?;
-            tracing::warn!(dir = %dir.display(), from = JOURNAL_FORMAT_VERSION_LEGACY, to = JOURNAL_FORMAT_VERSION, "upgraded journal: wrote a commit record for its records");
+            tracing::info!(dir = %dir.display(), from = format, to = JOURNAL_FORMAT_VERSION, "upgraded the journal's format (the commit record is now kept in two copies)");
         }
         let report = OpenReport {
-            created,
+            created: false,
             truncated_tail,
             next_seq: journal.next_seq,
-            committed_through: journal.commits.committed_through(),
-            upgraded_from: upgrading.then_some(JOURNAL_FORMAT_VERSION_LEGACY),
+            committed_through: journal.writer()?.commits.committed_through(),
+            upgraded_from: upgrading.then_some(if legacy {
+                JOURNAL_FORMAT_VERSION_LEGACY
+            } else {
+                format
+            }),
             retired_through,
+            recovered_commit_copies: recovered_copies(&commits),
         };
         Ok((journal, report))
+    }
+
+    /// A new, empty journal in `dir` (which holds no sled files).
+    fn create(dir: &Path, opts: JournalOptions) -> Result<(Journal, OpenReport), JournalError> {
+        let db = open_sled(
+            dir,
+            &inspect::sled_config(dir, &opts, opts.segment_bytes, StoreMode::Write),
+        )?;
+        make_private(dir).map_err(|source| JournalError::CreateDir {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+        let tree = |name: &'static str| {
+            db.open_tree(name)
+                .map_err(JournalError::storage("opening a tree"))
+        };
+        let chunks = Chunks::load(&db)?;
+        let snapshots = tree(TREE_SNAPSHOTS)?;
+        write_meta(&tree(TREE_META)?, true)?;
+        db.flush()
+            .map_err(JournalError::storage("flushing a new journal"))?;
+        commit::create(dir)?;
+        let trusted = commit::Loaded::default();
+        let blob_sync = durable::BlobSync::new(dir).map_err(|e| JournalError::Storage {
+            op: "listing blob files",
+            source: e.into(),
+        })?;
+        let journal = Journal {
+            dir: dir.to_path_buf(),
+            db,
+            chunks,
+            snapshots: Some(snapshots),
+            opts,
+            next_seq: 1,
+            encode_buf: Vec::new(),
+            writer: Some(Writer {
+                blob_sync,
+                commits: commit::CommitLog::open_for_append(dir, &trusted, &[])?,
+                pending: commit::Digest::default(),
+                pending_dirty: false,
+            }),
+            commit_record: trusted,
+            commit_problem: None,
+            legacy: false,
+            retired_through: 0,
+        };
+        let report = OpenReport {
+            created: true,
+            truncated_tail: None,
+            next_seq: 1,
+            committed_through: 0,
+            upgraded_from: None,
+            retired_through: 0,
+            recovered_commit_copies: Vec::new(),
+        };
+        Ok((journal, report))
+    }
+
+    fn writer(&self) -> Result<&Writer, JournalError> {
+        self.writer.as_ref().ok_or_else(|| JournalError::ReadOnly {
+            dir: self.dir.clone(),
+        })
+    }
+
+    fn writer_mut(&mut self) -> Result<&mut Writer, JournalError> {
+        self.writer.as_mut().ok_or_else(|| JournalError::ReadOnly {
+            dir: self.dir.clone(),
+        })
+    }
+
+    /// Whether the journal was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.writer.is_none()
+    }
+
+    /// The snapshot entries, oldest first (none when a read-only journal has no tree).
+    fn snapshot_entries(
+        &self,
+    ) -> impl DoubleEndedIterator<Item = sled::Result<(sled::IVec, sled::IVec)>> {
+        self.snapshots.iter().flat_map(sled::Tree::iter)
     }
 
     fn meta_tree(&self) -> Result<sled::Tree, JournalError> {
@@ -501,6 +644,7 @@ impl Journal {
                 max: self.opts.record_bytes_max,
             });
         }
+        self.writer()?;
         if entries.is_empty() {
             #[allow(clippy::reversed_empty_ranges)]
             return Ok(first_seq..=first_seq - 1);
@@ -516,7 +660,9 @@ impl Journal {
             }
             Err(e) => {
                 // Some values may be stored; learn where the journal really ends.
-                self.pending_dirty = true;
+                if let Some(w) = self.writer.as_mut() {
+                    w.pending_dirty = true;
+                }
                 if let Ok(next) = self.read_next_seq() {
                     self.next_seq = next;
                 }
@@ -535,7 +681,8 @@ impl Journal {
     /// Blob files sled wrote are fsynced before sled's log, so a durable pointer never
     /// points at lost bytes (see `durable.rs`).
     pub fn flush(&mut self) -> Result<(), JournalError> {
-        self.blob_sync
+        self.writer_mut()?
+            .blob_sync
             .sync_new()
             .map_err(|e| JournalError::Storage {
                 op: "syncing blob files",
@@ -547,12 +694,17 @@ impl Journal {
 
     /// Writes the commit entry for the records sled has just made durable.
     fn commit_durable(&mut self) -> Result<(), JournalError> {
-        let committed = self.commits.committed_through();
         let last = self.next_seq - 1;
+        let Some(writer) = self.writer.as_mut() else {
+            return Err(JournalError::ReadOnly {
+                dir: self.dir.clone(),
+            });
+        };
+        let committed = writer.commits.committed_through();
         if last <= committed {
             return Ok(());
         }
-        let digest = if self.pending_dirty {
+        let digest = if writer.pending_dirty {
             commit::digest_range(&self.chunks, committed + 1, last).map_err(|reason| {
                 JournalError::RecordsDamaged {
                     first: committed + 1,
@@ -561,11 +713,11 @@ impl Journal {
                 }
             })?
         } else {
-            std::mem::take(&mut self.pending).finish()
+            std::mem::take(&mut writer.pending).finish()
         };
-        self.commits.commit(committed + 1, last, digest)?;
-        self.pending = commit::Digest::default();
-        self.pending_dirty = false;
+        writer.commits.commit(committed + 1, last, digest)?;
+        writer.pending = commit::Digest::default();
+        writer.pending_dirty = false;
         Ok(())
     }
 
@@ -599,8 +751,10 @@ impl Journal {
                 "a batch must decode as it was encoded"
             );
             let stored = self.chunks.insert_new(first_seq, &buf);
-            if stored.is_ok() {
-                self.pending.update(&buf);
+            if stored.is_ok()
+                && let Some(w) = self.writer.as_mut()
+            {
+                w.pending.update(&buf);
             }
             self.encode_buf = buf;
             stored?;
@@ -654,20 +808,24 @@ impl Journal {
                 last_seq,
             });
         }
+        self.writer()?;
         let value = snapshot::encode(through_seq, at, state);
         debug_assert!(snapshot::decode(through_seq, &value).is_ok());
-        self.snapshots
+        let snapshots = self
+            .snapshots
+            .as_ref()
+            .expect("a writable journal has the tree");
+        snapshots
             .insert(seq_key(through_seq), value)
             .map_err(JournalError::storage("storing a snapshot"))?;
-        let keys: Vec<sled::IVec> = self
-            .snapshots
+        let keys: Vec<sled::IVec> = snapshots
             .iter()
             .keys()
             .collect::<Result<_, _>>()
             .map_err(JournalError::storage("listing snapshots"))?;
         let excess = keys.len().saturating_sub(self.opts.snapshots_kept);
         for key in &keys[..excess] {
-            self.snapshots
+            snapshots
                 .remove(key)
                 .map_err(JournalError::storage("removing an old snapshot"))?;
         }
@@ -685,7 +843,7 @@ impl Journal {
     pub fn latest_snapshot(&self) -> Result<Option<Snapshot>, JournalError> {
         let last_seq = self.last_seq().unwrap_or(0);
         let mut skipped: Vec<SnapshotProblem> = Vec::new();
-        for entry in self.snapshots.iter().rev().take(SNAPSHOTS_KEPT_LIMIT + 1) {
+        for entry in self.snapshot_entries().rev().take(SNAPSHOTS_KEPT_LIMIT + 1) {
             let (key, value) = entry.map_err(JournalError::storage("reading a snapshot"))?;
             let seq = key_seq(&key, last_seq)?;
             let problem = match snapshot::decode(seq, &value) {
@@ -747,7 +905,7 @@ impl Journal {
             stats.batches += 1;
             stats.payload_bytes += view.payload_bytes();
         }
-        for entry in self.snapshots.iter() {
+        for entry in self.snapshot_entries() {
             let (key, value) = entry.map_err(JournalError::storage("reading a snapshot"))?;
             stats
                 .snapshots
@@ -832,7 +990,7 @@ impl Journal {
             report.last_seq = Some(view.last_seq());
         }
         self.verify_commits(&mut report);
-        for entry in self.snapshots.iter() {
+        for entry in self.snapshot_entries() {
             match entry {
                 Ok((key, value)) => {
                     let seq = key_seq(&key, 0).unwrap_or(0);
@@ -852,13 +1010,45 @@ impl Journal {
         report
     }
 
-    /// Checks every commit entry against the store.
+    /// Checks every commit entry against the store: the record trusted at open, or for a
+    /// writable journal the copy it keeps writing.
     fn verify_commits(&self, report: &mut VerifyReport) {
         let stored_last = report.last_seq.unwrap_or(0);
-        let mut problems = Vec::new();
-        let loaded = commit::load(&self.dir, |e| {
-            if problems.len() >= VERIFY_PROBLEMS_MAX {
+        if let Some(reason) = &self.commit_problem {
+            report.problems.push(VerifyProblem {
+                seq: 0,
+                reason: reason.clone(),
+            });
+            return;
+        }
+        let loaded = match &self.writer {
+            None if self.commit_record == commit::Loaded::default()
+                && stored_last >= self.first_kept_seq()
+                && !self.legacy =>
+            {
+                Err(format!(
+                    "records {}..{stored_last} have no commit record",
+                    self.first_kept_seq()
+                ))
+            }
+            None => Ok(self.commit_record.clone()),
+            Some(_) => match commit::load_copy(&self.dir.join(COMMITS_FILE)) {
+                commit::CopyState::Read(l) => Ok(l),
+                other => Err(format!("{COMMITS_FILE} {}", other.describe())),
+            },
+        };
+        let loaded = match loaded {
+            Ok(l) => l,
+            Err(reason) => {
+                report.problems.push(VerifyProblem { seq: 0, reason });
                 return;
+            }
+        };
+        report.committed_through = loaded.committed_through();
+        let mut problems = Vec::new();
+        for e in &loaded.entries {
+            if problems.len() >= VERIFY_PROBLEMS_MAX {
+                break;
             }
             if e.last_seq > stored_last {
                 let first = e.first_seq.max(stored_last + 1);
@@ -869,7 +1059,7 @@ impl Journal {
                         e.last_seq
                     ),
                 });
-                return;
+                continue;
             }
             match commit::digest_range(&self.chunks, e.first_seq, e.last_seq) {
                 Ok(d) if d == e.digest => {}
@@ -888,137 +1078,12 @@ impl Journal {
                     ),
                 }),
             }
-        });
-        match loaded {
-            Ok(Some(l)) => report.committed_through = l.committed_through(),
-            Ok(None) if stored_last > 0 => problems.push(VerifyProblem {
-                seq: self.first_kept_seq(),
-                reason: format!(
-                    "records {}..{stored_last} have no commit record",
-                    self.first_kept_seq()
-                ),
-            }),
-            Ok(None) => {}
-            Err(e) => problems.push(VerifyProblem {
-                seq: 0,
-                reason: e.to_string(),
-            }),
         }
         for p in problems {
             if report.problems.len() < VERIFY_PROBLEMS_MAX {
                 report.problems.push(p);
             }
         }
-    }
-
-    /// Damages stored data on purpose. Tests only.
-    #[doc(hidden)]
-    pub fn damage_for_test(&mut self, damage: Damage) -> Result<(), JournalError> {
-        let batch_holding = |seq: u64| -> Result<(sled::Tree, u64, Vec<u8>), JournalError> {
-            let (tree, first, value) =
-                self.chunks
-                    .batch_at_or_before(seq)?
-                    .ok_or(JournalError::Corrupt {
-                        seq,
-                        reason: "no batch holds it".into(),
-                    })?;
-            Ok((tree, first, value.to_vec()))
-        };
-        match damage {
-            Damage::FlipRecord { seq } => {
-                let (tree, first, mut value) = batch_holding(seq)?;
-                let view = BatchView::parse(first, &value)?;
-                let mut offset = batch::BATCH_HEADER_BYTES;
-                for record in view.records() {
-                    let record = record?;
-                    if record.seq == seq {
-                        let at = if record.payload.is_empty() {
-                            offset + 12
-                        } else {
-                            offset + batch::RECORD_HEADER_BYTES
-                        };
-                        value[at] ^= 0x01;
-                        break;
-                    }
-                    offset += batch::RECORD_HEADER_BYTES + record.payload.len();
-                }
-                tree.insert(seq_key(first), value)
-                    .map_err(JournalError::storage("damage"))?;
-            }
-            Damage::TearBatch { seq } => {
-                let (tree, first, mut value) = batch_holding(seq)?;
-                value.truncate(value.len() / 2);
-                tree.insert(seq_key(first), value)
-                    .map_err(JournalError::storage("damage"))?;
-            }
-            Damage::RemoveBatch { seq } => {
-                let (tree, first, _) = batch_holding(seq)?;
-                self.chunks.remove_batch(&tree, first)?;
-            }
-            Damage::BatchFormatVersion { seq, version } => {
-                let (tree, first, mut value) = batch_holding(seq)?;
-                value[0..2].copy_from_slice(&version.to_le_bytes());
-                let crc = crc32fast::hash(&value[..20]);
-                value[20..24].copy_from_slice(&crc.to_le_bytes());
-                tree.insert(seq_key(first), value)
-                    .map_err(JournalError::storage("damage"))?;
-            }
-            Damage::MetaFormatVersion { version } => {
-                let meta = self
-                    .db
-                    .open_tree(TREE_META)
-                    .map_err(JournalError::storage("damage"))?;
-                meta.insert(META_FORMAT_VERSION, &version.to_le_bytes())
-                    .map_err(JournalError::storage("damage"))?;
-            }
-            Damage::UncommitFrom { seq } => {
-                let mut keep = 0u64;
-                let loaded = commit::load(&self.dir, |e| {
-                    if e.last_seq < seq {
-                        keep += 1;
-                    }
-                })?;
-                keep += u64::from(loaded.is_some_and(|l| l.retired.is_some()));
-                let path = self.dir.join(COMMITS_FILE);
-                let io = |source| JournalError::CommitIo {
-                    path: path.clone(),
-                    source,
-                };
-                let f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .map_err(io)?;
-                f.set_len(keep * commit::ENTRY_BYTES as u64).map_err(io)?;
-                let loaded = commit::load(&self.dir, |_| {})?.unwrap_or_default();
-                self.commits = commit::CommitLog::open_for_append(&self.dir, &loaded)?;
-                self.pending_dirty = true;
-                // Leave the tail unacknowledged: no flush (it would commit it again).
-                return Ok(());
-            }
-            Damage::FlipSnapshot { through_seq } => {
-                let key = seq_key(through_seq);
-                let mut value = self
-                    .snapshots
-                    .get(key)
-                    .map_err(JournalError::storage("damage"))?
-                    .ok_or(JournalError::CorruptSnapshot {
-                        through_seq,
-                        reason: "no such snapshot".into(),
-                    })?
-                    .to_vec();
-                let last = value.len() - 1;
-                value[last] ^= 0x01;
-                self.snapshots
-                    .insert(key, value)
-                    .map_err(JournalError::storage("damage"))?;
-            }
-        }
-        // Damage models a crash: what was not acknowledged yet stays unacknowledged (no commit
-        // entry), so a torn unacknowledged tail is still truncated on reopen.
-        self.db
-            .flush()
-            .map(|_| ())
-            .map_err(JournalError::storage("flushing damage"))
     }
 
     /// Removes the last batch if it fails its checks (a torn write) and lies beyond
@@ -1062,20 +1127,38 @@ impl Journal {
     }
 }
 
+/// A new journal may be created in `dir` (it holds no sled files): refused when a commit
+/// record there vouches for records, which are then lost.
+fn check_fresh(dir: &Path) -> Result<(), JournalError> {
+    let copies = commit::load_copies(dir);
+    let commits = commit::reconcile(dir, &copies, JOURNAL_FORMAT_VERSION)
+        .or_else(|_| commit::reconcile(dir, &copies, JOURNAL_FORMAT_VERSION_NO_MIRROR))?;
+    let committed = commits.committed_through();
+    if committed > 0 {
+        return Err(JournalError::RecordsMissing {
+            first: if committed > commits.retired_through() {
+                commits.retired_through() + 1
+            } else {
+                1
+            },
+            last: committed,
+            stored_last: 0,
+        });
+    }
+    Ok(())
+}
+
+fn recovered_copies(commits: &commit::Reconciled) -> Vec<String> {
+    commits
+        .recovered_copies()
+        .map(|c| format!("{} {}", c.file, c.why))
+        .collect()
+}
+
 fn header_first_seq(value: &[u8]) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&value[4..12]);
     u64::from_le_bytes(a)
-}
-
-fn sled_config(dir: &Path, opts: &JournalOptions) -> sled::Config {
-    sled::Config::new()
-        .path(dir)
-        .cache_capacity(opts.cache_bytes)
-        .mode(sled::Mode::HighThroughput)
-        .segment_size(existing_segment_bytes(dir).unwrap_or(opts.segment_bytes))
-        .use_compression(false)
-        .flush_every_ms(Some(500))
 }
 
 /// Runs `f`, turning a sled panic into [`JournalError::StorePanicked`].
@@ -1174,27 +1257,13 @@ const LOCK_RETRY_MS: u64 = 20;
 fn open_sled(dir: &Path, config: &sled::Config) -> Result<sled::Db, JournalError> {
     let mut waited_ms = 0;
     loop {
-        match config.open().map_err(|e| map_open_error(dir, e)) {
+        match config.open().map_err(|e| inspect::store_error(dir, e)) {
             Err(JournalError::Locked { .. }) if waited_ms < LOCK_WAIT_MS_MAX => {
                 std::thread::sleep(std::time::Duration::from_millis(LOCK_RETRY_MS));
                 waited_ms += LOCK_RETRY_MS;
             }
             other => return other,
         }
-    }
-}
-
-fn map_open_error(dir: &Path, e: sled::Error) -> JournalError {
-    match &e {
-        sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
-            JournalError::Locked {
-                dir: dir.to_path_buf(),
-            }
-        }
-        _ => JournalError::Storage {
-            op: "opening the journal",
-            source: e,
-        },
     }
 }
 

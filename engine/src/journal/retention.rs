@@ -50,7 +50,7 @@ impl Journal {
             return Ok(None);
         }
         self.flush()?;
-        let limit = oldest_kept.min(self.commits.committed_through());
+        let limit = oldest_kept.min(self.writer()?.commits.committed_through());
         let Some(through) = self.chunks.retirable_end(self.retired_through, limit) else {
             return Ok(None);
         };
@@ -60,12 +60,12 @@ impl Journal {
         self.db
             .flush()
             .map_err(JournalError::storage("flushing before retiring"))?;
-        let loaded = commit::load(&self.dir, |_| {})?.unwrap_or_default();
-        let entries = commit::entries(&self.dir)?;
+        let written = commit::load_written(&self.dir)?;
         let (retention, kept) =
-            commit::after_retiring(&self.chunks, &entries, loaded.retired, through)?;
+            commit::after_retiring(&self.chunks, &written.entries, written.retired, through)?;
         commit::replace(&self.dir, Some(retention), &kept)?;
-        self.commits.reopen(&self.dir)?;
+        let dir = self.dir.clone();
+        self.writer_mut()?.commits.reopen(&dir)?;
         self.retired_through = through;
         let chunks_dropped = self.chunks.retire_through(through)?;
         self.db
@@ -81,8 +81,10 @@ impl Journal {
     /// The oldest of the kept snapshots when there are `snapshots_kept` of them and it passes
     /// its checks; `None` otherwise (nothing may be retired then).
     fn oldest_kept_snapshot(&self) -> Result<Option<u64>, JournalError> {
-        let keys: Vec<sled::IVec> = self
-            .snapshots
+        let Some(snapshots) = &self.snapshots else {
+            return Ok(None);
+        };
+        let keys: Vec<sled::IVec> = snapshots
             .iter()
             .keys()
             .collect::<Result<_, _>>()
@@ -92,8 +94,7 @@ impl Journal {
         }
         let key = &keys[keys.len() - self.opts.snapshots_kept];
         let seq = key_seq(key, 0)?;
-        let value = self
-            .snapshots
+        let value = snapshots
             .get(key)
             .map_err(JournalError::storage("reading a snapshot"))?;
         match value.map(|v| snapshot::decode(seq, &v).map(|_| ())) {
@@ -108,12 +109,10 @@ impl Journal {
 
     /// Through-seqs of the stored snapshots, oldest first (checked or not).
     pub fn snapshot_seqs(&self) -> Result<Vec<u64>, JournalError> {
-        self.snapshots
-            .iter()
-            .keys()
-            .map(|k| {
-                k.map_err(JournalError::storage("listing snapshots"))
-                    .and_then(|k| key_seq(&k, 0))
+        self.snapshot_entries()
+            .map(|kv| {
+                kv.map_err(JournalError::storage("listing snapshots"))
+                    .and_then(|(k, _)| key_seq(&k, 0))
             })
             .collect()
     }
@@ -124,8 +123,11 @@ impl Journal {
     pub fn snapshot(&self, through_seq: u64) -> Result<snapshot::Snapshot, JournalError> {
         let value = self
             .snapshots
-            .get(super::seq_key(through_seq))
+            .as_ref()
+            .map(|t| t.get(super::seq_key(through_seq)))
+            .transpose()
             .map_err(JournalError::storage("reading a snapshot"))?
+            .flatten()
             .ok_or(JournalError::CorruptSnapshot {
                 through_seq,
                 reason: "no such snapshot".into(),

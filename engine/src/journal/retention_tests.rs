@@ -246,7 +246,7 @@ fn repair_keeps_the_retention_point() {
 }
 
 #[test]
-fn a_format_2_journal_is_read_and_becomes_3_when_it_retires() {
+fn a_format_2_journal_is_upgraded_on_open_and_retires() {
     let tmp = tempfile::tempdir().unwrap();
     let (mut j, _) = Journal::open(tmp.path(), retaining(2)).unwrap();
     append_n(&mut j, 200, 3);
@@ -256,20 +256,20 @@ fn a_format_2_journal_is_read_and_becomes_3_when_it_retires() {
     .unwrap();
     drop(j);
     let (mut j, report) = Journal::open(tmp.path(), retaining(2)).unwrap();
-    assert_eq!(report.upgraded_from, None);
+    assert_eq!(
+        report.upgraded_from,
+        Some(JOURNAL_FORMAT_VERSION_NO_RETENTION)
+    );
     let meta = j.meta_tree().unwrap();
     assert_eq!(
         read_meta_version(&meta).unwrap(),
-        Some(JOURNAL_FORMAT_VERSION_NO_RETENTION)
+        Some(JOURNAL_FORMAT_VERSION)
     );
     for through in [50, 100] {
         j.write_snapshot(through, Timestamp(1), b"s").unwrap();
     }
     assert_eq!(j.retired_through(), 48);
-    assert_eq!(
-        read_meta_version(&meta).unwrap(),
-        Some(JOURNAL_FORMAT_VERSION)
-    );
+    assert!(j.verify().is_clean(), "{:?}", j.verify());
 }
 
 /// sled 0.34.7 never deleted the old blob of a page that was one blob when the page was

@@ -75,6 +75,7 @@ fn round_trip_and_reopen_keep_sequence_continuity() {
             committed_through: 25,
             upgraded_from: None,
             retired_through: 0,
+            recovered_commit_copies: Vec::new(),
         }
     );
     assert_eq!(j.append(Timestamp(260), &payload(26)).unwrap(), 26);
@@ -159,13 +160,25 @@ fn oversized_record_is_refused_and_nothing_is_written() {
 }
 
 #[test]
-fn corrupt_record_in_the_middle_stops_reading_at_its_seq() {
+fn corrupt_record_in_the_middle_is_refused_and_a_reader_stops_at_its_seq() {
     let tmp = tempfile::tempdir().unwrap();
     let (mut j, _) = open(tmp.path());
     append_n(&mut j, 30, 10); // batches 1..=10, 11..=20, 21..=30
     j.damage_for_test(Damage::FlipRecord { seq: 15 }).unwrap();
     drop(j);
-    let (j, report) = open(tmp.path());
+    let err = Journal::open(tmp.path(), JournalOptions::default()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            JournalError::RecordsDamaged {
+                first: 11,
+                last: 20,
+                ..
+            }
+        ),
+        "a start refuses any committed record that fails: {err:?}"
+    );
+    let (j, report) = Journal::open_read_only(tmp.path(), JournalOptions::default()).unwrap();
     assert_eq!(
         report.truncated_tail, None,
         "damage before the tail is not a torn tail"
@@ -577,26 +590,109 @@ fn a_committed_last_batch_that_is_missing_is_named() {
 }
 
 #[test]
-fn a_missing_commit_record_is_an_error_and_a_torn_commit_entry_is_unacknowledged() {
+fn a_torn_commit_entry_is_unacknowledged_and_a_lost_copy_is_recovered_from_the_other() {
     let tmp = tempfile::tempdir().unwrap();
     let (mut j, _) = open(tmp.path());
     append_n(&mut j, 20, 10);
     drop(j);
-    let commits = tmp.path().join(COMMITS_FILE);
-    let bytes = std::fs::read(&commits).unwrap();
-    assert_eq!(bytes.len(), 2 * commit::ENTRY_BYTES);
-    // A torn last entry: its batch was flushed by sled but never acknowledged; it is
-    // committed again on open (it passes its checks).
-    std::fs::write(&commits, &bytes[..bytes.len() - 3]).unwrap();
+    let copies = COMMIT_COPIES.map(|c| tmp.path().join(c));
+    let bytes = std::fs::read(&copies[0]).unwrap();
+    assert_eq!(
+        bytes.len(),
+        3 * commit::ENTRY_BYTES,
+        "a header and two entries"
+    );
+    assert_eq!(std::fs::read(&copies[1]).unwrap(), bytes);
+    // A torn last entry in both copies: its batch was flushed by sled but never
+    // acknowledged; it is committed again on open (it passes its checks).
+    for c in &copies {
+        std::fs::write(c, &bytes[..bytes.len() - 3]).unwrap();
+    }
     let (j, report) = open(tmp.path());
     assert_eq!((report.next_seq, report.committed_through), (21, 20));
+    assert!(report.recovered_commit_copies.is_empty());
     drop(j);
-    std::fs::remove_file(&commits).unwrap();
+    // Either copy lost, emptied or cut short: the other vouches for every record, and the
+    // open writes the lost one again.
+    for (i, damage) in [0, 1]
+        .into_iter()
+        .flat_map(|i| [(i, 0usize), (i, 1), (i, 2)])
+    {
+        let path = &copies[i];
+        match damage {
+            0 => std::fs::remove_file(path).unwrap(),
+            1 => std::fs::write(path, b"").unwrap(),
+            _ => std::fs::write(path, &bytes[..commit::ENTRY_BYTES]).unwrap(),
+        }
+        let (j, report) = open(tmp.path());
+        assert_eq!(report.committed_through, 20, "copy {i}, damage {damage}");
+        assert_eq!(report.recovered_commit_copies.len(), 1, "{report:?}");
+        assert!(
+            report.recovered_commit_copies[0].starts_with(COMMIT_COPIES[i]),
+            "{report:?}"
+        );
+        assert!(j.verify().is_clean());
+        drop(j);
+        assert_eq!(
+            std::fs::read(&copies[0]).unwrap(),
+            std::fs::read(&copies[1]).unwrap(),
+            "written again"
+        );
+    }
+    for c in &copies {
+        std::fs::remove_file(c).unwrap();
+    }
     let err = Journal::open(tmp.path(), JournalOptions::default()).unwrap_err();
     assert!(
         matches!(err, JournalError::CommitMissing { last_seq: 20, .. }),
         "{err:?}"
     );
+}
+
+/// The reproduction: `: > commits; truncate -s N db`. The mirror still vouches for
+/// every record, so the records sled lost are missing, never silently gone; and the refusal
+/// writes nothing, so it lasts.
+#[test]
+fn an_emptied_commit_record_and_a_shortened_store_are_refused_durably() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    for i in 0..28u64 {
+        j.append(Timestamp(i as i64), &vec![i as u8; 3000]).unwrap();
+    }
+    drop(j);
+    std::fs::write(tmp.path().join(COMMITS_FILE), b"").unwrap();
+    let db = tmp.path().join("db");
+    let len = std::fs::metadata(&db).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&db).unwrap();
+    f.set_len(len / 2).unwrap();
+    drop(f);
+    let before = dir_state(tmp.path());
+    for _ in 0..2 {
+        let err = Journal::open(tmp.path(), JournalOptions::default()).unwrap_err();
+        assert!(err.is_damage(), "{err}");
+        assert!(
+            matches!(err, JournalError::RecordsMissing { last: 28, .. }),
+            "{err:?}"
+        );
+        assert_eq!(
+            dir_state(tmp.path()),
+            before,
+            "a refused start writes nothing"
+        );
+    }
+}
+
+/// Every file's name, mode and bytes.
+pub(super) fn dir_state(dir: &Path) -> Vec<(PathBuf, u32, Vec<u8>)> {
+    use std::os::unix::fs::PermissionsExt;
+    journal_files(dir)
+        .into_iter()
+        .map(|f| {
+            let p = dir.join(&f);
+            let mode = std::fs::metadata(&p).unwrap().permissions().mode();
+            (f, mode, std::fs::read(&p).unwrap())
+        })
+        .collect()
 }
 
 #[test]

@@ -211,6 +211,19 @@ pub struct Inner {
     pub idgen_persist_interval: u64,
     #[doc(hidden)]
     pub version: (usize, usize),
+    /// Open without writing anything: the data file read-only, no recovery writes (no
+    /// shredding of a torn tail, no zeroed or truncated segments, no snapshot file, no removed
+    /// blobs, no config file), no flusher, no flush on drop. Writes through the `Db` fail.
+    #[doc(hidden)]
+    pub read_only: bool,
+    /// Ignore `snap.*` files and recover from the log alone (read-only inspection of a
+    /// journal whose snapshot file is damaged).
+    #[doc(hidden)]
+    pub ignore_snapshot_files: bool,
+    /// With `read_only`: do not read the `conf` file, trust the configured segment size (a
+    /// repair probing which size a journal whose `conf` was lost was written with).
+    #[doc(hidden)]
+    pub skip_config_file: bool,
     tmp_path: PathBuf,
     pub(crate) global_error: Arc<Atomic<Error>>,
     #[cfg(feature = "event_log")]
@@ -231,6 +244,9 @@ impl Default for Inner {
             compression_factor: 5,
             temporary: false,
             version: crate_version(),
+            read_only: false,
+            ignore_snapshot_files: false,
+            skip_config_file: false,
 
             // useful in testing
             segment_size: 512 * 1024, // 512kb in bytes
@@ -345,6 +361,9 @@ impl Config {
 
         let mut config = self.clone();
         config.limit_cache_max_memory();
+        if config.read_only {
+            Arc::make_mut(&mut config.0).flush_every_ms = None;
+        }
 
         let file = config.open_file()?;
 
@@ -515,6 +534,21 @@ impl Config {
             print_profile_on_drop,
             bool,
             "print a performance profile when the Config is dropped"
+        ),
+        (
+            read_only,
+            bool,
+            "open without writing anything (see `Inner::read_only`)"
+        ),
+        (
+            ignore_snapshot_files,
+            bool,
+            "recover from the log alone, ignoring `snap.*` files"
+        ),
+        (
+            skip_config_file,
+            bool,
+            "with read_only, trust the configured segment size instead of the `conf` file"
         )
     );
 
@@ -554,6 +588,9 @@ impl Config {
     }
 
     fn open_file(&self) -> Result<File> {
+        if self.read_only {
+            return self.open_file_read_only();
+        }
         let blob_dir: PathBuf = self.get_path().join("blobs");
 
         if !blob_dir.exists() {
@@ -574,6 +611,26 @@ impl Config {
         }
 
         self.try_lock(options.open(&self.db_path())?)
+    }
+
+    /// The data file opened read-only (and locked: no writer may change it meanwhile). A
+    /// missing or unreadable config file is an error, never written.
+    fn open_file_read_only(&self) -> Result<File> {
+        if self.skip_config_file {
+            let file = fs::OpenOptions::new().read(true).open(&self.db_path())?;
+            return self.try_lock(file);
+        }
+        match self.read_config()? {
+            Some(_) => self.verify_config()?,
+            None => {
+                return Err(Error::Unsupported(format!(
+                    "{:?} is missing or empty (read-only open)",
+                    self.config_path()
+                )))
+            }
+        }
+        let file = fs::OpenOptions::new().read(true).open(&self.db_path())?;
+        self.try_lock(file)
     }
 
     fn try_lock(&self, file: File) -> Result<File> {
@@ -848,11 +905,28 @@ impl RunningConfig {
 
         let snap_dir = Path::new(&absolute_path).parent().unwrap();
 
-        if !snap_dir.exists() {
+        if !snap_dir.exists() && !self.read_only {
             fs::create_dir_all(snap_dir)?;
         }
 
-        Ok(snap_dir.read_dir()?.filter_map(filter).collect())
+        // A `.generating` file is a snapshot whose writing was interrupted (a full disk, a
+        // crash): never the one to read. A writable open removes it.
+        let mut found = vec![];
+        for path in snap_dir.read_dir()?.filter_map(filter) {
+            if path.to_string_lossy().ends_with(".generating") {
+                if self.read_only {
+                    warn!("ignoring unfinished snapshot file {:?}", path);
+                } else {
+                    warn!("removing unfinished snapshot file {:?}", path);
+                    if let Err(e) = fs::remove_file(&path) {
+                        warn!("removing {:?} failed: {}", path, e);
+                    }
+                }
+                continue;
+            }
+            found.push(path);
+        }
+        Ok(found)
     }
 }
 

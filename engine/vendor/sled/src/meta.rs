@@ -67,6 +67,9 @@ where
                     merge_operator: RwLock::new(None),
                 })));
             }
+            Err(Error::CollectionNotFound(name)) if context.read_only => {
+                return Err(Error::CollectionNotFound(name));
+            }
             Err(Error::CollectionNotFound(_)) => {}
             Err(other) => return Err(other),
         }

@@ -99,6 +99,9 @@ impl Drop for TreeInner {
     fn drop(&mut self) {
         // Flush the underlying system in a loop until we
         // have flushed all dirty data.
+        if self.context.read_only {
+            return;
+        }
         loop {
             match self.context.pagecache.flush() {
                 Ok(0) => return,

@@ -454,8 +454,8 @@ impl Log {
 
 impl Drop for Log {
     fn drop(&mut self) {
-        // don't do any more IO if we're crashing
-        if self.config.global_error().is_err() {
+        // don't do any more IO if we're crashing, or were opened read-only
+        if self.config.global_error().is_err() || self.config.read_only {
             return;
         }
 

@@ -694,6 +694,11 @@ impl PageCache {
             let guard = pin();
 
             if let Err(Error::ReportableBug(..)) = pc.get_meta(&guard) {
+                if pc.config.read_only {
+                    return Err(Error::Unsupported(
+                        "no sled database to open read-only (its meta page is missing)".into(),
+                    ));
+                }
                 // set up meta
                 was_recovered = false;
 
@@ -709,6 +714,11 @@ impl PageCache {
             }
 
             if let Err(Error::ReportableBug(..)) = pc.get_idgen(&guard) {
+                if pc.config.read_only {
+                    return Err(Error::Unsupported(
+                        "no sled database to open read-only (its id counter is missing)".into(),
+                    ));
+                }
                 // set up idgen
                 was_recovered = false;
 

@@ -634,6 +634,9 @@ impl SegmentAccountant {
 
         for segment_base in to_free {
             self.free_segment(segment_base)?;
+            if self.config.read_only {
+                continue;
+            }
             io_fail!(self.config, "zero garbage segment SA");
             pwrite_all(
                 &self.config.file,
@@ -1092,6 +1095,10 @@ impl SegmentAccountant {
         self.tip = at;
 
         assert!(!self.free.contains(&at), "double-free of a segment occurred");
+
+        if self.config.read_only {
+            return Ok(());
+        }
 
         let (completer, promise) = OneShot::pair();
 

@@ -332,8 +332,10 @@ fn advance_snapshot(
                     shred_base,
                     shred_base + shred_len as LogOffset
                 );
-                pwrite_all(&config.file, &shred_zone, shred_base)?;
-                config.file.sync_all()?;
+                if !config.read_only {
+                    pwrite_all(&config.file, &shred_zone, shred_base)?;
+                    config.file.sync_all()?;
+                }
             }
             (iterated_lsn, iter.segment_base.map(|bb| bb.offset))
         };
@@ -361,7 +363,7 @@ fn advance_snapshot(
         return Err(Error::corruption(None));
     }
 
-    if snapshot.stable_lsn > old_stable_lsn {
+    if snapshot.stable_lsn > old_stable_lsn && !config.read_only {
         write_snapshot(config, &snapshot)?;
     }
 
@@ -395,6 +397,9 @@ fn advance_snapshot(
     };
 
     for (lsn, to_zero) in &iter.segments {
+        if config.read_only {
+            break;
+        }
         debug!("zeroing torn segment at lsn {} lid {}", lsn, to_zero);
 
         #[cfg(feature = "testing")]
@@ -428,7 +433,9 @@ fn advance_snapshot(
 
     // remove all blob files larger than our stable offset
     if let Some(stable_lsn) = snapshot.stable_lsn {
-        gc_blobs(config, stable_lsn)?;
+        if !config.read_only {
+            gc_blobs(config, stable_lsn)?;
+        }
     }
 
     #[cfg(feature = "event_log")]
@@ -456,6 +463,10 @@ pub fn read_snapshot_or_default(config: &RunningConfig) -> Result<Snapshot> {
 /// Returns an error if the read snapshot was corrupted.
 /// Returns `Ok(Some(snapshot))` if there was nothing written.
 fn read_snapshot(config: &RunningConfig) -> Result<Option<Snapshot>> {
+    if config.ignore_snapshot_files {
+        debug!("ignoring snapshot files: recovering from the log alone");
+        return Ok(None);
+    }
     let mut candidates = config.get_snapshot_files()?;
     if candidates.is_empty() {
         debug!("no previous snapshot found");
@@ -545,15 +556,23 @@ fn write_snapshot(config: &RunningConfig, snapshot: &Snapshot) -> Result<()> {
     let mut f =
         std::fs::OpenOptions::new().write(true).create(true).open(&path_1)?;
 
-    // write the snapshot bytes, followed by a crc64 checksum at the end
-    io_fail!(config, "snap write");
-    f.write_all(&*bytes)?;
-    io_fail!(config, "snap write len");
-    f.write_all(&len_bytes)?;
-    io_fail!(config, "snap write crc");
-    f.write_all(&crc32)?;
-    io_fail!(config, "snap write post");
-    f.sync_all()?;
+    // write the snapshot bytes, followed by a crc64 checksum at the end; a failed write (a
+    // full disk) leaves no unfinished file behind
+    let written = (|| -> std::io::Result<()> {
+        io_fail!(config, "snap write");
+        f.write_all(&*bytes)?;
+        io_fail!(config, "snap write len");
+        f.write_all(&len_bytes)?;
+        io_fail!(config, "snap write crc");
+        f.write_all(&crc32)?;
+        io_fail!(config, "snap write post");
+        f.sync_all()
+    })();
+    if let Err(e) = written {
+        drop(f);
+        let _ = std::fs::remove_file(&path_1);
+        return Err(e.into());
+    }
 
     trace!("wrote snapshot to {}", path_1.to_string_lossy());
 
