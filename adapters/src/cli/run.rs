@@ -100,23 +100,40 @@ impl StopSignal {
     }
 }
 
-async fn management_client(path: Option<&PathBuf>) -> Result<Client, String> {
-    let config = match path {
-        Some(p) => {
-            let kubeconfig =
-                Kubeconfig::read_from(p).map_err(|e| format!("{}: {e}", p.display()))?;
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| e.to_string())?
-        }
-        None => Config::infer().await.map_err(|e| e.to_string())?,
-    };
-    adapters::kube::client_from_config(config)
+/// Why `lifecycle run` stopped, deciding its exit code.
+#[derive(Debug)]
+enum RunFailure {
+    /// Bad input: flags, the kubeconfig (exit 2).
+    Input(String),
+    /// It could not do its job: the journal locked or unusable, a port in use, leadership
+    /// lost, a full disk at start (exit 3).
+    Unable(String),
+    /// The journal must be reopened by a new process (see [`reexec`]).
+    Restart,
 }
 
-/// `run` ended so the process can re-execute itself (the journal can only be reopened by a
-/// new process after sled failed to close it).
-const RESTART: &str = "restart to reopen the journal";
+const EXIT_INPUT: u8 = 2;
+const EXIT_UNABLE: u8 = 3;
+
+fn unable(e: impl std::fmt::Display) -> RunFailure {
+    RunFailure::Unable(e.to_string())
+}
+
+async fn management_client(path: Option<&PathBuf>) -> Result<Client, RunFailure> {
+    let config = match path {
+        Some(p) => {
+            let kubeconfig = Kubeconfig::read_from(p)
+                .map_err(|e| RunFailure::Input(format!("kubeconfig {}: {e}", p.display())))?;
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| RunFailure::Input(format!("kubeconfig {}: {e}", p.display())))?
+        }
+        None => Config::infer()
+            .await
+            .map_err(|e| RunFailure::Input(format!("no kubeconfig found: {e}")))?,
+    };
+    adapters::kube::client_from_config(config).map_err(RunFailure::Input)
+}
 
 /// Replaces this process with a fresh `lifecycle run` with the same arguments: `exec` closes
 /// sled's files (opened close-on-exec), freeing the journal's lock; the new process rebuilds
@@ -143,17 +160,17 @@ fn identity() -> String {
     format!("{host}_{}", std::process::id())
 }
 
-async fn run(args: RunArgs) -> Result<(), String> {
-    let mut stop_signal = StopSignal::install()?;
+async fn run(args: RunArgs) -> Result<(), RunFailure> {
+    let mut stop_signal = StopSignal::install().map_err(unable)?;
     if let (Some(origin), Some(speed)) = (args.clock_origin_ms, args.clock_speed) {
-        adapters::clock::scale(engine::Timestamp(origin), speed)?;
+        adapters::clock::scale(engine::Timestamp(origin), speed).map_err(RunFailure::Input)?;
     }
     let client = management_client(args.kubeconfig.as_ref()).await?;
     let retention = Retention {
         snapshots_kept: args.journal_keep_snapshots as usize,
         retire_records: !args.journal_keep_all,
     };
-    let (log, restored) = SledLog::open_with(&args.journal, retention)?;
+    let (log, restored) = SledLog::open_with(&args.journal, retention).map_err(unable)?;
     let mut engine = restored.engine;
     // Commands in flight when the last process stopped may never have run: the engine forgets
     // them and the relists that follow show what did happen.
@@ -161,7 +178,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
     engine.observe_reconciles(metrics.reconcile_observer());
     let (bound, _server) = adapters::kube::metrics::serve(args.metrics_addr, metrics.clone())
         .await
-        .map_err(|e| format!("metrics server on {}: {e}", args.metrics_addr))?;
+        .map_err(|e| unable(format!("metrics server on {}: {e}", args.metrics_addr)))?;
     tracing::info!(%bound, "serving /metrics and /healthz");
     let deadline = async {
         match args.run_for {
@@ -211,7 +228,9 @@ async fn run(args: RunArgs) -> Result<(), String> {
     };
     let mut adapter = Adapter::new(engine, log, client, metrics, options);
     // Held like any input if the journal cannot be written yet.
-    adapter.feed_input(adapters::clock::wall_now(), engine::Input::Restarted)?;
+    adapter
+        .feed_input(adapters::clock::wall_now(), engine::Input::Restarted)
+        .map_err(unable)?;
     let mut lost = None;
     let stop = async {
         tokio::select! {
@@ -220,14 +239,14 @@ async fn run(args: RunArgs) -> Result<(), String> {
             why = lost_rx => lost = why.ok(),
         }
     };
-    adapter.run(stop).await?;
+    adapter.run(stop).await.map_err(unable)?;
     if adapter.restart_required() {
         drop(adapter);
-        return Err(RESTART.into());
+        return Err(RunFailure::Restart);
     }
     if let Some(why) = lost {
         // Someone else acts now: stop at once, nothing to finish or give back.
-        return Err(format!("leadership lost: {why}"));
+        return Err(unable(format!("leadership lost: {why}")));
     }
     let started = std::time::Instant::now();
     let bound = Duration::from_secs(args.shutdown_timeout_seconds);
@@ -243,7 +262,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
         }
     }
     // Released whatever became of the journal: a standby rebuilds from its own.
-    let report = shut?;
+    let report = shut.map_err(unable)?;
     tracing::info!(
         commands_ended = report.commands_ended,
         commands_abandoned = report.commands_abandoned,
@@ -258,16 +277,20 @@ pub fn main(args: RunArgs) -> u8 {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("starting the runtime: {e}");
-            return 1;
+            eprintln!("lifecycle run: starting the runtime: {e}");
+            return EXIT_UNABLE;
         }
     };
     match runtime.block_on(run(args)) {
         Ok(()) => 0,
-        Err(e) if e == RESTART => reexec(),
-        Err(e) => {
+        Err(RunFailure::Restart) => reexec(),
+        Err(RunFailure::Input(e)) => {
             eprintln!("lifecycle run: {e}");
-            1
+            EXIT_INPUT
+        }
+        Err(RunFailure::Unable(e)) => {
+            eprintln!("lifecycle run: {e}");
+            EXIT_UNABLE
         }
     }
 }

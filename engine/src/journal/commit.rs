@@ -633,32 +633,6 @@ pub(crate) fn load_written(dir: &Path) -> Result<Loaded, JournalError> {
     }
 }
 
-/// Creates both copies of a new journal's commit record (header only: nothing committed).
-pub(crate) fn create(dir: &Path) -> Result<(), JournalError> {
-    replace(dir, None, &[])
-}
-
-/// Replaces the commit record with the retention entry `retired` (if any) and one entry for
-/// `retired + 1..=last` (none when there are no such records): see [`replace`].
-pub(crate) fn rewrite(
-    dir: &Path,
-    retired: Option<CommitEntry>,
-    last: u64,
-    digest: u64,
-) -> Result<(), JournalError> {
-    let (first, prev_chain) = retired.map_or((1, CHAIN_START), |r| (r.last_seq + 1, r.chain));
-    let mut entries = Vec::new();
-    if last >= first {
-        entries.push(CommitEntry {
-            first_seq: first,
-            last_seq: last,
-            digest,
-            chain: chain_next(prev_chain, first, last, digest),
-        });
-    }
-    replace(dir, retired, &entries)
-}
-
 /// The commit record after retiring records `1..=retired_through`: the retention entry and
 /// the entries after it. `entries` are the current commit entries (checked by [`load`]); the
 /// one holding `retired_through` is split there, its two halves' digests computed from the

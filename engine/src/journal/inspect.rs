@@ -39,7 +39,11 @@ pub(crate) fn presence(dir: &Path) -> Result<Presence, JournalError> {
     let db = dir.join(DB_FILE);
     match (exists(&conf)?, exists(&db)?) {
         (false, false) => Ok(Presence::Fresh),
-        (true, _) => Ok(Presence::Store),
+        (true, true) => Ok(Presence::Store),
+        (true, false) => Err(JournalError::StoreDamaged {
+            path: db,
+            reason: "is missing (sled's settings file conf is there)".into(),
+        }),
         (false, true) => Err(JournalError::ConfDamaged {
             path: conf,
             reason: "is missing (sled's data file db is there): see `lifecycle log repair`".into(),
@@ -276,6 +280,39 @@ pub(crate) fn inspect(
         tracing::info!(file = %p.display(), "ignoring an unfinished sled snapshot file (a full disk or a crash while writing it); a writable open removes it");
     }
     let db = super::open_sled(dir, &sled_config(dir, opts, segment_bytes, mode))?;
+    inspect_store(dir, db, strictness).map_err(|e| name_store_damage(dir, e))
+}
+
+/// An error sled gave while reading, naming where the damage is when it can be told.
+pub(crate) fn name_store_damage(dir: &Path, e: JournalError) -> JournalError {
+    match e {
+        JournalError::Storage {
+            op,
+            source: sled::Error::Io(io),
+        } => match damaged_blob(dir) {
+            Some((path, reason)) => JournalError::StoreDamaged { path, reason },
+            None if io.kind() == std::io::ErrorKind::NotFound => JournalError::StoreDamaged {
+                path: dir.join(BLOBS_DIR),
+                reason: format!("a blob file sled refers to is missing (while {op})"),
+            },
+            None => JournalError::Storage {
+                op,
+                source: sled::Error::Io(io),
+            },
+        },
+        JournalError::Storage {
+            source: source @ sled::Error::Corruption { .. },
+            ..
+        } => store_error(dir, source),
+        other => other,
+    }
+}
+
+fn inspect_store(
+    dir: &Path,
+    db: sled::Db,
+    strictness: Strictness,
+) -> Result<Inspection, JournalError> {
     let chunks = Chunks::load_read_only(&db)?;
     let names = db.tree_names();
     let has_tree = |name: &str| names.iter().any(|n| n.as_ref() == name.as_bytes());
@@ -416,6 +453,9 @@ pub(crate) fn inspect(
             }
         }
     }
+    if let Some(tree) = &snapshots {
+        check_engine_snapshots(dir, tree)?;
+    }
     Ok(Inspection {
         db,
         chunks,
@@ -427,6 +467,27 @@ pub(crate) fn inspect(
         legacy,
         commit_problem,
     })
+}
+
+/// Every engine snapshot can be read from sled (its checksum is the reader's to judge: a bad
+/// one is passed over for an older one). One sled cannot read (a blob file it refers to is
+/// missing or damaged) would fail the start after it wrote.
+pub(crate) fn check_engine_snapshots(dir: &Path, tree: &sled::Tree) -> Result<(), JournalError> {
+    for entry in tree.iter() {
+        if let Err(e) = entry {
+            let (path, why) = damaged_blob(dir).unwrap_or_else(|| {
+                (
+                    dir.join(BLOBS_DIR),
+                    "a blob file sled refers to is missing".to_string(),
+                )
+            });
+            return Err(JournalError::StoreDamaged {
+                path,
+                reason: format!("an engine snapshot fails to load: {why} (sled: {e})"),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Whether the chunk starting at `start` holds records after `retired_through` (a crash
@@ -476,6 +537,29 @@ fn stored_end(
     }
 }
 
+/// The first blob file that fails sled's own check (`crc32 | kind | data`, the crc over kind
+/// and data): sled reports damage it met while recovering as "corruption in its log" or "in
+/// its snapshot file", and a blob is where it most often is.
+fn damaged_blob(dir: &Path) -> Option<(PathBuf, String)> {
+    let blobs = files(dir).ok()?;
+    blobs
+        .into_iter()
+        .filter(|p| p.parent().is_some_and(|d| d.ends_with(BLOBS_DIR)))
+        .find_map(|path| {
+            let reason = match std::fs::read(&path) {
+                Err(e) => format!("cannot be read: {e}"),
+                Ok(b) if b.len() < 5 => {
+                    format!("is {} bytes long, shorter than its header", b.len())
+                }
+                Ok(b) if crc32fast::hash(&b[4..]).to_le_bytes() != b[..4] => {
+                    "fails its checksum".to_string()
+                }
+                Ok(_) => return None,
+            };
+            Some((path, format!("sled's blob file {reason}")))
+        })
+}
+
 /// A sled error while opening, naming the file where sled says the damage is.
 pub(crate) fn store_error(dir: &Path, e: sled::Error) -> JournalError {
     match &e {
@@ -485,6 +569,9 @@ pub(crate) fn store_error(dir: &Path, e: sled::Error) -> JournalError {
             }
         }
         sled::Error::Corruption { at, .. } => {
+            if let Some((path, reason)) = damaged_blob(dir) {
+                return JournalError::StoreDamaged { path, reason };
+            }
             let (path, reason) = match at {
                 Some(sled::DiskPtr::Blob(_, lsn)) => (
                     dir.join(BLOBS_DIR).join(lsn.to_string()),

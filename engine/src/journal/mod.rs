@@ -383,7 +383,7 @@ impl Journal {
         if presence == inspect::Presence::Fresh {
             check_fresh(dir)?;
             create_private_dir(dir)?;
-            return Journal::create(dir, opts);
+            return Journal::create(dir, opts, None);
         }
         let found = inspect::inspect(dir, &opts, StoreMode::Inspect, inspect::Strictness::Start)?;
         let checked_last = found.stored_last;
@@ -503,8 +503,13 @@ impl Journal {
         Ok((journal, report))
     }
 
-    /// A new, empty journal in `dir` (which holds no sled files).
-    fn create(dir: &Path, opts: JournalOptions) -> Result<(Journal, OpenReport), JournalError> {
+    /// A new, empty journal in `dir` (which holds no sled files). With `retired`, it starts
+    /// after the records that entry retires (a repair rebuilding a journal with retention).
+    pub(crate) fn create(
+        dir: &Path,
+        opts: JournalOptions,
+        retired: Option<commit::CommitEntry>,
+    ) -> Result<(Journal, OpenReport), JournalError> {
         let db = open_sled(
             dir,
             &inspect::sled_config(dir, &opts, opts.segment_bytes, StoreMode::Write),
@@ -522,8 +527,12 @@ impl Journal {
         write_meta(&tree(TREE_META)?, true)?;
         db.flush()
             .map_err(JournalError::storage("flushing a new journal"))?;
-        commit::create(dir)?;
-        let trusted = commit::Loaded::default();
+        commit::replace(dir, retired, &[])?;
+        let trusted = commit::Loaded {
+            retired,
+            ..commit::Loaded::default()
+        };
+        let retired_through = trusted.retired_through();
         let blob_sync = durable::BlobSync::new(dir).map_err(|e| JournalError::Storage {
             op: "listing blob files",
             source: e.into(),
@@ -534,7 +543,7 @@ impl Journal {
             chunks,
             snapshots: Some(snapshots),
             opts,
-            next_seq: 1,
+            next_seq: retired_through + 1,
             encode_buf: Vec::new(),
             writer: Some(Writer {
                 blob_sync,
@@ -545,15 +554,15 @@ impl Journal {
             commit_record: trusted,
             commit_problem: None,
             legacy: false,
-            retired_through: 0,
+            retired_through,
         };
         let report = OpenReport {
             created: true,
             truncated_tail: None,
-            next_seq: 1,
-            committed_through: 0,
+            next_seq: retired_through + 1,
+            committed_through: retired_through,
             upgraded_from: None,
-            retired_through: 0,
+            retired_through,
             recovered_commit_copies: Vec::new(),
         };
         Ok((journal, report))

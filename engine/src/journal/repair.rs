@@ -14,13 +14,13 @@
 //! * when sled cannot open the store at all, its files are moved to `discarded/` and the
 //!   journal starts empty (every record discarded; also only with `Truncate`).
 
-use super::batch::{BatchEncoder, BatchView, FORMAT_VERSION, seq_key};
+use super::batch::seq_key;
 use super::chunks::Chunks;
 use super::inspect::{self, StoreMode};
 use super::{
     JOURNAL_FORMAT_VERSION, Journal, JournalError, JournalOptions, SLED_SEGMENT_BYTES, TREE_META,
     TREE_SNAPSHOTS, commit, contain_panics, create_private_dir, key_seq, open_sled, read,
-    read_meta_version, write_meta,
+    read_meta_version,
 };
 use crate::time::Timestamp;
 use std::ops::ControlFlow;
@@ -89,6 +89,9 @@ struct Salvage {
     snapshots_beyond: Vec<u64>,
     /// Copies of the commit record to rewrite even if no record is discarded.
     stale_copies: Vec<String>,
+    /// The engine snapshots cannot be read (a blob file sled refers to is gone): dropped,
+    /// and the engine rebuilt by replaying every record (only when none was retired).
+    unreadable_snapshots: Option<String>,
 }
 
 impl Journal {
@@ -198,6 +201,23 @@ fn repair(
     for copy in &found.stale_copies {
         actions.push(format!("write {copy} again from the other copy"));
     }
+    if let Some(why) = &found.unreadable_snapshots {
+        actions.push(format!(
+            "leave behind the engine snapshots sled cannot read ({why}); the engine is rebuilt by replaying the records"
+        ));
+    }
+    if found.first_problem.is_some()
+        || !found.stale_copies.is_empty()
+        || found.unreadable_snapshots.is_some()
+    {
+        actions.push(format!(
+            "rebuild sled's files from records {}..{} (in {}/, then the old files move to {}/<n>/)",
+            found.retired_through + 1,
+            found.kept_through,
+            dir.join(REBUILD_DIR).display(),
+            dir.join(DISCARDED_DIR).display()
+        ));
+    }
     if let Some(problem) = &found.first_problem {
         actions.push(format!(
             "discard records {}.. ({} stored batches) and the snapshots through {:?}: {problem}",
@@ -243,9 +263,16 @@ fn repair(
             remove(&p)?;
         }
     }
-    if found.first_problem.is_some() || !found.stale_copies.is_empty() {
-        let applied = truncate(dir, opts, size, found.kept_through)?;
-        report.batches_removed = applied.batches_removed;
+    if found.first_problem.is_some()
+        || !found.stale_copies.is_empty()
+        || found.unreadable_snapshots.is_some()
+    {
+        let source = Source {
+            segment_bytes: size,
+            store,
+            skip_conf: false,
+        };
+        let applied = rebuild(dir, opts, &source, found.kept_through)?;
         report.snapshots_removed = applied.snapshots_removed;
     }
     // The repaired journal must pass the checks every start makes.
@@ -353,7 +380,16 @@ fn salvage(
         batches_after = 0;
         kept_through = kept_through.max(committed_before.unwrap_or(0));
     }
-    let snapshots_beyond = match tree(TREE_SNAPSHOTS)? {
+    let snapshot_tree = tree(TREE_SNAPSHOTS)?;
+    let unreadable_snapshots = match &snapshot_tree {
+        Some(t) => match inspect::check_engine_snapshots(dir, t) {
+            Ok(()) => None,
+            Err(e) if retired_through == 0 => Some(e.to_string()),
+            Err(e) => return Err(e),
+        },
+        None => None,
+    };
+    let snapshots_beyond = match snapshot_tree.filter(|_| unreadable_snapshots.is_none()) {
         Some(t) => t
             .iter()
             .keys()
@@ -375,6 +411,7 @@ fn salvage(
         batches_after,
         snapshots_beyond,
         stale_copies,
+        unreadable_snapshots,
     })
 }
 
@@ -481,19 +518,7 @@ fn repair_unopenable(
         .map(|n| aside.join(n.to_string()))
         .find(|p| !p.exists())
         .expect("a free name");
-    std::fs::create_dir_all(stamp.join(inspect::BLOBS_DIR)).map_err(|source| {
-        JournalError::CreateDir {
-            dir: stamp.clone(),
-            source,
-        }
-    })?;
-    for f in files {
-        let rel = f.strip_prefix(dir).unwrap_or(&f).to_path_buf();
-        std::fs::rename(&f, stamp.join(rel)).map_err(|source| JournalError::FileUnreadable {
-            path: f.clone(),
-            source,
-        })?;
-    }
+    move_files(dir, &stamp)?;
     sync_dir(dir)?;
     Ok(report)
 }
@@ -501,111 +526,186 @@ fn repair_unopenable(
 /// Where [`Journal::repair`] moves the files of a store sled cannot open.
 pub const DISCARDED_DIR: &str = "discarded";
 
-/// The kept records after a truncation, applied read-write.
+/// What a rebuild discarded besides records (the snapshots it did not carry over).
 struct Applied {
-    batches_removed: u64,
     snapshots_removed: Vec<u64>,
 }
 
-/// Keeps records `..=kept_through`, removes everything after (and snapshots beyond), and
-/// rewrites both copies of the commit record to vouch for exactly what was kept.
-fn truncate(
+/// Where [`rebuild`] builds the new store before it takes the old one's place.
+const REBUILD_DIR: &str = "rebuild";
+
+/// Rebuilds the store from its good records: a new journal in `dir/rebuild/` holds records
+/// `retired + 1..=kept_through` exactly as they were (seqs, times, payloads), the engine
+/// snapshots within them that sled can read, and a commit record vouching for exactly them.
+/// Then the old files move to `dir/discarded/<n>/` and the new ones take their place. Works
+/// whatever sled can no longer do in place (a node it cannot read, a tree it cannot drop).
+fn rebuild(
     dir: &Path,
     opts: &JournalOptions,
-    segment_bytes: usize,
+    source: &Source,
     kept_through: u64,
 ) -> Result<Applied, JournalError> {
-    create_private_dir(dir)?;
     let db = open_sled(
         dir,
-        &inspect::sled_config(dir, opts, segment_bytes, StoreMode::Write),
+        &inspect::sled_config(dir, opts, source.segment_bytes, source.store)
+            .skip_config_file(source.skip_conf),
     )?;
-    let mut chunks = Chunks::load(&db)?;
+    let mut chunks = Chunks::load_read_only(&db)?;
     let copies = commit::load_copies(dir);
-    let meta = db
-        .open_tree(TREE_META)
-        .map_err(JournalError::storage("opening a tree"))?;
-    let format = read_meta_version(&meta)?;
+    let names = db.tree_names();
+    let has = |name: &str| names.iter().any(|n| n.as_ref() == name.as_bytes());
+    let format = if has(TREE_META) {
+        read_meta_version(
+            &db.open_tree(TREE_META)
+                .map_err(JournalError::storage("opening a tree"))?,
+        )?
+    } else {
+        None
+    };
     let loaded = commit::reconcile(dir, &copies, format.unwrap_or(JOURNAL_FORMAT_VERSION))
         .ok()
         .and_then(|r| r.loaded);
     let retired = match &loaded {
         Some(l) => l.retired,
-        None if format == Some(JOURNAL_FORMAT_VERSION)
-            || format == Some(super::JOURNAL_FORMAT_VERSION_NO_MIRROR) =>
-        {
-            chunks
-                .starts()
-                .first()
-                .filter(|&&s| s > 1)
-                .map(|&s| commit::fresh_retention_entry(s - 1))
-        }
+        None if format >= Some(super::JOURNAL_FORMAT_VERSION_NO_MIRROR) => chunks
+            .starts()
+            .first()
+            .filter(|&&s| s > 1)
+            .map(|&s| commit::fresh_retention_entry(s - 1)),
         None => None,
     };
     let retired_through = retired.map_or(0, |r| r.last_seq);
-    chunks.retire_through(retired_through)?;
-    let mut batches_removed = 0;
-    while let Some((tree, first, value)) = chunks.last_batch()? {
-        if first > kept_through {
-            chunks.remove_batch(&tree, first)?;
-            batches_removed += 1;
-            continue;
-        }
-        // The batch holding the first bad record keeps its good records, re-framed.
-        if let Ok(view) = BatchView::parse(first, &value)
-            && view.last_seq() > kept_through
-        {
-            crate::mark::hit("repair_reframes_the_batch_with_the_first_bad_record");
-            let good: Vec<(Timestamp, Vec<u8>)> = view
-                .records()
-                .map_while(Result::ok)
-                .take_while(|r| r.seq <= kept_through)
-                .map(|r| (r.at, r.payload.to_vec()))
-                .collect();
-            let mut buf = Vec::new();
-            let mut enc = BatchEncoder::begin(&mut buf, FORMAT_VERSION, first);
-            for (at, payload) in &good {
-                enc.push(*at, payload);
-            }
-            enc.finish();
-            tree.insert(seq_key(first), buf)
-                .map_err(JournalError::storage("rewriting the last kept batch"))?;
-        }
-        break;
+    chunks.retire_view(retired_through);
+    let target = dir.join(REBUILD_DIR);
+    if target.exists() {
+        std::fs::remove_dir_all(&target).map_err(|source| JournalError::CreateDir {
+            dir: target.clone(),
+            source,
+        })?;
     }
-    let snapshots = db
-        .open_tree(TREE_SNAPSHOTS)
-        .map_err(JournalError::storage("opening a tree"))?;
-    let mut snapshots_removed = Vec::new();
-    for key in snapshots.iter().keys() {
-        let key = key.map_err(JournalError::storage("listing snapshots"))?;
-        let seq = key_seq(&key, 0)?;
-        if seq > kept_through || seq < retired_through {
-            snapshots
-                .remove(&key)
-                .map_err(JournalError::storage("removing a snapshot"))?;
-            snapshots_removed.push(seq);
-        }
-    }
-    write_meta(&meta, false)?;
-    db.flush()
-        .map_err(JournalError::storage("flushing the repair"))?;
-    let digest = if kept_through > retired_through {
-        commit::digest_range(&chunks, retired_through + 1, kept_through).map_err(|reason| {
-            JournalError::RecordsDamaged {
-                first: retired_through + 1,
-                last: kept_through,
-                reason,
-            }
-        })?
-    } else {
-        0
+    create_private_dir(&target)?;
+    let new_opts = JournalOptions {
+        segment_bytes: source.segment_bytes,
+        ..opts.clone()
     };
-    commit::rewrite(dir, retired, kept_through, digest)?;
-    Ok(Applied {
-        batches_removed,
-        snapshots_removed,
-    })
+    let (mut fresh, _) = Journal::create(&target, new_opts, retired)?;
+    let mut batch: Vec<(Timestamp, Vec<u8>)> = Vec::new();
+    let mut batch_bytes = 0;
+    let mut failed = None;
+    let flush_batch = |fresh: &mut Journal, batch: &mut Vec<(Timestamp, Vec<u8>)>| {
+        let entries: Vec<(Timestamp, &[u8])> =
+            batch.iter().map(|(at, p)| (*at, p.as_slice())).collect();
+        let appended = fresh.append_batch(&entries);
+        batch.clear();
+        appended.map(|_| ())
+    };
+    let walked = read::for_each(&chunks, retired_through + 1, |r| {
+        if r.seq > kept_through {
+            return ControlFlow::Break(());
+        }
+        batch_bytes += r.payload.len();
+        batch.push((r.at, r.payload.to_vec()));
+        if batch.len() >= 1024 || batch_bytes >= 4 << 20 {
+            batch_bytes = 0;
+            if let Err(e) = flush_batch(&mut fresh, &mut batch) {
+                failed = Some(e);
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    match walked {
+        Ok(_) | Err(JournalError::Corrupt { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    if !batch.is_empty() {
+        flush_batch(&mut fresh, &mut batch)?;
+    }
+    if fresh.last_seq().unwrap_or(retired_through) != kept_through {
+        return Err(JournalError::RecordsMissing {
+            first: fresh.next_seq(),
+            last: kept_through,
+            stored_last: fresh.next_seq() - 1,
+        });
+    }
+    let mut snapshots_removed = Vec::new();
+    if has(TREE_SNAPSHOTS) {
+        let tree = db
+            .open_tree(TREE_SNAPSHOTS)
+            .map_err(JournalError::storage("opening a tree"))?;
+        let kept_tree = fresh.snapshots.clone().expect("a writable journal");
+        let mut iter = tree.iter();
+        loop {
+            match iter.next() {
+                None => break,
+                Some(Ok((key, value))) => {
+                    let seq = key_seq(&key, 0)?;
+                    if seq < retired_through || seq > kept_through {
+                        snapshots_removed.push(seq);
+                        continue;
+                    }
+                    kept_tree
+                        .insert(seq_key(seq), value)
+                        .map_err(JournalError::storage("copying a snapshot"))?;
+                }
+                // The rest of the tree cannot be read: those snapshots are left behind.
+                Some(Err(_)) => {
+                    snapshots_removed.push(u64::MAX);
+                    break;
+                }
+            }
+        }
+    }
+    fresh.flush()?;
+    drop(fresh);
+    drop(chunks);
+    drop(db);
+    swap_in(dir, &target)?;
+    Ok(Applied { snapshots_removed })
+}
+
+/// How the store was read when it was salvaged (the same way is used to rebuild it).
+struct Source {
+    segment_bytes: usize,
+    store: StoreMode,
+    skip_conf: bool,
+}
+
+/// Moves the journal's files in `dir` to `dir/discarded/<n>/`, then those of `new` into
+/// `dir`, and removes `new`.
+fn swap_in(dir: &Path, new: &Path) -> Result<(), JournalError> {
+    let aside = (1..)
+        .map(|n| dir.join(DISCARDED_DIR).join(n.to_string()))
+        .find(|p| !p.exists())
+        .expect("a free name");
+    move_files(dir, &aside)?;
+    move_files(new, dir)?;
+    std::fs::remove_dir_all(new).map_err(|source| JournalError::CreateDir {
+        dir: new.to_path_buf(),
+        source,
+    })?;
+    sync_dir(dir)
+}
+
+/// Moves the journal's files (top level and `blobs/`) from `from` to `to`.
+fn move_files(from: &Path, to: &Path) -> Result<(), JournalError> {
+    std::fs::create_dir_all(to.join(inspect::BLOBS_DIR)).map_err(|source| {
+        JournalError::CreateDir {
+            dir: to.to_path_buf(),
+            source,
+        }
+    })?;
+    for f in inspect::files(from)? {
+        let rel = f.strip_prefix(from).unwrap_or(&f).to_path_buf();
+        std::fs::rename(&f, to.join(&rel)).map_err(|source| JournalError::FileUnreadable {
+            path: f.clone(),
+            source,
+        })?;
+    }
+    sync_dir(to)
 }
 
 /// sled's `conf` file for `segment_bytes` (its own format: text, then a crc32).

@@ -884,7 +884,6 @@ pub(super) fn damage_matrix(
 
 #[test]
 fn repair_truncates_to_the_last_good_record_and_rewrites_the_commit_record() {
-    let _mark = crate::mark::check("repair_reframes_the_batch_with_the_first_bad_record");
     let tmp = tempfile::tempdir().unwrap();
     let (mut j, _) = open(tmp.path());
     append_n(&mut j, 30, 10);
@@ -909,6 +908,11 @@ fn repair_truncates_to_the_last_good_record_and_rewrites_the_commit_record() {
     assert!(j.verify().is_clean(), "{:?}", j.verify());
     append_n(&mut j, 3, 3);
     assert!(j.verify().is_clean());
+    drop(j);
+    assert!(
+        tmp.path().join(DISCARDED_DIR).join("1").join("db").exists(),
+        "the old store is kept aside"
+    );
 }
 
 #[test]

@@ -1409,7 +1409,8 @@ impl Tree {
     /// # Ok(()) }
     /// ```
     pub fn len(&self) -> usize {
-        self.iter().count()
+        // Stops at a read error: the iterator yields the same error forever.
+        self.iter().take_while(Result::is_ok).count()
     }
 
     /// Returns `true` if the `Tree` contains no elements.
