@@ -169,25 +169,53 @@ fn log_verify_names_records_lost_to_a_flipped_byte_and_exits_1() {
     assert!(text.contains("FAILED"), "{text}");
 }
 
+/// The user inspection runs as: `nobody` when the tests run as root (root reads any file
+/// whatever its mode), so the journal's read-only modes are really in force. The binary is
+/// linked into `dir` (the build directory may be unreachable for `nobody`).
+fn as_another_user(dir: &Path) -> Command {
+    use std::os::unix::fs::PermissionsExt;
+    let binary = dir.join("lifecycle");
+    if !binary.exists() {
+        if std::fs::hard_link(env!("CARGO_BIN_EXE_lifecycle"), &binary).is_err() {
+            std::fs::copy(env!("CARGO_BIN_EXE_lifecycle"), &binary).unwrap();
+        }
+        std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    if root {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&binary);
+        c
+    } else {
+        Command::new(binary)
+    }
+}
+
 #[test]
-fn log_commands_read_a_read_only_journal_and_change_nothing() {
+fn log_commands_read_a_read_only_journal_of_another_user_and_change_nothing() {
     use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let journal = simulated_journal(tmp.path());
     let before = files_with_mtimes(&journal);
     for (path, _, _) in &before {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o400)).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o444)).unwrap();
     }
     std::fs::set_permissions(
         journal.join("blobs"),
-        std::fs::Permissions::from_mode(0o500),
+        std::fs::Permissions::from_mode(0o555),
     )
     .unwrap();
-    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o500)).unwrap();
+    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o555)).unwrap();
     for command in ["verify", "stats", "show"] {
-        let out = lifecycle()
+        let out = as_another_user(tmp.path())
             .args(["log", command, "--journal"])
             .arg(&journal)
+            .env("TMPDIR", tmp.path().join("no-such-dir"))
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
@@ -200,7 +228,7 @@ fn log_commands_read_a_read_only_journal_and_change_nothing() {
         if command == "verify" {
             assert!(
                 text.contains(&format!(
-                    "commit record covers records 1..{SIMULATED_RECORDS}"
+                    "checked in place, read-only; its commit record covers records 1..{SIMULATED_RECORDS}"
                 )),
                 "{text}"
             );
@@ -208,6 +236,130 @@ fn log_commands_read_a_read_only_journal_and_change_nothing() {
     }
     std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o700)).unwrap();
     assert_eq!(files_with_mtimes(&journal), before);
+}
+
+/// The reproduction in one step: `: > commits; truncate -s N db; lifecycle log
+/// verify`. The other copy of the commit record still vouches for every record, so the
+/// records sled lost are named and verify fails; two starts in a row refuse and change
+/// nothing; a dry-run repair says what would be lost.
+#[test]
+fn an_emptied_commit_record_and_a_cut_store_are_never_read_back_as_ok() {
+    let tmp = tempfile::tempdir().unwrap();
+    let journal = simulated_journal(tmp.path());
+    std::fs::write(journal.join("commits"), b"").unwrap();
+    let db = journal.join("db");
+    let len = std::fs::metadata(&db).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&db)
+        .unwrap()
+        .set_len(len / 3)
+        .unwrap();
+    let verify = lifecycle()
+        .args(["log", "verify", "--journal"])
+        .arg(&journal)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&verify.stdout),
+        String::from_utf8_lossy(&verify.stderr)
+    );
+    assert_eq!(verify.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!("..{SIMULATED_RECORDS} are missing")),
+        "{text}"
+    );
+    let before = files_with_mtimes(&journal);
+    let kubeconfig = unreachable_kubeconfig(tmp.path());
+    for _ in 0..2 {
+        let run = lifecycle()
+            .args(["run", "--run-for", "0", "--metrics-addr", "127.0.0.1:0"])
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--journal")
+            .arg(&journal)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(3), "{err}");
+        assert!(
+            err.contains(&format!("..{SIMULATED_RECORDS} are missing")),
+            "{err}"
+        );
+        assert!(err.contains("log repair --journal"), "{err}");
+        assert_eq!(
+            files_with_mtimes(&journal),
+            before,
+            "a refused start writes nothing"
+        );
+    }
+    let dry = lifecycle()
+        .args(["log", "repair", "--dry-run", "--journal"])
+        .arg(&journal)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&dry.stdout);
+    assert_eq!(dry.status.code(), Some(0), "{text}");
+    assert!(text.contains("would lose committed records"), "{text}");
+    assert_eq!(
+        files_with_mtimes(&journal),
+        before,
+        "a dry run writes nothing"
+    );
+}
+
+fn unreachable_kubeconfig(dir: &Path) -> std::path::PathBuf {
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\nusers: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    )
+    .unwrap();
+    kubeconfig
+}
+
+/// `lifecycle run`'s exit codes: 2 for bad input, 3 when it cannot do its job.
+#[test]
+fn run_exits_2_on_a_bad_kubeconfig_and_3_on_a_locked_journal_or_a_port_in_use() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |kubeconfig: &Path, journal: &Path, metrics: &str| {
+        let out = lifecycle()
+            .args(["run", "--run-for", "0", "--metrics-addr", metrics])
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("--journal")
+            .arg(journal)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let bad = tmp.path().join("bad-kubeconfig");
+    std::fs::write(&bad, "this: [is not a kubeconfig").unwrap();
+    let (code, err) = run(&bad, &tmp.path().join("j1"), "127.0.0.1:0");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("kubeconfig"), "{err}");
+    let (code, err) = run(
+        &tmp.path().join("missing"),
+        &tmp.path().join("j1"),
+        "127.0.0.1:0",
+    );
+    assert_eq!(code, Some(2), "{err}");
+    let good = unreachable_kubeconfig(tmp.path());
+    let held = tmp.path().join("held");
+    let (_journal, _) =
+        engine::journal::Journal::open(&held, engine::journal::JournalOptions::default()).unwrap();
+    let (code, err) = run(&good, &held, "127.0.0.1:0");
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("locked"), "{err}");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, err) = run(&good, &tmp.path().join("j2"), &addr);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("metrics server"), "{err}");
 }
 
 /// "N inputs journaled" from a run's verdict line.

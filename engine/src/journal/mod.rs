@@ -1170,12 +1170,20 @@ fn header_first_seq(value: &[u8]) -> u64 {
     u64::from_le_bytes(a)
 }
 
-/// Runs `f`, turning a sled panic into [`JournalError::StorePanicked`].
+/// Runs `f`, turning a sled panic into [`JournalError::StorePanicked`]. The panic is told in
+/// one line (the error); its backtrace only at debug level.
 fn contain_panics<T>(
     dir: &Path,
     f: impl FnOnce() -> Result<T, JournalError>,
 ) -> Result<T, JournalError> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+    quiet_panics::install();
+    let result = quiet_panics::QUIET.with(|q| {
+        q.set(true);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        q.set(false);
+        r
+    });
+    result.unwrap_or_else(|panic| {
         let message = panic
             .downcast_ref::<&str>()
             .map(|s| s.to_string())
@@ -1186,6 +1194,34 @@ fn contain_panics<T>(
             message,
         })
     })
+}
+
+/// A panic hook that stays silent (but for a debug line) while the journal contains a sled
+/// panic on this thread, and leaves every other panic to the hook installed before it.
+mod quiet_panics {
+    use std::cell::Cell;
+    use std::sync::Once;
+
+    thread_local! {
+        pub(super) static QUIET: Cell<bool> = const { Cell::new(false) };
+    }
+
+    pub(super) fn install() {
+        static ONCE: Once = Once::new();
+        ONCE.call_once(|| {
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                if QUIET.with(Cell::get) {
+                    tracing::debug!(
+                        backtrace = %std::backtrace::Backtrace::force_capture(),
+                        "sled panicked (contained): {info}"
+                    );
+                } else {
+                    previous(info);
+                }
+            }));
+        });
+    }
 }
 
 fn clamp_options(mut opts: JournalOptions) -> JournalOptions {

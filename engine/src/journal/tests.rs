@@ -962,3 +962,21 @@ fn buffered_records_never_flushed_are_an_unacknowledged_tail() {
     assert_eq!((report.next_seq, report.committed_through), (9, 8));
     assert!(j.verify().is_clean());
 }
+
+/// A sled panic while opening is an error naming the journal, not a crash (and the panic hook
+/// before it still reports other panics).
+#[test]
+fn a_contained_panic_is_an_error_and_later_panics_still_reach_the_previous_hook() {
+    let tmp = tempfile::tempdir().unwrap();
+    let err = contain_panics(tmp.path(), || -> Result<(), JournalError> {
+        panic!("sled says no")
+    })
+    .unwrap_err();
+    assert!(
+        matches!(&err, JournalError::StorePanicked { message, .. } if message == "sled says no"),
+        "{err:?}"
+    );
+    assert!(err.is_damage());
+    let outside = std::panic::catch_unwind(|| panic!("not sled"));
+    assert!(outside.is_err());
+}
