@@ -8,7 +8,7 @@
 mod common;
 
 use adapters::apiserver::{ApiServer, ServerOptions, SharedCluster};
-use common::{cache_home, required_tool};
+use common::{clients_dir, required_tool};
 use serde_json::{Value, json};
 use sim::api::{ClusterStore, ObjKey};
 use std::path::{Path, PathBuf};
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 /// Longest a single client call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
-const INSTALL: &str = "run .ci/install-clients (CI runs it from .ci/run)";
+const INSTALL: &str = ".ci/install-clients (run by the tests themselves) did not install it";
 
 /// kubectl 1.32: `$KUBECTL_1_32`, else `kubectl` on PATH, which must be 1.32.
 fn kubectl_132() -> PathBuf {
@@ -35,7 +35,7 @@ fn kubectl_132() -> PathBuf {
 fn kubectl_120() -> PathBuf {
     required_tool(
         "KUBECTL_1_20",
-        cache_home().join("kubectl-1.20/usr/bin/kubectl"),
+        clients_dir().join("kubectl-1.20/usr/bin/kubectl"),
         &["version", "--client"],
         "v1.20.",
         INSTALL,
@@ -45,7 +45,7 @@ fn kubectl_120() -> PathBuf {
 /// The Python with the `kubernetes` package: `$LIFECYCLE_PYTHON`, else the virtualenv.
 fn python() -> PathBuf {
     let path = std::env::var_os("LIFECYCLE_PYTHON")
-        .map_or_else(|| cache_home().join("py/bin/python"), PathBuf::from);
+        .map_or_else(|| clients_dir().join("py/bin/python"), PathBuf::from);
     let ok = Command::new(&path)
         .args(["-c", "import kubernetes"])
         .status()

@@ -16,13 +16,14 @@ use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-const INSTALL: &str = "run .ci/install-clients (CI runs it from .ci/run)";
+const INSTALL: &str = ".ci/install-clients (run by the tests themselves) did not install it";
 
 /// The Kubernetes version the manifests are validated against: kubectl's.
 const KUBERNETES_VERSION: &str = "1.32.0";
 
 /// kubectl 1.32: `$KUBECTL_1_32`, else `kubectl` on PATH, which must be 1.32.
 fn kubectl() -> PathBuf {
+    common::clients_dir();
     required_tool(
         "KUBECTL_1_32",
         PathBuf::from("kubectl"),
@@ -35,10 +36,7 @@ fn kubectl() -> PathBuf {
 /// `$KUBERNETES_VALIDATE`, else the virtualenv `.ci/install-clients` makes.
 fn validator() -> PathBuf {
     let path = std::env::var_os("KUBERNETES_VALIDATE").map_or_else(
-        || {
-            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
-                .join(".cache/lifecycle/validate/bin/kubernetes-validate")
-        },
+        || common::clients_dir().join("validate/bin/kubernetes-validate"),
         PathBuf::from,
     );
     let works = Command::new(&path)

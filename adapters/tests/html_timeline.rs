@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const SCENARIO: &str = "scenarios/deletion-pdb-blocks-until-rescheduled.yaml";
-const INSTALL: &str = "install it with .ci/install-clients (apt-get install -y chromium)";
+const INSTALL: &str = ".ci/install-clients (run by the tests themselves: apt-get install -y chromium) did not install it";
 const CHROMIUM_WAIT_MAX: Duration = Duration::from_secs(25);
 const WINDOW: (usize, usize) = (1200, 410);
 
@@ -22,8 +22,9 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// `$CHROMIUM`, else `chromium` on PATH.
+/// `$CHROMIUM`, else `chromium` on PATH (`.ci/install-clients`, run first, installs it).
 fn chromium() -> PathBuf {
+    common::clients_dir();
     required_tool(
         "CHROMIUM",
         PathBuf::from("chromium"),

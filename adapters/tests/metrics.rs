@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{Child, cache_home, lifecycle, serve};
+use common::{Child, clients_dir, lifecycle, serve};
 
 const SCENARIO: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -50,7 +50,7 @@ fn get(port: u16, path: &str) -> Option<String> {
 
 /// `{family: [(labels, value)]}` as `prometheus_client` parses `text`.
 fn parse(text: &str) -> Families {
-    let python = cache_home().join("py/bin/python");
+    let python = clients_dir().join("py/bin/python");
     let script = "import json,sys\n\
         from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse\n\
         out = {}\n\
@@ -228,7 +228,7 @@ fn the_metrics_page_parses_and_counts_what_the_controller_did() {
     );
 
     // The shipped alert rules: valid for promtool, and built on series this page serves.
-    let promtool = cache_home().join("prometheus/usr/bin/promtool");
+    let promtool = clients_dir().join("prometheus/usr/bin/promtool");
     let checked = Command::new(&promtool)
         .args(["check", "rules", RULES])
         .output()

@@ -77,9 +77,39 @@ pub fn serve(
 }
 
 /// Where `.ci/install-clients` unpacks the tools and virtualenvs the tests drive.
-pub fn cache_home() -> std::path::PathBuf {
-    std::path::PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
-        .join(".cache/lifecycle")
+/// Where `.ci/install-clients` keeps the clients the tests drive: `clients/` in the build
+/// directory (a fresh `$HOME` does not lose it). The first call in a test binary runs the
+/// script, which installs what is missing (idempotent; a lock keeps test binaries running at
+/// once from installing twice). A client it cannot install fails the test that needs it.
+pub fn clients_dir() -> std::path::PathBuf {
+    static INSTALLED: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    INSTALLED
+        .get_or_init(|| {
+            let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .parent()
+                .expect("the build directory")
+                .to_path_buf();
+            let dir = target.join("clients");
+            std::fs::create_dir_all(&dir).expect("the clients directory");
+            let script =
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/install-clients");
+            let out = std::process::Command::new("flock")
+                .arg(dir.join(".lock"))
+                .arg("bash")
+                .arg(&script)
+                .env("LIFECYCLE_CLIENTS_DIR", &dir)
+                .output()
+                .expect("flock and bash run .ci/install-clients");
+            assert!(
+                out.status.success(),
+                "{} failed:\n{}{}",
+                script.display(),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            dir
+        })
+        .clone()
 }
 
 /// A tool a test needs: `$env` if set, else `default`. Running it with `args` must print
