@@ -25,6 +25,7 @@ pub mod node_deletion;
 pub mod pool;
 pub mod recovery;
 pub mod remediation;
+pub mod runtime;
 pub mod shared;
 pub mod store;
 pub mod testing;

@@ -257,9 +257,10 @@ pub(crate) struct Inspection {
 pub(crate) enum Strictness {
     /// Every check a start makes: any committed record missing or damaged is an error.
     Start,
-    /// Only what keeps the journal from being read at all (its files, sled's settings and
-    /// snapshot, a commit record whose copies disagree): an inspection then lists every
-    /// problem with the records ([`super::Journal::verify`]) instead of stopping at the first.
+    /// What keeps the journal from being read at all (its files, sled's settings and
+    /// snapshot) or would let it be read back shorter (committed records the store does not
+    /// hold); a committed record that is stored but damaged is left for readers to meet and
+    /// for [`super::Journal::verify`] to list with every other.
     Read,
 }
 
@@ -391,19 +392,6 @@ fn inspect_store(
         }
         other => other?,
     };
-    if strictness == Strictness::Read {
-        return Ok(Inspection {
-            db,
-            chunks,
-            snapshots,
-            format,
-            commits,
-            stored_last,
-            torn_tail,
-            legacy,
-            commit_problem,
-        });
-    }
     let kept_first = chunks
         .starts()
         .iter()
@@ -424,6 +412,21 @@ fn inspect_store(
             first: stored_last.max(retired_through) + 1,
             last: committed,
             stored_last,
+        });
+    }
+    // Readers meet damaged records where they lie and `verify` lists them all; but a committed
+    // record the store does not hold at all, no reader would notice: refused even for them.
+    if strictness == Strictness::Read {
+        return Ok(Inspection {
+            db,
+            chunks,
+            snapshots,
+            format,
+            commits,
+            stored_last,
+            torn_tail,
+            legacy,
+            commit_problem,
         });
     }
     if commits.loaded.is_none() && stored_last > retired_through && !legacy {

@@ -159,6 +159,11 @@ fn repair(
             match contain_panics(dir, || {
                 salvage(dir, opts, size, store, conf_problem.is_some())
             }) {
+                // The journal is held by a running controller, or a file cannot be read:
+                // nothing may be touched (never taken for a store sled cannot open).
+                Err(e @ (JournalError::Locked { .. } | JournalError::FileUnreadable { .. })) => {
+                    return Err(e);
+                }
                 Ok(s) => {
                     if best
                         .as_ref()

@@ -980,3 +980,23 @@ fn a_contained_panic_is_an_error_and_later_panics_still_reach_the_previous_hook(
     let outside = std::panic::catch_unwind(|| panic!("not sled"));
     assert!(outside.is_err());
 }
+
+/// A repair of a journal a running controller holds touches nothing (it is never taken for a
+/// store sled cannot open, whose files a repair moves aside).
+#[test]
+fn a_repair_of_a_held_journal_is_refused_and_changes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 20, 5);
+    j.flush().unwrap();
+    let before = dir_state(tmp.path());
+    for mode in [RepairMode::DryRun, RepairMode::Keep, RepairMode::Truncate] {
+        let err = Journal::repair(tmp.path(), JournalOptions::default(), mode).unwrap_err();
+        assert!(
+            matches!(err, JournalError::Locked { .. }),
+            "{mode:?}: {err:?}"
+        );
+        assert_eq!(dir_state(tmp.path()), before, "{mode:?}");
+    }
+    drop(j);
+}

@@ -1,0 +1,421 @@
+//! The controller's loop, sans-IO: everything between what reaches the controller (watch
+//! events, answers) and what it does (journal appends, requests, watches), but the I/O itself.
+//! `lifecycle run` drives it with tokio and HTTP (`adapters/src/kube/adapter.rs`); the
+//! simulator drives the same loop against its fake clusters, so a sweep exercises the batching,
+//! the journal-before-apply rule, the in-flight caps, the priority order, the eviction order
+//! and the tick spacing production runs.
+//!
+//! *Expected flow* (as str0m's): [`Loop::push`] every [`Arrival`] as it comes (a driver that
+//! finds several waiting pushes them all before polling: they become one batch), call
+//! [`Loop::handle_timeout`] when the last [`Output::Wait`] deadline passes, then call
+//! [`Loop::poll_output`] until it returns [`Output::Wait`]:
+//! * [`Output::Append`]: journal the input durably, then report with [`Loop::appended`] before
+//!   polling again (the input is applied only once journaled);
+//! * [`Output::Reopen`]: the journal failed; try to reopen it, report with [`Loop::reopened`];
+//! * [`Output::Send`]: send the command (it holds one of its cluster's slots until its answer
+//!   is pushed as [`Arrival::Result`]);
+//! * watch, unwatch, connect, disconnect: the intake's (see [`crate::intake`]);
+//! * [`Output::Wait`]: nothing more to do until an arrival or the deadline it names.
+//!
+//! *Guarantees:* no input is applied unless journaled first; while the journal cannot be
+//! written nothing is applied, sent or ticked (inputs are held in order and applied once it is
+//! reopened, after what the reopened journal holds beyond the last acknowledged append); at
+//! most [`LoopOptions::commands_in_flight_max`] commands per cluster are in flight; two `Tick`s
+//! are at least [`LoopOptions::tick_spacing_min`] apart, so a deadline kept in the past cannot
+//! spin.
+
+mod admission;
+mod priority;
+#[cfg(test)]
+mod tests;
+
+pub use priority::Priority;
+
+use crate::command::Command;
+use crate::engine::Engine;
+use crate::input::{ApiOutcome, BATCH_INPUTS_MAX, Input};
+use crate::intake::streams::StreamKey;
+use crate::intake::{Arrival, Intake};
+use crate::model::Scope;
+use crate::time::{Duration, Timestamp};
+use admission::Admission;
+use std::collections::VecDeque;
+
+/// What the loop drives: [`Engine`] in production, a scripted stand-in in tests.
+pub trait Core {
+    fn handle(&mut self, now: Timestamp, input: Input);
+    /// The next command to execute; called until `None` after every `handle`.
+    fn poll_command(&mut self) -> Option<Command>;
+    /// When the core wants an [`Input::Tick`].
+    fn next_deadline(&self) -> Option<Timestamp>;
+    /// The engine, for snapshots and metrics (`None` for a stand-in).
+    fn engine(&self) -> Option<&Engine>;
+}
+
+impl Core for Engine {
+    fn handle(&mut self, now: Timestamp, input: Input) {
+        Engine::handle(self, now, input);
+    }
+    fn poll_command(&mut self) -> Option<Command> {
+        Engine::poll_command(self)
+    }
+    fn next_deadline(&self) -> Option<Timestamp> {
+        Engine::next_deadline(self)
+    }
+    fn engine(&self) -> Option<&Engine> {
+        Some(self)
+    }
+}
+
+/// What the driver must do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    /// Journal `input` durably, then call [`Loop::appended`].
+    Append { at: Timestamp, input: Input },
+    /// The journal could not be written: reopen it, then call [`Loop::reopened`].
+    Reopen,
+    /// Send this command; push its answer as [`Arrival::Result`].
+    Send(Command),
+    /// Start watching a resource type.
+    Watch(StreamKey),
+    /// Stop watching a resource type.
+    Unwatch(StreamKey),
+    /// Watch a provider kind of the management cluster (`version: None`: ask discovery).
+    WatchProvider {
+        group: String,
+        version: Option<String>,
+        kind: String,
+    },
+    /// Connect to a workload cluster; push [`Arrival::Connected`] once connected.
+    Connect(Scope),
+    /// Stop connecting to and watching a workload cluster.
+    Disconnect(Scope),
+    /// Nothing to do until an arrival, or until this instant (`None`: only an arrival).
+    Wait(Option<Timestamp>),
+}
+
+/// Knobs of the loop.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoopOptions {
+    /// Per cluster: commands sent and not answered yet (the most urgent waiting one goes
+    /// first when one is answered).
+    pub commands_in_flight_max: usize,
+    /// Shortest time between two `Tick`s.
+    pub tick_spacing_min: Duration,
+    /// How often an unwritable journal is reopened.
+    pub journal_retry: Duration,
+    /// The most inputs in one [`Input::Batch`].
+    pub batch_inputs_max: usize,
+}
+
+impl Default for LoopOptions {
+    fn default() -> Self {
+        LoopOptions {
+            commands_in_flight_max: 32,
+            tick_spacing_min: Duration::from_millis(10),
+            journal_retry: Duration::from_secs(1),
+            batch_inputs_max: BATCH_INPUTS_MAX,
+        }
+    }
+}
+
+/// Where the journal stands.
+#[derive(Debug)]
+enum Journal {
+    Writable,
+    /// An [`Output::Append`] was handed out; [`Loop::appended`] has not answered yet.
+    Appending(Timestamp, Input),
+    /// It cannot be written: nothing is applied until it is reopened.
+    Down(Down),
+}
+
+#[derive(Debug)]
+struct Down {
+    /// The first error.
+    error: String,
+    /// When the next [`Output::Reopen`] is due.
+    retry_at: Timestamp,
+    /// An [`Output::Reopen`] was handed out and not answered.
+    reopening: bool,
+}
+
+/// The controller's loop; see the module doc.
+pub struct Loop<C: Core> {
+    core: C,
+    intake: Intake,
+    admission: Admission,
+    journal: Journal,
+    /// Inputs to journal before what the intake holds: the loop's own (answers for clusters
+    /// with no connection, ticks), the driver's ([`Loop::feed`]), and those held while the
+    /// journal was down, oldest first.
+    own: VecDeque<Input>,
+    /// Requests, watches and connections to hand out, in order.
+    outputs: VecDeque<Output>,
+    last_tick: Option<Timestamp>,
+    options: LoopOptions,
+}
+
+impl<C: Core> Loop<C> {
+    /// A loop over `core`; its first outputs are the management cluster's watches.
+    pub fn new(core: C, options: LoopOptions) -> Self {
+        Loop {
+            core,
+            intake: Intake::new(),
+            admission: Admission::new(options.commands_in_flight_max),
+            journal: Journal::Writable,
+            own: VecDeque::new(),
+            outputs: VecDeque::new(),
+            last_tick: None,
+            options,
+        }
+    }
+
+    pub fn core(&self) -> &C {
+        &self.core
+    }
+
+    pub fn core_mut(&mut self) -> &mut C {
+        &mut self.core
+    }
+
+    pub fn intake(&self) -> &Intake {
+        &self.intake
+    }
+
+    pub fn intake_mut(&mut self) -> &mut Intake {
+        &mut self.intake
+    }
+
+    /// Something reached the controller. An answer frees its command's slot at once (the
+    /// answer itself is applied in turn, journaled first).
+    pub fn push(&mut self, arrival: Arrival) {
+        if let Arrival::Result { command, .. } = &arrival {
+            let granted = self.admission.answered(*command);
+            self.send_all(granted);
+        }
+        self.intake.push(arrival);
+    }
+
+    /// An input of the driver's own (for example [`Input::Restarted`]): journaled and applied
+    /// in turn, before what the intake holds.
+    pub fn feed(&mut self, input: Input) {
+        self.own.push_back(input);
+    }
+
+    /// Time passed: a `Tick` if the core's deadline (kept at least `tick_spacing_min` after
+    /// the last tick) has come, a reopen if the journal's retry is due.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        if matches!(self.journal, Journal::Down(_)) {
+            return;
+        }
+        if self.tick_due().is_some_and(|at| at <= now) && !self.own.contains(&Input::Tick) {
+            self.last_tick = Some(now);
+            self.own.push_back(Input::Tick);
+        }
+    }
+
+    /// When the next `Tick` is due: the core's deadline, not earlier than `tick_spacing_min`
+    /// after the last one.
+    fn tick_due(&self) -> Option<Timestamp> {
+        let deadline = self.core.next_deadline()?;
+        Some(match self.last_tick {
+            Some(last) => deadline.max(last + self.options.tick_spacing_min),
+            None => deadline,
+        })
+    }
+
+    /// The next thing to do at `now`; call until [`Output::Wait`].
+    pub fn poll_output(&mut self, now: Timestamp) -> Output {
+        while let Some(o) = self.intake.poll_output() {
+            let o = self.carry_out_intake(o);
+            self.outputs.push_back(o);
+        }
+        let down = matches!(self.journal, Journal::Down(_));
+        // While the journal is down nothing is sent: the commands wait with it.
+        if let Some(i) = self
+            .outputs
+            .iter()
+            .position(|o| !down || !matches!(o, Output::Send(_)))
+        {
+            return self.outputs.remove(i).expect("found above");
+        }
+        match &mut self.journal {
+            Journal::Appending(..) => {
+                debug_assert!(false, "poll_output before appended()");
+                return Output::Wait(None);
+            }
+            Journal::Down(down) => {
+                if !down.reopening && now >= down.retry_at {
+                    down.reopening = true;
+                    return Output::Reopen;
+                }
+                return Output::Wait((!down.reopening).then_some(down.retry_at));
+            }
+            Journal::Writable => {}
+        }
+        let next = match self.own.pop_front() {
+            Some(input) => Some(input),
+            None => self.intake.next_input(self.options.batch_inputs_max),
+        };
+        if let Some(input) = next {
+            // The intake may have asked for watches on the way.
+            self.journal = Journal::Appending(now, input.clone());
+            return Output::Append { at: now, input };
+        }
+        Output::Wait(self.tick_due())
+    }
+
+    fn carry_out_intake(&mut self, o: crate::intake::Output) -> Output {
+        use crate::intake::Output as I;
+        match o {
+            I::Watch(key) => Output::Watch(key),
+            I::Unwatch(key) => Output::Unwatch(key),
+            I::WatchProvider {
+                group,
+                version,
+                kind,
+            } => Output::WatchProvider {
+                group,
+                version,
+                kind,
+            },
+            I::Connect(scope) => Output::Connect(scope),
+            I::Disconnect(scope) => {
+                for command in self.admission.drop_cluster(&scope) {
+                    self.own.push_back(unreachable(&command, &scope));
+                }
+                Output::Disconnect(scope)
+            }
+        }
+    }
+
+    /// The answer to the last [`Output::Append`]: `Ok` once the input is durable (it is then
+    /// applied and its commands dispatched), `Err` when it could not be journaled (the loop
+    /// then holds it, and everything after it, until the journal is reopened).
+    pub fn appended(&mut self, now: Timestamp, result: Result<(), String>) {
+        let Journal::Appending(at, input) = std::mem::replace(&mut self.journal, Journal::Writable)
+        else {
+            debug_assert!(false, "appended() without an Append");
+            return;
+        };
+        match result {
+            Ok(()) => self.apply(at, input),
+            Err(error) => {
+                self.own.push_front(input);
+                self.journal_failed(now, error);
+            }
+        }
+    }
+
+    /// The journal failed after an input was applied (a snapshot could not be written): stop
+    /// acting until it is reopened.
+    pub fn journal_failed(&mut self, now: Timestamp, error: String) {
+        if matches!(self.journal, Journal::Down(_)) {
+            return;
+        }
+        tracing::error!(%error, "the journal cannot be written: not acting (NotReady) until it can be reopened");
+        self.journal = Journal::Down(Down {
+            error,
+            retry_at: now + self.options.journal_retry,
+            reopening: false,
+        });
+    }
+
+    /// Whether the loop has stopped acting because the journal cannot be written, and why.
+    pub fn journal_down(&self) -> Option<&str> {
+        match &self.journal {
+            Journal::Down(d) => Some(&d.error),
+            _ => None,
+        }
+    }
+
+    /// The answer to [`Output::Reopen`]: `Ok` with what the reopened journal holds beyond the
+    /// last acknowledged append (journaled, so it is applied; it must be the first held
+    /// inputs), or `Err` (tried again after `journal_retry`). `Err` from this call: the journal
+    /// holds an input the loop never fed; nothing is applied.
+    pub fn reopened(
+        &mut self,
+        now: Timestamp,
+        result: Result<Vec<(Timestamp, Input)>, String>,
+    ) -> Result<(), String> {
+        let Journal::Down(down) = &mut self.journal else {
+            return Ok(());
+        };
+        down.reopening = false;
+        let unapplied = match result {
+            Ok(unapplied) => unapplied,
+            Err(e) => {
+                tracing::debug!(error = %e, first_error = %down.error, "the journal is still unwritable");
+                down.retry_at = now + self.options.journal_retry;
+                return Ok(());
+            }
+        };
+        for (_, input) in &unapplied {
+            if self.own.front() != Some(input) {
+                return Err(format!(
+                    "the reopened journal holds an input that was never fed: {}",
+                    input.describe()
+                ));
+            }
+            self.own.pop_front();
+        }
+        tracing::info!(
+            held = self.own.len(),
+            journaled_unapplied = unapplied.len(),
+            "the journal is writable again: acting again"
+        );
+        self.journal = Journal::Writable;
+        for (at, input) in unapplied {
+            self.apply(at, input);
+        }
+        Ok(())
+    }
+
+    /// Applies a journaled input and dispatches the commands it caused.
+    fn apply(&mut self, at: Timestamp, input: Input) {
+        self.core.handle(at, input);
+        while let Some(command) = self.core.poll_command() {
+            if let Some(answer) = self.intake.dispatch(&command) {
+                self.own.push_back(answer);
+                continue;
+            }
+            let granted = self.admission.admit(command);
+            self.send_all(granted);
+        }
+    }
+
+    fn send_all(&mut self, commands: Vec<Command>) {
+        self.outputs.extend(commands.into_iter().map(Output::Send));
+    }
+
+    /// Shutting down: nothing more is sent. Returns how many waiting commands were dropped.
+    pub fn close(&mut self) -> usize {
+        self.outputs.retain(|o| !matches!(o, Output::Send(_)));
+        self.admission.close()
+    }
+
+    /// Commands sent and not answered.
+    pub fn commands_in_flight(&self) -> usize {
+        self.admission.in_flight()
+    }
+
+    /// Commands waiting for a slot (or for the eviction before them).
+    pub fn commands_waiting(&self) -> usize {
+        self.admission.waiting()
+    }
+
+    /// Arrivals not turned into inputs yet.
+    pub fn backlog_len(&self) -> usize {
+        self.intake.backlog_len()
+    }
+}
+
+/// The answer for a command whose cluster went away before it could be sent.
+fn unreachable(command: &Command, scope: &Scope) -> Input {
+    Input::ApiResult {
+        command: command.id,
+        outcome: ApiOutcome::Unreachable {
+            message: format!("the connection to the API of {scope:?} was dropped"),
+        },
+    }
+}

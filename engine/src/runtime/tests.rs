@@ -1,0 +1,352 @@
+//! The loop against a scripted core: batching, the journal-before-apply rule, the journal
+//! down and back, the in-flight caps, priority and eviction order, ticks and dispatch.
+
+use super::*;
+use crate::command::{Action, ControllerId, Target};
+use crate::model::{ClusterName, Kind, ObjectKey};
+
+/// Records what it is fed; on an [`Input::ApiResult`] for command `0` (a trigger) it issues
+/// the commands scripted next.
+#[derive(Default)]
+struct Script {
+    fed: Vec<Input>,
+    issue: VecDeque<Vec<Command>>,
+    pending: VecDeque<Command>,
+    deadline: Option<Timestamp>,
+}
+
+impl Core for Script {
+    fn handle(&mut self, _now: Timestamp, input: Input) {
+        let trigger = matches!(&input, Input::ApiResult { command: 0, .. });
+        self.fed.push(input);
+        if trigger && let Some(next) = self.issue.pop_front() {
+            self.pending.extend(next);
+        }
+    }
+    fn poll_command(&mut self) -> Option<Command> {
+        self.pending.pop_front()
+    }
+    fn next_deadline(&self) -> Option<Timestamp> {
+        self.deadline
+    }
+    fn engine(&self) -> Option<&Engine> {
+        None
+    }
+}
+
+fn result(command: u64) -> Arrival {
+    Arrival::Result {
+        command,
+        outcome: ApiOutcome::NotFound,
+    }
+}
+
+fn at(ms: i64) -> Timestamp {
+    Timestamp(ms)
+}
+
+fn key(kind: Kind, name: &str) -> ObjectKey {
+    ObjectKey::new(Scope::Management, kind, "default", name)
+}
+
+fn command(id: u64, action: Action, owner: &str) -> Command {
+    Command {
+        id,
+        cause: 0,
+        controller: ControllerId::Deletion,
+        owner: key(Kind::Machine, owner),
+        action,
+        reason: String::new(),
+        series: None,
+    }
+}
+
+fn target(kind: Kind, name: &str) -> Target {
+    Target {
+        key: key(kind, name),
+        api_version: "v1".into(),
+    }
+}
+
+fn evict(id: u64, machine: &str, pod: &str) -> Command {
+    command(
+        id,
+        Action::Evict {
+            pod: target(Kind::Pod, pod),
+            grace_period_seconds: None,
+        },
+        machine,
+    )
+}
+
+fn remove_finalizer(id: u64, machine: &str) -> Command {
+    command(
+        id,
+        Action::RemoveFinalizer {
+            target: target(Kind::Machine, machine),
+            finalizer: "machine.cluster.x-k8s.io".into(),
+        },
+        machine,
+    )
+}
+
+fn cordon(id: u64, machine: &str) -> Command {
+    command(
+        id,
+        Action::Cordon {
+            node: target(Kind::Node, machine),
+        },
+        machine,
+    )
+}
+
+fn options(slots: usize) -> LoopOptions {
+    LoopOptions {
+        commands_in_flight_max: slots,
+        ..LoopOptions::default()
+    }
+}
+
+/// Drives the loop as a perfect journal would: every append succeeds. Returns the sends and
+/// the inputs appended, in order.
+fn run(lp: &mut Loop<Script>, now: Timestamp) -> (Vec<u64>, Vec<Input>) {
+    let mut sent = Vec::new();
+    let mut appended = Vec::new();
+    for _ in 0..10_000 {
+        match lp.poll_output(now) {
+            Output::Append { input, .. } => {
+                appended.push(input);
+                lp.appended(now, Ok(()));
+            }
+            Output::Send(c) => sent.push(c.id),
+            Output::Wait(_) => return (sent, appended),
+            _ => {}
+        }
+    }
+    panic!("the loop never waited");
+}
+
+fn new_loop(slots: usize) -> Loop<Script> {
+    let mut lp = Loop::new(Script::default(), options(slots));
+    run(&mut lp, at(0));
+    lp
+}
+
+#[test]
+fn arrivals_pushed_before_a_poll_are_one_batch_of_at_most_the_cap() {
+    let mut lp = Loop::new(
+        Script::default(),
+        LoopOptions {
+            batch_inputs_max: 4,
+            ..LoopOptions::default()
+        },
+    );
+    run(&mut lp, at(0));
+    for id in 1..=6 {
+        lp.push(result(id));
+    }
+    let (_, appended) = run(&mut lp, at(1));
+    let sizes: Vec<usize> = appended
+        .iter()
+        .map(|i| match i {
+            Input::Batch { inputs } => inputs.len(),
+            _ => 1,
+        })
+        .collect();
+    assert_eq!(sizes, [4, 2]);
+    assert_eq!(lp.core().fed, appended, "applied exactly as journaled");
+    lp.push(result(7));
+    let (_, appended) = run(&mut lp, at(2));
+    assert!(
+        matches!(appended.as_slice(), [Input::ApiResult { command: 7, .. }]),
+        "a lone arrival is itself"
+    );
+}
+
+#[test]
+fn an_input_is_applied_only_once_journaled() {
+    let mut lp = new_loop(8);
+    lp.push(result(1));
+    let Output::Append { input, .. } = lp.poll_output(at(1)) else {
+        panic!("an append first");
+    };
+    assert!(
+        lp.core().fed.is_empty(),
+        "not applied before it is journaled"
+    );
+    lp.appended(at(1), Ok(()));
+    assert_eq!(lp.core().fed, [input]);
+}
+
+#[test]
+fn a_journal_that_fails_holds_every_input_and_command_until_it_is_reopened() {
+    for journaled_anyway in [false, true] {
+        let mut lp = new_loop(8);
+        lp.core_mut().issue.push_back(vec![cordon(10, "m1")]);
+        lp.push(result(1));
+        run(&mut lp, at(1));
+        // The next append fails: it and everything after it are held.
+        lp.push(result(0));
+        let Output::Append { at: t, input } = lp.poll_output(at(2)) else {
+            panic!("an append");
+        };
+        lp.appended(at(2), Err("No space left on device".into()));
+        assert_eq!(lp.journal_down(), Some("No space left on device"));
+        lp.push(result(3));
+        lp.handle_timeout(at(5));
+        assert_eq!(lp.poll_output(at(5)), Output::Wait(Some(at(1002))));
+        assert_eq!(lp.core().fed.len(), 1, "nothing applied while down");
+        assert_eq!(lp.poll_output(at(1002)), Output::Reopen);
+        assert_eq!(lp.poll_output(at(1003)), Output::Wait(None));
+        lp.reopened(at(1003), Err("still full".into())).unwrap();
+        assert_eq!(lp.poll_output(at(2003)), Output::Reopen);
+        let unapplied = if journaled_anyway {
+            vec![(t, input.clone())]
+        } else {
+            Vec::new()
+        };
+        lp.reopened(at(2003), Ok(unapplied)).unwrap();
+        assert_eq!(lp.journal_down(), None);
+        let (sent, appended) = run(&mut lp, at(2003));
+        assert_eq!(sent, [10], "the command of the held input, once applied");
+        let fed: Vec<u64> = lp
+            .core()
+            .fed
+            .iter()
+            .map(|i| match i {
+                Input::ApiResult { command, .. } => *command,
+                _ => 99,
+            })
+            .collect();
+        assert_eq!(fed, [1, 0, 3], "every input once, in order");
+        assert_eq!(
+            appended.len(),
+            if journaled_anyway { 1 } else { 2 },
+            "what the journal held is not appended again"
+        );
+    }
+}
+
+#[test]
+fn a_reopened_journal_holding_an_input_never_fed_is_refused() {
+    let mut lp = new_loop(8);
+    lp.push(result(1));
+    let Output::Append { .. } = lp.poll_output(at(1)) else {
+        panic!()
+    };
+    lp.appended(at(1), Err("full".into()));
+    assert_eq!(lp.poll_output(at(1001)), Output::Reopen);
+    let stranger = vec![(at(1), Input::Tick)];
+    assert!(lp.reopened(at(1001), Ok(stranger)).is_err());
+}
+
+#[test]
+fn at_most_the_cap_is_in_flight_and_the_most_urgent_waiting_command_goes_first() {
+    let mut lp = new_loop(2);
+    lp.core_mut().issue.push_back(vec![
+        evict(10, "m1", "a"),
+        cordon(11, "m2"),
+        evict(12, "m3", "b"),
+        cordon(13, "m4"),
+        remove_finalizer(14, "m5"),
+    ]);
+    lp.push(result(0));
+    let (sent, _) = run(&mut lp, at(1));
+    assert_eq!(sent, [10, 11], "in the order issued while slots are free");
+    assert_eq!((lp.commands_in_flight(), lp.commands_waiting()), (2, 3));
+    lp.push(result(10));
+    let (sent, _) = run(&mut lp, at(2));
+    assert_eq!(sent, [14], "the finalizer removal overtakes");
+    lp.push(result(11));
+    lp.push(result(14));
+    let (sent, _) = run(&mut lp, at(3));
+    assert_eq!(sent, [13, 12], "then Normal before Bulk");
+}
+
+#[test]
+fn a_drains_evictions_go_one_at_a_time_in_order_and_hold_nothing_else_back() {
+    let mut lp = new_loop(8);
+    lp.core_mut().issue.push_back(vec![
+        evict(10, "m1", "a"),
+        evict(11, "m1", "b"),
+        evict(12, "m2", "c"),
+        evict(13, "m1", "d"),
+        cordon(14, "m3"),
+    ]);
+    lp.push(result(0));
+    let (sent, _) = run(&mut lp, at(1));
+    assert_eq!(
+        sent,
+        [10, 12, 14],
+        "one eviction per drain; the cordon is not held"
+    );
+    lp.push(result(11)); // not sent: no effect
+    lp.push(result(10));
+    let (sent, _) = run(&mut lp, at(2));
+    assert_eq!(sent, [11]);
+    lp.push(result(11));
+    let (sent, _) = run(&mut lp, at(3));
+    assert_eq!(sent, [13]);
+}
+
+#[test]
+fn ticks_are_spaced_even_when_the_deadline_stays_in_the_past() {
+    let mut lp = new_loop(8);
+    lp.core_mut().deadline = Some(at(0));
+    let mut ticks = Vec::new();
+    let mut now = at(100);
+    for _ in 0..5 {
+        lp.handle_timeout(now);
+        let (_, appended) = run(&mut lp, now);
+        if appended.contains(&Input::Tick) {
+            ticks.push(now.as_millis());
+        }
+        match lp.poll_output(now) {
+            Output::Wait(Some(t)) => now = t.max(now + Duration::from_millis(1)),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(ticks, [100, 110, 120, 130, 140]);
+}
+
+#[test]
+fn a_command_for_a_cluster_not_connected_is_answered_unreachable_through_the_journal() {
+    let mut lp = new_loop(8);
+    let workload = Scope::Workload(ClusterName::new("default", "c1"));
+    let mut c = cordon(10, "m1");
+    c.action = Action::Cordon {
+        node: Target {
+            key: ObjectKey::new(workload, Kind::Node, "", "n1"),
+            api_version: "v1".into(),
+        },
+    };
+    lp.core_mut().issue.push_back(vec![c]);
+    lp.push(result(0));
+    let (sent, appended) = run(&mut lp, at(1));
+    assert!(sent.is_empty());
+    assert!(
+        appended.iter().any(|i| matches!(
+            i,
+            Input::ApiResult {
+                command: 10,
+                outcome: ApiOutcome::Unreachable { .. }
+            }
+        )),
+        "{appended:?}"
+    );
+}
+
+#[test]
+fn a_closed_loop_sends_nothing_more() {
+    let mut lp = new_loop(1);
+    lp.core_mut()
+        .issue
+        .push_back(vec![cordon(10, "m1"), cordon(11, "m2")]);
+    lp.push(result(0));
+    let (sent, _) = run(&mut lp, at(1));
+    assert_eq!(sent, [10]);
+    assert_eq!(lp.close(), 1);
+    lp.push(result(10));
+    let (sent, _) = run(&mut lp, at(2));
+    assert!(sent.is_empty());
+}
