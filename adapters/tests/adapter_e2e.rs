@@ -4,9 +4,7 @@
 //! and whose pod must be evicted through the API.
 
 use adapters::apiserver::ServerOptions;
-use adapters::kube::{
-    Adapter, AdapterOptions, Core, MemoryLog, Metrics, SnapshotSource, client_for_url,
-};
+use adapters::kube::{Adapter, AdapterOptions, Core, MemoryLog, Metrics, client_for_url};
 use adapters::serve::ServedWorld;
 use engine::model::{ClusterName, Kind, Object, ObjectKey, Scope};
 use engine::{Action, ApiOutcome, Command, ControllerId, Input, Target, Timestamp};
@@ -80,12 +78,6 @@ impl Scripted {
     }
 }
 
-impl SnapshotSource for Scripted {
-    fn engine(&self) -> Option<&engine::Engine> {
-        None
-    }
-}
-
 impl Scripted {
     fn observe(&mut self, input: &Input) {
         match input {
@@ -154,6 +146,9 @@ impl Core for Scripted {
         self.queue.pop_front()
     }
     fn next_deadline(&self) -> Option<Timestamp> {
+        None
+    }
+    fn engine(&self) -> Option<&engine::Engine> {
         None
     }
 }
@@ -685,12 +680,6 @@ async fn world_logging_arrivals() -> (ServedWorld, Arc<adapters::apiserver::arri
     (world, arrivals)
 }
 
-impl SnapshotSource for Flood {
-    fn engine(&self) -> Option<&engine::Engine> {
-        None
-    }
-}
-
 impl Flood {
     fn see(&mut self, input: &Input) {
         match input {
@@ -751,6 +740,9 @@ impl Core for Flood {
         self.queue.pop_front()
     }
     fn next_deadline(&self) -> Option<Timestamp> {
+        None
+    }
+    fn engine(&self) -> Option<&engine::Engine> {
         None
     }
 }
@@ -916,7 +908,7 @@ async fn retry_after_holds_the_cluster_except_for_evictions() {
     };
     let polite = throttled(
         client(&world.management.url()),
-        Throttle::start(limit, 4),
+        Throttle::start(limit),
         1,
         Arc::new(Metrics::default()),
         "management".into(),

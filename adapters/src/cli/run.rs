@@ -228,9 +228,7 @@ async fn run(args: RunArgs) -> Result<(), RunFailure> {
     };
     let mut adapter = Adapter::new(engine, log, client, metrics, options);
     // Held like any input if the journal cannot be written yet.
-    adapter
-        .feed_input(adapters::clock::wall_now(), engine::Input::Restarted)
-        .map_err(unable)?;
+    adapter.feed_input(engine::Input::Restarted);
     let mut lost = None;
     let stop = async {
         tokio::select! {

@@ -1,28 +1,8 @@
 //! What the adapter loop drives and where it records inputs.
 
-use super::journal_log::SnapshotSource;
-use engine::{Command, Engine, Input, Timestamp};
-
-/// The sans-IO core the adapter feeds: [`Engine`] in production, a scripted stand-in in tests.
-pub trait Core: SnapshotSource {
-    fn handle(&mut self, now: Timestamp, input: Input);
-    /// The next command to execute; call until `None` after every `handle`.
-    fn poll_command(&mut self) -> Option<Command>;
-    /// When the core wants an [`Input::Tick`].
-    fn next_deadline(&self) -> Option<Timestamp>;
-}
-
-impl Core for Engine {
-    fn handle(&mut self, now: Timestamp, input: Input) {
-        Engine::handle(self, now, input);
-    }
-    fn poll_command(&mut self) -> Option<Command> {
-        Engine::poll_command(self)
-    }
-    fn next_deadline(&self) -> Option<Timestamp> {
-        Engine::next_deadline(self)
-    }
-}
+/// The sans-IO core the loop feeds: [`Engine`] in production, a scripted stand-in in tests.
+pub use engine::runtime::Core;
+use engine::{Engine, Input, Timestamp};
 
 /// Where every input is appended before the core applies it: the sled journal
 /// ([`super::journal_log::SledLog`]) in production, [`MemoryLog`] in tests.
@@ -32,7 +12,7 @@ pub trait InputLog {
     fn append(&mut self, now: Timestamp, input: &Input) -> Result<u64, String>;
     /// Called after the core applied an input (the journal snapshots the engine now and then).
     /// An error makes the adapter stop acting as an append error does.
-    fn after_handle(&mut self, _core: &dyn SnapshotSource) -> Result<(), String> {
+    fn after_handle(&mut self, _engine: Option<&Engine>) -> Result<(), String> {
         Ok(())
     }
     /// Makes the log writable again after an error (reopening it). Returns the inputs it holds
@@ -50,12 +30,6 @@ pub trait InputLog {
     /// adapter then stops and its caller re-executes itself).
     fn needs_restart(&self) -> bool {
         false
-    }
-}
-
-impl SnapshotSource for Engine {
-    fn engine(&self) -> Option<&Engine> {
-        Some(self)
     }
 }
 

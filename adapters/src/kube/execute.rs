@@ -141,6 +141,22 @@ pub struct EventStamp {
 }
 
 impl EventStamp {
+    /// For an Event: the regarded object's uid and version as the cache has them, and now.
+    pub fn of(command: &Command, engine: Option<&engine::Engine>, instance: &str) -> Option<Self> {
+        let Action::RecordEvent { regarding, .. } = &command.action else {
+            return None;
+        };
+        let meta = engine
+            .and_then(|e| e.store().get(&regarding.key))
+            .map(|o| o.meta());
+        Some(EventStamp {
+            uid: meta.map(|m| m.uid.clone()).unwrap_or_default(),
+            resource_version: meta.map_or(0, |m| m.resource_version),
+            at: crate::clock::wall_now(),
+            instance: instance.to_string(),
+        })
+    }
+
     /// Completes a `v1` Event body built by `request_for`.
     pub fn apply(&self, event: &mut Value) {
         let Some(body) = event.as_object_mut() else {
@@ -303,6 +319,40 @@ fn is_repeat_event(body: &Value) -> bool {
 /// `infrastructure.cluster.x-k8s.io`, not `v1` nor `apps/v1`.
 fn is_group_only(api_version: &str) -> bool {
     !api_version.contains('/') && api_version.contains('.')
+}
+
+/// A command the loop admitted, carried out: the token for its first request (its cluster's
+/// request rate, most urgent first), the requests, and its answer sent back to the loop.
+pub async fn run_command(
+    client: Client,
+    throttle: super::throttle::Throttle,
+    command: Command,
+    stamp: Option<EventStamp>,
+    metrics: std::sync::Arc<super::metrics::Metrics>,
+    tx: tokio::sync::mpsc::Sender<super::adapter::Queued>,
+) {
+    let priority = Priority::of(&command);
+    let asked = tokio::time::Instant::now();
+    // Refused: shutting down before this command was in flight.
+    if !throttle.first_request(priority).await {
+        return;
+    }
+    metrics.api_throttled(asked.elapsed());
+    let outcome = execute(&client, &command, stamp.as_ref()).await;
+    match &outcome {
+        ApiOutcome::Ok { .. } => {}
+        ApiOutcome::Unreachable { .. } => metrics.api_error("unreachable"),
+        ApiOutcome::NotFound => metrics.api_error("404"),
+        ApiOutcome::Conflict { .. } => metrics.api_error("409"),
+        ApiOutcome::TooManyRequests { .. } => metrics.api_error("429"),
+        ApiOutcome::Forbidden { .. } => metrics.api_error("403"),
+        ApiOutcome::Error { code, .. } => metrics.api_error(&code.to_string()),
+    }
+    let result = engine::intake::Arrival::Result {
+        command: command.id,
+        outcome,
+    };
+    let _ = tx.send(super::adapter::Event::Arrival(result).into()).await;
 }
 
 #[cfg(test)]

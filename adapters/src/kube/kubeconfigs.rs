@@ -8,6 +8,8 @@
 //! cluster that appears later, a retry after a failed connect (the kubeconfig may have been
 //! rotated) or a list the API refuses (RBAC without `list secrets`) reads its Secret with a GET.
 
+use super::adapter::Event;
+use super::client::client_from_kubeconfig;
 use engine::model::ClusterName;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
@@ -141,5 +143,34 @@ impl Kubeconfigs {
             at,
             values: Mutex::new(values),
         })
+    }
+}
+
+/// Connects to a workload cluster through its kubeconfig Secret (retried every `retry` while
+/// it is missing or bad) and hands the client to the loop.
+pub async fn connect(
+    kubeconfigs: std::sync::Arc<Kubeconfigs>,
+    cluster: ClusterName,
+    tx: tokio::sync::mpsc::Sender<super::adapter::Queued>,
+    retry: Duration,
+) {
+    let scope = engine::model::Scope::Workload(cluster.clone());
+    let mut first_attempt = true;
+    loop {
+        let client = match kubeconfigs.get(&cluster, first_attempt).await {
+            Ok(yaml) => client_from_kubeconfig(&yaml).await,
+            Err(e) => Err(e),
+        };
+        first_attempt = false;
+        match client {
+            Ok(client) => {
+                let _ = tx.send(Event::Connected { scope, client }.into()).await;
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(cluster = %cluster.name, "cannot connect to the workload cluster: {e}");
+                tokio::time::sleep(retry).await;
+            }
+        }
     }
 }

@@ -95,7 +95,12 @@ struct State {
     last_commit_seconds: AtomicU64,
     /// What the engine last reported (refreshed at most once a second).
     engine: Mutex<EngineView>,
+    /// When it was last refreshed.
+    engine_view_at: Mutex<Option<std::time::Instant>>,
 }
+
+/// How often `/metrics` gets the engine's counters and gauges.
+pub const ENGINE_VIEW_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The engine's counters and gauges, as last read by the loop.
 #[derive(Debug, Default, Clone)]
@@ -268,6 +273,29 @@ impl Metrics {
             histograms: self.reconcile_time.clone(),
             began: Mutex::new(None),
         })
+    }
+
+    /// Takes the engine's counters and gauges for `/metrics`, at most once every
+    /// [`ENGINE_VIEW_INTERVAL`] (the gauges walk every Machine).
+    pub fn offer_engine_view(&self, engine: Option<&engine::Engine>, now: engine::Timestamp) {
+        let Some(engine) = engine else {
+            return;
+        };
+        {
+            let mut at = self
+                .state
+                .engine_view_at
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if at.is_some_and(|at| at.elapsed() < ENGINE_VIEW_INTERVAL) {
+                return;
+            }
+            *at = Some(std::time::Instant::now());
+        }
+        self.engine_view(EngineView {
+            counters: engine.counters().clone(),
+            gauges: engine::metrics::gauges(engine.store(), &engine.controllers().deletion, now),
+        });
     }
 
     /// What the engine reports now.

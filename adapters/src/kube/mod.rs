@@ -4,10 +4,10 @@
 //! * `engine::intake` (sans-IO, shared with the simulator): watch events and answers → inputs,
 //!   which watches to start, which clusters to connect.
 //! * [`execute`]: `Command` → HTTP request (`engine::convert::request_for`) → `ApiOutcome`.
-//! * [`adapter`]: the loop (journal every input before `handle`, timers from `next_deadline`).
-//! * [`bucket`], [`gate`] (sans-IO) and [`throttle`]: per cluster, a token bucket and bounded
-//!   commands in flight, the most urgent request first; every request of a cluster goes
-//!   through its throttle.
+//! * [`adapter`]: the tokio driver of `engine::runtime::Loop`, the sans-IO loop (batching,
+//!   journal every input before `handle`, in-flight caps, priority and eviction order, ticks).
+//! * [`bucket`], [`gate`] (sans-IO) and [`throttle`]: per cluster, a token bucket, the most
+//!   urgent request first; every request of a cluster goes through its throttle.
 //! * [`client`]: the settings every kube client is built with (no kube retries, no trust
 //!   store loaded for a plain-HTTP server).
 //! * [`kubeconfigs`]: the workload clusters' kubeconfig Secrets, listed once for the first
@@ -19,6 +19,7 @@
 
 pub mod adapter;
 pub mod bucket;
+pub mod channel;
 pub mod client;
 pub mod core;
 pub mod execute;
@@ -34,5 +35,5 @@ pub mod throttle;
 pub use adapter::{Adapter, AdapterOptions};
 pub use client::{client_for_url, client_from_config, client_from_kubeconfig};
 pub use core::{Core, InputLog, MemoryLog};
-pub use journal_log::{SledLog, SnapshotSource};
+pub use journal_log::SledLog;
 pub use metrics::Metrics;

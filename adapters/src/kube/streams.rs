@@ -4,7 +4,7 @@
 use super::adapter::{Event, Queued};
 use engine::intake::Arrival;
 use engine::intake::mirror::StreamEvent;
-use engine::intake::streams::StreamKey;
+use engine::intake::streams::{StreamKey, stream_id};
 use engine::model::Scope;
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject};
@@ -153,6 +153,69 @@ pub fn list_refused(spec: &StreamSpec, e: &kube::Error) -> String {
         ),
         None => format!("listing {resource} failed: {e}"),
     }
+}
+
+/// The group's preferred version; `Err((problem, refused))`, `refused` when the API will not
+/// serve the group to us (404, 403) rather than failed to answer.
+async fn preferred_version(client: &Client, group: &str) -> Result<String, (String, bool)> {
+    let request = http::Request::get(format!("/apis/{group}"))
+        .body(Vec::new())
+        .map_err(|e| (e.to_string(), false))?;
+    let v: Value = client.request(request).await.map_err(|e| {
+        let refused = super::streams::refusal(&e).map(|s| s.code);
+        match refused {
+            Some(404) => (
+                format!("the API does not serve the group {group} (404 on /apis/{group}): are its CRDs installed?"),
+                true,
+            ),
+            Some(_) => (format!("the API refuses discovery of the group {group} (403): {e}"), true),
+            None => (e.to_string(), false),
+        }
+    })?;
+    v.pointer("/preferredVersion/version")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| (format!("no preferred version for {group}"), false))
+}
+
+/// Watches a provider kind of the management cluster, asking discovery for its version first
+/// when the reference named none (retried every `retry`; a group the API refuses to serve is
+/// told to the loop as unavailable).
+pub async fn watch_provider(
+    client: Client,
+    tx: mpsc::Sender<Queued>,
+    retry: std::time::Duration,
+    (group, version, kind): (String, Option<String>, String),
+) {
+    let version = match version {
+        Some(v) => v,
+        None => loop {
+            match preferred_version(&client, &group).await {
+                Ok(v) => break v,
+                Err((problem, refused)) => {
+                    tracing::warn!(%group, "discovery: {problem}");
+                    if refused {
+                        let unavailable = Event::Arrival(Arrival::Watch {
+                            scope: Scope::Management,
+                            stream: stream_id(&group, &kind),
+                            event: StreamEvent::Unavailable(problem),
+                        });
+                        if tx.send(unavailable.into()).await.is_err() {
+                            return;
+                        }
+                    }
+                    tokio::time::sleep(retry).await;
+                }
+            }
+        },
+    };
+    run_stream(
+        client,
+        StreamSpec::new(&Scope::Management, &group, &version, &kind),
+        tx,
+        None,
+    )
+    .await;
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
-//! A cluster's [`Gate`] driven by a tokio task, and the client wrapper that sends every request
-//! of that cluster through it (watches and lists as well as commands, as client-go's rate
-//! limiter does). Tokio time drives it, so tests can pause and advance time.
+//! A cluster's [`Gate`] (its request tokens) driven by a tokio task, and the client wrapper that
+//! sends every request of that cluster through it (watches and lists as well as commands, as
+//! client-go's rate limiter does). How many commands are in flight is the loop's
+//! (`engine::runtime`). Tokio time drives it, so tests can pause and advance time.
 //!
 //! A request's [`Priority`] rides in its `http::Extensions` (none: `Normal`), and [`Prepaid`]
 //! when its token was taken before (a command's first request). A 429 with
@@ -8,7 +9,7 @@
 //! 429 is a PodDisruptionBudget's answer about one pod (the drain retries it after 20 s).
 
 use super::bucket::RateLimit;
-use super::gate::{Gate, Grant, Priority};
+use super::gate::{Gate, Priority};
 use super::metrics::Metrics;
 use futures::future::BoxFuture;
 use kube::Client;
@@ -23,10 +24,8 @@ use tokio::time::Instant;
 pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(60);
 
 enum Ask {
-    Slot(Priority, oneshot::Sender<()>),
     Start(Priority, oneshot::Sender<()>),
     Token(Priority, oneshot::Sender<()>),
-    Release,
     RetryAfter(Duration),
     Close,
 }
@@ -41,36 +40,12 @@ pub struct Throttle {
     asks: mpsc::UnboundedSender<Ask>,
 }
 
-/// A command slot, given back when dropped.
-pub struct Slot {
-    asks: mpsc::UnboundedSender<Ask>,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let _ = self.asks.send(Ask::Release);
-    }
-}
-
 impl Throttle {
     /// Starts the gate's task (call within a tokio runtime).
-    pub fn start(limit: RateLimit, slots: usize) -> Throttle {
+    pub fn start(limit: RateLimit) -> Throttle {
         let (asks, rx) = mpsc::unbounded_channel();
-        tokio::spawn(drive(Gate::new(limit, slots), rx));
+        tokio::spawn(drive(Gate::new(limit), rx));
         Throttle { asks }
-    }
-
-    /// Waits for a command slot; `None` once the gate is closed (shutting down).
-    pub async fn slot(&self, priority: Priority) -> Option<Slot> {
-        let (tx, rx) = oneshot::channel();
-        self.asks.send(Ask::Slot(priority, tx)).ok()?;
-        let mut granted = Granted {
-            rx: Some(rx),
-            asks: self.asks.clone(),
-        };
-        granted.wait().await.then(|| Slot {
-            asks: self.asks.clone(),
-        })
     }
 
     /// Waits for the token of a command's first request (the command is then in flight);
@@ -98,49 +73,13 @@ impl Throttle {
     }
 }
 
-/// A slot grant being waited for. If the waiter is dropped after the grant was sent but
-/// before it was read, the slot is handed back here rather than lost.
-struct Granted {
-    rx: Option<oneshot::Receiver<()>>,
-    asks: mpsc::UnboundedSender<Ask>,
-}
-
-impl Granted {
-    async fn wait(&mut self) -> bool {
-        let Some(rx) = self.rx.as_mut() else {
-            return false;
-        };
-        let got = rx.await.is_ok();
-        self.rx = None;
-        got
-    }
-}
-
-impl Drop for Granted {
-    fn drop(&mut self) {
-        if let Some(mut rx) = self.rx.take() {
-            rx.close();
-            if rx.try_recv().is_ok() {
-                let _ = self.asks.send(Ask::Release);
-            }
-        }
-    }
-}
-
 async fn drive(mut gate: Gate<oneshot::Sender<()>>, mut asks: mpsc::UnboundedReceiver<Ask>) {
     let origin = Instant::now();
     loop {
         let now = origin.elapsed();
-        while let Some(grant) = gate.poll_grant(now, oneshot::Sender::is_closed) {
-            match grant {
-                Grant::Slot(tx) => {
-                    if tx.send(()).is_err() {
-                        gate.release_slot();
-                    }
-                }
-                // A token for a waiter that just left is spent: erring on the polite side.
-                Grant::Token(tx) => drop(tx.send(())),
-            }
+        // A token for a waiter that just left is spent: erring on the polite side.
+        while let Some(tx) = gate.poll_grant(now, oneshot::Sender::is_closed) {
+            let _ = tx.send(());
         }
         let wait = gate.token_wait(now);
         let ask = tokio::select! {
@@ -149,10 +88,8 @@ async fn drive(mut gate: Gate<oneshot::Sender<()>>, mut asks: mpsc::UnboundedRec
         };
         match ask {
             None => return,
-            Some(Ask::Slot(p, tx)) => gate.want_slot(p, tx),
             Some(Ask::Start(p, tx)) => gate.want_start(p, tx),
             Some(Ask::Token(p, tx)) => gate.want_token(p, tx),
-            Some(Ask::Release) => gate.release_slot(),
             Some(Ask::RetryAfter(wait)) => gate.retry_after(origin.elapsed(), wait),
             Some(Ask::Close) => drop(gate.close()),
         }
@@ -250,7 +187,7 @@ mod tests {
     /// urgent waiter first. Paused tokio time: it advances only when every task waits.
     #[tokio::test(start_paused = true)]
     async fn the_driver_grants_by_priority_and_never_early() {
-        let throttle = Throttle::start(RateLimit { qps: 5.0, burst: 1 }, 4);
+        let throttle = Throttle::start(RateLimit { qps: 5.0, burst: 1 });
         let start = Instant::now();
         throttle.token(Priority::Bulk).await;
         let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -284,24 +221,14 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn slots_come_back_when_dropped_and_not_after_close() {
-        let throttle = Throttle::start(
-            RateLimit {
-                qps: 10.0,
-                burst: 1,
-            },
-            1,
-        );
-        let first = throttle.slot(Priority::Normal).await.expect("a free slot");
-        let second = {
-            let throttle = throttle.clone();
-            tokio::spawn(async move { throttle.slot(Priority::Normal).await.is_some() })
-        };
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(!second.is_finished(), "one slot: the second waits");
-        drop(first);
-        assert!(second.await.unwrap(), "the released slot was handed on");
+    async fn a_closed_throttle_starts_no_command_but_serves_those_in_flight() {
+        let throttle = Throttle::start(RateLimit {
+            qps: 10.0,
+            burst: 1,
+        });
+        assert!(throttle.first_request(Priority::Normal).await);
         throttle.close();
-        assert!(throttle.slot(Priority::Unblocking).await.is_none());
+        assert!(!throttle.first_request(Priority::Unblocking).await);
+        throttle.token(Priority::Normal).await;
     }
 }

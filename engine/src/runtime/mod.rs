@@ -373,6 +373,7 @@ impl<C: Core> Loop<C> {
 
     /// Applies a journaled input and dispatches the commands it caused.
     fn apply(&mut self, at: Timestamp, input: Input) {
+        log_relists(&input);
         self.core.handle(at, input);
         while let Some(command) = self.core.poll_command() {
             if let Some(answer) = self.intake.dispatch(&command) {
@@ -407,6 +408,19 @@ impl<C: Core> Loop<C> {
     /// Arrivals not turned into inputs yet.
     pub fn backlog_len(&self) -> usize {
         self.intake.backlog_len()
+    }
+}
+
+/// A cluster's relist is when its cache is synced: worth a line at `info`.
+fn log_relists(input: &Input) {
+    match input {
+        Input::Relist { scope, objects } => tracing::info!(
+            cluster = %crate::store::scope_name(scope),
+            objects = objects.len(),
+            "cache synced"
+        ),
+        Input::Batch { inputs } => inputs.iter().for_each(log_relists),
+        _ => {}
     }
 }
 
