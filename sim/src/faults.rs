@@ -676,7 +676,7 @@ impl Sim {
             );
             return;
         }
-        let before = self.engine.state_hash();
+        let before = self.engine().state_hash();
         let mut lost_from = None;
         if torn {
             match self.feeder.crash_with_torn_tail() {
@@ -689,20 +689,18 @@ impl Sim {
                 }
             }
         }
-        match self.feeder.rebuild(&self.engine) {
-            Ok(engine) => self.engine = engine,
+        let rebuilt = match self.feeder.rebuild(self.lp.core()) {
+            Ok(engine) => engine,
             Err(e) => {
                 self.invariants.violate(format!(
                     "recovery: the engine cannot be rebuilt from its journal: {e}"
                 ));
                 return;
             }
-        }
-        self.feeder.truncate_to(self.engine.applied_seq());
-        self.invariants
-            .repeats
-            .forget_after(self.engine.applied_seq());
-        let after = self.engine.state_hash();
+        };
+        self.feeder.truncate_to(rebuilt.applied_seq());
+        self.invariants.repeats.forget_after(rebuilt.applied_seq());
+        let after = rebuilt.state_hash();
         if !torn && before != after {
             self.invariants.violate(format!(
                 "recovery: the engine rebuilt from its journal differs from the live one ({before:016x} vs {after:016x})"
@@ -723,11 +721,10 @@ impl Sim {
         // Commands still queued died with the process, and its caches with it.
         self.work
             .retain(|w| !matches!(w, crate::sim::Work::Command(_)));
-        self.drop_pending_inputs();
         self.net.reset();
         self.invariants.synced.clear();
+        self.start_controller(rebuilt);
         self.feed(Input::Restarted);
-        self.start_intake();
     }
 }
 

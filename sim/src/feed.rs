@@ -24,17 +24,18 @@ impl Feeder {
         }
     }
 
-    pub fn feed(&mut self, engine: &mut Engine, now: Timestamp, mut input: Input) {
-        if let Some(filter) = self.filter {
-            filter(&mut input);
-        }
+    /// Journals `input` (the loop applies it next); returns how it is described, `None` for a
+    /// tick (told by the timers it fires, known once it is applied).
+    pub fn journal(&mut self, now: Timestamp, input: &Input) -> Option<String> {
         if let Some(j) = &mut self.journal {
-            j.append(now, &input);
+            j.append(now, input);
         }
         self.inputs += 1;
-        // A tick is told by the timers it fired, known once it is handled.
-        let described = (!matches!(input, Input::Tick)).then(|| input.describe());
-        engine.handle(now, input);
+        (!matches!(input, Input::Tick)).then(|| input.describe())
+    }
+
+    /// The loop applied the input journaled last.
+    pub fn applied(&mut self, engine: &Engine, described: Option<String>) {
         self.causes.push(
             described.unwrap_or_else(|| engine::timer::describe_fired(engine.fired_timers())),
         );

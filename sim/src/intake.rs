@@ -1,5 +1,7 @@
-//! How the fake API's deliveries reach the engine: through `engine::intake`, the sans-IO piece
-//! `lifecycle run` drives with tokio, so the simulator keeps no second copy of it. Watching a
+//! How the fake API's deliveries reach the engine: through `engine::runtime::Loop` (and its
+//! `engine::intake`), the sans-IO loop `lifecycle run` drives with tokio, so the simulator keeps
+//! no second copy of it: the batching, the journal-before-apply rule, the in-flight caps, the
+//! priority and eviction order and the tick spacing are the loop's. Watching a
 //! resource type is listing it (`Init`, `InitApply` of each object, `InitDone`, as kube's
 //! `watcher` reports a list), then handing each write of that type over as a watch event;
 //! answers go in as they come back. What the intake makes of them (the first list of a cluster
@@ -10,33 +12,42 @@ use crate::api::{ObjKey, Written};
 use crate::sim::Sim;
 use engine::intake::mirror::StreamEvent;
 use engine::intake::streams::stream_id;
-use engine::intake::{Arrival, Intake, Output};
+use engine::intake::Arrival;
 use engine::model::Scope;
-use engine::{ApiOutcome, BATCH_INPUTS_MAX, Input};
+use engine::runtime::{Loop, LoopOptions, Output};
+use engine::time::Timestamp;
+use engine::{ApiOutcome, Engine, Input};
 use serde_json::Value;
 
 impl Sim {
-    /// A controller process starts: a fresh intake, whose watches list every cluster they may.
-    pub(crate) fn start_intake(&mut self) {
-        self.intake = Intake::new();
+    /// A controller process starts on `engine`: a fresh loop, whose watches list every cluster
+    /// they may.
+    pub(crate) fn start_controller(&mut self, engine: Engine) {
+        self.lp = Loop::new(engine, LoopOptions::default());
         self.watched.clear();
         self.deferred_watches.clear();
-        self.pump();
     }
 
-    /// Feeds what the intake makes of what arrived, and carries out what it asks for, until
-    /// nothing is left.
+    /// Carries out what the loop asks for until it waits: unless batching, where the loop is
+    /// polled once the instant's work runs dry (see `settle`).
     pub(crate) fn pump(&mut self) {
+        if !self.batching {
+            self.poll_loop();
+        }
+    }
+
+    /// Carries out the loop's outputs until it waits.
+    pub(crate) fn poll_loop(&mut self) {
         loop {
-            while let Some(input) = self.intake.next_input(BATCH_INPUTS_MAX) {
-                self.report_unreadable();
-                self.feed(input);
-            }
             self.report_unreadable();
-            let Some(output) = self.intake.poll_output() else {
-                break;
-            };
-            match output {
+            match self.lp.poll_output(self.now) {
+                Output::Wait(_) => break,
+                Output::Append { at, input } => self.append(at, input),
+                Output::Send(command) => self.work.push_back(crate::sim::Work::Command(command)),
+                // The simulated journal's appends do not fail.
+                Output::Reopen => {
+                    let _ = self.lp.reopened(self.now, Ok(Vec::new()));
+                }
                 Output::Watch(key) => self.start_watch(&key.scope, key.id()),
                 Output::Unwatch(key) => {
                     let watch = (key.scope.clone(), key.id());
@@ -46,13 +57,27 @@ impl Sim {
                 Output::WatchProvider { group, kind, .. } => {
                     self.start_watch(&Scope::Management, stream_id(&group, &kind))
                 }
-                Output::Connect(scope) => self.intake.push(Arrival::Connected { scope }),
+                Output::Connect(scope) => self.lp.push(Arrival::Connected { scope }),
                 Output::Disconnect(scope) => {
                     self.watched.retain(|(s, _)| *s != scope);
                     self.deferred_watches.retain(|(s, _)| *s != scope);
                 }
             }
         }
+    }
+
+    /// Journals what the loop hands out (after a test's filter, if any), then lets it apply it.
+    fn append(&mut self, at: Timestamp, input: Input) {
+        let input = match self.feeder.filter {
+            Some(filter) => self.lp.rewrite_appending(filter),
+            None => input,
+        };
+        self.note_synced(&input);
+        let seq = self.feeder.inputs + 1;
+        self.invariants.repeats.observe(&input, seq);
+        let described = self.feeder.journal(at, &input);
+        self.lp.appended(at, Ok(()));
+        self.feeder.applied(self.lp.core(), described);
     }
 
     /// A watcher starts by listing; a cluster whose cache a fault holds unsynced lists later.
@@ -73,7 +98,7 @@ impl Sim {
             .map(|s| s.list(group, kind).map(|(_, v)| v.clone()).collect())
             .unwrap_or_default();
         let push = |sim: &mut Sim, event| {
-            sim.intake.push(Arrival::Watch {
+            sim.lp.push(Arrival::Watch {
                 scope: scope.clone(),
                 stream: stream.to_string(),
                 event,
@@ -125,7 +150,7 @@ impl Sim {
             (None, Some(last)) => StreamEvent::Delete(last),
             (None, None) => return,
         };
-        self.intake.push(Arrival::Watch {
+        self.lp.push(Arrival::Watch {
             scope: scope.clone(),
             stream,
             event,
@@ -134,11 +159,11 @@ impl Sim {
 
     /// A command's answer.
     pub(crate) fn push_result(&mut self, command: u64, outcome: ApiOutcome) {
-        self.intake.push(Arrival::Result { command, outcome });
+        self.lp.push(Arrival::Result { command, outcome });
     }
 
     fn report_unreadable(&mut self) {
-        for u in self.intake.take_unreadable() {
+        for u in self.lp.intake_mut().take_unreadable() {
             let key = ObjKey::of(&u.object);
             self.report_malformed(&u.scope, &key, &u.error);
         }

@@ -144,7 +144,7 @@ impl Sim {
     /// from the Machine's own fields (failureReason, the remediate annotation) stands without
     /// its Node.
     fn guess_rule(&self, command: &Command) -> Vec<String> {
-        let store = self.engine.store();
+        let store = self.engine().store();
         let disruptive =
             command.action.is_destructive() || matches!(command.action, Action::Cordon { .. });
         if !disruptive || !store.has_unreadable() {

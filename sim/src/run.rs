@@ -92,9 +92,9 @@ pub fn run_owned(scenario: Scenario, options: &RunOptions) -> Result<Report, Str
     sim.batching = options.batch_inputs;
     sim.setup();
     sim.run();
-    let engine_state_hash = sim.engine.state_hash();
+    let engine_state_hash = sim.engine().state_hash();
     if let Some(j) = &mut sim.feeder.journal {
-        j.finish(&sim.engine)?;
+        j.finish(sim.lp.core())?;
     }
     let inputs = sim.feeder.inputs;
     Ok(sim.report(inputs, engine_state_hash))

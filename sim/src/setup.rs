@@ -87,7 +87,7 @@ impl Sim {
             self.schedule(self.start + at, Event::Checkpoint);
         }
         if self.external.is_none() {
-            self.start_intake();
+            self.pump();
         }
         let start_line_at = self.timeline.lines.len();
         self.line(
@@ -108,7 +108,7 @@ impl Sim {
         debug_assert_eq!(self.timeline.lines.len(), start_line_at + 1);
         // What the controllers do with the starting world happens at time zero.
         self.settle();
-        self.feeder.end_of_instant(&self.engine);
+        self.feeder.end_of_instant(self.lp.core());
     }
 
     fn create_initial(&mut self, scope: &Scope, mut obj: Value) {

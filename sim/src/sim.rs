@@ -6,6 +6,7 @@ use crate::scenario::{Scenario, WorldKnobs};
 use crate::timeline::{Line, Timeline};
 use engine::model::{ClusterName, Kind, ObjectKey, Scope};
 use engine::time::{Duration, Timestamp};
+use engine::runtime::{Loop, LoopOptions};
 use engine::{Engine, Input};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -15,8 +16,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 /// Bound on work items handled at one simulated instant (a controller/world feedback loop
 /// that never settles is a bug, reported instead of hanging).
 pub const WORK_PER_INSTANT_MAX: usize = 200_000;
-/// Bound on engine ticks at one simulated instant (a deadline kept in the past is reported,
-/// and time moves on, instead of spinning).
+/// Bound on ticks in a row after which the engine's deadline is still due (a deadline kept in
+/// the past is reported, and time moves on, instead of ticking forever).
 pub const TICKS_PER_INSTANT_MAX: u32 = 1_000;
 
 /// Something scheduled at a simulated time.
@@ -120,7 +121,8 @@ pub struct Sim {
     /// The `corrupt-object` fault's own stream, so that a run without it draws everything else
     /// alike (the corruption differential compares the two).
     pub corrupt_rng: ChaCha8Rng,
-    pub engine: Engine,
+    /// The controller's loop (`engine::runtime`) over the engine, as `lifecycle run` drives it.
+    pub(crate) lp: Loop<Engine>,
     pub feeder: crate::feed::Feeder,
     pub timeline: Timeline,
     pub actions: Vec<ActionRecord>,
@@ -131,8 +133,6 @@ pub struct Sim {
     pub(crate) expect: crate::expect::Tracker,
     pub invariants: crate::invariants::Checker,
     pub(crate) net: crate::network::Network,
-    /// The controller's intake (`engine::intake`), as `lifecycle run` has it.
-    pub(crate) intake: engine::intake::Intake,
     /// Streams `(cluster, group/Kind)` the controller watches.
     pub(crate) watched: BTreeSet<(Scope, String)>,
     /// Streams whose first list waits for a cluster's cache to sync (a fault).
@@ -145,12 +145,12 @@ pub struct Sim {
     pub(crate) mhcs_by_cluster: BTreeMap<(String, String), BTreeSet<ObjKey>>,
     /// Objects the controllers could not read (malformed), reported once each.
     pub(crate) malformed: BTreeSet<(Scope, ObjKey)>,
-    /// Feed the inputs of an instant as batches, as the adapter feeds a backlog: inputs wait
-    /// in `pending` until the instant's work runs dry.
+    /// Poll the loop only when the instant's work runs dry, so what arrived meanwhile is one
+    /// batch, as `lifecycle run` takes a backlog under load.
     pub batching: bool,
-    pending: Vec<Input>,
-    /// Ticks scheduled at the current instant so far.
-    ticks_now: Option<(Timestamp, u32)>,
+    /// Ticks in a row after which the engine's deadline was still due (a deadline kept in the
+    /// past), and the deadline they were for.
+    ticks_stuck: (Option<Timestamp>, u32),
     /// Set when the controllers run outside the simulator (a `lifecycle run` process over
     /// HTTP): the world is played, the in-process engine is not fed.
     pub(crate) external: Option<External>,
@@ -182,7 +182,7 @@ impl Sim {
             workloads: BTreeMap::new(),
             rng: ChaCha8Rng::seed_from_u64(seed),
             corrupt_rng: ChaCha8Rng::seed_from_u64(seed ^ CORRUPT_STREAM),
-            engine: Engine::new(),
+            lp: Loop::new(Engine::new(), LoopOptions::default()),
             feeder,
             timeline: Timeline::default(),
             actions: Vec::new(),
@@ -193,15 +193,13 @@ impl Sim {
             expect,
             invariants: Default::default(),
             net: crate::network::Network::new(seed),
-            intake: engine::intake::Intake::new(),
             watched: BTreeSet::new(),
             deferred_watches: BTreeSet::new(),
             malformed: BTreeSet::new(),
             machines_by_cluster: BTreeMap::new(),
             mhcs_by_cluster: BTreeMap::new(),
             batching: false,
-            pending: Vec::new(),
-            ticks_now: None,
+            ticks_stuck: (None, 0),
             external: None,
             scenario,
         }
@@ -359,39 +357,16 @@ impl Sim {
         });
     }
 
-    /// Feeds one input to the engine through the journal, then queues its commands (or, when
-    /// batching, holds it until the instant's work runs dry).
+    /// The engine, as the controller's loop holds it.
+    pub fn engine(&self) -> &Engine {
+        self.lp.core()
+    }
+
+    /// Feeds an input of the controller's own (journaled and applied in turn), then carries
+    /// out what the loop asks.
     pub(crate) fn feed(&mut self, input: Input) {
-        if self.batching {
-            self.pending.push(input);
-            return;
-        }
-        self.apply(input);
-    }
-
-    fn apply(&mut self, input: Input) {
-        self.note_synced(&input);
-        let seq = self.feeder.inputs + 1;
-        self.invariants.repeats.observe(&input, seq);
-        self.feeder.feed(&mut self.engine, self.now, input);
-        while let Some(command) = self.engine.poll_command() {
-            self.work.push_back(Work::Command(command));
-        }
-    }
-
-    /// Feeds the held inputs as one batch. Returns whether there were any.
-    fn flush_inputs(&mut self) -> bool {
-        if self.pending.is_empty() {
-            return false;
-        }
-        let inputs = std::mem::take(&mut self.pending);
-        self.apply(Input::batch(inputs));
-        true
-    }
-
-    /// Inputs held for a batch die with the process (they were never journaled).
-    pub(crate) fn drop_pending_inputs(&mut self) {
-        self.pending.clear();
+        self.lp.feed(input);
+        self.pump();
     }
 
     /// Runs to the end of the scenario.
@@ -452,11 +427,7 @@ impl Sim {
     fn handle_event(&mut self, event: Event) {
         match event {
             Event::Step(i) => self.run_step(i),
-            Event::EngineTick => {
-                if self.engine.next_deadline().is_some_and(|d| d <= self.now) {
-                    self.feed(Input::Tick);
-                }
-            }
+            Event::EngineTick => self.tick(),
             Event::Checkpoint => {}
             Event::Arrive { epoch, arrival } => self.arrive(epoch, *arrival),
             other => self.world_event(other),
@@ -468,7 +439,9 @@ impl Sim {
         let mut budget = WORK_PER_INSTANT_MAX;
         loop {
             let Some(work) = self.work.pop_front() else {
-                if self.flush_inputs() {
+                // Batching: the loop is polled once the instant's work runs dry.
+                if self.batching && self.external.is_none() && self.lp.has_work() {
+                    self.poll_loop();
                     continue;
                 }
                 break;
@@ -483,7 +456,6 @@ impl Sim {
                 self.invariants
                     .violate("liveness: no settling at one instant".to_string());
                 self.work.clear();
-                self.pending.clear();
                 return;
             }
             budget -= 1;
@@ -500,47 +472,60 @@ impl Sim {
 
     fn after_instant_step(&mut self) {
         self.check_release();
-        self.feeder.end_of_instant(&self.engine);
+        self.feeder.end_of_instant(self.lp.core());
         self.schedule_engine_tick();
         if !self.queue.keys().any(|(t, _)| *t == self.now) {
             self.with_tracker(|t, sim| t.checkpoint(sim));
         }
     }
 
-    fn schedule_engine_tick(&mut self) {
-        if let Some(deadline) = self.engine.next_deadline() {
-            let at = deadline.max(self.now);
-            if at == self.now {
-                self.ticks_now = match self.ticks_now {
-                    Some((t, n)) if t == at => Some((t, n + 1)),
-                    _ => Some((at, 1)),
-                };
-                if self
-                    .ticks_now
-                    .is_some_and(|(_, n)| n > TICKS_PER_INSTANT_MAX)
-                {
-                    // A deadline the engine keeps in the past: time would never move again.
-                    if self
-                        .ticks_now
-                        .is_some_and(|(_, n)| n == TICKS_PER_INSTANT_MAX + 1)
-                    {
-                        let message = format!(
-                            "liveness: the engine asks to be woken at {} again and again (a deadline that stays in the past)",
-                            self.offset_of(at)
-                        );
-                        self.line("invariant", "Violation", String::new(), message.clone());
-                        self.invariants.violate(message);
-                    }
-                    return;
-                }
+    /// The loop's wake-up: a `Tick` when the engine's deadline has come (at least the loop's
+    /// tick spacing after the last one). A deadline still due after more than
+    /// [`TICKS_PER_INSTANT_MAX`] ticks in a row is kept in the past: reported once, and time
+    /// moves on without it.
+    fn tick(&mut self) {
+        let due = self.engine().next_deadline().filter(|d| *d <= self.now);
+        let Some(due) = due else {
+            self.ticks_stuck = (None, 0);
+            return;
+        };
+        let stuck = match self.ticks_stuck {
+            (Some(d), n) if d == due => n + 1,
+            _ => 1,
+        };
+        self.ticks_stuck = (Some(due), stuck);
+        if stuck > TICKS_PER_INSTANT_MAX {
+            if stuck == TICKS_PER_INSTANT_MAX + 1 {
+                let message = format!(
+                    "liveness: the engine asks to be woken at {} again and again (a deadline that stays in the past)",
+                    self.offset_of(due)
+                );
+                self.line("invariant", "Violation", String::new(), message.clone());
+                self.invariants.violate(message);
             }
-            let already = self
-                .queue
-                .iter()
-                .any(|((t, _), e)| *t == at && matches!(e, Event::EngineTick));
-            if !already {
-                self.schedule(at, Event::EngineTick);
-            }
+            return;
+        }
+        self.lp.handle_timeout(self.now);
+        self.pump();
+    }
+
+    /// Schedules the loop's next wake-up, when it has one.
+    pub(crate) fn schedule_engine_tick(&mut self) {
+        let Some(at) = self.lp.next_wake() else {
+            return;
+        };
+        if self.ticks_stuck.1 > TICKS_PER_INSTANT_MAX
+            && self.engine().next_deadline() == self.ticks_stuck.0
+        {
+            return;
+        }
+        let at = at.max(self.now);
+        let already = self
+            .queue
+            .iter()
+            .any(|((t, _), e)| *t == at && matches!(e, Event::EngineTick));
+        if !already {
+            self.schedule(at, Event::EngineTick);
         }
     }
 

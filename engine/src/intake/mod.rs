@@ -298,6 +298,11 @@ impl Intake {
         self.outputs.pop_front()
     }
 
+    /// Whether [`Intake::poll_output`] has something.
+    pub fn has_outputs(&self) -> bool {
+        !self.outputs.is_empty()
+    }
+
     /// Objects delivered that the controllers cannot read, since the last call.
     pub fn take_unreadable(&mut self) -> Vec<mirror::Unreadable> {
         self.mirror.take_unreadable()

@@ -214,6 +214,15 @@ impl<C: Core> Loop<C> {
         }
     }
 
+    /// When the loop wants [`Loop::handle_timeout`] next: what the last [`Output::Wait`] said
+    /// when nothing else is to be done (`None`: only an arrival wakes it).
+    pub fn next_wake(&self) -> Option<Timestamp> {
+        match &self.journal {
+            Journal::Down(d) => (!d.reopening).then_some(d.retry_at),
+            _ => self.tick_due(),
+        }
+    }
+
     /// When the next `Tick` is due: the core's deadline, not earlier than `tick_spacing_min`
     /// after the last one.
     fn tick_due(&self) -> Option<Timestamp> {
@@ -226,43 +235,48 @@ impl<C: Core> Loop<C> {
 
     /// The next thing to do at `now`; call until [`Output::Wait`].
     pub fn poll_output(&mut self, now: Timestamp) -> Output {
-        while let Some(o) = self.intake.poll_output() {
-            let o = self.carry_out_intake(o);
-            self.outputs.push_back(o);
-        }
-        let down = matches!(self.journal, Journal::Down(_));
-        // While the journal is down nothing is sent: the commands wait with it.
-        if let Some(i) = self
-            .outputs
-            .iter()
-            .position(|o| !down || !matches!(o, Output::Send(_)))
-        {
-            return self.outputs.remove(i).expect("found above");
-        }
-        match &mut self.journal {
-            Journal::Appending(..) => {
-                debug_assert!(false, "poll_output before appended()");
-                return Output::Wait(None);
+        loop {
+            while let Some(o) = self.intake.poll_output() {
+                let o = self.carry_out_intake(o);
+                self.outputs.push_back(o);
             }
-            Journal::Down(down) => {
-                if !down.reopening && now >= down.retry_at {
-                    down.reopening = true;
-                    return Output::Reopen;
+            let down = matches!(self.journal, Journal::Down(_));
+            // While the journal is down nothing is sent: the commands wait with it.
+            let ready = self
+                .outputs
+                .iter()
+                .position(|o| !down || !matches!(o, Output::Send(_)));
+            if let Some(i) = ready {
+                return self.outputs.remove(i).expect("found above");
+            }
+            match &mut self.journal {
+                Journal::Appending(..) => {
+                    debug_assert!(false, "poll_output before appended()");
+                    return Output::Wait(None);
                 }
-                return Output::Wait((!down.reopening).then_some(down.retry_at));
+                Journal::Down(down) => {
+                    if !down.reopening && now >= down.retry_at {
+                        down.reopening = true;
+                        return Output::Reopen;
+                    }
+                    return Output::Wait((!down.reopening).then_some(down.retry_at));
+                }
+                Journal::Writable => {}
             }
-            Journal::Writable => {}
+            let next = match self.own.pop_front() {
+                Some(input) => Some(input),
+                None => self.intake.next_input(self.options.batch_inputs_max),
+            };
+            if let Some(input) = next {
+                self.journal = Journal::Appending(now, input.clone());
+                return Output::Append { at: now, input };
+            }
+            // Reading what arrived may have asked for watches (a provider kind referred to):
+            // the first list waits for them.
+            if !self.intake.has_outputs() {
+                return Output::Wait(self.tick_due());
+            }
         }
-        let next = match self.own.pop_front() {
-            Some(input) => Some(input),
-            None => self.intake.next_input(self.options.batch_inputs_max),
-        };
-        if let Some(input) = next {
-            // The intake may have asked for watches on the way.
-            self.journal = Journal::Appending(now, input.clone());
-            return Output::Append { at: now, input };
-        }
-        Output::Wait(self.tick_due())
     }
 
     fn carry_out_intake(&mut self, o: crate::intake::Output) -> Output {
@@ -305,6 +319,16 @@ impl<C: Core> Loop<C> {
                 self.journal_failed(now, error);
             }
         }
+    }
+
+    /// Between an [`Output::Append`] and [`Loop::appended`]: changes the input the loop is about
+    /// to apply (a test planting a bug from the outside) and returns it, to be journaled.
+    pub fn rewrite_appending(&mut self, change: impl FnOnce(&mut Input)) -> Input {
+        let Journal::Appending(_, input) = &mut self.journal else {
+            panic!("rewrite_appending() without an Append");
+        };
+        change(input);
+        input.clone()
     }
 
     /// The journal failed after an input was applied (a snapshot could not be written): stop
@@ -403,6 +427,14 @@ impl<C: Core> Loop<C> {
     /// Commands waiting for a slot (or for the eviction before them).
     pub fn commands_waiting(&self) -> usize {
         self.admission.waiting()
+    }
+
+    /// Whether polling now would do something (hand out an output or an append).
+    pub fn has_work(&self) -> bool {
+        !self.outputs.is_empty()
+            || !self.own.is_empty()
+            || self.intake.has_backlog()
+            || self.intake.has_outputs()
     }
 
     /// Arrivals not turned into inputs yet.
