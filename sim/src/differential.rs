@@ -88,7 +88,10 @@ impl Sim {
         let due = d
             .last_check
             .is_none_or(|t| self.now.since(t) >= CHECK_EVERY);
-        let idle = self.engine().in_flight_len() == 0 && self.lp.commands_in_flight() == 0 && self.lp.commands_waiting() == 0 && !self.net_busy();
+        let idle = self.engine().in_flight_len() == 0
+            && self.lp.commands_in_flight() == 0
+            && self.lp.commands_waiting() == 0
+            && !self.net_busy();
         if !idle || !(at_end || quiet && due) || !self.controller_sees_everything() {
             return;
         }

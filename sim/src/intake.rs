@@ -10,11 +10,18 @@
 
 use crate::api::{ObjKey, Written};
 use crate::sim::Sim;
+use engine::intake::Arrival;
 use engine::intake::mirror::StreamEvent;
 use engine::intake::streams::stream_id;
-use engine::intake::Arrival;
 use engine::model::Scope;
 use engine::runtime::{Loop, LoopOptions, Output};
+
+impl Sim {
+    /// Knobs of the controller's loop (before the run starts).
+    pub fn set_loop_options(&mut self, options: LoopOptions) {
+        self.lp = Loop::new(Engine::new(), options);
+    }
+}
 use engine::time::Timestamp;
 use engine::{ApiOutcome, Engine, Input};
 use serde_json::Value;
@@ -23,7 +30,7 @@ impl Sim {
     /// A controller process starts on `engine`: a fresh loop, whose watches list every cluster
     /// they may.
     pub(crate) fn start_controller(&mut self, engine: Engine) {
-        self.lp = Loop::new(engine, LoopOptions::default());
+        self.lp = Loop::new(engine, self.lp.options().clone());
         self.watched.clear();
         self.deferred_watches.clear();
     }

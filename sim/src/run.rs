@@ -20,6 +20,8 @@ pub struct RunOptions {
     /// Feed each instant's inputs as batches, as the adapter feeds a backlog under load
     /// (`Input::Batch`): timelines differ (a Machine is reconciled once per batch).
     pub batch_inputs: bool,
+    /// A bug planted in the controller's loop (tests that show a sweep finds one).
+    pub loop_bug: Option<engine::runtime::PlantedBug>,
 }
 
 /// What a run produced.
@@ -90,6 +92,10 @@ pub fn run_owned(scenario: Scenario, options: &RunOptions) -> Result<Report, Str
     feeder.filter = options.input_filter;
     let mut sim = Sim::new(scenario, seed, feeder);
     sim.batching = options.batch_inputs;
+    sim.set_loop_options(engine::runtime::LoopOptions {
+        planted: options.loop_bug,
+        ..Default::default()
+    });
     sim.setup();
     sim.run();
     let engine_state_hash = sim.engine().state_hash();

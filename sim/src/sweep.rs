@@ -207,12 +207,15 @@ pub struct Feeding {
     pub filter: Option<fn(&mut Input)>,
     /// Each instant's inputs as batches, as `lifecycle run` feeds a backlog.
     pub batch: bool,
+    /// A bug planted in the controller's loop.
+    pub loop_bug: Option<engine::runtime::PlantedBug>,
 }
 
 fn run_once(s: &Scenario, feeding: Feeding) -> Result<Report, String> {
     let options = RunOptions {
         input_filter: feeding.filter,
         batch_inputs: feeding.batch,
+        loop_bug: feeding.loop_bug,
         ..Default::default()
     };
     run(s, &options)

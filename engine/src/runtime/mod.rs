@@ -106,6 +106,18 @@ pub struct LoopOptions {
     pub journal_retry: Duration,
     /// The most inputs in one [`Input::Batch`].
     pub batch_inputs_max: usize,
+    /// A bug planted on purpose, to prove a sweep finds bugs in the loop (tests only).
+    #[cfg(feature = "testing")]
+    pub planted: Option<PlantedBug>,
+}
+
+/// Bugs a test can plant in the loop ([`LoopOptions::planted`]).
+#[cfg(feature = "testing")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlantedBug {
+    /// A batch of several inputs loses its last one: the arrivals behind it were taken from
+    /// the intake and never applied (a batching bug only a backlog shows).
+    DropLastOfBatch,
 }
 
 impl Default for LoopOptions {
@@ -115,6 +127,8 @@ impl Default for LoopOptions {
             tick_spacing_min: Duration::from_millis(10),
             journal_retry: Duration::from_secs(1),
             batch_inputs_max: BATCH_INPUTS_MAX,
+            #[cfg(feature = "testing")]
+            planted: None,
         }
     }
 }
@@ -267,6 +281,8 @@ impl<C: Core> Loop<C> {
                 Some(input) => Some(input),
                 None => self.intake.next_input(self.options.batch_inputs_max),
             };
+            #[cfg(feature = "testing")]
+            let next = self.plant(next);
             if let Some(input) = next {
                 self.journal = Journal::Appending(now, input.clone());
                 return Output::Append { at: now, input };
@@ -277,6 +293,24 @@ impl<C: Core> Loop<C> {
                 return Output::Wait(self.tick_due());
             }
         }
+    }
+
+    #[cfg(feature = "testing")]
+    fn plant(&self, next: Option<Input>) -> Option<Input> {
+        match (self.options.planted, next) {
+            (Some(PlantedBug::DropLastOfBatch), Some(Input::Batch { mut inputs }))
+                if inputs.len() > 1 =>
+            {
+                inputs.pop();
+                Some(Input::batch(inputs))
+            }
+            (_, next) => next,
+        }
+    }
+
+    /// The loop's knobs.
+    pub fn options(&self) -> &LoopOptions {
+        &self.options
     }
 
     fn carry_out_intake(&mut self, o: crate::intake::Output) -> Output {
