@@ -28,8 +28,8 @@ pub fn main(args: SweepArgs) -> u8 {
         }
     };
     let feeding = Feeding {
-        filter: None,
         batch: args.batch,
+        ..Feeding::default()
     };
     let mut scenarios = Vec::new();
     for f in &args.files {
