@@ -58,8 +58,8 @@ fn ok(args: &[&str], journal: &Path) -> String {
 fn a_drain_blocked_by_a_pdb_names_the_pdb_its_numbers_and_the_retry() {
     let tmp = tempfile::tempdir().unwrap();
     let j = journal(tmp.path(), "deletion-pdb-blocks-until-rescheduled");
-    // Record 29: web-0 is gone, web-1's eviction was refused and waits for its retry.
-    let held = ok(&["explain", "machine", "default/m1", "--until", "29"], &j);
+    // Record 23: web-0 is gone, web-1's eviction was refused and waits for its retry.
+    let held = ok(&["explain", "machine", "default/m1", "--until", "23"], &j);
     insta::assert_snapshot!("pdb_blocked_drain_held", held);
     let readme =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
@@ -147,14 +147,14 @@ fn a_pool_story_has_its_phases_and_replicas() {
 fn json_tells_the_same_story_as_text() {
     let tmp = tempfile::tempdir().unwrap();
     let j = journal(tmp.path(), "deletion-pdb-blocks-until-rescheduled");
-    let text = ok(&["explain", "machine", "default/m1", "--until", "29"], &j);
+    let text = ok(&["explain", "machine", "default/m1", "--until", "23"], &j);
     let json = ok(
         &[
             "explain",
             "machine",
             "default/m1",
             "--until",
-            "29",
+            "23",
             "--format",
             "json",
         ],
@@ -162,14 +162,15 @@ fn json_tells_the_same_story_as_text() {
     );
     let story: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(story["object"], "Machine default/m1");
-    assert_eq!(story["journal"]["last_seq"], 29);
+    assert_eq!(story["journal"]["last_seq"], 23);
     let phases = story["phases"].as_array().unwrap();
     assert_eq!(phases.len(), 1, "{phases:?}");
     assert_eq!(phases[0]["reason"], "DrainingNode");
     assert_eq!(phases[0]["end"], serde_json::Value::Null);
     assert_eq!(phases[0]["duration_ms"], 5000);
-    // The drain starts once its kinds are listed (record 10), not at the deletion (record 3).
-    assert_eq!(phases[0]["cause"]["seq"], 10);
+    // The drain starts once its kinds are listed (record 4, their lists in one batch), not at
+    // the deletion (record 3).
+    assert_eq!(phases[0]["cause"]["seq"], 4);
     let entries = story["entries"].as_array().unwrap();
     assert_eq!(
         entries.len(),
@@ -331,8 +332,8 @@ fn a_paused_cluster_and_a_finished_deletion_say_what_is_left() {
     );
     let tmp = tempfile::tempdir().unwrap();
     let j = journal(tmp.path(), "deletion-pdb-blocks-until-rescheduled");
-    // Record 48: DeletionCompleted written, the finalizer not yet released.
-    let done = ok(&["explain", "machine", "default/m1", "--until", "57"], &j);
+    // Record 51: DeletionCompleted written, the finalizer not yet released.
+    let done = ok(&["explain", "machine", "default/m1", "--until", "51"], &j);
     insta::assert_snapshot!(
         "deletion_completed_not_gone_now",
         &done[done.find("\nNow ").unwrap() + 1..]
@@ -399,7 +400,7 @@ fn explain_reads_a_journal_a_controller_holds_open_and_changes_nothing() {
     );
     let story = ok(&["explain", "machine", "default/m1"], &j);
     assert!(
-        story.contains("gone since 2024-01-01T00:08:20Z (record #48)"),
+        story.contains("gone since 2024-01-01T00:08:20Z (record #42)"),
         "{story}"
     );
     assert_eq!(files(&j), before);

@@ -43,8 +43,12 @@ impl Sim {
         }
     }
 
-    /// Carries out the loop's outputs until it waits.
+    /// Carries out the loop's outputs until it waits. Never when the controller runs in
+    /// another process (the world is served over HTTP): the in-process loop stays idle.
     pub(crate) fn poll_loop(&mut self) {
+        if self.external.is_some() {
+            return;
+        }
         loop {
             self.report_unreadable();
             match self.lp.poll_output(self.now) {
