@@ -34,11 +34,16 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn get(port: u16, path: &str) -> Option<String> {
+/// What `/metrics` is asked for as (`Accept`).
+const OPENMETRICS: &str = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+
+/// The body of `GET path` with `accept`, if the server answered.
+fn get(port: u16, path: &str, accept: Option<&str>) -> Option<String> {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: x\r\n{accept}Connection: close\r\n\r\n"
     )
     .ok()?;
     let mut answer = String::new();
@@ -48,19 +53,41 @@ fn get(port: u16, path: &str) -> Option<String> {
         .map(|(_, body)| body.to_string())
 }
 
-/// `{family: [(labels, value)]}` as `prometheus_client` parses `text`.
-fn parse(text: &str) -> Families {
+/// Which of `prometheus_client`'s parsers reads a page.
+#[derive(Clone, Copy, Debug)]
+enum Parser {
+    /// `prometheus_client.openmetrics.parser`.
+    OpenMetrics,
+    /// `prometheus_client.parser`, the text format 0.0.4.
+    Text,
+}
+
+/// A page as a parser read it: the samples, and each family's type.
+struct Parsed {
+    families: Families,
+    types: BTreeMap<String, String>,
+}
+
+/// `text` as `prometheus_client`'s `parser` reads it.
+fn parse_with(text: &str, parser: Parser) -> Parsed {
     let python = clients_dir().join("py/bin/python");
-    let script = "import json,sys\n\
-        from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse\n\
-        out = {}\n\
+    let module = match parser {
+        Parser::OpenMetrics => "prometheus_client.openmetrics.parser",
+        Parser::Text => "prometheus_client.parser",
+    };
+    let script = format!(
+        "import json,sys\n\
+        from {module} import text_string_to_metric_families as parse\n\
+        out, types = {{}}, {{}}\n\
         for f in parse(sys.stdin.read()):\n\
         \x20   out.setdefault(f.name, [])\n\
+        \x20   types[f.name] = f.type\n\
         \x20   for s in f.samples:\n\
         \x20       out.setdefault(s.name, []).append([s.labels, s.value])\n\
-        print(json.dumps(out))\n";
+        print(json.dumps([out, types]))\n"
+    );
     let mut child = Command::new(&python)
-        .args(["-c", script])
+        .args(["-c", &script])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -75,11 +102,17 @@ fn parse(text: &str) -> Families {
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
-        "the OpenMetrics parser refused the page: {}\n{text}",
+        "the {parser:?} parser refused the page: {}\n{text}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let parsed: Families = serde_json::from_slice(&out.stdout).unwrap();
-    parsed
+    let (families, types): (Families, BTreeMap<String, String>) =
+        serde_json::from_slice(&out.stdout).unwrap();
+    Parsed { families, types }
+}
+
+/// `{family: [(labels, value)]}` as `prometheus_client` parses the OpenMetrics `text`.
+fn parse(text: &str) -> Families {
+    parse_with(text, Parser::OpenMetrics).families
 }
 
 fn value(families: &Families, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
@@ -112,6 +145,8 @@ fn simulated(action: &str) -> f64 {
 
 #[test]
 fn the_metrics_page_parses_and_counts_what_the_controller_did() {
+    // Installed before the clock below starts: a first install takes a while.
+    clients_dir();
     let dir = tempfile::tempdir().unwrap();
     let (_server, kubeconfig, clock) = serve(dir.path(), "deletion-order-of-actions", 10);
     let port = free_port();
@@ -138,7 +173,7 @@ fn the_metrics_page_parses_and_counts_what_the_controller_did() {
             "the Machine was not deleted in time"
         );
         std::thread::sleep(Duration::from_millis(500));
-        let Some(page) = get(port, "/metrics") else {
+        let Some(page) = get(port, "/metrics", Some(OPENMETRICS)) else {
             continue;
         };
         let families = parse(&page);
@@ -225,6 +260,52 @@ fn the_metrics_page_parses_and_counts_what_the_controller_did() {
     assert!(
         timed >= counted && counted > 0.0,
         "{timed} timed, {counted} counted"
+    );
+
+    // Reconciles by result: the error series is served (none failed here).
+    assert_eq!(
+        value(
+            &families,
+            "controller_runtime_reconcile_total",
+            &[("controller", "machine"), ("result", "error")]
+        ),
+        Some(0.0)
+    );
+
+    // Without Accept, the text format 0.0.4: its parser types every family as the
+    // OpenMetrics parser does, counters as counters.
+    let text = get(port, "/metrics", None).expect("the page again");
+    assert!(!text.contains("# EOF"), "{text}");
+    let read = parse_with(&text, Parser::Text);
+    let open = parse_with(
+        &get(port, "/metrics", Some(OPENMETRICS)).expect("the page again"),
+        Parser::OpenMetrics,
+    );
+    let counters: Vec<&String> = open
+        .types
+        .iter()
+        .filter(|(_, t)| *t == "counter")
+        .map(|(n, _)| n)
+        .collect();
+    assert!(
+        counters.len() >= 10
+            && counters.contains(&&"controller_runtime_reconcile".to_string())
+            && counters.contains(&&"lifecycle_commands".to_string()),
+        "{counters:?}"
+    );
+    assert_eq!(read.types, open.types, "the two formats type the families alike");
+    assert!(
+        !read.types.values().any(|t| t == "untyped" || t == "unknown"),
+        "{:?}",
+        read.types
+    );
+    assert_eq!(
+        value(
+            &read.families,
+            "lifecycle_commands_total",
+            &[("action", "Evict")]
+        ),
+        Some(simulated("Evict"))
     );
 
     // The shipped alert rules: valid for promtool, and built on series this page serves.
