@@ -149,6 +149,9 @@ fn the_base_renders_and_validates_against_the_kubernetes_schemas() {
         "ClusterRole/lifecycle-manager",
         "ClusterRole/lifecycle-manager-core",
         "ClusterRoleBinding/lifecycle-manager",
+        "ClusterRole/lifecycle-metrics-auth",
+        "ClusterRoleBinding/lifecycle-metrics-auth",
+        "ClusterRole/lifecycle-metrics-reader",
         "Role/lifecycle-leader-election",
         "RoleBinding/lifecycle-leader-election",
         "PersistentVolumeClaim/lifecycle-journal",
@@ -193,8 +196,24 @@ fn the_ha_overlay_provider_and_workload_roles_validate() {
         set["spec"]["volumeClaimTemplates"][0]["spec"]["accessModes"],
         serde_json::json!(["ReadWriteOnce"])
     );
-    let args = set["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    let container = &set["spec"]["template"]["spec"]["containers"][0];
+    let args = container["args"].to_string();
     assert!(args.contains("--leader-elect"), "{args}");
+    // The replicas run as the Deployment's pod does: arguments, ports, probes, environment,
+    // mounts.
+    let base = rendered_and_valid(&rbac::deploy_dir());
+    let single = &controller(&base)["containers"][0];
+    for field in [
+        "args",
+        "ports",
+        "livenessProbe",
+        "readinessProbe",
+        "env",
+        "volumeMounts",
+        "securityContext",
+    ] {
+        assert_eq!(container[field], single[field], "{field}");
+    }
     let providers = rendered_and_valid(&rbac::deploy_dir().join("providers"));
     assert_eq!(providers.len(), rbac::provider_roles().len());
     rendered_and_valid(&rbac::deploy_dir().join("workload"));
@@ -208,8 +227,8 @@ fn a_broken_manifest_is_rejected() {
     let breakages = [
         ("replicas: 1", "replicas: one", "spec.replicas"),
         (
-            "containerPort: 8080",
-            "containerPort: 8080\n          hostPortt: 1",
+            "containerPort: 8443",
+            "containerPort: 8443\n          hostPortt: 1",
             "hostPortt",
         ),
         (
@@ -261,9 +280,20 @@ fn the_deployment_runs_one_hardened_replica_on_its_journal() {
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     for probe in ["livenessProbe", "readinessProbe"] {
-        assert_eq!(c[probe]["httpGet"]["port"], "metrics");
+        assert_eq!(c[probe]["httpGet"]["port"], "health");
     }
-    assert_eq!(c["ports"][0]["name"], "metrics");
+    // CAPI's ports: secure metrics on 8443, the probes on 9440, each with its flag.
+    let port = |name: &str| {
+        c["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("no port {name}: {c}"))["containerPort"]
+            .clone()
+    };
+    assert_eq!(port("metrics"), 8443);
+    assert_eq!(port("health"), 9440);
     for r in ["requests", "limits"] {
         assert!(
             c["resources"][r]["cpu"].is_string() && c["resources"][r]["memory"].is_string(),
@@ -271,12 +301,29 @@ fn the_deployment_runs_one_hardened_replica_on_its_journal() {
         );
     }
     let args = c["args"].to_string();
-    assert!(args.contains("\"--leader-elect\""), "{args}");
-    assert!(
-        args.contains("\"--journal=/var/lib/lifecycle/journal\""),
-        "{args}"
-    );
+    for arg in [
+        "--leader-elect",
+        "--journal=/var/lib/lifecycle/journal",
+        "--metrics-secure-addr=0.0.0.0:8443",
+        "--health-addr=0.0.0.0:9440",
+        // Plain metrics on loopback only: no unauthenticated /metrics off the pod.
+        "--metrics-addr=127.0.0.1:8080",
+    ] {
+        assert!(args.contains(&format!("\"{arg}\"")), "{arg} missing: {args}");
+    }
     assert_eq!(c["volumeMounts"][0]["mountPath"], "/var/lib/lifecycle");
+    // `lifecycle explain` and `log` copy a held journal to $TMPDIR: a writable emptyDir,
+    // the root filesystem being read-only.
+    let tmpdir = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "TMPDIR")
+        .expect("TMPDIR set");
+    assert_eq!(c["volumeMounts"][1]["mountPath"], tmpdir["value"]);
+    let tmp = &pod["volumes"][1];
+    assert_eq!(tmp["name"], c["volumeMounts"][1]["name"]);
+    assert!(tmp["emptyDir"].is_object(), "{tmp}");
     assert_eq!(
         pod["volumes"][0]["persistentVolumeClaim"]["claimName"],
         "lifecycle-journal"
@@ -288,6 +335,7 @@ fn the_deployment_runs_one_hardened_replica_on_its_journal() {
     );
     let service = rbac::find(&objects, "Service", "lifecycle-metrics");
     assert_eq!(service["spec"]["ports"][0]["targetPort"], "metrics");
+    assert_eq!(service["spec"]["ports"][0]["port"], 8443);
     let labels = &rbac::find(&objects, "Deployment", "lifecycle-controller")["spec"]["template"]["metadata"]
         ["labels"];
     for (k, v) in service["spec"]["selector"].as_object().unwrap() {
@@ -492,6 +540,54 @@ fn a_leader_and_a_standby_with_the_deployment_args_stay_within_the_shipped_rbac(
         };
         assert!(rest.contains(&review), "the scrapes' {resource} were not recorded");
     }
+}
+
+/// The Lease the manifests name is the controller's own default, never CAPI's: sharing CAPI's
+/// would make this controller and CAPI's manager take turns leading.
+#[test]
+fn the_manifests_name_their_own_lease_not_capis() {
+    use adapters::kube::lease::{CAPI_LEASE_NAME, DEFAULT_LEASE_NAME};
+    assert_ne!(DEFAULT_LEASE_NAME, CAPI_LEASE_NAME);
+    let help = Command::new(env!("CARGO_BIN_EXE_lifecycle"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&help).contains(&format!("[default: {DEFAULT_LEASE_NAME}]")),
+        "{}",
+        text(&help)
+    );
+    let base = rbac::documents(&render(&rbac::deploy_dir()));
+    let ha = rbac::documents(&render(&rbac::deploy_dir().join("ha")));
+    let pods = [
+        controller(&base),
+        &rbac::find(&ha, "StatefulSet", "lifecycle-controller")["spec"]["template"]["spec"],
+    ];
+    for pod in pods {
+        let lease = pod["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find_map(|a| a.as_str()?.strip_prefix("--leader-election-id="))
+            .expect("--leader-election-id");
+        assert_eq!(lease, DEFAULT_LEASE_NAME);
+        assert_ne!(lease, CAPI_LEASE_NAME);
+    }
+}
+
+/// The metrics reader role is for Prometheus to bind: `get` on `/metrics`, bound to nobody here.
+#[test]
+fn the_metrics_reader_role_grants_get_on_metrics_and_is_not_bound() {
+    let objects = rbac::documents(&render(&rbac::deploy_dir()));
+    let reader = rbac::find(&objects, "ClusterRole", "lifecycle-metrics-reader");
+    assert_eq!(
+        reader["rules"],
+        serde_json::json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
+    );
+    let bound = objects
+        .iter()
+        .any(|o| o["roleRef"]["name"] == "lifecycle-metrics-reader");
+    assert!(!bound, "lifecycle-metrics-reader is for the operator to bind");
 }
 
 /// The image's numeric USER is the pod's runAsUser:runAsGroup, so runAsNonRoot holds without an
