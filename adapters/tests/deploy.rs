@@ -309,7 +309,10 @@ fn the_deployment_runs_one_hardened_replica_on_its_journal() {
         // Plain metrics on loopback only: no unauthenticated /metrics off the pod.
         "--metrics-addr=127.0.0.1:8080",
     ] {
-        assert!(args.contains(&format!("\"{arg}\"")), "{arg} missing: {args}");
+        assert!(
+            args.contains(&format!("\"{arg}\"")),
+            "{arg} missing: {args}"
+        );
     }
     assert_eq!(c["volumeMounts"][0]["mountPath"], "/var/lib/lifecycle");
     // `lifecycle explain` and `log` copy a held journal to $TMPDIR: a writable emptyDir,
@@ -470,7 +473,11 @@ fn a_leader_and_a_standby_with_the_deployment_args_stay_within_the_shipped_rbac(
             assert!(started.elapsed().as_secs() < 5, "a replica is not ready");
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
-        assert_eq!(scrape(*secure), "200", "the secure /metrics with the admin token");
+        assert_eq!(
+            scrape(*secure),
+            "200",
+            "the secure /metrics with the admin token"
+        );
     }
     let outs: Vec<Output> = replicas
         .into_iter()
@@ -519,16 +526,24 @@ fn a_leader_and_a_standby_with_the_deployment_args_stay_within_the_shipped_rbac(
         );
     }
     let beyond: Vec<_> = lease.difference(&granted.namespaced).collect();
-    assert!(beyond.is_empty(), "Lease requests not granted in the namespace: {beyond:?}");
-    let capi: BTreeSet<Grant> = ["get", "list", "watch", "create", "update", "patch", "delete"]
-        .into_iter()
-        .map(lease_grant)
-        .collect();
+    assert!(
+        beyond.is_empty(),
+        "Lease requests not granted in the namespace: {beyond:?}"
+    );
+    let capi: BTreeSet<Grant> = [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ]
+    .into_iter()
+    .map(lease_grant)
+    .collect();
     let base = rbac::objects_in(&rbac::deploy_dir().join("base"));
     let role = rbac::granted(rbac::find(&base, "Role", "lifecycle-leader-election"));
     assert_eq!(role, capi, "the Lease Role has CAPI's verbs");
     let beyond: Vec<_> = rest.difference(&granted.cluster).collect();
-    assert!(beyond.is_empty(), "requests not granted cluster-wide: {beyond:?}");
+    assert!(
+        beyond.is_empty(),
+        "requests not granted cluster-wide: {beyond:?}"
+    );
     for (group, resource) in [
         ("authentication.k8s.io", "tokenreviews"),
         ("authorization.k8s.io", "subjectaccessreviews"),
@@ -538,7 +553,10 @@ fn a_leader_and_a_standby_with_the_deployment_args_stay_within_the_shipped_rbac(
             resource: resource.into(),
             verb: "create".into(),
         };
-        assert!(rest.contains(&review), "the scrapes' {resource} were not recorded");
+        assert!(
+            rest.contains(&review),
+            "the scrapes' {resource} were not recorded"
+        );
     }
 }
 
@@ -587,7 +605,10 @@ fn the_metrics_reader_role_grants_get_on_metrics_and_is_not_bound() {
     let bound = objects
         .iter()
         .any(|o| o["roleRef"]["name"] == "lifecycle-metrics-reader");
-    assert!(!bound, "lifecycle-metrics-reader is for the operator to bind");
+    assert!(
+        !bound,
+        "lifecycle-metrics-reader is for the operator to bind"
+    );
 }
 
 /// The image's numeric USER is the pod's runAsUser:runAsGroup, so runAsNonRoot holds without an

@@ -35,7 +35,8 @@ fn free_port() -> u16 {
 }
 
 /// What `/metrics` is asked for as (`Accept`).
-const OPENMETRICS: &str = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+const OPENMETRICS: &str =
+    "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
 
 /// The body of `GET path` with `accept`, if the server answered.
 fn get(port: u16, path: &str, accept: Option<&str>) -> Option<String> {
@@ -293,9 +294,15 @@ fn the_metrics_page_parses_and_counts_what_the_controller_did() {
             && counters.contains(&&"lifecycle_commands".to_string()),
         "{counters:?}"
     );
-    assert_eq!(read.types, open.types, "the two formats type the families alike");
+    assert_eq!(
+        read.types, open.types,
+        "the two formats type the families alike"
+    );
     assert!(
-        !read.types.values().any(|t| t == "untyped" || t == "unknown"),
+        !read
+            .types
+            .values()
+            .any(|t| t == "untyped" || t == "unknown"),
         "{:?}",
         read.types
     );
@@ -357,7 +364,13 @@ fn curl() -> std::path::PathBuf {
 fn https_get(port: u16, token: Option<&str>, tls: &[&str]) -> Result<(u16, String), i32> {
     let mut command = Command::new(curl());
     command
-        .args(["--silent", "--max-time", "10", "--write-out", "\n%{http_code}"])
+        .args([
+            "--silent",
+            "--max-time",
+            "10",
+            "--write-out",
+            "\n%{http_code}",
+        ])
         .args(["--resolve", &format!("localhost:{port}:127.0.0.1")])
         .args(["--header", &format!("Accept: {OPENMETRICS}")])
         .args(tls);
@@ -457,20 +470,24 @@ fn the_secure_endpoint_serves_metrics_only_to_callers_the_api_server_allows() {
     let insecure = ["--insecure"];
     let code = |token: Option<&str>| https_get(secure, token, &insecure).unwrap().0;
     assert_eq!(code(None), 401, "no token");
-    assert_eq!(code(Some("not-a-token")), 401, "a token the API server does not know");
-    assert_eq!(code(Some(UNPRIVILEGED_TOKEN)), 403, "not allowed get /metrics");
+    assert_eq!(
+        code(Some("not-a-token")),
+        401,
+        "a token the API server does not know"
+    );
+    assert_eq!(
+        code(Some(UNPRIVILEGED_TOKEN)),
+        403,
+        "not allowed get /metrics"
+    );
     let (code, page) = https_get(secure, Some(ADMIN_TOKEN), &insecure).unwrap();
     assert_eq!(code, 200, "{page}");
     let families = parse(&page);
     assert!(families.contains_key("lifecycle_leader"), "{page}");
     // The certificate of --metrics-cert-dir is served: trusted as the CA, checked for its name.
     let ca = certs.join("tls.crt");
-    let (code, page) = https_get(
-        b[2],
-        Some(ADMIN_TOKEN),
-        &["--cacert", ca.to_str().unwrap()],
-    )
-    .expect("the certificate of --metrics-cert-dir verifies");
+    let (code, page) = https_get(b[2], Some(ADMIN_TOKEN), &["--cacert", ca.to_str().unwrap()])
+        .expect("the certificate of --metrics-cert-dir verifies");
     assert_eq!(code, 200, "{page}");
     assert!(page.ends_with("# EOF\n"), "{page}");
     // The health port: the probes, not /metrics.
@@ -478,7 +495,10 @@ fn the_secure_endpoint_serves_metrics_only_to_callers_the_api_server_allows() {
     for path in ["/healthz", "/livez", "/readyz"] {
         assert_eq!(get(health, path, None).as_deref(), Some("ok\n"), "{path}");
     }
-    assert_eq!(get(health, "/metrics", None).as_deref(), Some("not found\n"));
+    assert_eq!(
+        get(health, "/metrics", None).as_deref(),
+        Some("not found\n")
+    );
 }
 
 /// A verdict is reused for 10 s, keyed by the token (and path and verb): a second scrape with
@@ -522,15 +542,29 @@ async fn verdicts_are_cached_per_token() {
     };
     assert_eq!(check(Some(&admin), "/metrics").await, Verdict::Allowed);
     assert_eq!(check(Some(&admin), "/metrics").await, Verdict::Allowed);
-    assert_eq!(reviews(), (1, 1), "the second scrape is answered from the cache");
+    assert_eq!(
+        reviews(),
+        (1, 1),
+        "the second scrape is answered from the cache"
+    );
     let forbidden = check(Some(&unprivileged), "/metrics").await;
-    assert!(matches!(forbidden, Verdict::Forbidden { .. }), "{forbidden:?}");
+    assert!(
+        matches!(forbidden, Verdict::Forbidden { .. }),
+        "{forbidden:?}"
+    );
     assert_eq!(check(Some(&unprivileged), "/metrics").await, forbidden);
     assert_eq!(reviews(), (2, 2));
     for _ in 0..2 {
-        assert_eq!(check(Some(&unknown), "/metrics").await, Verdict::Unauthenticated);
+        assert_eq!(
+            check(Some(&unknown), "/metrics").await,
+            Verdict::Unauthenticated
+        );
     }
-    assert_eq!(reviews(), (3, 2), "no access review for whom no token names");
+    assert_eq!(
+        reviews(),
+        (3, 2),
+        "no access review for whom no token names"
+    );
     assert_eq!(check(None, "/metrics").await, Verdict::Unauthenticated);
     assert_eq!(reviews(), (3, 2), "no token: nothing to ask");
     assert_eq!(check(Some(&admin), "/other").await, Verdict::Allowed);

@@ -2,13 +2,13 @@
 //! controller, and from the cache the deleting Machines by phase and each MHC's counts. Not
 //! state: counters are not encoded and compare equal, so replay equality ignores them.
 
+use crate::command::Action;
 use crate::command::ControllerId;
 use crate::deletion::{MachineDeletion, reason};
 use crate::drain::EvictionAttempt;
-use crate::model::{Kind, Object, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope};
-use crate::command::Action;
 use crate::input::ApiOutcome;
 use crate::model::ObjectKey;
+use crate::model::{Kind, Object, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope};
 use crate::store::Store;
 use crate::time::Timestamp;
 use std::collections::{BTreeMap, BTreeSet};

@@ -109,7 +109,10 @@ mod tests {
     #[test]
     fn tokens_are_who_the_table_says() {
         assert_eq!(token(ADMIN_TOKEN)["user"]["username"], ADMIN_USER);
-        assert_eq!(token(UNPRIVILEGED_TOKEN)["user"]["username"], UNPRIVILEGED_USER);
+        assert_eq!(
+            token(UNPRIVILEGED_TOKEN)["user"]["username"],
+            UNPRIVILEGED_USER
+        );
         assert_eq!(
             token(UNPRIVILEGED_TOKEN)["user"]["groups"],
             json!(["system:authenticated"])
@@ -132,6 +135,9 @@ mod tests {
         let body = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                           "spec": {"user": "u"}})
         .to_string();
-        assert_eq!(subject_access_review(body.as_bytes()).unwrap_err().code, 400);
+        assert_eq!(
+            subject_access_review(body.as_bytes()).unwrap_err().code,
+            400
+        );
     }
 }

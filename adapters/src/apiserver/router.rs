@@ -256,9 +256,15 @@ fn route(ctx: &Ctx, path: &str, req: &Req) -> Response<Body> {
         (&Method::POST, ["apis", auth::AUTHENTICATION_GROUP, "v1", "tokenreviews"]) => {
             reviewed(auth::token_review(req.body))
         }
-        (&Method::POST, ["apis", auth::AUTHORIZATION_GROUP, "v1", "subjectaccessreviews"]) => {
-            reviewed(auth::subject_access_review(req.body))
-        }
+        (
+            &Method::POST,
+            [
+                "apis",
+                auth::AUTHORIZATION_GROUP,
+                "v1",
+                "subjectaccessreviews",
+            ],
+        ) => reviewed(auth::subject_access_review(req.body)),
         (_, ["api", "v1", rest @ ..]) => resource(ctx, &types, "", "v1", rest, req, None),
         (_, ["apis", events::GROUP, "v1", rest @ ..]) => {
             // One store: events.k8s.io/v1 is a view of the core Events.

@@ -484,7 +484,8 @@ impl Scraped {
             .zip(&counters.errors)
             .map(|(all, errors)| all.saturating_sub(*errors))
             .collect();
-        let mut reconciles: Vec<(Labels, f64)> = per_controller(&successes, &[("result", "success")]);
+        let mut reconciles: Vec<(Labels, f64)> =
+            per_controller(&successes, &[("result", "success")]);
         reconciles.extend(per_controller(&counters.errors, &[("result", "error")]));
         vec![
             (

@@ -184,13 +184,11 @@ fn aggregated_by(rule: &Value, role: &Value) -> bool {
         .into_iter()
         .flatten()
         .any(|selector| {
-            selector["matchLabels"]
-                .as_object()
-                .is_some_and(|labels| {
-                    labels
-                        .iter()
-                        .all(|(k, v)| &role["metadata"]["labels"][k] == v)
-                })
+            selector["matchLabels"].as_object().is_some_and(|labels| {
+                labels
+                    .iter()
+                    .all(|(k, v)| &role["metadata"]["labels"][k] == v)
+            })
         })
 }
 
@@ -224,9 +222,13 @@ pub fn granted_to(objects: &[Value], namespace: &str, name: &str) -> Granted {
         .iter()
         .filter(|o| o["kind"] == "RoleBinding" || o["kind"] == "ClusterRoleBinding")
     {
-        let bound = binding["subjects"].as_array().into_iter().flatten().any(|s| {
-            s["kind"] == "ServiceAccount" && s["name"] == name && s["namespace"] == namespace
-        });
+        let bound = binding["subjects"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| {
+                s["kind"] == "ServiceAccount" && s["name"] == name && s["namespace"] == namespace
+            });
         if !bound {
             continue;
         }

@@ -116,12 +116,27 @@ mod tests {
             (Some(""), Format::Text),
             (Some("*/*"), Format::Text),
             (Some(prometheus), Format::OpenMetrics),
-            (Some("application/openmetrics-text; version=1.0.0"), Format::OpenMetrics),
+            (
+                Some("application/openmetrics-text; version=1.0.0"),
+                Format::OpenMetrics,
+            ),
             (Some("application/openmetrics-text"), Format::OpenMetrics),
-            (Some("text/plain;version=0.0.4;q=0.9,application/openmetrics-text;q=0.5"), Format::Text),
-            (Some("text/plain;q=0.1,application/openmetrics-text;q=0.5"), Format::OpenMetrics),
-            (Some("application/openmetrics-text;version=2.0.0"), Format::Text),
-            (Some("application/openmetrics-text;q=0,text/plain"), Format::Text),
+            (
+                Some("text/plain;version=0.0.4;q=0.9,application/openmetrics-text;q=0.5"),
+                Format::Text,
+            ),
+            (
+                Some("text/plain;q=0.1,application/openmetrics-text;q=0.5"),
+                Format::OpenMetrics,
+            ),
+            (
+                Some("application/openmetrics-text;version=2.0.0"),
+                Format::Text,
+            ),
+            (
+                Some("application/openmetrics-text;q=0,text/plain"),
+                Format::Text,
+            ),
             (Some("application/json"), Format::Text),
         ];
         for (accept, want) in cases {

@@ -118,7 +118,11 @@ impl Watched {
 fn stamps(dir: &Path) -> Vec<Option<SystemTime>> {
     [CERT_FILE, KEY_FILE]
         .iter()
-        .map(|f| std::fs::metadata(dir.join(f)).and_then(|m| m.modified()).ok())
+        .map(|f| {
+            std::fs::metadata(dir.join(f))
+                .and_then(|m| m.modified())
+                .ok()
+        })
         .collect()
 }
 
