@@ -392,7 +392,14 @@ fn ready(port: u16) -> bool {
 
 /// The secure `/metrics` of `port` with the fake API server's admin token: its HTTP code.
 fn scrape(port: u16) -> String {
-    let out = Command::new("curl")
+    let curl = required_tool(
+        "CURL",
+        PathBuf::from("curl"),
+        &["--version"],
+        "curl",
+        "install curl (Debian's package curl)",
+    );
+    let out = Command::new(curl)
         .args(["--silent", "--insecure", "--max-time", "10"])
         .args(["--output", "/dev/null", "--write-out", "%{http_code}"])
         .args([
