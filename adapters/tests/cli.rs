@@ -464,7 +464,7 @@ fn run_briefly(extra: &[&str]) -> String {
         .output()
         .unwrap();
     let stderr = String::from_utf8(out.stderr).unwrap();
-    assert!(stderr.contains("serving /metrics and /healthz"), "{stderr}");
+    assert!(stderr.contains("serving /metrics, /healthz"), "{stderr}");
     stderr
 }
 

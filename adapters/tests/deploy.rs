@@ -149,6 +149,9 @@ fn the_base_renders_and_validates_against_the_kubernetes_schemas() {
         "ClusterRole/lifecycle-manager",
         "ClusterRole/lifecycle-manager-core",
         "ClusterRoleBinding/lifecycle-manager",
+        "ClusterRole/lifecycle-metrics-auth",
+        "ClusterRoleBinding/lifecycle-metrics-auth",
+        "ClusterRole/lifecycle-metrics-reader",
         "Role/lifecycle-leader-election",
         "RoleBinding/lifecycle-leader-election",
         "PersistentVolumeClaim/lifecycle-journal",
@@ -193,8 +196,24 @@ fn the_ha_overlay_provider_and_workload_roles_validate() {
         set["spec"]["volumeClaimTemplates"][0]["spec"]["accessModes"],
         serde_json::json!(["ReadWriteOnce"])
     );
-    let args = set["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    let container = &set["spec"]["template"]["spec"]["containers"][0];
+    let args = container["args"].to_string();
     assert!(args.contains("--leader-elect"), "{args}");
+    // The replicas run as the Deployment's pod does: arguments, ports, probes, environment,
+    // mounts.
+    let base = rendered_and_valid(&rbac::deploy_dir());
+    let single = &controller(&base)["containers"][0];
+    for field in [
+        "args",
+        "ports",
+        "livenessProbe",
+        "readinessProbe",
+        "env",
+        "volumeMounts",
+        "securityContext",
+    ] {
+        assert_eq!(container[field], single[field], "{field}");
+    }
     let providers = rendered_and_valid(&rbac::deploy_dir().join("providers"));
     assert_eq!(providers.len(), rbac::provider_roles().len());
     rendered_and_valid(&rbac::deploy_dir().join("workload"));
@@ -208,8 +227,8 @@ fn a_broken_manifest_is_rejected() {
     let breakages = [
         ("replicas: 1", "replicas: one", "spec.replicas"),
         (
-            "containerPort: 8080",
-            "containerPort: 8080\n          hostPortt: 1",
+            "containerPort: 8443",
+            "containerPort: 8443\n          hostPortt: 1",
             "hostPortt",
         ),
         (
@@ -261,9 +280,20 @@ fn the_deployment_runs_one_hardened_replica_on_its_journal() {
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     for probe in ["livenessProbe", "readinessProbe"] {
-        assert_eq!(c[probe]["httpGet"]["port"], "metrics");
+        assert_eq!(c[probe]["httpGet"]["port"], "health");
     }
-    assert_eq!(c["ports"][0]["name"], "metrics");
+    // CAPI's ports: secure metrics on 8443, the probes on 9440, each with its flag.
+    let port = |name: &str| {
+        c["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("no port {name}: {c}"))["containerPort"]
+            .clone()
+    };
+    assert_eq!(port("metrics"), 8443);
+    assert_eq!(port("health"), 9440);
     for r in ["requests", "limits"] {
         assert!(
             c["resources"][r]["cpu"].is_string() && c["resources"][r]["memory"].is_string(),
@@ -271,12 +301,32 @@ fn the_deployment_runs_one_hardened_replica_on_its_journal() {
         );
     }
     let args = c["args"].to_string();
-    assert!(args.contains("\"--leader-elect\""), "{args}");
-    assert!(
-        args.contains("\"--journal=/var/lib/lifecycle/journal\""),
-        "{args}"
-    );
+    for arg in [
+        "--leader-elect",
+        "--journal=/var/lib/lifecycle/journal",
+        "--metrics-secure-addr=0.0.0.0:8443",
+        "--health-addr=0.0.0.0:9440",
+        // Plain metrics on loopback only: no unauthenticated /metrics off the pod.
+        "--metrics-addr=127.0.0.1:8080",
+    ] {
+        assert!(
+            args.contains(&format!("\"{arg}\"")),
+            "{arg} missing: {args}"
+        );
+    }
     assert_eq!(c["volumeMounts"][0]["mountPath"], "/var/lib/lifecycle");
+    // `lifecycle explain` and `log` copy a held journal to $TMPDIR: a writable emptyDir,
+    // the root filesystem being read-only.
+    let tmpdir = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "TMPDIR")
+        .expect("TMPDIR set");
+    assert_eq!(c["volumeMounts"][1]["mountPath"], tmpdir["value"]);
+    let tmp = &pod["volumes"][1];
+    assert_eq!(tmp["name"], c["volumeMounts"][1]["name"]);
+    assert!(tmp["emptyDir"].is_object(), "{tmp}");
     assert_eq!(
         pod["volumes"][0]["persistentVolumeClaim"]["claimName"],
         "lifecycle-journal"
@@ -288,6 +338,7 @@ fn the_deployment_runs_one_hardened_replica_on_its_journal() {
     );
     let service = rbac::find(&objects, "Service", "lifecycle-metrics");
     assert_eq!(service["spec"]["ports"][0]["targetPort"], "metrics");
+    assert_eq!(service["spec"]["ports"][0]["port"], 8443);
     let labels = &rbac::find(&objects, "Deployment", "lifecycle-controller")["spec"]["template"]["metadata"]
         ["labels"];
     for (k, v) in service["spec"]["selector"].as_object().unwrap() {
@@ -295,12 +346,84 @@ fn the_deployment_runs_one_hardened_replica_on_its_journal() {
     }
 }
 
-/// The Deployment's own `lifecycle run` arguments, against a served world (`sim serve`) with
-/// the journal and metrics address moved to temporary places: the binary accepts them, leads,
-/// and its Lease requests are exactly the leader-election Role's rules; the rest of what it
-/// sends to the management cluster is within the manager's aggregated rules.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The Deployment's `lifecycle run` arguments for a replica run here: the journal in `journal`,
+/// every server address on a free loopback port; returns them with the (health, secure
+/// metrics) ports.
+fn replica_args(container: &Value, journal: &Path) -> (Vec<String>, u16, u16) {
+    let (health, secure) = (free_port(), free_port());
+    let args = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let a = a.as_str().unwrap().replace("$(POD_NAMESPACE)", "default");
+            let (flag, _) = a.split_once('=').unwrap_or((&a, ""));
+            match flag {
+                "--journal" => format!("--journal={}", journal.display()),
+                "--metrics-addr" => "--metrics-addr=127.0.0.1:0".to_string(),
+                "--health-addr" => format!("--health-addr=127.0.0.1:{health}"),
+                "--metrics-secure-addr" => format!("--metrics-secure-addr=127.0.0.1:{secure}"),
+                _ => a,
+            }
+        })
+        .collect();
+    (args, health, secure)
+}
+
+/// `GET /readyz` on `port` answers 200.
+fn ready(port: u16) -> bool {
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let mut answer = String::new();
+    use std::io::Read;
+    s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .and_then(|()| s.read_to_string(&mut answer))
+        .is_ok_and(|_| answer.starts_with("HTTP/1.1 200"))
+}
+
+/// The secure `/metrics` of `port` with the fake API server's admin token: its HTTP code.
+fn scrape(port: u16) -> String {
+    let curl = required_tool(
+        "CURL",
+        PathBuf::from("curl"),
+        &["--version"],
+        "curl",
+        "install curl (Debian's package curl)",
+    );
+    let out = Command::new(curl)
+        .args(["--silent", "--insecure", "--max-time", "10"])
+        .args(["--output", "/dev/null", "--write-out", "%{http_code}"])
+        .args([
+            "--header",
+            &format!(
+                "Authorization: Bearer {}",
+                adapters::apiserver::auth::ADMIN_TOKEN
+            ),
+        ])
+        .arg(format!("https://127.0.0.1:{port}/metrics"))
+        .output()
+        .expect("curl runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Two replicas with the Deployment's own `lifecycle run` arguments against a served world
+/// (`sim serve`, recording every request's authorization tuple): they accept them, one leads
+/// and the other stands by, watching the Lease; both serve the secure `/metrics`, which is
+/// scraped. Every tuple recorded is allowed by the shipped RBAC as the API server would decide
+/// it for the ServiceAccount (its RoleBinding in the controller's namespace for the Lease, its
+/// ClusterRoleBindings with the aggregated manager role and the provider rules for the rest);
+/// the Lease's tuples include the standby's list and watch.
 #[test]
-fn the_deployment_args_run_and_use_exactly_the_leader_election_role() {
+fn a_leader_and_a_standby_with_the_deployment_args_stay_within_the_shipped_rbac() {
     let dir = tempfile::tempdir().unwrap();
     let recorded = dir.path().join("requests.tsv");
     let scenario = PathBuf::from(concat!(
@@ -327,61 +450,172 @@ fn the_deployment_args_run_and_use_exactly_the_leader_election_role() {
     let after = |flag: &str| words[words.iter().position(|w| *w == flag).unwrap() + 1];
     let objects = rbac::documents(&render(&rbac::deploy_dir()));
     let container = &controller(&objects)["containers"][0];
-    let args: Vec<String> = container["args"]
-        .as_array()
-        .unwrap()
+    // Six real seconds at 10x: the Lease is created, then renewed every simulated 10 s.
+    let replicas: Vec<_> = ["a", "b"]
         .iter()
-        .map(|a| {
-            let a = a.as_str().unwrap().replace("$(POD_NAMESPACE)", "default");
-            if a.starts_with("--journal=") {
-                format!("--journal={}", dir.path().join("journal").display())
-            } else if a.starts_with("--metrics-addr=") {
-                "--metrics-addr=127.0.0.1:0".to_string()
-            } else {
-                a
-            }
+        .map(|name| {
+            let (args, health, secure) = replica_args(container, &dir.path().join(name));
+            assert_eq!(args[0], "run");
+            let child = Command::new(env!("CARGO_BIN_EXE_lifecycle"))
+                .args(&args)
+                .args(["--kubeconfig", after("--kubeconfig")])
+                .args([
+                    "--clock-origin-ms",
+                    after("--clock-origin-ms"),
+                    "--clock-speed",
+                    "10",
+                ])
+                .args(["--run-for", "6"])
+                .env("HOSTNAME", name)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("lifecycle run starts");
+            (child, health, secure)
         })
         .collect();
-    assert_eq!(args[0], "run");
-    // Three real seconds at 10x: the Lease is created, then renewed every simulated 10 s.
-    let out = Command::new(env!("CARGO_BIN_EXE_lifecycle"))
-        .args(&args)
-        .args(["--kubeconfig", after("--kubeconfig")])
-        .args([
-            "--clock-origin-ms",
-            after("--clock-origin-ms"),
-            "--clock-speed",
-            "10",
-        ])
-        .args(["--run-for", "3"])
-        .output()
-        .expect("lifecycle run starts");
+    let started = std::time::Instant::now();
+    for (_, health, secure) in &replicas {
+        while !ready(*health) {
+            assert!(started.elapsed().as_secs() < 5, "a replica is not ready");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert_eq!(
+            scrape(*secure),
+            "200",
+            "the secure /metrics with the admin token"
+        );
+    }
+    let outs: Vec<Output> = replicas
+        .into_iter()
+        .map(|(child, _, _)| child.wait_with_output().unwrap())
+        .collect();
     let _ = serve.kill();
     let _ = serve.wait();
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(text(&out).contains("became leader"), "{}", text(&out));
+    for out in &outs {
+        assert_eq!(out.status.code(), Some(0), "{}", text(out));
+    }
+    let leaders = outs
+        .iter()
+        .filter(|o| text(o).contains("became leader"))
+        .count();
+    // One leads; the other stands by (and may take the Lease the leader releases at its end).
+    assert!(leaders >= 1, "nobody led");
     let requests = record::read(&recorded).unwrap();
     let used: BTreeSet<Grant> = requests
         .iter()
-        .filter(|r| r.cluster == "management" && !rbac::is_discovery(r))
+        .filter(|r| r.cluster == "management" && !rbac::is_non_resource(r))
         .map(rbac::needed)
         .collect();
+    let beyond_discovery: Vec<_> = requests
+        .iter()
+        .filter(|r| rbac::is_non_resource(r) && !rbac::is_discovery(r))
+        .collect();
+    assert!(beyond_discovery.is_empty(), "{beyond_discovery:?}");
     let (lease, rest): (BTreeSet<Grant>, BTreeSet<Grant>) = used
         .into_iter()
         .partition(|g| g.group == "coordination.k8s.io");
+    println!("leader election:\n{}", rbac::table(&lease));
+    println!("the rest:\n{}", rbac::table(&rest));
+    let mut installed = objects.clone();
+    installed.extend(rbac::provider_roles());
+    let granted = rbac::granted_to(&installed, "lifecycle-system", "lifecycle-controller");
+    let lease_grant = |verb: &str| Grant {
+        group: "coordination.k8s.io".into(),
+        resource: "leases".into(),
+        verb: verb.into(),
+    };
+    for verb in ["list", "watch"] {
+        assert!(
+            lease.contains(&lease_grant(verb)),
+            "the standby's {verb} of the Lease was not recorded:\n{}",
+            rbac::table(&lease)
+        );
+    }
+    let beyond: Vec<_> = lease.difference(&granted.namespaced).collect();
+    assert!(
+        beyond.is_empty(),
+        "Lease requests not granted in the namespace: {beyond:?}"
+    );
+    let capi: BTreeSet<Grant> = [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ]
+    .into_iter()
+    .map(lease_grant)
+    .collect();
     let base = rbac::objects_in(&rbac::deploy_dir().join("base"));
     let role = rbac::granted(rbac::find(&base, "Role", "lifecycle-leader-election"));
-    println!(
-        "leader election (Role in the controller's namespace):\n{}",
-        rbac::table(&lease)
+    assert_eq!(role, capi, "the Lease Role has CAPI's verbs");
+    let beyond: Vec<_> = rest.difference(&granted.cluster).collect();
+    assert!(
+        beyond.is_empty(),
+        "requests not granted cluster-wide: {beyond:?}"
     );
-    assert_eq!(role, lease, "{}", rbac::difference(&role, &lease));
-    let mut manager = rbac::granted(rbac::find(&base, "ClusterRole", "lifecycle-manager-core"));
-    for role in rbac::provider_roles() {
-        manager.extend(rbac::granted(&role));
+    for (group, resource) in [
+        ("authentication.k8s.io", "tokenreviews"),
+        ("authorization.k8s.io", "subjectaccessreviews"),
+    ] {
+        let review = Grant {
+            group: group.into(),
+            resource: resource.into(),
+            verb: "create".into(),
+        };
+        assert!(
+            rest.contains(&review),
+            "the scrapes' {resource} were not recorded"
+        );
     }
-    let beyond: Vec<_> = rest.difference(&manager).collect();
-    assert!(beyond.is_empty(), "not granted: {beyond:?}");
+}
+
+/// The Lease the manifests name is the controller's own default, never CAPI's: sharing CAPI's
+/// would make this controller and CAPI's manager take turns leading.
+#[test]
+fn the_manifests_name_their_own_lease_not_capis() {
+    use adapters::kube::lease::{CAPI_LEASE_NAME, DEFAULT_LEASE_NAME};
+    assert_ne!(DEFAULT_LEASE_NAME, CAPI_LEASE_NAME);
+    let help = Command::new(env!("CARGO_BIN_EXE_lifecycle"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&help).contains(&format!("[default: {DEFAULT_LEASE_NAME}]")),
+        "{}",
+        text(&help)
+    );
+    let base = rbac::documents(&render(&rbac::deploy_dir()));
+    let ha = rbac::documents(&render(&rbac::deploy_dir().join("ha")));
+    let pods = [
+        controller(&base),
+        &rbac::find(&ha, "StatefulSet", "lifecycle-controller")["spec"]["template"]["spec"],
+    ];
+    for pod in pods {
+        let lease = pod["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find_map(|a| a.as_str()?.strip_prefix("--leader-election-id="))
+            .expect("--leader-election-id");
+        assert_eq!(lease, DEFAULT_LEASE_NAME);
+        assert_ne!(lease, CAPI_LEASE_NAME);
+    }
+}
+
+/// The metrics reader role is for Prometheus to bind: `get` on `/metrics`, bound to nobody here.
+#[test]
+fn the_metrics_reader_role_grants_get_on_metrics_and_is_not_bound() {
+    let objects = rbac::documents(&render(&rbac::deploy_dir()));
+    let reader = rbac::find(&objects, "ClusterRole", "lifecycle-metrics-reader");
+    assert_eq!(
+        reader["rules"],
+        serde_json::json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
+    );
+    let bound = objects
+        .iter()
+        .any(|o| o["roleRef"]["name"] == "lifecycle-metrics-reader");
+    assert!(
+        !bound,
+        "lifecycle-metrics-reader is for the operator to bind"
+    );
 }
 
 /// The image's numeric USER is the pod's runAsUser:runAsGroup, so runAsNonRoot holds without an

@@ -120,7 +120,7 @@ async fn management_client(kubeconfig: &std::path::Path) -> Client {
 }
 
 async fn holder(api: &Api<Lease>) -> Option<String> {
-    api.get_opt("lifecycle-controller")
+    api.get_opt(adapters::kube::lease::DEFAULT_LEASE_NAME)
         .await
         .ok()
         .flatten()

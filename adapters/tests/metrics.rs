@@ -34,11 +34,17 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn get(port: u16, path: &str) -> Option<String> {
+/// What `/metrics` is asked for as (`Accept`).
+const OPENMETRICS: &str =
+    "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+
+/// The body of `GET path` with `accept`, if the server answered.
+fn get(port: u16, path: &str, accept: Option<&str>) -> Option<String> {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: x\r\n{accept}Connection: close\r\n\r\n"
     )
     .ok()?;
     let mut answer = String::new();
@@ -48,19 +54,41 @@ fn get(port: u16, path: &str) -> Option<String> {
         .map(|(_, body)| body.to_string())
 }
 
-/// `{family: [(labels, value)]}` as `prometheus_client` parses `text`.
-fn parse(text: &str) -> Families {
+/// Which of `prometheus_client`'s parsers reads a page.
+#[derive(Clone, Copy, Debug)]
+enum Parser {
+    /// `prometheus_client.openmetrics.parser`.
+    OpenMetrics,
+    /// `prometheus_client.parser`, the text format 0.0.4.
+    Text,
+}
+
+/// A page as a parser read it: the samples, and each family's type.
+struct Parsed {
+    families: Families,
+    types: BTreeMap<String, String>,
+}
+
+/// `text` as `prometheus_client`'s `parser` reads it.
+fn parse_with(text: &str, parser: Parser) -> Parsed {
     let python = clients_dir().join("py/bin/python");
-    let script = "import json,sys\n\
-        from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse\n\
-        out = {}\n\
+    let module = match parser {
+        Parser::OpenMetrics => "prometheus_client.openmetrics.parser",
+        Parser::Text => "prometheus_client.parser",
+    };
+    let script = format!(
+        "import json,sys\n\
+        from {module} import text_string_to_metric_families as parse\n\
+        out, types = {{}}, {{}}\n\
         for f in parse(sys.stdin.read()):\n\
         \x20   out.setdefault(f.name, [])\n\
+        \x20   types[f.name] = f.type\n\
         \x20   for s in f.samples:\n\
         \x20       out.setdefault(s.name, []).append([s.labels, s.value])\n\
-        print(json.dumps(out))\n";
+        print(json.dumps([out, types]))\n"
+    );
     let mut child = Command::new(&python)
-        .args(["-c", script])
+        .args(["-c", &script])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -75,11 +103,17 @@ fn parse(text: &str) -> Families {
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
-        "the OpenMetrics parser refused the page: {}\n{text}",
+        "the {parser:?} parser refused the page: {}\n{text}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let parsed: Families = serde_json::from_slice(&out.stdout).unwrap();
-    parsed
+    let (families, types): (Families, BTreeMap<String, String>) =
+        serde_json::from_slice(&out.stdout).unwrap();
+    Parsed { families, types }
+}
+
+/// `{family: [(labels, value)]}` as `prometheus_client` parses the OpenMetrics `text`.
+fn parse(text: &str) -> Families {
+    parse_with(text, Parser::OpenMetrics).families
 }
 
 fn value(families: &Families, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
@@ -112,6 +146,8 @@ fn simulated(action: &str) -> f64 {
 
 #[test]
 fn the_metrics_page_parses_and_counts_what_the_controller_did() {
+    // Installed before the clock below starts: a first install takes a while.
+    clients_dir();
     let dir = tempfile::tempdir().unwrap();
     let (_server, kubeconfig, clock) = serve(dir.path(), "deletion-order-of-actions", 10);
     let port = free_port();
@@ -138,7 +174,7 @@ fn the_metrics_page_parses_and_counts_what_the_controller_did() {
             "the Machine was not deleted in time"
         );
         std::thread::sleep(Duration::from_millis(500));
-        let Some(page) = get(port, "/metrics") else {
+        let Some(page) = get(port, "/metrics", Some(OPENMETRICS)) else {
             continue;
         };
         let families = parse(&page);
@@ -227,6 +263,58 @@ fn the_metrics_page_parses_and_counts_what_the_controller_did() {
         "{timed} timed, {counted} counted"
     );
 
+    // Reconciles by result: the error series is served (none failed here).
+    assert_eq!(
+        value(
+            &families,
+            "controller_runtime_reconcile_total",
+            &[("controller", "machine"), ("result", "error")]
+        ),
+        Some(0.0)
+    );
+
+    // Without Accept, the text format 0.0.4: its parser types every family as the
+    // OpenMetrics parser does, counters as counters.
+    let text = get(port, "/metrics", None).expect("the page again");
+    assert!(!text.contains("# EOF"), "{text}");
+    let read = parse_with(&text, Parser::Text);
+    let open = parse_with(
+        &get(port, "/metrics", Some(OPENMETRICS)).expect("the page again"),
+        Parser::OpenMetrics,
+    );
+    let counters: Vec<&String> = open
+        .types
+        .iter()
+        .filter(|(_, t)| *t == "counter")
+        .map(|(n, _)| n)
+        .collect();
+    assert!(
+        counters.len() >= 10
+            && counters.contains(&&"controller_runtime_reconcile".to_string())
+            && counters.contains(&&"lifecycle_commands".to_string()),
+        "{counters:?}"
+    );
+    assert_eq!(
+        read.types, open.types,
+        "the two formats type the families alike"
+    );
+    assert!(
+        !read
+            .types
+            .values()
+            .any(|t| t == "untyped" || t == "unknown"),
+        "{:?}",
+        read.types
+    );
+    assert_eq!(
+        value(
+            &read.families,
+            "lifecycle_commands_total",
+            &[("action", "Evict")]
+        ),
+        Some(simulated("Evict"))
+    );
+
     // The shipped alert rules: valid for promtool, and built on series this page serves.
     let promtool = clients_dir().join("prometheus/usr/bin/promtool");
     let checked = Command::new(&promtool)
@@ -257,4 +345,229 @@ fn the_metrics_page_parses_and_counts_what_the_controller_did() {
             );
         }
     }
+}
+
+/// `curl`: the HTTPS client the secure endpoint is tested with, as an operator would.
+fn curl() -> std::path::PathBuf {
+    common::required_tool(
+        "CURL",
+        std::path::PathBuf::from("curl"),
+        &["--version"],
+        "curl",
+        "install curl (Debian's package curl)",
+    )
+}
+
+/// `curl` of `https://localhost:port/metrics` (localhost resolved to 127.0.0.1) with `token`
+/// and the TLS options `tls`: `Ok((HTTP code, body))`, or `Err(curl's exit code)` when no
+/// answer came (60: the certificate was not trusted).
+fn https_get(port: u16, token: Option<&str>, tls: &[&str]) -> Result<(u16, String), i32> {
+    let mut command = Command::new(curl());
+    command
+        .args([
+            "--silent",
+            "--max-time",
+            "10",
+            "--write-out",
+            "\n%{http_code}",
+        ])
+        .args(["--resolve", &format!("localhost:{port}:127.0.0.1")])
+        .args(["--header", &format!("Accept: {OPENMETRICS}")])
+        .args(tls);
+    if let Some(token) = token {
+        command.args(["--header", &format!("Authorization: Bearer {token}")]);
+    }
+    let out = command
+        .arg(format!("https://localhost:{port}/metrics"))
+        .output()
+        .expect("curl runs");
+    if !out.status.success() {
+        return Err(out.status.code().unwrap_or(-1));
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').expect("the code last");
+    Ok((code.parse().expect("an HTTP code"), body.to_string()))
+}
+
+/// `lifecycle run --leader-elect` against `kubeconfig` with its servers on `ports` (plain,
+/// health, secure) and `extra` flags.
+fn controller_with_servers(
+    kubeconfig: &Path,
+    journal: &Path,
+    clock: &[String],
+    ports: [u16; 3],
+    extra: &[&str],
+) -> Child {
+    let [plain, health, secure] = ports.map(|p| format!("127.0.0.1:{p}"));
+    Child(
+        lifecycle()
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("--journal")
+            .arg(journal)
+            .args(["--leader-elect", "--leader-election-namespace", "default"])
+            .args(["--metrics-addr", &plain, "--health-addr", &health])
+            .args(["--metrics-secure-addr", &secure])
+            .args(extra)
+            .args(clock)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("lifecycle run starts"),
+    )
+}
+
+/// Waits until `port` answers `/readyz` 200.
+fn until_ready(port: u16) {
+    let started = Instant::now();
+    while get(port, "/readyz", None).is_none_or(|b| !b.starts_with("ok")) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "not ready on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The secure endpoint as Prometheus meets it, against the fake API server's tokens
+/// (`adapters::apiserver::auth`): over TLS only (a self-signed certificate is not trusted
+/// without `-k`; one from `--metrics-cert-dir` is, for its name); 401 without a token or with
+/// one the TokenReview does not authenticate, 403 for a user the SubjectAccessReview does not
+/// allow `get /metrics`, 200 with the metrics for one it allows. The health port serves the
+/// probes and not `/metrics`.
+#[test]
+fn the_secure_endpoint_serves_metrics_only_to_callers_the_api_server_allows() {
+    use adapters::apiserver::auth::{ADMIN_TOKEN, UNPRIVILEGED_TOKEN};
+    clients_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, kubeconfig, clock) = serve(dir.path(), "deletion-order-of-actions", 10);
+    let certs = dir.path().join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    std::fs::write(certs.join("tls.crt"), made.cert.pem()).unwrap();
+    std::fs::write(certs.join("tls.key"), made.signing_key.serialize_pem()).unwrap();
+    let a = [free_port(), free_port(), free_port()];
+    let b = [free_port(), free_port(), free_port()];
+    let _self_signed =
+        controller_with_servers(&kubeconfig, &dir.path().join("journal-a"), &clock, a, &[]);
+    let dir_arg = certs.to_str().unwrap();
+    let _from_dir = controller_with_servers(
+        &kubeconfig,
+        &dir.path().join("journal-b"),
+        &clock,
+        b,
+        &["--metrics-cert-dir", dir_arg],
+    );
+    until_ready(a[1]);
+    until_ready(b[1]);
+    let secure = a[2];
+    assert_eq!(
+        https_get(secure, Some(ADMIN_TOKEN), &[]),
+        Err(60),
+        "a self-signed certificate is not trusted without -k"
+    );
+    let insecure = ["--insecure"];
+    let code = |token: Option<&str>| https_get(secure, token, &insecure).unwrap().0;
+    assert_eq!(code(None), 401, "no token");
+    assert_eq!(
+        code(Some("not-a-token")),
+        401,
+        "a token the API server does not know"
+    );
+    assert_eq!(
+        code(Some(UNPRIVILEGED_TOKEN)),
+        403,
+        "not allowed get /metrics"
+    );
+    let (code, page) = https_get(secure, Some(ADMIN_TOKEN), &insecure).unwrap();
+    assert_eq!(code, 200, "{page}");
+    let families = parse(&page);
+    assert!(families.contains_key("lifecycle_leader"), "{page}");
+    // The certificate of --metrics-cert-dir is served: trusted as the CA, checked for its name.
+    let ca = certs.join("tls.crt");
+    let (code, page) = https_get(b[2], Some(ADMIN_TOKEN), &["--cacert", ca.to_str().unwrap()])
+        .expect("the certificate of --metrics-cert-dir verifies");
+    assert_eq!(code, 200, "{page}");
+    assert!(page.ends_with("# EOF\n"), "{page}");
+    // The health port: the probes, not /metrics.
+    let health = a[1];
+    for path in ["/healthz", "/livez", "/readyz"] {
+        assert_eq!(get(health, path, None).as_deref(), Some("ok\n"), "{path}");
+    }
+    assert_eq!(
+        get(health, "/metrics", None).as_deref(),
+        Some("not found\n")
+    );
+}
+
+/// A verdict is reused for 10 s, keyed by the token (and path and verb): a second scrape with
+/// the same token asks the API server nothing; another token, or another path, is reviewed.
+#[tokio::test]
+async fn verdicts_are_cached_per_token() {
+    use adapters::apiserver::arrivals::Arrivals;
+    use adapters::apiserver::auth::{ADMIN_TOKEN, UNPRIVILEGED_TOKEN};
+    use adapters::apiserver::{ApiServer, ServerOptions, SharedCluster};
+    use adapters::kube::serving::auth::{Attempt, Authorizer, Verdict};
+    let arrivals = std::sync::Arc::new(Arrivals::default());
+    let server = ApiServer::start(
+        SharedCluster::new(sim::api::ClusterStore::new("t")),
+        "127.0.0.1:0".parse().unwrap(),
+        ServerOptions {
+            arrivals: Some(arrivals.clone()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let authorizer = Authorizer::new(adapters::kube::client_for_url(&server.url()).unwrap());
+    let reviews = || {
+        let all = arrivals.all();
+        let count = |kind: &str| all.iter().filter(|a| a.path.ends_with(kind)).count();
+        (count("/tokenreviews"), count("/subjectaccessreviews"))
+    };
+    let header = |t: &str| format!("Bearer {t}");
+    let (admin, unprivileged, unknown) = (
+        header(ADMIN_TOKEN),
+        header(UNPRIVILEGED_TOKEN),
+        header("nobody"),
+    );
+    let check = async |authorization: Option<&str>, path: &str| {
+        let attempt = Attempt {
+            authorization,
+            path,
+            verb: "get",
+        };
+        authorizer.authorize(attempt).await.unwrap()
+    };
+    assert_eq!(check(Some(&admin), "/metrics").await, Verdict::Allowed);
+    assert_eq!(check(Some(&admin), "/metrics").await, Verdict::Allowed);
+    assert_eq!(
+        reviews(),
+        (1, 1),
+        "the second scrape is answered from the cache"
+    );
+    let forbidden = check(Some(&unprivileged), "/metrics").await;
+    assert!(
+        matches!(forbidden, Verdict::Forbidden { .. }),
+        "{forbidden:?}"
+    );
+    assert_eq!(check(Some(&unprivileged), "/metrics").await, forbidden);
+    assert_eq!(reviews(), (2, 2));
+    for _ in 0..2 {
+        assert_eq!(
+            check(Some(&unknown), "/metrics").await,
+            Verdict::Unauthenticated
+        );
+    }
+    assert_eq!(
+        reviews(),
+        (3, 2),
+        "no access review for whom no token names"
+    );
+    assert_eq!(check(None, "/metrics").await, Verdict::Unauthenticated);
+    assert_eq!(reviews(), (3, 2), "no token: nothing to ask");
+    assert_eq!(check(Some(&admin), "/other").await, Verdict::Allowed);
+    assert_eq!(reviews(), (4, 3), "another path is reviewed anew");
+    server.shutdown().await;
 }

@@ -138,7 +138,7 @@ impl Engine {
         &self.store
     }
 
-    /// Reconciles and failed commands per controller since this process started.
+    /// Reconciles and reconcile errors per controller since this process started.
     pub fn counters(&self) -> &crate::metrics::Counters {
         &self.counters
     }
@@ -359,8 +359,8 @@ impl Engine {
             self.route(self.store.change(&replaced), dirty);
         }
         let slot = command.controller.slot();
-        if !matches!(outcome, ApiOutcome::Ok { .. }) {
-            self.counters.errors[slot] += 1;
+        if crate::metrics::is_reconcile_error(&command.action, outcome) {
+            self.counters.failing[slot].insert(command.owner.clone());
         }
         self.controllers.all_mut()[slot].on_result(&command, outcome, self.now);
         dirty.push(slot, command.owner.clone());
@@ -402,6 +402,9 @@ impl Engine {
             observer.ended(slot);
         }
         self.counters.reconciles[slot] += 1;
+        if self.counters.failing[slot].remove(key) {
+            self.counters.errors[slot] += 1;
+        }
     }
 
     #[cfg(not(test))]

@@ -2,13 +2,16 @@
 //! controller, and from the cache the deleting Machines by phase and each MHC's counts. Not
 //! state: counters are not encoded and compare equal, so replay equality ignores them.
 
+use crate::command::Action;
 use crate::command::ControllerId;
 use crate::deletion::{MachineDeletion, reason};
 use crate::drain::EvictionAttempt;
+use crate::input::ApiOutcome;
+use crate::model::ObjectKey;
 use crate::model::{Kind, Object, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope};
 use crate::store::Store;
 use crate::time::Timestamp;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The controllers as `controller_runtime_*` series name them (upstream's names), in
 /// [`ControllerId`] slot order.
@@ -25,14 +28,39 @@ pub trait ReconcileObserver: std::fmt::Debug + Send + Sync {
     fn ended(&self, controller: usize);
 }
 
-/// Reconciles and failed commands per controller slot ([`CONTROLLER_NAMES`] order).
+/// Reconciles per controller slot ([`CONTROLLER_NAMES`] order), and of them the errors.
 #[derive(Clone, Debug, Default)]
 pub struct Counters {
     pub reconciles: [u64; ControllerId::COUNT],
+    /// Reconciles that handled a command of theirs that failed with an API error
+    /// ([`is_reconcile_error`]): controller-runtime's `result="error"`.
     pub errors: [u64; ControllerId::COUNT],
+    /// Keys whose next reconcile handles such a failure (emptied as they are reconciled).
+    pub(crate) failing: [BTreeSet<ObjectKey>; ControllerId::COUNT],
     /// Inputs whose reconciles ran out of budget (a bug): their keys left were carried on.
     pub reconcile_budget_exhausted: u64,
     pub observer: Option<std::sync::Arc<dyn ReconcileObserver>>,
+}
+
+/// Whether `outcome` makes the reconcile that handles it an error, as a controller-runtime
+/// reconciler returns the error of an API call that failed. The engine's reconciles are pure:
+/// the command goes out after the pass that decided it, and its answer comes back as an input
+/// that makes the command's owner dirty, so the owner's next pass is the one that fails.
+/// Not errors: 2xx; 404 (the object is gone: what a deletion wants, and what the cache learns);
+/// an eviction refused by a PodDisruptionBudget (429) or a terminating namespace (the drain
+/// waits and retries, as CAPI's drain requeues without an error).
+pub fn is_reconcile_error(action: &Action, outcome: &ApiOutcome) -> bool {
+    match outcome {
+        ApiOutcome::Ok { .. } | ApiOutcome::NotFound => false,
+        ApiOutcome::TooManyRequests { .. } => !matches!(action, Action::Evict { .. }),
+        ApiOutcome::Forbidden {
+            namespace_terminating,
+            ..
+        } => !(*namespace_terminating && matches!(action, Action::Evict { .. })),
+        ApiOutcome::Conflict { .. } | ApiOutcome::Error { .. } | ApiOutcome::Unreachable { .. } => {
+            true
+        }
+    }
 }
 
 impl PartialEq for Counters {

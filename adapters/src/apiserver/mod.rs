@@ -14,10 +14,13 @@
 //! kubelet, namespace and disruption controllers (`kubelet`). The real server's limits
 //! (in-flight requests, request timeout, idle connections) are in `limits`.
 //!
-//! Not served (see the README for the whole list): authentication, server-side apply,
+//! TokenReview and SubjectAccessReview answer from a fixed table of tokens ([`auth`]).
+//!
+//! Not served (see the README for the whole list): authentication of requests, server-side apply,
 //! protobuf request bodies, version conversion, `deletecollection`, field managers.
 
 pub mod arrivals;
+pub mod auth;
 mod builtin_schemas;
 pub mod crds;
 mod events;
@@ -261,9 +264,11 @@ async fn serve_connection(ctx: Arc<Ctx>, stream: tokio::net::TcpStream) {
 }
 
 /// A kubeconfig (YAML) with one cluster, user and context named `name`, pointing at `url`
-/// without credentials.
+/// with the admin's token ([`auth::ADMIN_TOKEN`]; requests are not authenticated, but a
+/// TokenReview of it is).
 pub fn kubeconfig_yaml(name: &str, url: &str) -> String {
+    let token = auth::ADMIN_TOKEN;
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {url}\nusers:\n- name: {name}\n  user: {{}}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\ncurrent-context: {name}\npreferences: {{}}\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {url}\nusers:\n- name: {name}\n  user:\n    token: {token}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\ncurrent-context: {name}\npreferences: {{}}\n"
     )
 }

@@ -1,6 +1,7 @@
 //! Request routing: discovery paths, then `/api/v1/...` and `/apis/{group}/{version}/...`
 //! resource paths, dispatched by HTTP method to the list, watch and object handlers.
 
+use super::auth;
 use super::crds;
 use super::events;
 use super::limits::{self, Activity};
@@ -252,6 +253,18 @@ fn route(ctx: &Ctx, path: &str, req: &Req) -> Response<Body> {
         (&Method::GET, ["apis", group, version]) => {
             discovery(resources::resource_list(&types, group, version))
         }
+        (&Method::POST, ["apis", auth::AUTHENTICATION_GROUP, "v1", "tokenreviews"]) => {
+            reviewed(auth::token_review(req.body))
+        }
+        (
+            &Method::POST,
+            [
+                "apis",
+                auth::AUTHORIZATION_GROUP,
+                "v1",
+                "subjectaccessreviews",
+            ],
+        ) => reviewed(auth::subject_access_review(req.body)),
         (_, ["api", "v1", rest @ ..]) => resource(ctx, &types, "", "v1", rest, req, None),
         (_, ["apis", events::GROUP, "v1", rest @ ..]) => {
             // One store: events.k8s.io/v1 is a view of the core Events.
@@ -269,6 +282,14 @@ fn route(ctx: &Ctx, path: &str, req: &Req) -> Response<Body> {
             resource(ctx, &types, group, version, rest, req, None)
         }
         _ => failure(Failure::no_route()),
+    }
+}
+
+/// A review's answer: created, not stored.
+fn reviewed(review: Result<Value, Failure>) -> Response<Body> {
+    match review {
+        Ok(review) => json_response(201, &review),
+        Err(f) => failure(f),
     }
 }
 

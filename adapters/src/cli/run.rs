@@ -4,6 +4,7 @@
 use adapters::kube::bucket::RateLimit;
 use adapters::kube::journal_log::Retention;
 use adapters::kube::lease::{self, LeaseConfig};
+use adapters::kube::serving::{self, auth::Authorizer, tls};
 use adapters::kube::{Adapter, AdapterOptions, Metrics, SledLog};
 use clap::Args;
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -38,17 +39,33 @@ pub struct RunArgs {
     /// Keep every journal record forever (no retention; the journal grows without bound).
     #[arg(long)]
     pub journal_keep_all: bool,
-    /// Address of the `/metrics`, `/healthz`, `/livez` and `/readyz` server (`/readyz` is 503
-    /// while the journal cannot be written, e.g. a full disk: the controller then acts on
-    /// nothing and reopens the journal every second until it can).
+    /// Address of the plain-HTTP, unauthenticated `/metrics`, `/healthz`, `/livez` and
+    /// `/readyz` server (`/readyz` is 503 while the journal cannot be written, e.g. a full
+    /// disk: the controller then acts on nothing and reopens the journal every second until it
+    /// can). Keep it on loopback where others can reach the pod: see --metrics-secure-addr.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub metrics_addr: SocketAddr,
+    /// Address of a server of `/healthz`, `/livez` and `/readyz` alone (CAPI's probes use
+    /// `:9440`).
+    #[arg(long)]
+    pub health_addr: Option<SocketAddr>,
+    /// Address of `/metrics` over HTTPS (e.g. 0.0.0.0:8443), as controller-runtime serves it:
+    /// each request's Bearer token is checked with a TokenReview and its user with a
+    /// SubjectAccessReview for `get` on the non-resource URL `/metrics` (401 without a valid
+    /// token, 403 when not allowed; verdicts cached 10 s).
+    #[arg(long)]
+    pub metrics_secure_addr: Option<SocketAddr>,
+    /// Directory holding `tls.crt` and `tls.key` for --metrics-secure-addr (re-read when they
+    /// change); without it a self-signed certificate is made at start.
+    #[arg(long, requires = "metrics_secure_addr")]
+    pub metrics_cert_dir: Option<PathBuf>,
     /// Act only while holding the coordination.k8s.io Lease.
     #[arg(long)]
     pub leader_elect: bool,
     #[arg(long, default_value = "kube-system")]
     pub leader_election_namespace: String,
-    #[arg(long, default_value = "lifecycle-controller")]
+    /// The Lease's name (never CAPI's `controller-leader-election-capi`).
+    #[arg(long, default_value = lease::DEFAULT_LEASE_NAME)]
     pub leader_election_id: String,
     /// Stop after this many seconds (demos and tests).
     #[arg(long)]
@@ -160,6 +177,60 @@ fn identity() -> String {
     format!("{host}_{}", std::process::id())
 }
 
+/// The names a self-signed metrics certificate is made for.
+fn certificate_names() -> Vec<String> {
+    let mut names: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(String::from).into();
+    names.extend(std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()));
+    names
+}
+
+/// Stops the servers when dropped.
+struct Servers(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        self.0.iter().for_each(tokio::task::JoinHandle::abort);
+    }
+}
+
+/// The plain metrics server, and the health and secure metrics servers where asked for.
+async fn start_servers(
+    args: &RunArgs,
+    metrics: &Arc<Metrics>,
+    client: &Client,
+) -> Result<Servers, RunFailure> {
+    let in_use = |what: &'static str, addr: SocketAddr| {
+        move |e: std::io::Error| unable(format!("{what} server on {addr}: {e}"))
+    };
+    let mut tasks = Vec::new();
+    let (bound, task) = serving::serve_plain(args.metrics_addr, metrics.clone())
+        .await
+        .map_err(in_use("metrics", args.metrics_addr))?;
+    tasks.push(task);
+    tracing::info!(%bound, "serving /metrics, /healthz, /livez and /readyz over HTTP");
+    if let Some(addr) = args.health_addr {
+        let (bound, task) = serving::serve_health(addr, metrics.clone())
+            .await
+            .map_err(in_use("health", addr))?;
+        tasks.push(task);
+        tracing::info!(%bound, "serving /healthz, /livez and /readyz");
+    }
+    if let Some(addr) = args.metrics_secure_addr {
+        let source = match &args.metrics_cert_dir {
+            Some(dir) => tls::Source::Dir(dir.clone()),
+            None => tls::Source::SelfSigned(certificate_names()),
+        };
+        let acceptor = tls::acceptor(&source).map_err(RunFailure::Input)?;
+        let authorizer = Arc::new(Authorizer::new(client.clone()));
+        let (bound, task) = serving::serve_secure(addr, metrics.clone(), acceptor, authorizer)
+            .await
+            .map_err(in_use("secure metrics", addr))?;
+        tasks.push(task);
+        tracing::info!(%bound, certificate = ?source, "serving /metrics over HTTPS to authorized callers");
+    }
+    Ok(Servers(tasks))
+}
+
 async fn run(args: RunArgs) -> Result<(), RunFailure> {
     let mut stop_signal = StopSignal::install().map_err(unable)?;
     if let (Some(origin), Some(speed)) = (args.clock_origin_ms, args.clock_speed) {
@@ -176,16 +247,15 @@ async fn run(args: RunArgs) -> Result<(), RunFailure> {
     // them and the relists that follow show what did happen.
     let metrics = Arc::new(Metrics::default());
     engine.observe_reconciles(metrics.reconcile_observer());
-    let (bound, _server) = adapters::kube::metrics::serve(args.metrics_addr, metrics.clone())
-        .await
-        .map_err(|e| unable(format!("metrics server on {}: {e}", args.metrics_addr)))?;
-    tracing::info!(%bound, "serving /metrics and /healthz");
+    let _servers = start_servers(&args, &metrics, &client).await?;
     let deadline = async {
         match args.run_for {
             Some(s) => tokio::time::sleep(Duration::from_secs(s)).await,
             None => std::future::pending().await,
         }
     };
+    // A standby waiting for the Lease stops at the deadline too.
+    tokio::pin!(deadline);
     let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<String>();
     // Without leader election nobody reports a loss; the sender lives until the end.
     let mut _no_election = None;
@@ -202,6 +272,7 @@ async fn run(args: RunArgs) -> Result<(), RunFailure> {
         tokio::select! {
             _ = lease::acquire(&api, &config) => {}
             _ = stop_signal.recv() => return Ok(()),
+            _ = &mut deadline => return Ok(()),
         }
         metrics.set_leader(true);
         let leader = metrics.clone();
@@ -232,7 +303,7 @@ async fn run(args: RunArgs) -> Result<(), RunFailure> {
     let mut lost = None;
     let stop = async {
         tokio::select! {
-            _ = deadline => {}
+            _ = &mut deadline => {}
             _ = stop_signal.recv() => {}
             why = lost_rx => lost = why.ok(),
         }

@@ -16,6 +16,13 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use std::time::Duration;
 
+/// The Lease `lifecycle run --leader-elect` takes by default: its own, never CAPI's
+/// [`CAPI_LEASE_NAME`] (sharing one would make this controller and CAPI's manager take turns).
+pub const DEFAULT_LEASE_NAME: &str = "lifecycle-controller-leader-election";
+
+/// The Lease CAPI's `capi-controller-manager` holds in its namespace.
+pub const CAPI_LEASE_NAME: &str = "controller-leader-election-capi";
+
 /// Attempts at a release that meets a concurrent write (our own last renewal, say).
 const RELEASE_ATTEMPTS_MAX: usize = 3;
 

@@ -1,13 +1,9 @@
-//! What the adapter counts and `/metrics` (OpenMetrics text, through `prometheus-client`),
-//! `/healthz` and `/livez` (the process runs) and `/readyz` (503 while the journal cannot be
-//! written) on a small hyper server.
+//! What the adapter counts, written for `/metrics` (OpenMetrics through `prometheus-client`,
+//! or the text format derived from it: [`super::serving::exposition`]), and what `/readyz`
+//! answers. The servers are in [`super::serving`].
 
-use bytes::Bytes;
+use super::serving::exposition::{Format, text_from_openmetrics};
 use engine::metrics::{CONTROLLER_NAMES, DRAIN_BLOCKED_REASONS, ReconcileObserver};
-use http_body_util::Full;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -17,8 +13,6 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
-use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -30,9 +24,6 @@ pub type Labels = Vec<(&'static str, String)>;
 pub(super) type ScrapedFamily = (&'static str, MetricType, &'static str, Vec<(Labels, f64)>);
 
 type Histograms = Family<Labels, Histogram, fn() -> Histogram>;
-
-/// What `/metrics` serves (Prometheus negotiates it; its text parser reads it too).
-const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The work queue's name label (controller-runtime names one queue per controller; the
 /// adapter has one).
@@ -350,6 +341,14 @@ impl Metrics {
         }
         out
     }
+
+    /// Every metric in `format`.
+    pub fn render_as(&self, format: Format) -> String {
+        match format {
+            Format::OpenMetrics => self.render(),
+            Format::Text => text_from_openmetrics(&self.render()),
+        }
+    }
 }
 
 /// Times each reconcile: the engine reports its start and end on the loop's thread, one at a
@@ -506,18 +505,28 @@ impl Scraped {
                 )
             })
             .collect();
+        let counters = &view.counters;
+        let successes: Vec<u64> = counters
+            .reconciles
+            .iter()
+            .zip(&counters.errors)
+            .map(|(all, errors)| all.saturating_sub(*errors))
+            .collect();
+        let mut reconciles: Vec<(Labels, f64)> =
+            per_controller(&successes, &[("result", "success")]);
+        reconciles.extend(per_controller(&counters.errors, &[("result", "error")]));
         vec![
             (
                 "controller_runtime_reconcile",
                 MetricType::Counter,
-                "Reconciles: one controller pass over one object key, by controller.",
-                per_controller(&view.counters.reconciles, &[("result", "success")]),
+                "Reconciles: one controller pass over one object key, by controller and result (error: the pass handled a command of its own that failed with an API error).",
+                reconciles,
             ),
             (
                 "controller_runtime_reconcile_errors",
                 MetricType::Counter,
-                "Commands whose API call failed, by the controller that issued them.",
-                per_controller(&view.counters.errors, &[]),
+                "Reconciles that handled a command of their own that failed with an API error, by controller (as result=\"error\").",
+                per_controller(&counters.errors, &[]),
             ),
             (
                 "lifecycle_reconcile_budget_exhausted",
@@ -574,65 +583,9 @@ impl Scraped {
     }
 }
 
-/// Serves `/healthz` and `/metrics` on `addr` until the task is aborted; returns the bound
-/// address (port 0 picks one).
-pub async fn serve(
-    addr: SocketAddr,
-    metrics: Arc<Metrics>,
-) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let bound = listener.local_addr()?;
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let metrics = metrics.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let metrics = metrics.clone();
-                    async move {
-                        let plain = "text/plain; charset=utf-8";
-                        let (code, body, kind) = match req.uri().path() {
-                            "/healthz" | "/livez" => (200, "ok\n".to_string(), plain),
-                            "/readyz" => {
-                                let (code, body) = metrics.readiness();
-                                (code, body.to_string(), plain)
-                            }
-                            "/metrics" => (200, metrics.render(), OPENMETRICS),
-                            _ => (404, "not found\n".to_string(), plain),
-                        };
-                        Ok::<_, Infallible>(
-                            hyper::Response::builder()
-                                .status(code)
-                                .header("content-type", kind)
-                                .body(Full::new(Bytes::from(body)))
-                                .expect("static headers are valid"),
-                        )
-                    }
-                });
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    Ok((bound, task))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    async fn get(addr: SocketAddr, path: &str) -> String {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.unwrap();
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).await.unwrap();
-        answer
-    }
 
     /// The family a sample belongs to: its name without the suffix its type adds.
     fn family_of<'a>(sample: &'a str, described: &BTreeMap<String, String>) -> Option<&'a str> {
@@ -718,29 +671,23 @@ mod tests {
         }
     }
 
-    /// `/readyz` is 503 while the journal cannot be written; `/healthz` stays 200 (the process
-    /// is alive and must not be killed for a full disk); the gauge and counter say so.
-    #[tokio::test]
-    async fn readyz_is_503_while_the_journal_cannot_be_written() {
-        let metrics = Arc::new(Metrics::default());
-        let (addr, server) = serve("127.0.0.1:0".parse().unwrap(), metrics.clone())
-            .await
-            .unwrap();
-        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
-        metrics.journal_unwritable(true);
-        metrics.journal_unwritable(true);
-        let ready = get(addr, "/readyz").await;
-        assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
-        assert!(ready.contains("the journal cannot be written"), "{ready}");
-        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
-        let text = get(addr, "/metrics").await;
-        assert!(
-            text.contains("lifecycle_journal_writable 0\n")
-                && text.contains("lifecycle_journal_failures_total 1\n"),
-            "{text}"
-        );
-        metrics.journal_unwritable(false);
-        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
-        server.abort();
+    /// Reconciles by result: errors are the engine's reconcile errors, successes the rest;
+    /// `controller_runtime_reconcile_errors_total` counts the errors too.
+    #[test]
+    fn reconciles_are_counted_by_result() {
+        let metrics = Metrics::default();
+        let mut view = EngineView::default();
+        view.counters.reconciles[0] = 7;
+        view.counters.errors[0] = 2;
+        metrics.engine_view(view);
+        let text = metrics.render();
+        for line in [
+            "controller_runtime_reconcile_total{controller=\"machine\",result=\"success\"} 5",
+            "controller_runtime_reconcile_total{controller=\"machine\",result=\"error\"} 2",
+            "controller_runtime_reconcile_total{controller=\"machinepool\",result=\"error\"} 0",
+            "controller_runtime_reconcile_errors_total{controller=\"machine\"} 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
     }
 }

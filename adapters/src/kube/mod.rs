@@ -13,7 +13,9 @@
 //! * [`kubeconfigs`]: the workload clusters' kubeconfig Secrets, listed once for the first
 //!   connects.
 //! * [`lease`]: leader election on a coordination.k8s.io Lease.
-//! * [`metrics`]: counters, `/metrics` and `/healthz`.
+//! * [`metrics`]: what is counted, written for `/metrics`.
+//! * [`serving`]: the plain, health and secure (TLS, TokenReview + SubjectAccessReview)
+//!   servers of `/metrics` and the probes.
 //!
 //! Wall-clock time is read here only ([`crate::clock`]) and handed to the core as values.
 
@@ -29,6 +31,7 @@ pub mod kubeconfigs;
 pub mod lease;
 pub mod metrics;
 mod process;
+pub mod serving;
 pub mod streams;
 pub mod throttle;
 

@@ -176,3 +176,72 @@ pub fn is_discovery(r: &Request) -> bool {
 pub fn is_non_resource(r: &Request) -> bool {
     r.resource.starts_with('/')
 }
+
+/// Whether a ClusterRole's labels match one of an aggregation rule's selectors.
+fn aggregated_by(rule: &Value, role: &Value) -> bool {
+    rule["clusterRoleSelectors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|selector| {
+            selector["matchLabels"].as_object().is_some_and(|labels| {
+                labels
+                    .iter()
+                    .all(|(k, v)| &role["metadata"]["labels"][k] == v)
+            })
+        })
+}
+
+/// What a ServiceAccount may do as RBAC would decide it from `objects` (the rendered
+/// manifests and any ClusterRoles installed beside them): the grants of its RoleBindings
+/// (`namespaced`) and of its ClusterRoleBindings (`cluster`), aggregated ClusterRoles filled
+/// from every ClusterRole whose labels they select.
+#[derive(Debug, Default)]
+pub struct Granted {
+    pub namespaced: BTreeSet<Grant>,
+    pub cluster: BTreeSet<Grant>,
+}
+
+pub fn granted_to(objects: &[Value], namespace: &str, name: &str) -> Granted {
+    let cluster_roles: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRole")
+        .collect();
+    let role_grants = |kind: &str, role: &str| -> BTreeSet<Grant> {
+        let role = find(objects, kind, role);
+        let mut grants = granted(role);
+        if let Some(rule) = role.get("aggregationRule") {
+            for member in cluster_roles.iter().filter(|r| aggregated_by(rule, r)) {
+                grants.extend(granted(member));
+            }
+        }
+        grants
+    };
+    let mut out = Granted::default();
+    for binding in objects
+        .iter()
+        .filter(|o| o["kind"] == "RoleBinding" || o["kind"] == "ClusterRoleBinding")
+    {
+        let bound = binding["subjects"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| {
+                s["kind"] == "ServiceAccount" && s["name"] == name && s["namespace"] == namespace
+            });
+        if !bound {
+            continue;
+        }
+        let role_ref = &binding["roleRef"];
+        let grants = role_grants(
+            role_ref["kind"].as_str().unwrap(),
+            role_ref["name"].as_str().unwrap(),
+        );
+        if binding["kind"] == "RoleBinding" {
+            out.namespaced.extend(grants);
+        } else {
+            out.cluster.extend(grants);
+        }
+    }
+    out
+}

@@ -242,3 +242,101 @@ fn each_controller_sits_in_the_slot_of_its_id() {
         assert_eq!(controller.id().slot(), slot, "{:?}", controller.id());
     }
 }
+
+/// A reconcile that handles its command's API error counts as an error, once per failed
+/// answer; one that handles a success, a 404 or a PDB's refusal of an eviction does not.
+#[test]
+fn a_reconcile_handling_a_failed_command_counts_as_an_error() {
+    let mut engine = Engine::new();
+    engine.handle(T0, deleting_machines(2));
+    let mut commands = drain_commands(&mut engine);
+    assert!(commands.len() >= 2, "{commands:?}");
+    let errors = |e: &Engine| e.counters().errors.iter().sum::<u64>();
+    let reconciles = |e: &Engine| e.counters().reconciles.iter().sum::<u64>();
+    assert_eq!(errors(&engine), 0);
+    let answer = |engine: &mut Engine, command: &Command, outcome: crate::ApiOutcome| {
+        let before = reconciles(engine);
+        engine.handle(
+            T0,
+            Input::ApiResult {
+                command: command.id,
+                outcome,
+            },
+        );
+        assert!(reconciles(engine) > before, "the answer is reconciled");
+    };
+    let failed = commands.remove(0);
+    answer(
+        &mut engine,
+        &failed,
+        crate::ApiOutcome::Error {
+            code: 500,
+            message: "etcd timeout".into(),
+        },
+    );
+    assert_eq!(errors(&engine), 1, "{:?}", failed.action);
+    let slot = failed.controller.slot();
+    assert_eq!(engine.counters().errors[slot], 1);
+    assert!(engine.counters().failing.iter().all(BTreeSet::is_empty));
+    let ok = commands.remove(0);
+    answer(&mut engine, &ok, crate::ApiOutcome::Ok { object: None });
+    assert_eq!(errors(&engine), 1, "a success is no error");
+    engine.handle(T0, Input::Tick);
+    assert_eq!(errors(&engine), 1, "counted once");
+}
+
+#[test]
+fn which_answers_are_reconcile_errors() {
+    use crate::ApiOutcome;
+    use crate::metrics::is_reconcile_error;
+    let mut engine = Engine::new();
+    engine.handle(T0, deleting_machines(1));
+    let commands = drain_commands(&mut engine);
+    let other = &commands[0].action;
+    assert!(!matches!(other, Action::Evict { .. }), "{other:?}");
+    let evict = Action::Evict {
+        pod: crate::command::Target {
+            key: ObjectKey::management(Kind::Machine, "app", "web-1"),
+            api_version: "v1".into(),
+        },
+        grace_period_seconds: None,
+    };
+    let refused = ApiOutcome::TooManyRequests {
+        message: "Cannot evict pod as it would violate the pod's disruption budget.".into(),
+    };
+    let terminating = ApiOutcome::Forbidden {
+        message: "namespace app is terminating".into(),
+        namespace_terminating: true,
+    };
+    let forbidden = ApiOutcome::Forbidden {
+        message: "RBAC".into(),
+        namespace_terminating: false,
+    };
+    let conflict = ApiOutcome::Conflict {
+        message: "the object has been modified".into(),
+    };
+    for (action, outcome, error) in [
+        (other, ApiOutcome::Ok { object: None }, false),
+        (other, ApiOutcome::NotFound, false),
+        (other, refused.clone(), true),
+        (&evict, refused, false),
+        (&evict, terminating.clone(), false),
+        (other, terminating, true),
+        (&evict, forbidden.clone(), true),
+        (other, forbidden, true),
+        (other, conflict, true),
+        (
+            other,
+            ApiOutcome::Unreachable {
+                message: "connection refused".into(),
+            },
+            true,
+        ),
+    ] {
+        assert_eq!(
+            is_reconcile_error(action, &outcome),
+            error,
+            "{action:?} {outcome:?}"
+        );
+    }
+}
