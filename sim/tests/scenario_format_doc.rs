@@ -1,7 +1,8 @@
 //! `sim/docs/scenario-format.md` cannot rot: its examples are run through the parser (and its
 //! complete scenarios through the simulator), its invalid examples must fail with the message
 //! they quote, and every key, action, fault kind and damage kind the parser accepts must be
-//! named in it.
+//! named in it (top-level keys, world knobs, step actions and fault kinds each in a table row of
+//! its own).
 //!
 //! The doc's fenced blocks, by info string: ` ```yaml ` a complete scenario (parses, runs,
 //! passes); ` ```yaml steps ` / ` ```yaml expect ` / ` ```yaml world ` a fragment, put into
@@ -160,7 +161,11 @@ fn accepted(text: &str, after: &str) -> Vec<String> {
 fn every_name_the_parser_accepts_is_documented() {
     let doc = doc();
     let one_of = "expected one of: ";
-    let probes: [(&str, &str, &str); 12] = [
+    // Top-level keys, world knobs, step actions and fault kinds each have a table row of their
+    // own (`| `name` | …`); the other names must appear in backticks or as `name:`.
+    let row = |name: &str| doc.lines().any(|l| l.starts_with(&format!("| `{name}` |")));
+    let mut missing = Vec::new();
+    let tables: [(&str, &str, &str); 3] = [
         ("top-level keys", "name: x\nbogus: 1\n", one_of),
         ("world knobs", "name: x\nworld: {bogus: 1}\n", one_of),
         (
@@ -168,6 +173,22 @@ fn every_name_the_parser_accepts_is_documented() {
             "name: x\ntimeline: [{at: 1s, bogus: 1}]\n",
             "expected at, cluster and one of: ",
         ),
+    ];
+    for (what, probe, after) in tables {
+        let names = accepted(probe, after);
+        assert!(names.len() > 1, "{what}: read {names:?} from the parser");
+        for name in names {
+            if !row(&name) {
+                missing.push(format!("{what}: a table row for {name}"));
+            }
+        }
+    }
+    for kind in FaultKind::ALL {
+        if !row(kind.as_str()) {
+            missing.push(format!("fault kinds: a table row for {}", kind.as_str()));
+        }
+    }
+    let probes: [(&str, &str, &str); 9] = [
         (
             "reference keys",
             "name: x\nexpect: [{at: 1s, gone: {kind: A, name: b, bogus: 1}}]\n",
@@ -214,7 +235,6 @@ fn every_name_the_parser_accepts_is_documented() {
             one_of,
         ),
     ];
-    let mut missing = Vec::new();
     for (what, probe, after) in probes {
         let names = accepted(probe, after);
         assert!(names.len() > 1, "{what}: read {names:?} from the parser");
@@ -225,11 +245,6 @@ fn every_name_the_parser_accepts_is_documented() {
         }
     }
     let named = |name: &str| doc.contains(&format!("`{name}`"));
-    for kind in FaultKind::ALL {
-        if !named(kind.as_str()) {
-            missing.push(format!("fault kind: {}", kind.as_str()));
-        }
-    }
     for damage in sim::journal_damage::DAMAGE_KINDS {
         if !named(damage) {
             missing.push(format!("journal-damage kind: {damage}"));
