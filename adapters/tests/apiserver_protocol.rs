@@ -1,5 +1,5 @@
 //! The fake API server's protocol, exercised with an unmodified kube-rs client over HTTP on
-//! 127.0.0.1 (KUBE-NOTES §2).
+//! 127.0.0.1.
 
 use adapters::apiserver::{ApiServer, ServerOptions, SharedCluster};
 use adapters::kube::client_for_url;

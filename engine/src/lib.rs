@@ -4,6 +4,10 @@
 //!
 //! No clock, RNG, async runtime or I/O here except the `journal` module: time is a value passed
 //! to [`Engine::handle`], and commands are pulled with [`Engine::poll_command`].
+//!
+//! Comments cite upstream Cluster API behaviour as `§N.M` and the product's deliberate
+//! differences as "decision N": both are sections of `engine/docs/capi.md`. The design's
+//! properties ("property N") are those of `engine/docs/design.md`.
 
 #![deny(unsafe_code)]
 

@@ -1,5 +1,6 @@
 //! LIST: namespace, label and field selectors, `limit`/`continue` pagination and the
-//! resourceVersion semantics of KUBE-NOTES §2.3.
+//! resourceVersion semantics of the Kubernetes API ("Semantics for get and list" in
+//! <https://kubernetes.io/docs/reference/using-api/api-concepts/>).
 //!
 //! The list's resourceVersion is the store's at the first page and stays in every later page's
 //! token. Later pages read the current state after the last key returned (the store keeps no

@@ -2,7 +2,7 @@
 //! simulator [`sim::api::ClusterStore`], faithful enough for unmodified kube-rs clients
 //! (`Api`, `kube::runtime::watcher`), kubectl (1.32 and 1.20) and the Python client.
 //!
-//! What it serves (KUBE-NOTES §2): discovery (`/api`, `/apis`, resource lists), OpenAPI v3
+//! What it serves: discovery (`/api`, `/apis`, resource lists), OpenAPI v3
 //! ([`openapi`]) and v2 (protobuf, for kubectl before 1.27), LIST with resourceVersion, `limit`/`continue` and selectors, WATCH as
 //! newline-delimited events with bookmarks and the in-stream 410, GET (also as a Table,
 //! [`table`]), POST, PUT, PATCH (merge, JSON patch, strategic merge for built-in kinds;

@@ -1,4 +1,4 @@
-//! `metav1.Status` failure bodies (KUBE-NOTES §2.3): HTTP status = `code`, with `reason`,
+//! `metav1.Status` failure bodies, as the Kubernetes API sends them: HTTP status = `code`, with `reason`,
 //! `message` and `details` as a real API server words them.
 
 use super::resources::ResourceType;

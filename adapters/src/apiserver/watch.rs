@@ -1,4 +1,6 @@
-//! WATCH: newline-delimited JSON events over a chunked HTTP/1.1 response (KUBE-NOTES §2.2-2.3).
+//! WATCH: newline-delimited JSON events over a chunked HTTP/1.1 response, as kube-rs's watcher
+//! reads them ("Semantics for watch" in
+//! <https://kubernetes.io/docs/reference/using-api/api-concepts/>).
 //!
 //! Guarantees: events come in resourceVersion order, each `{"type","object"}` on one line;
 //! a watch from resourceVersion N sends every matching change after N; from unset or `0` it

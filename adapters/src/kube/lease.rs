@@ -1,4 +1,4 @@
-//! Leader election on a `coordination.k8s.io/v1` Lease, hand-rolled (KUBE-NOTES §1.5).
+//! Leader election on a `coordination.k8s.io/v1` Lease, hand-rolled (kube has no lease helper).
 //!
 //! Expected flow: [`acquire`] until it returns, then [`hold`] until it returns (leadership
 //! lost), then stop acting; or, on a graceful exit, stop acting, then [`release`]. A Lease is

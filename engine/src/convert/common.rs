@@ -91,7 +91,7 @@ fn severity(at: &At) -> Result<Severity, ConvertError> {
 }
 
 /// Both condition lists of a CAPI object, from where its API version keeps them
-/// (CAPI-SEMANTICS Part 1 decision 1): v1beta1 `status.conditions` are the legacy list and
+/// (`engine/docs/capi.md` decision 1): v1beta1 `status.conditions` are the legacy list and
 /// `status.v1beta2.conditions` the current one; v1beta2 `status.conditions` are the current
 /// list and `status.deprecated.v1beta1.conditions` the legacy one.
 pub(crate) fn capi_conditions(root: &At, version: ApiVersion) -> Result<Conditions, ConvertError> {

@@ -274,8 +274,8 @@ fn event_hash(reason: &str, command_id: u64) -> u64 {
         .fold(OFFSET, |h, b| (h ^ u64::from(*b)).wrapping_mul(PRIME))
 }
 
-/// The `policy/v1` Eviction body for `pod` (KUBE-NOTES §2.3): its `metadata.name` must equal
-/// the pod's, and `deleteOptions.gracePeriodSeconds` is sent only when set.
+/// The `policy/v1` Eviction body for `pod`: its `metadata.name` must equal the pod's (the API
+/// answers 400 otherwise), and `deleteOptions.gracePeriodSeconds` is sent only when set.
 pub fn eviction_body(pod: &Target, grace_period_seconds: Option<i64>) -> Value {
     let mut body = json!({
         "apiVersion": "policy/v1",
@@ -296,7 +296,7 @@ pub enum FinalizerChange {
 }
 
 /// The RFC 6902 patch that adds or removes `finalizer` on `object` (the object as just read),
-/// guarded by a `test` of what was read, as kube's finalizer helper does (KUBE-NOTES §2.3).
+/// guarded by a `test` of what was read, as kube's finalizer helper does.
 /// `None` when the finalizer is already present (add) or absent (remove).
 pub fn finalizer_json_patch(
     object: &Value,

@@ -45,7 +45,7 @@ fn list(conditions: &[Condition], with_severity: bool) -> Value {
     )
 }
 
-/// The `status` fragment holding both condition lists (CAPI-SEMANTICS Part 1 decision 1):
+/// The `status` fragment holding both condition lists (`engine/docs/capi.md` decision 1):
 /// v1beta1 `{"conditions": legacy, "v1beta2": {"conditions": current}}`, v1beta2
 /// `{"conditions": current, "deprecated": {"v1beta1": {"conditions": legacy}}}`.
 /// Lists are always written whole: a merge patch replaces arrays.

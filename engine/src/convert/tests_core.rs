@@ -258,7 +258,7 @@ fn cluster_scoped_kinds_have_keys_without_namespace() {
     );
 }
 
-/// The example of SCENARIOS.md, its manifests written as JSON.
+/// The example of `sim/docs/scenario-format.md`, its manifests written as JSON.
 #[test]
 fn scenario_example_manifests_convert() {
     let management = json!([

@@ -1,4 +1,4 @@
-//! MachineHealthCheck (CAPI-SEMANTICS §2 with the product decisions of Part 1): select targets,
+//! MachineHealthCheck (`engine/docs/capi.md` §2 with the product's decisions): select targets,
 //! judge each against its Machine and Node conditions and timeouts, gate remediation on
 //! `maxUnhealthy` / `unhealthyRange`, then remediate through the owner (conditions) or an
 //! external remediation request. The MachineSet side of owner remediation is its own

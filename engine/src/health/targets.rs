@@ -1,4 +1,4 @@
-//! Which Machines an MHC looks at (CAPI-SEMANTICS §2.1 step 4, Part 1 decision 7).
+//! Which Machines an MHC looks at (`engine/docs/capi.md` §2.1 step 4, decision 7).
 
 use crate::model::{
     CLUSTER_NAME_LABEL, Machine, MachineHealthCheck, PAUSED_ANNOTATION, SKIP_REMEDIATION_ANNOTATION,

@@ -1,8 +1,8 @@
-//! The remediation gate: `maxUnhealthy` / `unhealthyRange` (CAPI-SEMANTICS §2.3, §2.4).
+//! The remediation gate: `maxUnhealthy` / `unhealthyRange` (`engine/docs/capi.md` §2.3, §2.4).
 //!
 //! "Unhealthy" here is upstream's count `expected − healthy`: pending, deleting and unjudged
 //! targets count against the limit. A value the controller cannot parse is an error that
-//! blocks remediation until it is fixed (DESIGN property 6).
+//! blocks remediation until it is fixed (property 6 of `engine/docs/design.md`).
 
 use crate::model::IntOrString;
 use crate::shared::scaled::scaled_round_down;
@@ -125,7 +125,7 @@ pub fn parse_range(range: &str) -> Result<(i64, i64), String> {
     Ok((min, max))
 }
 
-/// The short-circuit message (CAPI-SEMANTICS §2.4): `unhealthy_listed` is the number of
+/// The short-circuit message (`engine/docs/capi.md` §2.4): `unhealthy_listed` is the number of
 /// targets whose verdict is unhealthy, not the count that decided.
 pub fn restricted_message(limit: &Limit, expected: u32, unhealthy_listed: u32) -> String {
     match limit {

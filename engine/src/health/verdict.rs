@@ -1,4 +1,4 @@
-//! Per-target health: upstream's `needsRemediation` (CAPI-SEMANTICS §2.2), plus the product's
+//! Per-target health: upstream's `needsRemediation` (`engine/docs/capi.md` §2.2), plus the product's
 //! failure-field check (Part 1, decision 3).
 //!
 //! The verdict is a pure function of the Machine, its Node as observed, the Cluster's gates,
@@ -170,7 +170,7 @@ impl Verdict {
     }
 }
 
-/// How a target counts (CAPI-SEMANTICS §2.3).
+/// How a target counts (`engine/docs/capi.md` §2.3).
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]

@@ -1,6 +1,6 @@
 //! The pool as the reconcile wants it (spec fields it owns, status, v1beta1 conditions), built
 //! step by step like upstream mutates its in-memory object, then diffed against the observed pool
-//! into merge patches at the field paths of the pool's API version (CAPI-SEMANTICS §3.9).
+//! into merge patches at the field paths of the pool's API version (`engine/docs/capi.md` §3.9).
 
 use crate::model::{ApiVersion, Condition, MachinePool, NodeReference};
 use serde_json::{Map, Value, json};

@@ -1,4 +1,4 @@
-//! The MachinePool controller (CAPI-SEMANTICS §3 with Part 1 decisions 5, 6, 9 and 10).
+//! The MachinePool controller (`engine/docs/capi.md` §3 with decisions 5, 6, 9 and 10).
 //!
 //! Expected flow: every change to a pool, its Cluster, its BootstrapConfig or
 //! InfrastructureMachinePool, its infrastructure machines and Machines, or a workload Node it

@@ -1,4 +1,4 @@
-//! Matching workload Nodes to a pool's `spec.providerIDList` (CAPI-SEMANTICS §3.4), and the
+//! Matching workload Nodes to a pool's `spec.providerIDList` (`engine/docs/capi.md` §3.4), and the
 //! metadata the pool puts on its Nodes.
 
 use crate::model::{ConditionStatus, Node, NodeReference, Taint, UNINITIALIZED_TAINT};

@@ -1,4 +1,4 @@
-//! `status.phase` of a MachinePool: upstream's rule table (CAPI-SEMANTICS §3.5) plus the product's
+//! `status.phase` of a MachinePool: upstream's rule table (`engine/docs/capi.md` §3.5) plus the product's
 //! terminal `Failed` (Part 1, decision 5).
 
 use std::fmt;

@@ -1,4 +1,4 @@
-//! External remediation requests (CAPI-SEMANTICS §2.5): an object cloned from the MHC's
+//! External remediation requests (`engine/docs/capi.md` §2.5): an object cloned from the MHC's
 //! `remediationTemplate`, named after the unhealthy Machine, for a provider's controller to act on.
 
 use crate::command::{JsonText, Target};

@@ -1,7 +1,7 @@
 //! Remediation of Machines an MHC found unhealthy.
 //!
 //! Two halves: [`owner`] is the MachineSet side of the default, condition-based remediation
-//! (CAPI-SEMANTICS §2.7: a MachineSet deletes its Machines whose `OwnerRemediated` is False),
+//! (`engine/docs/capi.md` §2.7: a MachineSet deletes its Machines whose `OwnerRemediated` is False),
 //! registered as its own controller, [`OwnerRemediation`]; [`external`] builds and names the
 //! external remediation requests an MHC with a `remediationTemplate` creates (§2.5), which the
 //! health controller issues. What this shares with the health check (condition names and

@@ -1,4 +1,4 @@
-//! MachineSet owner remediation (CAPI-SEMANTICS §2.7, Part 1 decision 8): a MachineSet deletes
+//! MachineSet owner remediation (`engine/docs/capi.md` §2.7, decision 8): a MachineSet deletes
 //! its Machines that an MHC marked `OwnerRemediated=False`, at most `maxInFlight` at a time.
 //!
 //! Expected flow per MachineSet reconcile: clean up stale `OwnerRemediated` conditions of

@@ -1,4 +1,4 @@
-//! Scenario files (`scenarios/*.yaml`), as `/work/shared/SCENARIOS.md` specifies them.
+//! Scenario files (`scenarios/*.yaml`), as `sim/docs/scenario-format.md` specifies them.
 //!
 //! [`load`] / [`parse`] turn one file into a typed [`Scenario`] with every default filled in, or
 //! the first [`ScenarioError`] (`file:line: key.path: message`, exit 2). Validation covers the

@@ -1,4 +1,5 @@
-//! The typed scenario: what `SCENARIOS.md` describes, with defaults filled in and references checked.
+//! The typed scenario: what `sim/docs/scenario-format.md` describes, with defaults filled in and
+//! references checked.
 
 use engine::time::{Duration, Timestamp};
 use serde_json::Value as Json;
