@@ -141,6 +141,10 @@ pub(super) fn judge_view(
     checks: &Checks<'_>,
     now: Timestamp,
 ) -> Option<(TargetClass, Option<Timestamp>)> {
+    if checks.has_invalid_timeout() {
+        // What is unknown is left to `evaluate`, which says why.
+        return None;
+    }
     let next_check = next_check(view, gates, checks, now)?;
     let class = if next_check.is_some() {
         TargetClass::Pending
@@ -267,7 +271,7 @@ fn past_a_check<'v>(
             continue;
         };
         match held(check, status, Some(*since), now) {
-            Held::Past => return true,
+            Held::Past | Held::Unknown => return true,
             Held::Until(t) => *next = earliest(*next, t),
             Held::NotInStatus => {}
         }
