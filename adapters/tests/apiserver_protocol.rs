@@ -733,6 +733,69 @@ async fn updates_that_rename_or_change_kind_are_400() {
     .await;
 }
 
+/// A write of `body` with `method` and `content_type` to `path`: the Status of its refusal.
+async fn refused(
+    client: &Client,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: Value,
+) -> kube::core::Status {
+    let request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", content_type)
+        .body(serde_json::to_vec(&body).unwrap())
+        .unwrap();
+    api_status(client.request_text(request).await.unwrap_err())
+}
+
+const MACHINE_M1: &str = "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/machines/m1";
+
+/// An update never changes the stored apiVersion (there is no conversion): a merge or JSON
+/// patch that sets another is 400 as one changing the kind is, a PUT in another version than
+/// its URL's too; the v1beta2 list never holds a v1beta1 object.
+#[tokio::test]
+async fn updates_that_change_the_api_version_are_400() {
+    bounded(async {
+        let mut store = ClusterStore::new("t");
+        store
+            .create(
+                json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                       "metadata": {"name": "m1", "namespace": "default"},
+                       "spec": valid_machine_spec()}),
+                now(),
+            )
+            .unwrap();
+        let (server, client) = serve(store).await;
+        let old = "cluster.x-k8s.io/v1beta1";
+        let message = format!(
+            "the API version in the data ({old}) does not match the expected API version (cluster.x-k8s.io/v1beta2)"
+        );
+        let merge = refused(&client, "PATCH", MACHINE_M1, "application/merge-patch+json",
+                            json!({"apiVersion": old})).await;
+        let json_patch = refused(&client, "PATCH", MACHINE_M1, "application/json-patch+json",
+                                 json!([{"op": "replace", "path": "/apiVersion", "value": old}])).await;
+        let mut stored = machines(&client).get("m1").await.unwrap();
+        stored.types.as_mut().unwrap().api_version = old.to_string();
+        let put = refused(&client, "PUT", MACHINE_M1, "application/json",
+                          serde_json::to_value(&stored).unwrap()).await;
+        for (how, s) in [("merge", merge), ("json", json_patch), ("put", put)] {
+            assert_eq!((s.code, s.reason.as_str(), s.message.as_str()), (400, "BadRequest", message.as_str()), "{how}");
+        }
+        let listed = machines(&client).list(&ListParams::default()).await.unwrap();
+        let versions: Vec<String> = listed.items.iter().map(|m| m.types.as_ref().unwrap().api_version.clone()).collect();
+        assert_eq!(versions, ["cluster.x-k8s.io/v1beta2"]);
+        // Naming the version it has changes nothing and is no error.
+        machines(&client)
+            .patch("m1", &PatchParams::default(), &Patch::Merge(json!({"apiVersion": "cluster.x-k8s.io/v1beta2"})))
+            .await
+            .unwrap();
+        server.shutdown().await;
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn invalid_names_are_422_with_a_metadata_name_cause() {
     bounded(async {

@@ -288,6 +288,36 @@ fn check_identity(r: &ObjectRef, desired: &mut Value) -> Result<(), Failure> {
     Ok(())
 }
 
+/// How an update came: a PUT sends a whole object, a PATCH (or a scale) changes the stored one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Update {
+    Replace,
+    Patch,
+}
+
+/// An update keeps the stored apiVersion (there is no conversion that would make the object
+/// mean the same in another): a patch that changes it is 400, as one that changes the kind is.
+/// A PUT may also send the object in its URL's version, the one the real server expects.
+fn check_version(
+    r: &ObjectRef,
+    current: &Value,
+    desired: &Value,
+    update: Update,
+) -> Result<(), Failure> {
+    let stored = sjson::api_version(current);
+    let sent = sjson::api_version(desired);
+    let expected = match update {
+        Update::Patch => stored,
+        Update::Replace => r.group_version.as_str(),
+    };
+    if sent == stored || sent == expected {
+        return Ok(());
+    }
+    Err(Failure::bad_request(format!(
+        "the API version in the data ({sent}) does not match the expected API version ({expected})"
+    )))
+}
+
 /// Hands `desired` (a full object) to the store as the merge patch from `current`.
 pub(super) fn write_desired(
     store: &mut ClusterStore,
@@ -295,9 +325,11 @@ pub(super) fn write_desired(
     current: &Value,
     mut desired: Value,
     status: bool,
+    update: Update,
     field_validation: FieldValidation,
 ) -> Answer {
     check_identity(r, &mut desired)?;
+    check_version(r, current, &desired, update)?;
     keep_server_fields(current, &mut desired);
     let part = part_for(r.t, status);
     // What would be stored: the main write keeps the stored status, a status write keeps
@@ -366,6 +398,7 @@ pub fn replace(
             &current,
             desired,
             status,
+            Update::Replace,
             options.field_validation,
         )
     })
@@ -419,6 +452,7 @@ pub fn patch(
                 &current,
                 desired,
                 status,
+                Update::Patch,
                 options.field_validation,
             )
         } else {
@@ -431,6 +465,7 @@ pub fn patch(
                 &current,
                 desired,
                 status,
+                Update::Patch,
                 options.field_validation,
             )
         }
