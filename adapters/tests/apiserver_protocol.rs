@@ -796,6 +796,70 @@ async fn updates_that_change_the_api_version_are_400() {
     .await;
 }
 
+fn config_maps(client: &Client) -> Api<k8s_openapi::api::core::v1::ConfigMap> {
+    Api::namespaced(client.clone(), "default")
+}
+
+/// Label keys and values and annotation keys the real server refuses are 422 `Invalid` with a
+/// cause naming `metadata.labels` / `metadata.annotations`, on create and on update, for
+/// custom and built-in kinds alike; what it accepts is stored.
+#[tokio::test]
+async fn invalid_labels_and_annotation_keys_are_422_naming_the_field() {
+    bounded(async {
+        let (server, client) = serve(ClusterStore::new("t")).await;
+        let machine = |meta: Value| -> DynamicObject {
+            let mut metadata = json!({"name": "m1", "namespace": "default"});
+            sjson_merge(&mut metadata, meta);
+            serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": metadata, "spec": valid_machine_spec()}))
+            .unwrap()
+        };
+        let refused = [
+            (json!({"labels": {"pool": "ü"}}), "metadata.labels", "\"ü\""),
+            (json!({"labels": {"pool": "a".repeat(64)}}), "metadata.labels", "must be no more than 63 characters"),
+            (json!({"labels": {"a/b/c": "x"}}), "metadata.labels", "a qualified name must consist"),
+            (json!({"labels": {"Example.com/x": "x"}}), "metadata.labels", "prefix part a lowercase RFC 1123 subdomain"),
+            (json!({"annotations": {"ünïcode": "x"}}), "metadata.annotations", "name part must consist"),
+            (json!({"annotations": {"bad key": "x"}}), "metadata.annotations", "\"bad key\""),
+        ];
+        let api = machines(&client);
+        for (meta, field, says) in &refused {
+            let err = api.create(&PostParams::default(), &machine(meta.clone())).await.unwrap_err();
+            let s = api_status(err);
+            assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"), "{meta}");
+            assert!(s.message.starts_with("Machine.cluster.x-k8s.io \"m1\" is invalid: "), "{}", s.message);
+            let causes = s.details.unwrap().causes;
+            assert_eq!(causes[0].field, *field, "{meta}");
+            assert!(causes[0].message.contains(says), "{meta}: {}", causes[0].message);
+        }
+        // Accepted: an uppercase annotation key (judged lowercased), any annotation value, an
+        // empty label value; then an update adding a bad label is refused and stores nothing.
+        let ok = json!({"labels": {"cluster.x-k8s.io/cluster-name": "c1", "empty": "", "My_Label": "V.1"},
+                        "annotations": {"Example.com/Some-Key": "ü any value"}});
+        api.create(&PostParams::default(), &machine(ok)).await.unwrap();
+        let s = api_status(api.patch("m1", &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"new": "ü"}}}))).await.unwrap_err());
+        assert_eq!((s.code, s.details.unwrap().causes[0].field.as_str()), (422, "metadata.labels"));
+        assert!(!api.get("m1").await.unwrap().labels().contains_key("new"));
+
+        let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "cm", "annotations": {"ünïcode/x": "y"}}})).unwrap();
+        let s = api_status(config_maps(&client).create(&PostParams::default(), &cm).await.unwrap_err());
+        assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
+        assert!(s.message.starts_with("ConfigMap \"cm\" is invalid: metadata.annotations: Invalid value: \"ünïcode/x\": prefix part"), "{}", s.message);
+        server.shutdown().await;
+    })
+    .await;
+}
+
+/// Merges the keys of `extra` into `base` (one level).
+fn sjson_merge(base: &mut Value, extra: Value) {
+    if let (Some(b), Value::Object(e)) = (base.as_object_mut(), extra) {
+        b.extend(e);
+    }
+}
+
 #[tokio::test]
 async fn invalid_names_are_422_with_a_metadata_name_cause() {
     bounded(async {

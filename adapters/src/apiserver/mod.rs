@@ -22,6 +22,7 @@ mod builtin_schemas;
 pub mod crds;
 mod events;
 mod kubelet;
+mod labels;
 mod limits;
 mod list;
 mod names;

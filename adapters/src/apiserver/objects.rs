@@ -8,6 +8,7 @@
 //! (uid, resourceVersion, generation, timestamps) is never taken from a client.
 
 use super::Query;
+use super::labels;
 use super::patch::{
     SERVER_FIELDS, apply_json_patch, keep_server_fields, merge_diff, strip_directives,
 };
@@ -62,38 +63,41 @@ pub struct WriteOptions {
     pub field_validation: FieldValidation,
 }
 
-/// Validates and prunes `candidate` (the object as the write would store it) against its CRD
-/// schema, when the server has one; `old` is the stored object an update replaces. Returns
-/// the `Warning` texts (unknown fields, with `fieldValidation=Warn`).
+/// Validates `candidate` (the object as the write would store it): its labels and annotations,
+/// and for a custom resource its CRD schema, which also prunes its unknown fields in place.
+/// `old` is the stored object an update replaces. Returns the `Warning` texts (unknown fields,
+/// with `fieldValidation=Warn`).
 fn admit(
     r: &ObjectRef,
     candidate: &mut Value,
     old: Option<&Value>,
     field_validation: FieldValidation,
 ) -> Result<Vec<String>, Failure> {
-    if !r.t.custom {
-        return Ok(Vec::new());
-    }
+    let mut causes = labels::causes(candidate, old);
+    let mut unknown = Vec::new();
     let api_version = sjson::api_version(candidate).to_string();
     let version = api_version.rsplit('/').next().unwrap_or_default();
-    let Some(schema) = validate::schema_for(&r.t.group, &r.t.kind, version) else {
-        return Ok(Vec::new());
-    };
-    let outcome = validate::check(schema, candidate, old);
-    let unknown: Vec<String> = outcome
-        .unknown
-        .iter()
-        .map(|f| format!("unknown field {f:?}"))
-        .collect();
-    if field_validation == FieldValidation::Strict && !unknown.is_empty() {
-        let kind = &r.t.kind;
-        return Err(Failure::bad_request(format!(
-            "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
-            unknown.join(", ")
-        )));
+    if let Some(schema) =
+        validate::schema_for(&r.t.group, &r.t.kind, version).filter(|_| r.t.custom)
+    {
+        let outcome = validate::check(schema, candidate, old);
+        unknown = outcome
+            .unknown
+            .iter()
+            .map(|f| format!("unknown field {f:?}"))
+            .collect();
+        if field_validation == FieldValidation::Strict && !unknown.is_empty() {
+            let kind = &r.t.kind;
+            return Err(Failure::bad_request(format!(
+                "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
+                unknown.join(", ")
+            )));
+        }
+        causes.extend(outcome.causes);
     }
-    if !outcome.causes.is_empty() {
-        return Err(Failure::invalid_fields(r.t, &r.name, &outcome.causes));
+    causes.truncate(validate::CAUSES_MAX);
+    if !causes.is_empty() {
+        return Err(Failure::invalid_fields(r.t, &r.name, &causes));
     }
     Ok(match field_validation {
         FieldValidation::Warn => unknown,

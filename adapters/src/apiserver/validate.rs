@@ -18,7 +18,7 @@ use super::crds;
 use serde_json::{Map, Value};
 
 /// At most this many causes are reported for one write (the real server caps its list too).
-const CAUSES_MAX: usize = 100;
+pub(super) const CAUSES_MAX: usize = 100;
 
 /// One problem, as a `metav1.StatusCause`.
 #[derive(Clone, Debug, PartialEq)]
