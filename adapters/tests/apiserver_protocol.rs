@@ -853,6 +853,70 @@ async fn invalid_labels_and_annotation_keys_are_422_naming_the_field() {
     .await;
 }
 
+/// Secret `stringData` is folded into `data` (base64; it wins over a key in both) on create,
+/// merge patch and PUT, and never stored or served, as the real server does.
+#[tokio::test]
+async fn secret_string_data_is_stored_as_base64_data() {
+    use k8s_openapi::api::core::v1::Secret;
+    bounded(async {
+        let (server, client) = serve(ClusterStore::new("t")).await;
+        let api: Api<Secret> = Api::namespaced(client.clone(), "default");
+        let path = "/api/v1/namespaces/default/secrets/s1";
+        let raw = |p: &'static str| get_json(&client, p, "application/json");
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "s1"},
+            "data": {"kept": "a2VwdA==", "both": "b2xk"},
+            "stringData": {"both": "new", "plain": "hello ü"}}))
+        .unwrap();
+        api.create(&PostParams::default(), &secret).await.unwrap();
+        let stored = raw(path).await;
+        assert_eq!(
+            stored["data"],
+            json!({"kept": "a2VwdA==", "both": "bmV3", "plain": "aGVsbG8gw7w="})
+        );
+        assert!(stored.get("stringData").is_none(), "{stored}");
+
+        api.patch(
+            "s1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"plain": "bye"}})),
+        )
+        .await
+        .unwrap();
+        let patched = raw(path).await;
+        assert_eq!(patched["data"]["plain"], "Ynll");
+        assert!(patched.get("stringData").is_none(), "{patched}");
+
+        let mut replaced = api.get("s1").await.unwrap();
+        replaced.string_data = Some([("put".to_string(), "x".to_string())].into());
+        api.replace("s1", &PostParams::default(), &replaced)
+            .await
+            .unwrap();
+        let put = raw(path).await;
+        assert_eq!(put["data"]["put"], "eA==");
+        assert_eq!(put["data"]["kept"], "a2VwdA==");
+        assert!(put.get("stringData").is_none(), "{put}");
+
+        let s = refused(
+            &client,
+            "POST",
+            "/api/v1/namespaces/default/secrets",
+            "application/json",
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s2"},
+                               "stringData": {"n": 1}}),
+        )
+        .await;
+        assert_eq!(
+            (s.code, s.reason.as_str()),
+            (400, "BadRequest"),
+            "{}",
+            s.message
+        );
+        server.shutdown().await;
+    })
+    .await;
+}
+
 /// Merges the keys of `extra` into `base` (one level).
 fn sjson_merge(base: &mut Value, extra: Value) {
     if let (Some(b), Value::Object(e)) = (base.as_object_mut(), extra) {

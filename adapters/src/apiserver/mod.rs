@@ -34,6 +34,7 @@ pub mod record;
 pub mod resources;
 mod router;
 mod scale;
+mod secrets;
 pub mod selector;
 mod state;
 pub mod status;

@@ -13,6 +13,7 @@ use super::patch::{
     SERVER_FIELDS, apply_json_patch, keep_server_fields, merge_diff, strip_directives,
 };
 use super::resources::ResourceType;
+use super::secrets;
 use super::state::SharedCluster;
 use super::status::{Failure, success};
 use super::validate::{self, FieldValidation};
@@ -170,6 +171,7 @@ pub fn create(
             )));
         }
     }
+    secrets::fold_string_data(r.t, &mut obj)?;
     let meta = sjson::object_at(&mut obj, &["metadata"]);
     for field in SERVER_FIELDS {
         meta.remove(*field);
@@ -334,6 +336,7 @@ pub(super) fn write_desired(
 ) -> Answer {
     check_identity(r, &mut desired)?;
     check_version(r, current, &desired, update)?;
+    secrets::fold_string_data(r.t, &mut desired)?;
     keep_server_fields(current, &mut desired);
     let part = part_for(r.t, status);
     // What would be stored: the main write keeps the stored status, a status write keeps
