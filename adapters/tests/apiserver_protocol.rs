@@ -691,6 +691,59 @@ async fn a_client_still_writing_a_refused_body_reads_the_413() {
     .await;
 }
 
+/// A chunked body (no `Content-Length`) is refused as soon as it passes 3 MiB, while the
+/// client is still sending it: the 413 comes at once, not when the body ends (this one never
+/// does) or the request times out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_body_over_3_mib_is_413_before_it_ends() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    bounded(async {
+        let (server, _client) = serve(ClusterStore::new("t")).await;
+        let mut conn = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+        conn.write_all(
+            b"POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\n\
+              Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        let chunk = vec![b' '; 64 << 10];
+        for _ in 0..(3 << 20) / chunk.len() + 1 {
+            conn.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                .await
+                .unwrap();
+            conn.write_all(&chunk).await.unwrap();
+            conn.write_all(b"\r\n").await.unwrap();
+        }
+        let started = std::time::Instant::now();
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 4096];
+        let read = tokio::time::timeout(Duration::from_secs(5), async {
+            while !String::from_utf8_lossy(&answer).contains("RequestEntityTooLarge") {
+                let n = conn.read(&mut buf).await.unwrap();
+                assert!(
+                    n > 0,
+                    "closed before the status: {}",
+                    String::from_utf8_lossy(&answer)
+                );
+                answer.extend_from_slice(&buf[..n]);
+            }
+        })
+        .await;
+        assert!(
+            read.is_ok(),
+            "no 413 within {:?} of the body passing 3 MiB",
+            started.elapsed()
+        );
+        assert!(
+            answer.starts_with(b"HTTP/1.1 413"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+        server.shutdown().await;
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn updates_that_rename_or_change_kind_are_400() {
     bounded(async {
