@@ -1291,6 +1291,70 @@ async fn openapi_v3_serves_crd_schemas_and_v2_is_protobuf() {
     .await;
 }
 
+/// A number the real server does not take as an integer (`1e+99`, beyond 64 bits, a
+/// fraction) in a `type: integer` field is 422 `Invalid` naming the field, on create and on
+/// patch; an integral float within ±(2^53 - 1) is an integer.
+#[tokio::test]
+async fn a_non_integer_number_in_an_integer_field_is_422() {
+    bounded(async {
+        let (server, client) = serve(ClusterStore::new("t")).await;
+        let pools = "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/machinepools";
+        let pool = |name: &str, replicas: Value| {
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachinePool",
+                   "metadata": {"name": name, "namespace": "default"},
+                   "spec": {"clusterName": "c1", "replicas": replicas,
+                            "template": {"spec": valid_machine_spec()}}})
+        };
+        for replicas in [
+            json!(1e99),
+            json!(-1e99),
+            json!(u64::MAX),
+            json!(1.5),
+            json!(9.007_199_254_740_992e15),
+        ] {
+            let s = refused(
+                &client,
+                "POST",
+                pools,
+                "application/json",
+                pool("mp", replicas.clone()),
+            )
+            .await;
+            assert_eq!(
+                (s.code, s.reason.as_str()),
+                (422, "Invalid"),
+                "{replicas}: {}",
+                s.message
+            );
+            let causes = s.details.unwrap().causes;
+            assert_eq!(
+                (causes[0].field.as_str(), causes[0].reason.as_str()),
+                ("spec.replicas", "FieldValueTypeInvalid"),
+                "{replicas}"
+            );
+        }
+        let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "MachinePool");
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), "default", &ApiResource::from_gvk(&gvk));
+        let created: DynamicObject = serde_json::from_value(pool("mp", json!(3.0))).unwrap();
+        api.create(&PostParams::default(), &created).await.unwrap();
+        let s = refused(
+            &client,
+            "PATCH",
+            &format!("{pools}/mp"),
+            "application/merge-patch+json",
+            json!({"spec": {"replicas": 1e99}}),
+        )
+        .await;
+        assert_eq!(
+            (s.code, s.details.unwrap().causes[0].field.as_str()),
+            (422, "spec.replicas")
+        );
+        server.shutdown().await;
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn machine_pools_scale_through_the_scale_subresource() {
     bounded(async {
