@@ -259,7 +259,8 @@ impl ViewContext {
 }
 
 /// Folds each check's next deadline into `next`; true when a condition has held past its
-/// timeout. `conditions` are the view's (status, since) pairs for `checks`, in order.
+/// timeout, or against an invalid one (the view then settles nothing). `conditions` are the
+/// view's (status, since) pairs for `checks`, in order.
 fn past_a_check<'v>(
     checks: &[UnhealthyCondition],
     conditions: impl Iterator<Item = (&'v Option<ConditionStatus>, &'v Timestamp)>,
