@@ -806,8 +806,8 @@ async fn refused(
 const MACHINE_M1: &str = "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/machines/m1";
 
 /// An update never changes the stored apiVersion (there is no conversion): a merge or JSON
-/// patch that sets another is 400 as one changing the kind is, a PUT in another version than
-/// its URL's too; the v1beta2 list never holds a v1beta1 object.
+/// patch that sets another is 400 as one changing the kind is, a PUT or POST in another version
+/// than its URL's too; the v1beta2 list never holds a v1beta1 object.
 #[tokio::test]
 async fn updates_that_change_the_api_version_are_400() {
     bounded(async {
@@ -833,7 +833,11 @@ async fn updates_that_change_the_api_version_are_400() {
         stored.types.as_mut().unwrap().api_version = old.to_string();
         let put = refused(&client, "PUT", MACHINE_M1, "application/json",
                           serde_json::to_value(&stored).unwrap()).await;
-        for (how, s) in [("merge", merge), ("json", json_patch), ("put", put)] {
+        let mut other = serde_json::to_value(&stored).unwrap();
+        other["metadata"] = json!({"name": "m2", "namespace": "default"});
+        let post = refused(&client, "POST", "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/machines",
+                           "application/json", other).await;
+        for (how, s) in [("merge", merge), ("json", json_patch), ("put", put), ("post", post)] {
             assert_eq!((s.code, s.reason.as_str(), s.message.as_str()), (400, "BadRequest", message.as_str()), "{how}");
         }
         let listed = machines(&client).list(&ListParams::default()).await.unwrap();

@@ -161,12 +161,13 @@ pub fn create(
             )));
         }
     }
+    // Only the URL's version is taken: nothing converts another into it.
     match sjson::str_at(&obj, "apiVersion") {
         None => obj["apiVersion"] = json!(r.group_version),
-        Some(v) if sjson::group_of(v) == r.t.group => {}
+        Some(v) if v == r.group_version => {}
         Some(v) => {
             return Err(Failure::bad_request(format!(
-                "apiVersion {v:?} does not match {}",
+                "the API version in the data ({v}) does not match the expected API version ({})",
                 r.group_version
             )));
         }
