@@ -120,7 +120,7 @@ impl MetaMap {
     }
 }
 
-fn meta_map<'v>(object: &'v Value, which: MetaMap) -> Option<&'v Map<String, Value>> {
+fn meta_map(object: &Value, which: MetaMap) -> Option<&Map<String, Value>> {
     object.get("metadata")?.get(which.field())?.as_object()
 }
 
