@@ -691,6 +691,59 @@ async fn a_client_still_writing_a_refused_body_reads_the_413() {
     .await;
 }
 
+/// A chunked body (no `Content-Length`) is refused as soon as it passes 3 MiB, while the
+/// client is still sending it: the 413 comes at once, not when the body ends (this one never
+/// does) or the request times out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_body_over_3_mib_is_413_before_it_ends() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    bounded(async {
+        let (server, _client) = serve(ClusterStore::new("t")).await;
+        let mut conn = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+        conn.write_all(
+            b"POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\n\
+              Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        let chunk = vec![b' '; 64 << 10];
+        for _ in 0..(3 << 20) / chunk.len() + 1 {
+            conn.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                .await
+                .unwrap();
+            conn.write_all(&chunk).await.unwrap();
+            conn.write_all(b"\r\n").await.unwrap();
+        }
+        let started = std::time::Instant::now();
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 4096];
+        let read = tokio::time::timeout(Duration::from_secs(5), async {
+            while !String::from_utf8_lossy(&answer).contains("RequestEntityTooLarge") {
+                let n = conn.read(&mut buf).await.unwrap();
+                assert!(
+                    n > 0,
+                    "closed before the status: {}",
+                    String::from_utf8_lossy(&answer)
+                );
+                answer.extend_from_slice(&buf[..n]);
+            }
+        })
+        .await;
+        assert!(
+            read.is_ok(),
+            "no 413 within {:?} of the body passing 3 MiB",
+            started.elapsed()
+        );
+        assert!(
+            answer.starts_with(b"HTTP/1.1 413"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+        server.shutdown().await;
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn updates_that_rename_or_change_kind_are_400() {
     bounded(async {
@@ -731,6 +784,201 @@ async fn updates_that_rename_or_change_kind_are_400() {
         server.shutdown().await;
     })
     .await;
+}
+
+/// A write of `body` with `method` and `content_type` to `path`: the Status of its refusal.
+async fn refused(
+    client: &Client,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: Value,
+) -> kube::core::Status {
+    let request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", content_type)
+        .body(serde_json::to_vec(&body).unwrap())
+        .unwrap();
+    api_status(client.request_text(request).await.unwrap_err())
+}
+
+const MACHINE_M1: &str = "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/machines/m1";
+
+/// An update never changes the stored apiVersion (there is no conversion): a merge or JSON
+/// patch that sets another is 400 as one changing the kind is, a PUT or POST in another version
+/// than its URL's too; the v1beta2 list never holds a v1beta1 object.
+#[tokio::test]
+async fn updates_that_change_the_api_version_are_400() {
+    bounded(async {
+        let mut store = ClusterStore::new("t");
+        store
+            .create(
+                json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                       "metadata": {"name": "m1", "namespace": "default"},
+                       "spec": valid_machine_spec()}),
+                now(),
+            )
+            .unwrap();
+        let (server, client) = serve(store).await;
+        let old = "cluster.x-k8s.io/v1beta1";
+        let message = format!(
+            "the API version in the data ({old}) does not match the expected API version (cluster.x-k8s.io/v1beta2)"
+        );
+        let merge = refused(&client, "PATCH", MACHINE_M1, "application/merge-patch+json",
+                            json!({"apiVersion": old})).await;
+        let json_patch = refused(&client, "PATCH", MACHINE_M1, "application/json-patch+json",
+                                 json!([{"op": "replace", "path": "/apiVersion", "value": old}])).await;
+        let mut stored = machines(&client).get("m1").await.unwrap();
+        stored.types.as_mut().unwrap().api_version = old.to_string();
+        let put = refused(&client, "PUT", MACHINE_M1, "application/json",
+                          serde_json::to_value(&stored).unwrap()).await;
+        let mut other = serde_json::to_value(&stored).unwrap();
+        other["metadata"] = json!({"name": "m2", "namespace": "default"});
+        let post = refused(&client, "POST", "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/machines",
+                           "application/json", other).await;
+        for (how, s) in [("merge", merge), ("json", json_patch), ("put", put), ("post", post)] {
+            assert_eq!((s.code, s.reason.as_str(), s.message.as_str()), (400, "BadRequest", message.as_str()), "{how}");
+        }
+        let listed = machines(&client).list(&ListParams::default()).await.unwrap();
+        let versions: Vec<String> = listed.items.iter().map(|m| m.types.as_ref().unwrap().api_version.clone()).collect();
+        assert_eq!(versions, ["cluster.x-k8s.io/v1beta2"]);
+        // Naming the version it has changes nothing and is no error.
+        machines(&client)
+            .patch("m1", &PatchParams::default(), &Patch::Merge(json!({"apiVersion": "cluster.x-k8s.io/v1beta2"})))
+            .await
+            .unwrap();
+        server.shutdown().await;
+    })
+    .await;
+}
+
+fn config_maps(client: &Client) -> Api<k8s_openapi::api::core::v1::ConfigMap> {
+    Api::namespaced(client.clone(), "default")
+}
+
+/// Label keys and values and annotation keys the real server refuses are 422 `Invalid` with a
+/// cause naming `metadata.labels` / `metadata.annotations`, on create and on update, for
+/// custom and built-in kinds alike; what it accepts is stored.
+#[tokio::test]
+async fn invalid_labels_and_annotation_keys_are_422_naming_the_field() {
+    bounded(async {
+        let (server, client) = serve(ClusterStore::new("t")).await;
+        let machine = |meta: Value| -> DynamicObject {
+            let mut metadata = json!({"name": "m1", "namespace": "default"});
+            sjson_merge(&mut metadata, meta);
+            serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": metadata, "spec": valid_machine_spec()}))
+            .unwrap()
+        };
+        let refused = [
+            (json!({"labels": {"pool": "ü"}}), "metadata.labels", "\"ü\""),
+            (json!({"labels": {"pool": "a".repeat(64)}}), "metadata.labels", "must be no more than 63 characters"),
+            (json!({"labels": {"a/b/c": "x"}}), "metadata.labels", "a qualified name must consist"),
+            (json!({"labels": {"Example.com/x": "x"}}), "metadata.labels", "prefix part a lowercase RFC 1123 subdomain"),
+            (json!({"annotations": {"ünïcode": "x"}}), "metadata.annotations", "name part must consist"),
+            (json!({"annotations": {"bad key": "x"}}), "metadata.annotations", "\"bad key\""),
+        ];
+        let api = machines(&client);
+        for (meta, field, says) in &refused {
+            let err = api.create(&PostParams::default(), &machine(meta.clone())).await.unwrap_err();
+            let s = api_status(err);
+            assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"), "{meta}");
+            assert!(s.message.starts_with("Machine.cluster.x-k8s.io \"m1\" is invalid: "), "{}", s.message);
+            let causes = s.details.unwrap().causes;
+            assert_eq!(causes[0].field, *field, "{meta}");
+            assert!(causes[0].message.contains(says), "{meta}: {}", causes[0].message);
+        }
+        // Accepted: an uppercase annotation key (judged lowercased), any annotation value, an
+        // empty label value; then an update adding a bad label is refused and stores nothing.
+        let ok = json!({"labels": {"cluster.x-k8s.io/cluster-name": "c1", "empty": "", "My_Label": "V.1"},
+                        "annotations": {"Example.com/Some-Key": "ü any value"}});
+        api.create(&PostParams::default(), &machine(ok)).await.unwrap();
+        let s = api_status(api.patch("m1", &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"new": "ü"}}}))).await.unwrap_err());
+        assert_eq!((s.code, s.details.unwrap().causes[0].field.as_str()), (422, "metadata.labels"));
+        assert!(!api.get("m1").await.unwrap().labels().contains_key("new"));
+
+        let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "cm", "annotations": {"ünïcode/x": "y"}}})).unwrap();
+        let s = api_status(config_maps(&client).create(&PostParams::default(), &cm).await.unwrap_err());
+        assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
+        assert!(s.message.starts_with("ConfigMap \"cm\" is invalid: metadata.annotations: Invalid value: \"ünïcode/x\": prefix part"), "{}", s.message);
+        server.shutdown().await;
+    })
+    .await;
+}
+
+/// Secret `stringData` is folded into `data` (base64; it wins over a key in both) on create,
+/// merge patch and PUT, and never stored or served, as the real server does.
+#[tokio::test]
+async fn secret_string_data_is_stored_as_base64_data() {
+    use k8s_openapi::api::core::v1::Secret;
+    bounded(async {
+        let (server, client) = serve(ClusterStore::new("t")).await;
+        let api: Api<Secret> = Api::namespaced(client.clone(), "default");
+        let path = "/api/v1/namespaces/default/secrets/s1";
+        let raw = |p: &'static str| get_json(&client, p, "application/json");
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "s1"},
+            "data": {"kept": "a2VwdA==", "both": "b2xk"},
+            "stringData": {"both": "new", "plain": "hello ü"}}))
+        .unwrap();
+        api.create(&PostParams::default(), &secret).await.unwrap();
+        let stored = raw(path).await;
+        assert_eq!(
+            stored["data"],
+            json!({"kept": "a2VwdA==", "both": "bmV3", "plain": "aGVsbG8gw7w="})
+        );
+        assert!(stored.get("stringData").is_none(), "{stored}");
+
+        api.patch(
+            "s1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"plain": "bye"}})),
+        )
+        .await
+        .unwrap();
+        let patched = raw(path).await;
+        assert_eq!(patched["data"]["plain"], "Ynll");
+        assert!(patched.get("stringData").is_none(), "{patched}");
+
+        let mut replaced = api.get("s1").await.unwrap();
+        replaced.string_data = Some([("put".to_string(), "x".to_string())].into());
+        api.replace("s1", &PostParams::default(), &replaced)
+            .await
+            .unwrap();
+        let put = raw(path).await;
+        assert_eq!(put["data"]["put"], "eA==");
+        assert_eq!(put["data"]["kept"], "a2VwdA==");
+        assert!(put.get("stringData").is_none(), "{put}");
+
+        let s = refused(
+            &client,
+            "POST",
+            "/api/v1/namespaces/default/secrets",
+            "application/json",
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s2"},
+                               "stringData": {"n": 1}}),
+        )
+        .await;
+        assert_eq!(
+            (s.code, s.reason.as_str()),
+            (400, "BadRequest"),
+            "{}",
+            s.message
+        );
+        server.shutdown().await;
+    })
+    .await;
+}
+
+/// Merges the keys of `extra` into `base` (one level).
+fn sjson_merge(base: &mut Value, extra: Value) {
+    if let (Some(b), Value::Object(e)) = (base.as_object_mut(), extra) {
+        b.extend(e);
+    }
 }
 
 #[tokio::test]
@@ -1042,6 +1290,70 @@ async fn openapi_v3_serves_crd_schemas_and_v2_is_protobuf() {
         assert_eq!(&body[..5], b"\x0a\x032.0");
         let text = String::from_utf8_lossy(&body);
         assert!(text.contains("io.x-k8s.cluster.v1beta2.Machine") && text.contains("dryRun"));
+        server.shutdown().await;
+    })
+    .await;
+}
+
+/// A number the real server does not take as an integer (`1e+99`, beyond 64 bits, a
+/// fraction) in a `type: integer` field is 422 `Invalid` naming the field, on create and on
+/// patch; an integral float within ±(2^53 - 1) is an integer.
+#[tokio::test]
+async fn a_non_integer_number_in_an_integer_field_is_422() {
+    bounded(async {
+        let (server, client) = serve(ClusterStore::new("t")).await;
+        let pools = "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/machinepools";
+        let pool = |name: &str, replicas: Value| {
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachinePool",
+                   "metadata": {"name": name, "namespace": "default"},
+                   "spec": {"clusterName": "c1", "replicas": replicas,
+                            "template": {"spec": valid_machine_spec()}}})
+        };
+        for replicas in [
+            json!(1e99),
+            json!(-1e99),
+            json!(u64::MAX),
+            json!(1.5),
+            json!(9.007_199_254_740_992e15),
+        ] {
+            let s = refused(
+                &client,
+                "POST",
+                pools,
+                "application/json",
+                pool("mp", replicas.clone()),
+            )
+            .await;
+            assert_eq!(
+                (s.code, s.reason.as_str()),
+                (422, "Invalid"),
+                "{replicas}: {}",
+                s.message
+            );
+            let causes = s.details.unwrap().causes;
+            assert_eq!(
+                (causes[0].field.as_str(), causes[0].reason.as_str()),
+                ("spec.replicas", "FieldValueTypeInvalid"),
+                "{replicas}"
+            );
+        }
+        let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "MachinePool");
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), "default", &ApiResource::from_gvk(&gvk));
+        let created: DynamicObject = serde_json::from_value(pool("mp", json!(3.0))).unwrap();
+        api.create(&PostParams::default(), &created).await.unwrap();
+        let s = refused(
+            &client,
+            "PATCH",
+            &format!("{pools}/mp"),
+            "application/merge-patch+json",
+            json!({"spec": {"replicas": 1e99}}),
+        )
+        .await;
+        assert_eq!(
+            (s.code, s.details.unwrap().causes[0].field.as_str()),
+            (422, "spec.replicas")
+        );
         server.shutdown().await;
     })
     .await;

@@ -630,3 +630,89 @@ fn sim_generate_prints_a_fleet_scenario_that_runs() {
         String::from_utf8_lossy(&run.stdout)
     );
 }
+
+/// A scenario whose `management` list nests 15,000 levels deep, written in `style`.
+fn too_deep_scenario(style: &str) -> String {
+    const DEPTH: usize = 15_000;
+    let nested = match style {
+        "flow" => format!("{}{}\n", "[".repeat(DEPTH), "]".repeat(DEPTH)),
+        "block" => format!("\n{}x\n", "- ".repeat(DEPTH)),
+        "mapping" => (1..=DEPTH)
+            .map(|level| format!("\n{}k:", " ".repeat(level)))
+            .collect::<String>(),
+        other => panic!("no style {other}"),
+    };
+    format!("name: deep\nmanagement: {nested}\n")
+}
+
+/// 15,000 nested lists or maps, in flow or block style, are refused as an invalid file (exit 2,
+/// the file and line named) by `sim run` and `sim serve` alike, before the YAML loader could
+/// overflow the stack.
+#[test]
+fn a_scenario_nested_too_deep_exits_2_from_run_and_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let max = sim::scenario::yaml::NESTING_DEPTH_MAX;
+    for (style, line) in [("block", 3), ("mapping", max + 2), ("flow", 2)] {
+        let file = dir.path().join(format!("{style}.yaml"));
+        std::fs::write(&file, too_deep_scenario(style)).unwrap();
+        let mut run = lifecycle();
+        run.args(["sim", "run"]).arg(&file);
+        let mut serve = lifecycle();
+        serve.args(["sim", "serve"]).arg(&file);
+        serve
+            .arg("--kubeconfig-dir")
+            .arg(dir.path().join("kubeconfigs"));
+        for mut command in [run, serve] {
+            let out = command.output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{style} {command:?}: {err}");
+            let expected = format!(
+                "{style}.yaml:{line}: the YAML nests too deep (more than {max} levels of lists and maps)"
+            );
+            assert!(err.contains(&expected), "{style} {command:?}: {err}");
+        }
+    }
+}
+
+/// A scenario nesting exactly [`NESTING_DEPTH_MAX`] levels deep (a Cluster's spec holding a
+/// deep list) runs, and `sim serve` serves it.
+///
+/// [`NESTING_DEPTH_MAX`]: sim::scenario::yaml::NESTING_DEPTH_MAX
+#[test]
+fn a_scenario_nested_to_the_limit_runs_and_is_served() {
+    let dir = tempfile::tempdir().unwrap();
+    // The scenario, `management`, the Cluster and its spec are four levels.
+    let lists = sim::scenario::yaml::NESTING_DEPTH_MAX - 4;
+    let deep = format!("{}1{}", "[".repeat(lists), "]".repeat(lists));
+    let file = dir.path().join("deep.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "name: deep\nduration: 1m\nmanagement:\n  - apiVersion: cluster.x-k8s.io/v1beta2\n    \
+             kind: Cluster\n    metadata: {{name: c1, namespace: default}}\n    spec: {{x: {deep}}}\n"
+        ),
+    )
+    .unwrap();
+    let run = lifecycle()
+        .args(["sim", "run"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{err}");
+    let mut serve = lifecycle()
+        .args(["sim", "serve"])
+        .arg(&file)
+        .arg("--kubeconfig-dir")
+        .arg(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = std::io::BufReader::new(serve.stdout.take().unwrap());
+    let playing = std::io::BufRead::lines(stdout)
+        .map_while(Result::ok)
+        .any(|l| l.starts_with("playing"));
+    serve.kill().unwrap();
+    serve.wait().unwrap();
+    assert!(playing, "sim serve did not start serving the scenario");
+}

@@ -18,6 +18,19 @@ fn is_label(s: &str) -> bool {
         && b[b.len() - 1] != b'-'
 }
 
+/// The DNS-1123 subdomain pattern (`[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*`),
+/// without the length limits.
+pub(super) fn is_subdomain_format(s: &str) -> bool {
+    s.split('.').all(|part| {
+        let b = part.as_bytes();
+        !b.is_empty()
+            && b.iter()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            && b[0] != b'-'
+            && b[b.len() - 1] != b'-'
+    })
+}
+
 fn is_subdomain(s: &str) -> bool {
     s.len() <= SUBDOMAIN_MAX && s.split('.').all(is_label)
 }

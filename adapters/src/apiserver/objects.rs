@@ -8,10 +8,12 @@
 //! (uid, resourceVersion, generation, timestamps) is never taken from a client.
 
 use super::Query;
+use super::labels;
 use super::patch::{
     SERVER_FIELDS, apply_json_patch, keep_server_fields, merge_diff, strip_directives,
 };
 use super::resources::ResourceType;
+use super::secrets;
 use super::state::SharedCluster;
 use super::status::{Failure, success};
 use super::validate::{self, FieldValidation};
@@ -62,38 +64,41 @@ pub struct WriteOptions {
     pub field_validation: FieldValidation,
 }
 
-/// Validates and prunes `candidate` (the object as the write would store it) against its CRD
-/// schema, when the server has one; `old` is the stored object an update replaces. Returns
-/// the `Warning` texts (unknown fields, with `fieldValidation=Warn`).
+/// Validates `candidate` (the object as the write would store it): its labels and annotations,
+/// and for a custom resource its CRD schema, which also prunes its unknown fields in place.
+/// `old` is the stored object an update replaces. Returns the `Warning` texts (unknown fields,
+/// with `fieldValidation=Warn`).
 fn admit(
     r: &ObjectRef,
     candidate: &mut Value,
     old: Option<&Value>,
     field_validation: FieldValidation,
 ) -> Result<Vec<String>, Failure> {
-    if !r.t.custom {
-        return Ok(Vec::new());
-    }
+    let mut causes = labels::causes(candidate, old);
+    let mut unknown = Vec::new();
     let api_version = sjson::api_version(candidate).to_string();
     let version = api_version.rsplit('/').next().unwrap_or_default();
-    let Some(schema) = validate::schema_for(&r.t.group, &r.t.kind, version) else {
-        return Ok(Vec::new());
-    };
-    let outcome = validate::check(schema, candidate, old);
-    let unknown: Vec<String> = outcome
-        .unknown
-        .iter()
-        .map(|f| format!("unknown field {f:?}"))
-        .collect();
-    if field_validation == FieldValidation::Strict && !unknown.is_empty() {
-        let kind = &r.t.kind;
-        return Err(Failure::bad_request(format!(
-            "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
-            unknown.join(", ")
-        )));
+    if let Some(schema) =
+        validate::schema_for(&r.t.group, &r.t.kind, version).filter(|_| r.t.custom)
+    {
+        let outcome = validate::check(schema, candidate, old);
+        unknown = outcome
+            .unknown
+            .iter()
+            .map(|f| format!("unknown field {f:?}"))
+            .collect();
+        if field_validation == FieldValidation::Strict && !unknown.is_empty() {
+            let kind = &r.t.kind;
+            return Err(Failure::bad_request(format!(
+                "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
+                unknown.join(", ")
+            )));
+        }
+        causes.extend(outcome.causes);
     }
-    if !outcome.causes.is_empty() {
-        return Err(Failure::invalid_fields(r.t, &r.name, &outcome.causes));
+    causes.truncate(validate::CAUSES_MAX);
+    if !causes.is_empty() {
+        return Err(Failure::invalid_fields(r.t, &r.name, &causes));
     }
     Ok(match field_validation {
         FieldValidation::Warn => unknown,
@@ -156,16 +161,18 @@ pub fn create(
             )));
         }
     }
+    // Only the URL's version is taken: nothing converts another into it.
     match sjson::str_at(&obj, "apiVersion") {
         None => obj["apiVersion"] = json!(r.group_version),
-        Some(v) if sjson::group_of(v) == r.t.group => {}
+        Some(v) if v == r.group_version => {}
         Some(v) => {
             return Err(Failure::bad_request(format!(
-                "apiVersion {v:?} does not match {}",
+                "the API version in the data ({v}) does not match the expected API version ({})",
                 r.group_version
             )));
         }
     }
+    secrets::fold_string_data(r.t, &mut obj)?;
     let meta = sjson::object_at(&mut obj, &["metadata"]);
     for field in SERVER_FIELDS {
         meta.remove(*field);
@@ -288,6 +295,36 @@ fn check_identity(r: &ObjectRef, desired: &mut Value) -> Result<(), Failure> {
     Ok(())
 }
 
+/// How an update came: a PUT sends a whole object, a PATCH (or a scale) changes the stored one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Update {
+    Replace,
+    Patch,
+}
+
+/// An update keeps the stored apiVersion (there is no conversion that would make the object
+/// mean the same in another): a patch that changes it is 400, as one that changes the kind is.
+/// A PUT may also send the object in its URL's version, the one the real server expects.
+fn check_version(
+    r: &ObjectRef,
+    current: &Value,
+    desired: &Value,
+    update: Update,
+) -> Result<(), Failure> {
+    let stored = sjson::api_version(current);
+    let sent = sjson::api_version(desired);
+    let expected = match update {
+        Update::Patch => stored,
+        Update::Replace => r.group_version.as_str(),
+    };
+    if sent == stored || sent == expected {
+        return Ok(());
+    }
+    Err(Failure::bad_request(format!(
+        "the API version in the data ({sent}) does not match the expected API version ({expected})"
+    )))
+}
+
 /// Hands `desired` (a full object) to the store as the merge patch from `current`.
 pub(super) fn write_desired(
     store: &mut ClusterStore,
@@ -295,9 +332,12 @@ pub(super) fn write_desired(
     current: &Value,
     mut desired: Value,
     status: bool,
+    update: Update,
     field_validation: FieldValidation,
 ) -> Answer {
     check_identity(r, &mut desired)?;
+    check_version(r, current, &desired, update)?;
+    secrets::fold_string_data(r.t, &mut desired)?;
     keep_server_fields(current, &mut desired);
     let part = part_for(r.t, status);
     // What would be stored: the main write keeps the stored status, a status write keeps
@@ -366,6 +406,7 @@ pub fn replace(
             &current,
             desired,
             status,
+            Update::Replace,
             options.field_validation,
         )
     })
@@ -419,6 +460,7 @@ pub fn patch(
                 &current,
                 desired,
                 status,
+                Update::Patch,
                 options.field_validation,
             )
         } else {
@@ -431,6 +473,7 @@ pub fn patch(
                 &current,
                 desired,
                 status,
+                Update::Patch,
                 options.field_validation,
             )
         }

@@ -27,28 +27,50 @@ use std::time::Duration;
 
 /// Largest request body accepted (the real server's limit; larger is 413).
 const BODY_BYTES_MAX: usize = 3 << 20;
-/// How much of a refused body is still read and discarded, so that a client that is
-/// still writing it reads the 413 instead of a broken pipe.
+/// How much of a refused body is still read and discarded after the 413, so that a client
+/// that is still writing it reads the answer instead of a broken pipe.
 const REFUSED_BODY_DRAIN_MAX: usize = 64 << 20;
 
-/// The request body, or `None` when it is larger than [`BODY_BYTES_MAX`]. The excess is
-/// drained (up to [`REFUSED_BODY_DRAIN_MAX`]) before answering: closing the connection
-/// under a client still writing makes it see `broken pipe` rather than the status.
-async fn read_body(mut body: Incoming) -> Result<Option<bytes::Bytes>, hyper::Error> {
+/// A request body as read: whole, or refused as soon as it is known to be too large (its
+/// `Content-Length`, or the bytes received so far) with the rest of it still to come.
+enum ReadBody {
+    Whole(bytes::Bytes),
+    TooLarge(Incoming),
+}
+
+/// Reads the request body up to [`BODY_BYTES_MAX`], stopping at the first byte beyond it: a
+/// chunked body that goes on (or never ends) is refused at once, not when it ends.
+async fn read_body(mut body: Incoming) -> Result<ReadBody, hyper::Error> {
+    let limit = BODY_BYTES_MAX as u64;
+    if hyper::body::Body::size_hint(&body).lower() > limit {
+        return Ok(ReadBody::TooLarge(body));
+    }
     let mut kept = bytes::BytesMut::new();
-    let mut seen = 0usize;
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame?.into_data() else {
             continue;
         };
-        seen += data.len();
-        if seen <= BODY_BYTES_MAX {
-            kept.extend_from_slice(&data);
-        } else if seen > BODY_BYTES_MAX + REFUSED_BODY_DRAIN_MAX {
-            return Ok(None);
+        if kept.len() + data.len() > BODY_BYTES_MAX {
+            return Ok(ReadBody::TooLarge(body));
         }
+        kept.extend_from_slice(&data);
     }
-    Ok((seen <= BODY_BYTES_MAX).then(|| kept.freeze()))
+    Ok(ReadBody::Whole(kept.freeze()))
+}
+
+/// Reads and discards the rest of a refused body in the background (up to
+/// [`REFUSED_BODY_DRAIN_MAX`], for at most `within`) while the 413 is answered: closing the
+/// connection under a client still writing makes it see `broken pipe` rather than the status.
+fn drain(mut body: Incoming, within: Duration) {
+    tokio::spawn(tokio::time::timeout(within, async move {
+        let mut seen = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            seen += frame.data_ref().map_or(0, bytes::Bytes::len);
+            if seen > REFUSED_BODY_DRAIN_MAX {
+                return;
+            }
+        }
+    }));
 }
 
 pub fn json_response(code: u16, body: &Value) -> Response<Body> {
@@ -147,8 +169,9 @@ async fn serve(ctx: Arc<Ctx>, query: Query, req: Request<Incoming>) -> Response<
     let content_type = header("content-type");
     let accept = header("accept");
     let body = match read_body(req.into_body()).await {
-        Ok(Some(body)) => body,
-        Ok(None) => {
+        Ok(ReadBody::Whole(body)) => body,
+        Ok(ReadBody::TooLarge(rest)) => {
+            drain(rest, ctx.options.request_timeout);
             return failure(Failure::new(
                 413,
                 "RequestEntityTooLarge",

@@ -5,7 +5,7 @@
 //! generation); the answer is the Scale of the object as stored after it.
 
 use super::crds::ScalePaths;
-use super::objects::{Answer, ObjectRef, Reply, WriteOptions, write_desired};
+use super::objects::{Answer, ObjectRef, Reply, Update, WriteOptions, write_desired};
 use super::patch::apply_json_patch;
 use super::state::SharedCluster;
 use super::status::Failure;
@@ -116,7 +116,15 @@ pub fn write(
             .collect();
         let refs: Vec<&str> = segments.iter().map(String::as_str).collect();
         sjson::set_path(&mut desired, &refs, replicas);
-        let reply = write_desired(store, r, &current, desired, false, options.field_validation)?;
+        let reply = write_desired(
+            store,
+            r,
+            &current,
+            desired,
+            false,
+            Update::Patch,
+            options.field_validation,
+        )?;
         Ok(Reply {
             body: scale_of(&reply.body, paths),
             ..reply

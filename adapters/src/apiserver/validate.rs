@@ -18,7 +18,7 @@ use super::crds;
 use serde_json::{Map, Value};
 
 /// At most this many causes are reported for one write (the real server caps its list too).
-const CAUSES_MAX: usize = 100;
+pub(super) const CAUSES_MAX: usize = 100;
 
 /// One problem, as a `metav1.StatusCause`.
 #[derive(Clone, Debug, PartialEq)]
@@ -185,7 +185,7 @@ fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "boolean",
-        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(n) if n.is_i64() => "integer",
         Value::Number(_) => "number",
         Value::String(_) => "string",
         Value::Array(_) => "array",
@@ -218,11 +218,19 @@ fn flag(schema: &Value, key: &str) -> bool {
     schema.get(key).and_then(Value::as_bool).unwrap_or(false)
 }
 
+/// The largest magnitude a number decoded as a float still counts as an integer at (2^53 - 1,
+/// go-openapi's `IsFloat64AJSONInteger`).
+const FLOAT_INTEGER_MAX: f64 = 9_007_199_254_740_991.0;
+
+/// Whether the real server takes `v` as an integer: a number that decodes as a 64-bit
+/// integer, or a float with no fraction within ±(2^53 - 1). `1e+99`, `1.5` and a number beyond the
+/// 64-bit range (which it decodes as a float) are not.
 fn is_integer(v: &Value) -> bool {
     match v {
-        Value::Number(n) => {
-            n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0)
-        }
+        Value::Number(n) if n.is_i64() => true,
+        Value::Number(n) => n
+            .as_f64()
+            .is_some_and(|f| f.fract() == 0.0 && f.abs() <= FLOAT_INTEGER_MAX),
         _ => false,
     }
 }

@@ -677,13 +677,19 @@ fn machine_health_check_int_thresholds_and_absent_fields() {
         "apiVersion": "cluster.x-k8s.io/v1beta1",
         "kind": "MachineHealthCheck",
         "metadata": {"name": "mhc2", "namespace": "default"},
-        "spec": {"clusterName": "c1", "selector": {"matchLabels": {"a": "b"}}, "maxUnhealthy": "abcdef", "unhealthyRange": "[2-1]"}
+        "spec": {"clusterName": "c1", "selector": {"matchLabels": {"a": "b"}}, "maxUnhealthy": "abcdef", "unhealthyRange": "[2-1]",
+                 "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "-1s"}]}
     }));
     assert_eq!(
         odd.max_unhealthy,
         Some(IntOrString::String("abcdef".into()))
     );
     assert_eq!(odd.unhealthy_range.as_deref(), Some("[2-1]"));
+    // A negative timeout stays negative (invalid), never zero.
+    assert_eq!(
+        odd.unhealthy_node_conditions[0].timeout,
+        Duration::from_secs(-1)
+    );
 }
 
 #[test]

@@ -166,7 +166,10 @@ pub(super) struct MhcMemo {
     pub(super) dirty: BTreeSet<String>,
     pub(super) allowed: bool,
     pub(super) restriction_reported: bool,
-    pub(super) problem_reported: Option<String>,
+    /// The messages of the invalid spec fields a Warning event was recorded for. Encoded as
+    /// the `Option<String>` of one message it replaced was (bincode: a count, then each), so a
+    /// state written before reads back as the same report.
+    pub(super) problems_reported: BTreeSet<String>,
     pub(super) request_retry_at: BTreeMap<String, Timestamp>,
     pub(super) request_error: Option<String>,
     /// Requests whose deletion the API accepted: not deleted again while a cache that has not
@@ -397,6 +400,23 @@ mod tests {
             marked: false,
             written: false,
             view: Cached(None),
+        }
+    }
+
+    /// `problems_reported` replaced an `Option<String>` without a new state version: a state
+    /// written before (none or one message) encodes the same bytes and reads back the same.
+    #[test]
+    fn reported_problems_read_a_state_that_held_one_message() {
+        let message = "Remediation is not allowed: maxUnhealthy \"abcdef\" is invalid".to_string();
+        let old_forms = [None, Some(message.clone())];
+        for old in old_forms {
+            let new: BTreeSet<String> = old.iter().cloned().collect();
+            let bytes = crate::codec::encode(&old).unwrap();
+            assert_eq!(bytes, crate::codec::encode(&new).unwrap());
+            assert_eq!(
+                crate::codec::decode::<BTreeSet<String>>(&bytes).unwrap(),
+                new
+            );
         }
     }
 

@@ -20,13 +20,15 @@
 //! Where things are: which Machines are targets in `targets`; what is remembered per MHC in
 //! `memo`; judging in `judge` (one pass over the targets a reconcile looks at, each settled by
 //! its view or read from the store) with the verdict in `verdict` and views in `view`; the
-//! order of a reconcile and the gate decision in `reconcile` (the gate itself in `trigger`);
+//! order of a reconcile and the gate decision in `reconcile` (the gate itself in `trigger`, the
+//! spec's invalid fields in `spec`);
 //! writes to the MHC in `status` and to its targets, remediation included, in `remediate`.
 
 mod judge;
 mod memo;
 mod reconcile;
 mod remediate;
+pub mod spec;
 mod status;
 pub mod targets;
 mod timers;

@@ -4,7 +4,7 @@
 
 use super::judge::{Evaluated, Judge, JudgeInputs, Sweep};
 use super::memo::{Facts, MhcMemo};
-use super::targets::{selector_problem, timeout_problem};
+use super::spec::SpecProblems;
 use super::trigger;
 use super::verdict::{Checks, ClusterGates, Gate, NODE_STARTUP_TIMEOUT_DEFAULT};
 use super::view::{Cached, VIEW_CHECKS_MAX, ViewContext};
@@ -40,7 +40,7 @@ struct Ready<'s> {
 
 /// The remediation gate, decided on the complete counts.
 pub(super) struct Decision {
-    pub(super) gate: Result<trigger::Gate, (&'static str, String)>,
+    pub(super) gate: Result<trigger::Gate, SpecProblems>,
     pub(super) expected: u32,
     pub(super) healthy: u32,
     /// Targets whose verdict is unhealthy.
@@ -54,16 +54,8 @@ impl Decision {
         let expected = u32::try_from(memo.targets.len()).unwrap_or(u32::MAX);
         let healthy = memo.tally.healthy;
         let listed = u32::try_from(memo.tally.unhealthy.len()).unwrap_or(u32::MAX);
-        let spec_problem = selector_problem(mhc)
-            .map(|why| {
-                (
-                    "InvalidSelector",
-                    format!("Remediation is not allowed: the selector is invalid ({why})"),
-                )
-            })
-            .or_else(|| timeout_problem(mhc));
-        let gate = match spec_problem {
-            Some(problem) => Err(problem),
+        let gate = match SpecProblems::of(mhc) {
+            Some(problems) => Err(problems),
             None => trigger::decide(
                 mhc.max_unhealthy.as_ref(),
                 mhc.unhealthy_range.as_deref(),
@@ -71,7 +63,7 @@ impl Decision {
                 // `Tally::check` reports a healthy count above the targets.
                 expected.saturating_sub(healthy),
             )
-            .map_err(|e| (e.reason(), e.message())),
+            .map_err(SpecProblems::from),
         };
         Decision {
             gate,
@@ -282,11 +274,10 @@ fn checks_of(mhc: &MachineHealthCheck) -> Checks<'_> {
     Checks {
         unhealthy_node_conditions: &mhc.unhealthy_node_conditions,
         unhealthy_machine_conditions: &mhc.unhealthy_machine_conditions,
-        // An invalid negative value (see `timeout_problem`) judges nothing by it.
+        // A negative value is invalid (see `spec_problems`): no target is judged by it.
         node_startup_timeout: mhc
             .node_startup_timeout
-            .unwrap_or(NODE_STARTUP_TIMEOUT_DEFAULT)
-            .max(Duration::ZERO),
+            .unwrap_or(NODE_STARTUP_TIMEOUT_DEFAULT),
     }
 }
 

@@ -12,13 +12,14 @@ use crate::shared::capi_target;
 use crate::shared::conditions::{Edit, List, apply, legacy};
 use crate::store::unreadable_message;
 use serde_json::{Map, json};
+use std::collections::BTreeSet;
 
 const REMEDIATION_ALLOWED: &str = "RemediationAllowed";
 const TEMPLATE_AVAILABLE: &str = "ExternalRemediationTemplateAvailable";
 const REQUEST_AVAILABLE: &str = "ExternalRemediationRequestAvailable";
 
-/// A Warning event to record on the MHC: (reason, message).
-type Warning = Option<(&'static str, String)>;
+/// Warning events to record on the MHC: (reason, message).
+type Warnings = Vec<(&'static str, String)>;
 
 impl SyncCx<'_> {
     /// Writes what differs in the MHC's status and conditions, and the event the gate calls
@@ -27,7 +28,7 @@ impl SyncCx<'_> {
         let target = capi_target(self.mhc_key.clone(), self.mhc.version);
         self.sync_status(memo, decision, &target, cx);
         let mut edits = Vec::new();
-        let event = self.gate_edits(memo, decision, &mut edits);
+        let events = self.gate_edits(memo, decision, &mut edits);
         self.template_edits(&mut edits);
         self.request_edits(memo, &mut edits);
         edits.push(readable_edit(memo));
@@ -42,11 +43,11 @@ impl SyncCx<'_> {
                 format!("MachineHealthCheck {}: {summary}", self.mhc_name()),
             );
         }
-        if let Some((reason, message)) = event {
+        for (reason, message) in events {
             cx.issue(
                 ControllerId::Health,
                 Action::RecordEvent {
-                    regarding: target,
+                    regarding: target.clone(),
                     type_: EventType::Warning,
                     reason: reason.to_string(),
                     message: message.clone(),
@@ -114,13 +115,14 @@ impl SyncCx<'_> {
         );
     }
 
-    /// `RemediationAllowed` per the gate; a short circuit or a spec problem is reported once.
+    /// `RemediationAllowed` per the gate; a short circuit, and each invalid field of the spec,
+    /// is reported once.
     fn gate_edits(
         &self,
         memo: &mut MhcMemo,
         decision: &Decision,
         edits: &mut Vec<Edit>,
-    ) -> Warning {
+    ) -> Warnings {
         match &decision.gate {
             Ok(g) if g.allowed => {
                 edits.push(Edit::set(
@@ -138,19 +140,25 @@ impl SyncCx<'_> {
                     "",
                 ));
                 memo.restriction_reported = false;
-                memo.problem_reported = None;
-                None
+                memo.problems_reported.clear();
+                Vec::new()
             }
-            Ok(g) => self.restricted(memo, g, decision, edits),
-            Err((reason, message)) => {
-                push_not_allowed(edits, reason, message);
+            Ok(g) => self
+                .restricted(memo, g, decision, edits)
+                .into_iter()
+                .collect(),
+            Err(problems) => {
+                push_not_allowed(edits, problems.reason(), &problems.message());
                 memo.restriction_reported = false;
-                if memo.problem_reported.as_deref() == Some(message.as_str()) {
-                    return None;
-                }
-                tracing::error!(mhc = %self.mhc_key, "{message}");
-                memo.problem_reported = Some(message.clone());
-                Some((*reason, message.clone()))
+                let current: BTreeSet<String> = problems.iter().map(|p| p.message()).collect();
+                let new = problems
+                    .iter()
+                    .map(|p| (p.field.reason(), p.message()))
+                    .filter(|(_, message)| !memo.problems_reported.contains(message))
+                    .inspect(|(_, message)| tracing::error!(mhc = %self.mhc_key, "{message}"))
+                    .collect();
+                memo.problems_reported = current;
+                new
             }
         }
     }
@@ -162,10 +170,10 @@ impl SyncCx<'_> {
         gate: &trigger::Gate,
         decision: &Decision,
         edits: &mut Vec<Edit>,
-    ) -> Warning {
+    ) -> Option<(&'static str, String)> {
         let message = restricted_message(&gate.limit, decision.expected, decision.listed);
         push_not_allowed(edits, "TooManyUnhealthy", &message);
-        memo.problem_reported = None;
+        memo.problems_reported.clear();
         if decision.listed == 0 || memo.restriction_reported {
             return None;
         }

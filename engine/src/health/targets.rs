@@ -3,7 +3,6 @@
 use crate::model::{
     CLUSTER_NAME_LABEL, Machine, MachineHealthCheck, PAUSED_ANNOTATION, SKIP_REMEDIATION_ANNOTATION,
 };
-use crate::time::Duration;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Selection {
@@ -43,47 +42,6 @@ pub fn selector_problem(mhc: &MachineHealthCheck) -> Option<String> {
     }
     if mhc.selector.is_empty() {
         return Some("selector must not be empty".to_string());
-    }
-    None
-}
-
-/// Shortest `nodeStartupTimeout` upstream's webhook accepts (0 disables the check).
-pub const NODE_STARTUP_TIMEOUT_MIN: Duration = Duration::from_secs(30);
-
-/// A timeout upstream's webhook would reject: `(reason, message)`. Such an MHC judges with the
-/// value clamped to zero and never remediates (Part 1: no destructive action on a guess).
-pub fn timeout_problem(mhc: &MachineHealthCheck) -> Option<(&'static str, String)> {
-    if let Some(t) = mhc.node_startup_timeout
-        && (t < Duration::ZERO || (Duration::ZERO < t && t < NODE_STARTUP_TIMEOUT_MIN))
-    {
-        return Some((
-            "InvalidNodeStartupTimeout",
-            format!(
-                "Remediation is not allowed: nodeStartupTimeout must be at least {NODE_STARTUP_TIMEOUT_MIN}, or 0 to disable the check (got {t})"
-            ),
-        ));
-    }
-    let lists = [
-        ("unhealthyNodeConditions", &mhc.unhealthy_node_conditions),
-        (
-            "unhealthyMachineConditions",
-            &mhc.unhealthy_machine_conditions,
-        ),
-    ];
-    for (field, list) in lists {
-        if let Some((i, c)) = list
-            .iter()
-            .enumerate()
-            .find(|(_, c)| c.timeout < Duration::ZERO)
-        {
-            return Some((
-                "InvalidUnhealthyConditionTimeout",
-                format!(
-                    "Remediation is not allowed: {field}[{i}] ({}={}) has a negative timeout ({})",
-                    c.type_, c.status, c.timeout
-                ),
-            ));
-        }
     }
     None
 }

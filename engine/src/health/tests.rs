@@ -1436,6 +1436,179 @@ fn timeouts_the_webhook_rejects_remediate_nothing_and_say_why() {
     }
 }
 
+/// Issue 25: a negative unhealthy-condition timeout (v1beta1 `timeout: "-1s"`) is invalid, not
+/// zero: a target whose condition is in the checked status is neither unhealthy "for more than
+/// -1s" nor healthy, and nothing is remediated. Fixed, the check judges again.
+#[test]
+fn a_negative_condition_timeout_judges_no_target_by_it() {
+    let mut mhc = testing::machine_health_check("c1", "mhc");
+    mhc.version = ApiVersion::V1Beta1;
+    mhc.unhealthy_node_conditions[1].timeout = secs(-1);
+    let world = objects(
+        mhc,
+        vec![owned_machine("m1", T0), machine("m2")],
+        vec![
+            node("m1", ConditionStatus::False, T0),
+            node("m2", ConditionStatus::True, T0),
+        ],
+    );
+    let now = at(mins(10));
+    let (mut engine, first) = synced_engine(now, world);
+    let executed = lines(&settle(&mut engine, now, first));
+    assert!(
+        !executed.iter().any(|l| l.contains("Machine default/m1")
+            || l.contains("DeleteMachine")
+            || l.contains("OwnerRemediated")),
+        "m1 is not judged by the invalid check: {executed:#?}"
+    );
+    assert!(
+        executed.contains(
+            &"health SetCondition MachineHealthCheck default/mhc RemediationAllowed=False (InvalidUnhealthyConditionTimeout)".to_string()
+        ),
+        "{executed:#?}"
+    );
+    let status = mhc_of(&engine).status;
+    assert_eq!(
+        (status.expected_machines, status.current_healthy),
+        (Some(2), Some(1)),
+        "m1 is unknown, not healthy"
+    );
+
+    let mut fixed = mhc_of(&engine);
+    fixed.unhealthy_node_conditions[1].timeout = mins(5);
+    bump(&mut fixed.meta);
+    let now = at(mins(11));
+    let out = upsert(
+        &mut engine,
+        now,
+        Scope::Management,
+        Object::MachineHealthCheck(fixed),
+    );
+    let executed = lines(&settle(&mut engine, now, out));
+    assert!(
+        executed.iter().any(|l| l.starts_with(
+            "health SetCondition Machine default/m1 HealthCheckSucceeded=False (UnhealthyNode)"
+        )),
+        "{executed:#?}"
+    );
+    let m1 = machine_of(&engine, "m1");
+    let failed = m1.conditions.current("HealthCheckSucceeded").unwrap();
+    assert!(failed.message.contains("for more than 5m0s"), "{failed:?}");
+}
+
+/// The RemediationAllowed condition of the MHC, as last written.
+fn remediation_allowed(engine: &Engine) -> Condition {
+    mhc_of(engine)
+        .conditions
+        .current("RemediationAllowed")
+        .cloned()
+        .expect("RemediationAllowed is written")
+}
+
+/// Issue 25: each invalid field of the spec is reported on its own (an event with its reason,
+/// and a line in the condition's message), so fixing one still shows the others; none is
+/// hidden behind another, and the MHC remediates nothing until all are fixed.
+#[test]
+fn every_invalid_field_is_reported_on_its_own() {
+    let mut mhc = testing::machine_health_check("c1", "mhc");
+    mhc.max_unhealthy = Some(IntOrString::String("abcdef".to_string()));
+    mhc.unhealthy_node_conditions[1].timeout = secs(-1);
+    mhc.node_startup_timeout = Some(secs(10));
+    let world = objects(
+        mhc,
+        vec![owned_machine("m1", T0)],
+        vec![node("m1", ConditionStatus::True, T0)],
+    );
+    let now = at(mins(1));
+    let (mut engine, first) = synced_engine(now, world);
+    let executed = lines(&settle(&mut engine, now, first));
+    let events: Vec<&str> = executed
+        .iter()
+        .filter_map(|l| {
+            l.strip_prefix("health RecordEvent MachineHealthCheck default/mhc Warning ")
+        })
+        .map(|l| l.split_once(':').unwrap().0)
+        .collect();
+    assert_eq!(
+        events,
+        [
+            "InvalidNodeStartupTimeout",
+            "InvalidUnhealthyConditionTimeout",
+            "InvalidMaxUnhealthy"
+        ],
+        "{executed:#?}"
+    );
+    let condition = remediation_allowed(&engine);
+    assert_eq!(condition.status, ConditionStatus::False);
+    assert_eq!(condition.reason, "InvalidNodeStartupTimeout");
+    assert_eq!(
+        condition.message,
+        "Remediation is not allowed: nodeStartupTimeout must be at least 30s, or 0 to disable the check (got 10s); unhealthyNodeConditions[1] (Ready=False) has a negative timeout (-1s); maxUnhealthy \"abcdef\" is invalid (invalid value for IntOrString: invalid type: string is not a percentage); fix spec.remediation.triggerIf.unhealthyLessThanOrEqualTo (v1beta1 spec.maxUnhealthy)"
+    );
+
+    // Each fix leaves the others reported, and records no event again.
+    type Fix = fn(&mut MachineHealthCheck);
+    let fixes: [(Fix, Option<&str>); 3] = [
+        (
+            |m| m.max_unhealthy = Some(IntOrString::Int(1)),
+            Some("InvalidNodeStartupTimeout"),
+        ),
+        (
+            |m| m.node_startup_timeout = None,
+            Some("InvalidUnhealthyConditionTimeout"),
+        ),
+        (|m| m.unhealthy_node_conditions[1].timeout = mins(5), None),
+    ];
+    for (minute, (fix, reason)) in (2..).zip(fixes) {
+        let mut fixed = mhc_of(&engine);
+        fix(&mut fixed);
+        bump(&mut fixed.meta);
+        let now = at(mins(minute));
+        let out = upsert(
+            &mut engine,
+            now,
+            Scope::Management,
+            Object::MachineHealthCheck(fixed),
+        );
+        let executed = lines(&settle(&mut engine, now, out));
+        assert!(
+            !executed.iter().any(|l| l.contains("RecordEvent")),
+            "{executed:#?}"
+        );
+        let condition = remediation_allowed(&engine);
+        match reason {
+            Some(reason) => assert_eq!(
+                (condition.status, condition.reason.as_str()),
+                (ConditionStatus::False, reason),
+                "{condition:?}"
+            ),
+            None => assert_eq!(condition.status, ConditionStatus::True, "{condition:?}"),
+        }
+    }
+}
+
+/// A valid `unhealthyRange` decides, but an invalid `maxUnhealthy` written beside it is still
+/// an invalid spec (upstream's webhook rejects it): reported, and nothing is remediated.
+#[test]
+fn an_invalid_max_unhealthy_beside_a_range_is_reported() {
+    let mut mhc = testing::machine_health_check("c1", "mhc");
+    mhc.max_unhealthy = Some(IntOrString::String("abcdef".to_string()));
+    mhc.unhealthy_range = Some("[0-5]".to_string());
+    let world = objects(
+        mhc,
+        vec![owned_machine("m1", T0)],
+        vec![node("m1", ConditionStatus::False, T0)],
+    );
+    let now = at(mins(10));
+    let (mut engine, first) = synced_engine(now, world);
+    let executed = lines(&settle(&mut engine, now, first));
+    assert!(
+        !executed.iter().any(|l| l.contains("OwnerRemediated")),
+        "{executed:#?}"
+    );
+    assert_eq!(remediation_allowed(&engine).reason, "InvalidMaxUnhealthy");
+}
+
 const BAD_TYPE: &str = "status.conditions[0].type: expected a string";
 
 fn unreadable_node(name: &str) -> Object {

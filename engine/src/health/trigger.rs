@@ -40,15 +40,43 @@ impl TriggerError {
     }
 
     pub fn message(&self) -> String {
+        format!("Remediation is not allowed: {}", self.what())
+    }
+
+    /// What is wrong, without the lead of [`TriggerError::message`].
+    pub fn what(&self) -> String {
         match self {
             TriggerError::InvalidMaxUnhealthy { value, why } => format!(
-                "Remediation is not allowed: maxUnhealthy {value:?} is invalid ({why}); fix spec.remediation.triggerIf.unhealthyLessThanOrEqualTo (v1beta1 spec.maxUnhealthy)"
+                "maxUnhealthy {value:?} is invalid ({why}); fix spec.remediation.triggerIf.unhealthyLessThanOrEqualTo (v1beta1 spec.maxUnhealthy)"
             ),
             TriggerError::InvalidRange { value, why } => format!(
-                "Remediation is not allowed: unhealthyRange {value:?} is invalid ({why}); fix spec.remediation.triggerIf.unhealthyInRange (v1beta1 spec.unhealthyRange)"
+                "unhealthyRange {value:?} is invalid ({why}); fix spec.remediation.triggerIf.unhealthyInRange (v1beta1 spec.unhealthyRange)"
             ),
         }
     }
+}
+
+/// Each of `maxUnhealthy` and `unhealthyRange` that is written and invalid, whether or not it
+/// is the one that decides (upstream's webhook rejects either).
+pub fn limit_problems(
+    max_unhealthy: Option<&IntOrString>,
+    unhealthy_range: Option<&str>,
+) -> Vec<TriggerError> {
+    let max = max_unhealthy.and_then(|written| {
+        let why = scaled_round_down(written, 0).err()?;
+        Some(TriggerError::InvalidMaxUnhealthy {
+            value: written.to_string(),
+            why,
+        })
+    });
+    let range = unhealthy_range.filter(|r| !r.is_empty()).and_then(|range| {
+        let why = parse_range(range).err()?;
+        Some(TriggerError::InvalidRange {
+            value: range.to_string(),
+            why,
+        })
+    });
+    max.into_iter().chain(range).collect()
 }
 
 /// Decides whether remediation may proceed with `unhealthy` of `expected` targets not healthy.
@@ -313,6 +341,30 @@ mod tests {
         for bad in ["2-3", "[2]", "[a-3]", "[-3]", "[1-99999999999]"] {
             assert!(parse_range(bad).is_err(), "{bad}");
         }
+    }
+
+    /// Both limits are checked whatever decides: an invalid `maxUnhealthy` beside a valid
+    /// range, and one beside an invalid range, are each reported.
+    #[test]
+    fn each_invalid_limit_is_a_problem_of_its_own() {
+        let reasons = |max: Option<&IntOrString>, range: Option<&str>| -> Vec<&str> {
+            limit_problems(max, range)
+                .iter()
+                .map(TriggerError::reason)
+                .collect()
+        };
+        let bad = s("abcdef");
+        assert_eq!(
+            reasons(Some(&bad), Some("[2-1]")),
+            ["InvalidMaxUnhealthy", "InvalidUnhealthyRange"]
+        );
+        assert_eq!(reasons(Some(&bad), Some("[0-5]")), ["InvalidMaxUnhealthy"]);
+        assert_eq!(
+            reasons(Some(&s("40%")), Some("[2-1]")),
+            ["InvalidUnhealthyRange"]
+        );
+        assert!(reasons(Some(&int(-1)), Some("")).is_empty());
+        assert!(reasons(None, None).is_empty());
     }
 
     #[test]

@@ -65,6 +65,16 @@ pub struct Checks<'a> {
     pub node_startup_timeout: Duration,
 }
 
+impl Checks<'_> {
+    /// A timeout is negative: an invalid spec, whose checks judge nothing by it.
+    pub fn has_invalid_timeout(&self) -> bool {
+        self.node_startup_timeout < Duration::ZERO
+            || (self.unhealthy_node_conditions.iter())
+                .chain(self.unhealthy_machine_conditions)
+                .any(|c| c.timeout < Duration::ZERO)
+    }
+}
+
 /// What the workload cluster says about the target's Node.
 #[derive(Clone, Copy, Debug)]
 pub enum NodeObservation<'a> {
@@ -162,6 +172,9 @@ pub struct Verdict {
     /// When the verdict may change by the passage of time alone (only for targets that are not
     /// unhealthy): the earliest `expiry + 1s` of the conditions still within their timeouts.
     pub next_check: Option<Timestamp>,
+    /// A check applies whose timeout is invalid (negative): whether the target is past it is
+    /// unknown, so it is not healthy either.
+    pub unknown: bool,
 }
 
 impl Verdict {
@@ -189,7 +202,10 @@ impl TargetClass {
             TargetClass::Unhealthy
         } else if verdict.next_check.is_some() {
             TargetClass::Pending
-        } else if !machine.meta.is_deleting() && matches!(node, NodeObservation::Found(_)) {
+        } else if !verdict.unknown
+            && !machine.meta.is_deleting()
+            && matches!(node, NodeObservation::Found(_))
+        {
             TargetClass::Healthy
         } else {
             TargetClass::Unevaluated
@@ -209,6 +225,8 @@ pub(super) enum Held {
     Past,
     /// Held, but not past the timeout: check again at this time (expiry + 1 s).
     Until(Timestamp),
+    /// Held, against a negative timeout (an invalid spec): neither past it nor within it.
+    Unknown,
 }
 
 pub(super) fn held(
@@ -220,10 +238,10 @@ pub(super) fn held(
     if status.as_str() != check.status {
         return Held::NotInStatus;
     }
-    // A negative timeout is an invalid spec (no remediation); it judges as zero.
-    let expiry = since
-        .unwrap_or_default()
-        .saturating_add(check.timeout.max(Duration::ZERO));
+    if check.timeout < Duration::ZERO {
+        return Held::Unknown;
+    }
+    let expiry = since.unwrap_or_default().saturating_add(check.timeout);
     if expiry < now {
         Held::Past
     } else {
@@ -243,7 +261,7 @@ pub fn evaluate(
     if machine.meta.has_annotation(REMEDIATE_MACHINE_ANNOTATION) {
         return Verdict {
             findings: vec![Finding::RemediateAnnotation],
-            next_check: None,
+            ..Verdict::default()
         };
     }
     // Nothing is penalised before the control plane exists, except control-plane Machines
@@ -257,6 +275,7 @@ pub fn evaluate(
 
     let mut findings = Vec::new();
     let mut next_check = None;
+    let mut unknown = false;
 
     for check in checks.unhealthy_machine_conditions {
         let Some(c) = machine.conditions.current(&check.type_) else {
@@ -270,6 +289,7 @@ pub fn evaluate(
                 timeout: check.timeout,
             }),
             Held::Until(t) => next_check = earliest(next_check, t),
+            Held::Unknown => unknown = true,
             Held::NotInStatus => {}
         }
     }
@@ -288,7 +308,9 @@ pub fn evaluate(
         NodeObservation::Unreadable => {}
         NodeObservation::NotRead => {
             let timeout = checks.node_startup_timeout;
-            if !timeout.is_zero() {
+            if timeout < Duration::ZERO {
+                unknown = true;
+            } else if !timeout.is_zero() {
                 let since = startup_reference(machine, gates);
                 let expiry = since.saturating_add(timeout);
                 if expiry < now {
@@ -311,6 +333,7 @@ pub fn evaluate(
                         timeout: check.timeout,
                     }),
                     Held::Until(t) => next_check = earliest(next_check, t),
+                    Held::Unknown => unknown = true,
                     Held::NotInStatus => {}
                 }
             }
@@ -323,6 +346,7 @@ pub fn evaluate(
     Verdict {
         findings,
         next_check,
+        unknown,
     }
 }
 
@@ -805,9 +829,18 @@ mod tests {
         let n = testing::node("node1");
         let healthy = Verdict::default();
         let pending = Verdict {
-            findings: vec![],
             next_check: Some(T0),
+            ..Verdict::default()
         };
+        let unknown = Verdict {
+            unknown: true,
+            ..Verdict::default()
+        };
+        assert_eq!(
+            TargetClass::of(&unknown, &m, NodeObservation::Found(&n)),
+            TargetClass::Unevaluated,
+            "a check that cannot be judged leaves the target neither healthy nor unhealthy"
+        );
         assert_eq!(
             TargetClass::of(&healthy, &m, NodeObservation::Found(&n)),
             TargetClass::Healthy

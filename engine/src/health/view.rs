@@ -141,6 +141,10 @@ pub(super) fn judge_view(
     checks: &Checks<'_>,
     now: Timestamp,
 ) -> Option<(TargetClass, Option<Timestamp>)> {
+    if checks.has_invalid_timeout() {
+        // What is unknown is left to `evaluate`, which says why.
+        return None;
+    }
     let next_check = next_check(view, gates, checks, now)?;
     let class = if next_check.is_some() {
         TargetClass::Pending
@@ -255,7 +259,8 @@ impl ViewContext {
 }
 
 /// Folds each check's next deadline into `next`; true when a condition has held past its
-/// timeout. `conditions` are the view's (status, since) pairs for `checks`, in order.
+/// timeout, or against an invalid one (the view then settles nothing). `conditions` are the
+/// view's (status, since) pairs for `checks`, in order.
 fn past_a_check<'v>(
     checks: &[UnhealthyCondition],
     conditions: impl Iterator<Item = (&'v Option<ConditionStatus>, &'v Timestamp)>,
@@ -267,7 +272,7 @@ fn past_a_check<'v>(
             continue;
         };
         match held(check, status, Some(*since), now) {
-            Held::Past => return true,
+            Held::Past | Held::Unknown => return true,
             Held::Until(t) => *next = earliest(*next, t),
             Held::NotInStatus => {}
         }

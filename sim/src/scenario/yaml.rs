@@ -4,9 +4,17 @@
 //! always a string (`"False"`, `"3"`), plain `true`/`false` are booleans, `3` an integer, `1.5` a
 //! float, `null`/`~`/empty a null. Duplicate keys are an error. Mapping keys become strings.
 
-use saphyr::{LoadableYamlNode, MarkedYaml, Scalar as YScalar, YamlData};
+use saphyr::{LoadableYamlNode, MarkedYaml, Scalar as YScalar, ScanError, YamlData};
+use saphyr_parser::{Event, Parser};
 use serde_json::{Map as JsonMap, Number, Value as Json};
+use std::collections::HashMap;
 use std::fmt;
+
+/// The deepest nesting of lists and maps a document may have, in levels (a top-level map is
+/// level 1), aliases counted at the depth they expand to. saphyr's loader recurses once per
+/// level and overflows the stack on a deep enough file, so the depth is checked on the event
+/// stream first. Manifests travel as JSON, which serde_json refuses beyond 128 levels.
+pub const NESTING_DEPTH_MAX: usize = 128;
 
 /// A YAML node and the (1-based) line it starts on.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,10 +56,8 @@ pub struct YamlError {
 
 /// Parses exactly one YAML document (an empty text is one `null` document).
 pub fn parse_document(text: &str) -> Result<Node, YamlError> {
-    let docs = MarkedYaml::load_from_str(text).map_err(|e| YamlError {
-        line: e.marker().line(),
-        message: e.info().to_string(),
-    })?;
+    check_nesting(text)?;
+    let docs = MarkedYaml::load_from_str(text).map_err(|e| syntax_error(&e))?;
     match docs.as_slice() {
         [] => Ok(Node {
             line: 1,
@@ -62,6 +68,91 @@ pub fn parse_document(text: &str) -> Result<Node, YamlError> {
             line: second.span.start.line(),
             message: "more than one YAML document (a scenario is one document)".to_string(),
         }),
+    }
+}
+
+fn syntax_error(e: &ScanError) -> YamlError {
+    YamlError {
+        line: e.marker().line(),
+        message: e.info().to_string(),
+    }
+}
+
+/// Refuses a text nesting deeper than [`NESTING_DEPTH_MAX`], reading saphyr's event stream
+/// (which keeps its state on the heap) without building anything.
+fn check_nesting(text: &str) -> Result<(), YamlError> {
+    let mut depth = Nesting::default();
+    for event in Parser::new_from_str(text) {
+        let (event, span) = event.map_err(|e| match e.info() {
+            SCANNER_FLOW_LIMIT => too_deep(e.marker().line()),
+            _ => syntax_error(&e),
+        })?;
+        depth
+            .on(&event)
+            .map_err(|TooDeep| too_deep(span.start.line()))?;
+    }
+    Ok(())
+}
+
+/// What saphyr's scanner says past 255 nested flow collections, which it can read ahead of
+/// the events that would reach [`NESTING_DEPTH_MAX`].
+const SCANNER_FLOW_LIMIT: &str = "recursion limit exceeded";
+
+fn too_deep(line: usize) -> YamlError {
+    YamlError {
+        line,
+        message: format!(
+            "the YAML nests too deep (more than {NESTING_DEPTH_MAX} levels of lists and maps)"
+        ),
+    }
+}
+
+/// An event took the document past [`NESTING_DEPTH_MAX`].
+struct TooDeep;
+
+/// The open collections and the height of every anchored node seen so far.
+#[derive(Default)]
+struct Nesting {
+    /// Per open collection: its anchor id (0 for none) and the height of its tallest child.
+    open: Vec<(usize, usize)>,
+    anchored: HashMap<usize, usize>,
+}
+
+impl Nesting {
+    fn on(&mut self, event: &Event<'_>) -> Result<(), TooDeep> {
+        let (anchor, height) = match *event {
+            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
+                self.open.push((anchor, 0));
+                return self.within(0);
+            }
+            Event::SequenceEnd | Event::MappingEnd => match self.open.pop() {
+                Some((anchor, tallest)) => (anchor, tallest + 1),
+                None => return Ok(()),
+            },
+            Event::Scalar(_, _, anchor, _) => (anchor, 0),
+            Event::Alias(id) => {
+                let height = self.anchored.get(&id).copied().unwrap_or(0);
+                self.within(height)?;
+                (0, height)
+            }
+            _ => return Ok(()),
+        };
+        if anchor > 0 {
+            self.anchored.insert(anchor, height);
+        }
+        if let Some((_, tallest)) = self.open.last_mut() {
+            *tallest = (*tallest).max(height);
+        }
+        Ok(())
+    }
+
+    /// Whether a node `height` levels tall fits under the open collections.
+    fn within(&self, height: usize) -> Result<(), TooDeep> {
+        if self.open.len() + height <= NESTING_DEPTH_MAX {
+            Ok(())
+        } else {
+            Err(TooDeep)
+        }
     }
 }
 
@@ -283,5 +374,71 @@ mod tests {
     fn anchors_and_aliases_resolve() {
         let doc = parse_document("a: &x {k: v}\nb: *x\n").unwrap();
         assert_eq!(doc.to_json(), json!({"a": {"k": "v"}, "b": {"k": "v"}}));
+    }
+
+    fn flow(depth: usize) -> String {
+        format!("v: {}{}\n", "[".repeat(depth - 1), "]".repeat(depth - 1))
+    }
+
+    fn block_seqs(depth: usize) -> String {
+        format!("v:\n{}x\n", "- ".repeat(depth - 1))
+    }
+
+    fn block_maps(depth: usize) -> String {
+        let mut text = String::new();
+        for level in 0..depth {
+            text.push_str(&format!("{}k:\n", " ".repeat(level)));
+        }
+        text
+    }
+
+    fn too_deep(text: &str) -> YamlError {
+        let Err(err) = parse_document(text) else {
+            panic!("parsed {} bytes nesting too deep", text.len())
+        };
+        assert!(err.message.contains("nests too deep"), "{err:?}");
+        err
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_with_a_line_before_the_loader_recurses() {
+        assert_eq!(too_deep(&block_seqs(15_000)).line, 2);
+        let maps = too_deep(&block_maps(15_000));
+        assert_eq!(maps.line, NESTING_DEPTH_MAX + 1);
+        assert_eq!(too_deep(&flow(15_000)).line, 1);
+        let flow_maps = format!("v: {}{}\n", "{k: ".repeat(15_000), "}".repeat(15_000));
+        too_deep(&flow_maps);
+    }
+
+    #[test]
+    fn nesting_up_to_the_limit_parses() {
+        for text in [
+            flow(NESTING_DEPTH_MAX),
+            block_seqs(NESTING_DEPTH_MAX),
+            block_maps(NESTING_DEPTH_MAX),
+        ] {
+            parse_document(&text).unwrap();
+        }
+        for text in [
+            flow(NESTING_DEPTH_MAX + 1),
+            block_seqs(NESTING_DEPTH_MAX + 1),
+            block_maps(NESTING_DEPTH_MAX + 1),
+        ] {
+            too_deep(&text);
+        }
+    }
+
+    #[test]
+    fn aliases_count_at_the_depth_they_expand_to() {
+        let half = NESTING_DEPTH_MAX / 2;
+        let anchored = format!("a: &x {}{}\n", "[".repeat(half), "]".repeat(half));
+        let fits = format!(
+            "{anchored}b: {}*x{}\n",
+            "[".repeat(half - 2),
+            "]".repeat(half - 2)
+        );
+        parse_document(&fits).unwrap();
+        let over = format!("{anchored}b: {}*x{}\n", "[".repeat(half), "]".repeat(half));
+        assert_eq!(too_deep(&over).line, 2);
     }
 }
