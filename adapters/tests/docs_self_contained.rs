@@ -208,7 +208,7 @@ fn a_clone_in_tmp_may_name_example_paths_under_tmp() {
     );
     assert!(
         !rules
-            .offences("README.md", "built in /tmp/ci-clone/target")
+            .offences("README.md", &format!("built in {clone}/target"))
             .is_empty()
     );
 }
