@@ -45,6 +45,44 @@ pub fn recorder(path: Option<&Path>) -> Result<Option<Recorder>, String> {
         .transpose()
 }
 
+/// The summary line of what fired: `faults fired: api-errors 12, partition 3` (`none`), the
+/// scenario's fault kinds in their order, then the orders answers took.
+pub fn fired_line(fired: &std::collections::BTreeMap<&'static str, u64>) -> String {
+    let kinds = sim::scenario::FaultKind::ALL
+        .iter()
+        .map(|k| k.as_str())
+        .chain(sim::sweep::DELIVERY_ORDERS);
+    let named: Vec<String> = kinds
+        .filter_map(|k| fired.get(k).map(|n| format!("{k} {n}")))
+        .chain(
+            fired
+                .iter()
+                .filter(|(k, _)| k.starts_with("journal-damage:"))
+                .map(|(k, n)| format!("{k} {n}")),
+        )
+        .collect();
+    if named.is_empty() {
+        "faults fired: none".to_string()
+    } else {
+        format!("faults fired: {}", named.join(", "))
+    }
+}
+
+/// A run's outcome as `sim run --over-http --outcome FILE` writes it for a sweep: whether it
+/// passed, its violations and failed expectations, what fired, how many processes, wall time.
+pub fn outcome_json(played: &Played) -> serde_json::Value {
+    let report = &played.report;
+    serde_json::json!({
+        "passed": report.passed(),
+        "violations": report.violations,
+        "failures": report.failures.iter().map(|f| format!("line {}: {}", f.line, f.message)).collect::<Vec<_>>(),
+        "fired": report.faults_fired,
+        "checks": report.invariant_checks,
+        "processes": played.processes,
+        "wall_s": played.wall.as_secs_f64(),
+    })
+}
+
 /// What the run was, besides its verdict.
 pub struct Played {
     pub report: Report,
@@ -134,12 +172,16 @@ async fn play(scenario: &Scenario, setup: &OverHttp) -> Result<Played, String> {
     let live = player.finished().await?;
     // Every input is durable before it is applied: killing loses nothing the journal vouches for.
     kill(&mut child).await;
+    let fired = world.faults_fired();
     let stores = world.take_stores();
     world.shutdown().await;
     let records = super::log::controller_records(&journal)?;
     let end = live.end();
     let records: Vec<_> = records.into_iter().filter(|r| r.at <= end).collect();
-    let report = live.finish(&records, stores);
+    let mut report = live.finish(&records, stores);
+    for (kind, n) in fired {
+        *report.faults_fired.entry(kind).or_default() += n;
+    }
     Ok(Played {
         report,
         tolerance,
