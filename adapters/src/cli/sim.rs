@@ -112,8 +112,16 @@ pub enum SimCommand {
         #[arg(long, default_value = ".")]
         out: PathBuf,
         /// Feed each instant's inputs as batches (see `sim run --batch`).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "over_http")]
         batch: bool,
+        /// Run each seed end to end over HTTP (`sim run FILE --over-http --seed N --faults
+        /// ...` as a child process: a served world and a `lifecycle run` of its own), judging
+        /// invariants; --jobs runs at once (default: twice the cores: the runs mostly wait).
+        #[arg(long, conflicts_with = "shrink")]
+        over_http: bool,
+        /// With --over-http: simulated seconds per real second (1..=100).
+        #[arg(long, default_value_t = 20, requires = "over_http")]
+        speed: u32,
     },
     /// Serve a scenario's starting world over HTTP: a fake API server for the management
     /// cluster (on PORT) and one per workload cluster (PORT+1, ...), until Ctrl-C.
@@ -178,16 +186,25 @@ pub fn main(command: SimCommand) -> u8 {
             shrink,
             out,
             batch,
-        } => super::sweep::main(super::sweep::SweepArgs {
-            files,
-            seeds,
-            first_seed,
-            jobs,
-            faults,
-            shrink,
-            out,
-            batch,
-        }),
+            over_http,
+            speed,
+        } => {
+            let args = super::sweep::SweepArgs {
+                files,
+                seeds,
+                first_seed,
+                jobs,
+                faults,
+                shrink,
+                out,
+                batch,
+            };
+            if over_http {
+                super::sweep::over_http(&args, speed)
+            } else {
+                super::sweep::main(args)
+            }
+        }
         SimCommand::Generate {
             clusters,
             machines,
