@@ -191,7 +191,8 @@ pub async fn after(
     };
     if let Some(timeout) = timeout {
         // The server's request timeout fires while the answer is on its way.
-        let hold = 1_000
+        // Held 0.5 to 2 s (simulated) first.
+        let hold = 500
             + (sim::wire::roll(
                 faults.lock().seed,
                 FaultKind::WriteTimeout,
@@ -199,7 +200,7 @@ pub async fn after(
                 hit,
                 attempt,
                 "hold",
-            ) * 4_000.0) as i64;
+            ) * 1_500.0) as i64;
         tokio::time::sleep(real(engine::Duration(hold))).await;
         return match timeout {
             sim::wire::Timeout::Dropped => Err(Dropped("the write happened; the answer was lost")),
