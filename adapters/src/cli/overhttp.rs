@@ -19,6 +19,10 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use tokio::process::{Child, Command};
 
+/// Set (to anything), an over-HTTP run keeps its directory: the kubeconfigs, the controller's
+/// log (`controller.log`) and its journal.
+pub const KEEP_ENV: &str = "LIFECYCLE_OVER_HTTP_KEEP";
+
 /// Exit code when the run itself could not happen (port in use, the controller could not
 /// start or crashed, its journal unreadable).
 pub const EXIT_COULD_NOT_RUN: u8 = 3;
@@ -120,10 +124,15 @@ async fn play(scenario: &Scenario, setup: &OverHttp) -> Result<Played, String> {
     let world = ServedWorld::start_live(&mut live, setup.port, options)
         .await
         .map_err(|e| format!("serving the world on port {}: {e}", setup.port))?;
-    let dir = tempfile::Builder::new()
+    let mut dir = tempfile::Builder::new()
         .prefix("lifecycle-over-http-")
         .tempdir()
         .map_err(|e| format!("a temporary directory: {e}"))?;
+    if std::env::var_os(KEEP_ENV).is_some() {
+        // Debugging a run: the kubeconfigs, the controller's log and journal stay.
+        dir.disable_cleanup(true);
+        eprintln!("{KEEP_ENV}: keeping {}", dir.path().display());
+    }
     let kubeconfigs = world
         .write_kubeconfigs(dir.path())
         .map_err(|e| format!("writing kubeconfigs: {e}"))?;
