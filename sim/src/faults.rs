@@ -193,14 +193,6 @@ impl Faults {
     }
 }
 
-/// Whether a fault kind is played when the controller runs outside the simulator: all but
-/// `journal-damage` (the simulator's own journal is what it damages). The world's faults and
-/// process restarts are played by the live world; the faults of API calls and deliveries by
-/// the fake API servers ([`crate::wire`]).
-fn plays_over_http(kind: FaultKind) -> bool {
-    kind != FaultKind::JournalDamage
-}
-
 fn extra_str<'a>(spec: &'a FaultSpec, key: &str) -> Option<&'a str> {
     spec.extra.get(key).and_then(Value::as_str)
 }
@@ -211,7 +203,7 @@ fn extra_duration(spec: &FaultSpec, key: &str) -> Option<Duration> {
 
 impl Sim {
     pub(crate) fn start_fault(&mut self, spec: &FaultSpec, cluster: Option<&str>) {
-        if self.external.is_some() && !plays_over_http(spec.kind) {
+        if self.external.is_some() && !crate::wire::plays_over_http(spec.kind) {
             self.line(
                 "scenario",
                 "Fault",

@@ -32,6 +32,14 @@ pub const WIRE_KINDS: [FaultKind; 12] = [
     FaultKind::BacklogBatches,
 ];
 
+/// Whether a fault kind is played when the controller runs outside the simulator (`sim run
+/// --over-http`, `sim serve`): all but `journal-damage` (the simulator's own journal is what it
+/// damages). The world's faults and process restarts are played by the live world, the faults
+/// of API calls and deliveries by the fake API servers.
+pub fn plays_over_http(kind: FaultKind) -> bool {
+    kind != FaultKind::JournalDamage
+}
+
 /// Default length of a fault window.
 pub const FAULT_FOR_DEFAULT: Duration = Duration::from_secs(60);
 /// Default delay of a `slow-api` fault.
