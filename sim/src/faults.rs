@@ -57,6 +57,10 @@ impl crate::wire::Active for Faults {
     fn active(&self, scope: &Scope, now: Timestamp, kind: FaultKind) -> Option<(f64, Duration)> {
         self.active_for(scope, now, kind).map(|f| (f.rate, f.delay))
     }
+
+    fn seed(&self) -> u64 {
+        self.seed
+    }
 }
 
 /// Where a `journal-damage` lands, decided by (seed, time) alone.
@@ -143,7 +147,6 @@ impl Faults {
         let mut fired = Vec::new();
         let verdict = crate::wire::decide(
             &*self,
-            self.seed,
             scope,
             now,
             hit,

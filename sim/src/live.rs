@@ -222,6 +222,7 @@ impl Live {
                 self.sim.record_command(command, at, cause);
             }
         }
+        self.note_refusals(records);
         self.check_repeats(records);
         self.sim.timeline.lines.sort_by_key(|l| l.at_ms);
         self.sim.finish_run();
@@ -319,6 +320,55 @@ impl Live {
                     && json::str_at(m, "spec.infrastructureRef.name") == Some(name)
             })
             .map(|(k, _)| Sim::engine_key(&Scope::Management, k))
+    }
+
+    /// The API's refusals the controller journaled (an answer other than ok: a fault's 5xx,
+    /// 409, 429 or timeout, a 404), as `api Rejected` timeline lines as in process.
+    fn note_refusals(&mut self, records: &[ControllerRecord]) {
+        let mut issued: BTreeMap<u64, &Command> = BTreeMap::new();
+        for record in records {
+            let answers: Vec<(u64, &engine::ApiOutcome)> = match &record.input {
+                Input::ApiResult { command, outcome } => vec![(*command, outcome)],
+                Input::Batch { inputs } => inputs
+                    .iter()
+                    .filter_map(|i| match i {
+                        Input::ApiResult { command, outcome } => Some((*command, outcome)),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            for (id, outcome) in answers {
+                let Some(command) = issued.get(&id).filter(|_| !outcome.is_success()) else {
+                    continue;
+                };
+                let at_ms = record
+                    .at
+                    .max(self.sim.start)
+                    .since(self.sim.start)
+                    .as_millis();
+                self.sim.timeline.push(crate::timeline::Line {
+                    at_ms,
+                    actor: "api".into(),
+                    action: "Rejected".into(),
+                    object: command.action.target().key.to_string(),
+                    detail: format!(
+                        "{} #{}: {}",
+                        command.action.name(),
+                        command.id,
+                        outcome.summary()
+                    ),
+                    cause: None,
+                    command: None,
+                });
+            }
+            if matches!(record.input, Input::Restarted) {
+                issued.clear();
+            }
+            for command in &record.commands {
+                issued.insert(command.id, command);
+            }
+        }
     }
 
     /// The "never twice" rule over the controller's journal: the inputs show what it observed,
@@ -724,6 +774,37 @@ mod tests {
         early.at = start - Duration::from_millis(400);
         let report = live.finish(&[early], stores);
         assert!(report.failures.is_empty(), "{:?}", report.failures);
+    }
+
+    #[test]
+    fn the_apis_refusals_from_the_journal_are_timeline_lines() {
+        use crate::repeats::tests::{m1, release};
+        let answer = |id, outcome| Input::ApiResult {
+            command: id,
+            outcome,
+        };
+        let refused = engine::ApiOutcome::Error {
+            code: 503,
+            message: "the server is currently unable to handle the request".into(),
+        };
+        let records = [
+            record(1, m1(&[engine::model::MACHINE_FINALIZER]), vec![release(1)]),
+            record(2, answer(1, refused), vec![release(2)]),
+            record(
+                3,
+                answer(2, engine::ApiOutcome::Ok { object: None }),
+                vec![],
+            ),
+        ];
+        let (live, stores, _) = served(Duration::from_millis(0));
+        let text = live.finish(&records, stores).timeline.render_text();
+        let rejected: Vec<&str> = text.lines().filter(|l| l.contains("Rejected")).collect();
+        assert_eq!(rejected.len(), 1, "{text}");
+        assert!(
+            rejected[0].contains("RemoveFinalizer #1: 503"),
+            "{}",
+            rejected[0]
+        );
     }
 
     #[test]

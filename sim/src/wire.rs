@@ -232,6 +232,8 @@ pub enum Verdict {
 pub trait Active {
     /// The rate and delay of the fault of `kind` in effect for `scope` now.
     fn active(&self, scope: &Scope, now: Timestamp, kind: FaultKind) -> Option<(f64, Duration)>;
+    /// The run's seed.
+    fn seed(&self) -> u64;
 }
 
 /// Decides one request's fate, as in process so over HTTP: a partition first (every
@@ -241,7 +243,6 @@ pub trait Active {
 /// acted.
 pub fn decide(
     faults: &impl Active,
-    seed: u64,
     scope: &Scope,
     now: Timestamp,
     hit: &Hit,
@@ -249,6 +250,7 @@ pub fn decide(
     delayed_already: bool,
     fire: &mut dyn FnMut(FaultKind),
 ) -> Verdict {
+    let seed = faults.seed();
     if faults.active(scope, now, FaultKind::Partition).is_some() {
         fire(FaultKind::Partition);
         return Verdict::Unreachable;
@@ -506,6 +508,10 @@ impl Active for Wire {
             .find(|w| w.kind == kind && w.applies(scope) && w.open_at(now))
             .map(|w| (w.rate, w.delay))
     }
+
+    fn seed(&self) -> u64 {
+        self.seed
+    }
 }
 
 impl Wire {
@@ -559,16 +565,9 @@ impl Wire {
         delayed_already: bool,
     ) -> Verdict {
         let mut fired = Vec::new();
-        let verdict = decide(
-            self,
-            self.seed,
-            scope,
-            now,
-            hit,
-            attempt,
-            delayed_already,
-            &mut |k| fired.push(k),
-        );
+        let verdict = decide(self, scope, now, hit, attempt, delayed_already, &mut |k| {
+            fired.push(k)
+        });
         for k in fired {
             self.fire(k);
         }

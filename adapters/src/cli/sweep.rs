@@ -209,17 +209,14 @@ fn run_over_http_seed(
         ));
         return outcome;
     };
-    let strings = |key: &str| -> Vec<String> {
-        v[key]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|s| s.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    outcome.violations = strings("violations");
+    outcome.violations = v["violations"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
     outcome.wall_s = v["wall_s"].as_f64().unwrap_or(0.0);
     if let Some(fired) = v["fired"].as_object() {
         for (k, n) in fired {
