@@ -23,7 +23,11 @@ pub(super) fn input_concerns(
             .get(command)
             .is_some_and(|c| command_concerns(c, subject)),
         Input::Batch { inputs } => inputs.iter().any(|i| input_concerns(i, subject, issued)),
-        Input::Tick | Input::Restarted | Input::Unlisted { .. } | Input::Unwatched { .. } => false,
+        Input::Tick
+        | Input::Restarted
+        | Input::Unlisted { .. }
+        | Input::Unwatched { .. }
+        | Input::ClusterUnreachable { .. } => false,
     }
 }
 
@@ -291,6 +295,7 @@ impl Explainer {
                 | Input::Restarted
                 | Input::Unlisted { .. }
                 | Input::Unwatched { .. }
+                | Input::ClusterUnreachable { .. }
                 | Input::Batch { .. } => {}
             }
         }
