@@ -210,3 +210,78 @@ pub async fn connect(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apiserver::{ApiServer, ServerOptions, SharedCluster, kubeconfig_yaml};
+    use crate::serve::kubeconfig_secret;
+    use serde_json::json;
+    use sim::api::ClusterStore;
+    use std::sync::Arc;
+
+    /// What the connector sent, waiting up to `within` for the next one.
+    async fn next(
+        rx: &mut tokio::sync::mpsc::Receiver<super::super::adapter::Queued>,
+        within: Duration,
+    ) -> Option<String> {
+        let queued = tokio::time::timeout(within, rx.recv()).await.ok()??;
+        Some(match queued.event {
+            Event::Arrival(Arrival::ConnectFailed { reason, .. }) => reason.code().to_string(),
+            Event::Arrival(_) => "another arrival".to_string(),
+            Event::Connected { .. } => "connected".to_string(),
+        })
+    }
+
+    /// The real connector against a fake management API: each reason it meets is sent once
+    /// (retries every 20 ms meanwhile), then the connection.
+    #[tokio::test]
+    async fn the_connector_reports_each_reason_once_then_connects() {
+        let server = ApiServer::start(
+            SharedCluster::new(ClusterStore::new("mgmt")),
+            "127.0.0.1:0".parse().unwrap(),
+            ServerOptions::default(),
+        )
+        .await
+        .unwrap();
+        let client = crate::kube::client_for_url(&server.url()).unwrap();
+        let kubeconfigs = Arc::new(Kubeconfigs::new(client));
+        let cluster = ClusterName::new("default", "c1");
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let task = tokio::spawn(connect(
+            kubeconfigs,
+            cluster.clone(),
+            tx,
+            Duration::from_millis(20),
+        ));
+        let quiet = Duration::from_millis(200);
+        let soon = Duration::from_secs(10);
+        assert_eq!(next(&mut rx, soon).await.as_deref(), Some("SecretMissing"));
+        assert_eq!(next(&mut rx, quiet).await, None, "retries say nothing new");
+        let write = |secret: serde_json::Value| {
+            server.cluster().write(|store| {
+                store
+                    .apply(secret, engine::Timestamp(0))
+                    .expect("the Secret is stored")
+            });
+        };
+        let secret = |data: serde_json::Value| {
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "cluster.x-k8s.io/secret",
+                   "metadata": {"name": "c1-kubeconfig", "namespace": "default"}, "data": data})
+        };
+        write(secret(json!({"other": "eA=="})));
+        assert_eq!(next(&mut rx, soon).await.as_deref(), Some("NoValue"));
+        assert_eq!(next(&mut rx, quiet).await, None);
+        // base64 of "not a kubeconfig"
+        write(secret(json!({"value": "bm90IGEga3ViZWNvbmZpZw=="})));
+        assert_eq!(next(&mut rx, soon).await.as_deref(), Some("Unparsable"));
+        write(kubeconfig_secret(
+            "default",
+            "c1",
+            &kubeconfig_yaml("c1", "http://127.0.0.1:9"),
+        ));
+        assert_eq!(next(&mut rx, soon).await.as_deref(), Some("connected"));
+        task.await.unwrap();
+        server.shutdown().await;
+    }
+}
