@@ -2173,3 +2173,38 @@ fn a_deletion_that_needs_no_workload_cluster_says_nothing_of_it() {
     let out = h.input(T0, c1_unreachable(Some(Unreachable::SecretMissing)));
     assert!(events(&out).is_empty(), "{:#?}", lines(&out));
 }
+
+/// Found over HTTP: at a start, the connector of a Cluster the watch has just reported fails
+/// before the management list is complete, so the reason is journaled before the Cluster and
+/// the Machine are in the cache. It is kept, and the Machine the list brings says why.
+#[test]
+fn a_reason_journaled_before_the_management_list_is_kept_for_what_the_list_brings() {
+    use crate::connection::Unreachable;
+    let mut engine = Engine::new();
+    engine.handle(T0, Input::Restarted);
+    engine.handle(T0, c1_unreachable(Some(Unreachable::SecretMissing)));
+    assert_eq!(drain_commands(&mut engine), Vec::<Command>::new());
+    let management = world(deleting_m1())
+        .into_iter()
+        .filter(|(s, _)| *s == mgmt())
+        .map(|(_, o)| o)
+        .collect();
+    engine.handle(
+        T0,
+        Input::Relist {
+            scope: mgmt(),
+            objects: management,
+        },
+    );
+    let out = drain_commands(&mut engine);
+    assert_eq!(
+        events(&out).first().map(|(reason, _)| reason.as_str()),
+        Some("WorkloadClusterUnreachable"),
+        "{:#?}",
+        lines(&out)
+    );
+    assert_eq!(
+        engine.store().unreachable(&workload("c1")),
+        Some(&Unreachable::SecretMissing)
+    );
+}

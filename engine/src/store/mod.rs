@@ -428,10 +428,12 @@ impl Store {
         }
     }
 
-    /// Forgets the clusters whose Cluster object is no longer stored: nothing waits on them,
-    /// and the table stays as small as the fleet.
+    /// Forgets the clusters whose Cluster object is not stored once the management cluster is
+    /// listed: nothing waits on them, and the table stays as small as the fleet. Before that
+    /// list (a process starting) an entry is kept: the connector of a Cluster the watch just
+    /// reported may fail before that watch's list is complete, and the list will carry it.
     pub fn forget_unreachable_without_cluster(&mut self) {
-        if self.unreachable.is_empty() {
+        if self.unreachable.is_empty() || !self.is_synced(&Scope::Management) {
             return;
         }
         let objects = &self.objects;
