@@ -40,6 +40,7 @@ const SET: &[&str] = &[
     "deletion-volume-detach-wait",
     "deletion-unreachable-node",
     "world-kubelet-stop",
+    "faults-kubeconfig-missing",
 ];
 
 /// Killed with SIGKILL mid-drain (twice) and restarted from its journal each time; run with
