@@ -2114,8 +2114,13 @@ fn a_deletion_waiting_for_an_unreachable_cluster_says_why_once_per_reason_then_g
     );
     assert_eq!(h.machine().phase.as_deref(), Some("Deleting"));
     assert!(events(&others).is_empty(), "{:#?}", lines(&others));
-    // Nothing destructive, and nothing again while the reason stays.
+    // Nothing destructive, and nothing again while the reason stays: not at a later pass of
+    // the Machine (a change of its own), not at a tick.
     assert!(out.iter().all(|c| !c.action.is_destructive()));
+    let mut m1 = h.machine();
+    m1.meta.labels.insert("touched".into(), "yes".into());
+    let again = h.observe(mgmt(), Object::Machine(m1));
+    assert_eq!(lines(&again), Vec::<String>::new());
     let again = h.tick(at(600));
     assert_eq!(lines(&again), Vec::<String>::new());
 

@@ -1947,3 +1947,36 @@ fn an_mhc_waiting_for_an_unreachable_cluster_says_why_once_and_stops_once_it_is_
             .is_none()
     );
 }
+
+/// A `WorkloadClusterReachable=False` left on an MHC whose cluster is reached (written before a
+/// restart, or while its control plane was not up) goes at the first judging pass.
+#[test]
+fn a_reachable_condition_left_behind_goes_once_the_checks_run() {
+    let mut mhc = testing::machine_health_check("c1", "mhc");
+    mhc.conditions.current.push(Condition::new(
+        "WorkloadClusterReachable",
+        ConditionStatus::False,
+        "WorkloadClusterUnreachable",
+        "cannot reach workload cluster default/c1: its kubeconfig Secret default/c1-kubeconfig is missing",
+    ));
+    let world = objects(
+        mhc,
+        vec![machine("m1")],
+        vec![node("m1", ConditionStatus::True, T0)],
+    );
+    let (mut engine, first) = synced_engine(at(mins(1)), world);
+    let out = settle(&mut engine, at(mins(1)), first);
+    assert!(
+        lines(&out).iter().any(|l| l
+            .starts_with("health SetCondition MachineHealthCheck default/mhc")
+            && l.contains("WorkloadClusterReachable removed")),
+        "{:#?}",
+        lines(&out)
+    );
+    assert!(
+        mhc_of(&engine)
+            .conditions
+            .current("WorkloadClusterReachable")
+            .is_none()
+    );
+}
