@@ -2,6 +2,7 @@
 //! cluster and one per workload cluster, with the `<cluster>-kubeconfig` Secrets (key `value`)
 //! in the management cluster pointing at the workload servers, as CAPI stores them.
 
+use crate::apiserver::faults::ServedFaults;
 use crate::apiserver::{ApiServer, ServerOptions, SharedCluster, kubeconfig_yaml};
 use base64::Engine as _;
 use engine::model::Scope;
@@ -98,11 +99,12 @@ fn register_implied_kinds(cluster: &SharedCluster) {
     }
 }
 
-/// A workload cluster's server records as `workload`: the identity in its kubeconfig Secret is
-/// granted the same on every workload cluster.
-fn workload_options(options: &ServerOptions) -> ServerOptions {
+/// A workload cluster's server records as `workload` (the identity in its kubeconfig Secret is
+/// granted the same on every workload cluster) and plays the faults of its own cluster.
+fn workload_options(options: &ServerOptions, scope: &Scope) -> ServerOptions {
     ServerOptions {
         record: options.record.as_ref().map(|r| r.for_cluster("workload")),
+        faults: options.faults.as_ref().map(|f| f.for_scope(scope.clone())),
         ..options.clone()
     }
 }
@@ -124,14 +126,29 @@ impl ServedWorld {
         Self::serve(management, workloads, first_port, options).await
     }
 
-    /// Serves a live world's stores (see [`crate::play`]), which it then plays.
+    /// Serves a live world's stores (see [`crate::play`]), which it then plays; its servers
+    /// play the faults of API calls and deliveries its scenario opens (unless `options`
+    /// brings faults of its own).
     pub async fn start_live(
         live: &mut Live,
         first_port: u16,
-        options: ServerOptions,
+        mut options: ServerOptions,
     ) -> std::io::Result<ServedWorld> {
+        if options.faults.is_none() {
+            let wire = std::sync::Arc::new(std::sync::Mutex::new(live.wire()));
+            options.faults = Some(ServedFaults::new(wire));
+        }
         let (management, workloads) = split_stores(live.take_stores(), live.workloads());
         Self::serve(management, workloads, first_port, options).await
+    }
+
+    /// How often each fault of API calls and deliveries fired so far, by kind (and, under
+    /// `reordered-delivery`, the orders answers took).
+    pub fn faults_fired(&self) -> std::collections::BTreeMap<&'static str, u64> {
+        self.management
+            .faults()
+            .map(|f| f.lock().fired.clone())
+            .unwrap_or_default()
     }
 
     async fn serve(
@@ -151,7 +168,8 @@ impl ServedWorld {
             };
             let cluster = SharedCluster::new(store);
             register_implied_kinds(&cluster);
-            let server = ApiServer::start(cluster, addr(port), workload_options(&options)).await?;
+            let server =
+                ApiServer::start(cluster, addr(port), workload_options(&options, &scope)).await?;
             let namespace = match &scope {
                 Scope::Workload(c) => c.namespace.to_string(),
                 Scope::Management => "default".to_string(),

@@ -98,7 +98,13 @@ impl Rules {
         ];
         let here = root.to_string_lossy().into_owned();
         needles.push(here);
-        if let Some(parent) = root.parent().filter(|p| p.parent().is_some()) {
+        // The directory holding the checkout, unless it is a temporary directory every machine
+        // has (a clone in /tmp would ban the docs' own example paths under /tmp).
+        let shared_dirs = [std::env::temp_dir(), "/tmp".into(), "/var/tmp".into()];
+        if let Some(parent) = root
+            .parent()
+            .filter(|p| p.parent().is_some() && !shared_dirs.iter().any(|d| d == p))
+        {
             needles.push(format!("{}/", parent.to_string_lossy()));
         }
         let names_in_repo: Vec<&str> = files
@@ -184,6 +190,26 @@ fn no_file_refers_outside_the_repository() {
          sim/docs/scenario-format.md, adapters/docs/cli.md, engine/docs/design.md, \
          engine/docs/capi.md, adapters/src/apiserver/crds/):\n  {}",
         offences.join("\n  ")
+    );
+}
+
+/// A checkout cloned into a temporary directory may name example paths under it.
+#[test]
+fn a_clone_in_tmp_may_name_example_paths_under_tmp() {
+    // Built, not written out: this file must not name a checkout where CI may clone it.
+    let clone = ["/tmp/", "some-", "clone"].concat();
+    let root = Path::new(&clone);
+    let files = vec![("README.md".to_string(), String::new())];
+    let rules = Rules::for_checkout(root, &files);
+    assert!(
+        rules
+            .offences("README.md", "lifecycle log verify --journal /tmp/j")
+            .is_empty()
+    );
+    assert!(
+        !rules
+            .offences("README.md", &format!("built in {clone}/target"))
+            .is_empty()
     );
 }
 

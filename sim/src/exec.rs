@@ -63,9 +63,11 @@ impl Sim {
     fn carry_out(&mut self, command: Command, delayed: bool) {
         let target = command.action.target().clone();
         let scope = target.key.scope.clone();
+        let hit = crate::wire::Hit::of_request(&request_for(&command));
+        let attempt = self.faults.attempt(&scope, &hit, delayed);
         let intercept = self
             .faults
-            .intercept(&scope, &command.action, self.now, delayed);
+            .intercept(&scope, &hit, attempt, self.now, delayed);
         let (outcome, wrote) = match intercept {
             Intercept::Pass => {
                 let outcome = self.apply_request(&scope, &command);
@@ -90,8 +92,13 @@ impl Sim {
             );
             self.line("api", "Rejected", object, detail);
         }
+        let timeout = if wrote {
+            self.faults.write_timeout(&scope, &hit, attempt, self.now)
+        } else {
+            None
+        };
         if let Some(outcome) =
-            self.send_result(&scope, &obj_key(&target), command.id, outcome, wrote)
+            self.send_result(&scope, &obj_key(&target), command.id, outcome, timeout)
         {
             self.push_result(command.id, outcome);
             self.pump();

@@ -5,9 +5,10 @@ use crate::api::{ObjKey, Part};
 use crate::scenario::{FaultKind, FaultSpec};
 use crate::sim::{Event, Sim};
 use engine::connection::Unreachable;
+use crate::wire::{Hit, Verdict};
 use engine::model::{PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope};
 use engine::time::{Duration, Timestamp, parse_go_duration};
-use engine::{Action, ApiOutcome, Input};
+use engine::{ApiOutcome, Input};
 use rand::Rng;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -33,8 +34,7 @@ fn kubeconfig_problem(problem: &str) -> Unreachable {
     }
 }
 
-/// Default delay of a `slow-api` fault and period of a `node-flap` fault.
-pub const SLOW_API_DELAY_DEFAULT: Duration = Duration::from_secs(3);
+/// Default period of a `node-flap` fault.
 pub const NODE_FLAP_PERIOD_DEFAULT: Duration = Duration::from_secs(30);
 
 #[derive(Clone, Debug)]
@@ -67,26 +67,22 @@ pub struct Faults {
     /// Workload clusters whose kubeconfig Secret a `kubeconfig` fault breaks, with what their
     /// connector finds.
     pub kubeconfig: BTreeMap<Scope, Unreachable>,
-    /// The run's seed: whether a call fails is decided by hashing it with the call, so the same
-    /// call at the same moment meets the same fate however many other calls were made.
+    /// The run's seed: whether a call fails is decided by hashing it with what it hits and its
+    /// attempt number for that ([`crate::wire::roll`]), so a call meets the same fate however
+    /// many other calls were made.
     pub seed: u64,
+    /// Requests made so far, by cluster and what they hit.
+    attempts: BTreeMap<(Scope, Hit), u64>,
 }
 
-/// A number in [0, 1) decided by (seed, fault kind, time, action, target) alone.
-fn call_roll(seed: u64, kind: FaultKind, now: Timestamp, action: &Action) -> f64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
-    let text = format!(
-        "{}|{}|{}|{}",
-        kind.as_str(),
-        now.as_millis(),
-        action.name(),
-        action.target().key
-    );
-    for b in text.bytes() {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
+impl crate::wire::Active for Faults {
+    fn active(&self, scope: &Scope, now: Timestamp, kind: FaultKind) -> Option<(f64, Duration)> {
+        self.active_for(scope, now, kind).map(|f| (f.rate, f.delay))
     }
-    (hash >> 11) as f64 / (1u64 << 53) as f64
+
+    fn seed(&self) -> u64 {
+        self.seed
+    }
 }
 
 /// Where a `journal-damage` lands, decided by (seed, time) alone.
@@ -97,19 +93,6 @@ fn damage_roll(seed: u64, now: Timestamp) -> u64 {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     hash
-}
-
-fn is_patch(action: &Action) -> bool {
-    matches!(
-        action,
-        Action::Cordon { .. }
-            | Action::SetCondition { .. }
-            | Action::PatchStatus { .. }
-            | Action::PatchSpec { .. }
-            | Action::SetOwnerReference { .. }
-            | Action::AddFinalizer { .. }
-            | Action::RemoveFinalizer { .. }
-    )
 }
 
 impl Faults {
@@ -159,55 +142,66 @@ impl Faults {
             .any(|f| f.kind == kind && now < f.until)
     }
 
-    /// What the faults in effect do to `action` sent to `scope`.
+    /// The attempt number of a request for what it hits (0 for the first); a request a slow
+    /// API held back keeps the number it arrived with (`again`).
+    pub fn attempt(&mut self, scope: &Scope, hit: &Hit, again: bool) -> u64 {
+        let n = self
+            .attempts
+            .entry((scope.clone(), hit.clone()))
+            .or_default();
+        if again {
+            return n.saturating_sub(1);
+        }
+        *n += 1;
+        *n - 1
+    }
+
+    /// What the faults in effect do to a request to `scope` that hits `hit` (see
+    /// [`crate::wire::decide`]: the same draws as the fake API servers make over HTTP).
     pub fn intercept(
         &mut self,
         scope: &Scope,
-        action: &Action,
+        hit: &Hit,
+        attempt: u64,
         now: Timestamp,
         delayed_already: bool,
     ) -> Intercept {
-        if self.active_for(scope, now, FaultKind::Partition).is_some() {
-            self.fire(FaultKind::Partition);
-            return Intercept::Fail(ApiOutcome::Unreachable {
+        let mut fired = Vec::new();
+        let verdict = crate::wire::decide(
+            &*self,
+            scope,
+            now,
+            hit,
+            attempt,
+            delayed_already,
+            &mut |k| fired.push(k),
+        );
+        for k in fired {
+            self.fire(k);
+        }
+        match verdict {
+            Verdict::Pass => Intercept::Pass,
+            Verdict::Unreachable => Intercept::Fail(ApiOutcome::Unreachable {
                 message: "simulated partition: the cluster's API cannot be reached".into(),
-            });
+            }),
+            Verdict::Delay(d) => Intercept::Delay(d),
+            Verdict::Refuse(r) => Intercept::Fail(r.outcome()),
         }
-        if !delayed_already && let Some(f) = self.active_for(scope, now, FaultKind::SlowApi) {
-            let delay = f.delay;
-            self.fire(FaultKind::SlowApi);
-            return Intercept::Delay(delay);
-        }
-        let roll = |faults: &mut Faults, kind: FaultKind| -> bool {
-            let Some(rate) = faults.active_for(scope, now, kind).map(|f| f.rate) else {
-                return false;
-            };
-            let hit = call_roll(faults.seed, kind, now, action) < rate.clamp(0.0, 1.0);
-            if hit {
-                faults.fire(kind);
-            }
-            hit
-        };
-        if roll(self, FaultKind::ApiErrors) {
-            return Intercept::Fail(ApiOutcome::Error {
-                code: 500,
-                message: "simulated API error".into(),
-            });
-        }
-        if is_patch(action) && roll(self, FaultKind::Conflicts) {
-            return Intercept::Fail(ApiOutcome::Conflict {
-                message: "Operation cannot be fulfilled: the object has been modified; please apply your changes to the latest version and try again".into(),
-            });
-        }
-        if matches!(action, Action::Evict { .. }) && roll(self, FaultKind::Eviction429) {
-            return Intercept::Fail(ApiOutcome::TooManyRequests {
-                message: format!(
-                    "{} The disruption budget (simulated) needs more healthy pods",
-                    crate::api::eviction::PDB_VIOLATION
-                ),
-            });
-        }
-        Intercept::Pass
+    }
+
+    /// Whether a write that happened times out (`write-timeout`), and how: the same draw as
+    /// over HTTP.
+    pub fn write_timeout(
+        &mut self,
+        scope: &Scope,
+        hit: &Hit,
+        attempt: u64,
+        now: Timestamp,
+    ) -> Option<crate::wire::Timeout> {
+        let rate = self.rate_of(scope, now, FaultKind::WriteTimeout)?;
+        let timeout = crate::wire::write_timeout(self.seed, scope, hit, attempt, rate)?;
+        self.fire(FaultKind::WriteTimeout);
+        Some(timeout)
     }
 
     pub fn hides_watch(&self, scope: &Scope, now: Timestamp) -> bool {
@@ -224,25 +218,6 @@ impl Faults {
     }
 }
 
-/// Whether a fault kind is played when the controller runs outside the simulator: the world's
-/// own faults and process restarts are; faults the simulator injects into the controller's API
-/// calls and deliveries are not.
-fn plays_over_http(kind: FaultKind) -> bool {
-    matches!(
-        kind,
-        FaultKind::ControllerRestart
-            | FaultKind::TornJournal
-            | FaultKind::CacheUnsynced
-            | FaultKind::StuckHook
-            | FaultKind::KubeletStop
-            | FaultKind::NodeFlap
-            | FaultKind::NodeNeverJoins
-            | FaultKind::InfraProvisionFailure
-            | FaultKind::CorruptObject
-            | FaultKind::Kubeconfig
-    )
-}
-
 fn extra_str<'a>(spec: &'a FaultSpec, key: &str) -> Option<&'a str> {
     spec.extra.get(key).and_then(Value::as_str)
 }
@@ -253,7 +228,7 @@ fn extra_duration(spec: &FaultSpec, key: &str) -> Option<Duration> {
 
 impl Sim {
     pub(crate) fn start_fault(&mut self, spec: &FaultSpec, cluster: Option<&str>) {
-        if self.external.is_some() && !plays_over_http(spec.kind) {
+        if self.external.is_some() && !crate::wire::plays_over_http(spec.kind) {
             self.line(
                 "scenario",
                 "Fault",
@@ -266,7 +241,7 @@ impl Sim {
             return;
         }
         let scope = cluster.map(|c| self.workload_scope(c));
-        let until = self.now + spec.for_.unwrap_or(Duration::from_secs(60));
+        let until = self.now + spec.for_.unwrap_or(crate::wire::FAULT_FOR_DEFAULT);
         match spec.kind {
             FaultKind::ControllerRestart => self.restart_controller(false),
             FaultKind::TornJournal => self.restart_controller(true),
@@ -335,19 +310,8 @@ impl Sim {
             | FaultKind::RelistDuplicates
             | FaultKind::WriteTimeout
             | FaultKind::BacklogBatches => {
-                let world_fault = matches!(
-                    spec.kind,
-                    FaultKind::NodeNeverJoins | FaultKind::InfraProvisionFailure
-                );
-                let delivery = crate::network::DELIVERY_KINDS.contains(&spec.kind);
-                let scope = if world_fault {
-                    None
-                } else if delivery {
-                    // Without a cluster, every cluster's deliveries.
-                    scope
-                } else {
-                    Some(scope.unwrap_or(Scope::Management))
-                };
+                let scope = crate::wire::fault_scope(spec.kind, scope);
+                let window = crate::wire::Window::of(spec, scope.clone(), self.now);
                 let id = self.faults.next_id;
                 self.faults.next_id += 1;
                 self.faults.active.insert(
@@ -355,12 +319,37 @@ impl Sim {
                     ActiveFault {
                         kind: spec.kind,
                         scope: scope.clone(),
-                        rate: spec.rate.unwrap_or(1.0),
-                        delay: extra_duration(spec, "delay").unwrap_or(SLOW_API_DELAY_DEFAULT),
+                        rate: window.rate,
+                        delay: window.delay,
                         until,
                     },
                 );
                 self.schedule(until, Event::FaultEnds { fault: id });
+                if self.external.is_some() && crate::wire::WIRE_KINDS.contains(&spec.kind) {
+                    // The fake API servers play it, from the same window ([`crate::wire::windows`]).
+                    let which = scope.as_ref().map_or_else(
+                        || "every fake API server".to_string(),
+                        |s| match s {
+                            Scope::Management => "the management cluster's fake API server".into(),
+                            Scope::Workload(c) => format!("{}'s fake API server", c.name),
+                        },
+                    );
+                    let rate = spec
+                        .rate
+                        .map(|r| format!(" at rate {r}"))
+                        .unwrap_or_default();
+                    self.line(
+                        "world",
+                        "Fault",
+                        String::new(),
+                        format!(
+                            "{} played by {which}{rate} until {}",
+                            spec.kind.as_str(),
+                            crate::timeline::clock(until.since(self.start))
+                        ),
+                    );
+                    return;
+                }
                 if matches!(
                     spec.kind,
                     FaultKind::RelistDuplicates | FaultKind::WatchExpired

@@ -315,13 +315,15 @@ impl Sim {
             // Decided at an earlier instant: a decision at this instant may have been taken on
             // the counts that lifted it. A Machine the MHC marked for its owner before it
             // short-circuited stays marked, and its MachineSet remediates it, as upstream's does.
+            // A mark at the decision's own instant came before it: a short-circuited MHC marks
+            // nothing.
             let marked_since = condition(machine, "OwnerRemediated")
                 .filter(|c| c.get("status").and_then(Value::as_str) == Some("False"))
                 .and_then(|c| c.get("lastTransitionTime").and_then(Value::as_str))
                 .and_then(|t| engine::time::Timestamp::parse_rfc3339(t).ok());
             let marked_before = |at: &engine::time::Timestamp| {
                 matches!(command.action, Action::DeleteMachine { .. })
-                    && marked_since.is_some_and(|m| m < *at)
+                    && marked_since.is_some_and(|m| m <= *at)
             };
             if decided.is_some_and(|(allowed, at)| !allowed && *at < self.now && !marked_before(at))
             {

@@ -32,6 +32,7 @@ pub mod sim;
 mod steps;
 pub mod sweep;
 pub mod timeline;
+pub mod wire;
 mod world;
 
 pub use run::{Report, RunOptions, run, run_owned};

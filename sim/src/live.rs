@@ -101,6 +101,13 @@ impl Live {
         &self.sim.scenario
     }
 
+    /// The faults of API calls and deliveries the scenario's timeline opens, for the fake API
+    /// servers to play on the world's clock with the run's seed (see [`crate::wire`]).
+    pub fn wire(&self) -> crate::wire::Wire {
+        let windows = crate::wire::windows(&self.sim.scenario, self.sim.start, &self.sim.workloads);
+        crate::wire::Wire::new(self.sim.seed, windows)
+    }
+
     /// Workload clusters by the name the scenario gives them.
     pub fn workloads(&self) -> &BTreeMap<String, Scope> {
         &self.sim.workloads
@@ -125,10 +132,15 @@ impl Live {
         now: Timestamp,
         stores: &mut BTreeMap<Scope, &mut ClusterStore>,
     ) -> Requests {
+        // What is in a store when the world steps on it was written by the controller since
+        // the last step (or is the starting state); what the world writes from here on is its
+        // own, not the controller's.
+        let mut external = BTreeMap::new();
         for (scope, store) in stores.iter_mut() {
             self.seen
                 .entry(scope.clone())
                 .or_insert_with(|| store.resource_version());
+            external.insert(scope.clone(), store.resource_version());
             let slot = self.sim.clusters.entry(scope.clone()).or_default();
             std::mem::swap(slot, &mut **store);
         }
@@ -137,7 +149,7 @@ impl Live {
         if now > self.sim.now {
             self.sim.now = now;
         }
-        self.ingest_external_writes();
+        self.ingest_external_writes(&external);
         self.sim.check_release();
         for (scope, store) in stores.iter_mut() {
             if let Some(slot) = self.sim.clusters.get_mut(scope) {
@@ -151,16 +163,22 @@ impl Live {
         Requests { restarts: new }
     }
 
-    /// The controller's writes since the world last looked, as watch events the world reacts to.
-    fn ingest_external_writes(&mut self) {
+    /// The controller's writes since the world last looked (up to resourceVersion `until` of
+    /// each cluster: later ones are the world's own, already reacted to), as watch events the
+    /// world reacts to.
+    fn ingest_external_writes(&mut self, until: &BTreeMap<Scope, u64>) {
         let scopes: Vec<Scope> = self.sim.clusters.keys().cloned().collect();
         for scope in scopes {
             let since = self.seen.get(&scope).copied().unwrap_or(0);
+            let until = until.get(&scope).copied().unwrap_or(u64::MAX);
             let Some(store) = self.sim.clusters.get(&scope) else {
                 continue;
             };
             let changes: Vec<Written> = match store.changes_since(since) {
-                Ok(changes) => changes.map(written_of).collect(),
+                Ok(changes) => changes
+                    .filter(|c| c.resource_version <= until)
+                    .map(written_of)
+                    .collect(),
                 Err(too_old) => {
                     let message = format!(
                         "the world lost track of writes to {} (change log compacted at {})",
@@ -196,11 +214,15 @@ impl Live {
         self.sim.clusters = stores;
         let causes: BTreeMap<u64, String> = records.iter().map(|r| (r.seq, r.describe())).collect();
         for record in records {
+            // The world is served a moment before its start: what the controller did then, it
+            // did to the starting state, at the start.
+            let at = record.at.max(self.sim.start);
             for command in &record.commands {
                 let cause = causes.get(&command.cause).map_or("", String::as_str);
-                self.sim.record_command(command, record.at, cause);
+                self.sim.record_command(command, at, cause);
             }
         }
+        self.note_refusals(records);
         self.check_repeats(records);
         self.sim.timeline.lines.sort_by_key(|l| l.at_ms);
         self.sim.finish_run();
@@ -298,6 +320,55 @@ impl Live {
                     && json::str_at(m, "spec.infrastructureRef.name") == Some(name)
             })
             .map(|(k, _)| Sim::engine_key(&Scope::Management, k))
+    }
+
+    /// The API's refusals the controller journaled (an answer other than ok: a fault's 5xx,
+    /// 409, 429 or timeout, a 404), as `api Rejected` timeline lines as in process.
+    fn note_refusals(&mut self, records: &[ControllerRecord]) {
+        let mut issued: BTreeMap<u64, &Command> = BTreeMap::new();
+        for record in records {
+            let answers: Vec<(u64, &engine::ApiOutcome)> = match &record.input {
+                Input::ApiResult { command, outcome } => vec![(*command, outcome)],
+                Input::Batch { inputs } => inputs
+                    .iter()
+                    .filter_map(|i| match i {
+                        Input::ApiResult { command, outcome } => Some((*command, outcome)),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            for (id, outcome) in answers {
+                let Some(command) = issued.get(&id).filter(|_| !outcome.is_success()) else {
+                    continue;
+                };
+                let at_ms = record
+                    .at
+                    .max(self.sim.start)
+                    .since(self.sim.start)
+                    .as_millis();
+                self.sim.timeline.push(crate::timeline::Line {
+                    at_ms,
+                    actor: "api".into(),
+                    action: "Rejected".into(),
+                    object: command.action.target().key.to_string(),
+                    detail: format!(
+                        "{} #{}: {}",
+                        command.action.name(),
+                        command.id,
+                        outcome.summary()
+                    ),
+                    cause: None,
+                    command: None,
+                });
+            }
+            if matches!(record.input, Input::Restarted) {
+                issued.clear();
+            }
+            for command in &record.commands {
+                issued.insert(command.id, command);
+            }
+        }
     }
 
     /// The "never twice" rule over the controller's journal: the inputs show what it observed,
@@ -617,6 +688,126 @@ mod tests {
             !report.violations.iter().any(|v| v.contains("repeated")),
             "{:?}",
             report.violations
+        );
+    }
+
+    /// A scenario served live from its text, with the change logs a server keeps.
+    fn served_text(
+        text: &str,
+        tolerance: Duration,
+    ) -> (Live, BTreeMap<Scope, ClusterStore>, Timestamp) {
+        let scenario = crate::scenario::parse("inline.yaml", text).expect("parses");
+        let start = Timestamp(1_800_000_000_000);
+        let mut live = Live::new(&scenario, scenario.seed, start, tolerance);
+        let mut stores = live.take_stores();
+        for store in stores.values_mut() {
+            store.record_changes(1_000);
+        }
+        (live, stores, start)
+    }
+
+    fn pre_drain_text() -> String {
+        std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../scenarios/pre-drain-hook-holds-drain.yaml"
+        ))
+        .expect("reads")
+    }
+
+    #[test]
+    fn the_worlds_own_deletion_of_infrastructure_is_not_the_controllers() {
+        // The scenario itself deletes m1's DockerMachine while web-0 still runs on its Node:
+        // no controller did it, so no drain rule is broken.
+        let text = pre_drain_text();
+        let cut = text.find("timeline:").expect("a timeline");
+        let text = format!(
+            "{}timeline:\n  - {{at: 30s, delete: {{kind: DockerMachine, name: m1}}}}\n",
+            &text[..cut]
+        );
+        let (mut live, mut stores, start) = served_text(&text, Duration::from_millis(0));
+        step(&mut live, &mut stores, start + Duration::from_secs(31));
+        step(&mut live, &mut stores, start + Duration::from_secs(32));
+        let report = live.finish(&[], stores);
+        assert!(
+            !report
+                .violations
+                .iter()
+                .any(|v| v.contains("deleted before its Node was drained")),
+            "{:?}",
+            report.violations
+        );
+        assert!(
+            report.timeline.render_text().contains("Delete"),
+            "the scenario's delete was played"
+        );
+    }
+
+    #[test]
+    fn what_the_controller_did_before_the_worlds_start_counts_at_the_start() {
+        // The controller is running a moment before the world's clock reaches its start: an
+        // action it took then is judged at 0s, where a window `[0s, 0s]` expects it.
+        let text = pre_drain_text();
+        let cut = text.find("expect:").expect("expectations");
+        let text = format!(
+            "{}expect:\n  - {{action: AddFinalizer, count: 1, within: [0s, 0s]}}\n",
+            &text[..cut]
+        );
+        let (live, stores, start) = served_text(&text, Duration::from_secs(10));
+        let m1 = engine::Target {
+            key: ObjectKey::new(
+                Scope::Management,
+                engine::model::Kind::Machine,
+                "default",
+                "m1",
+            ),
+            api_version: "cluster.x-k8s.io/v1beta1".into(),
+        };
+        let add = Command {
+            id: 1,
+            cause: 1,
+            controller: engine::ControllerId::Deletion,
+            owner: m1.key.clone(),
+            action: engine::Action::AddFinalizer {
+                target: m1,
+                finalizer: engine::model::MACHINE_FINALIZER.into(),
+            },
+            reason: String::new(),
+            series: None,
+        };
+        let mut early = record(1, Input::Tick, vec![add]);
+        early.at = start - Duration::from_millis(400);
+        let report = live.finish(&[early], stores);
+        assert!(report.failures.is_empty(), "{:?}", report.failures);
+    }
+
+    #[test]
+    fn the_apis_refusals_from_the_journal_are_timeline_lines() {
+        use crate::repeats::tests::{m1, release};
+        let answer = |id, outcome| Input::ApiResult {
+            command: id,
+            outcome,
+        };
+        let refused = engine::ApiOutcome::Error {
+            code: 503,
+            message: "the server is currently unable to handle the request".into(),
+        };
+        let records = [
+            record(1, m1(&[engine::model::MACHINE_FINALIZER]), vec![release(1)]),
+            record(2, answer(1, refused), vec![release(2)]),
+            record(
+                3,
+                answer(2, engine::ApiOutcome::Ok { object: None }),
+                vec![],
+            ),
+        ];
+        let (live, stores, _) = served(Duration::from_millis(0));
+        let text = live.finish(&records, stores).timeline.render_text();
+        let rejected: Vec<&str> = text.lines().filter(|l| l.contains("Rejected")).collect();
+        assert_eq!(rejected.len(), 1, "{text}");
+        assert!(
+            rejected[0].contains("RemoveFinalizer #1: 503"),
+            "{}",
+            rejected[0]
         );
     }
 

@@ -271,36 +271,28 @@ impl Sim {
         Some(streams[i].clone())
     }
 
-    /// A command's answer leaves the API server. Returns the answer to hand over at once on the
-    /// canonical path.
+    /// A command's answer leaves the API server; `timeout`: the write happened but the request
+    /// timed out (`write-timeout`, drawn by the caller). Returns the answer to hand over at once
+    /// on the canonical path.
     pub(crate) fn send_result(
         &mut self,
         scope: &Scope,
         key: &ObjKey,
         command: u64,
         outcome: ApiOutcome,
-        wrote: bool,
+        timeout: Option<crate::wire::Timeout>,
     ) -> Option<ApiOutcome> {
-        let outcome = if wrote && self.write_times_out(scope) {
-            self.faults.fire(FaultKind::WriteTimeout);
-            self.line(
-                "api",
-                "Timeout",
-                String::new(),
-                format!("command #{command}: the request timed out after the write happened"),
-            );
-            if self.net.rng.random_bool(0.5) {
-                ApiOutcome::Unreachable {
-                    message: "operation timed out".into(),
-                }
-            } else {
-                ApiOutcome::Error {
-                    code: 504,
-                    message: "Timeout: request did not complete within requested timeout - context deadline exceeded".into(),
-                }
+        let outcome = match timeout {
+            Some(timeout) => {
+                self.line(
+                    "api",
+                    "Timeout",
+                    String::new(),
+                    format!("command #{command}: the request timed out after the write happened"),
+                );
+                timeout.outcome()
             }
-        } else {
-            outcome
+            None => outcome,
         };
         if !self.through_network(scope) {
             return Some(outcome);
@@ -316,16 +308,6 @@ impl Sim {
         };
         self.send(latency, Arrival::Result { command, outcome });
         None
-    }
-
-    fn write_times_out(&mut self, scope: &Scope) -> bool {
-        let Some(rate) = self
-            .faults
-            .rate_of(scope, self.now, FaultKind::WriteTimeout)
-        else {
-            return false;
-        };
-        self.net.rng.random_bool(rate.clamp(0.0, 1.0))
     }
 
     /// An arrival reaches the controller's backlog.

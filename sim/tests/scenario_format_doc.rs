@@ -188,6 +188,7 @@ fn every_name_the_parser_accepts_is_documented() {
             missing.push(format!("fault kinds: a table row for {}", kind.as_str()));
         }
     }
+    missing.extend(over_http_column_misreports(&doc));
     let probes: [(&str, &str, &str); 9] = [
         (
             "reference keys",
@@ -273,4 +274,50 @@ fn every_name_the_parser_accepts_is_documented() {
         "{DOC_PATH} does not name what the parser accepts:\n  {}",
         missing.join("\n  ")
     );
+}
+
+/// The fault table's last column ("over HTTP") against what the code plays over HTTP
+/// (`sim::wire::plays_over_http`): `yes…` for a kind it plays, `no…` for one it does not.
+fn over_http_column_misreports(doc: &str) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for kind in FaultKind::ALL {
+        let prefix = format!("| `{}` |", kind.as_str());
+        let Some(line) = doc.lines().find(|l| l.starts_with(&prefix)) else {
+            continue;
+        };
+        let last = line
+            .trim_end_matches('|')
+            .rsplit(" | ")
+            .next()
+            .unwrap_or_default()
+            .trim();
+        let says = last.starts_with("yes");
+        if says != sim::wire::plays_over_http(kind) || !(says || last.starts_with("no")) {
+            wrong.push(format!(
+                "fault kinds: the over-HTTP column of {} says {last:?}; it is {}played over HTTP",
+                kind.as_str(),
+                if sim::wire::plays_over_http(kind) {
+                    ""
+                } else {
+                    "not "
+                }
+            ));
+        }
+    }
+    wrong
+}
+
+#[test]
+fn a_wrong_over_http_column_is_caught() {
+    let doc = doc();
+    assert!(over_http_column_misreports(&doc).is_empty());
+    let lied = doc.replace("| no (the simulator damages its own journal) |", "| yes |");
+    assert_eq!(over_http_column_misreports(&lied).len(), 1);
+    let api = doc
+        .lines()
+        .find(|l| l.starts_with("| `api-errors` |"))
+        .expect("a row");
+    let (head, _) = api.trim_end_matches('|').rsplit_once(" | ").expect("cells");
+    let lied = doc.replace(api, &format!("{head} | no |"));
+    assert_eq!(over_http_column_misreports(&lied).len(), 1);
 }

@@ -24,6 +24,7 @@ pub mod auth;
 mod builtin_schemas;
 pub mod crds;
 mod events;
+pub mod faults;
 mod kubelet;
 mod labels;
 mod limits;
@@ -87,6 +88,9 @@ pub struct ServerOptions {
     pub arrivals: Option<Arc<arrivals::Arrivals>>,
     /// Where each request's authorization tuple is recorded (`None`: nowhere).
     pub record: Option<record::Recorder>,
+    /// The faults a served world's scenario injects into this cluster's API calls and watch
+    /// streams (`None`: none).
+    pub faults: Option<faults::ServedFaults>,
 }
 
 impl Default for ServerOptions {
@@ -103,6 +107,7 @@ impl Default for ServerOptions {
             header_read_timeout: Duration::from_secs(32),
             arrivals: None,
             record: None,
+            faults: None,
         }
     }
 }
@@ -137,6 +142,7 @@ pub struct Ctx {
 pub struct ApiServer {
     addr: SocketAddr,
     cluster: SharedCluster,
+    faults: Option<faults::ServedFaults>,
     stop: signal::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -150,6 +156,7 @@ impl ApiServer {
     ) -> std::io::Result<ApiServer> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
+        let options_faults = options.faults.clone();
         let (stop, mut stopped) = signal::channel(false);
         let ctx = Arc::new(Ctx {
             cluster: cluster.clone(),
@@ -178,6 +185,15 @@ impl ApiServer {
                     _ = stopped.changed() => break,
                     accepted = listener.accept() => {
                         let Ok((stream, _)) = accepted else { continue };
+                        if let Some(faults) = &ctx.options.faults
+                            && faults.partitioned(crate::clock::wall_now())
+                        {
+                            // Partitioned: the connection is reset at once.
+                            faults.refused();
+                            let _ = stream.set_zero_linger();
+                            drop(stream);
+                            continue;
+                        }
                         let ctx = ctx.clone();
                         connections.spawn(serve_connection(ctx, stream));
                     }
@@ -190,6 +206,7 @@ impl ApiServer {
         Ok(ApiServer {
             addr,
             cluster,
+            faults: options_faults,
             stop,
             task,
         })
@@ -208,6 +225,11 @@ impl ApiServer {
         &self.cluster
     }
 
+    /// The faults this server plays, if any.
+    pub fn faults(&self) -> Option<&faults::ServedFaults> {
+        self.faults.as_ref()
+    }
+
     /// A kubeconfig (YAML) whose only context points at this server as `name`.
     pub fn kubeconfig(&self, name: &str) -> String {
         kubeconfig_yaml(name, &self.url())
@@ -220,23 +242,27 @@ impl ApiServer {
     }
 }
 
-/// Serves one connection until the client closes it or it stays idle for `idle_timeout`.
+/// Serves one connection until the client closes it or it stays idle for `idle_timeout`; a
+/// fault may cut it (a partition starting, a watch stream cut mid-stream).
 async fn serve_connection(ctx: Arc<Ctx>, stream: tokio::net::TcpStream) {
     let activity = Arc::new(limits::Activity::default());
     activity.touch();
+    let cut = Arc::new(tokio::sync::Notify::new());
     let io = limits::Tracked {
         inner: stream,
         activity: activity.clone(),
     };
     let idle = ctx.options.idle_timeout;
     let header_read = ctx.options.header_read_timeout;
+    let faults = ctx.options.faults.clone();
     let service = {
         let activity = activity.clone();
+        let cut = cut.clone();
         service_fn(move |req| {
             if let Some(arrivals) = &ctx.options.arrivals {
                 arrivals.record(ctx.addr, &req);
             }
-            router::handle(ctx.clone(), activity.clone(), req)
+            router::handle(ctx.clone(), activity.clone(), cut.clone(), req)
         })
     };
     let mut builder = http1::Builder::new();
@@ -248,12 +274,22 @@ async fn serve_connection(ctx: Arc<Ctx>, stream: tokio::net::TcpStream) {
     let check_every = (idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(5));
     let mut closing = false;
     loop {
+        let partition = faults
+            .as_ref()
+            .and_then(|f| f.next_partition(crate::clock::wall_now()));
         tokio::select! {
             ended = conn.as_mut() => {
                 if let Err(e) = ended {
                     tracing::debug!("connection ended: {e}");
                 }
                 return;
+            }
+            _ = cut.notified() => return,
+            _ = tokio::time::sleep(partition.map_or(Duration::MAX, crate::clock::until)), if partition.is_some() => {
+                if faults.as_ref().is_some_and(|f| f.partitioned(crate::clock::wall_now())) {
+                    // A partition starts: every open connection drops.
+                    return;
+                }
             }
             _ = tokio::time::sleep(check_every), if !closing => {
                 if activity.idle_for(idle) {

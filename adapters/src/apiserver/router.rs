@@ -4,6 +4,7 @@
 use super::auth;
 use super::crds;
 use super::events;
+use super::faults;
 use super::limits::{self, Activity};
 use super::list::{self, Filter};
 use super::objects::{self, ObjectRef, WriteOptions};
@@ -21,7 +22,6 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 use serde_json::{Value, json};
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -91,13 +91,16 @@ fn failure(f: Failure) -> Response<Body> {
 
 /// The entry point of every HTTP request on a connection whose activity is `activity`: the
 /// request counts as in progress (the connection is not idle) until its response body ends.
+/// `cut` drops the connection (a fault cutting a watch stream mid-stream); an `Err` drops it
+/// without an answer (a partition, a write whose answer is lost).
 pub async fn handle(
     ctx: Arc<Ctx>,
     activity: Arc<Activity>,
+    cut: Arc<tokio::sync::Notify>,
     req: Request<Incoming>,
-) -> Result<Response<Body>, Infallible> {
+) -> Result<Response<Body>, faults::Dropped> {
     let busy = activity.begin();
-    let response = limited(ctx, req).await;
+    let response = faulted(ctx, cut, req).await?;
     Ok(response.map(move |b| {
         b.map_frame(move |f| {
             let _held = &busy;
@@ -107,9 +110,38 @@ pub async fn handle(
     }))
 }
 
+/// The request under the faults the world injects into this cluster (see [`faults`]).
+async fn faulted(
+    ctx: Arc<Ctx>,
+    cut: Arc<tokio::sync::Notify>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, faults::Dropped> {
+    let Some(served) = ctx.options.faults.clone() else {
+        return Ok(limited(ctx, cut, req).await);
+    };
+    let watch = matches!(
+        Query::parse(req.uri().query()).get("watch"),
+        Some("true" | "1")
+    );
+    let hit = sim::wire::Hit::parse(req.method().as_str(), req.uri().path(), watch);
+    match faults::before(&served, hit).await {
+        None => Ok(limited(ctx, cut, req).await),
+        Some(faults::Before::Drop) => Err(faults::Dropped("the cluster is partitioned")),
+        Some(faults::Before::Answer(response)) => Ok(response),
+        Some(faults::Before::Serve { hit, attempt }) => {
+            let response = limited(ctx, cut, req).await;
+            faults::after(&served, &hit, attempt, response).await
+        }
+    }
+}
+
 /// The request under the server's limits: max-requests-inflight (429), the request timeout
 /// (504; watches are long-running and exempt from both).
-async fn limited(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
+async fn limited(
+    ctx: Arc<Ctx>,
+    cut: Arc<tokio::sync::Notify>,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let query = Query::parse(req.uri().query());
     if let Some(recorder) = &ctx.options.record {
         recorder.note(req.method(), req.uri().path(), &query);
@@ -144,7 +176,7 @@ async fn limited(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
         .map_or(ctx.options.request_timeout, |d| {
             d.min(ctx.options.request_timeout)
         });
-    let work = serve(ctx, query, req);
+    let work = serve(ctx, query, cut, req);
     if watch {
         return work.await;
     }
@@ -156,7 +188,12 @@ async fn limited(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
     response
 }
 
-async fn serve(ctx: Arc<Ctx>, query: Query, req: Request<Incoming>) -> Response<Body> {
+async fn serve(
+    ctx: Arc<Ctx>,
+    query: Query,
+    cut: Arc<tokio::sync::Notify>,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let method = req.method().clone();
     let path = req.uri().path().trim_end_matches('/').to_string();
     let header = |name: &str| {
@@ -198,6 +235,7 @@ async fn serve(ctx: Arc<Ctx>, query: Query, req: Request<Incoming>) -> Response<
             content_type: &content_type,
             accept: &accept,
             body: &body,
+            cut: &cut,
         };
         let response = route(&ctx, &path, &request);
         tracing::debug!(%method, %path, status = response.status().as_u16(), "request");
@@ -221,6 +259,8 @@ struct Req<'a> {
     content_type: &'a str,
     accept: &'a str,
     body: &'a [u8],
+    /// Drops the request's connection (a fault cutting a watch stream).
+    cut: &'a Arc<tokio::sync::Notify>,
 }
 
 fn route(ctx: &Ctx, path: &str, req: &Req) -> Response<Body> {
@@ -610,6 +650,10 @@ fn collection_get(
         bookmarks: q.get("allowWatchBookmarks") == Some("true"),
         initial_events_end: send_initial,
         view,
+        faults: ctx.options.faults.clone().map(|served| watch::WatchFaults {
+            served,
+            cut: req.cut.clone(),
+        }),
     };
     watch::respond(ctx.cluster.clone(), spec, &ctx.options)
 }

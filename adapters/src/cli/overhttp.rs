@@ -19,6 +19,10 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use tokio::process::{Child, Command};
 
+/// Set (to anything), an over-HTTP run keeps its directory: the kubeconfigs, the controller's
+/// log (`controller.log`) and its journal.
+pub const KEEP_ENV: &str = "LIFECYCLE_OVER_HTTP_KEEP";
+
 /// Exit code when the run itself could not happen (port in use, the controller could not
 /// start or crashed, its journal unreadable).
 pub const EXIT_COULD_NOT_RUN: u8 = 3;
@@ -43,6 +47,44 @@ pub struct OverHttp {
 pub fn recorder(path: Option<&Path>) -> Result<Option<Recorder>, String> {
     path.map(|p| Recorder::append_to(p).map_err(|e| format!("{}: {e}", p.display())))
         .transpose()
+}
+
+/// The summary line of what fired: `faults fired: api-errors 12, partition 3` (`none`), the
+/// scenario's fault kinds in their order, then the orders answers took.
+pub fn fired_line(fired: &std::collections::BTreeMap<&'static str, u64>) -> String {
+    let kinds = sim::scenario::FaultKind::ALL
+        .iter()
+        .map(|k| k.as_str())
+        .chain(sim::sweep::DELIVERY_ORDERS);
+    let named: Vec<String> = kinds
+        .filter_map(|k| fired.get(k).map(|n| format!("{k} {n}")))
+        .chain(
+            fired
+                .iter()
+                .filter(|(k, _)| k.starts_with("journal-damage:"))
+                .map(|(k, n)| format!("{k} {n}")),
+        )
+        .collect();
+    if named.is_empty() {
+        "faults fired: none".to_string()
+    } else {
+        format!("faults fired: {}", named.join(", "))
+    }
+}
+
+/// A run's outcome as `sim run --over-http --outcome FILE` writes it for a sweep: whether it
+/// passed, its violations and failed expectations, what fired, how many processes, wall time.
+pub fn outcome_json(played: &Played) -> serde_json::Value {
+    let report = &played.report;
+    serde_json::json!({
+        "passed": report.passed(),
+        "violations": report.violations,
+        "failures": report.failures.iter().map(|f| format!("line {}: {}", f.line, f.message)).collect::<Vec<_>>(),
+        "fired": report.faults_fired,
+        "checks": report.invariant_checks,
+        "processes": played.processes,
+        "wall_s": played.wall.as_secs_f64(),
+    })
 }
 
 /// What the run was, besides its verdict.
@@ -82,10 +124,15 @@ async fn play(scenario: &Scenario, setup: &OverHttp) -> Result<Played, String> {
     let world = ServedWorld::start_live(&mut live, setup.port, options)
         .await
         .map_err(|e| format!("serving the world on port {}: {e}", setup.port))?;
-    let dir = tempfile::Builder::new()
+    let mut dir = tempfile::Builder::new()
         .prefix("lifecycle-over-http-")
         .tempdir()
         .map_err(|e| format!("a temporary directory: {e}"))?;
+    if std::env::var_os(KEEP_ENV).is_some() {
+        // Debugging a run: the kubeconfigs, the controller's log and journal stay.
+        dir.disable_cleanup(true);
+        eprintln!("{KEEP_ENV}: keeping {}", dir.path().display());
+    }
     let kubeconfigs = world
         .write_kubeconfigs(dir.path())
         .map_err(|e| format!("writing kubeconfigs: {e}"))?;
@@ -134,12 +181,16 @@ async fn play(scenario: &Scenario, setup: &OverHttp) -> Result<Played, String> {
     let live = player.finished().await?;
     // Every input is durable before it is applied: killing loses nothing the journal vouches for.
     kill(&mut child).await;
+    let fired = world.faults_fired();
     let stores = world.take_stores();
     world.shutdown().await;
     let records = super::log::controller_records(&journal)?;
     let end = live.end();
     let records: Vec<_> = records.into_iter().filter(|r| r.at <= end).collect();
-    let report = live.finish(&records, stores);
+    let mut report = live.finish(&records, stores);
+    for (kind, n) in fired {
+        *report.faults_fired.entry(kind).or_default() += n;
+    }
     Ok(Played {
         report,
         tolerance,

@@ -45,8 +45,9 @@ pub enum SimCommand {
         batch: bool,
         /// Run end to end over real HTTP: serve the world, run the `lifecycle run` binary
         /// against it as a child process, play the timeline in real time (scaled by
-        /// --speed). Exit 3 when the run could not happen.
-        #[arg(long, conflicts_with_all = ["faults", "batch"])]
+        /// --speed); the fake API servers play the faults of API calls and deliveries.
+        /// Exit 3 when the run could not happen.
+        #[arg(long, conflicts_with_all = ["batch"])]
         over_http: bool,
         /// With --over-http: simulated seconds per real second (1..=100).
         #[arg(long, default_value_t = 1, requires = "over_http")]
@@ -58,6 +59,10 @@ pub enum SimCommand {
         /// group, resource, subresource; tab-separated) to this file.
         #[arg(long, hide = true, requires = "over_http")]
         record_requests: Option<PathBuf>,
+        /// Test only (`sim sweep --over-http`): write the run's outcome (verdict, violations,
+        /// faults fired) to this file as JSON.
+        #[arg(long, hide = true, requires = "over_http")]
+        outcome: Option<PathBuf>,
     },
     /// Print a generated fleet as a scenario file (for `sim serve` and benchmarks): CLUSTERS
     /// workload clusters of MACHINES Machines each (one control plane), PODS pods per Node, and
@@ -107,8 +112,16 @@ pub enum SimCommand {
         #[arg(long, default_value = ".")]
         out: PathBuf,
         /// Feed each instant's inputs as batches (see `sim run --batch`).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "over_http")]
         batch: bool,
+        /// Run each seed end to end over HTTP (`sim run FILE --over-http --seed N --faults
+        /// ...` as a child process: a served world and a `lifecycle run` of its own), judging
+        /// invariants; --jobs runs at once (default: twice the cores: the runs mostly wait).
+        #[arg(long, conflicts_with = "shrink")]
+        over_http: bool,
+        /// With --over-http: simulated seconds per real second (1..=100).
+        #[arg(long, default_value_t = 20, requires = "over_http")]
+        speed: u32,
     },
     /// Serve a scenario's starting world over HTTP: a fake API server for the management
     /// cluster (on PORT) and one per workload cluster (PORT+1, ...), until Ctrl-C.
@@ -148,6 +161,7 @@ pub fn main(command: SimCommand) -> u8 {
             speed,
             port,
             record_requests,
+            outcome,
         } => {
             if over_http {
                 let setup = super::overhttp::OverHttp {
@@ -157,7 +171,8 @@ pub fn main(command: SimCommand) -> u8 {
                     seed,
                     record_requests,
                 };
-                run_over_http(file, format, html.as_deref(), &setup)
+                let extra = OverHttpExtra { faults, outcome };
+                run_over_http(file, format, html.as_deref(), &setup, &extra)
             } else {
                 run(file, seed, format, html.as_deref(), journal, faults, batch)
             }
@@ -171,16 +186,25 @@ pub fn main(command: SimCommand) -> u8 {
             shrink,
             out,
             batch,
-        } => super::sweep::main(super::sweep::SweepArgs {
-            files,
-            seeds,
-            first_seed,
-            jobs,
-            faults,
-            shrink,
-            out,
-            batch,
-        }),
+            over_http,
+            speed,
+        } => {
+            let args = super::sweep::SweepArgs {
+                files,
+                seeds,
+                first_seed,
+                jobs,
+                faults,
+                shrink,
+                out,
+                batch,
+            };
+            if over_http {
+                super::sweep::over_http(&args, speed)
+            } else {
+                super::sweep::main(args)
+            }
+        }
         SimCommand::Generate {
             clusters,
             machines,
@@ -244,19 +268,39 @@ fn print_report(report: &sim::run::Report, file: &str, format: Format) {
     print!("{}", report.render_verdict(file));
 }
 
+/// What `sim run --over-http` takes besides the run's setup.
+struct OverHttpExtra {
+    /// `--faults`: the faults a sweep draws for the seed.
+    faults: Option<String>,
+    /// `--outcome`: where to write the outcome as JSON.
+    outcome: Option<PathBuf>,
+}
+
 fn run_over_http(
     file: Option<PathBuf>,
     format: Format,
     html: Option<&Path>,
     setup: &super::overhttp::OverHttp,
+    extra: &OverHttpExtra,
 ) -> u8 {
-    let scenario = match load(file.as_ref()) {
+    let mut scenario = match load(file.as_ref()) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("{e}");
             return 2;
         }
     };
+    if let Some(faults) = &extra.faults {
+        let choice = match sim::sweep::FaultChoice::parse(faults) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("--faults: {e}");
+                return 2;
+            }
+        };
+        let seed = setup.seed.unwrap_or(scenario.seed);
+        scenario = sim::sweep::with_faults(&scenario, seed, &choice);
+    }
     match super::overhttp::run(&scenario, setup) {
         Ok(played) => {
             if !write_html(html, &played.report, &scenario.file) {
@@ -264,12 +308,23 @@ fn run_over_http(
             }
             print_report(&played.report, &scenario.file, format);
             println!(
+                "{}",
+                super::overhttp::fired_line(&played.report.faults_fired)
+            );
+            println!(
                 "over HTTP: speed {}x, tolerance {}, {} controller process(es), {:.1} s wall",
                 setup.speed,
                 played.tolerance,
                 played.processes,
                 played.wall.as_secs_f64()
             );
+            if let Some(path) = &extra.outcome {
+                let outcome = super::overhttp::outcome_json(&played);
+                if let Err(e) = std::fs::write(path, outcome.to_string()) {
+                    eprintln!("--outcome {}: {e}", path.display());
+                    return super::overhttp::EXIT_COULD_NOT_RUN;
+                }
+            }
             if played.report.passed() { 0 } else { 1 }
         }
         Err(e) => {

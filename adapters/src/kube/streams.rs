@@ -7,7 +7,8 @@ use engine::intake::mirror::StreamEvent;
 use engine::intake::streams::{StreamKey, stream_id};
 use engine::model::Scope;
 use futures::StreamExt;
-use kube::api::{ApiResource, DynamicObject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -60,8 +61,72 @@ impl From<&StreamKey> for StreamSpec {
     }
 }
 
-fn to_json(spec: &StreamSpec, object: &DynamicObject) -> Value {
-    let mut v = serde_json::to_value(object).unwrap_or(Value::Null);
+/// An object as the API sent it, whatever it holds: the watcher needs only its name, namespace
+/// and resourceVersion, read leniently, and the engine reads the rest (`engine::convert`,
+/// which keeps what does not read as an unreadable object). kube's `DynamicObject` types its
+/// metadata, so one whose creation time does not parse or whose label is a number fails to
+/// decode, and its watch events would be lost: the controller would never learn it cannot read
+/// it.
+#[derive(Clone, Debug)]
+pub struct RawObject {
+    meta: ObjectMeta,
+    json: Value,
+}
+
+impl<'de> serde::Deserialize<'de> for RawObject {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let json = Value::deserialize(d)?;
+        let text = |key: &str| {
+            json.pointer(&format!("/metadata/{key}"))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        let meta = ObjectMeta {
+            name: text("name"),
+            namespace: text("namespace"),
+            resource_version: text("resourceVersion"),
+            uid: text("uid"),
+            ..ObjectMeta::default()
+        };
+        Ok(RawObject { meta, json })
+    }
+}
+
+impl kube::Resource for RawObject {
+    type DynamicType = ApiResource;
+    type Scope = kube::core::DynamicResourceScope;
+
+    fn group(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+
+    fn version(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+
+    fn kind(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+
+    fn api_version(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+
+    fn plural(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.meta
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.meta
+    }
+}
+
+fn to_json(spec: &StreamSpec, object: RawObject) -> Value {
+    let mut v = object.json;
     if let Some(map) = v.as_object_mut() {
         let ar = spec.api_resource();
         map.entry("apiVersion").or_insert(json!(ar.api_version));
@@ -70,8 +135,40 @@ fn to_json(spec: &StreamSpec, object: &DynamicObject) -> Value {
     v
 }
 
+/// kube's default watcher backoff (0.8 s doubling to 30 s, with jitter) on the controller's
+/// clock: a clock run N times fast (`--clock-speed`, simulated runs) waits N times less, so a
+/// watcher reconnects after the same simulated time as it would in production.
+pub struct ClockBackoff {
+    inner: watcher::DefaultBackoff,
+    speed: u32,
+}
+
+impl Default for ClockBackoff {
+    fn default() -> Self {
+        ClockBackoff {
+            inner: watcher::DefaultBackoff::default(),
+            speed: crate::clock::speed().max(1),
+        }
+    }
+}
+
+impl Iterator for ClockBackoff {
+    type Item = std::time::Duration;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.inner.next().map(|d| d / self.speed)
+    }
+}
+
+impl kube::runtime::utils::Backoff for ClockBackoff {
+    fn reset(&mut self) {
+        self.inner.reset();
+    }
+}
+
 /// Runs the watcher of `spec` until the receiver is gone (or the task is aborted). Watch
-/// errors are logged and retried with kube's default backoff; a 410 makes it relist.
+/// errors are logged and retried with kube's default backoff on the controller's clock
+/// ([`ClockBackoff`]); a 410 makes it relist.
 ///
 /// With `lists`, the first list waits for a permit and holds it until it is done (or fails):
 /// a thousand clusters connected at once would otherwise hold every list response in memory
@@ -86,9 +183,9 @@ pub async fn run_stream(
         Some(lists) => lists.acquire_owned().await.ok(),
         None => None,
     };
-    let api: Api<DynamicObject> = Api::all_with(client, &spec.api_resource());
+    let api: Api<RawObject> = Api::all_with(client, &spec.api_resource());
     let mut events = watcher(api, watcher::Config::default())
-        .default_backoff()
+        .backoff(ClockBackoff::default())
         .boxed();
     let stream = spec.id();
     while let Some(item) = events.next().await {
@@ -100,10 +197,10 @@ pub async fn run_stream(
         }
         let event = match item {
             Ok(watcher::Event::Init) => StreamEvent::Init,
-            Ok(watcher::Event::InitApply(o)) => StreamEvent::InitApply(to_json(&spec, &o)),
+            Ok(watcher::Event::InitApply(o)) => StreamEvent::InitApply(to_json(&spec, o)),
             Ok(watcher::Event::InitDone) => StreamEvent::InitDone,
-            Ok(watcher::Event::Apply(o)) => StreamEvent::Apply(to_json(&spec, &o)),
-            Ok(watcher::Event::Delete(o)) => StreamEvent::Delete(to_json(&spec, &o)),
+            Ok(watcher::Event::Apply(o)) => StreamEvent::Apply(to_json(&spec, o)),
+            Ok(watcher::Event::Delete(o)) => StreamEvent::Delete(to_json(&spec, o)),
             Err(watcher::Error::InitialListFailed(e)) if refusal(&e).is_some() => {
                 let problem = list_refused(&spec, &e);
                 tracing::warn!(stream = %stream, scope = ?spec.scope, "{problem}");
@@ -282,5 +379,55 @@ mod tests {
             "the permit is back once listed"
         );
         task.abort();
+    }
+
+    #[tokio::test]
+    async fn an_object_kube_cannot_type_still_reaches_the_engine_as_sent() {
+        // A creation time that does not parse and a label that is a number: kube's typed
+        // metadata cannot decode them, the engine must see them to call the object unreadable.
+        let mut bad = node("n1");
+        bad["metadata"]["creationTimestamp"] = json!("yesterday");
+        let mut store = ClusterStore::new("t");
+        store.create(node("n0"), crate::clock::wall_now()).unwrap();
+        let cluster = SharedCluster::new(store);
+        let server = ApiServer::start(
+            cluster.clone(),
+            "127.0.0.1:0".parse().unwrap(),
+            ServerOptions::default(),
+        )
+        .await
+        .unwrap();
+        let client = crate::kube::client_for_url(&server.url()).unwrap();
+        let scope = Scope::Workload(engine::model::ClusterName::new("default", "c1"));
+        let spec = StreamSpec::new(&scope, "", "v1", "Node");
+        let (tx, mut rx) = mpsc::channel(16);
+        let task = tokio::spawn(run_stream(client, spec, tx, None));
+        while let Some(event) = next_event(&mut rx, Duration::from_secs(10)).await {
+            if matches!(event, StreamEvent::InitDone) {
+                break;
+            }
+        }
+        cluster.write(|s| {
+            s.create(bad, crate::clock::wall_now()).unwrap();
+            let key = sim::api::ObjKey::new("", "Node", "", "n0");
+            s.patch(
+                &key,
+                &json!({"metadata": {"labels": {"x": 17}}}),
+                sim::api::Part::Whole,
+            )
+            .unwrap();
+        });
+        let mut seen = Vec::new();
+        while seen.len() < 2 {
+            match next_event(&mut rx, Duration::from_secs(10)).await {
+                Some(StreamEvent::Apply(o)) => seen.push(o),
+                other => panic!("an Apply, not {other:?}"),
+            }
+        }
+        assert_eq!(seen[0]["metadata"]["creationTimestamp"], "yesterday");
+        assert_eq!(seen[1]["metadata"]["labels"]["x"], 17);
+        assert_eq!(seen[1]["kind"], "Node");
+        task.abort();
+        server.shutdown().await;
     }
 }
