@@ -107,7 +107,8 @@ impl Scripted {
             | Input::Tick
             | Input::Restarted
             | Input::Unlisted { .. }
-            | Input::Unwatched { .. } => {}
+            | Input::Unwatched { .. }
+            | Input::ClusterUnreachable { .. } => {}
         }
     }
 }

@@ -422,3 +422,27 @@ fn an_mhc_with_an_invalid_spec_says_to_fix_the_spec() {
         "{machine}"
     );
 }
+
+/// Issue 26: a Machine held because its workload cluster's kubeconfig Secret is missing says
+/// so in the story and in what would unblock it (the Secret to create); so does the MHC; once
+/// the Secret is back the story says the cluster connected and the deletion went on.
+#[test]
+fn a_missing_kubeconfig_secret_is_told_in_the_story_and_in_what_would_unblock_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = journal(tmp.path(), "faults-kubeconfig-missing");
+    // Record 30, 02:10: the Secret is still missing.
+    let held = ok(&["explain", "machine", "default/m1", "--until", "30"], &j);
+    assert!(
+        held.contains("    - create Secret default/c1-kubeconfig (type cluster.x-k8s.io/secret)"),
+        "{held}"
+    );
+    insta::assert_snapshot!("kubeconfig_missing_machine_held", held);
+    let mhc = ok(&["explain", "mhc", "default/workers", "--until", "30"], &j);
+    insta::assert_snapshot!("kubeconfig_missing_mhc_held", mhc);
+    let whole = ok(&["explain", "machine", "default/m1"], &j);
+    assert!(
+        whole.contains("observed    workload cluster default/c1 connected again"),
+        "{whole}"
+    );
+    assert!(whole.contains("gone      at"), "{whole}");
+}

@@ -33,6 +33,12 @@ pub trait Controller {
     /// Reconcile keys that were waiting for `scope`'s cache, which has just synced (a relist
     /// with nothing new in it changes no object, so `affected` alone would not wake them).
     fn on_synced(&self, _store: &Store, _scope: &Scope, _out: &mut Vec<ObjectKey>) {}
+    /// Reconcile keys that wait on workload cluster `scope`, whose connector has just failed
+    /// for a new reason or connected after failing ([`Store::unreachable`]): they say why they
+    /// wait. By default the keys that wait for its cache to sync.
+    fn on_reachability(&self, store: &Store, scope: &Scope, out: &mut Vec<ObjectKey>) {
+        self.on_synced(store, scope, out);
+    }
 }
 
 /// What keeps two commands from doing the same thing at once: the action name and its target.

@@ -2,6 +2,7 @@
 
 use crate::codec;
 use crate::command::{Action, Command, ControllerId};
+use crate::connection::Unreachable;
 use crate::controller::{Controller, Cx, Effects};
 use crate::deletion::MachineDeletion;
 use crate::health::HealthChecks;
@@ -13,7 +14,7 @@ use crate::store::{Change, Store};
 use crate::time::Timestamp;
 use crate::timer::FiredTimer;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Bound on reconciles per input, so one input cannot hold the loop for ever. Reaching it is
 /// a bug (debug builds stop); release builds log it, count it and carry the keys left to the
@@ -79,6 +80,12 @@ impl Dirty {
 ///    `PoolNodeDeletion`).
 /// 3: eviction attempts as an enum of their possible states (`EvictionAttempt`).
 /// 4: the store keeps which kinds were listed on their own (drain kinds are watched on demand).
+///
+/// Still 4 with the table of unreachable workload clusters ([`Store::unreachable`]): an engine
+/// with none encodes byte for byte as before (so every snapshot written so far decodes, to an
+/// empty table), and the table, when there is one, is appended after everything else
+/// ([`Engine`]'s `Serialize`). A build before it refuses such a snapshot (trailing bytes) rather
+/// than misreading it, and rebuilds from the records.
 pub const STATE_VERSION: u16 = 4;
 
 /// The whole engine: observed objects, controller state, commands in flight.
@@ -88,7 +95,8 @@ pub const STATE_VERSION: u16 = 4;
 /// [`Input::ApiResult`]; when `next_deadline()` passes, feed [`Input::Tick`].
 /// Guarantees: the state after a sequence of inputs depends only on those inputs and their
 /// timestamps, so replaying a journal rebuilds it exactly ([`Engine::state_hash`] proves it).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(from = "Encoded")]
 pub struct Engine {
     applied_seq: u64,
     now: Timestamp,
@@ -106,6 +114,93 @@ pub struct Engine {
     #[cfg(test)]
     #[serde(skip)]
     budget: tests::Budget,
+}
+
+/// The encoded form of an [`Engine`]: its fields in order, then the table of unreachable
+/// workload clusters (the store's), present only when it is not empty.
+impl Serialize for Engine {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut s = serializer.serialize_struct("Engine", 7)?;
+        s.serialize_field("applied_seq", &self.applied_seq)?;
+        s.serialize_field("now", &self.now)?;
+        s.serialize_field("store", &self.store)?;
+        s.serialize_field("controllers", &self.controllers)?;
+        s.serialize_field("effects", &self.effects)?;
+        s.serialize_field("carried", &self.carried)?;
+        let unreachable = self.store.unreachable_clusters();
+        if unreachable.is_empty() {
+            // Nothing written: the state of a fleet that reaches every cluster encodes as it
+            // did before the table existed (the codec writes no field names or counts).
+            s.skip_field("unreachable")?;
+        } else {
+            s.serialize_field("unreachable", &(TAIL_MARK, unreachable))?;
+        }
+        s.end()
+    }
+}
+
+/// The byte the appended part starts with (a later addition would take another).
+const TAIL_MARK: u8 = 1;
+
+#[derive(Deserialize)]
+#[serde(rename = "Engine")]
+struct Encoded {
+    applied_seq: u64,
+    now: Timestamp,
+    store: Store,
+    controllers: Controllers,
+    effects: Effects,
+    carried: [BTreeSet<ObjectKey>; ControllerId::COUNT],
+    #[serde(deserialize_with = "absent_at_the_end")]
+    unreachable: BTreeMap<Scope, Unreachable>,
+}
+
+/// The appended part ([`TAIL_MARK`], then the value), or empty when the bytes end before it (a
+/// state with no unreachable cluster, or one written before the table existed). Once the mark
+/// is read, the value must decode: a damaged or cut table is an error, never an empty one.
+fn absent_at_the_end<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    struct Tail<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de> + Default> serde::de::Visitor<'de> for Tail<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            write!(f, "the mark {TAIL_MARK} and the appended state, or nothing")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<T, A::Error> {
+            use serde::de::Error;
+            match seq.next_element::<u8>() {
+                // A byte cannot fail to decode but at the end of the bytes.
+                Err(_) | Ok(None) => Ok(T::default()),
+                Ok(Some(TAIL_MARK)) => seq
+                    .next_element()?
+                    .ok_or_else(|| Error::invalid_length(1, &self)),
+                Ok(Some(other)) => Err(Error::custom(format!(
+                    "unknown mark {other} of an appended state part"
+                ))),
+            }
+        }
+    }
+    deserializer.deserialize_tuple(2, Tail(std::marker::PhantomData))
+}
+
+impl From<Encoded> for Engine {
+    fn from(e: Encoded) -> Engine {
+        let mut store = e.store;
+        store.restore_unreachable(e.unreachable);
+        Engine {
+            applied_seq: e.applied_seq,
+            now: e.now,
+            store,
+            controllers: e.controllers,
+            effects: e.effects,
+            carried: e.carried,
+            ..Engine::default()
+        }
+    }
 }
 
 /// [`Engine::fired_timers`]: equal whatever it holds, so a rebuilt engine equals the live one.
@@ -172,6 +267,7 @@ impl Engine {
             ..Default::default()
         };
         self.apply(input, &mut dirty);
+        self.store.forget_unreachable_without_cluster();
         self.reconcile(dirty);
         self.check_postconditions(&before, is_tick);
     }
@@ -210,6 +306,15 @@ impl Engine {
                 }
             }
             Input::Unwatched { scope, kind } => self.store.forget_kind(&scope, &kind),
+            Input::ClusterUnreachable { scope, reason } => {
+                // What waits on the cluster says why (or stops saying it) at once.
+                if self.store.set_unreachable(&scope, reason) {
+                    for (slot, controller) in self.controllers.all().into_iter().enumerate() {
+                        controller.on_reachability(&self.store, &scope, &mut dirty.routed);
+                        dirty.absorb(slot);
+                    }
+                }
+            }
             Input::ApiResult { command, outcome } => {
                 self.complete(command, &outcome, dirty);
             }

@@ -1,5 +1,6 @@
 //! What the engine is fed. Every input is journaled before it is applied.
 
+use crate::connection::Unreachable;
 use crate::model::{Kind, Object, ObjectKey, Scope};
 use serde::{Deserialize, Serialize};
 
@@ -50,6 +51,14 @@ pub enum Input {
     /// `kind` is no longer watched in `scope` (a drain kind no deletion there needs): its
     /// objects are forgotten, and it is unknown there until a [`Input::RelistKind`] of it.
     Unwatched { scope: Scope, kind: Kind },
+    /// The connector of workload cluster `scope` could not connect, for `reason`
+    /// (`Some`, once per change of reason), or the connection came up after such a failure
+    /// (`None`). Unknown, not absent: what waits on the cluster's cache waits as before, and
+    /// says why (see [`crate::connection`]).
+    ClusterUnreachable {
+        scope: Scope,
+        reason: Option<Unreachable>,
+    },
 }
 
 /// What a relist ([`Input::Relist`] or [`Input::RelistKind`]) replaced.
@@ -112,6 +121,10 @@ enum Unbatched {
         scope: Scope,
         kind: Kind,
     },
+    ClusterUnreachable {
+        scope: Scope,
+        reason: Option<Unreachable>,
+    },
 }
 
 /// Never decodes: a batch inside a batch is a damaged record.
@@ -152,6 +165,9 @@ impl From<Unbatched> for Input {
                 objects,
             },
             Unbatched::Unwatched { scope, kind } => Input::Unwatched { scope, kind },
+            Unbatched::ClusterUnreachable { scope, reason } => {
+                Input::ClusterUnreachable { scope, reason }
+            }
         }
     }
 }
@@ -299,6 +315,13 @@ impl Input {
                 kind.name(),
                 crate::store::scope_name(scope)
             ),
+            Input::ClusterUnreachable { scope, reason } => match (scope, reason) {
+                (Scope::Workload(c), Some(reason)) => reason.message(c),
+                (Scope::Workload(c), None) => {
+                    format!("connected to workload cluster {}/{}", c.namespace, c.name)
+                }
+                (Scope::Management, _) => "the management cluster's connection".to_string(),
+            },
             Input::Batch { inputs } => {
                 const SHOWN: usize = 3;
                 let mut text = format!("batch of {}: ", inputs.len());
@@ -357,6 +380,54 @@ mod tests {
         // Built with `Input::batch`, batches are spliced, never nested.
         assert_eq!(Input::batch(vec![batch.clone()]), batch);
         assert_eq!(Input::batch(vec![Input::Tick]), Input::Tick);
+    }
+
+    #[test]
+    fn a_cluster_unreachable_round_trips_alone_and_in_a_batch_and_says_why() {
+        let c1 = crate::model::ClusterName::new("default", "c1");
+        let input = |reason: Option<Unreachable>| Input::ClusterUnreachable {
+            scope: Scope::Workload(c1.clone()),
+            reason,
+        };
+        let batch = Input::Batch {
+            inputs: vec![
+                input(Some(Unreachable::SecretMissing)),
+                Input::Tick,
+                input(None),
+            ],
+        };
+        let unparsable = input(Some(Unreachable::Unparsable {
+            error: "line 1: not a map".into(),
+        }));
+        for input in [unparsable, batch] {
+            let bytes = crate::codec::encode(&input).unwrap();
+            assert_eq!(crate::codec::decode::<Input>(&bytes).unwrap(), input);
+        }
+        assert_eq!(
+            input(Some(Unreachable::SecretMissing)).describe(),
+            "cannot reach workload cluster default/c1: its kubeconfig Secret default/c1-kubeconfig is missing"
+        );
+        assert_eq!(
+            input(None).describe(),
+            "connected to workload cluster default/c1"
+        );
+    }
+
+    /// The variants before it keep their encoding: a journal written before it still decodes.
+    #[test]
+    fn earlier_variants_keep_their_encoding() {
+        let unwatched = Input::Unwatched {
+            scope: Scope::Management,
+            kind: Kind::Pod,
+        };
+        // Variant 9 (varint), then the scope (variant 0) and the kind.
+        let bytes = crate::codec::encode(&unwatched).unwrap();
+        assert_eq!(&bytes[..2], &[9, 0]);
+        let unreachable = Input::ClusterUnreachable {
+            scope: Scope::Management,
+            reason: None,
+        };
+        assert_eq!(crate::codec::encode(&unreachable).unwrap(), [10, 0, 0]);
     }
 
     #[test]

@@ -13,6 +13,7 @@
 
 pub mod codec;
 pub mod command;
+pub mod connection;
 pub mod controller;
 pub mod convert;
 pub mod deletion;

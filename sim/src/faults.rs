@@ -4,6 +4,7 @@
 use crate::api::{ObjKey, Part};
 use crate::scenario::{FaultKind, FaultSpec};
 use crate::sim::{Event, Sim};
+use engine::connection::Unreachable;
 use crate::wire::{Hit, Verdict};
 use engine::model::{PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope};
 use engine::time::{Duration, Timestamp, parse_go_duration};
@@ -14,6 +15,24 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// The label a `corrupt-object` fault gives a number for a value.
 const CORRUPT_LABEL: &str = "sim.lifecycle/corrupt";
+
+/// What a `kubeconfig` fault does to the cluster's `<cluster>-kubeconfig` Secret (`problem:`).
+pub const KUBECONFIG_PROBLEMS: [&str; 3] = ["missing", "no-value", "unparsable"];
+
+/// The value an `unparsable` kubeconfig Secret gets: base64 of `not a kubeconfig`.
+const UNPARSABLE_KUBECONFIG: &str = "bm90IGEga3ViZWNvbmZpZw==";
+
+/// What the connector finds in a Secret with `problem`. Over HTTP the real connector reads the
+/// Secret the fault damaged and finds the same (an unparsable value's error in kube's words).
+fn kubeconfig_problem(problem: &str) -> Unreachable {
+    match problem {
+        "no-value" => Unreachable::NoValue,
+        "unparsable" => Unreachable::Unparsable {
+            error: "the value is not a kubeconfig (simulated)".into(),
+        },
+        _ => Unreachable::SecretMissing,
+    }
+}
 
 /// Default period of a `node-flap` fault.
 pub const NODE_FLAP_PERIOD_DEFAULT: Duration = Duration::from_secs(30);
@@ -45,6 +64,9 @@ pub struct Faults {
     needs_relist: BTreeSet<Scope>,
     /// Clusters whose cache has not synced since the controller restarted.
     pub unsynced: BTreeSet<Scope>,
+    /// Workload clusters whose kubeconfig Secret a `kubeconfig` fault breaks, with what their
+    /// connector finds.
+    pub kubeconfig: BTreeMap<Scope, Unreachable>,
     /// The run's seed: whether a call fails is decided by hashing it with what it hits and its
     /// attempt number for that ([`crate::wire::roll`]), so a call meets the same fate however
     /// many other calls were made.
@@ -231,6 +253,10 @@ impl Sim {
                 self.schedule(until, Event::CacheSynced { scope });
             }
             FaultKind::StuckHook => self.stick_hook(spec),
+            FaultKind::Kubeconfig => {
+                let scope = scope.unwrap_or_else(|| self.first_workload());
+                self.break_kubeconfig(spec, scope, until);
+            }
             FaultKind::CorruptObject => {
                 let scope = scope.unwrap_or_else(|| self.first_workload());
                 if let Some((scope, key)) = self.corruption_target(spec, scope)
@@ -462,6 +488,76 @@ impl Sim {
             let detail = "readable again".to_string();
             self.line("world", "Corrupt", Sim::describe(scope, key), detail);
             self.changed(scope, w);
+        }
+    }
+
+    /// Breaks the cluster's kubeconfig Secret (`problem:`, default `missing`) until `until`, and
+    /// restarts the controller: a connection is made when it starts, so the restart is what
+    /// meets the broken Secret. The Secret the store holds (served over HTTP, the real one the
+    /// controller reads) is deleted, loses its key `value` or gets one that is no kubeconfig;
+    /// in-process the simulated connector reports the same.
+    fn break_kubeconfig(&mut self, spec: &FaultSpec, scope: Scope, until: Timestamp) {
+        let Scope::Workload(cluster) = &scope else {
+            return;
+        };
+        let problem = extra_str(spec, "problem").unwrap_or("missing");
+        let name = format!("{}-kubeconfig", cluster.name);
+        let key = ObjKey::new("", "Secret", &cluster.namespace, &name);
+        let original = self.get(&Scope::Management, &key).cloned();
+        if original.is_some() {
+            let now = self.now;
+            let store = self.store_mut(&Scope::Management);
+            let written = match problem {
+                "no-value" => store.patch(&key, &json!({"data": {"value": null}}), Part::Whole),
+                "unparsable" => store.patch(
+                    &key,
+                    &json!({"data": {"value": UNPARSABLE_KUBECONFIG}}),
+                    Part::Whole,
+                ),
+                _ => store.delete(&key, now),
+            };
+            if let Ok(w) = written {
+                self.changed(&Scope::Management, w);
+            }
+        }
+        let reason = kubeconfig_problem(problem);
+        self.faults.kubeconfig.insert(scope.clone(), reason.clone());
+        self.faults.fire(FaultKind::Kubeconfig);
+        let object = format!("Secret {}/{name}", cluster.namespace);
+        let detail = format!(
+            "{problem} until {}: {}; the controller restarts and cannot connect",
+            self.offset_of(until),
+            reason.detail(cluster)
+        );
+        self.line("world", "KubeconfigBroken", object, detail);
+        self.restart_controller_as(FaultKind::Kubeconfig);
+        self.schedule(until, Event::KubeconfigRestored { scope, original });
+    }
+
+    /// A `kubeconfig` fault ends: the Secret is as it was, and a connector still trying connects.
+    pub(crate) fn restore_kubeconfig(&mut self, scope: &Scope, original: Option<Value>) {
+        let Scope::Workload(cluster) = scope else {
+            return;
+        };
+        self.faults.kubeconfig.remove(scope);
+        if let Some(original) = original {
+            let now = self.now;
+            if let Ok(w) = self.store_mut(&Scope::Management).apply(original, now) {
+                self.changed(&Scope::Management, w);
+            }
+        }
+        let object = format!("Secret {}/{}-kubeconfig", cluster.namespace, cluster.name);
+        self.line(
+            "world",
+            "KubeconfigRestored",
+            object,
+            "the controller can connect again".into(),
+        );
+        if self.connecting.remove(scope) {
+            self.lp.push(engine::intake::Arrival::Connected {
+                scope: scope.clone(),
+            });
+            self.pump();
         }
     }
 

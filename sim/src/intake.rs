@@ -33,6 +33,7 @@ impl Sim {
         self.lp = Loop::new(engine, self.lp.options().clone());
         self.watched.clear();
         self.deferred_watches.clear();
+        self.connecting.clear();
     }
 
     /// Carries out what the loop asks for until it waits: unless batching, where the loop is
@@ -68,12 +69,27 @@ impl Sim {
                 Output::WatchProvider { group, kind, .. } => {
                     self.start_watch(&Scope::Management, stream_id(&group, &kind))
                 }
-                Output::Connect(scope) => self.lp.push(Arrival::Connected { scope }),
+                Output::Connect(scope) => self.connect(scope),
                 Output::Disconnect(scope) => {
+                    self.connecting.remove(&scope);
                     self.watched.retain(|(s, _)| *s != scope);
                     self.deferred_watches.retain(|(s, _)| *s != scope);
                 }
             }
+        }
+    }
+
+    /// The connector of a workload cluster: connected at once, unless a `kubeconfig` fault
+    /// breaks its Secret; then it reports why (as the real connector does, once: its retries
+    /// meet the same Secret) and connects when the fault ends.
+    fn connect(&mut self, scope: Scope) {
+        match self.faults.kubeconfig.get(&scope) {
+            Some(reason) => {
+                let reason = reason.clone();
+                self.connecting.insert(scope.clone());
+                self.lp.push(Arrival::ConnectFailed { scope, reason });
+            }
+            None => self.lp.push(Arrival::Connected { scope }),
         }
     }
 

@@ -425,7 +425,11 @@ fn note_uids(input: &Input, uids: &mut BTreeMap<ObjectKey, String>) {
             uids.retain(|k, _| k.scope != *scope || k.kind != *kind)
         }
         Input::Batch { inputs } => inputs.iter().for_each(|i| note_uids(i, uids)),
-        Input::ApiResult { .. } | Input::Tick | Input::Restarted | Input::Unlisted { .. } => {}
+        Input::ApiResult { .. }
+        | Input::Tick
+        | Input::Restarted
+        | Input::Unlisted { .. }
+        | Input::ClusterUnreachable { .. } => {}
     }
 }
 

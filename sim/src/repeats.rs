@@ -141,7 +141,11 @@ impl Repeats {
                 }
             }
             Input::Batch { inputs } => inputs.iter().for_each(|i| self.observe(i, seq)),
-            Input::Tick | Input::Restarted | Input::Unlisted { .. } | Input::Unwatched { .. } => {}
+            Input::Tick
+            | Input::Restarted
+            | Input::Unlisted { .. }
+            | Input::Unwatched { .. }
+            | Input::ClusterUnreachable { .. } => {}
         }
     }
 

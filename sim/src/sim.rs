@@ -59,6 +59,12 @@ pub enum Event {
         key: crate::api::ObjKey,
         restore: serde_json::Value,
     },
+    /// A `kubeconfig` fault ends: the cluster's kubeconfig Secret is restored (`original`,
+    /// when the store held one to damage) and its connector connects.
+    KubeconfigRestored {
+        scope: Scope,
+        original: Option<serde_json::Value>,
+    },
     /// A flapping node changes its Ready condition.
     NodeFlap {
         scope: Scope,
@@ -137,6 +143,9 @@ pub struct Sim {
     pub(crate) watched: BTreeSet<(Scope, String)>,
     /// Streams whose first list waits for a cluster's cache to sync (a fault).
     pub(crate) deferred_watches: BTreeSet<(Scope, String)>,
+    /// Workload clusters the loop asked to connect to whose connector cannot (a `kubeconfig`
+    /// fault): connected when the fault ends.
+    pub(crate) connecting: BTreeSet<Scope>,
     /// Machines of each Cluster `(namespace, clusterName)` in the fake API, so checks that look
     /// at one cluster's Machines do not walk every Machine of the fleet.
     pub(crate) machines_by_cluster: BTreeMap<(String, String), BTreeSet<ObjKey>>,
@@ -195,6 +204,7 @@ impl Sim {
             net: crate::network::Network::new(seed),
             watched: BTreeSet::new(),
             deferred_watches: BTreeSet::new(),
+            connecting: BTreeSet::new(),
             malformed: BTreeSet::new(),
             machines_by_cluster: BTreeMap::new(),
             mhcs_by_cluster: BTreeMap::new(),

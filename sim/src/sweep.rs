@@ -94,7 +94,8 @@ pub fn swarm_faults(scenario: &Scenario, seed: u64, choice: &FaultChoice) -> Vec
             | FaultKind::NodeFlap
             | FaultKind::Eviction429
             | FaultKind::CacheUnsynced
-            | FaultKind::CorruptObject => workload.clone(),
+            | FaultKind::CorruptObject
+            | FaultKind::Kubeconfig => workload.clone(),
             FaultKind::ApiErrors
             | FaultKind::Partition
             | FaultKind::WatchGap
@@ -131,6 +132,7 @@ pub fn swarm_faults(scenario: &Scenario, seed: u64, choice: &FaultChoice) -> Vec
                 | FaultKind::Eviction429
                 | FaultKind::CacheUnsynced
                 | FaultKind::CorruptObject
+                | FaultKind::Kubeconfig
         ) && cluster.is_none()
         {
             continue;
@@ -182,6 +184,7 @@ fn hides_observations(s: &Scenario) -> bool {
             FaultKind::WatchGap
                 | FaultKind::Partition
                 | FaultKind::CacheUnsynced
+                | FaultKind::Kubeconfig
                 | FaultKind::TornJournal
                 | FaultKind::WatchExpired
                 | FaultKind::CoalescedEvents

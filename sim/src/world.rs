@@ -207,6 +207,9 @@ impl Sim {
                 until,
                 ready,
             } => self.node_flap(scope, node, period, until, ready),
+            Event::KubeconfigRestored { scope, original } => {
+                self.restore_kubeconfig(&scope, original)
+            }
             Event::DelayedCommand { command } => self.execute_after_delay(*command),
             Event::Step(_)
             | Event::EngineTick

@@ -1,7 +1,8 @@
 //! Folds replayed records into a [`Story`]: one pass, in sequence order.
 
 use super::{Cause, ControllerRecord, Entry, ExplainError, Now, Phase, Span, Story, Subject};
-use engine::model::{Condition, Kind, Object, ObjectKey};
+use engine::connection::Unreachable;
+use engine::model::{ClusterName, Condition, Kind, Object, ObjectKey, Scope};
 use engine::{Action, ApiOutcome, Command, Input, Timestamp};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -23,7 +24,11 @@ pub(super) fn input_concerns(
             .get(command)
             .is_some_and(|c| command_concerns(c, subject)),
         Input::Batch { inputs } => inputs.iter().any(|i| input_concerns(i, subject, issued)),
-        Input::Tick | Input::Restarted | Input::Unlisted { .. } | Input::Unwatched { .. } => false,
+        Input::Tick
+        | Input::Restarted
+        | Input::Unlisted { .. }
+        | Input::Unwatched { .. }
+        | Input::ClusterUnreachable { .. } => false,
     }
 }
 
@@ -77,6 +82,8 @@ pub(super) struct Teller {
     pub marks: Vec<(String, String, Timestamp, Cause)>,
     /// The time the story is told as at (set when it is finished).
     pub now_at: Timestamp,
+    /// Workload clusters that cannot be reached, and why, as the journal last said.
+    pub unreachable: BTreeMap<Scope, Unreachable>,
 }
 
 impl Teller {
@@ -151,6 +158,25 @@ impl Teller {
             .iter()
             .find(|(k, _)| self.subject.matches(k))
             .and_then(|(_, o)| o.as_ref())
+    }
+
+    /// The workload cluster of the subject (a Machine, MHC or MachinePool names it).
+    pub fn subject_cluster(&self) -> Option<ClusterName> {
+        let (namespace, cluster) = match self.subject_object()? {
+            Object::Machine(m) => (&m.meta.namespace, &m.cluster_name),
+            Object::MachineHealthCheck(h) => (&h.meta.namespace, &h.cluster_name),
+            Object::MachinePool(p) => (&p.meta.namespace, &p.cluster_name),
+            _ => return None,
+        };
+        Some(ClusterName::new(namespace.as_str(), cluster.as_str()))
+    }
+
+    /// Why the subject's workload cluster cannot be reached, and what would fix it, while the
+    /// journal says it cannot.
+    pub fn unreachable_unblock(&self) -> Option<String> {
+        let cluster = self.subject_cluster()?;
+        let why = self.unreachable.get(&Scope::Workload(cluster.clone()))?;
+        Some(why.to_unblock(&cluster))
     }
 
     pub fn subject_conditions(&self) -> &[Condition] {
@@ -232,6 +258,7 @@ impl Explainer {
                 entries: Vec::new(),
                 marks: Vec::new(),
                 now_at: Timestamp(0),
+                unreachable: BTreeMap::new(),
             },
             chapter,
         }
@@ -292,6 +319,9 @@ impl Explainer {
                 | Input::Unlisted { .. }
                 | Input::Unwatched { .. }
                 | Input::Batch { .. } => {}
+                Input::ClusterUnreachable { scope, reason } => {
+                    cluster_reachability(t, r, scope, reason.as_ref())
+                }
             }
         }
         for c in &r.commands {
@@ -339,6 +369,53 @@ impl Explainer {
             now,
         })
     }
+}
+
+/// What would unblock an MHC or MachinePool that says its workload cluster cannot be reached
+/// (`WorkloadClusterReachable=False`), while the journal says so too.
+pub(super) fn unreachable_now(t: &Teller) -> Option<String> {
+    let condition = engine::model::find_condition(
+        t.subject_conditions(),
+        engine::connection::REACHABLE_CONDITION,
+    )?;
+    if condition.status != engine::model::ConditionStatus::False || t.gone.is_some() {
+        return None;
+    }
+    t.unreachable_unblock()
+}
+
+/// A workload cluster could not be reached (or connected again): remembered for what would
+/// unblock, and told in the story of an object of that cluster.
+fn cluster_reachability(
+    t: &mut Teller,
+    r: &ControllerRecord,
+    scope: &Scope,
+    reason: Option<&Unreachable>,
+) {
+    let before = match reason {
+        Some(why) => t.unreachable.insert(scope.clone(), why.clone()),
+        None => t.unreachable.remove(scope),
+    };
+    let Scope::Workload(cluster) = scope else {
+        return;
+    };
+    if t.subject_cluster().as_ref() != Some(cluster) || t.gone.is_some() {
+        return;
+    }
+    let text = match (reason, before) {
+        (Some(why), _) => format!(
+            "workload cluster {}/{} cannot be reached: {}",
+            cluster.namespace,
+            cluster.name,
+            why.detail(cluster)
+        ),
+        (None, Some(_)) => format!(
+            "workload cluster {}/{} connected again",
+            cluster.namespace, cluster.name
+        ),
+        (None, None) => return,
+    };
+    t.entry(r.at, "observed", text, None, r.seq);
 }
 
 fn observe(
@@ -445,6 +522,7 @@ pub(super) fn deletion_phase_name(reason: &str) -> &'static str {
         r::DELETING_NODE => "deleting the Node",
         r::DELETION_COMPLETED => "deletion completed; releasing the finalizer",
         r::OBJECT_UNREADABLE => "blocked: an object it depends on is unreadable",
+        r::WORKLOAD_CLUSTER_UNREACHABLE => "blocked: its workload cluster cannot be reached",
         r::INTERNAL_ERROR => "blocked: internal error",
         _ => "deleting",
     }

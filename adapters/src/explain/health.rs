@@ -276,6 +276,14 @@ impl Chapter for Health {
                 unblock.push(j.unblock(k));
             }
         }
+        if let Some(fix) = super::build::unreachable_now(t) {
+            let reachable = find_condition(
+                t.subject_conditions(),
+                engine::connection::REACHABLE_CONDITION,
+            );
+            held_by.extend(reachable.map(condition_text));
+            unblock.push(fix);
+        }
         (
             targets,
             Now {

@@ -107,12 +107,13 @@ impl Chapter for Pool {
             .filter(|c| c.status == ConditionStatus::False)
             .map(condition_text)
             .collect();
+        let unblock = super::build::unreachable_now(t).into_iter().collect();
         (
             Vec::new(),
             Now {
                 summary,
                 held_by,
-                unblock: Vec::new(),
+                unblock,
             },
         )
     }

@@ -216,6 +216,9 @@ fn deletion_unblock(t: &Teller, deleting: &Condition, m: &MachineContext) -> Vec
         r::OBJECT_UNREADABLE => vec![
             "the object named above must become readable: grant the controller get/list on its kind, or fix the object".into(),
         ],
+        r::WORKLOAD_CLUSTER_UNREACHABLE => vec![t.unreachable_unblock().unwrap_or_else(|| {
+            "the controller must connect to the workload cluster: fix its kubeconfig Secret <namespace>/<cluster>-kubeconfig (key \"value\") as the message above says".into()
+        })],
         _ => vec!["see the message above; the controller retries on its own".into()],
     }
 }

@@ -1,15 +1,22 @@
 //! The settings every kube client of ours is built with, management and workload alike.
 
+use engine::connection::Unreachable;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
-/// A client for a workload cluster from its kubeconfig YAML.
-pub async fn client_from_kubeconfig(yaml: &str) -> Result<Client, String> {
-    let kubeconfig = Kubeconfig::from_yaml(yaml).map_err(|e| e.to_string())?;
+/// A client for a workload cluster from its kubeconfig YAML; what is wrong when there is
+/// none: YAML that is no kubeconfig ([`Unreachable::Unparsable`]), or a kubeconfig no client
+/// can be built from ([`Unreachable::ClientFailed`]: no current context, a certificate that
+/// does not load, an auth plugin that fails).
+pub async fn client_from_kubeconfig(yaml: &str) -> Result<Client, Unreachable> {
+    let kubeconfig = Kubeconfig::from_yaml(yaml).map_err(|e| Unreachable::Unparsable {
+        error: e.to_string(),
+    })?;
+    let failed = |error: String| Unreachable::ClientFailed { error };
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
-        .map_err(|e| e.to_string())?;
-    client_from_config(config)
+        .map_err(|e| failed(e.to_string()))?;
+    client_from_config(config).map_err(failed)
 }
 
 /// A client from a kube [`Config`], after [`prepare`].
@@ -66,6 +73,25 @@ mod tests {
         let mut with_ca = config("https://h:6443");
         with_ca.root_cert = Some(vec![vec![1, 2, 3]]);
         assert_eq!(prepare(with_ca).root_cert, Some(vec![vec![1, 2, 3]]));
+    }
+
+    #[tokio::test]
+    async fn a_kubeconfig_that_does_not_parse_or_builds_no_client_says_which() {
+        let unparsable = client_from_kubeconfig("this is not a kubeconfig").await;
+        assert!(
+            matches!(&unparsable, Err(Unreachable::Unparsable { error }) if !error.is_empty()),
+            "{:?}",
+            unparsable.map(|_| ())
+        );
+        // A kubeconfig without contexts parses, but names no server to build a client for.
+        let empty = client_from_kubeconfig("apiVersion: v1\nkind: Config\nclusters: []\n").await;
+        assert!(
+            matches!(&empty, Err(Unreachable::ClientFailed { .. })),
+            "{:?}",
+            empty.map(|_| ())
+        );
+        let good = crate::apiserver::kubeconfig_yaml("c1", "http://127.0.0.1:1");
+        assert!(client_from_kubeconfig(&good).await.is_ok());
     }
 
     #[tokio::test]

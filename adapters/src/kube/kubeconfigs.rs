@@ -10,6 +10,8 @@
 
 use super::adapter::Event;
 use super::client::client_from_kubeconfig;
+use engine::connection::Unreachable;
+use engine::intake::Arrival;
 use engine::model::ClusterName;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
@@ -60,6 +62,13 @@ pub fn kubeconfig_value(secret: &Secret) -> Option<Vec<u8>> {
     })
 }
 
+/// A kubeconfig is text: bytes that are not UTF-8 are no kubeconfig.
+fn utf8(value: Vec<u8>) -> Result<String, Unreachable> {
+    String::from_utf8(value).map_err(|e| Unreachable::Unparsable {
+        error: format!("not UTF-8 text: {e}"),
+    })
+}
+
 impl Kubeconfigs {
     pub fn new(management: Client) -> Self {
         Kubeconfigs {
@@ -69,18 +78,28 @@ impl Kubeconfigs {
     }
 
     /// The kubeconfig YAML of `cluster`: from the shared list on a first attempt while it is
-    /// fresh, else from a GET of its Secret.
-    pub async fn get(&self, cluster: &ClusterName, first_attempt: bool) -> Result<String, String> {
+    /// fresh, else from a GET of its Secret; or what is wrong with that Secret.
+    pub async fn get(
+        &self,
+        cluster: &ClusterName,
+        first_attempt: bool,
+    ) -> Result<String, Unreachable> {
         if first_attempt && let Some(value) = self.take_listed(cluster).await {
-            return String::from_utf8(value).map_err(|e| e.to_string());
+            return utf8(value);
         }
         let secrets: Api<Secret> = Api::namespaced(self.management.clone(), &cluster.namespace);
-        let secret = secrets
-            .get(&secret_name(cluster))
-            .await
-            .map_err(|e| e.to_string())?;
-        let value = kubeconfig_value(&secret).ok_or("the secret has no key \"value\"")?;
-        String::from_utf8(value).map_err(|e| e.to_string())
+        let secret = match secrets.get(&secret_name(cluster)).await {
+            Ok(secret) => secret,
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                return Err(Unreachable::SecretMissing);
+            }
+            Err(e) => {
+                return Err(Unreachable::SecretUnreadable {
+                    error: e.to_string(),
+                });
+            }
+        };
+        utf8(kubeconfig_value(&secret).ok_or(Unreachable::NoValue)?)
     }
 
     async fn take_listed(&self, cluster: &ClusterName) -> Option<Vec<u8>> {
@@ -147,7 +166,10 @@ impl Kubeconfigs {
 }
 
 /// Connects to a workload cluster through its kubeconfig Secret (retried every `retry` while
-/// it is missing or bad) and hands the client to the loop.
+/// it is missing or bad) and hands the client to the loop. A failure reaches the loop as
+/// [`Arrival::ConnectFailed`] when its reason changes (the loop journals it, and the
+/// controllers waiting on the cluster say why); a retry for the same reason is only logged
+/// at debug.
 pub async fn connect(
     kubeconfigs: std::sync::Arc<Kubeconfigs>,
     cluster: ClusterName,
@@ -156,6 +178,7 @@ pub async fn connect(
 ) {
     let scope = engine::model::Scope::Workload(cluster.clone());
     let mut first_attempt = true;
+    let mut reported: Option<Unreachable> = None;
     loop {
         let client = match kubeconfigs.get(&cluster, first_attempt).await {
             Ok(yaml) => client_from_kubeconfig(&yaml).await,
@@ -167,10 +190,98 @@ pub async fn connect(
                 let _ = tx.send(Event::Connected { scope, client }.into()).await;
                 return;
             }
-            Err(e) => {
-                tracing::warn!(cluster = %cluster.name, "cannot connect to the workload cluster: {e}");
+            Err(reason) => {
+                let reason = reason.bounded();
+                if reported.as_ref() == Some(&reason) {
+                    tracing::debug!(cluster = %cluster.name, "still cannot connect to the workload cluster: {}", reason.detail(&cluster));
+                } else {
+                    tracing::warn!(cluster = %cluster.name, "{}", reason.message(&cluster));
+                    reported = Some(reason.clone());
+                    let failed = Arrival::ConnectFailed {
+                        scope: scope.clone(),
+                        reason,
+                    };
+                    if tx.send(Event::Arrival(failed).into()).await.is_err() {
+                        return;
+                    }
+                }
                 tokio::time::sleep(retry).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apiserver::{ApiServer, ServerOptions, SharedCluster, kubeconfig_yaml};
+    use crate::serve::kubeconfig_secret;
+    use serde_json::json;
+    use sim::api::ClusterStore;
+    use std::sync::Arc;
+
+    /// What the connector sent, waiting up to `within` for the next one.
+    async fn next(
+        rx: &mut tokio::sync::mpsc::Receiver<super::super::adapter::Queued>,
+        within: Duration,
+    ) -> Option<String> {
+        let queued = tokio::time::timeout(within, rx.recv()).await.ok()??;
+        Some(match queued.event {
+            Event::Arrival(Arrival::ConnectFailed { reason, .. }) => reason.code().to_string(),
+            Event::Arrival(_) => "another arrival".to_string(),
+            Event::Connected { .. } => "connected".to_string(),
+        })
+    }
+
+    /// The real connector against a fake management API: each reason it meets is sent once
+    /// (retries every 20 ms meanwhile), then the connection.
+    #[tokio::test]
+    async fn the_connector_reports_each_reason_once_then_connects() {
+        let server = ApiServer::start(
+            SharedCluster::new(ClusterStore::new("mgmt")),
+            "127.0.0.1:0".parse().unwrap(),
+            ServerOptions::default(),
+        )
+        .await
+        .unwrap();
+        let client = crate::kube::client_for_url(&server.url()).unwrap();
+        let kubeconfigs = Arc::new(Kubeconfigs::new(client));
+        let cluster = ClusterName::new("default", "c1");
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let task = tokio::spawn(connect(
+            kubeconfigs,
+            cluster.clone(),
+            tx,
+            Duration::from_millis(20),
+        ));
+        let quiet = Duration::from_millis(200);
+        let soon = Duration::from_secs(10);
+        assert_eq!(next(&mut rx, soon).await.as_deref(), Some("SecretMissing"));
+        assert_eq!(next(&mut rx, quiet).await, None, "retries say nothing new");
+        let write = |secret: serde_json::Value| {
+            server.cluster().write(|store| {
+                store
+                    .apply(secret, engine::Timestamp(0))
+                    .expect("the Secret is stored")
+            });
+        };
+        let secret = |data: serde_json::Value| {
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "cluster.x-k8s.io/secret",
+                   "metadata": {"name": "c1-kubeconfig", "namespace": "default"}, "data": data})
+        };
+        write(secret(json!({"other": "eA=="})));
+        assert_eq!(next(&mut rx, soon).await.as_deref(), Some("NoValue"));
+        assert_eq!(next(&mut rx, quiet).await, None);
+        // base64 of "not a kubeconfig"
+        write(secret(json!({"value": "bm90IGEga3ViZWNvbmZpZw=="})));
+        assert_eq!(next(&mut rx, soon).await.as_deref(), Some("Unparsable"));
+        write(kubeconfig_secret(
+            "default",
+            "c1",
+            &kubeconfig_yaml("c1", "http://127.0.0.1:9"),
+        ));
+        assert_eq!(next(&mut rx, soon).await.as_deref(), Some("connected"));
+        task.await.unwrap();
+        server.shutdown().await;
     }
 }

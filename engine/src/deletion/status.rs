@@ -23,6 +23,9 @@ pub mod reason {
     /// An object the deletion depends on cannot be read (this product's reason; CAPI relies
     /// on its webhooks to keep such objects out).
     pub const OBJECT_UNREADABLE: &str = crate::store::OBJECT_UNREADABLE;
+    /// The workload cluster the Node's drain and deletion need cannot be reached (its
+    /// kubeconfig Secret is missing or bad): this product's reason, as for the event.
+    pub const WORKLOAD_CLUSTER_UNREACHABLE: &str = crate::connection::EVENT_REASON;
 }
 
 // v1beta1 condition types and reasons touched during deletion.

@@ -2061,3 +2061,155 @@ fn an_unwatched_kind_is_forgotten_not_deleted() {
     );
     assert_eq!(destructive(&out), ["drain Cordon Node n1@c1"]);
 }
+
+fn c1_unreachable(reason: Option<crate::connection::Unreachable>) -> Input {
+    Input::ClusterUnreachable {
+        scope: workload("c1"),
+        reason,
+    }
+}
+
+fn events(commands: &[Command]) -> Vec<(String, String)> {
+    commands
+        .iter()
+        .filter_map(|c| match &c.action {
+            Action::RecordEvent {
+                type_: EventType::Warning,
+                reason,
+                message,
+                ..
+            } => Some((reason.clone(), message.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Found by the kubeconfig wait (issue 26): a deletion held for a workload cluster whose
+/// kubeconfig Secret is missing said nothing at all (a log line every 5 s).
+#[test]
+fn a_deletion_waiting_for_an_unreachable_cluster_says_why_once_per_reason_then_goes_on() {
+    use crate::connection::Unreachable;
+    let (management, workload_objects): (Vec<_>, Vec<_>) = world(deleting_m1())
+        .into_iter()
+        .partition(|(s, _)| *s == mgmt());
+    // Only the management cluster is listed: c1 never connected.
+    let (mut h, first) = Harness::start(management);
+    assert_eq!(lines(&first), Vec::<String>::new(), "nothing to say yet");
+
+    let out = h.input(T0, c1_unreachable(Some(Unreachable::SecretMissing)));
+    let message = "cannot reach workload cluster default/c1: its kubeconfig Secret \
+                   default/c1-kubeconfig is missing; the deletion waits until it can be reached \
+                   (the Node's drain and deletion need its API)";
+    assert_eq!(
+        events(&out),
+        [(
+            "WorkloadClusterUnreachable".to_string(),
+            message.to_string()
+        )]
+    );
+    let (conditions, others) = h.settle(&out);
+    assert_eq!(
+        deleting(&conditions),
+        ("WorkloadClusterUnreachable".into(), message.into())
+    );
+    assert_eq!(h.machine().phase.as_deref(), Some("Deleting"));
+    assert!(events(&others).is_empty(), "{:#?}", lines(&others));
+    // Nothing destructive, and nothing again while the reason stays: not at a later pass of
+    // the Machine (a change of its own), not at a tick.
+    assert!(out.iter().all(|c| !c.action.is_destructive()));
+    let mut m1 = h.machine();
+    m1.meta.labels.insert("touched".into(), "yes".into());
+    let again = h.observe(mgmt(), Object::Machine(m1));
+    assert_eq!(lines(&again), Vec::<String>::new());
+    let again = h.tick(at(600));
+    assert_eq!(lines(&again), Vec::<String>::new());
+
+    // A new reason: the condition and one more event say so.
+    let out = h.input(at(601), c1_unreachable(Some(Unreachable::NoValue)));
+    assert_eq!(events(&out).len(), 1);
+    let (conditions, _) = h.settle(&out);
+    assert!(
+        deleting(&conditions).1.contains("has no key \"value\""),
+        "{conditions:?}"
+    );
+
+    // Connected: the condition no longer blames the Secret while the cache syncs.
+    let out = h.input(at(602), c1_unreachable(None));
+    let (conditions, others) = h.settle(&out);
+    assert_eq!(
+        deleting(&conditions),
+        (
+            "Deleting".into(),
+            "Waiting for the cache of workload cluster default/c1 to sync".into()
+        )
+    );
+    assert!(events(&others).is_empty());
+    // Listed: the drain starts.
+    let out = h.input(
+        at(603),
+        listed(
+            workload("c1"),
+            workload_objects.into_iter().map(|(_, o)| o).collect(),
+        ),
+    );
+    let mut all = out.clone();
+    all.extend(h.apply_status(&out));
+    find(&all, "Cordon");
+}
+
+/// A Machine that does not need the workload cluster (no Node, no providerID) is not held by
+/// it, and says nothing of it.
+#[test]
+fn a_deletion_that_needs_no_workload_cluster_says_nothing_of_it() {
+    use crate::connection::Unreachable;
+    let mut m1 = machine("c1", "m1", None);
+    m1.provider_id = None;
+    m1.meta.deletion_timestamp = Some(T0);
+    let mut infra = infra_machine("m1");
+    infra.provider_id = None;
+    let objects = vec![
+        (mgmt(), Object::Cluster(cluster("c1"))),
+        (mgmt(), Object::Machine(m1)),
+        (mgmt(), Object::External(infra)),
+        (mgmt(), Object::External(bootstrap_config("m1"))),
+    ];
+    let (mut h, first) = Harness::start(objects);
+    find(&first, "DeleteInfrastructure");
+    let out = h.input(T0, c1_unreachable(Some(Unreachable::SecretMissing)));
+    assert!(events(&out).is_empty(), "{:#?}", lines(&out));
+}
+
+/// Found over HTTP: at a start, the connector of a Cluster the watch has just reported fails
+/// before the management list is complete, so the reason is journaled before the Cluster and
+/// the Machine are in the cache. It is kept, and the Machine the list brings says why.
+#[test]
+fn a_reason_journaled_before_the_management_list_is_kept_for_what_the_list_brings() {
+    use crate::connection::Unreachable;
+    let mut engine = Engine::new();
+    engine.handle(T0, Input::Restarted);
+    engine.handle(T0, c1_unreachable(Some(Unreachable::SecretMissing)));
+    assert_eq!(drain_commands(&mut engine), Vec::<Command>::new());
+    let management = world(deleting_m1())
+        .into_iter()
+        .filter(|(s, _)| *s == mgmt())
+        .map(|(_, o)| o)
+        .collect();
+    engine.handle(
+        T0,
+        Input::Relist {
+            scope: mgmt(),
+            objects: management,
+        },
+    );
+    let out = drain_commands(&mut engine);
+    assert_eq!(
+        events(&out).first().map(|(reason, _)| reason.as_str()),
+        Some("WorkloadClusterUnreachable"),
+        "{:#?}",
+        lines(&out)
+    );
+    assert_eq!(
+        engine.store().unreachable(&workload("c1")),
+        Some(&Unreachable::SecretMissing)
+    );
+}

@@ -340,3 +340,102 @@ fn which_answers_are_reconcile_errors() {
         );
     }
 }
+
+fn unreachable_c1(reason: Option<crate::connection::Unreachable>) -> Input {
+    Input::ClusterUnreachable {
+        scope: crate::testing::workload("c1"),
+        reason,
+    }
+}
+
+/// Everything but the table of unreachable clusters, in the order the state encodes it:
+/// the layout every snapshot had before the table existed.
+#[derive(Serialize)]
+struct WithoutTable<'a> {
+    applied_seq: u64,
+    now: Timestamp,
+    store: &'a Store,
+    controllers: &'a Controllers,
+    effects: &'a Effects,
+    carried: &'a [BTreeSet<ObjectKey>; ControllerId::COUNT],
+}
+
+fn without_table(e: &Engine) -> Vec<u8> {
+    codec::encode(&WithoutTable {
+        applied_seq: e.applied_seq,
+        now: e.now,
+        store: &e.store,
+        controllers: &e.controllers,
+        effects: &e.effects,
+        carried: &e.carried,
+    })
+    .unwrap()
+}
+
+#[test]
+fn the_unreachable_table_is_encoded_after_everything_else_and_only_when_it_has_an_entry() {
+    use crate::connection::Unreachable;
+    let mut engine = Engine::new();
+    engine.handle(T0, deleting_machines(1));
+    // None: the same bytes as before the table existed (snapshots written so far decode).
+    let before = engine.encode_state();
+    assert_eq!(before, without_table(&engine));
+    assert_eq!(
+        Engine::decode_state(&before).unwrap().encode_state(),
+        before
+    );
+
+    engine.handle(T0, unreachable_c1(Some(Unreachable::SecretMissing)));
+    let with = engine.encode_state();
+    let prefix = without_table(&engine);
+    assert_eq!(&with[..prefix.len()], &prefix[..], "the table comes last");
+    assert!(with.len() > prefix.len());
+    let decoded = Engine::decode_state(&with).unwrap();
+    assert_eq!(decoded.encode_state(), with);
+    assert_eq!(
+        decoded.store().unreachable(&crate::testing::workload("c1")),
+        Some(&Unreachable::SecretMissing)
+    );
+    assert_ne!(
+        engine.state_hash(),
+        Engine::decode_state(&prefix).unwrap().state_hash()
+    );
+    // A table cut short, or behind another mark, is refused, never read as no table.
+    assert!(Engine::decode_state(&with[..with.len() - 1]).is_err());
+    assert!(Engine::decode_state(&with[..prefix.len() + 1]).is_err());
+    let mut marked = with.clone();
+    marked[prefix.len()] = 2;
+    assert!(Engine::decode_state(&marked).is_err());
+
+    engine.handle(T0, unreachable_c1(None));
+    assert_eq!(engine.encode_state(), without_table(&engine));
+}
+
+#[test]
+fn an_unreachable_cluster_is_forgotten_when_it_connects_or_its_cluster_is_gone() {
+    use crate::connection::Unreachable;
+    let c1 = crate::testing::workload("c1");
+    let mut engine = Engine::new();
+    engine.handle(T0, deleting_machines(0));
+    engine.handle(T0, unreachable_c1(Some(Unreachable::NoValue)));
+    assert_eq!(engine.store().unreachable(&c1), Some(&Unreachable::NoValue));
+    engine.handle(T0, unreachable_c1(None));
+    assert_eq!(engine.store().unreachable(&c1), None);
+
+    engine.handle(T0, unreachable_c1(Some(Unreachable::NoValue)));
+    // A cluster nobody names any more: nothing waits on it, and it is not kept.
+    engine.handle(
+        T0,
+        Input::Delete {
+            key: ObjectKey::management(Kind::Cluster, "default", "c1"),
+        },
+    );
+    assert!(engine.store().unreachable_clusters().is_empty());
+    // Nor is a report about a Cluster the engine never saw.
+    let c2 = Input::ClusterUnreachable {
+        scope: crate::testing::workload("c2"),
+        reason: Some(Unreachable::SecretMissing),
+    };
+    engine.handle(T0, c2);
+    assert!(engine.store().unreachable_clusters().is_empty());
+}

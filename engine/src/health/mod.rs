@@ -385,6 +385,13 @@ impl Controller for HealthChecks {
         }
     }
 
+    /// The MHCs waiting for this cluster's cache: they say why (or stop saying it).
+    fn on_reachability(&self, _store: &Store, scope: &Scope, out: &mut Vec<ObjectKey>) {
+        if let Scope::Workload(cluster) = scope {
+            out.extend(self.waiting.get(cluster).into_iter().flatten().cloned());
+        }
+    }
+
     fn reconcile(&mut self, key: &ObjectKey, cx: &mut Cx<'_>) {
         match key.kind {
             Kind::Machine => self.mark_dirty(key, cx.store),

@@ -175,6 +175,8 @@ impl HealthChecks {
         if let Some(c) = &workload
             && !store.is_synced(&Scope::Workload(c.clone()))
         {
+            let why = store.unreachable(&Scope::Workload(c.clone()));
+            report_reachability(key, mhc, c, why, cx);
             tracing::info!(mhc = %key, "Waiting for the cache of workload cluster {}/{} to sync", c.namespace, c.name);
             self.suspend(key, Some(c.clone()), now);
             return None;
@@ -384,6 +386,62 @@ fn report_unreadable(
     if issued.recorded() {
         memo.unreadable_reported
             .insert(unknown.clone(), problem.to_string());
+    }
+}
+
+/// While the MHC waits for its workload cluster: `WorkloadClusterReachable=False` saying why it
+/// cannot be reached, with a Warning event when that condition write goes out (once per
+/// reason: the written condition is the memory); removed once the cluster connects.
+fn report_reachability(
+    mhc_key: &ObjectKey,
+    mhc: &MachineHealthCheck,
+    cluster: &ClusterName,
+    why: Option<&crate::connection::Unreachable>,
+    cx: &mut Cx<'_>,
+) {
+    use crate::connection::{EVENT_REASON, REACHABLE_CONDITION};
+    use crate::shared::conditions::{Edit, List, apply};
+    let message = why.map(|why| {
+        format!(
+            "{}; the health checks of its Nodes wait until it can be reached",
+            why.message(cluster)
+        )
+    });
+    let edit = match &message {
+        Some(message) => Edit::set(
+            List::Current,
+            REACHABLE_CONDITION,
+            crate::model::ConditionStatus::False,
+            EVENT_REASON,
+            message,
+        ),
+        None => Edit::Remove(List::Current, REACHABLE_CONDITION),
+    };
+    let Some((conditions, summary)) = apply(&mhc.conditions, &[edit], cx.now) else {
+        return;
+    };
+    let target = capi_target(mhc_key.clone(), mhc.version);
+    let issued = cx.issue(
+        ControllerId::Health,
+        Action::SetCondition {
+            target: target.clone(),
+            conditions,
+            summary: summary.clone(),
+        },
+        format!("MachineHealthCheck {}: {summary}", mhc_key.name),
+    );
+    if let (Some(message), crate::controller::Issued::Queued(_)) = (message, issued) {
+        tracing::warn!(mhc = %mhc_key, "{message}");
+        cx.issue(
+            ControllerId::Health,
+            Action::RecordEvent {
+                regarding: target,
+                type_: EventType::Warning,
+                reason: EVENT_REASON.to_string(),
+                message: message.clone(),
+            },
+            message,
+        );
     }
 }
 

@@ -32,6 +32,11 @@ impl SyncCx<'_> {
         self.template_edits(&mut edits);
         self.request_edits(memo, &mut edits);
         edits.push(readable_edit(memo));
+        // Judging again: its workload cluster is reached.
+        edits.push(Edit::Remove(
+            List::Current,
+            crate::connection::REACHABLE_CONDITION,
+        ));
         if let Some((conditions, summary)) = apply(&self.mhc.conditions, &edits, self.now) {
             cx.issue(
                 ControllerId::Health,

@@ -1847,3 +1847,136 @@ fn a_node_ref_that_arrives_before_its_node_is_not_a_deleted_node() {
         "{executed:#?}"
     );
 }
+
+fn c1_unreachable(reason: Option<crate::connection::Unreachable>) -> Input {
+    Input::ClusterUnreachable {
+        scope: workload("c1"),
+        reason,
+    }
+}
+
+fn warnings(commands: &[Command]) -> Vec<String> {
+    commands
+        .iter()
+        .filter_map(|c| match &c.action {
+            Action::RecordEvent {
+                reason, message, ..
+            } => Some(format!("{reason}: {message}")),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Found by the kubeconfig wait (issue 26): an MHC whose workload cluster cannot be reached
+/// judged nothing and said nothing.
+#[test]
+fn an_mhc_waiting_for_an_unreachable_cluster_says_why_once_and_stops_once_it_is_reached() {
+    use crate::connection::Unreachable;
+    let world = vec![
+        (
+            Scope::Management,
+            Object::Cluster(testing::ready_cluster("c1")),
+        ),
+        (
+            Scope::Management,
+            Object::MachineHealthCheck(testing::machine_health_check("c1", "mhc")),
+        ),
+        (Scope::Management, Object::Machine(machine("m1"))),
+    ];
+    let now = at(mins(1));
+    let (mut engine, first) = synced_engine(now, world);
+    assert!(first.is_empty(), "{:#?}", lines(&first));
+    engine.handle(now, c1_unreachable(Some(Unreachable::SecretMissing)));
+    let issued = drain_commands(&mut engine);
+    let out = settle(&mut engine, now, issued);
+    let message = "cannot reach workload cluster default/c1: its kubeconfig Secret \
+                   default/c1-kubeconfig is missing; the health checks of its Nodes wait until it \
+                   can be reached";
+    assert_eq!(
+        lines(&out),
+        [
+            "health SetCondition MachineHealthCheck default/mhc WorkloadClusterReachable=False (WorkloadClusterUnreachable)",
+            &format!(
+                "health RecordEvent MachineHealthCheck default/mhc Warning WorkloadClusterUnreachable: {message}"
+            )
+        ]
+    );
+    assert_eq!(
+        warnings(&out),
+        [format!("WorkloadClusterUnreachable: {message}")]
+    );
+    let reachable = mhc_of(&engine);
+    let c = reachable
+        .conditions
+        .current("WorkloadClusterReachable")
+        .unwrap();
+    assert_eq!(
+        (c.status, c.message.as_str()),
+        (ConditionStatus::False, message)
+    );
+    // Its recheck while it waits says nothing again.
+    engine.handle(at(mins(2)), Input::Tick);
+    assert!(lines(&drain_commands(&mut engine)).is_empty());
+    // Connected, then listed: the condition goes, and the checks run.
+    engine.handle(at(mins(2)), c1_unreachable(None));
+    let issued = drain_commands(&mut engine);
+    let out = settle(&mut engine, at(mins(2)), issued);
+    assert_eq!(
+        lines(&out),
+        ["health SetCondition MachineHealthCheck default/mhc WorkloadClusterReachable removed"]
+    );
+    engine.handle(
+        at(mins(2)),
+        Input::Relist {
+            scope: workload("c1"),
+            objects: vec![Object::Node(node("m1", ConditionStatus::True, T0))],
+        },
+    );
+    let issued = drain_commands(&mut engine);
+    let out = settle(&mut engine, at(mins(2)), issued);
+    assert!(
+        lines(&out)[0]
+            .starts_with("health SetCondition Machine default/m1 HealthCheckSucceeded=True"),
+        "{:#?}",
+        lines(&out)
+    );
+    assert!(
+        mhc_of(&engine)
+            .conditions
+            .current("WorkloadClusterReachable")
+            .is_none()
+    );
+}
+
+/// A `WorkloadClusterReachable=False` left on an MHC whose cluster is reached (written before a
+/// restart, or while its control plane was not up) goes at the first judging pass.
+#[test]
+fn a_reachable_condition_left_behind_goes_once_the_checks_run() {
+    let mut mhc = testing::machine_health_check("c1", "mhc");
+    mhc.conditions.current.push(Condition::new(
+        "WorkloadClusterReachable",
+        ConditionStatus::False,
+        "WorkloadClusterUnreachable",
+        "cannot reach workload cluster default/c1: its kubeconfig Secret default/c1-kubeconfig is missing",
+    ));
+    let world = objects(
+        mhc,
+        vec![machine("m1")],
+        vec![node("m1", ConditionStatus::True, T0)],
+    );
+    let (mut engine, first) = synced_engine(at(mins(1)), world);
+    let out = settle(&mut engine, at(mins(1)), first);
+    assert!(
+        lines(&out).iter().any(|l| l
+            .starts_with("health SetCondition MachineHealthCheck default/mhc")
+            && l.contains("WorkloadClusterReachable removed")),
+        "{:#?}",
+        lines(&out)
+    );
+    assert!(
+        mhc_of(&engine)
+            .conditions
+            .current("WorkloadClusterReachable")
+            .is_none()
+    );
+}

@@ -23,6 +23,7 @@ pub mod refs;
 pub mod streams;
 
 use crate::command::Command;
+use crate::connection::Unreachable;
 use crate::input::{ApiOutcome, Input};
 use crate::model::{ClusterName, Kind, Scope};
 use mirror::{Mirror, StreamEvent};
@@ -45,6 +46,13 @@ pub enum Arrival {
     /// A workload cluster's connection is up.
     Connected {
         scope: Scope,
+    },
+    /// A workload cluster's connector could not connect (it retries on its own): pushed on
+    /// every failure or on a change of reason only, as the driver likes; the engine hears of
+    /// each change of reason once.
+    ConnectFailed {
+        scope: Scope,
+        reason: Unreachable,
     },
 }
 
@@ -80,6 +88,9 @@ pub struct Intake {
     deleting: Deleting,
     /// Workload clusters whose drain kinds are watched.
     draining: BTreeSet<Scope>,
+    /// Workload clusters not connected, with the last reason the engine was told: a connector
+    /// retrying for the same reason tells it nothing new. One entry per such cluster.
+    unreachable: BTreeMap<Scope, Unreachable>,
     outputs: VecDeque<Output>,
 }
 
@@ -173,12 +184,20 @@ impl Intake {
             providers: BTreeSet::new(),
             deleting: Deleting::default(),
             draining: BTreeSet::new(),
+            unreachable: BTreeMap::new(),
             outputs: VecDeque::new(),
         };
         for key in management_streams() {
             intake.watch(key);
         }
         intake
+    }
+
+    /// What the engine already knows of a cluster's connection (a restarted process, its
+    /// engine rebuilt from the journal): a connect that now succeeds clears it, the same
+    /// failure again is not news.
+    pub fn note_unreachable(&mut self, scope: &Scope, reason: &Unreachable) {
+        self.unreachable.insert(scope.clone(), reason.clone());
     }
 
     fn watch(&mut self, key: StreamKey) {
@@ -219,10 +238,30 @@ impl Intake {
             }
             Arrival::Connected { scope } => {
                 if self.clusters.contains(&scope) && self.connected.insert(scope.clone()) {
+                    if self.unreachable.remove(&scope).is_some() {
+                        inputs.push(Input::ClusterUnreachable {
+                            scope: scope.clone(),
+                            reason: None,
+                        });
+                    }
                     for key in workload_streams(&scope) {
                         self.outputs.push_back(Output::Watch(key));
                     }
                     self.watch_drain_kinds(&scope, inputs);
+                }
+            }
+            Arrival::ConnectFailed { scope, reason } => {
+                // A report from a connector of a cluster no longer named, or already connected
+                // (it raced its own success), is stale.
+                let reason = reason.bounded();
+                let wanted = self.clusters.contains(&scope) && !self.connected.contains(&scope);
+                if wanted && self.unreachable.get(&scope) != Some(&reason) {
+                    tracing::warn!(cluster = %crate::store::scope_name(&scope), reason = reason.code(), "cannot connect to the workload cluster");
+                    self.unreachable.insert(scope.clone(), reason.clone());
+                    inputs.push(Input::ClusterUnreachable {
+                        scope,
+                        reason: Some(reason),
+                    });
                 }
             }
             Arrival::Watch {
@@ -327,6 +366,8 @@ impl Intake {
                 if self.clusters.remove(&scope) {
                     self.connected.remove(&scope);
                     self.draining.remove(&scope);
+                    // The engine forgets it with its Cluster.
+                    self.unreachable.remove(&scope);
                     self.mirror.remove_scope(&scope);
                     self.outputs.push_back(Output::Disconnect(scope));
                 }

@@ -338,3 +338,102 @@ fn a_machine_deleted_before_its_cluster_connects_is_drained_from_the_first_list(
     assert_eq!(pods, Some(1), "{first:?}");
     assert_eq!(first.len(), 1 + Kind::DRAIN_ONLY.len(), "{first:?}");
 }
+
+fn failed(reason: Unreachable) -> Arrival {
+    Arrival::ConnectFailed {
+        scope: c1(),
+        reason,
+    }
+}
+
+fn unreachable_inputs(input: Option<Input>) -> Vec<Option<Unreachable>> {
+    let inputs = match input {
+        Some(Input::Batch { inputs }) => inputs,
+        Some(other) => vec![other],
+        None => Vec::new(),
+    };
+    inputs
+        .into_iter()
+        .filter_map(|i| match i {
+            Input::ClusterUnreachable { scope, reason } if scope == c1() => Some(reason),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_failing_connector_is_news_once_per_reason_and_its_connection_clears_it() {
+    let mut intake = Intake::new();
+    outputs(&mut intake);
+    list_management(&mut intake, &[cluster()]);
+    assert_eq!(outputs(&mut intake), [Output::Connect(c1())]);
+    // The connector retries every few seconds: the same reason again is no input at all.
+    for _ in 0..3 {
+        intake.push(failed(Unreachable::SecretMissing));
+    }
+    assert_eq!(
+        unreachable_inputs(intake.next_input(BATCH_INPUTS_MAX)),
+        [Some(Unreachable::SecretMissing)]
+    );
+    intake.push(failed(Unreachable::SecretMissing));
+    assert_eq!(intake.next_input(BATCH_INPUTS_MAX), None);
+    // A new reason is news; so is the connection, once, before the cluster's watches.
+    intake.push(failed(Unreachable::NoValue));
+    intake.push(failed(Unreachable::NoValue));
+    intake.push(Arrival::Connected { scope: c1() });
+    assert_eq!(
+        unreachable_inputs(intake.next_input(BATCH_INPUTS_MAX)),
+        [Some(Unreachable::NoValue), None]
+    );
+    assert!(matches!(outputs(&mut intake).first(), Some(Output::Watch(k)) if k.scope == c1()));
+    // A late report of a connector that has since connected changes nothing.
+    intake.push(failed(Unreachable::SecretMissing));
+    assert_eq!(intake.next_input(BATCH_INPUTS_MAX), None);
+}
+
+#[test]
+fn a_cluster_connected_at_once_says_nothing_of_its_connection() {
+    let mut intake = Intake::new();
+    outputs(&mut intake);
+    list_management(&mut intake, &[cluster()]);
+    intake.push(Arrival::Connected { scope: c1() });
+    assert_eq!(unreachable_inputs(intake.next_input(BATCH_INPUTS_MAX)), []);
+}
+
+#[test]
+fn what_the_engine_knew_before_a_restart_is_not_news_and_a_connection_clears_it() {
+    let mut intake = Intake::new();
+    intake.note_unreachable(&c1(), &Unreachable::SecretMissing);
+    outputs(&mut intake);
+    list_management(&mut intake, &[cluster()]);
+    intake.push(failed(Unreachable::SecretMissing));
+    assert_eq!(intake.next_input(BATCH_INPUTS_MAX), None);
+    intake.push(Arrival::Connected { scope: c1() });
+    assert_eq!(
+        unreachable_inputs(intake.next_input(BATCH_INPUTS_MAX)),
+        [None]
+    );
+}
+
+#[test]
+fn a_long_error_is_bounded_and_a_cluster_no_longer_named_is_forgotten() {
+    let mut intake = Intake::new();
+    outputs(&mut intake);
+    // Not named by any Cluster: a stray report.
+    intake.push(failed(Unreachable::SecretMissing));
+    assert_eq!(intake.next_input(BATCH_INPUTS_MAX), None);
+    list_management(&mut intake, &[cluster()]);
+    let long = "x".repeat(10 * crate::connection::ERROR_CHARS_MAX);
+    intake.push(failed(Unreachable::Unparsable { error: long }));
+    let reported = unreachable_inputs(intake.next_input(BATCH_INPUTS_MAX));
+    let [Some(Unreachable::Unparsable { error })] = reported.as_slice() else {
+        panic!("{reported:?}");
+    };
+    assert!(error.len() <= crate::connection::ERROR_CHARS_MAX + 3);
+    intake.push(management(
+        StreamEvent::Delete(cluster()),
+        "cluster.x-k8s.io/Cluster",
+    ));
+    intake.next_input(BATCH_INPUTS_MAX);
+    assert!(intake.unreachable.is_empty(), "{:?}", intake.unreachable);
+}

@@ -106,6 +106,17 @@ pub fn summary_of_change(observed: &Conditions, desired: &Conditions) -> String 
             }
         }
     }
+    // The product condition of the v1beta2 list alone (no v1beta1 twin).
+    let reachable = crate::connection::REACHABLE_CONDITION;
+    match (observed.current(reachable), desired.current(reachable)) {
+        (Some(_), None) => parts.push(format!("{reachable} removed")),
+        (before, Some(c))
+            if before.is_none_or(|b| b.status != c.status || b.reason != c.reason) =>
+        {
+            parts.push(format!("{}={} ({})", c.type_, c.status.as_str(), c.reason))
+        }
+        _ => {}
+    }
     if parts.is_empty() {
         "conditions refreshed".to_string()
     } else {

@@ -303,6 +303,17 @@ impl Controller for Pools {
         self.waiting_for(store, scope, out);
     }
 
+    /// Every pool of the cluster: any may wait on it (for its nodeRefs, or for the Nodes to
+    /// delete at its deletion) and say why.
+    fn on_reachability(&self, store: &Store, scope: &Scope, out: &mut Vec<ObjectKey>) {
+        if let Scope::Workload(cluster) = scope {
+            out.extend(
+                Self::pools_of_cluster(store, &cluster.namespace, &cluster.name)
+                    .map(|(k, _)| k.clone()),
+            );
+        }
+    }
+
     fn affected(&self, store: &Store, change: &Change, out: &mut Vec<ObjectKey>) {
         for object in [change.before, change.after].into_iter().flatten() {
             self.affected_by(store, change.key, object, out);
@@ -339,8 +350,16 @@ impl Controller for Pools {
         if let Some(hash) = plan.announced_node_refs {
             memory.announced_node_refs = Some(hash);
         }
+        let mut condition_queued = false;
         for planned in plan.commands {
+            if planned.with_condition && !condition_queued {
+                continue;
+            }
+            let is_condition = matches!(planned.action, Action::SetCondition { .. });
             let issued = cx.issue(ControllerId::Pool, planned.action, planned.reason);
+            if is_condition {
+                condition_queued = matches!(issued, Issued::Queued(_));
+            }
             if let (Some(node), Issued::Queued(_)) = (planned.node_deletion, issued) {
                 let previous = memory.node_deletions.get(&node).copied();
                 memory

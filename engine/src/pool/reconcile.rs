@@ -26,6 +26,9 @@ pub struct Planned {
     pub reason: String,
     /// For `DeleteNode`: the Node's name, so the attempt is remembered when queued.
     pub node_deletion: Option<String>,
+    /// An event that goes with the condition write planned before it: issued only when that
+    /// write is (a write already in flight carries the news).
+    pub with_condition: bool,
 }
 
 /// The outcome of one reconcile.
@@ -40,6 +43,9 @@ pub struct Plan {
     pub announced_node_refs: Option<u64>,
     /// Nodes could not be matched: the workload cluster cache is not synced yet.
     pub awaiting_workload_cache: bool,
+    /// Something waits for the workload cluster's cache (the nodeRefs, or the Nodes to delete
+    /// at the pool's deletion): if the cluster cannot be reached, the pool says why.
+    pub waits_on_workload: bool,
     /// The pool waits for this object to become readable (see [`PoolMemory::unreadable`]).
     pub unreadable: Option<(ObjectKey, String)>,
 }
@@ -50,6 +56,17 @@ impl Plan {
             action,
             reason: reason.into(),
             node_deletion: None,
+            with_condition: false,
+        });
+    }
+
+    /// An event issued only when the condition write planned just before it is.
+    pub(super) fn issue_with_condition(&mut self, action: Action, reason: impl Into<String>) {
+        self.commands.push(Planned {
+            action,
+            reason: reason.into(),
+            node_deletion: None,
+            with_condition: true,
         });
     }
 
@@ -68,6 +85,7 @@ impl Plan {
             },
             reason,
             node_deletion: Some(name.to_string()),
+            with_condition: false,
         });
     }
 }

@@ -18,6 +18,7 @@ pub(super) fn reconcile_node_refs(cx: &Ctx<'_>, draft: &mut Draft, plan: &mut Pl
     let workload = cx.workload();
     if !cx.store.is_synced(&workload) {
         plan.awaiting_workload_cache = true;
+        plan.waits_on_workload = true;
         return;
     }
     // Borrow the desired list without copying it (it can hold thousands of IDs).

@@ -5,8 +5,8 @@ use super::draft::Draft;
 use super::machines::pool_machines;
 use super::reconcile::Ctx;
 use super::reconcile::Plan;
-use crate::command::{Action, JsonText};
-use crate::model::{Condition, External};
+use crate::command::{Action, EventType, JsonText};
+use crate::model::{Condition, ConditionStatus, Conditions, External, Scope};
 
 /// §3.6 `updateStatus`: the v1beta2 counters and `versions`.
 pub(super) fn update_status(cx: &Ctx<'_>, infra: &External, draft: &mut Draft) {
@@ -86,16 +86,58 @@ pub(super) fn write_pool(cx: &Ctx<'_>, mut draft: Draft, plan: &mut Plan) {
         );
     }
     let legacy = std::mem::take(&mut draft.legacy_conditions);
-    let conditions = cond::finish(&mp.conditions, legacy, cx.now);
+    let mut conditions = cond::finish(&mp.conditions, legacy, cx.now);
+    let unreachable = reachability(cx, plan.waits_on_workload, &mut conditions);
     if conditions != mp.conditions {
         let summary = cond::summary_of_change(&mp.conditions, &conditions);
         plan.issue(
             Action::SetCondition {
-                target,
+                target: target.clone(),
                 conditions,
                 summary: summary.clone(),
             },
             format!("MachinePool {}: {summary}", cx.pool_name()),
         );
+        if let Some(message) = unreachable {
+            tracing::warn!(pool = %cx.pool_name(), "{message}");
+            plan.issue_with_condition(
+                Action::RecordEvent {
+                    regarding: target,
+                    type_: EventType::Warning,
+                    reason: crate::connection::EVENT_REASON.to_string(),
+                    message: message.clone(),
+                },
+                message,
+            );
+        }
     }
+}
+
+/// `WorkloadClusterReachable=False` while what `waits` for the workload cluster's cache cannot
+/// have it because the cluster cannot be reached, removed otherwise. Returns the message when
+/// that condition is news (its Warning event goes with it).
+fn reachability(cx: &Ctx<'_>, waits: bool, conditions: &mut Conditions) -> Option<String> {
+    use crate::connection::{EVENT_REASON, REACHABLE_CONDITION};
+    let why = cx.store.unreachable(cx.workload).filter(|_| waits);
+    let Some((why, Scope::Workload(cluster))) = why.zip(Some(cx.workload)) else {
+        conditions
+            .current
+            .retain(|c| c.type_ != REACHABLE_CONDITION);
+        return None;
+    };
+    let message = format!(
+        "{}; the MachinePool's Nodes wait until it can be reached",
+        why.message(cluster)
+    );
+    let news = conditions
+        .current(REACHABLE_CONDITION)
+        .is_none_or(|c| c.status != ConditionStatus::False || c.message != message);
+    let condition = Condition::new(
+        REACHABLE_CONDITION,
+        ConditionStatus::False,
+        EVENT_REASON,
+        &message,
+    );
+    cond::set(&mut conditions.current, condition, cx.now);
+    news.then_some(message)
 }

@@ -47,6 +47,7 @@ pub(super) fn reconcile_delete(cx: &Ctx<'_>, plan: &mut Plan) {
     let workload = cx.workload();
     let refs = &mp.status.node_refs;
     if !refs.is_empty() && !cx.store.is_synced(&workload) {
+        plan.waits_on_workload = true;
         tracing::info!(pool = %cx.pool_name(), "Waiting for the workload cluster cache to delete Nodes");
         return;
     }

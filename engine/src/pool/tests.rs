@@ -1372,3 +1372,83 @@ fn the_pool_flow_follows_upstreams_gates_in_order() {
     }
     assert_eq!(reached.len(), 7, "every flow is reachable: {reached:?}");
 }
+
+fn c1_unreachable(reason: Option<crate::connection::Unreachable>) -> Input {
+    Input::ClusterUnreachable {
+        scope: workload("c1"),
+        reason,
+    }
+}
+
+fn with_conditions(mut mp: MachinePool, c: &Command, rv: u64) -> MachinePool {
+    // (the pool as the API holds it after the write `c`)
+    if let Action::SetCondition { conditions, .. } = &c.action {
+        mp.conditions = conditions.clone();
+    }
+    mp.meta.resource_version = rv;
+    mp
+}
+
+/// Found by the kubeconfig wait (issue 26): a pool whose workload cluster cannot be reached
+/// kept its nodeRefs waiting without a word.
+#[test]
+fn a_pool_waiting_for_an_unreachable_cluster_says_why_once_and_stops_once_it_connects() {
+    use crate::connection::Unreachable;
+    let mp = settled_pool(&["p1-0"]);
+    let management: Vec<_> = world(mp.clone(), &["p1-0"])
+        .into_iter()
+        .filter(|(s, _)| *s == Scope::Management)
+        .collect();
+    let (mut engine, first) = synced_engine(T0, management);
+    assert_eq!(lines(&first), Vec::<String>::new());
+
+    engine.handle(T0, c1_unreachable(Some(Unreachable::SecretMissing)));
+    let out = drain_commands(&mut engine);
+    assert_eq!(
+        lines(&out),
+        [
+            "SetCondition MachinePool default/p1 WorkloadClusterReachable=False (WorkloadClusterUnreachable)",
+            "RecordEvent MachinePool default/p1 Warning WorkloadClusterUnreachable: cannot reach \
+             workload cluster default/c1: its kubeconfig Secret default/c1-kubeconfig is missing; \
+             the MachinePool's Nodes wait until it can be reached"
+        ]
+    );
+    let condition = match &out[0].action {
+        Action::SetCondition { conditions, .. } => conditions
+            .current("WorkloadClusterReachable")
+            .cloned()
+            .unwrap(),
+        _ => unreachable!(),
+    };
+    assert_eq!(
+        condition.message,
+        "cannot reach workload cluster default/c1: its kubeconfig Secret default/c1-kubeconfig is \
+         missing; the MachinePool's Nodes wait until it can be reached"
+    );
+    // The write in flight: the pool reconciled again says nothing more.
+    let again = upsert(
+        &mut engine,
+        T0,
+        workload("c1"),
+        Object::Namespace(namespace("x")),
+    );
+    assert_eq!(lines(&again), Vec::<String>::new());
+    engine.handle(T0, c1_unreachable(Some(Unreachable::SecretMissing)));
+    assert_eq!(lines(&drain_commands(&mut engine)), Vec::<String>::new());
+    // Landed (the API answers with the pool as written): nothing more either.
+    let landed = with_conditions(mp.clone(), &out[0], mp.meta.resource_version + 1);
+    let written = ApiOutcome::Ok {
+        object: Some(Box::new(Object::MachinePool(landed))),
+    };
+    assert_eq!(
+        lines(&answer(&mut engine, T0, &out[0], written)),
+        Vec::<String>::new()
+    );
+    // Connected: the condition goes, without an event.
+    engine.handle(secs(5), c1_unreachable(None));
+    let out = drain_commands(&mut engine);
+    assert_eq!(
+        lines(&out),
+        ["SetCondition MachinePool default/p1 WorkloadClusterReachable removed"]
+    );
+}

@@ -86,7 +86,9 @@ pub enum Output {
         version: Option<String>,
         kind: String,
     },
-    /// Connect to a workload cluster; push [`Arrival::Connected`] once connected.
+    /// Connect to a workload cluster; push [`Arrival::Connected`] once connected, and
+    /// [`Arrival::ConnectFailed`] when an attempt fails (the loop tells the engine each change
+    /// of reason once).
     Connect(Scope),
     /// Stop connecting to and watching a workload cluster.
     Disconnect(Scope),
@@ -172,9 +174,17 @@ pub struct Loop<C: Core> {
 impl<C: Core> Loop<C> {
     /// A loop over `core`; its first outputs are the management cluster's watches.
     pub fn new(core: C, options: LoopOptions) -> Self {
+        let mut intake = Intake::new();
+        // The workload clusters the engine last heard could not be reached: their connectors
+        // start again, and only a change (or a connection) is news.
+        if let Some(engine) = core.engine() {
+            for (scope, reason) in engine.store().unreachable_clusters() {
+                intake.note_unreachable(scope, reason);
+            }
+        }
         Loop {
             core,
-            intake: Intake::new(),
+            intake,
             admission: Admission::new(options.commands_in_flight_max),
             journal: Journal::Writable,
             own: VecDeque::new(),

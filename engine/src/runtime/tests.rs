@@ -350,3 +350,83 @@ fn a_closed_loop_sends_nothing_more() {
     let (sent, _) = run(&mut lp, at(2));
     assert!(sent.is_empty());
 }
+
+/// Drives a loop over a real engine as a perfect journal would; returns the inputs appended.
+fn appended_by(lp: &mut Loop<Engine>, now: Timestamp) -> Vec<Input> {
+    let mut appended = Vec::new();
+    for _ in 0..10_000 {
+        match lp.poll_output(now) {
+            Output::Append { input, .. } => {
+                appended.push(input);
+                lp.appended(now, Ok(()));
+            }
+            Output::Wait(_) => return appended,
+            _ => {}
+        }
+    }
+    panic!("the loop never waited");
+}
+
+fn unreachable_of(inputs: &[Input]) -> Vec<Option<crate::connection::Unreachable>> {
+    let mut out = Vec::new();
+    for input in inputs {
+        match input {
+            Input::ClusterUnreachable { reason, .. } => out.push(reason.clone()),
+            Input::Batch { inputs } => out.extend(unreachable_of(inputs)),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// A restarted process: the engine rebuilt from its journal knows c1 could not be reached.
+/// Its connector failing the same way again is not news; connecting clears it.
+#[test]
+fn a_loop_over_a_rebuilt_engine_starts_from_what_it_knew_of_each_connection() {
+    use crate::connection::Unreachable;
+    use crate::intake::mirror::StreamEvent;
+    use crate::intake::streams::management_streams;
+    let c1 = Scope::Workload(ClusterName::new("default", "c1"));
+    let mut engine = Engine::new();
+    engine.handle(
+        at(0),
+        Input::Relist {
+            scope: Scope::Management,
+            objects: vec![crate::model::Object::Cluster(crate::testing::cluster("c1"))],
+        },
+    );
+    engine.handle(
+        at(0),
+        Input::ClusterUnreachable {
+            scope: c1.clone(),
+            reason: Some(Unreachable::SecretMissing),
+        },
+    );
+    let mut lp = Loop::new(engine, LoopOptions::default());
+    let cluster = serde_json::json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "c1", "namespace": "default", "uid": "uid-default-c1", "resourceVersion": "1"}});
+    for key in management_streams() {
+        let push = |lp: &mut Loop<Engine>, event| {
+            lp.push(Arrival::Watch {
+                scope: Scope::Management,
+                stream: key.id(),
+                event,
+            })
+        };
+        push(&mut lp, StreamEvent::Init);
+        if key.kind == "Cluster" {
+            push(&mut lp, StreamEvent::InitApply(cluster.clone()));
+        }
+        push(&mut lp, StreamEvent::InitDone);
+    }
+    appended_by(&mut lp, at(1));
+    let failed = |reason| Arrival::ConnectFailed {
+        scope: c1.clone(),
+        reason,
+    };
+    lp.push(failed(Unreachable::SecretMissing));
+    assert_eq!(unreachable_of(&appended_by(&mut lp, at(2))), []);
+    lp.push(Arrival::Connected { scope: c1.clone() });
+    assert_eq!(unreachable_of(&appended_by(&mut lp, at(3))), [None]);
+    assert_eq!(lp.core().store().unreachable(&c1), None);
+}

@@ -2,6 +2,7 @@
 
 mod table;
 
+use crate::connection::Unreachable;
 use crate::model::{CLUSTER_NAME_LABEL, Kind, Machine, Object, ObjectKey, Pod, Scope};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -62,6 +63,12 @@ pub struct Store {
     /// scope's last full relist: a drain kind is known in a workload cluster only while it is
     /// here ([`Store::kind_listed`]).
     listed_kinds: BTreeSet<(Scope, Kind)>,
+    /// Workload clusters whose connector could not connect, and why
+    /// ([`crate::Input::ClusterUnreachable`]); an entry goes when the cluster connects or its
+    /// Cluster is gone. Not in the store's own encoding: the engine's state carries it after
+    /// everything else, and only when there is one (see [`crate::engine::STATE_VERSION`]).
+    #[serde(skip)]
+    unreachable: BTreeMap<Scope, Unreachable>,
 }
 
 /// The store's secondary indexes (a separate field so that they can be updated while the
@@ -146,6 +153,7 @@ impl From<Encoded> for Store {
             unreadable: e.unreadable,
             unlisted: e.unlisted,
             listed_kinds: e.listed_kinds,
+            unreachable: BTreeMap::new(),
         }
     }
 }
@@ -391,6 +399,55 @@ impl Store {
 
     pub fn mark_unsynced_all(&mut self) {
         self.synced.clear();
+    }
+
+    /// Why workload cluster `scope` cannot be reached, while its connector says it cannot.
+    pub fn unreachable(&self, scope: &Scope) -> Option<&Unreachable> {
+        if self.unreachable.is_empty() {
+            return None;
+        }
+        self.unreachable.get(scope)
+    }
+
+    /// Every workload cluster that cannot be reached, with why, in scope order.
+    pub fn unreachable_clusters(&self) -> &BTreeMap<Scope, Unreachable> {
+        &self.unreachable
+    }
+
+    /// Records why `scope` cannot be reached (`Some`) or that it connected (`None`); whether
+    /// that changed anything. The management cluster is never recorded.
+    pub fn set_unreachable(&mut self, scope: &Scope, reason: Option<Unreachable>) -> bool {
+        match reason {
+            _ if *scope == Scope::Management => false,
+            Some(r) if self.unreachable.get(scope) == Some(&r) => false,
+            Some(r) => {
+                self.unreachable.insert(scope.clone(), r);
+                true
+            }
+            None => self.unreachable.remove(scope).is_some(),
+        }
+    }
+
+    /// Forgets the clusters whose Cluster object is not stored once the management cluster is
+    /// listed: nothing waits on them, and the table stays as small as the fleet. Before that
+    /// list (a process starting) an entry is kept: the connector of a Cluster the watch just
+    /// reported may fail before that watch's list is complete, and the list will carry it.
+    pub fn forget_unreachable_without_cluster(&mut self) {
+        if self.unreachable.is_empty() || !self.is_synced(&Scope::Management) {
+            return;
+        }
+        let objects = &self.objects;
+        self.unreachable.retain(|scope, _| match scope {
+            Scope::Workload(c) => objects
+                .find(&Scope::Management, &Kind::Cluster, &c.namespace, &c.name)
+                .is_some(),
+            Scope::Management => false,
+        });
+    }
+
+    /// Replaces the table of unreachable clusters (a decoded engine state hands it over).
+    pub(crate) fn restore_unreachable(&mut self, table: BTreeMap<Scope, Unreachable>) {
+        self.unreachable = table;
     }
 
     /// Every object of `kind` in `scope`, in key order.

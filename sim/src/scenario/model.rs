@@ -181,10 +181,11 @@ pub enum FaultKind {
     BacklogBatches,
     CorruptObject,
     JournalDamage,
+    Kubeconfig,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 22] = [
+    pub const ALL: [FaultKind; 23] = [
         FaultKind::ControllerRestart,
         FaultKind::ApiErrors,
         FaultKind::Partition,
@@ -207,6 +208,7 @@ impl FaultKind {
         FaultKind::BacklogBatches,
         FaultKind::CorruptObject,
         FaultKind::JournalDamage,
+        FaultKind::Kubeconfig,
     ];
 
     /// The name used in scenario files.
@@ -234,6 +236,7 @@ impl FaultKind {
             FaultKind::BacklogBatches => "backlog-batches",
             FaultKind::CorruptObject => "corrupt-object",
             FaultKind::JournalDamage => "journal-damage",
+            FaultKind::Kubeconfig => "kubeconfig",
         }
     }
 

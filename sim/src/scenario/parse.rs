@@ -691,7 +691,8 @@ impl Ctx<'_> {
             | FaultKind::WriteTimeout
             | FaultKind::BacklogBatches
             | FaultKind::CorruptObject
-            | FaultKind::JournalDamage => None,
+            | FaultKind::JournalDamage
+            | FaultKind::Kubeconfig => None,
         };
         let mut extra = BTreeMap::new();
         match params {
@@ -716,6 +717,11 @@ impl Ctx<'_> {
             && let Some(n) = m.get("damage")
         {
             self.one_of(n, &m.path("damage"), &crate::journal_damage::DAMAGE_KINDS)?;
+        }
+        if kind == FaultKind::Kubeconfig
+            && let Some(n) = m.get("problem")
+        {
+            self.one_of(n, &m.path("problem"), &crate::faults::KUBECONFIG_PROBLEMS)?;
         }
         let rate = m
             .get("rate")

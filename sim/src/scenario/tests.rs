@@ -372,6 +372,7 @@ fn every_fault_kind_name_round_trips() {
             "backlog-batches",
             "corrupt-object",
             "journal-damage",
+            "kubeconfig",
         ]
     );
     for k in FaultKind::ALL {
@@ -833,7 +834,11 @@ fn node_steps_need_a_cluster_unless_there_is_exactly_one() {
 
 #[test]
 fn faults_are_checked() {
-    let known = "controller-restart, api-errors, partition, watch-gap, torn-journal, conflicts, slow-api, kubelet-stop, node-flap, node-never-joins, infra-provision-failure, eviction-429, stuck-hook, cache-unsynced, reordered-delivery, coalesced-events, watch-expired, relist-duplicates, write-timeout, backlog-batches, corrupt-object, journal-damage";
+    let known = "controller-restart, api-errors, partition, watch-gap, torn-journal, conflicts, slow-api, kubelet-stop, node-flap, node-never-joins, infra-provision-failure, eviction-429, stuck-hook, cache-unsynced, reordered-delivery, coalesced-events, watch-expired, relist-duplicates, write-timeout, backlog-batches, corrupt-object, journal-damage, kubeconfig";
+    assert_eq!(
+        err_of("name: t\ntimeline:\n  - {at: 1s, fault: {kind: kubeconfig, problem: lost}}\n"),
+        "x.yaml:3: timeline[0].fault.problem: \"lost\" is not one of \"missing\", \"no-value\", \"unparsable\""
+    );
     assert_eq!(
         err_of("name: t\ntimeline:\n  - {at: 1s, fault: {kind: journal-damage, damage: fire}}\n"),
         "x.yaml:3: timeline[0].fault.damage: \"fire\" is not one of \"flip\", \"truncate\", \"lose-conf\", \"lose-commits\", \"lose-blob\", \"lose-snap\", \"lose-db\""

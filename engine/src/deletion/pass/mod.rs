@@ -159,15 +159,22 @@ impl<'p, 'a> Pass<'p, 'a> {
         match phase {
             DeletionPhase::Released => {}
             DeletionPhase::WaitingForWorkloadCache => {
+                // A cluster that cannot be reached may keep the deletion waiting for long: the
+                // Machine says why, and what to fix.
+                if let Some(why) = self.store.unreachable(&self.scope) {
+                    self.wait_for_workload_cluster(why);
+                    self.flush();
                 // Once the cluster's Nodes are listed, the phase is news while the drain kinds
                 // are listed (their watches start with this deletion). The conditions wait for
                 // the drain: a condition write in flight would hold back the drain's first one.
                 // Before the cluster's first relist nothing is written: the relist reconciles
                 // this Machine again.
-                if self.store.is_synced(&self.scope) {
+                } else if self.store.is_synced(&self.scope) {
                     let cluster = &self.tracked.cluster.name;
                     tracing::debug!(machine = %self.key, %cluster, "waiting for the drain kinds to be listed");
                     self.flush_status();
+                } else {
+                    self.connected_not_synced();
                 }
             }
             DeletionPhase::WaitingForReadable => {

@@ -64,6 +64,46 @@ impl<'p, 'a> Pass<'p, 'a> {
         self.set_deleting(reason::OBJECT_UNREADABLE, message);
     }
 
+    /// The workload cluster's cache is needed and its connector cannot connect: the
+    /// `Deleting` condition and a Warning event (once per reason) say why, and what it needs.
+    pub(super) fn wait_for_workload_cluster(&mut self, why: &crate::connection::Unreachable) {
+        let cluster = &self.tracked.cluster;
+        let message = format!(
+            "{}; the deletion waits until it can be reached (the Node's drain and deletion need its API)",
+            why.message(cluster)
+        );
+        tracing::warn!(machine = %self.key, "{message}");
+        self.event(
+            EventType::Warning,
+            reason::WORKLOAD_CLUSTER_UNREACHABLE,
+            message.clone(),
+            format!("{}:{}", reason::WORKLOAD_CLUSTER_UNREACHABLE, why.code()),
+        );
+        self.set_deleting(reason::WORKLOAD_CLUSTER_UNREACHABLE, message);
+    }
+
+    /// The workload cluster connected and its cache is not synced yet: a `Deleting` condition
+    /// that said it could not be reached says so no longer (the relist that follows moves the
+    /// deletion on; until then this is what it waits for).
+    pub(super) fn connected_not_synced(&mut self) {
+        let said_unreachable = self
+            .conditions
+            .current(crate::deletion::status::DELETING)
+            .is_some_and(|c| c.reason == reason::WORKLOAD_CLUSTER_UNREACHABLE);
+        if !said_unreachable {
+            return;
+        }
+        let cluster = &self.tracked.cluster;
+        self.set_deleting(
+            reason::DELETING,
+            format!(
+                "Waiting for the cache of workload cluster {}/{} to sync",
+                cluster.namespace, cluster.name
+            ),
+        );
+        self.flush_conditions();
+    }
+
     pub(super) fn pre_drain_hooks(&mut self, step: Step) {
         match step {
             Step::Skipped | Step::NotReached => {}
