@@ -4,8 +4,8 @@
 use crate::api::{ObjKey, Part};
 use crate::scenario::{FaultKind, FaultSpec};
 use crate::sim::{Event, Sim};
-use engine::connection::Unreachable;
 use crate::wire::{Hit, Verdict};
+use engine::connection::Unreachable;
 use engine::model::{PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope};
 use engine::time::{Duration, Timestamp, parse_go_duration};
 use engine::{ApiOutcome, Input};
