@@ -69,6 +69,7 @@ const BUILT_IN: &[Row] = &[
     ("apps", &["v1"], "DaemonSet", true, true, &["ds"]),
     ("apps", &["v1"], "ReplicaSet", true, true, &["rs"]),
     ("apps", &["v1"], "Deployment", true, true, &["deploy"]),
+    ("apps", &["v1"], "StatefulSet", true, true, &["sts"]),
     (
         "policy",
         &["v1"],
@@ -317,6 +318,20 @@ pub fn core_versions(server_address: &str) -> Value {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The served types and the engine's kind → group table agree on every kind both name.
+    #[test]
+    fn every_kind_the_engine_names_is_served_in_its_group() {
+        let types = served_types(&ClusterStore::new("t"), &BTreeSet::new());
+        for (kind, group) in engine::model::KIND_GROUPS {
+            let served: Vec<&str> = types
+                .iter()
+                .filter(|t| t.kind == kind)
+                .map(|t| t.group.as_str())
+                .collect();
+            assert_eq!(served, [group], "{kind}");
+        }
+    }
 
     #[test]
     fn provider_kinds_come_from_the_store() {

@@ -64,13 +64,7 @@ pub fn drain_streams(scope: &Scope) -> Vec<StreamKey> {
 }
 
 fn workload_stream(scope: &Scope, kind: &Kind) -> StreamKey {
-    let group = match kind {
-        Kind::DaemonSet => "apps",
-        Kind::PodDisruptionBudget => "policy",
-        Kind::VolumeAttachment => "storage.k8s.io",
-        _ => "",
-    };
-    StreamKey::new(scope, group, "v1", kind.name())
+    StreamKey::new(scope, kind.group(), "v1", kind.name())
 }
 
 #[cfg(test)]

@@ -118,6 +118,37 @@ pub enum Kind {
     VolumeAttachment,
 }
 
+/// The API group of each kind this product names, known to the engine or not (the apps kinds
+/// that own pods): the one kind → group table. Provider kinds are not in it.
+pub const KIND_GROUPS: [(&str, &str); 18] = [
+    ("Cluster", "cluster.x-k8s.io"),
+    ("Machine", "cluster.x-k8s.io"),
+    ("MachineSet", "cluster.x-k8s.io"),
+    ("MachineDeployment", "cluster.x-k8s.io"),
+    ("MachineHealthCheck", "cluster.x-k8s.io"),
+    ("MachinePool", "cluster.x-k8s.io"),
+    ("MachineDrainRule", "cluster.x-k8s.io"),
+    ("Node", ""),
+    ("Pod", ""),
+    ("Namespace", ""),
+    ("PersistentVolume", ""),
+    ("PersistentVolumeClaim", ""),
+    ("PodDisruptionBudget", "policy"),
+    ("DaemonSet", "apps"),
+    ("ReplicaSet", "apps"),
+    ("StatefulSet", "apps"),
+    ("Deployment", "apps"),
+    ("VolumeAttachment", "storage.k8s.io"),
+];
+
+/// The group of a kind in [`KIND_GROUPS`].
+pub fn group_of_kind(kind: &str) -> Option<&'static str> {
+    KIND_GROUPS
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map(|(_, group)| *group)
+}
+
 impl Kind {
     /// The kinds only a Machine's drain and volume-detach wait read in a workload cluster.
     /// They are watched there only while one of its Machines is being deleted: they are most
@@ -179,25 +210,37 @@ impl Kind {
         }
     }
 
+    /// The known kind named `kind`, if `group` is its group in [`KIND_GROUPS`].
     fn known(group: &str, kind: &str) -> Option<Kind> {
-        Some(match (group, kind) {
-            ("cluster.x-k8s.io", "Cluster") => Kind::Cluster,
-            ("cluster.x-k8s.io", "Machine") => Kind::Machine,
-            ("cluster.x-k8s.io", "MachineSet") => Kind::MachineSet,
-            ("cluster.x-k8s.io", "MachineDeployment") => Kind::MachineDeployment,
-            ("cluster.x-k8s.io", "MachineHealthCheck") => Kind::MachineHealthCheck,
-            ("cluster.x-k8s.io", "MachinePool") => Kind::MachinePool,
-            ("cluster.x-k8s.io", "MachineDrainRule") => Kind::MachineDrainRule,
-            ("", "Node") => Kind::Node,
-            ("", "Pod") => Kind::Pod,
-            ("policy", "PodDisruptionBudget") => Kind::PodDisruptionBudget,
-            ("apps", "DaemonSet") => Kind::DaemonSet,
-            ("", "Namespace") => Kind::Namespace,
-            ("", "PersistentVolume") => Kind::PersistentVolume,
-            ("", "PersistentVolumeClaim") => Kind::PersistentVolumeClaim,
-            ("storage.k8s.io", "VolumeAttachment") => Kind::VolumeAttachment,
+        if group_of_kind(kind)? != group {
+            return None;
+        }
+        Some(match kind {
+            "Cluster" => Kind::Cluster,
+            "Machine" => Kind::Machine,
+            "MachineSet" => Kind::MachineSet,
+            "MachineDeployment" => Kind::MachineDeployment,
+            "MachineHealthCheck" => Kind::MachineHealthCheck,
+            "MachinePool" => Kind::MachinePool,
+            "MachineDrainRule" => Kind::MachineDrainRule,
+            "Node" => Kind::Node,
+            "Pod" => Kind::Pod,
+            "PodDisruptionBudget" => Kind::PodDisruptionBudget,
+            "DaemonSet" => Kind::DaemonSet,
+            "Namespace" => Kind::Namespace,
+            "PersistentVolume" => Kind::PersistentVolume,
+            "PersistentVolumeClaim" => Kind::PersistentVolumeClaim,
+            "VolumeAttachment" => Kind::VolumeAttachment,
             _ => return None,
         })
+    }
+
+    /// The kind's API group (`""` for the core group).
+    pub fn group(&self) -> &str {
+        match self {
+            Kind::External(gk) => &gk.group,
+            known => group_of_kind(known.name()).unwrap_or_default(),
+        }
     }
 }
 
@@ -584,5 +627,32 @@ impl Conditions {
     }
     pub fn legacy(&self, type_: &str) -> Option<&Condition> {
         find_condition(&self.legacy, type_)
+    }
+}
+
+#[cfg(test)]
+mod kind_tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_in_the_table_is_known_in_its_group_only_and_reads_its_group_back() {
+        let mut known = 0;
+        for (name, group) in KIND_GROUPS {
+            let kind = Kind::from_group_kind(group, name);
+            assert_eq!((kind.name(), kind.group()), (name, group));
+            if !matches!(kind, Kind::External(_)) {
+                known += 1;
+                assert!(kind.is(group, name));
+                assert!(matches!(
+                    Kind::from_group_kind("example.com", name),
+                    Kind::External(_)
+                ));
+            }
+        }
+        // Every variant but `External`; the apps kinds that only own pods stay external.
+        assert_eq!(known, 15);
+        let provider = Kind::from_group_kind("infrastructure.cluster.x-k8s.io", "DockerMachine");
+        assert_eq!(provider.group(), "infrastructure.cluster.x-k8s.io");
+        assert_eq!(group_of_kind("DockerMachine"), None);
     }
 }

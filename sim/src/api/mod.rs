@@ -10,33 +10,10 @@ pub use store::{ApiError, Change, ChangeType, ClusterStore, ObjKey, Part, TooOld
 /// The API group of a kind the simulator knows (`Machine` → `cluster.x-k8s.io`, `Pod` → ``);
 /// provider kinds are not known and get ``.
 pub fn default_group(kind: &str) -> &'static str {
-    match kind {
-        "Cluster" | "Machine" | "MachineSet" | "MachineDeployment" | "MachineHealthCheck"
-        | "MachinePool" | "MachineDrainRule" => "cluster.x-k8s.io",
-        "PodDisruptionBudget" => "policy",
-        "DaemonSet" | "ReplicaSet" | "StatefulSet" | "Deployment" => "apps",
-        "VolumeAttachment" => "storage.k8s.io",
-        _ => "",
-    }
+    engine::model::group_of_kind(kind).unwrap_or_default()
 }
 
-/// Lower-case plural resource name of a kind (`Node` → `nodes`, `Policy` → `policies`).
-pub fn plural(kind: &str) -> String {
-    let lower = kind.to_lowercase();
-    if lower.ends_with('s')
-        || lower.ends_with('x')
-        || lower.ends_with("ch")
-        || lower.ends_with("sh")
-    {
-        format!("{lower}es")
-    } else if let Some(stem) = lower.strip_suffix('y')
-        && !stem.ends_with(['a', 'e', 'i', 'o', 'u'])
-    {
-        format!("{stem}ies")
-    } else {
-        format!("{lower}s")
-    }
-}
+pub use engine::convert::plural;
 
 #[cfg(test)]
 mod tests {
@@ -324,13 +301,5 @@ mod tests {
         s.compact_changes();
         assert!(s.changes_since(start + 3).is_err());
         assert_eq!(s.changes_since(s.resource_version()).unwrap().count(), 0);
-    }
-
-    #[test]
-    fn plurals() {
-        assert_eq!(plural("Node"), "nodes");
-        assert_eq!(plural("Policy"), "policies");
-        assert_eq!(plural("Ingress"), "ingresses");
-        assert_eq!(plural("Gateway"), "gateways");
     }
 }
