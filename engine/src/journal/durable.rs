@@ -3,10 +3,12 @@
 //! sled 0.34 stores a value (or a consolidated tree node) larger than a quarter of a segment in
 //! its own file under `blobs/`, written with `write_all` but never fsynced: `Db::flush` only
 //! makes the log, which points at the blob, durable. A power loss could then keep the pointer
-//! and lose the data. With [`super::Durability::Flush`] the journal therefore fsyncs every blob
-//! file created since the last append (and the `blobs/` directory) *before* flushing sled, so a
-//! durable pointer always points at durable bytes. Blob files are named by their log sequence
-//! number, which only grows, so "new" means "a larger number than the last one synced".
+//! and lose the data. With [`super::Durability::Flush`] the vendored sled fsyncs each blob file
+//! (and the `blobs/` directory) as it writes it (`Config::sync_blobs`), so a durable pointer
+//! always points at durable bytes and a flush reads no directory. With
+//! [`super::Durability::Buffered`] an explicit flush fsyncs every blob file created since the
+//! last one *before* flushing sled: blob files are named by their log sequence number, which
+//! only grows, so "new" means "a larger number than the last one synced".
 
 use std::fs::File;
 use std::io;
@@ -18,6 +20,22 @@ pub(crate) struct BlobSync {
 }
 
 impl BlobSync {
+    /// The scan a flush needs under `durability`: none when sled syncs each blob itself.
+    pub(crate) fn for_durability(
+        dir: &Path,
+        durability: super::Durability,
+    ) -> Result<Option<Self>, super::JournalError> {
+        if durability == super::Durability::Flush {
+            return Ok(None);
+        }
+        BlobSync::new(dir)
+            .map(Some)
+            .map_err(|e| super::JournalError::Storage {
+                op: "listing blob files",
+                source: e.into(),
+            })
+    }
+
     /// Starts after the blobs already present (they were synced by whoever wrote them, or are
     /// about to be checked by the caller's recovery).
     pub(crate) fn new(dir: &Path) -> io::Result<Self> {

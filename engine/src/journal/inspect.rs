@@ -231,6 +231,7 @@ pub(crate) fn sled_config(
         .flush_every_ms(Some(500))
         .read_only(mode != StoreMode::Write)
         .ignore_snapshot_files(mode == StoreMode::InspectLogOnly)
+        .sync_blobs(mode == StoreMode::Write && opts.durability == super::Durability::Flush)
 }
 
 /// What the read-only check found: the facts an open (or an inspection) goes on from.

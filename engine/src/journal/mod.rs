@@ -251,7 +251,8 @@ pub struct Journal {
 
 /// What only a writable journal has.
 struct Writer {
-    blob_sync: durable::BlobSync,
+    /// `None` with [`Durability::Flush`]: sled fsyncs each blob file as it writes it.
+    blob_sync: Option<durable::BlobSync>,
     commits: commit::CommitLog,
     /// Digest of the values appended since the last commit entry.
     pending: commit::Digest,
@@ -421,10 +422,7 @@ impl Journal {
         for c in commits.recovered_copies() {
             tracing::warn!(file = c.file, why = %c.why, "a copy of the commit record is damaged: rewriting it from the other copy");
         }
-        let blob_sync = durable::BlobSync::new(dir).map_err(|e| JournalError::Storage {
-            op: "listing blob files",
-            source: e.into(),
-        })?;
+        let blob_sync = durable::BlobSync::for_durability(dir, opts.durability)?;
         let mut journal = Journal {
             dir: dir.to_path_buf(),
             db,
@@ -533,10 +531,7 @@ impl Journal {
             ..commit::Loaded::default()
         };
         let retired_through = trusted.retired_through();
-        let blob_sync = durable::BlobSync::new(dir).map_err(|e| JournalError::Storage {
-            op: "listing blob files",
-            source: e.into(),
-        })?;
+        let blob_sync = durable::BlobSync::for_durability(dir, opts.durability)?;
         let journal = Journal {
             dir: dir.to_path_buf(),
             db,
@@ -688,15 +683,15 @@ impl Journal {
     /// Makes everything appended so far durable (useful with [`Durability::Buffered`]).
     ///
     /// Blob files sled wrote are fsynced before sled's log, so a durable pointer never
-    /// points at lost bytes (see `durable.rs`).
+    /// points at lost bytes (see `durable.rs`): by sled as it writes each with
+    /// [`Durability::Flush`], by a scan of `blobs/` here with [`Durability::Buffered`].
     pub fn flush(&mut self) -> Result<(), JournalError> {
-        self.writer_mut()?
-            .blob_sync
-            .sync_new()
-            .map_err(|e| JournalError::Storage {
+        if let Some(blob_sync) = &mut self.writer_mut()?.blob_sync {
+            blob_sync.sync_new().map_err(|e| JournalError::Storage {
                 op: "syncing blob files",
                 source: e.into(),
             })?;
+        }
         self.db.flush().map_err(JournalError::storage("flushing"))?;
         self.commit_durable()
     }

@@ -224,6 +224,11 @@ pub struct Inner {
     /// repair probing which size a journal whose `conf` was lost was written with).
     #[doc(hidden)]
     pub skip_config_file: bool,
+    /// Create each blob file private (mode 0600) and fsync it, and the `blobs` directory,
+    /// before its pointer can reach the log: a durable pointer always points at durable bytes
+    /// without a directory scan per flush.
+    #[doc(hidden)]
+    pub sync_blobs: bool,
     tmp_path: PathBuf,
     pub(crate) global_error: Arc<Atomic<Error>>,
     #[cfg(feature = "event_log")]
@@ -247,6 +252,7 @@ impl Default for Inner {
             read_only: false,
             ignore_snapshot_files: false,
             skip_config_file: false,
+            sync_blobs: false,
 
             // useful in testing
             segment_size: 512 * 1024, // 512kb in bytes
@@ -549,6 +555,11 @@ impl Config {
             skip_config_file,
             bool,
             "with read_only, trust the configured segment size instead of the `conf` file"
+        ),
+        (
+            sync_blobs,
+            bool,
+            "create blob files private and fsync each, and the blobs directory, as it is written"
         )
     );
 
