@@ -152,10 +152,7 @@ fn pod_change_matters(before: Option<&Pod>, after: Option<&Pod>) -> bool {
 }
 
 fn as_pod(o: Option<&Object>) -> Option<&Pod> {
-    match o {
-        Some(Object::Pod(p)) => Some(p),
-        _ => None,
-    }
+    o.and_then(Object::as_pod)
 }
 
 impl MachineDeletion {
@@ -349,9 +346,9 @@ impl Controller for MachineDeletion {
     fn reconcile(&mut self, key: &ObjectKey, cx: &mut Cx<'_>) {
         self.check(key, cx.now);
         let store: &Store = cx.store;
-        let machine = match store.get(key) {
-            Some(Object::Machine(m)) => m,
-            _ => {
+        let machine = match store.machine(key) {
+            Some(m) => m,
+            None => {
                 self.untrack(key);
                 return;
             }
@@ -428,14 +425,11 @@ impl Controller for MachineDeletion {
         );
         // Routing facts known before any pass (the pass refines the node by providerID).
         tracked.node = tracked.node.take().or_else(|| machine.node_ref.clone());
-        tracked.provider_id =
-            machine
-                .provider_id
-                .clone()
-                .or_else(|| match store.get(&tracked.infrastructure) {
-                    Some(Object::External(e)) => e.provider_id.clone(),
-                    _ => None,
-                });
+        tracked.provider_id = machine.provider_id.clone().or_else(|| {
+            store
+                .external(&tracked.infrastructure)
+                .and_then(|e| e.provider_id.clone())
+        });
         refresh_optional_ref_key(
             &mut tracked.control_plane,
             cluster.and_then(|c| c.control_plane_ref.as_ref()),

@@ -166,7 +166,7 @@ impl<'a> Judge<'a> {
             *key = ObjectKey::new(key.scope.clone(), Kind::Node, "", name);
         }
         let store: &'a Store = self.store;
-        if let Some(Object::Node(n)) = store.get(key) {
+        if let Some(n) = store.node(key) {
             return NodeObservation::Found(n);
         }
         let machine = ObjectKey::management(Kind::Machine, &m.meta.namespace, &m.meta.name);
@@ -209,10 +209,7 @@ impl<'a> Judge<'a> {
     fn machine(&self, name: &str) -> Option<&'a Machine> {
         let key = ObjectKey::management(Kind::Machine, &self.mhc.meta.namespace, name);
         let store: &'a Store = self.store;
-        match store.get(&key) {
-            Some(Object::Machine(m)) => Some(m),
-            _ => None,
-        }
+        store.machine(&key)
     }
 
     /// The Machine of this name when it is a target.

@@ -185,10 +185,7 @@ impl HealthChecks {
 
     /// A Machine key: mark the target dirty in every MHC that may cover it.
     fn mark_dirty(&mut self, key: &ObjectKey, store: &Store) {
-        let machine = match store.get(key) {
-            Some(Object::Machine(m)) => Some(m),
-            _ => None,
-        };
+        let machine = store.machine(key);
         let mut mhcs = Vec::new();
         self.mhcs_of_machine(store, key, machine, &mut mhcs);
         for mhc in mhcs {
@@ -260,9 +257,11 @@ impl HealthChecks {
             let machine = ObjectKey::management(Kind::Machine, &key.namespace, &key.name);
             if let Some(link) = self.index.links.get(&machine) {
                 let requested = link.mhcs.iter().any(|mhc| {
-                    matches!(store.get(mhc), Some(Object::MachineHealthCheck(m))
-                        if m.remediation_template.as_ref().is_some_and(|t|
-                            crate::remediation::external::request_group_kind(t) == *gk))
+                    store.machine_health_check(mhc).is_some_and(|m| {
+                        m.remediation_template.as_ref().is_some_and(|t| {
+                            crate::remediation::external::request_group_kind(t) == *gk
+                        })
+                    })
                 });
                 if requested {
                     push_unique(out, machine);

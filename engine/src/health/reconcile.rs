@@ -12,8 +12,8 @@ use super::{HealthChecks, TargetIndex};
 use crate::command::{Action, ControllerId, EventType, JsonText};
 use crate::controller::Cx;
 use crate::model::{
-    CLUSTER_NAME_LABEL, Cluster, ClusterName, External, Kind, MachineHealthCheck, Object,
-    ObjectKey, ObjectRef, PAUSED_ANNOTATION, Scope,
+    CLUSTER_NAME_LABEL, Cluster, ClusterName, External, Kind, MachineHealthCheck, ObjectKey,
+    ObjectRef, PAUSED_ANNOTATION, Scope,
 };
 use crate::remediation::external::template_key;
 use crate::shared::capi_target;
@@ -132,13 +132,13 @@ impl HealthChecks {
         cx: &mut Cx<'_>,
     ) -> Option<Ready<'s>> {
         let now = cx.now;
-        let Some(Object::MachineHealthCheck(mhc)) = store.get(key) else {
+        let Some(mhc) = store.machine_health_check(key) else {
             self.forget_mhc(key);
             return None;
         };
         let cluster_key =
             ObjectKey::management(Kind::Cluster, &mhc.meta.namespace, &mhc.cluster_name);
-        let Some(Object::Cluster(cluster)) = store.get(&cluster_key) else {
+        let Some(cluster) = store.cluster(&cluster_key) else {
             tracing::info!(mhc = %key, "Cluster {} not found; nothing to check", cluster_key);
             self.suspend(key, None, now);
             return None;
@@ -182,10 +182,7 @@ impl HealthChecks {
             return None;
         }
         let template = mhc.remediation_template.as_ref().map(|r| {
-            let t = match store.get(&template_key(mhc, r)) {
-                Some(Object::External(t)) => Some(t),
-                _ => None,
-            };
+            let t = store.external(&template_key(mhc, r));
             (r, t)
         });
         Some(Ready {

@@ -47,6 +47,62 @@ pub enum Object {
     Unreadable(Unreadable),
 }
 
+/// `Object::as_machine` and the like, and the [`crate::store::Store`] getters of the same
+/// names without `as_`: the one place a stored object is taken for its kind.
+macro_rules! object_accessors {
+    ($(($variant:ident, $as_fn:ident, $get_fn:ident)),* $(,)?) => {
+        impl Object {
+            $(
+                pub fn $as_fn(&self) -> Option<&$variant> {
+                    match self {
+                        Object::$variant(o) => Some(o),
+                        _ => None,
+                    }
+                }
+            )*
+        }
+
+        impl crate::store::Store {
+            $(
+                pub fn $get_fn(&self, key: &ObjectKey) -> Option<&$variant> {
+                    self.get(key).and_then(Object::$as_fn)
+                }
+            )*
+        }
+    };
+}
+
+object_accessors!(
+    (Cluster, as_cluster, cluster),
+    (Machine, as_machine, machine),
+    (MachineSet, as_machine_set, machine_set),
+    (MachineDeployment, as_machine_deployment, machine_deployment),
+    (
+        MachineHealthCheck,
+        as_machine_health_check,
+        machine_health_check
+    ),
+    (MachinePool, as_machine_pool, machine_pool),
+    (MachineDrainRule, as_machine_drain_rule, machine_drain_rule),
+    (External, as_external, external),
+    (Node, as_node, node),
+    (Pod, as_pod, pod),
+    (
+        PodDisruptionBudget,
+        as_pod_disruption_budget,
+        pod_disruption_budget
+    ),
+    (DaemonSet, as_daemon_set, daemon_set),
+    (Namespace, as_namespace, namespace),
+    (PersistentVolume, as_persistent_volume, persistent_volume),
+    (
+        PersistentVolumeClaim,
+        as_persistent_volume_claim,
+        persistent_volume_claim
+    ),
+    (VolumeAttachment, as_volume_attachment, volume_attachment),
+);
+
 /// What is known of an object that did not convert: its key and what is wrong with it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Unreadable {

@@ -83,7 +83,7 @@ pub(super) fn reconcile_machines(cx: &Ctx<'_>, infra: &External, plan: &mut Plan
                 .and_then(|n| n.kubelet_version.clone())
                 .filter(|v| !v.is_empty())
         };
-        if let Some(Object::Machine(m)) = cx.store.get(&machine_key) {
+        if let Some(m) = cx.store.machine(&machine_key) {
             if let Some((merge, summary)) = machine_update(mp, m, version().as_deref()) {
                 plan.issue(
                     Action::PatchSpec {

@@ -323,7 +323,7 @@ impl Controller for Pools {
     fn reconcile(&mut self, key: &ObjectKey, cx: &mut Cx<'_>) {
         self.check(key, cx.now);
         self.timers.cancel(key);
-        let Some(Object::MachinePool(mp)) = cx.store.get(key) else {
+        let Some(mp) = cx.store.machine_pool(key) else {
             self.memory.remove(key);
             return;
         };

@@ -6,7 +6,7 @@ use super::draft::Draft;
 use super::machines::reconcile_machines;
 use super::ownership::adopt;
 use super::reconcile::{Ctx, Plan};
-use crate::model::{External, Object, Severity};
+use crate::model::{External, Severity};
 
 /// Copies a provider object's failure fields onto the pool (upstream's intent; its inverted nil
 /// checks are not copied). The pool then reports `Failed` for good.
@@ -117,7 +117,7 @@ pub(super) fn reconcile_infrastructure<'a>(
     let mp = cx.mp;
     let infra_ref = &mp.infrastructure_ref;
     let key = infra_ref.key_in(&mp.meta.namespace);
-    let Some(Object::External(infra)) = cx.store.get(&key) else {
+    let Some(infra) = cx.store.external(&key) else {
         // Not in the cache yet is not deleted: the failure is terminal, so it needs proof.
         if mp.status.infrastructure_provisioned && cx.store.seen_gone(&key, cx.key) {
             tracing::error!(

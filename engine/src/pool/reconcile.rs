@@ -145,10 +145,7 @@ impl<'a> Ctx<'a> {
 
     pub(super) fn external(&self, r: &ObjectRef) -> (ObjectKey, Option<&External>) {
         let key = r.key_in(&self.mp.meta.namespace);
-        let found = match self.store.get(&key) {
-            Some(Object::External(e)) => Some(e),
-            _ => None,
-        };
+        let found = self.store.external(&key);
         (key, found)
     }
 
@@ -211,10 +208,7 @@ impl<'a> PoolFlow<'a> {
 fn flow_facts<'a>(cx: &Ctx<'a>) -> FlowFacts<'a> {
     let mp = cx.mp;
     let cluster_key = ObjectKey::management(Kind::Cluster, &mp.meta.namespace, &mp.cluster_name);
-    let cluster = match cx.store.get(&cluster_key) {
-        Some(Object::Cluster(c)) => Some(c),
-        _ => None,
-    };
+    let cluster = cx.store.cluster(&cluster_key);
     FlowFacts {
         unreadable: unreadable_dependency(cx),
         deleting: mp.meta.is_deleting(),

@@ -65,14 +65,8 @@ pub fn affected(store: &Store, change: &Change, out: &mut Vec<ObjectKey>) {
     }
     match (&key.kind, change.before, change.after) {
         (Kind::Machine, before, after) => {
-            let b = match before {
-                Some(Object::Machine(m)) => Some(m),
-                _ => None,
-            };
-            let a = match after {
-                Some(Object::Machine(m)) => Some(m),
-                _ => None,
-            };
+            let b = before.and_then(Object::as_machine);
+            let a = after.and_then(Object::as_machine);
             let relevant = match (b, a) {
                 (Some(b), Some(a)) => facts(b) != facts(a),
                 _ => true,
@@ -99,10 +93,7 @@ pub fn affected(store: &Store, change: &Change, out: &mut Vec<ObjectKey>) {
             }
         }
         (Kind::Cluster, before, after) => {
-            let paused = |o: Option<&Object>| match o {
-                Some(Object::Cluster(c)) => Some(c.paused),
-                _ => None,
-            };
+            let paused = |o: Option<&Object>| o.and_then(Object::as_cluster).map(|c| c.paused);
             if paused(before) == paused(after) {
                 return;
             }
@@ -163,11 +154,11 @@ pub fn deferred_message(max_in_flight: &str) -> String {
 /// One MachineSet reconcile of §2.7.
 pub fn reconcile(key: &ObjectKey, cx: &mut Cx<'_>) {
     let store = cx.store;
-    let Some(Object::MachineSet(ms)) = store.get(key) else {
+    let Some(ms) = store.machine_set(key) else {
         return;
     };
     let cluster_key = ObjectKey::management(Kind::Cluster, &ms.meta.namespace, &ms.cluster_name);
-    let cluster_paused = matches!(store.get(&cluster_key), Some(Object::Cluster(c)) if c.paused);
+    let cluster_paused = store.cluster(&cluster_key).is_some_and(|c| c.paused);
     if cluster_paused || ms.meta.has_annotation(PAUSED_ANNOTATION) {
         tracing::debug!(machineset = %key, "Reconciliation is paused for this object");
         return;
@@ -314,14 +305,11 @@ fn candidates<'a>(machines: &[&'a Machine]) -> Vec<&'a Machine> {
 
 fn owning_deployment<'s>(ms: &MachineSet, store: &'s Store) -> Option<&'s MachineDeployment> {
     let name = controlled_by(&ms.meta, "MachineDeployment")?;
-    match store.get(&ObjectKey::management(
+    store.machine_deployment(&ObjectKey::management(
         Kind::MachineDeployment,
         &ms.meta.namespace,
         name,
-    )) {
-        Some(Object::MachineDeployment(md)) => Some(md),
-        _ => None,
-    }
+    ))
 }
 
 fn revision(meta: &crate::model::ObjectMeta) -> String {

@@ -494,13 +494,11 @@ impl<'p, 'a> Pass<'p, 'a> {
     }
 
     pub(super) fn provider_id(&self) -> Option<String> {
-        self.m
-            .provider_id
-            .clone()
-            .or_else(|| match self.store.get(&self.tracked.infrastructure) {
-                Some(Object::External(e)) => e.provider_id.clone(),
-                _ => None,
-            })
+        self.m.provider_id.clone().or_else(|| {
+            self.store
+                .external(&self.tracked.infrastructure)
+                .and_then(|e| e.provider_id.clone())
+        })
     }
 
     /// Upstream's best-effort lookup of the Node by providerID when `status.nodeRef` is unset.
@@ -543,7 +541,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         let dcx = DrainContext::new(self.store, &self.scope, self.now, 0, &rules);
         let mut ignored = BTreeSet::new();
         for key in self.store.pods_on_node(&self.scope, node_name) {
-            let Some(Object::Pod(pod)) = self.store.get(key) else {
+            let Some(pod) = self.store.pod(key) else {
                 continue;
             };
             if pod.pvc_names.is_empty() {

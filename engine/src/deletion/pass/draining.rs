@@ -10,7 +10,7 @@ use crate::deletion::pods::CachedPod;
 use crate::deletion::status::{legacy, legacy_false, legacy_true, reason};
 use crate::deletion::{Attempt, DeletionTimer};
 use crate::drain::{self, DrainPlan, EvictionAttempt};
-use crate::model::{Condition, Object, Severity};
+use crate::model::{Condition, Severity};
 
 impl<'p, 'a> Pass<'p, 'a> {
     pub(super) fn drain(&mut self, node_name: &str, found: DrainFinding<'_>) {
@@ -104,7 +104,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             while on_node.next_if(|c| c.key < *k).is_some() {}
             match on_node.next_if(|c| c.key == *k) {
                 Some(c) => c.deletion_timestamp.is_none(),
-                None => matches!(store.get(k), Some(Object::Pod(p)) if !p.meta.is_deleting()),
+                None => store.pod(k).is_some_and(|p| !p.meta.is_deleting()),
             }
         });
         if let Some((at, pod)) = plan.next_eviction_retry {
