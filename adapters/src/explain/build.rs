@@ -58,8 +58,9 @@ pub(super) fn condition_text(c: &Condition) -> String {
 /// that produced it, so a few suffice and a long journal does not grow the story's memory.
 const RECENT_CAUSES_MAX: usize = 4096;
 
-/// The longest cycle of lines folded into one: a command and the refusal it met.
-const REPEAT_PERIOD_MAX: usize = 2;
+/// The longest cycle of lines folded into one: a command, the refusal it met and the Warning
+/// event that told it.
+const REPEAT_PERIOD_MAX: usize = 3;
 
 /// What the pass keeps while it reads the records.
 pub(super) struct Teller {
@@ -84,6 +85,45 @@ pub(super) struct Teller {
     pub now_at: Timestamp,
     /// Workload clusters that cannot be reached, and why, as the journal last said.
     pub unreachable: BTreeMap<Scope, Unreachable>,
+}
+
+/// `DeleteNode Node n1@c1` of `DeleteNode Node n1@c1 answered 500: …`.
+fn refused_command(text: &str) -> &str {
+    text.split_once(" answered ")
+        .map_or(text, |(command, _)| command)
+}
+
+/// `Warning FailedDeleteNode on Machine default/m1` of the same with `: <message>`.
+fn event_kind(text: &str) -> &str {
+    text.split_once(": ").map_or(text, |(kind, _)| kind)
+}
+
+/// A refusal's code: `500` of `… answered 500: …`, `404` of `… answered 404 not found`.
+fn refused_code(text: &str) -> Option<&str> {
+    let (_, answer) = text.split_once(" answered ")?;
+    answer.split([':', ' ']).next()
+}
+
+/// A retry loop refused with other answers than its first says which: `…; also 500, 503`.
+fn note_other_answer(text: &mut String, other: &str) {
+    let (Some(first), Some(new)) = (refused_code(text), refused_code(other)) else {
+        return;
+    };
+    if new == first {
+        return;
+    }
+    let new = new.to_string();
+    match text.split_once("; also ") {
+        Some((_, also)) if also.split(", ").any(|c| c == new) => {}
+        Some(_) => {
+            text.push_str(", ");
+            text.push_str(&new);
+        }
+        None => {
+            text.push_str("; also ");
+            text.push_str(&new);
+        }
+    }
 }
 
 impl Teller {
@@ -116,12 +156,23 @@ impl Teller {
                 .map(|back| n - back)
                 .find(|i| {
                     let e = &self.entries[*i];
-                    e.what == what && e.text == text && e.controller == controller
+                    e.what == what
+                        && e.controller == controller
+                        && match what {
+                            // A loop refused with varying answers (500, 503, 429) is one loop,
+                            // and so are the Warning events that tell each answer.
+                            "refused" => refused_command(&e.text) == refused_command(&text),
+                            "event" => event_kind(&e.text) == event_kind(&text),
+                            _ => e.text == text,
+                        }
                 });
             if let Some(i) = repeated {
                 let e = &mut self.entries[i];
                 e.repeats += 1;
                 e.last_at = Some(at.to_rfc3339());
+                if what == "refused" {
+                    note_other_answer(&mut e.text, &text);
+                }
                 return;
             }
         }
