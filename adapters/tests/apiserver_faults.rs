@@ -151,6 +151,18 @@ fn label(served: &Served, name: &str, value: &str) {
         .unwrap();
 }
 
+/// A watch of the Nodes from the cluster's current resourceVersion.
+async fn watch_from_now(
+    nodes: &Api<Node>,
+    served: &Served,
+) -> futures::stream::BoxStream<'static, kube::Result<WatchEvent<Node>>> {
+    nodes
+        .watch(&WatchParams::default(), &rv_of(served))
+        .await
+        .expect("a watch")
+        .boxed()
+}
+
 fn rv_of(served: &Served) -> String {
     served
         .cluster()
@@ -168,11 +180,7 @@ async fn a_partition_refuses_connections_and_cuts_open_watches_then_heals() {
         .await;
         let nodes = served.nodes();
         nodes.get("n1").await.expect("before the partition");
-        let mut stream = nodes
-            .watch(&WatchParams::default(), &rv_of(&served))
-            .await
-            .unwrap()
-            .boxed();
+        let mut stream = watch_from_now(&nodes, &served).await;
         // The watch is cut when the partition starts: an error or the end, no event.
         let ended = stream.next().await;
         assert!(
@@ -486,11 +494,7 @@ async fn a_slow_consumer_sees_only_the_latest_state_of_an_object() {
         )
         .await;
         let nodes = served.nodes();
-        let mut stream = nodes
-            .watch(&WatchParams::default(), &rv_of(&served))
-            .await
-            .unwrap()
-            .boxed();
+        let mut stream = watch_from_now(&nodes, &served).await;
         for v in ["1", "2", "3"] {
             label(&served, "n1", v);
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -521,11 +525,7 @@ async fn a_stalled_network_delivers_every_event_in_one_burst() {
         )
         .await;
         let nodes = served.nodes();
-        let mut stream = nodes
-            .watch(&WatchParams::default(), &rv_of(&served))
-            .await
-            .unwrap()
-            .boxed();
+        let mut stream = watch_from_now(&nodes, &served).await;
         let first_write = Instant::now();
         for n in ["n1", "n2", "n3"] {
             label(&served, n, "x");
@@ -563,11 +563,7 @@ async fn reordered_delivery_delays_answers_and_counts_which_came_first() {
         )
         .await;
         let nodes = served.nodes();
-        let mut stream = nodes
-            .watch(&WatchParams::default(), &rv_of(&served))
-            .await
-            .unwrap()
-            .boxed();
+        let mut stream = watch_from_now(&nodes, &served).await;
         let drain = tokio::spawn(async move { while let Some(Ok(_)) = stream.next().await {} });
         for i in 0..20 {
             let patch = json!({"metadata": {"labels": {"v": i.to_string()}}});

@@ -774,14 +774,14 @@ impl Wire {
         stream: &str,
         n: u64,
     ) -> Option<Duration> {
-        let kind = FaultKind::CoalescedEvents;
-        if !self.is_active(scope, now, kind) {
-            return None;
-        }
-        let r = roll(self.seed, kind, scope, &watch_hit(stream, ""), n, "hold");
-        Some(Duration(
-            200 + (r * (COALESCE_HOLD_MAX_MS - 200) as f64) as i64,
-        ))
+        self.stream_hold(
+            FaultKind::CoalescedEvents,
+            scope,
+            now,
+            stream,
+            n,
+            (200, COALESCE_HOLD_MAX_MS),
+        )
     }
 
     /// Under `backlog-batches`, how long a stream holds events before sending them all at once
@@ -793,12 +793,24 @@ impl Wire {
         stream: &str,
         n: u64,
     ) -> Option<Duration> {
-        let kind = FaultKind::BacklogBatches;
+        self.stream_hold(FaultKind::BacklogBatches, scope, now, stream, n, (50, 500))
+    }
+
+    /// How long `stream` holds its `n`th batch of events under `kind`, drawn in `range_ms`.
+    fn stream_hold(
+        &self,
+        kind: FaultKind,
+        scope: &Scope,
+        now: Timestamp,
+        stream: &str,
+        n: u64,
+        (from_ms, to_ms): (i64, i64),
+    ) -> Option<Duration> {
         if !self.is_active(scope, now, kind) {
             return None;
         }
         let r = roll(self.seed, kind, scope, &watch_hit(stream, ""), n, "hold");
-        Some(Duration(50 + (r * 450.0) as i64))
+        Some(Duration(from_ms + (r * (to_ms - from_ms) as f64) as i64))
     }
 
     /// Whether a watch starting after a list repeats objects the list carried now.
