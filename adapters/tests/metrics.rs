@@ -412,20 +412,27 @@ fn controller_with_servers(
             .args(extra)
             .args(clock)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(log_of(journal)).expect("a log file"))
             .spawn()
             .expect("lifecycle run starts"),
     )
 }
 
-/// Waits until `port` answers `/readyz` 200.
-fn until_ready(port: u16) {
+/// Where [`controller_with_servers`] logs, beside its journal.
+fn log_of(journal: &Path) -> std::path::PathBuf {
+    journal.with_extension("log")
+}
+
+/// Waits until `port` answers `/readyz` 200; fails with the controller's log if it exits or
+/// takes 30 s.
+fn until_ready(port: u16, controller: &mut Child, journal: &Path) {
     let started = Instant::now();
     while get(port, "/readyz", None).is_none_or(|b| !b.starts_with("ok")) {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "not ready on {port}"
-        );
+        let exited = controller.0.try_wait().expect("a child's status");
+        if exited.is_some() || started.elapsed() > Duration::from_secs(30) {
+            let log = std::fs::read_to_string(log_of(journal)).unwrap_or_default();
+            panic!("not ready on {port} (exit: {exited:?}):\n{log}");
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -449,18 +456,18 @@ fn the_secure_endpoint_serves_metrics_only_to_callers_the_api_server_allows() {
     std::fs::write(certs.join("tls.key"), made.signing_key.serialize_pem()).unwrap();
     let a = [free_port(), free_port(), free_port()];
     let b = [free_port(), free_port(), free_port()];
-    let _self_signed =
-        controller_with_servers(&kubeconfig, &dir.path().join("journal-a"), &clock, a, &[]);
+    let (journal_a, journal_b) = (dir.path().join("journal-a"), dir.path().join("journal-b"));
+    let mut self_signed = controller_with_servers(&kubeconfig, &journal_a, &clock, a, &[]);
     let dir_arg = certs.to_str().unwrap();
-    let _from_dir = controller_with_servers(
+    let mut from_dir = controller_with_servers(
         &kubeconfig,
-        &dir.path().join("journal-b"),
+        &journal_b,
         &clock,
         b,
         &["--metrics-cert-dir", dir_arg],
     );
-    until_ready(a[1]);
-    until_ready(b[1]);
+    until_ready(a[1], &mut self_signed, &journal_a);
+    until_ready(b[1], &mut from_dir, &journal_b);
     let secure = a[2];
     assert_eq!(
         https_get(secure, Some(ADMIN_TOKEN), &[]),
