@@ -243,6 +243,25 @@ fn each_controller_sits_in_the_slot_of_its_id() {
     }
 }
 
+/// Within one input the dirty keys reconcile slot by slot: Machines (deletion), then
+/// MachineSets (owner remediation), then MHCs, then MachinePools. A MachineSet decides on the
+/// Machines as this input left them, before an MHC writes; the order is the slots', not a
+/// derived order of kinds.
+#[test]
+fn machines_reconcile_before_machine_sets_and_mhcs_within_an_input() {
+    let mut controllers = Controllers::default();
+    let order: Vec<ControllerId> = controllers.all_mut().iter().map(|c| c.id()).collect();
+    assert_eq!(
+        order,
+        [
+            ControllerId::Deletion,
+            ControllerId::Remediation,
+            ControllerId::Health,
+            ControllerId::Pool
+        ]
+    );
+}
+
 /// A reconcile that handles its command's API error counts as an error, once per failed
 /// answer; one that handles a success, a 404 or a PDB's refusal of an eviction does not.
 #[test]
