@@ -5,7 +5,7 @@
 use crate::command::Action;
 use crate::command::ControllerId;
 use crate::deletion::{MachineDeletion, reason};
-use crate::drain::EvictionAttempt;
+use crate::drain::{EvictionAttempt, EvictionRefusal};
 use crate::input::ApiOutcome;
 use crate::model::ObjectKey;
 use crate::model::{Kind, Object, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope};
@@ -155,7 +155,7 @@ pub fn gauges(store: &Store, deletion: &MachineDeletion, now: Timestamp) -> Gaug
                 EvictionAttempt::NotFound { .. } => continue,
                 EvictionAttempt::Requested { .. } | EvictionAttempt::Failed { .. } => {
                     match attempt.failure() {
-                        Some(message) => blocked_reason(message),
+                        Some(message) => EvictionRefusal::of(message).blocked_reason(),
                         None => continue,
                     }
                 }
@@ -176,19 +176,6 @@ pub fn gauges(store: &Store, deletion: &MachineDeletion, now: Timestamp) -> Gaug
         });
     }
     out
-}
-
-/// Which [`DRAIN_BLOCKED_REASONS`] a refused eviction's message tells of (the messages are
-/// the API server's, as upstream shows them in the condition).
-fn blocked_reason(message: &str) -> &'static str {
-    let lower = message.to_ascii_lowercase();
-    if lower.contains("disruption budget") {
-        "PodDisruptionBudget"
-    } else if lower.contains("terminating namespace") {
-        "NamespaceTerminating"
-    } else {
-        "EvictionFailed"
-    }
 }
 
 #[cfg(test)]

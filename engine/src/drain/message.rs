@@ -6,7 +6,8 @@ use crate::model::ObjectKey;
 use crate::time::Timestamp;
 use std::fmt::Write;
 
-const PDB_PHRASE: &str = "Cannot evict pod as it would violate the pod's disruption budget.";
+use super::refusal::{EvictionRefusal, PDB_PHRASE};
+
 const PDB_PHRASE_LOWER: &str = "cannot evict pod as it would violate the pod's disruption budget.";
 
 /// Upstream's `ListToString`: the first `max` entries, then `... (K more)`, joined by ", ".
@@ -117,10 +118,10 @@ pub fn condition_message_after(header: String, plan: &DrainPlan<'_>) -> String {
     }
     // BTreeMap keys are already sorted lexicographically, as upstream sorts them.
     for (failure, keys) in plan.failed.iter().take(CONDITION_FAILURE_MESSAGES_MAX) {
-        let mut text = failure.replace(PDB_PHRASE, PDB_PHRASE_LOWER);
-        if !text.starts_with(PDB_PHRASE_LOWER) {
-            text = format!("failed to evict Pod, {text}");
-        }
+        let text = match EvictionRefusal::of(failure) {
+            EvictionRefusal::DisruptionBudget => failure.replace(PDB_PHRASE, PDB_PHRASE_LOWER),
+            _ => format!("failed to evict Pod, {failure}"),
+        };
         let _ = write!(msg, "\n* {} {}: {text}", pod_word(keys.len()), pods(keys));
     }
     if plan.failed.len() > CONDITION_FAILURE_MESSAGES_MAX {
@@ -166,7 +167,7 @@ pub fn blocked_by_disruption_budget<'p>(
     let mut parts = Vec::new();
     let mut keys = Vec::new();
     for (failure, pods_refused) in &plan.failed {
-        if !failure.starts_with(PDB_PHRASE) {
+        if EvictionRefusal::of(failure) != EvictionRefusal::DisruptionBudget {
             continue;
         }
         let text = failure.replace(PDB_PHRASE, PDB_PHRASE_LOWER);

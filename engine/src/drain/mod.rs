@@ -13,6 +13,7 @@
 mod filter;
 mod message;
 mod plan;
+mod refusal;
 
 pub use filter::{
     DrainBehavior, DrainContext, DrainRuleError, PodDeleteStatus, StatusReason, classify,
@@ -25,6 +26,7 @@ pub use message::{
 pub use plan::{
     DrainPlan, EvictionAttempt, EvictionOutcome, PodDrain, PodFacts, eviction_failure_message,
 };
+pub use refusal::{EvictionRefusal, NAMESPACE_TERMINATING_FAILURE, PDB_PHRASE};
 
 use crate::time::Duration;
 

@@ -94,11 +94,7 @@ pub fn eviction_failure_message(outcome: &ApiOutcome) -> EvictionOutcome {
         ApiOutcome::Forbidden {
             namespace_terminating: true,
             ..
-        } => EvictionOutcome::Failed(
-            "Cannot evict pod from terminating namespace: unable to create eviction \
-             (kube-controller-manager should set deletionTimestamp)"
-                .to_string(),
-        ),
+        } => EvictionOutcome::Failed(super::NAMESPACE_TERMINATING_FAILURE.to_string()),
         // 429 already carries "<status message> <causes joined by ','>".
         ApiOutcome::TooManyRequests { message }
         | ApiOutcome::Forbidden { message, .. }
