@@ -112,6 +112,11 @@ fn load() -> Loaded {
     Loaded { crds, patterns }
 }
 
+/// Parses the vendored CRDs now if nothing did yet (they are parsed once per process).
+pub fn preload() {
+    LazyLock::force(&LOADED);
+}
+
 /// Every CRD that loaded.
 pub fn all() -> &'static [Crd] {
     &LOADED.crds

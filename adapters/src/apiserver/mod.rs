@@ -154,6 +154,9 @@ impl ApiServer {
         addr: SocketAddr,
         options: ServerOptions,
     ) -> std::io::Result<ApiServer> {
+        // The vendored CRDs parse and their patterns compile on first use (about 0.2 s in a
+        // debug build): here, before anything is served, not inside the first write's answer.
+        crds::preload();
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let options_faults = options.faults.clone();
