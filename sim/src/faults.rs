@@ -234,7 +234,7 @@ impl Sim {
                 "Fault",
                 String::new(),
                 format!(
-                    "{} is not played over HTTP (the fake API servers do not inject it)",
+                    "{} is not played over HTTP (the controller's journal belongs to its own process)",
                     spec.kind.as_str()
                 ),
             );
