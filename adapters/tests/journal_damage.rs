@@ -519,3 +519,47 @@ fn repair_then_restart(
         .restart(journal)
         .map_err(|e| format!("after log repair --truncate ({text}) a restart refuses: {e}"))
 }
+
+/// `lifecycle run` killed (SIGKILL) at points spread over its journal's creation, each time on
+/// a new directory, then restarted twice: every restart starts. A kill between sled creating
+/// its files and the commit record being written once left a journal no start would open again
+/// ("no sled database to open read-only (its meta page is missing)"), a pod in a crash loop
+/// for good. The states each kill point leaves are pinned one by one in the engine's
+/// `journal::creation_tests`; this runs the real binary through them.
+#[test]
+fn a_controller_killed_while_creating_its_journal_starts_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runner = Runner::new(tmp.path());
+    let root = tmp.path().join("kills");
+    std::fs::create_dir(&root).unwrap();
+    runner.own(&root);
+    let mut cut_short = 0;
+    for step in 0..30u64 {
+        let journal = root.join(format!("j{step}"));
+        let mut child = runner
+            .command()
+            .args(["run", "--run-for", "0", "--metrics-addr", "127.0.0.1:0"])
+            .arg("--kubeconfig")
+            .arg(&runner.kubeconfig)
+            .arg("--journal")
+            .arg(&journal)
+            .env("RUST_LOG", "error")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_micros(step * 700));
+        // setpriv execs the binary: the pid is the controller's.
+        let _ = child.kill();
+        let _ = child.wait();
+        if journal.join("conf").exists() && !journal.join("commits").exists() {
+            cut_short += 1;
+        }
+        for restart in 1..=2 {
+            if let Err(e) = runner.restart(&journal) {
+                panic!("killed after {} µs, restart {restart}: {e}", step * 700);
+            }
+        }
+    }
+    eprintln!("{cut_short} of 30 kills cut the journal's creation short");
+}

@@ -592,6 +592,16 @@ pub(crate) fn store_error(dir: &Path, e: sled::Error) -> JournalError {
             };
             JournalError::StoreDamaged { path, reason }
         }
+        // The vendored sled's read-only open found nothing it wrote (an emptied or foreign `db`).
+        sled::Error::Unsupported(why) if why.starts_with("no sled database") => {
+            JournalError::StoreDamaged {
+                path: dir.join(DB_FILE),
+                reason: format!(
+                    "holds no sled database {}",
+                    why.trim_start_matches("no sled database to open read-only ")
+                ),
+            }
+        }
         _ => JournalError::Storage {
             op: "opening the journal",
             source: e,

@@ -26,6 +26,9 @@
 mod batch;
 mod chunks;
 mod commit;
+mod creation;
+#[cfg(test)]
+mod creation_tests;
 #[cfg(any(test, feature = "testing"))]
 mod damage;
 mod durable;
@@ -324,6 +327,11 @@ impl Journal {
         opts: JournalOptions,
         mode: StoreMode,
     ) -> Result<(Journal, OpenReport), JournalError> {
+        if creation::interrupted(dir, &opts)?.is_some() {
+            return Err(JournalError::NoJournal {
+                dir: dir.to_path_buf(),
+            });
+        }
         match inspect::presence(dir) {
             Ok(inspect::Presence::Store) => {}
             Ok(inspect::Presence::Fresh) => {
@@ -376,6 +384,11 @@ impl Journal {
         dir: &Path,
         opts: JournalOptions,
     ) -> Result<(Journal, OpenReport), JournalError> {
+        if let Some(why) = creation::interrupted(dir, &opts)? {
+            tracing::warn!(dir = %dir.display(), %why, "the journal's creation was cut short (a kill or crash while it was created): creating it again");
+            creation::clear(dir)?;
+            return Journal::create(dir, opts, None);
+        }
         let presence = if dir.is_dir() {
             inspect::presence(dir)?
         } else {
