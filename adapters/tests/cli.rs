@@ -275,6 +275,7 @@ fn an_emptied_commit_record_and_a_cut_store_are_never_read_back_as_ok() {
     for _ in 0..2 {
         let run = lifecycle()
             .args(["run", "--run-for", "0", "--metrics-addr", "127.0.0.1:0"])
+            .args(["--mode", "shadow"])
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .arg("--journal")
@@ -326,6 +327,8 @@ fn run_exits_2_on_a_bad_kubeconfig_and_3_on_a_locked_journal_or_a_port_in_use() 
     let run = |kubeconfig: &Path, journal: &Path, metrics: &str| {
         let out = lifecycle()
             .args(["run", "--run-for", "0", "--metrics-addr", metrics])
+            // Shadow: nothing answers, so `alone` would refuse before the journal (see modes.rs).
+            .args(["--mode", "shadow"])
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .arg("--journal")
@@ -458,6 +461,8 @@ fn run_briefly(extra: &[&str]) -> String {
         .arg("--journal")
         .arg(dir.path().join("journal"))
         .args(["--metrics-addr", "127.0.0.1:0", "--run-for", "2"])
+        // Shadow: nothing answers, so `alone` would refuse before logging (see modes.rs).
+        .args(["--mode", "shadow"])
         .args(extra)
         .env_remove("NO_COLOR")
         .env("RUST_LOG", "info")

@@ -149,6 +149,8 @@ fn the_base_renders_and_validates_against_the_kubernetes_schemas() {
         "ClusterRole/lifecycle-manager",
         "ClusterRole/lifecycle-manager-core",
         "ClusterRoleBinding/lifecycle-manager",
+        "ClusterRole/lifecycle-capi-lease-reader",
+        "ClusterRoleBinding/lifecycle-capi-lease-reader",
         "ClusterRole/lifecycle-metrics-auth",
         "ClusterRoleBinding/lifecycle-metrics-auth",
         "ClusterRole/lifecycle-metrics-reader",
@@ -598,6 +600,34 @@ fn the_manifests_name_their_own_lease_not_capis() {
         assert_eq!(lease, DEFAULT_LEASE_NAME);
         assert_ne!(lease, CAPI_LEASE_NAME);
     }
+}
+
+/// `--mode alone` reads CAPI's Lease before it starts: the base lets the controller `get`
+/// that one Lease, by name, in any namespace (CAPI's may be anywhere), and nothing more.
+#[test]
+fn the_controller_may_read_capis_lease_by_name_and_only_that() {
+    let objects = rbac::documents(&render(&rbac::deploy_dir()));
+    let role = rbac::find(&objects, "ClusterRole", "lifecycle-capi-lease-reader");
+    let rules = role["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    assert_eq!(
+        rules[0]["apiGroups"],
+        serde_json::json!(["coordination.k8s.io"])
+    );
+    assert_eq!(rules[0]["resources"], serde_json::json!(["leases"]));
+    assert_eq!(rules[0]["verbs"], serde_json::json!(["get"]));
+    assert_eq!(
+        rules[0]["resourceNames"],
+        serde_json::json!([adapters::kube::lease::CAPI_LEASE_NAME])
+    );
+    let binding = rbac::find(
+        &objects,
+        "ClusterRoleBinding",
+        "lifecycle-capi-lease-reader",
+    );
+    assert_eq!(binding["roleRef"]["name"], "lifecycle-capi-lease-reader");
+    assert_eq!(binding["subjects"][0]["name"], "lifecycle-controller");
+    assert_eq!(binding["subjects"][0]["namespace"], "lifecycle-system");
 }
 
 /// The metrics reader role is for Prometheus to bind: `get` on `/metrics`, bound to nobody here.

@@ -207,7 +207,8 @@ impl Runner {
         }
         std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
         let kubeconfig = dir.join("kubeconfig");
-        // Nothing listens on port 9: the restart opens its journal, then fails to list.
+        // Nothing listens on port 9: the restart opens its journal, then fails to list (in
+        // `--mode shadow`: `alone` would first refuse, unable to read CAPI's Lease).
         std::fs::write(
             &kubeconfig,
             "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\nusers: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
@@ -255,6 +256,7 @@ impl Runner {
         let out = self
             .command()
             .args(["run", "--run-for", "0", "--metrics-addr", "127.0.0.1:0"])
+            .args(["--mode", "shadow"])
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .arg("--journal")
@@ -539,6 +541,7 @@ fn a_controller_killed_while_creating_its_journal_starts_again() {
         let mut child = runner
             .command()
             .args(["run", "--run-for", "0", "--metrics-addr", "127.0.0.1:0"])
+            .args(["--mode", "shadow"])
             .arg("--kubeconfig")
             .arg(&runner.kubeconfig)
             .arg("--journal")

@@ -431,7 +431,8 @@ impl Engine {
         }
     }
 
-    fn complete(&mut self, id: u64, outcome: &ApiOutcome, dirty: &mut Dirty) {
+    fn complete(&mut self, id: u64, sent: &ApiOutcome, dirty: &mut Dirty) {
+        let outcome = &*sent.as_answered();
         let Some((command, waiters)) = self.effects.complete(id, outcome, self.now) else {
             crate::mark::hit("result_for_a_command_not_in_flight");
             tracing::debug!(
@@ -441,7 +442,7 @@ impl Engine {
             return;
         };
         let target = &command.action.target().key;
-        let replaced = match outcome {
+        let replaced = match sent {
             ApiOutcome::Ok {
                 object: Some(object),
             } if keeps_answer(&command.action, object, self.store.get(target).is_some()) => {

@@ -205,11 +205,41 @@ pub enum ApiOutcome {
     Unreachable {
         message: String,
     },
+    /// Never sent: the controller runs in a mode that writes nothing ([`Withheld`]). Every
+    /// controller's bookkeeping takes it as an answered call (pacing and "never twice" stay as
+    /// they would be); the cache learns nothing from it.
+    NotSent {
+        why: Withheld,
+    },
+}
+
+/// Why a command was not sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Withheld {
+    /// `--mode shadow`: the controller watches and decides, and writes nothing.
+    Shadow,
+}
+
+impl Withheld {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Withheld::Shadow => "shadow",
+        }
+    }
 }
 
 impl ApiOutcome {
     pub fn is_success(&self) -> bool {
         matches!(self, ApiOutcome::Ok { .. })
+    }
+
+    /// What the controllers' bookkeeping takes the answer for: a command not sent counts as
+    /// answered with nothing (the store is not told).
+    pub fn as_answered(&self) -> std::borrow::Cow<'_, ApiOutcome> {
+        match self {
+            ApiOutcome::NotSent { .. } => std::borrow::Cow::Owned(ApiOutcome::Ok { object: None }),
+            other => std::borrow::Cow::Borrowed(other),
+        }
     }
 
     /// A short label for timelines: `ok`, `404`, `429: <message>`.
@@ -222,6 +252,7 @@ impl ApiOutcome {
             ApiOutcome::Forbidden { message, .. } => format!("403: {message}"),
             ApiOutcome::Error { code, message } => format!("{code}: {message}"),
             ApiOutcome::Unreachable { message } => format!("unreachable: {message}"),
+            ApiOutcome::NotSent { why } => format!("not sent ({})", why.as_str()),
         }
     }
 }

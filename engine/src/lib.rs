@@ -40,6 +40,6 @@ pub mod work;
 
 pub use command::{Action, Command, ControllerId, EventSeries, EventType, Target};
 pub use engine::{Controllers, Engine};
-pub use input::{ApiOutcome, BATCH_INPUTS_MAX, Input};
+pub use input::{ApiOutcome, BATCH_INPUTS_MAX, Input, Withheld};
 pub use time::{Duration, Timestamp};
 pub use timer::FiredTimer;

@@ -51,7 +51,7 @@ pub struct Counters {
 /// waits and retries, as CAPI's drain requeues without an error).
 pub fn is_reconcile_error(action: &Action, outcome: &ApiOutcome) -> bool {
     match outcome {
-        ApiOutcome::Ok { .. } | ApiOutcome::NotFound => false,
+        ApiOutcome::Ok { .. } | ApiOutcome::NotSent { .. } | ApiOutcome::NotFound => false,
         ApiOutcome::TooManyRequests { .. } => !matches!(action, Action::Evict { .. }),
         ApiOutcome::Forbidden {
             namespace_terminating,

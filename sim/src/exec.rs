@@ -8,7 +8,7 @@ use crate::timeline::Line;
 use engine::convert::{ApiRequest, Subresource, request_for};
 use engine::model::Scope;
 use engine::time::Timestamp;
-use engine::{Action, ApiOutcome, Command, Target};
+use engine::{Action, ApiOutcome, Command, Target, Withheld};
 use serde_json::json;
 
 fn obj_key(target: &Target) -> ObjKey {
@@ -107,14 +107,32 @@ impl Sim {
 
     fn record(&mut self, command: &Command) {
         let cause = self.feeder.cause(command.cause).to_string();
-        self.record_command(command, self.now, &cause);
+        self.record_command(command, self.now, &cause, None);
+    }
+
+    /// A command the loop did not send (shadow mode): a timeline line, not an action.
+    pub(crate) fn record_withheld(&mut self, command: &Command, why: Withheld) {
+        let cause = self.feeder.cause(command.cause).to_string();
+        self.record_command(command, self.now, &cause, Some(why));
     }
 
     /// Adds a controller command to the timeline, the actions and the events, as issued at
     /// `at` after the input described by `cause`.
-    pub(crate) fn record_command(&mut self, command: &Command, at: Timestamp, cause: &str) {
+    /// A command's timeline line; one that was sent is also an action (or an Event) the
+    /// expectations count, one `withheld` is neither.
+    pub(crate) fn record_command(
+        &mut self,
+        command: &Command,
+        at: Timestamp,
+        cause: &str,
+        withheld: Option<Withheld>,
+    ) {
         let target = command.action.target();
-        let mut detail = command.action.detail();
+        let mut detail = match withheld {
+            Some(why) => format!("NOT SENT ({}) | ", why.as_str()),
+            None => String::new(),
+        };
+        detail.push_str(&command.action.detail());
         if let Some(series) = command.series {
             detail.push_str(&format!(" (count {})", series.count));
         }
@@ -127,6 +145,8 @@ impl Sim {
         }
         detail.push_str(&format!(" [after #{}: {cause}]", command.cause));
         let (action, object) = match &command.action {
+            Action::RecordEvent { .. } if withheld.is_some() => ("Event", target.key.to_string()),
+            other if withheld.is_some() => (other.name(), target.key.to_string()),
             Action::RecordEvent { reason, .. } => {
                 self.events.push(EventRecord {
                     at,

@@ -156,6 +156,7 @@ pub fn fleet(spec: &FleetSpec) -> Scenario {
         seed: spec.seed,
         duration: spec.duration,
         world: WorldKnobs::default(),
+        mode: engine::runtime::Mode::Alone,
         management,
         workload,
         timeline,

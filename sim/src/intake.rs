@@ -56,6 +56,11 @@ impl Sim {
                 Output::Wait(_) => break,
                 Output::Append { at, input } => self.append(at, input),
                 Output::Send(command) => self.work.push_back(crate::sim::Work::Command(command)),
+                Output::Withheld(command) => {
+                    if let Some(why) = self.lp.options().mode.withholds() {
+                        self.record_withheld(&command, why);
+                    }
+                }
                 // The simulated journal's appends do not fail.
                 Output::Reopen => {
                     let _ = self.lp.reopened(self.now, Ok(Vec::new()));

@@ -219,7 +219,7 @@ impl Live {
             let at = record.at.max(self.sim.start);
             for command in &record.commands {
                 let cause = causes.get(&command.cause).map_or("", String::as_str);
-                self.sim.record_command(command, at, cause);
+                self.sim.record_command(command, at, cause, None);
             }
         }
         self.note_refusals(records);

@@ -90,9 +90,11 @@ pub fn run_owned(scenario: Scenario, options: &RunOptions) -> Result<Report, Str
     };
     let mut feeder = Feeder::new(journal);
     feeder.filter = options.input_filter;
+    let mode = scenario.mode;
     let mut sim = Sim::new(scenario, seed, feeder);
     sim.batching = options.batch_inputs;
     sim.set_loop_options(engine::runtime::LoopOptions {
+        mode,
         planted: options.loop_bug,
         ..Default::default()
     });

@@ -7,6 +7,7 @@ use adapters::kube::lease::{self, LeaseConfig};
 use adapters::kube::serving::{self, auth::Authorizer, tls};
 use adapters::kube::{Adapter, AdapterOptions, Metrics, SledLog};
 use clap::Args;
+use engine::runtime::{LoopOptions, Mode};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use std::net::SocketAddr;
@@ -59,6 +60,17 @@ pub struct RunArgs {
     /// change); without it a self-signed certificate is made at start.
     #[arg(long, requires = "metrics_secure_addr")]
     pub metrics_cert_dir: Option<PathBuf>,
+    /// How it runs beside Cluster API's own manager (`capi-controller-manager`): `alone` (it
+    /// owns the Machines, MHCs and MachinePools; it refuses to start, exit 3, while CAPI's
+    /// manager is active, i.e. its Lease was renewed within 5 minutes) or `shadow` (it
+    /// watches, journals and decides as usual and sends nothing: no write reaches any cluster
+    /// but its own leader Lease).
+    #[arg(long, default_value_t = Mode::Alone, value_name = "alone|shadow")]
+    pub mode: Mode,
+    /// Namespace of CAPI's manager and its Lease `controller-leader-election-capi` (read at
+    /// start in `--mode alone`).
+    #[arg(long, default_value = "capi-system")]
+    pub capi_namespace: String,
     /// Act only while holding the coordination.k8s.io Lease.
     #[arg(long)]
     pub leader_elect: bool,
@@ -231,12 +243,41 @@ async fn start_servers(
     Ok(Servers(tasks))
 }
 
+/// `--mode alone` next to an active CAPI manager would act on the Machines it acts on:
+/// refused (exit 3), as is a Lease that cannot be read (unknown is not absent).
+async fn check_alone(args: &RunArgs, client: &Client) -> Result<(), RunFailure> {
+    if args.mode != Mode::Alone {
+        tracing::info!(mode = %args.mode, "not sending any command: every decision is journaled as not sent");
+        return Ok(());
+    }
+    let api: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), &args.capi_namespace);
+    let lease = format!("{}/{}", args.capi_namespace, lease::CAPI_LEASE_NAME);
+    let choose = "run it with --mode shadow (it watches and decides, and writes nothing)";
+    match lease::capi_manager(&api, adapters::clock::wall_now()).await {
+        Ok(lease::CapiManager::Active { holder, ago }) => Err(unable(format!(
+            "Cluster API's own manager is active (its Lease {lease} was renewed {}s ago by {holder}): running alone beside it, both would act on the same Machines, MachineHealthChecks and MachinePools; {choose}, or stop CAPI's manager first",
+            ago.as_secs()
+        ))),
+        Ok(found) => {
+            tracing::info!(lease = %lease, ?found, "Cluster API's own manager is not active: running alone");
+            Ok(())
+        }
+        Err(e) => Err(unable(format!(
+            "cannot tell whether Cluster API's own manager is active: reading its Lease {lease}: {e}; grant `get` on leases in {} (the shipped RBAC does), pass --capi-namespace where CAPI runs, or {choose}",
+            args.capi_namespace
+        ))),
+    }
+}
+
 async fn run(args: RunArgs) -> Result<(), RunFailure> {
     let mut stop_signal = StopSignal::install().map_err(unable)?;
     if let (Some(origin), Some(speed)) = (args.clock_origin_ms, args.clock_speed) {
         adapters::clock::scale(engine::Timestamp(origin), speed).map_err(RunFailure::Input)?;
     }
     let client = management_client(args.kubeconfig.as_ref()).await?;
+    // Before the journal is opened: a refused start writes nothing.
+    check_alone(&args, &client).await?;
     let retention = Retention {
         snapshots_kept: args.journal_keep_snapshots as usize,
         retire_records: !args.journal_keep_all,
@@ -290,6 +331,10 @@ async fn run(args: RunArgs) -> Result<(), RunFailure> {
         _no_election = Some(lost_tx);
     }
     let options = AdapterOptions {
+        loop_options: LoopOptions {
+            mode: args.mode,
+            ..LoopOptions::default()
+        },
         instance: identity(),
         rate_limit: RateLimit {
             qps: args.kube_api_qps,

@@ -43,6 +43,11 @@ pub enum SimCommand {
         /// appear. Expectations are checked as written.
         #[arg(long)]
         batch: bool,
+        /// How the controller runs, overriding the scenario's `mode`: `alone` (it owns the
+        /// objects) or `shadow` (it decides and sends nothing; each command is a `NOT SENT`
+        /// timeline line, not an action).
+        #[arg(long, value_name = "alone|shadow")]
+        mode: Option<engine::runtime::Mode>,
         /// Run end to end over real HTTP: serve the world, run the `lifecycle run` binary
         /// against it as a child process, play the timeline in real time (scaled by
         /// --speed); the fake API servers play the faults of API calls and deliveries.
@@ -157,12 +162,20 @@ pub fn main(command: SimCommand) -> u8 {
             journal,
             faults,
             batch,
+            mode,
             over_http,
             speed,
             port,
             record_requests,
             outcome,
         } => {
+            let scenario = match load(file.as_ref(), mode) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return 2;
+                }
+            };
             if over_http {
                 let setup = super::overhttp::OverHttp {
                     speed,
@@ -172,9 +185,17 @@ pub fn main(command: SimCommand) -> u8 {
                     record_requests,
                 };
                 let extra = OverHttpExtra { faults, outcome };
-                run_over_http(file, format, html.as_deref(), &setup, &extra)
+                run_over_http(scenario, format, html.as_deref(), &setup, &extra)
             } else {
-                run(file, seed, format, html.as_deref(), journal, faults, batch)
+                run(
+                    scenario,
+                    seed,
+                    format,
+                    html.as_deref(),
+                    journal,
+                    faults,
+                    batch,
+                )
             }
         }
         SimCommand::Sweep {
@@ -237,12 +258,20 @@ pub fn main(command: SimCommand) -> u8 {
     }
 }
 
-fn load(file: Option<&PathBuf>) -> Result<scenario::Scenario, String> {
+/// The scenario `file` (the embedded default without one), its mode overridden by `mode`.
+fn load(
+    file: Option<&PathBuf>,
+    mode: Option<engine::runtime::Mode>,
+) -> Result<scenario::Scenario, String> {
     let parsed = match file {
         Some(path) => scenario::load(path),
         None => scenario::parse(DEFAULT_SCENARIO.0, DEFAULT_SCENARIO.1),
     };
-    parsed.map_err(|e| e.to_string())
+    let mut scenario = parsed.map_err(|e| e.to_string())?;
+    if let Some(mode) = mode {
+        scenario.mode = mode;
+    }
+    Ok(scenario)
 }
 
 /// Writes the HTML page when asked to; false (and a message) when it could not be written.
@@ -277,19 +306,12 @@ struct OverHttpExtra {
 }
 
 fn run_over_http(
-    file: Option<PathBuf>,
+    mut scenario: scenario::Scenario,
     format: Format,
     html: Option<&Path>,
     setup: &super::overhttp::OverHttp,
     extra: &OverHttpExtra,
 ) -> u8 {
-    let mut scenario = match load(file.as_ref()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("{e}");
-            return 2;
-        }
-    };
     if let Some(faults) = &extra.faults {
         let choice = match sim::sweep::FaultChoice::parse(faults) {
             Ok(c) => c,
@@ -335,7 +357,7 @@ fn run_over_http(
 }
 
 fn run(
-    file: Option<PathBuf>,
+    mut scenario: scenario::Scenario,
     seed: Option<u64>,
     format: Format,
     html: Option<&Path>,
@@ -343,13 +365,6 @@ fn run(
     faults: Option<String>,
     batch: bool,
 ) -> u8 {
-    let mut scenario = match load(file.as_ref()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("{e}");
-            return 2;
-        }
-    };
     if let Some(faults) = faults {
         let choice = match sim::sweep::FaultChoice::parse(&faults) {
             Ok(c) => c,

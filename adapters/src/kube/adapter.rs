@@ -229,6 +229,10 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
                 Output::Append { at, input } => self.append(at, input),
                 Output::Reopen => self.reopen(now)?,
                 Output::Send(command) => self.send(command),
+                Output::Withheld(command) => {
+                    self.metrics.command_withheld(command.action.name());
+                    tracing::info!(command = %command, reason = %command.reason, mode = %self.lp.options().mode, "command not sent");
+                }
                 Output::Watch(key) => match self.clients.get(&key.scope) {
                     Some((client, _)) => self.start_stream(client.clone(), StreamSpec::from(&key)),
                     None => {

@@ -340,7 +340,7 @@ pub async fn run_command(
     metrics.api_throttled(asked.elapsed());
     let outcome = execute(&client, &command, stamp.as_ref()).await;
     match &outcome {
-        ApiOutcome::Ok { .. } => {}
+        ApiOutcome::Ok { .. } | ApiOutcome::NotSent { .. } => {}
         ApiOutcome::Unreachable { .. } => metrics.api_error("unreachable"),
         ApiOutcome::NotFound => metrics.api_error("404"),
         ApiOutcome::Conflict { .. } => metrics.api_error("409"),

@@ -60,6 +60,8 @@ pub struct Metrics {
     journal_failures: Counter,
     /// Commands issued, by action name (`Cordon`, `Evict`, ...).
     commands: Family<Labels, Counter>,
+    /// Commands decided and not sent (`--mode shadow`), by action name.
+    commands_withheld: Family<Labels, Counter>,
     /// Non-2xx answers and unreachable clusters, by code (`429`, `unreachable`).
     api_errors: Family<Labels, Counter>,
     /// Requests sent to the clusters, through their throttles.
@@ -118,6 +120,7 @@ impl Metrics {
             records: Counter::default(),
             journal_failures: Counter::default(),
             commands: Family::default(),
+            commands_withheld: Family::default(),
             api_errors: Family::default(),
             api_requests: Counter::default(),
             api_throttled: Counter::default(),
@@ -155,6 +158,11 @@ impl Metrics {
             "lifecycle_commands",
             "Commands the controllers issued, by action",
             m.commands.clone(),
+        );
+        r.register(
+            "lifecycle_commands_withheld",
+            "Commands the controllers decided and did not send (--mode shadow), by action",
+            m.commands_withheld.clone(),
         );
         r.register(
             "lifecycle_api_errors",
@@ -211,6 +219,11 @@ impl Metrics {
     }
     pub fn command(&self, action: &str) {
         self.commands.get_or_create(&label("action", action)).inc();
+    }
+    pub fn command_withheld(&self, action: &str) {
+        self.commands_withheld
+            .get_or_create(&label("action", action))
+            .inc();
     }
     pub fn api_error(&self, code: &str) {
         self.api_errors.get_or_create(&label("code", code)).inc();

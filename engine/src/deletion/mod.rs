@@ -579,7 +579,7 @@ fn answer(attempt: &mut Option<Attempt>, failure: Option<String>) {
 /// The error text of a failed API call, as upstream's `err.Error()` would read.
 fn failure_text(outcome: &ApiOutcome) -> String {
     match outcome {
-        ApiOutcome::Ok { .. } => String::new(),
+        ApiOutcome::Ok { .. } | ApiOutcome::NotSent { .. } => String::new(),
         ApiOutcome::NotFound => "not found".to_string(),
         ApiOutcome::Conflict { message }
         | ApiOutcome::TooManyRequests { message }

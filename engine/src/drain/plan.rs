@@ -89,7 +89,7 @@ impl EvictionAttempt {
 /// An eviction answer as upstream records it, with the failure message it shows.
 pub fn eviction_failure_message(outcome: &ApiOutcome) -> EvictionOutcome {
     match outcome {
-        ApiOutcome::Ok { .. } => EvictionOutcome::Evicted,
+        ApiOutcome::Ok { .. } | ApiOutcome::NotSent { .. } => EvictionOutcome::Evicted,
         ApiOutcome::NotFound => EvictionOutcome::NotFound,
         ApiOutcome::Forbidden {
             namespace_terminating: true,

@@ -406,9 +406,9 @@ impl Controller for HealthChecks {
         match &command.action {
             Action::CreateRemediation { target, .. } => match outcome {
                 // 409: it exists already, which is what was wanted.
-                ApiOutcome::Ok { .. } | ApiOutcome::Conflict { .. } => {
-                    memo.request_created(&target.key.name)
-                }
+                ApiOutcome::Ok { .. }
+                | ApiOutcome::NotSent { .. }
+                | ApiOutcome::Conflict { .. } => memo.request_created(&target.key.name),
                 ApiOutcome::NotFound
                 | ApiOutcome::TooManyRequests { .. }
                 | ApiOutcome::Forbidden { .. }

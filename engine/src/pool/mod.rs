@@ -412,7 +412,7 @@ impl Controller for Pools {
             return;
         };
         match outcome {
-            ApiOutcome::Ok { .. } | ApiOutcome::NotFound => {
+            ApiOutcome::Ok { .. } | ApiOutcome::NotSent { .. } | ApiOutcome::NotFound => {
                 attempt.succeeded();
             }
             ApiOutcome::Conflict { .. }

@@ -33,7 +33,7 @@ pub use priority::Priority;
 
 use crate::command::Command;
 use crate::engine::Engine;
-use crate::input::{ApiOutcome, BATCH_INPUTS_MAX, Input};
+use crate::input::{ApiOutcome, BATCH_INPUTS_MAX, Input, Withheld};
 use crate::intake::streams::StreamKey;
 use crate::intake::{Arrival, Intake};
 use crate::model::Scope;
@@ -76,6 +76,9 @@ pub enum Output {
     Reopen,
     /// Send this command; push its answer as [`Arrival::Result`].
     Send(Command),
+    /// A command the loop did not hand out to send ([`Mode::Shadow`]): its answer,
+    /// [`ApiOutcome::NotSent`], is the loop's own. For the driver to tell, never to send.
+    Withheld(Command),
     /// Start watching a resource type.
     Watch(StreamKey),
     /// Stop watching a resource type.
@@ -108,6 +111,8 @@ pub struct LoopOptions {
     pub journal_retry: Duration,
     /// The most inputs in one [`Input::Batch`].
     pub batch_inputs_max: usize,
+    /// Whether commands are sent at all.
+    pub mode: Mode,
     /// A bug planted on purpose, to prove a sweep finds bugs in the loop (tests only).
     #[cfg(feature = "testing")]
     pub planted: Option<PlantedBug>,
@@ -129,9 +134,60 @@ impl Default for LoopOptions {
             tick_spacing_min: Duration::from_millis(10),
             journal_retry: Duration::from_secs(1),
             batch_inputs_max: BATCH_INPUTS_MAX,
+            mode: Mode::Alone,
             #[cfg(feature = "testing")]
             planted: None,
         }
+    }
+}
+
+/// How the controller runs beside others that may act on the same objects.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// It owns the objects: every command is sent.
+    #[default]
+    Alone,
+    /// It watches, journals and decides, and sends nothing: each command is answered at once
+    /// with [`ApiOutcome::NotSent`], journaled like any answer.
+    Shadow,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 2] = [Mode::Alone, Mode::Shadow];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Alone => "alone",
+            Mode::Shadow => "shadow",
+        }
+    }
+
+    /// Why commands are not sent in this mode (`None`: they are).
+    pub fn withholds(self) -> Option<Withheld> {
+        match self {
+            Mode::Alone => None,
+            Mode::Shadow => Some(Withheld::Shadow),
+        }
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Mode, String> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| {
+                let known: Vec<&str> = Mode::ALL.iter().map(|m| m.as_str()).collect();
+                format!("unknown mode {s:?}: one of {}", known.join(", "))
+            })
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -444,6 +500,14 @@ impl<C: Core> Loop<C> {
         log_relists(&input);
         self.core.handle(at, input);
         while let Some(command) = self.core.poll_command() {
+            if let Some(why) = self.options.mode.withholds() {
+                self.own.push_back(Input::ApiResult {
+                    command: command.id,
+                    outcome: ApiOutcome::NotSent { why },
+                });
+                self.outputs.push_back(Output::Withheld(command));
+                continue;
+            }
             if let Some(answer) = self.intake.dispatch(&command) {
                 self.own.push_back(answer);
                 continue;

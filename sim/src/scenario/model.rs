@@ -13,6 +13,8 @@ pub struct Scenario {
     pub seed: u64,
     pub duration: Duration,
     pub world: WorldKnobs,
+    /// How the controller under test runs (`sim run --mode` overrides it).
+    pub mode: engine::runtime::Mode,
     pub management: Vec<Manifest>,
     /// Workload cluster (the `Cluster`'s name) -> its objects.
     pub workload: BTreeMap<String, Vec<Manifest>>,

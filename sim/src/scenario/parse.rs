@@ -4,6 +4,7 @@
 use super::error::ScenarioError;
 use super::model::*;
 use super::yaml::{self, Entry, Node, Scalar, Value};
+use engine::runtime::Mode;
 use engine::time::{Duration, Timestamp, parse_go_duration};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -16,6 +17,7 @@ const TOP_KEYS: &[&str] = &[
     "seed",
     "duration",
     "world",
+    "mode",
     "management",
     "workload",
     "timeline",
@@ -102,6 +104,10 @@ pub fn parse(file: &str, text: &str) -> Result<Scenario> {
         Some(n) => cx.world(n, &top.path("world"))?,
         None => WorldKnobs::default(),
     };
+    let mode = match top.get("mode") {
+        Some(n) => cx.mode(n, &top.path("mode"))?,
+        None => Mode::Alone,
+    };
     let management = match top.get("management") {
         Some(n) => cx.manifests(n, &top.path("management"))?,
         None => Vec::new(),
@@ -139,6 +145,7 @@ pub fn parse(file: &str, text: &str) -> Result<Scenario> {
         seed,
         duration,
         world,
+        mode,
         management,
         workload,
         timeline,
@@ -274,6 +281,19 @@ impl Ctx<'_> {
             return Err(self.err(node.line, &m.path(key), "must not be empty"));
         }
         Ok(s)
+    }
+
+    /// The controller's mode. `takeover` is the contract's, and this build cannot play it:
+    /// refused, never run as another mode.
+    fn mode(&self, node: &Node, path: &str) -> Result<Mode> {
+        let s = self.one_of(node, path, &["alone", "shadow", "takeover"])?;
+        s.parse().map_err(|_| {
+            self.err(
+                node.line,
+                path,
+                format!("mode {s:?} is not available in this build (alone, shadow)"),
+            )
+        })
     }
 
     fn opt_string(&self, m: &Map<'_>, key: &str) -> Result<Option<String>> {

@@ -92,6 +92,7 @@ pub fn to_yaml(s: &Scenario) -> String {
     out.push_str(&format!("description: {}\n", yaml_string(&s.description)));
     out.push_str(&format!("seed: {}\n", s.seed));
     out.push_str(&format!("duration: {}\n", s.duration));
+    out.push_str(&format!("mode: {}\n", s.mode));
     out.push_str("world:\n");
     out.push_str(&format!("  start: {}\n", w.start.to_rfc3339()));
     for (k, d) in [

@@ -1,0 +1,141 @@
+//! `lifecycle run --mode`: `alone` refuses to start beside an active CAPI manager (and when it
+//! cannot tell), writing nothing; `shadow` starts there, and sends nothing but reads.
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Config};
+use std::path::Path;
+
+mod common;
+use common::{lifecycle, serve};
+
+/// `lifecycle run --run-for 0` with `extra`: its exit code and stderr.
+fn run_once(kubeconfig: &Path, journal: &Path, clock: &[String], extra: &[&str]) -> (i32, String) {
+    let out = lifecycle()
+        .args(["run", "--run-for", "0", "--metrics-addr", "127.0.0.1:0"])
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--journal")
+        .arg(journal)
+        .args(clock)
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// CAPI's manager's Lease in `capi-system`, renewed `ago` before now by `capi-manager-0`.
+async fn capi_lease(kubeconfig: &Path, ago: std::time::Duration) {
+    let kube = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let config = Config::from_custom_kubeconfig(kube, &Default::default())
+        .await
+        .unwrap();
+    let client = adapters::kube::client_from_config(config).unwrap();
+    let api: Api<Lease> = Api::namespaced(client, "capi-system");
+    let renewed = adapters::clock::wall_now().as_millis() - ago.as_millis() as i64;
+    let time = MicroTime(k8s_openapi::jiff::Timestamp::from_millisecond(renewed).unwrap());
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some(adapters::kube::lease::CAPI_LEASE_NAME.into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("capi-manager-0".into()),
+            lease_duration_seconds: Some(15),
+            renew_time: Some(time),
+            ..Default::default()
+        }),
+    };
+    match api
+        .get_opt(adapters::kube::lease::CAPI_LEASE_NAME)
+        .await
+        .unwrap()
+    {
+        Some(old) => {
+            let mut lease = lease;
+            lease.metadata.resource_version = old.metadata.resource_version;
+            api.replace(
+                adapters::kube::lease::CAPI_LEASE_NAME,
+                &PostParams::default(),
+                &lease,
+            )
+            .await
+            .unwrap();
+        }
+        None => {
+            api.create(&PostParams::default(), &lease).await.unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alone_refuses_beside_an_active_capi_manager_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, kubeconfig, clock) = serve(dir.path(), "deletion-order-of-actions", 1);
+    let journal = dir.path().join("journal");
+
+    // No CAPI Lease at all: alone starts.
+    let (code, err) = run_once(&kubeconfig, &dir.path().join("first"), &clock, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("Cluster API's own manager is not active"),
+        "{err}"
+    );
+
+    capi_lease(&kubeconfig, std::time::Duration::from_secs(3)).await;
+    for _ in 0..2 {
+        let (code, err) = run_once(&kubeconfig, &journal, &clock, &[]);
+        assert_eq!(code, 3, "{err}");
+        assert!(
+            err.contains("Cluster API's own manager is active")
+                && err.contains("capi-system/controller-leader-election-capi")
+                && err.contains("capi-manager-0")
+                && err.contains("--mode shadow"),
+            "{err}"
+        );
+        assert!(!journal.exists(), "a refused start writes nothing");
+    }
+    // Where CAPI runs elsewhere, its Lease is looked for there.
+    let (code, err) = run_once(
+        &kubeconfig,
+        &journal,
+        &clock,
+        &["--capi-namespace", "other"],
+    );
+    assert_eq!(code, 0, "{err}");
+    std::fs::remove_dir_all(&journal).unwrap();
+
+    let (code, err) = run_once(&kubeconfig, &journal, &clock, &["--mode", "shadow"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(journal.exists());
+
+    // A Lease not renewed for 10 minutes: CAPI's manager is gone.
+    capi_lease(&kubeconfig, std::time::Duration::from_secs(600)).await;
+    let (code, err) = run_once(&kubeconfig, &journal, &clock, &[]);
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn alone_refuses_when_it_cannot_tell_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\nusers: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    )
+    .unwrap();
+    let journal = dir.path().join("journal");
+    let (code, err) = run_once(&kubeconfig, &journal, &[], &[]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("cannot tell whether Cluster API's own manager is active"),
+        "{err}"
+    );
+    assert!(!journal.exists(), "a refused start writes nothing");
+}
