@@ -139,3 +139,45 @@ fn alone_refuses_when_it_cannot_tell_and_writes_nothing() {
     );
     assert!(!journal.exists(), "a refused start writes nothing");
 }
+
+/// The shadow run over HTTP, recorded request by request: it reads (get, list, watch) and
+/// writes nothing to any cluster, while its timeline shows what it would have done.
+#[test]
+fn a_shadow_run_over_http_only_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let recorded = dir.path().join("requests.tsv");
+    let out = lifecycle()
+        .args(["sim", "run"])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../scenarios/shadow-deletion-writes-nothing.yaml"
+        ))
+        .args(["--over-http", "--speed", "20", "--record-requests"])
+        .arg(&recorded)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    for would in [
+        "Cordon        Node n1@c1          NOT SENT (shadow)",
+        "Evict         Pod app/web-0@c1    NOT SENT (shadow)",
+    ] {
+        assert!(stdout.contains(would), "{would}:\n{stdout}");
+    }
+    let requests = adapters::apiserver::record::read(&recorded).unwrap();
+    let verbs: std::collections::BTreeSet<&str> =
+        requests.iter().map(|r| r.verb.as_str()).collect();
+    let writes: Vec<_> = requests
+        .iter()
+        .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch"))
+        .collect();
+    assert!(writes.is_empty(), "shadow wrote: {writes:?}");
+    assert!(
+        verbs.contains("watch") && verbs.contains("list"),
+        "{verbs:?}"
+    );
+    assert!(
+        requests.iter().any(|r| r.cluster == "workload"),
+        "it read the workload cluster too: {requests:?}"
+    );
+}

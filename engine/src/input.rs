@@ -274,6 +274,19 @@ impl Input {
         Input::Batch { inputs: flat }
     }
 
+    /// Each command this input answers as not sent ([`ApiOutcome::NotSent`]), a batch's too:
+    /// `(command id, why)`.
+    pub fn withheld(&self) -> Vec<(u64, Withheld)> {
+        match self {
+            Input::ApiResult {
+                command,
+                outcome: ApiOutcome::NotSent { why },
+            } => vec![(*command, *why)],
+            Input::Batch { inputs } => inputs.iter().flat_map(Input::withheld).collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// The relist this input is, if it is one (not looking inside a batch).
     pub fn as_relist(&self) -> Option<Relisted<'_>> {
         match self {

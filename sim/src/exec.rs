@@ -116,10 +116,9 @@ impl Sim {
         self.record_command(command, self.now, &cause, Some(why));
     }
 
-    /// Adds a controller command to the timeline, the actions and the events, as issued at
-    /// `at` after the input described by `cause`.
-    /// A command's timeline line; one that was sent is also an action (or an Event) the
-    /// expectations count, one `withheld` is neither.
+    /// Adds a controller command to the timeline, as issued at `at` after the input described
+    /// by `cause`; one that was sent is also an action (or an Event) the expectations count,
+    /// one `withheld` is neither.
     pub(crate) fn record_command(
         &mut self,
         command: &Command,
@@ -128,11 +127,7 @@ impl Sim {
         withheld: Option<Withheld>,
     ) {
         let target = command.action.target();
-        let mut detail = match withheld {
-            Some(why) => format!("NOT SENT ({}) | ", why.as_str()),
-            None => String::new(),
-        };
-        detail.push_str(&command.action.detail());
+        let mut detail = command.action.detail();
         if let Some(series) = command.series {
             detail.push_str(&format!(" (count {})", series.count));
         }
@@ -142,6 +137,9 @@ impl Sim {
                 detail.push_str(" | ");
             }
             detail.push_str(&command.reason);
+        }
+        if let Some(why) = withheld {
+            detail = format!("NOT SENT ({}) | {detail}", why.as_str());
         }
         detail.push_str(&format!(" [after #{}: {cause}]", command.cause));
         let (action, object) = match &command.action {

@@ -29,6 +29,8 @@ pub struct ControllerRecord {
     pub commands: Vec<Command>,
     /// The timers the input fired (a tick's; empty for other inputs).
     pub fired: Vec<engine::FiredTimer>,
+    /// Those of `commands` never sent (their answer, journaled later, is `NotSent`).
+    pub withheld: BTreeMap<u64, engine::Withheld>,
 }
 
 impl ControllerRecord {
@@ -219,7 +221,8 @@ impl Live {
             let at = record.at.max(self.sim.start);
             for command in &record.commands {
                 let cause = causes.get(&command.cause).map_or("", String::as_str);
-                self.sim.record_command(command, at, cause, None);
+                let why = record.withheld.get(&command.id).copied();
+                self.sim.record_command(command, at, cause, why);
             }
         }
         self.note_refusals(records);
@@ -657,6 +660,7 @@ mod tests {
             input,
             commands,
             fired: Vec::new(),
+            withheld: Default::default(),
         }
     }
 

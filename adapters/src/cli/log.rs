@@ -381,6 +381,7 @@ fn replay(
         &engine::Input,
         Vec<engine::Command>,
         Vec<engine::FiredTimer>,
+        Withheld,
     ) -> ControlFlow<()>,
 ) -> Result<(), Failure> {
     let copy = open(dir)?;
@@ -389,6 +390,7 @@ fn replay(
     let (engine, base) =
         recovery::oldest_base(&copy.journal).map_err(|e| Failure::Damage(e.to_string()))?;
     let mut engine = engine.unwrap_or_default();
+    let withheld = withheld_commands(&copy.journal, engine.applied_seq() + 1)?;
     if retired > 0 {
         let base = base.unwrap_or(retired);
         eprintln!(
@@ -408,8 +410,19 @@ fn replay(
                 }
             };
             engine.handle(r.at, input.clone());
-            let commands = std::iter::from_fn(|| engine.poll_command()).collect();
-            each(&r, &input, commands, engine.fired_timers().to_vec())
+            let commands: Vec<engine::Command> =
+                std::iter::from_fn(|| engine.poll_command()).collect();
+            let not_sent = commands
+                .iter()
+                .filter_map(|c| Some((c.id, *withheld.get(&c.id)?)))
+                .collect();
+            each(
+                &r,
+                &input,
+                commands,
+                engine.fired_timers().to_vec(),
+                not_sent,
+            )
         })
         .map_err(|e| Failure::Damage(e.to_string()))?;
     match failure {
@@ -418,17 +431,44 @@ fn replay(
     }
 }
 
+/// The commands a journal's answers say were never sent (shadow mode), from record `from` on.
+type Withheld = std::collections::BTreeMap<u64, engine::Withheld>;
+
+/// One pass over the inputs before a replay: a command's answer comes after it, and a command
+/// never sent must never be shown as sent.
+fn withheld_commands(journal: &engine::journal::Journal, from: u64) -> Result<Withheld, Failure> {
+    let mut out = Withheld::new();
+    let mut failure = None;
+    journal
+        .for_each_record(from, |r| match recovery::decode_input(r.seq, r.payload) {
+            Ok(input) => {
+                out.extend(input.withheld());
+                ControlFlow::Continue(())
+            }
+            Err(e) => {
+                failure = Some(e.to_string());
+                ControlFlow::Break(())
+            }
+        })
+        .map_err(|e| Failure::Damage(e.to_string()))?;
+    match failure {
+        Some(e) => Err(Failure::Damage(e)),
+        None => Ok(out),
+    }
+}
+
 /// Every journaled input of a controller with the commands it caused, replayed from a copy
 /// (the controller may still hold the journal). An error says what is wrong and where.
 pub fn controller_records(dir: &Path) -> Result<Vec<sim::live::ControllerRecord>, String> {
     let mut out = Vec::new();
-    replay(dir, |r, input, commands, fired| {
+    replay(dir, |r, input, commands, fired, withheld| {
         out.push(sim::live::ControllerRecord {
             seq: r.seq,
             at: r.at,
             input: input.clone(),
             commands,
             fired,
+            withheld,
         });
         ControlFlow::Continue(())
     })
@@ -444,13 +484,14 @@ pub fn replay_records(
     dir: &Path,
     mut each: impl FnMut(sim::live::ControllerRecord) -> ControlFlow<()>,
 ) -> Result<(), Failure> {
-    replay(dir, |r, input, commands, fired| {
+    replay(dir, |r, input, commands, fired, withheld| {
         each(sim::live::ControllerRecord {
             seq: r.seq,
             at: r.at,
             input: input.clone(),
             commands,
             fired,
+            withheld,
         })
     })
 }
@@ -464,7 +505,7 @@ fn show(dir: &Path, format: Format, from: u64, object: Option<&str>) -> Result<u
     let mut issued = std::collections::BTreeMap::new();
     let mut shown = 0u64;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    replay(dir, |r, input, mut commands, fired| {
+    replay(dir, |r, input, mut commands, fired, withheld| {
         use std::io::Write;
         let described = match input {
             engine::Input::Tick => engine::timer::describe_fired(&fired),
@@ -477,6 +518,7 @@ fn show(dir: &Path, format: Format, from: u64, object: Option<&str>) -> Result<u
                 input: input.clone(),
                 commands,
                 fired,
+                withheld: withheld.clone(),
             };
             let concerns = adapters::explain::concerns(&record, subject, &issued);
             // Only commands about the object: all an answer needs to be matched.
@@ -501,7 +543,12 @@ fn show(dir: &Path, format: Format, from: u64, object: Option<&str>) -> Result<u
             Format::Text => {
                 let mut t = format!("{:>8}  {}  {described}", r.seq, r.at);
                 for c in &commands {
-                    t.push_str(&format!("\n          -> {c}"));
+                    match withheld.get(&c.id) {
+                        Some(why) => {
+                            t.push_str(&format!("\n          -> NOT SENT ({}) {c}", why.as_str()))
+                        }
+                        None => t.push_str(&format!("\n          -> {c}")),
+                    }
                     // An event's reason is its message, already shown.
                     if !matches!(c.action, engine::Action::RecordEvent { .. }) {
                         t.push_str(&format!("  ({})", c.reason.replace('\n', " / ")));
@@ -516,6 +563,8 @@ fn show(dir: &Path, format: Format, from: u64, object: Option<&str>) -> Result<u
                     "id": c.id, "controller": c.actor(), "action": c.action.name(),
                     "object": c.action.target().key.to_string(), "detail": c.action.detail(),
                     "reason": c.reason,
+                    "sent": !withheld.contains_key(&c.id),
+                    "notSent": withheld.get(&c.id).map(|w| w.as_str()),
                 })).collect::<Vec<_>>(),
             })
             .to_string(),

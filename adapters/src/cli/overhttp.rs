@@ -157,6 +157,7 @@ async fn play(scenario: &Scenario, setup: &OverHttp) -> Result<Played, String> {
         log: dir.path().join("controller.log"),
         origin,
         speed: setup.speed,
+        mode: scenario.mode,
     };
     let mut player = Player::start(live, world.clusters());
     let mut child = controller.spawn()?;
@@ -212,6 +213,7 @@ struct Controller {
     log: PathBuf,
     origin: Timestamp,
     speed: u32,
+    mode: engine::runtime::Mode,
 }
 
 impl Controller {
@@ -234,6 +236,7 @@ impl Controller {
             .arg(self.origin.as_millis().to_string())
             .arg("--clock-speed")
             .arg(self.speed.to_string())
+            .args(["--mode", self.mode.as_str()])
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -470,7 +470,7 @@ fn serve(
                 return super::overhttp::EXIT_COULD_NOT_RUN;
             }
         };
-        let clock_flags = if speed == 1 {
+        let mut clock_flags = if speed == 1 {
             String::new()
         } else {
             format!(
@@ -478,6 +478,9 @@ fn serve(
                 origin.as_millis()
             )
         };
+        if scenario.mode != engine::runtime::Mode::Alone {
+            clock_flags.push_str(&format!(" --mode {}", scenario.mode));
+        }
         println!(
             "run the controller with: lifecycle run --kubeconfig {} --journal <DIR>{clock_flags}",
             management.display()

@@ -376,6 +376,14 @@ impl Explainer {
             }
         }
         for c in &r.commands {
+            let told;
+            let c = match r.withheld.get(&c.id) {
+                Some(why) => {
+                    told = not_sent(c, *why);
+                    &told
+                }
+                None => c,
+            };
             t.issued.insert(c.id, c.clone());
             let changed = match &c.action {
                 Action::SetCondition {
@@ -530,6 +538,17 @@ fn phases(t: &Teller) -> Vec<Phase> {
         });
     }
     out
+}
+
+/// A command never sent, as the story tells it: every text about it says so first.
+fn not_sent(c: &Command, why: engine::Withheld) -> Command {
+    let mut c = c.clone();
+    let mark = format!("NOT SENT ({})", why.as_str());
+    match &mut c.action {
+        Action::RecordEvent { message, .. } => *message = format!("{mark}: {message}"),
+        _ => c.reason = format!("{mark}: {}", c.reason),
+    }
+    c
 }
 
 /// A command as the story writes it: `drain Evict Pod app/web-0@c1: <reason>`.

@@ -269,6 +269,7 @@ mod tests {
             input,
             commands: Vec::new(),
             fired: Vec::new(),
+            withheld: Default::default(),
         }
     }
 
@@ -369,6 +370,7 @@ mod tests {
                 },
                 commands: vec![complete],
                 fired: Vec::new(),
+                withheld: Default::default(),
             },
             super::ControllerRecord {
                 seq: 2,
@@ -376,6 +378,7 @@ mod tests {
                 input: engine::Input::Delete { key },
                 commands: Vec::new(),
                 fired: Vec::new(),
+                withheld: Default::default(),
             },
         ];
         let told = story(&records, "default/m1").unwrap();
