@@ -181,3 +181,29 @@ fn a_shadow_run_over_http_only_reads() {
         "it read the workload cluster too: {requests:?}"
     );
 }
+
+/// `sim serve` of a world that plays CAPI's manager holds CAPI's Lease: `--mode alone` against
+/// it refuses, `--mode shadow` runs.
+#[test]
+fn alone_refuses_against_a_served_world_that_plays_capis_manager() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, kubeconfig, clock) = serve(dir.path(), "shadow-beside-capi-deletion", 1);
+    // The served scenario's own mode (shadow) is among the printed flags: leave it out.
+    let clock: Vec<String> = clock
+        .chunks(2)
+        .filter(|flag| flag[0] != "--mode")
+        .flatten()
+        .cloned()
+        .collect();
+    let journal = dir.path().join("journal");
+    let (code, err) = run_once(&kubeconfig, &journal, &clock, &[]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("Cluster API's own manager is active")
+            && err.contains("capi-controller-manager-sim"),
+        "{err}"
+    );
+    assert!(!journal.exists());
+    let (code, err) = run_once(&kubeconfig, &journal, &clock, &["--mode", "shadow"]);
+    assert_eq!(code, 0, "{err}");
+}

@@ -7,6 +7,7 @@
 #![deny(unsafe_code)]
 
 pub mod api;
+mod capi;
 pub mod defaults;
 mod differential;
 mod drain_skips;

@@ -30,6 +30,7 @@ impl Sim {
         for manifest in management {
             self.create_initial(&Scope::Management, manifest.value);
         }
+        self.capi_start();
         for (cluster, manifests) in workload {
             let scope = self.workload_scope(&cluster);
             self.store_mut(&scope);

@@ -25,6 +25,10 @@ pub const TICKS_PER_INSTANT_MAX: u32 = 1_000;
 pub enum Event {
     /// Timeline step `index` of the scenario.
     Step(usize),
+    /// CAPI's own manager reconciles a Machine (`capiManager: true`).
+    CapiReconcile { machine: ObjKey },
+    /// CAPI's own manager renews its leader Lease.
+    CapiLeaseRenew,
     /// The engine asked to be woken.
     EngineTick,
     /// The kubelet finished shutting a pod down.

@@ -33,9 +33,11 @@ pub struct WorldState {
     pub pool_targets: BTreeMap<ObjKey, i64>,
     /// Pod deletions already scheduled with the kubelet.
     pub shutting_down: BTreeSet<(Scope, ObjKey)>,
+    /// Cluster API's own manager (`capiManager: true`).
+    pub capi: crate::capi::CapiModel,
 }
 
-fn is_provider_group(group: &str) -> bool {
+pub(crate) fn is_provider_group(group: &str) -> bool {
     group.ends_with(".cluster.x-k8s.io") && group != "cluster.x-k8s.io"
 }
 
@@ -65,6 +67,7 @@ impl Sim {
     /// Reacts to a write as the world's controllers would.
     pub(crate) fn react(&mut self, scope: &Scope, written: &Written) {
         let key = &written.key;
+        self.capi_react(scope, key);
         match (&written.object, key.group.as_str(), key.kind.as_str()) {
             (Some(pod), "", "Pod") if json::is_deleting(pod) => {
                 self.pod_deleting(scope, key, pod.clone())
@@ -211,6 +214,8 @@ impl Sim {
                 self.restore_kubeconfig(&scope, original)
             }
             Event::DelayedCommand { command } => self.execute_after_delay(*command),
+            Event::CapiReconcile { machine } => self.capi_reconcile(&machine),
+            Event::CapiLeaseRenew => self.capi_renew_lease(),
             Event::Step(_)
             | Event::EngineTick
             | Event::Checkpoint

@@ -38,6 +38,8 @@ pub struct WorldKnobs {
     pub machine_sets: MachineSetsMode,
     pub reschedule: bool,
     pub pod_startup: Duration,
+    /// The world also plays Cluster API's own core manager (`capiManager`).
+    pub capi_manager: bool,
 }
 
 /// `2024-01-01T00:00:00Z` in milliseconds since the epoch.
@@ -57,6 +59,7 @@ impl Default for WorldKnobs {
             machine_sets: MachineSetsMode::Replace,
             reschedule: true,
             pod_startup: Duration::from_secs(10),
+            capi_manager: false,
         }
     }
 }

@@ -34,6 +34,7 @@ const WORLD_KEYS: &[&str] = &[
     "machineSets",
     "reschedule",
     "podStartup",
+    "capiManager",
 ];
 const STEP_ACTIONS: &[&str] = &[
     "apply",
@@ -440,6 +441,9 @@ impl Ctx<'_> {
         }
         if let Some(n) = m.get("reschedule") {
             w.reschedule = self.boolean(n, &m.path("reschedule"))?;
+        }
+        if let Some(n) = m.get("capiManager") {
+            w.capi_manager = self.boolean(n, &m.path("capiManager"))?;
         }
         Ok(w)
     }

@@ -111,8 +111,8 @@ pub fn to_yaml(s: &Scenario) -> String {
         MachineSetsMode::None => "none",
     };
     out.push_str(&format!(
-        "  machineSets: {sets}\n  reschedule: {}\n",
-        w.reschedule
+        "  machineSets: {sets}\n  reschedule: {}\n  capiManager: {}\n",
+        w.reschedule, w.capi_manager
     ));
     out.push_str("management:\n");
     for m in &s.management {

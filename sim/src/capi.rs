@@ -1,0 +1,519 @@
+//! Cluster API's own core manager for Machine deletion, as upstream behaves (`world:
+//! capiManager: true`): a model, not this product's engine, so a shadow run is compared with
+//! something that can disagree. It follows `reconcileDelete` (`engine/docs/capi.md` Part 2 §1.2,
+//! none of this product's Part 1 decisions), one step per reconcile:
+//!
+//! | step | upstream (`core/reconcilers/machine/machine_controller.go`) |
+//! |---|---|
+//! | paused Cluster or Machine: nothing | `reconcile`: paused check before the deletion branch |
+//! | node operations only when `isDeleteNodeAllowed` (Cluster not deleting, a nodeRef, an active control-plane Machine) | §1.3 |
+//! | pre-drain hooks hold: `WaitingForPreDrainHook` | §1.2 3a |
+//! | drain (unless excluded, pre-terminate started, infrastructure gone or deleting): cordon, evict every pod but DaemonSet and mirror pods, requeue 20 s: `DrainingNode`; a Node that is gone is drained | §1.2 3b, §1.4, §1.5 |
+//! | volume detach (unless excluded): `status.volumesAttached` empty, requeue 20 s: `WaitingForVolumeDetach` | §1.2 3c, §1.7 |
+//! | pre-terminate hooks hold (even when node operations are not allowed): `WaitingForPreTerminateHook` | §1.2 4 |
+//! | delete the infrastructure, then the bootstrap config, waiting for each to go | §1.2 5, 6 |
+//! | delete the Node (when allowed), then `DeletionCompleted` and the finalizer removed | §1.2 7, 8 |
+//!
+//! It acts as actor `capi` on the timeline: its writes are the world's, never the controller's.
+//! Not modelled: drain timeouts, MachineDrainRules, MHC marking, MachineSet scaling, KCP.
+
+use crate::api::{ObjKey, Part, eviction, json};
+use crate::sim::{Event, Sim};
+use engine::model::{
+    CONTROL_PLANE_LABEL, EXCLUDE_DRAIN_ANNOTATION, EXCLUDE_VOLUME_DETACH_ANNOTATION,
+    MACHINE_FINALIZER, PAUSED_ANNOTATION, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope,
+};
+use engine::time::{Duration, Timestamp};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+
+/// The timeline's actor for CAPI's manager.
+pub const ACTOR: &str = "capi";
+/// How soon it reconciles after a write it watches (controller-runtime's queue, a moment).
+const REACTION: Duration = Duration::from_millis(500);
+/// `drainRetryInterval` and `waitForVolumeDetachRetryInterval`.
+const RETRY: Duration = Duration::from_secs(20);
+
+const LEASE_NAME: &str = "controller-leader-election-capi";
+const LEASE_NAMESPACE: &str = "capi-system";
+const HOLDER: &str = "capi-controller-manager-sim";
+const LEASE_RENEW: Duration = Duration::from_secs(10);
+
+/// What the model remembers between reconciles.
+#[derive(Clone, Debug, Default)]
+pub struct CapiModel {
+    /// Reconciles queued: a Machine once per instant (a work queue dedups keys; a requeue
+    /// later does not hold back a reaction now).
+    queued: BTreeSet<(ObjKey, Timestamp)>,
+}
+
+/// Where one reconcile stopped.
+enum Step {
+    /// Held: write `Deleting` with this reason and message; try again after `retry`.
+    Wait {
+        reason: &'static str,
+        message: String,
+        retry: Option<Duration>,
+    },
+    /// The Machine is gone from the model's hands (finalizer removed, or not its business).
+    Done,
+}
+
+impl Sim {
+    /// A write CAPI's manager watches: the deleting Machines it concerns are reconciled soon.
+    pub(crate) fn capi_react(&mut self, scope: &Scope, key: &ObjKey) {
+        if !self.knobs.capi_manager {
+            return;
+        }
+        let machines: Vec<ObjKey> = match scope {
+            Scope::Management => self
+                .store(scope)
+                .map(|s| {
+                    s.list("cluster.x-k8s.io", "Machine")
+                        .filter(|(k, m)| {
+                            json::is_deleting(m)
+                                && (*k == key
+                                    || key.kind == "Cluster"
+                                    || crate::world::is_provider_group(&key.group))
+                        })
+                        .map(|(k, _)| k.clone())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            // In a workload cluster it watches Nodes (not Pods: a drain is requeued).
+            Scope::Workload(_) if key.kind != "Node" || !key.group.is_empty() => Vec::new(),
+            Scope::Workload(_) => self
+                .store(&Scope::Management)
+                .map(|s| {
+                    s.list("cluster.x-k8s.io", "Machine")
+                        .filter(|(_, m)| json::is_deleting(m))
+                        .filter(|(_, m)| {
+                            json::str_at(m, "spec.clusterName")
+                                .is_some_and(|c| self.workload_scope(c) == *scope)
+                        })
+                        .map(|(k, _)| k.clone())
+                        .collect()
+                })
+                .unwrap_or_default(),
+        };
+        for machine in machines {
+            self.capi_queue(machine, REACTION);
+        }
+    }
+
+    /// CAPI's manager holds its leader Lease (`capi-system/controller-leader-election-capi`,
+    /// renewed every 10 s), so a controller started `--mode alone` against `sim serve` finds it
+    /// active.
+    pub(crate) fn capi_start(&mut self) {
+        if !self.knobs.capi_manager {
+            return;
+        }
+        let lease = json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": LEASE_NAME, "namespace": LEASE_NAMESPACE},
+            "spec": {"holderIdentity": HOLDER, "leaseDurationSeconds": 15,
+                "acquireTime": self.now.to_rfc3339(), "renewTime": self.now.to_rfc3339()}
+        });
+        let now = self.now;
+        if self
+            .store_mut(&Scope::Management)
+            .create(lease, now)
+            .is_ok()
+        {
+            self.schedule_in(LEASE_RENEW, Event::CapiLeaseRenew);
+        }
+    }
+
+    pub(crate) fn capi_renew_lease(&mut self) {
+        let key = ObjKey::new("coordination.k8s.io", "Lease", LEASE_NAMESPACE, LEASE_NAME);
+        let renewed = json!({"spec": {"renewTime": self.now.to_rfc3339()}});
+        if let Ok(w) = self
+            .store_mut(&Scope::Management)
+            .patch(&key, &renewed, Part::Main)
+        {
+            self.changed(&Scope::Management, w);
+        }
+        self.schedule_in(LEASE_RENEW, Event::CapiLeaseRenew);
+    }
+
+    fn capi_queue(&mut self, machine: ObjKey, after: Duration) {
+        let at = self.now + after;
+        if self.world.capi.queued.insert((machine.clone(), at)) {
+            self.schedule(at, Event::CapiReconcile { machine });
+        }
+    }
+
+    /// One reconcile of a Machine by CAPI's manager.
+    pub(crate) fn capi_reconcile(&mut self, key: &ObjKey) {
+        self.world.capi.queued.remove(&(key.clone(), self.now));
+        let Some(machine) = self.get(&Scope::Management, key).cloned() else {
+            return;
+        };
+        if !json::is_deleting(&machine)
+            || !json::finalizers(&machine)
+                .iter()
+                .any(|f| f == MACHINE_FINALIZER)
+        {
+            return;
+        }
+        match self.capi_delete_step(key, &machine) {
+            Step::Wait {
+                reason,
+                message,
+                retry,
+            } => {
+                self.capi_deleting_condition(key, &machine, reason, &message);
+                if let Some(after) = retry {
+                    self.capi_queue(key.clone(), after);
+                }
+            }
+            Step::Done => {}
+        }
+    }
+
+    fn capi_delete_step(&mut self, key: &ObjKey, machine: &Value) -> Step {
+        let cluster_name = json::str_at(machine, "spec.clusterName")
+            .unwrap_or_default()
+            .to_string();
+        let cluster = self
+            .get(
+                &Scope::Management,
+                &ObjKey::new("cluster.x-k8s.io", "Cluster", &key.namespace, &cluster_name),
+            )
+            .cloned();
+        let annotations = json::annotations(machine);
+        let paused = cluster
+            .as_ref()
+            .is_some_and(|c| c.pointer("/spec/paused").and_then(Value::as_bool) == Some(true))
+            || annotations.contains_key(PAUSED_ANNOTATION);
+        if paused {
+            return Step::Done;
+        }
+        let scope = self.workload_scope(&cluster_name);
+        let node_name = json::str_at(machine, "status.nodeRef.name").map(str::to_string);
+        let node_allowed = !cluster.as_ref().is_some_and(json::is_deleting)
+            && node_name.is_some()
+            && self.capi_active_control_planes(&key.namespace, &cluster_name) > 0;
+        let infra = machine
+            .pointer("/spec/infrastructureRef")
+            .and_then(|r| json::ref_target(r, &key.namespace))
+            .map(|(k, _)| k);
+        let infra_obj = infra
+            .as_ref()
+            .and_then(|k| self.get(&Scope::Management, k))
+            .cloned();
+        let pre_terminate_started = machine
+            .pointer("/status/deletion/waitForPreTerminateHookStartTime")
+            .is_some_and(|v| !v.is_null());
+        if node_allowed {
+            let hooks = hooks(&annotations, PRE_DRAIN_HOOK_PREFIX);
+            if !hooks.is_empty() {
+                self.capi_start_time(key, "waitForPreDrainHookStartTime");
+                return Step::Wait {
+                    reason: "WaitingForPreDrainHook",
+                    message: format!(
+                        "Waiting for pre-drain hooks to succeed (hooks: {})",
+                        hooks.join(",")
+                    ),
+                    retry: None,
+                };
+            }
+            let node = node_name.as_deref().unwrap_or_default();
+            let infra_present = infra_obj.as_ref().is_some_and(|o| !json::is_deleting(o));
+            if !annotations.contains_key(EXCLUDE_DRAIN_ANNOTATION)
+                && !pre_terminate_started
+                && infra_present
+            {
+                let started = self.capi_start_time(key, "nodeDrainStartTime");
+                if !self.capi_drain(&scope, node) {
+                    return Step::Wait {
+                        reason: "DrainingNode",
+                        message: format!("Drain not completed yet (started at {started}):"),
+                        retry: Some(RETRY),
+                    };
+                }
+            }
+            if !annotations.contains_key(EXCLUDE_VOLUME_DETACH_ANNOTATION)
+                && !pre_terminate_started
+                && infra_present
+            {
+                let attached = self
+                    .get(&scope, &ObjKey::new("", "Node", "", node))
+                    .and_then(|n| n.pointer("/status/volumesAttached"))
+                    .and_then(Value::as_array)
+                    .is_some_and(|v| !v.is_empty());
+                if attached {
+                    let started = self.capi_start_time(key, "waitForNodeVolumeDetachStartTime");
+                    return Step::Wait {
+                        reason: "WaitingForVolumeDetach",
+                        message: format!(
+                            "Waiting for Node volumes to be detached (started at {started})"
+                        ),
+                        retry: Some(RETRY),
+                    };
+                }
+            }
+        }
+        let hooks = hooks(&annotations, PRE_TERMINATE_HOOK_PREFIX);
+        if !hooks.is_empty() {
+            self.capi_start_time(key, "waitForPreTerminateHookStartTime");
+            return Step::Wait {
+                reason: "WaitingForPreTerminateHook",
+                message: format!(
+                    "Waiting for pre-terminate hooks to succeed (hooks: {})",
+                    hooks.join(",")
+                ),
+                retry: None,
+            };
+        }
+        let bootstrap = machine
+            .pointer("/spec/bootstrap/configRef")
+            .and_then(|r| json::ref_target(r, &key.namespace))
+            .map(|(k, _)| k);
+        for (target, action, reason) in [
+            (
+                infra,
+                "DeleteInfrastructure",
+                "WaitingForInfrastructureDeletion",
+            ),
+            (bootstrap, "DeleteBootstrap", "WaitingForBootstrapDeletion"),
+        ] {
+            let Some(target) = target else { continue };
+            let Some(obj) = self.get(&Scope::Management, &target).cloned() else {
+                continue;
+            };
+            if !json::is_deleting(&obj) {
+                self.capi_delete(&Scope::Management, &target, action);
+            }
+            if self.get(&Scope::Management, &target).is_some() {
+                return Step::Wait {
+                    reason,
+                    message: format!("Waiting for {} to be deleted", target.kind),
+                    retry: None,
+                };
+            }
+        }
+        if node_allowed {
+            let node = ObjKey::new("", "Node", "", node_name.as_deref().unwrap_or_default());
+            if self.get(&scope, &node).is_some() {
+                self.capi_delete(&scope, &node, "DeleteNode");
+            }
+        }
+        self.capi_deleting_condition(key, machine, "DeletionCompleted", "Deletion completed");
+        let rest: Vec<String> = json::finalizers(machine)
+            .into_iter()
+            .filter(|f| f != MACHINE_FINALIZER)
+            .collect();
+        if let Ok(w) = self.store_mut(&Scope::Management).patch(
+            key,
+            &json!({"metadata": {"finalizers": rest}}),
+            Part::Main,
+        ) {
+            self.line(
+                ACTOR,
+                "RemoveFinalizer",
+                key.to_string(),
+                format!("{MACHINE_FINALIZER} | Deletion completed"),
+            );
+            self.changed(&Scope::Management, w);
+        }
+        Step::Done
+    }
+
+    /// Active (not deleting) control-plane Machines of a Cluster.
+    fn capi_active_control_planes(&self, namespace: &str, cluster: &str) -> usize {
+        self.store(&Scope::Management).map_or(0, |s| {
+            s.list("cluster.x-k8s.io", "Machine")
+                .filter(|(k, m)| {
+                    k.namespace == namespace
+                        && json::str_at(m, "spec.clusterName") == Some(cluster)
+                        && !json::is_deleting(m)
+                        && json::labels(m).contains_key(CONTROL_PLANE_LABEL)
+                })
+                .count()
+        })
+    }
+
+    /// Cordons the Node and evicts what a drain evicts; true once nothing is left to wait for
+    /// (or the Node is gone).
+    fn capi_drain(&mut self, scope: &Scope, node: &str) -> bool {
+        let node_key = ObjKey::new("", "Node", "", node);
+        let Some(node_obj) = self.get(scope, &node_key).cloned() else {
+            return true;
+        };
+        if node_obj
+            .pointer("/spec/unschedulable")
+            .and_then(Value::as_bool)
+            != Some(true)
+            && let Ok(w) = self.store_mut(scope).patch(
+                &node_key,
+                &json!({"spec": {"unschedulable": true}}),
+                Part::Main,
+            )
+        {
+            self.line(
+                ACTOR,
+                "Cordon",
+                Sim::describe(scope, &node_key),
+                "spec.unschedulable=true".into(),
+            );
+            self.changed(scope, w);
+        }
+        let pods: Vec<(ObjKey, bool)> = self
+            .store(scope)
+            .map(|s| {
+                s.list("", "Pod")
+                    .filter(|(_, p)| json::str_at(p, "spec.nodeName") == Some(node))
+                    .filter(|(_, p)| !is_daemonset_or_mirror(p))
+                    .map(|(k, p)| (k.clone(), json::is_deleting(p)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (pod, deleting) in &pods {
+            if *deleting {
+                continue;
+            }
+            let now = self.now;
+            match eviction::evict(self.store_mut(scope), pod, None, now) {
+                Ok(eviction::Evicted::Deleting(w)) => {
+                    self.line(
+                        ACTOR,
+                        "Evict",
+                        Sim::describe(scope, pod),
+                        format!("draining Node {node}"),
+                    );
+                    self.changed(scope, w);
+                }
+                Err(e) => {
+                    let why = match &e {
+                        crate::api::ApiError::TooManyRequests { message, causes } => {
+                            format!("{message} {}", causes.join(","))
+                        }
+                        other => format!("{other:?}"),
+                    };
+                    let detail = format!("draining Node {node}: {} {why}", e.code());
+                    self.line(ACTOR, "EvictRefused", Sim::describe(scope, pod), detail);
+                }
+            }
+        }
+        pods.is_empty()
+    }
+
+    /// Deletes an object as CAPI's manager does (NotFound is fine).
+    fn capi_delete(&mut self, scope: &Scope, key: &ObjKey, action: &str) {
+        let now = self.now;
+        if let Ok(w) = self.store_mut(scope).delete(key, now) {
+            self.line(ACTOR, action, Sim::describe(scope, key), String::new());
+            self.changed(scope, w);
+        }
+    }
+
+    /// Sets `status.deletion.<field>` once; returns its value (RFC 3339).
+    fn capi_start_time(&mut self, key: &ObjKey, field: &str) -> String {
+        let now = self.now.to_rfc3339();
+        let Some(machine) = self.get(&Scope::Management, key) else {
+            return now;
+        };
+        if let Some(set) = machine
+            .pointer(&format!("/status/deletion/{field}"))
+            .and_then(Value::as_str)
+        {
+            return set.to_string();
+        }
+        if let Ok(w) = self.store_mut(&Scope::Management).patch(
+            key,
+            &json!({"status": {"deletion": {field: now}}}),
+            Part::Status,
+        ) {
+            self.changed(&Scope::Management, w);
+        }
+        now
+    }
+
+    /// Writes upstream's `Deleting` condition (and phase) when it changed.
+    fn capi_deleting_condition(
+        &mut self,
+        key: &ObjKey,
+        machine: &Value,
+        reason: &str,
+        message: &str,
+    ) {
+        let Some(current) = self.get(&Scope::Management, key).cloned() else {
+            return;
+        };
+        let v1beta1 = json::api_version(machine).ends_with("v1beta1");
+        let path = if v1beta1 {
+            "/status/v1beta2/conditions"
+        } else {
+            "/status/conditions"
+        };
+        let mut conditions: Vec<Value> = current
+            .pointer(path)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let existing = conditions
+            .iter()
+            .position(|c| c.get("type").and_then(Value::as_str) == Some("Deleting"));
+        if let Some(i) = existing {
+            let c = &conditions[i];
+            if c.get("reason").and_then(Value::as_str) == Some(reason)
+                && c.get("message").and_then(Value::as_str) == Some(message)
+            {
+                return;
+            }
+        }
+        // The time it turned True is kept while it stays True.
+        let transition = existing
+            .map(|i| &conditions[i])
+            .filter(|c| c.get("status").and_then(Value::as_str) == Some("True"))
+            .and_then(|c| c.get("lastTransitionTime").cloned())
+            .unwrap_or_else(|| json!(self.now.to_rfc3339()));
+        let condition = json!({"type": "Deleting", "status": "True", "reason": reason,
+            "message": message, "lastTransitionTime": transition});
+        match existing {
+            Some(i) => conditions[i] = condition,
+            None => conditions.push(condition),
+        }
+        let patch = if v1beta1 {
+            json!({"status": {"phase": "Deleting", "v1beta2": {"conditions": conditions}}})
+        } else {
+            json!({"status": {"phase": "Deleting", "conditions": conditions}})
+        };
+        if let Ok(w) = self
+            .store_mut(&Scope::Management)
+            .patch(key, &patch, Part::Status)
+        {
+            self.line(
+                ACTOR,
+                "SetCondition",
+                key.to_string(),
+                format!("Deleting=True ({reason}) | {message}"),
+            );
+            self.changed(&Scope::Management, w);
+        }
+    }
+}
+
+/// The hook annotations with `prefix`, sorted (as upstream lists them).
+fn hooks(annotations: &std::collections::BTreeMap<String, String>, prefix: &str) -> Vec<String> {
+    annotations
+        .keys()
+        .filter(|k| k.starts_with(prefix))
+        .cloned()
+        .collect()
+}
+
+fn is_daemonset_or_mirror(pod: &Value) -> bool {
+    let mirror = json::annotations(pod).contains_key("kubernetes.io/config.mirror");
+    let daemonset = pod
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|refs| {
+            refs.iter().any(|r| {
+                r.get("kind").and_then(Value::as_str) == Some("DaemonSet")
+                    && r.get("controller").and_then(Value::as_bool) == Some(true)
+            })
+        });
+    mirror || daemonset
+}
