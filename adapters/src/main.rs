@@ -35,6 +35,11 @@ enum Command {
     Explain(cli::explain::ExplainArgs),
     /// Run the controllers against the management cluster of the current kubeconfig.
     Run(cli::run::RunArgs),
+    /// Compare a shadow run's decisions with what was done (`run --mode shadow`).
+    Shadow {
+        #[command(subcommand)]
+        command: cli::shadow::ShadowCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -44,6 +49,7 @@ fn main() -> ExitCode {
         Command::Log { command } => cli::log::main(command),
         Command::Explain(args) => cli::explain::main(args),
         Command::Run(args) => cli::run::main(args),
+        Command::Shadow { command } => cli::shadow::main(command),
     };
     ExitCode::from(code)
 }

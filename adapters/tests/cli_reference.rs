@@ -7,7 +7,7 @@ use std::process::Command;
 const DOC_PATH: &str = "docs/cli.md";
 
 /// Every command path of the binary, top level first.
-const COMMANDS: [&[&str]; 13] = [
+const COMMANDS: [&[&str]; 15] = [
     &[],
     &["sim"],
     &["sim", "run"],
@@ -21,6 +21,8 @@ const COMMANDS: [&[&str]; 13] = [
     &["log", "repair"],
     &["explain"],
     &["run"],
+    &["shadow"],
+    &["shadow", "report"],
 ];
 
 fn help(path: &[&str]) -> String {

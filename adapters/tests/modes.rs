@@ -207,3 +207,75 @@ fn alone_refuses_against_a_served_world_that_plays_capis_manager() {
     let (code, err) = run_once(&kubeconfig, &journal, &clock, &["--mode", "shadow"]);
     assert_eq!(code, 0, "{err}");
 }
+
+/// `lifecycle shadow report` replays a shadow run's journal: beside the world's CAPI manager
+/// nothing disagrees (exit 0); alone in a world nobody acts in, every step the controller would
+/// have taken is listed as only-ours with its time (exit 1), as the run's timeline shows them.
+#[test]
+fn shadow_report_lists_what_only_one_side_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = |scenario: &str, format: &str| {
+        let journal = dir.path().join(scenario);
+        let run = lifecycle()
+            .args(["sim", "run"])
+            .arg(format!(
+                "{}/../scenarios/{scenario}.yaml",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .arg("--journal")
+            .arg(&journal)
+            .output()
+            .unwrap();
+        assert_eq!(
+            run.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&run.stdout)
+        );
+        let out = lifecycle()
+            .args(["shadow", "report", "--format", format, "--journal"])
+            .arg(&journal)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&run.stdout).into_owned(),
+        )
+    };
+    let (code, text, _) = report("shadow-beside-capi-deletion", "text");
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("0 disagreement(s)"), "{text}");
+
+    let (code, json, timeline) = report("shadow-deletion-writes-nothing", "json");
+    assert_eq!(code, 1, "{json}");
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let rows = json["disagreements"].as_array().unwrap();
+    let steps: Vec<(&str, &str, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["side"].as_str().unwrap(),
+                r["step"].as_str().unwrap(),
+                r["target"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            ("only-ours", "Cordon", "Node n1@c1"),
+            ("only-ours", "Evict", "Pod app/web-0@c1"),
+            ("only-ours", "Evict", "Pod app/web-1@c1"),
+        ]
+    );
+    assert_eq!(rows[0]["ours"], "2024-01-01T00:01:00Z");
+    assert!(rows[0]["theirs"].is_null());
+    // The run's own timeline told the same, as it found them.
+    for row in rows {
+        assert!(
+            timeline.contains(row["text"].as_str().unwrap()),
+            "{timeline}"
+        );
+    }
+}

@@ -31,6 +31,7 @@ pub mod pool;
 pub mod recovery;
 pub mod remediation;
 pub mod runtime;
+pub mod shadow;
 pub mod shared;
 pub mod store;
 pub mod testing;

@@ -110,6 +110,15 @@ impl Sim {
         let described = self.feeder.journal(at, &input);
         self.lp.appended(at, Ok(()));
         self.feeder.applied(self.lp.core(), described);
+        self.note_disagreements();
+    }
+
+    /// Shadow mode's disagreements as timeline lines (actor `shadow`).
+    pub(crate) fn note_disagreements(&mut self) {
+        for d in self.lp.take_disagreements() {
+            let object = d.machine.to_string();
+            self.line("shadow", "Disagreement", object, d.describe());
+        }
     }
 
     /// A watcher starts by listing; a cluster whose cache a fault holds unsynced lists later.

@@ -225,6 +225,7 @@ impl Live {
                 self.sim.record_command(command, at, cause, why);
             }
         }
+        self.note_disagreements(records);
         self.note_refusals(records);
         self.check_repeats(records);
         self.sim.timeline.lines.sort_by_key(|l| l.at_ms);
@@ -235,6 +236,36 @@ impl Live {
 }
 
 impl Live {
+    /// A shadow run's disagreements, found from its journal as `lifecycle shadow report`
+    /// finds them, as timeline lines (actor `shadow`).
+    fn note_disagreements(&mut self, records: &[ControllerRecord]) {
+        if records.iter().all(|r| r.withheld.is_empty()) {
+            return;
+        }
+        let mut comparator = engine::shadow::Comparator::new();
+        let mut found = Vec::new();
+        for r in records {
+            comparator.observe(r.at, &r.input);
+            for c in r.commands.iter().filter(|c| r.withheld.contains_key(&c.id)) {
+                comparator.withheld(r.at, c);
+            }
+            found.extend(comparator.take().into_iter().map(|d| (r.at, d)));
+        }
+        comparator.finish(self.sim.end);
+        found.extend(comparator.take().into_iter().map(|d| (self.sim.end, d)));
+        for (at, d) in found {
+            self.sim.timeline.push(crate::timeline::Line {
+                at_ms: at.max(self.sim.start).since(self.sim.start).as_millis(),
+                actor: "shadow".into(),
+                action: "Disagreement".into(),
+                object: d.machine.to_string(),
+                detail: d.describe(),
+                cause: None,
+                command: None,
+            });
+        }
+    }
+
     /// A write of the controller that drains or deletes infrastructure is checked against the
     /// hook and drain-order rules as it lands (once per object): a cordon (a Node marked
     /// unschedulable), an eviction (a Pod given a deletionTimestamp), an infrastructure

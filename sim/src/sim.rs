@@ -431,6 +431,10 @@ impl Sim {
     /// The end-of-run checks, at the scenario's end.
     pub(crate) fn finish_run(&mut self) {
         self.now = self.end;
+        if self.external.is_none() {
+            self.lp.finish_comparison(self.end);
+            self.note_disagreements();
+        }
         self.check_release();
         // A controller in another process may be mid-update at the end: judged only when quiet.
         self.check_mhc_differential(self.external.is_none());
@@ -498,7 +502,8 @@ impl Sim {
     /// [`TICKS_PER_INSTANT_MAX`] ticks in a row is kept in the past: reported once, and time
     /// moves on without it.
     fn tick(&mut self) {
-        let due = self.engine().next_deadline().filter(|d| *d <= self.now);
+        // The loop's wake: the engine's deadline, or a shadow comparison's window closing.
+        let due = self.lp.next_wake().filter(|d| *d <= self.now);
         let Some(due) = due else {
             self.ticks_stuck = (None, 0);
             return;
@@ -528,9 +533,7 @@ impl Sim {
         let Some(at) = self.lp.next_wake() else {
             return;
         };
-        if self.ticks_stuck.1 > TICKS_PER_INSTANT_MAX
-            && self.engine().next_deadline() == self.ticks_stuck.0
-        {
+        if self.ticks_stuck.1 > TICKS_PER_INSTANT_MAX && self.lp.next_wake() == self.ticks_stuck.0 {
             return;
         }
         let at = at.max(self.now);

@@ -5,5 +5,6 @@ pub mod log;
 pub mod logging;
 pub mod overhttp;
 pub mod run;
+pub mod shadow;
 pub mod sim;
 pub mod sweep;

@@ -260,6 +260,11 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
         let appended = self.log.append(at, &input).map(|_| ());
         let failed = appended.is_err();
         self.lp.appended(at, appended.clone());
+        for d in self.lp.take_disagreements() {
+            self.metrics
+                .shadow_disagreement(d.step.as_str(), d.side.as_str());
+            tracing::warn!(machine = %d.machine, step = d.step.as_str(), side = d.side.as_str(), "shadow disagreement: {}", d.describe());
+        }
         if failed {
             self.metrics.journal_unwritable(true);
             return;

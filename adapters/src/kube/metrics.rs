@@ -62,6 +62,8 @@ pub struct Metrics {
     commands: Family<Labels, Counter>,
     /// Commands decided and not sent (`--mode shadow`), by action name.
     commands_withheld: Family<Labels, Counter>,
+    /// Shadow mode's disagreements with what was done, by controller, step and side.
+    shadow_disagreements: Family<Labels, Counter>,
     /// Non-2xx answers and unreachable clusters, by code (`429`, `unreachable`).
     api_errors: Family<Labels, Counter>,
     /// Requests sent to the clusters, through their throttles.
@@ -121,6 +123,7 @@ impl Metrics {
             journal_failures: Counter::default(),
             commands: Family::default(),
             commands_withheld: Family::default(),
+            shadow_disagreements: Family::default(),
             api_errors: Family::default(),
             api_requests: Counter::default(),
             api_throttled: Counter::default(),
@@ -158,6 +161,11 @@ impl Metrics {
             "lifecycle_commands",
             "Commands the controllers issued, by action",
             m.commands.clone(),
+        );
+        r.register(
+            "lifecycle_shadow_disagreements",
+            "Shadow mode: steps of a Machine's deletion only this controller decided (side only-ours) or only someone else took (only-theirs) within 30 s, by controller, kind (the step) and side",
+            m.shadow_disagreements.clone(),
         );
         r.register(
             "lifecycle_commands_withheld",
@@ -219,6 +227,15 @@ impl Metrics {
     }
     pub fn command(&self, action: &str) {
         self.commands.get_or_create(&label("action", action)).inc();
+    }
+    pub fn shadow_disagreement(&self, step: &str, side: &str) {
+        self.shadow_disagreements
+            .get_or_create(&vec![
+                ("controller", "machine".to_string()),
+                ("kind", step.to_string()),
+                ("side", side.to_string()),
+            ])
+            .inc();
     }
     pub fn command_withheld(&self, action: &str) {
         self.commands_withheld

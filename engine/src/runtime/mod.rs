@@ -225,6 +225,8 @@ pub struct Loop<C: Core> {
     outputs: VecDeque<Output>,
     last_tick: Option<Timestamp>,
     options: LoopOptions,
+    /// [`Mode::Shadow`]: its decisions against what the objects show was done.
+    comparator: Option<crate::shadow::Comparator>,
 }
 
 impl<C: Core> Loop<C> {
@@ -246,7 +248,23 @@ impl<C: Core> Loop<C> {
             own: VecDeque::new(),
             outputs: VecDeque::new(),
             last_tick: None,
+            comparator: (options.mode == Mode::Shadow).then(crate::shadow::Comparator::new),
             options,
+        }
+    }
+
+    /// Shadow mode's disagreements found since the last call (none in other modes).
+    pub fn take_disagreements(&mut self) -> Vec<crate::shadow::Disagreement> {
+        self.comparator
+            .as_mut()
+            .map(crate::shadow::Comparator::take)
+            .unwrap_or_default()
+    }
+
+    /// The end of a run: shadow mode judges the windows still open as of `at`.
+    pub fn finish_comparison(&mut self, at: Timestamp) {
+        if let Some(c) = &mut self.comparator {
+            c.finish(at);
         }
     }
 
@@ -306,7 +324,11 @@ impl<C: Core> Loop<C> {
     /// When the next `Tick` is due: the core's deadline, not earlier than `tick_spacing_min`
     /// after the last one.
     fn tick_due(&self) -> Option<Timestamp> {
-        let deadline = self.core.next_deadline()?;
+        let compared = self.comparator.as_ref().and_then(|c| c.next_deadline());
+        let deadline = match (self.core.next_deadline(), compared) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b)?,
+        };
         Some(match self.last_tick {
             Some(last) => deadline.max(last + self.options.tick_spacing_min),
             None => deadline,
@@ -498,8 +520,15 @@ impl<C: Core> Loop<C> {
     /// Applies a journaled input and dispatches the commands it caused.
     fn apply(&mut self, at: Timestamp, input: Input) {
         log_relists(&input);
+        let observed = self.comparator.is_some().then(|| input.clone());
         self.core.handle(at, input);
+        if let (Some(c), Some(input)) = (&mut self.comparator, observed) {
+            c.observe(at, &input);
+        }
         while let Some(command) = self.core.poll_command() {
+            if let Some(c) = &mut self.comparator {
+                c.withheld(at, &command);
+            }
             if let Some(why) = self.options.mode.withholds() {
                 self.own.push_back(Input::ApiResult {
                     command: command.id,

@@ -1,0 +1,557 @@
+//! Shadow mode's comparison: what this controller decided (and did not send) against what the
+//! objects show someone else did, for each deleting Machine, step by step: cordon, each
+//! eviction, infrastructure, bootstrap and Node deletion, the finalizer's release.
+//!
+//! Sans-IO and deterministic: it is fed the applied inputs (after the store took them) and the
+//! commands withheld, with their journal times, so `lifecycle run` (for its metric) and
+//! `lifecycle shadow report` (replaying the journal) find the same disagreements.
+//!
+//! A step agrees when both sides take it within [`AGREEMENT_WINDOW`] of each other, at least
+//! CAPI's own pacing (its drain is requeued every 20 s). Otherwise, once the window has passed
+//! (noticed at the next input), one side took it alone. Evictions are seen only as a Pod's
+//! deletionTimestamp, so a refused eviction is invisible to both sides alike.
+
+use crate::command::{Action, Command};
+use crate::input::Input;
+use crate::model::{ClusterName, Kind, MACHINE_FINALIZER, Object, ObjectKey, Scope};
+use crate::time::{Duration, Timestamp};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How far apart the two sides may take a step and still agree.
+pub const AGREEMENT_WINDOW: Duration = Duration::from_secs(30);
+
+/// A step of a Machine's deletion both sides can be seen to take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Step {
+    Cordon,
+    Evict,
+    DeleteInfrastructure,
+    DeleteBootstrap,
+    DeleteNode,
+    RemoveFinalizer,
+}
+
+impl Step {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::Cordon => "Cordon",
+            Step::Evict => "Evict",
+            Step::DeleteInfrastructure => "DeleteInfrastructure",
+            Step::DeleteBootstrap => "DeleteBootstrap",
+            Step::DeleteNode => "DeleteNode",
+            Step::RemoveFinalizer => "RemoveFinalizer",
+        }
+    }
+}
+
+/// Which side took a step the other did not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Side {
+    /// This controller would have; nobody did within the window.
+    OnlyOurs,
+    /// Someone else (CAPI's manager, a person) did; this controller would not have, within
+    /// the window.
+    OnlyTheirs,
+}
+
+impl Side {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::OnlyOurs => "only-ours",
+            Side::OnlyTheirs => "only-theirs",
+        }
+    }
+}
+
+/// One disagreement, with both sides' evidence.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Disagreement {
+    /// The deleting Machine it is about.
+    pub machine: ObjectKey,
+    pub step: Step,
+    pub target: ObjectKey,
+    pub side: Side,
+    /// When this controller decided it (`None`: it did not).
+    pub ours: Option<Timestamp>,
+    /// When the objects showed it done (`None`: they did not).
+    pub theirs: Option<Timestamp>,
+    /// The controller that decided it (`deletion`, `drain`), when ours.
+    pub controller: &'static str,
+}
+
+impl Disagreement {
+    /// One line: `Machine default/m1: Cordon Node n1@c1 decided at … (not sent), not done by anyone within 30s`.
+    pub fn describe(&self) -> String {
+        let what = format!("{} {}", self.step.as_str(), self.target);
+        let window = AGREEMENT_WINDOW.as_secs();
+        match (self.side, self.ours, self.theirs) {
+            (Side::OnlyOurs, Some(ours), theirs) => format!(
+                "{what}: this controller decided it at {} (not sent); {}",
+                ours.to_rfc3339(),
+                match theirs {
+                    Some(t) => format!(
+                        "it was done only at {}, more than {window}s later",
+                        t.to_rfc3339()
+                    ),
+                    None => format!("nobody did it within {window}s"),
+                }
+            ),
+            (_, ours, Some(theirs)) => format!(
+                "{what}: done by someone else at {}; {}",
+                theirs.to_rfc3339(),
+                match ours {
+                    Some(o) => format!(
+                        "this controller decided it only at {}, more than {window}s later",
+                        o.to_rfc3339()
+                    ),
+                    None => format!("this controller would not have within {window}s"),
+                }
+            ),
+            _ => what,
+        }
+    }
+}
+
+/// A deleting Machine's objects.
+#[derive(Clone, Debug)]
+struct Watched {
+    node: Option<ObjectKey>,
+    had_finalizer: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Sides {
+    ours: Option<(Timestamp, &'static str)>,
+    theirs: Option<Timestamp>,
+}
+
+/// The comparison; see the module doc.
+#[derive(Debug, Default)]
+pub struct Comparator {
+    machines: BTreeMap<ObjectKey, Watched>,
+    /// Node, infrastructure and bootstrap keys → the Machine they belong to, and the step
+    /// their deletion is.
+    targets: BTreeMap<ObjectKey, (ObjectKey, Step)>,
+    /// Nodes seen schedulable, Pods seen not deleting: a change from there is someone's act.
+    schedulable: BTreeSet<ObjectKey>,
+    running: BTreeSet<ObjectKey>,
+    steps: BTreeMap<(Step, ObjectKey), (ObjectKey, Sides)>,
+    settled: BTreeSet<(Step, ObjectKey)>,
+    /// When this controller decided each Node's deletion (kept once judged).
+    node_deleted: BTreeMap<ObjectKey, Timestamp>,
+    found: Vec<Disagreement>,
+}
+
+impl Comparator {
+    pub fn new() -> Self {
+        Comparator::default()
+    }
+
+    /// A command this controller decided and did not send.
+    pub fn withheld(&mut self, at: Timestamp, command: &Command) {
+        let step = match &command.action {
+            Action::Cordon { node } => Some((Step::Cordon, &node.key)),
+            Action::Evict { pod, .. } => Some((Step::Evict, &pod.key)),
+            Action::DeleteInfrastructure { target } => {
+                Some((Step::DeleteInfrastructure, &target.key))
+            }
+            Action::DeleteBootstrap { target } => Some((Step::DeleteBootstrap, &target.key)),
+            Action::DeleteNode { node } => Some((Step::DeleteNode, &node.key)),
+            Action::RemoveFinalizer { target, finalizer } if finalizer == MACHINE_FINALIZER => {
+                Some((Step::RemoveFinalizer, &target.key))
+            }
+            _ => None,
+        };
+        let Some((step, target)) = step else {
+            return;
+        };
+        if step == Step::DeleteNode {
+            self.node_deleted.entry(target.clone()).or_insert(at);
+        }
+        if command.owner.kind != Kind::Machine || self.settled.contains(&(step, target.clone())) {
+            return;
+        }
+        let entry = self
+            .steps
+            .entry((step, target.clone()))
+            .or_insert_with(|| (command.owner.clone(), Sides::default()));
+        entry
+            .1
+            .ours
+            .get_or_insert((at, command.controller.as_str()));
+    }
+
+    /// An input was applied at `at`.
+    pub fn observe(&mut self, at: Timestamp, input: &Input) {
+        match input {
+            Input::Upsert { scope, object } => self.seen(at, &object.key(scope), Some(object)),
+            Input::Delete { key } => self.seen(at, key, None),
+            Input::Batch { inputs } => {
+                for i in inputs {
+                    self.observe(at, i);
+                }
+                return;
+            }
+            other => {
+                if let Some(relist) = other.as_relist() {
+                    for o in relist.objects {
+                        self.seen(at, &o.key(relist.scope), Some(o));
+                    }
+                }
+            }
+        }
+        self.expire(at);
+    }
+
+    /// Disagreements found since the last call, in the order they were noticed.
+    pub fn take(&mut self) -> Vec<Disagreement> {
+        std::mem::take(&mut self.found)
+    }
+
+    /// The end of what is known (a run's end): every window still open is judged as of `at`.
+    pub fn finish(&mut self, at: Timestamp) {
+        self.expire(at);
+    }
+
+    fn seen(&mut self, at: Timestamp, key: &ObjectKey, object: Option<&Object>) {
+        match (key.kind.clone(), object) {
+            (Kind::Machine, Some(Object::Machine(m))) => {
+                let has_finalizer = m.meta.finalizers.iter().any(|f| f == MACHINE_FINALIZER);
+                if m.meta.deletion_timestamp.is_none() {
+                    return;
+                }
+                let watched = self.machines.entry(key.clone()).or_insert_with(|| Watched {
+                    node: None,
+                    had_finalizer: has_finalizer,
+                });
+                if watched.had_finalizer && !has_finalizer {
+                    watched.had_finalizer = false;
+                    self.released(at, key);
+                }
+                let ns = &key.namespace;
+                let workload = Scope::Workload(ClusterName::new(ns.as_str(), &m.cluster_name));
+                if let Some(node) = &m.node_ref {
+                    let node = ObjectKey::new(workload, Kind::Node, "", node);
+                    self.targets
+                        .insert(node.clone(), (key.clone(), Step::DeleteNode));
+                    if let Some(w) = self.machines.get_mut(key) {
+                        w.node = Some(node);
+                    }
+                }
+                let infra = m.infrastructure_ref.key_in(ns);
+                self.targets
+                    .insert(infra, (key.clone(), Step::DeleteInfrastructure));
+                if let Some(b) = &m.bootstrap_config_ref {
+                    self.targets
+                        .insert(b.key_in(ns), (key.clone(), Step::DeleteBootstrap));
+                }
+            }
+            (Kind::Machine, None) => {
+                if self.machines.get(key).is_some_and(|w| w.had_finalizer) {
+                    self.released(at, key);
+                }
+                self.machines.remove(key);
+            }
+            (Kind::Node, Some(Object::Node(n))) => {
+                if !n.unschedulable {
+                    self.schedulable.insert(key.clone());
+                } else if self.schedulable.remove(key)
+                    && let Some(machine) = self.machine_of_node(key)
+                {
+                    self.theirs(at, Step::Cordon, key, &machine);
+                }
+                if n.meta.deletion_timestamp.is_some() {
+                    self.target_gone(at, key);
+                }
+            }
+            (Kind::Pod, Some(Object::Pod(p))) => {
+                if p.meta.deletion_timestamp.is_none() {
+                    self.running.insert(key.clone());
+                } else if self.running.remove(key) {
+                    let node = p
+                        .node_name
+                        .as_deref()
+                        .map(|n| ObjectKey::new(key.scope.clone(), Kind::Node, "", n));
+                    if let Some(machine) = node.and_then(|n| self.machine_of_node(&n)) {
+                        self.theirs(at, Step::Evict, key, &machine);
+                    }
+                }
+            }
+            (Kind::Pod, None) => {
+                self.running.remove(key);
+            }
+            (_, Some(o)) if o.meta().deletion_timestamp.is_some() => self.target_gone(at, key),
+            (_, None) => self.target_gone(at, key),
+            _ => {}
+        }
+    }
+
+    /// Someone released the Machine's finalizer. Upstream releases it in the pass that deletes
+    /// the Node; this controller in the next, after its Node deletion is answered: had it
+    /// decided that deletion within the window, it agrees (the Machine was gone before it
+    /// could release it).
+    fn released(&mut self, at: Timestamp, machine: &ObjectKey) {
+        let node = self.machines.get(machine).and_then(|w| w.node.clone());
+        let on_track = node
+            .and_then(|n| self.node_deleted.get(&n).copied())
+            .is_some_and(|t| at.since(t) <= AGREEMENT_WINDOW);
+        if on_track {
+            let entry = self
+                .steps
+                .entry((Step::RemoveFinalizer, machine.clone()))
+                .or_insert_with(|| (machine.clone(), Sides::default()));
+            entry.1.ours.get_or_insert((at, "deletion"));
+        }
+        self.theirs(at, Step::RemoveFinalizer, machine, machine);
+    }
+
+    /// When the first open window closes (a tick then judges it).
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        self.steps
+            .values()
+            .filter_map(|(_, s)| match (s.ours, s.theirs) {
+                (Some((t, _)), None) | (None, Some(t)) => {
+                    Some(t + AGREEMENT_WINDOW + Duration::from_millis(1))
+                }
+                _ => None,
+            })
+            .min()
+    }
+
+    fn machine_of_node(&self, node: &ObjectKey) -> Option<ObjectKey> {
+        self.targets
+            .get(node)
+            .filter(|(m, _)| self.machines.contains_key(m))
+            .map(|(m, _)| m.clone())
+    }
+
+    /// A Node, infrastructure or bootstrap object of a deleting Machine is deleting or gone.
+    fn target_gone(&mut self, at: Timestamp, key: &ObjectKey) {
+        if let Some((machine, step)) = self.targets.get(key).cloned()
+            && self.machines.contains_key(&machine)
+        {
+            self.theirs(at, step, key, &machine);
+        }
+    }
+
+    fn theirs(&mut self, at: Timestamp, step: Step, target: &ObjectKey, machine: &ObjectKey) {
+        if self.settled.contains(&(step, target.clone())) {
+            return;
+        }
+        let entry = self
+            .steps
+            .entry((step, target.clone()))
+            .or_insert_with(|| (machine.clone(), Sides::default()));
+        entry.1.theirs.get_or_insert(at);
+    }
+
+    /// Judges every step whose window has closed (or that both sides took).
+    fn expire(&mut self, now: Timestamp) {
+        let mut done = Vec::new();
+        for ((step, target), (machine, sides)) in &self.steps {
+            let verdict = match (sides.ours, sides.theirs) {
+                (Some((ours, _)), Some(theirs)) => {
+                    let apart = if ours > theirs {
+                        ours.since(theirs)
+                    } else {
+                        theirs.since(ours)
+                    };
+                    if apart <= AGREEMENT_WINDOW {
+                        Some(None)
+                    } else if ours < theirs {
+                        Some(Some(Side::OnlyOurs))
+                    } else {
+                        Some(Some(Side::OnlyTheirs))
+                    }
+                }
+                (Some((ours, _)), None) if now.since(ours) > AGREEMENT_WINDOW => {
+                    Some(Some(Side::OnlyOurs))
+                }
+                (None, Some(theirs)) if now.since(theirs) > AGREEMENT_WINDOW => {
+                    Some(Some(Side::OnlyTheirs))
+                }
+                _ => None,
+            };
+            if let Some(side) = verdict {
+                done.push((*step, target.clone()));
+                if let Some(side) = side {
+                    self.found.push(Disagreement {
+                        machine: machine.clone(),
+                        step: *step,
+                        target: target.clone(),
+                        side,
+                        ours: sides.ours.map(|(t, _)| t),
+                        theirs: sides.theirs,
+                        controller: sides.ours.map_or("", |(_, c)| c),
+                    });
+                }
+            }
+        }
+        for key in done {
+            self.steps.remove(&key);
+            self.settled.insert(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::{ControllerId, Target};
+    use crate::testing::{machine, node, pod, workload};
+
+    const T0: Timestamp = Timestamp(1_000_000);
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp(T0.0 + secs * 1000)
+    }
+
+    fn upsert(scope: Scope, object: Object) -> Input {
+        Input::Upsert {
+            scope,
+            object: Box::new(object),
+        }
+    }
+
+    fn deleting_m1() -> Object {
+        let mut m = machine("c1", "m1", Some("n1"));
+        m.meta.deletion_timestamp = Some(T0);
+        Object::Machine(m)
+    }
+
+    fn m1() -> ObjectKey {
+        ObjectKey::management(Kind::Machine, "default", "m1")
+    }
+
+    fn command(action: Action) -> Command {
+        Command {
+            id: 1,
+            cause: 1,
+            controller: ControllerId::Deletion,
+            owner: m1(),
+            action,
+            reason: String::new(),
+            series: None,
+        }
+    }
+
+    fn cordon() -> Command {
+        let key = ObjectKey::new(workload("c1"), Kind::Node, "", "n1");
+        command(Action::Cordon {
+            node: Target {
+                key,
+                api_version: "v1".into(),
+            },
+        })
+    }
+
+    /// The deleting Machine m1 on schedulable n1 with pod app/web-0 running, as observed.
+    fn watching() -> Comparator {
+        let mut c = Comparator::new();
+        c.observe(T0, &upsert(workload("c1"), Object::Node(node("n1"))));
+        c.observe(
+            T0,
+            &upsert(workload("c1"), Object::Pod(pod("app", "web-0", "n1"))),
+        );
+        c.observe(T0, &upsert(Scope::Management, deleting_m1()));
+        c
+    }
+
+    fn cordoned(secs: i64) -> Input {
+        let mut n = node("n1");
+        n.unschedulable = true;
+        n.meta.resource_version = 2 + secs as u64;
+        upsert(workload("c1"), Object::Node(n))
+    }
+
+    #[test]
+    fn a_step_both_sides_take_within_the_window_agrees() {
+        let mut c = watching();
+        c.withheld(at(0), &cordon());
+        c.observe(at(20), &cordoned(20));
+        c.finish(at(600));
+        assert_eq!(c.take(), Vec::new());
+    }
+
+    #[test]
+    fn a_step_only_this_controller_decided_is_reported_when_its_window_closes() {
+        let mut c = watching();
+        c.withheld(at(0), &cordon());
+        assert_eq!(c.next_deadline(), Some(at(30) + Duration::from_millis(1)));
+        c.observe(at(30), &Input::Tick);
+        assert_eq!(c.take(), Vec::new(), "30 s is still within the window");
+        c.observe(at(31), &Input::Tick);
+        let found = c.take();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            (found[0].step, found[0].side),
+            (Step::Cordon, Side::OnlyOurs)
+        );
+        assert_eq!((found[0].ours, found[0].theirs), (Some(at(0)), None));
+        assert!(
+            found[0].describe().contains("nobody did it within 30s"),
+            "{}",
+            found[0].describe()
+        );
+        c.observe(at(90), &cordoned(90));
+        c.finish(at(600));
+        assert_eq!(c.take(), Vec::new(), "a step is judged once");
+    }
+
+    /// A planted divergence: someone evicts a pod this controller would not have evicted.
+    #[test]
+    fn a_step_only_someone_else_took_is_reported_with_its_evidence() {
+        let mut c = watching();
+        let mut evicted = pod("app", "web-0", "n1");
+        evicted.meta.deletion_timestamp = Some(at(5));
+        c.observe(at(5), &upsert(workload("c1"), Object::Pod(evicted)));
+        c.finish(at(60));
+        let found = c.take();
+        assert_eq!(found.len(), 1, "{found:?}");
+        let d = &found[0];
+        assert_eq!(
+            (d.step, d.side, d.machine.clone()),
+            (Step::Evict, Side::OnlyTheirs, m1())
+        );
+        assert_eq!((d.ours, d.theirs), (None, Some(at(5))));
+        assert!(
+            d.describe().contains("would not have within 30s"),
+            "{}",
+            d.describe()
+        );
+    }
+
+    #[test]
+    fn pods_of_machines_not_deleting_are_nobodys_step() {
+        let mut c = Comparator::new();
+        c.observe(
+            T0,
+            &upsert(workload("c1"), Object::Pod(pod("app", "web-0", "n1"))),
+        );
+        let mut gone = pod("app", "web-0", "n1");
+        gone.meta.deletion_timestamp = Some(at(5));
+        c.observe(at(5), &upsert(workload("c1"), Object::Pod(gone)));
+        c.finish(at(600));
+        assert_eq!(c.take(), Vec::new());
+    }
+
+    #[test]
+    fn a_finalizer_released_in_the_pass_that_deletes_the_node_agrees() {
+        let mut c = watching();
+        let node_key = ObjectKey::new(workload("c1"), Kind::Node, "", "n1");
+        c.withheld(
+            at(10),
+            &command(Action::DeleteNode {
+                node: Target {
+                    key: node_key.clone(),
+                    api_version: "v1".into(),
+                },
+            }),
+        );
+        c.observe(at(11), &Input::Delete { key: node_key });
+        c.observe(at(11), &Input::Delete { key: m1() });
+        c.finish(at(600));
+        assert_eq!(c.take(), Vec::new());
+    }
+}
