@@ -630,6 +630,60 @@ fn the_controller_may_read_capis_lease_by_name_and_only_that() {
     assert_eq!(binding["subjects"][0]["namespace"], "lifecycle-system");
 }
 
+/// The shadow overlay runs `--mode=shadow` and may only read: in the management cluster every
+/// grant is get, list or watch, but its own Lease and the metrics endpoint's reviews, even
+/// with the acting provider roles installed beside it; in workload clusters list and watch.
+#[test]
+fn the_shadow_overlay_runs_in_shadow_mode_and_may_only_read() {
+    let objects = rendered_and_valid(&rbac::deploy_dir().join("shadow"));
+    let args: Vec<&str> = controller(&objects)["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(args.contains(&"--mode=shadow"), "{args:?}");
+    let mut installed = objects.clone();
+    installed.extend(rbac::provider_roles());
+    let granted = rbac::granted_to(&installed, "lifecycle-system", "lifecycle-controller");
+    let reads = ["get", "list", "watch"];
+    let writes: Vec<&Grant> = granted
+        .cluster
+        .iter()
+        .filter(|g| !reads.contains(&g.verb.as_str()))
+        .filter(|g| !(g.verb == "create" && g.resource.ends_with("reviews")))
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "the shadow overlay grants writes: {writes:?}"
+    );
+    assert!(
+        granted
+            .cluster
+            .iter()
+            .any(|g| g.resource == "dockermachines" && g.verb == "watch"),
+        "it still watches provider kinds: {}",
+        rbac::table(&granted.cluster)
+    );
+    let beyond_lease: Vec<&Grant> = granted
+        .namespaced
+        .iter()
+        .filter(|g| g.group != "coordination.k8s.io")
+        .collect();
+    assert!(beyond_lease.is_empty(), "{beyond_lease:?}");
+    let workload = rendered_and_valid(&rbac::deploy_dir().join("shadow/workload"));
+    let role = rbac::granted(rbac::find(
+        &workload,
+        "ClusterRole",
+        "lifecycle-workload-shadow",
+    ));
+    assert!(
+        role.iter().all(|g| g.verb == "list" || g.verb == "watch"),
+        "{}",
+        rbac::table(&role)
+    );
+}
+
 /// The metrics reader role is for Prometheus to bind: `get` on `/metrics`, bound to nobody here.
 #[test]
 fn the_metrics_reader_role_grants_get_on_metrics_and_is_not_bound() {

@@ -71,6 +71,10 @@ pub struct RunArgs {
     /// start in `--mode alone`).
     #[arg(long, default_value = "capi-system")]
     pub capi_namespace: String,
+    /// Test only: how long (real seconds) `--mode alone` keeps trying to read CAPI's Lease
+    /// through transient failures (5xx, 429, no connection) before it refuses to start.
+    #[arg(long, hide = true, default_value_t = 30)]
+    pub capi_lease_patience_seconds: u64,
     /// Act only while holding the coordination.k8s.io Lease.
     #[arg(long)]
     pub leader_elect: bool,
@@ -254,7 +258,20 @@ async fn check_alone(args: &RunArgs, client: &Client) -> Result<(), RunFailure> 
         Api::namespaced(client.clone(), &args.capi_namespace);
     let lease = format!("{}/{}", args.capi_namespace, lease::CAPI_LEASE_NAME);
     let choose = "run it with --mode shadow (it watches and decides, and writes nothing)";
-    match lease::capi_manager(&api, adapters::clock::wall_now()).await {
+    let patience = Duration::from_secs(args.capi_lease_patience_seconds);
+    let started = std::time::Instant::now();
+    let mut pause = Duration::from_millis(200);
+    let read = loop {
+        match lease::capi_manager(&api, adapters::clock::wall_now()).await {
+            Err(e) if is_transient(&e) && started.elapsed() + pause < patience => {
+                tracing::warn!(lease = %lease, error = %e, "cannot read Cluster API's Lease yet: trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+            other => break other,
+        }
+    };
+    match read {
         Ok(lease::CapiManager::Active { holder, ago }) => Err(unable(format!(
             "Cluster API's own manager is active (its Lease {lease} was renewed {}s ago by {holder}): running alone beside it, both would act on the same Machines, MachineHealthChecks and MachinePools; {choose}, or stop CAPI's manager first",
             ago.as_secs()
@@ -267,6 +284,14 @@ async fn check_alone(args: &RunArgs, client: &Client) -> Result<(), RunFailure> 
             "cannot tell whether Cluster API's own manager is active: reading its Lease {lease}: {e}; grant `get` on leases in {} (the shipped RBAC does), pass --capi-namespace where CAPI runs, or {choose}",
             args.capi_namespace
         ))),
+    }
+}
+
+/// An answer that may change on its own: a server error, throttling, no connection.
+fn is_transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(status) => status.code >= 500 || status.code == 429,
+        _ => true,
     }
 }
 

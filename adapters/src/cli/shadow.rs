@@ -23,8 +23,9 @@ within 30 s of each other; otherwise one side took it alone: only-ours (decided,
 or only-theirs (done by someone else, this controller would not have). Evictions are seen as a
 Pod's deletionTimestamp, so refused evictions are invisible to both sides.
 
-Exit codes: 0 no disagreement; 1 disagreements listed, or the journal is damaged; 3 the tool
-could not do its job (no journal, copy failed, journal unusable).")]
+Exit codes: 0 no disagreement; 1 disagreements listed, or the journal is damaged; 2 the journal
+is not a shadow run's (no command was withheld); 3 the tool could not do its job (no journal,
+copy failed, journal unusable).")]
 pub struct ReportArgs {
     /// The journal directory (read from a copy; never written).
     #[arg(long)]
@@ -56,15 +57,18 @@ fn report(args: &ReportArgs) -> Result<u8, Failure> {
         last = Some(r.at);
         ControlFlow::Continue(())
     })?;
+    if !withheld_any {
+        return Err(Failure::Invalid(format!(
+            "{}: no command of this journal was withheld: it is not from `lifecycle run --mode shadow`",
+            args.journal.display()
+        )));
+    }
     if let Some(at) = last {
         comparator.finish(at);
         found.extend(comparator.take());
     }
     match args.format {
         Format::Text => {
-            if !withheld_any {
-                println!("no command of this journal was withheld: it is not a shadow run's");
-            }
             for d in &found {
                 println!(
                     "{:<12} {:<20} {}  {}",

@@ -285,6 +285,10 @@ pub(super) trait Chapter {
 pub struct Explainer {
     t: Teller,
     chapter: Box<dyn Chapter>,
+    /// A shadow run's comparison, told where it concerns the subject (only once a command
+    /// was withheld: in other runs the controller's own writes are not someone else's).
+    shadow: engine::shadow::Comparator,
+    shadow_run: bool,
 }
 
 impl Explainer {
@@ -312,6 +316,17 @@ impl Explainer {
                 unreachable: BTreeMap::new(),
             },
             chapter,
+            shadow: engine::shadow::Comparator::new(),
+            shadow_run: false,
+        }
+    }
+
+    /// Shadow mode's disagreements about the subject, as story entries.
+    fn tell_disagreements(&mut self, at: Timestamp, seq: u64) {
+        for d in self.shadow.take() {
+            if self.shadow_run && self.t.subject.matches(&d.machine) {
+                self.t.entry(at, "disagrees", d.describe(), None, seq);
+            }
         }
     }
 
@@ -393,11 +408,21 @@ impl Explainer {
             };
             chapter.command(t, r, c, &changed);
         }
+        self.shadow.observe(r.at, &r.input);
+        self.shadow_run |= !r.withheld.is_empty();
+        for c in r.commands.iter().filter(|c| r.withheld.contains_key(&c.id)) {
+            self.shadow.withheld(r.at, c);
+        }
+        self.tell_disagreements(r.at, r.seq);
     }
 
     /// The story as at `now` (the last record's time when `None`, or when earlier).
-    pub fn finish(self, now: Option<Timestamp>) -> Result<Story, ExplainError> {
-        let Explainer { mut t, chapter } = self;
+    pub fn finish(mut self, now: Option<Timestamp>) -> Result<Story, ExplainError> {
+        if let Some((seq, at)) = self.t.last {
+            self.shadow.finish(at);
+            self.tell_disagreements(at, seq);
+        }
+        let Explainer { mut t, chapter, .. } = self;
         let (Some(first), Some(last)) = (t.first, t.last) else {
             return Err(ExplainError::Empty);
         };

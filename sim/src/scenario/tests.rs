@@ -590,15 +590,33 @@ fn name_is_required() {
 fn unknown_top_level_key_is_rejected() {
     assert_eq!(
         err_of("name: t\ntimelines: []\n"),
-        "x.yaml:2: timelines: unknown key (expected one of: name, description, seed, duration, world, management, workload, timeline, expect)"
+        "x.yaml:2: timelines: unknown key (expected one of: name, description, seed, duration, world, mode, management, workload, timeline, expect)"
     );
+}
+
+#[test]
+fn mode_is_alone_or_shadow_and_takeover_is_refused_by_this_build() {
+    let parse = |text: &str| super::parse("x.yaml", text);
+    assert_eq!(
+        parse("name: t\n").unwrap().mode,
+        engine::runtime::Mode::Alone
+    );
+    assert_eq!(
+        parse("name: t\nmode: shadow\n").unwrap().mode,
+        engine::runtime::Mode::Shadow
+    );
+    assert_eq!(
+        err_of("name: t\nmode: takeover\n"),
+        "x.yaml:2: mode: mode \"takeover\" is not available in this build (alone, shadow)"
+    );
+    assert!(err_of("name: t\nmode: owner\n").contains("is not one of"));
 }
 
 #[test]
 fn unknown_world_knob_is_rejected() {
     assert_eq!(
         err_of("name: t\nworld:\n  podShutdown: 1s\n  nodeGrace: 1s\n"),
-        "x.yaml:4: world.nodeGrace: unknown key (expected one of: start, nodeMonitorGracePeriod, podShutdown, volumeDetach, infraProvision, infraDelete, nodeJoin, machineSets, reschedule, podStartup)"
+        "x.yaml:4: world.nodeGrace: unknown key (expected one of: start, nodeMonitorGracePeriod, podShutdown, volumeDetach, infraProvision, infraDelete, nodeJoin, machineSets, reschedule, podStartup, capiManager)"
     );
 }
 
