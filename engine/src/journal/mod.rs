@@ -30,6 +30,7 @@ mod creation;
 #[cfg(test)]
 mod creation_tests;
 #[cfg(any(test, feature = "testing"))]
+#[cfg(any(test, feature = "testing"))]
 mod damage;
 mod durable;
 mod error;
@@ -45,6 +46,7 @@ mod tests;
 
 pub use batch::{FORMAT_VERSION, RecordRef};
 pub use commit::{COMMIT_COPIES, COMMITS_FILE, COMMITS_MIRROR_FILE};
+#[cfg(any(test, feature = "testing"))]
 #[cfg(any(test, feature = "testing"))]
 pub use damage::Damage;
 pub use error::JournalError;
