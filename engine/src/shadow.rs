@@ -118,12 +118,17 @@ impl Disagreement {
 struct Watched {
     node: Option<ObjectKey>,
     had_finalizer: bool,
+    /// When it was seen gone: its objects' deletions are still its steps for a while (they
+    /// may be seen after it, on another cluster's stream).
+    gone_at: Option<Timestamp>,
 }
 
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Sides {
     ours: Option<(Timestamp, &'static str)>,
     theirs: Option<Timestamp>,
+    /// An eviction's Node.
+    node: Option<ObjectKey>,
 }
 
 /// The comparison; see the module doc.
@@ -137,9 +142,11 @@ pub struct Comparator {
     schedulable: BTreeSet<ObjectKey>,
     running: BTreeSet<ObjectKey>,
     steps: BTreeMap<(Step, ObjectKey), (ObjectKey, Sides)>,
-    settled: BTreeSet<(Step, ObjectKey)>,
-    /// When this controller decided each Node's deletion (kept once judged).
+    /// Steps judged, with their Machine (kept so a late sighting is not judged again).
+    settled: BTreeMap<(Step, ObjectKey), ObjectKey>,
+    /// When this controller decided each Node's deletion, and its cordon (kept once judged).
     node_deleted: BTreeMap<ObjectKey, Timestamp>,
+    cordoned: BTreeMap<ObjectKey, Timestamp>,
     found: Vec<Disagreement>,
 }
 
@@ -166,10 +173,17 @@ impl Comparator {
         let Some((step, target)) = step else {
             return;
         };
-        if step == Step::DeleteNode {
-            self.node_deleted.entry(target.clone()).or_insert(at);
+        match step {
+            Step::DeleteNode => {
+                self.node_deleted.entry(target.clone()).or_insert(at);
+            }
+            Step::Cordon => {
+                self.cordoned.entry(target.clone()).or_insert(at);
+            }
+            _ => {}
         }
-        if command.owner.kind != Kind::Machine || self.settled.contains(&(step, target.clone())) {
+        if command.owner.kind != Kind::Machine || self.settled.contains_key(&(step, target.clone()))
+        {
             return;
         }
         let entry = self
@@ -224,6 +238,7 @@ impl Comparator {
                 let watched = self.machines.entry(key.clone()).or_insert_with(|| Watched {
                     node: None,
                     had_finalizer: has_finalizer,
+                    gone_at: None,
                 });
                 if watched.had_finalizer && !has_finalizer {
                     watched.had_finalizer = false;
@@ -251,7 +266,10 @@ impl Comparator {
                 if self.machines.get(key).is_some_and(|w| w.had_finalizer) {
                     self.released(at, key);
                 }
-                self.machines.remove(key);
+                if let Some(w) = self.machines.get_mut(key) {
+                    w.had_finalizer = false;
+                    w.gone_at.get_or_insert(at);
+                }
             }
             (Kind::Node, Some(Object::Node(n))) => {
                 if !n.unschedulable {
@@ -273,8 +291,13 @@ impl Comparator {
                         .node_name
                         .as_deref()
                         .map(|n| ObjectKey::new(key.scope.clone(), Kind::Node, "", n));
-                    if let Some(machine) = node.and_then(|n| self.machine_of_node(&n)) {
+                    if let Some(node) = node
+                        && let Some(machine) = self.machine_of_node(&node)
+                    {
                         self.theirs(at, Step::Evict, key, &machine);
+                        if let Some((_, sides)) = self.steps.get_mut(&(Step::Evict, key.clone())) {
+                            sides.node = Some(node);
+                        }
                     }
                 }
             }
@@ -336,7 +359,7 @@ impl Comparator {
     }
 
     fn theirs(&mut self, at: Timestamp, step: Step, target: &ObjectKey, machine: &ObjectKey) {
-        if self.settled.contains(&(step, target.clone())) {
+        if self.settled.contains_key(&(step, target.clone())) {
             return;
         }
         let entry = self
@@ -346,11 +369,25 @@ impl Comparator {
         entry.1.theirs.get_or_insert(at);
     }
 
+    /// Someone else evicted a pod of a Node this controller was draining: its drain would
+    /// have evicted it too, and waits for a pod already being deleted rather than evicting it.
+    fn drained_by_us(&self, sides: &Sides, theirs: Timestamp) -> bool {
+        sides
+            .node
+            .as_ref()
+            .and_then(|n| self.cordoned.get(n))
+            .is_some_and(|&t| t <= theirs + AGREEMENT_WINDOW)
+    }
+
     /// Judges every step whose window has closed (or that both sides took).
     fn expire(&mut self, now: Timestamp) {
         let mut done = Vec::new();
         for ((step, target), (machine, sides)) in &self.steps {
+            let theirs_drained = *step == Step::Evict
+                && sides.ours.is_none()
+                && sides.theirs.is_some_and(|t| self.drained_by_us(sides, t));
             let verdict = match (sides.ours, sides.theirs) {
+                (None, Some(_)) if theirs_drained => Some(None),
                 (Some((ours, _)), Some(theirs)) => {
                     let apart = if ours > theirs {
                         ours.since(theirs)
@@ -374,7 +411,7 @@ impl Comparator {
                 _ => None,
             };
             if let Some(side) = verdict {
-                done.push((*step, target.clone()));
+                done.push(((*step, target.clone()), machine.clone()));
                 if let Some(side) = side {
                     self.found.push(Disagreement {
                         machine: machine.clone(),
@@ -388,10 +425,43 @@ impl Comparator {
                 }
             }
         }
-        for key in done {
+        for (key, machine) in done {
             self.steps.remove(&key);
-            self.settled.insert(key);
+            self.settled.insert(key, machine);
         }
+        self.forget_gone(now);
+    }
+
+    /// Machines gone for two windows, and their objects, are forgotten (a long run keeps no
+    /// history of every deletion).
+    fn forget_gone(&mut self, now: Timestamp) {
+        let forget: BTreeSet<ObjectKey> = self
+            .machines
+            .iter()
+            .filter(|(_, w)| {
+                w.gone_at
+                    .is_some_and(|g| now.since(g) > AGREEMENT_WINDOW + AGREEMENT_WINDOW)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        if forget.is_empty() {
+            return;
+        }
+        let open: BTreeSet<&ObjectKey> = self.steps.values().map(|(m, _)| m).collect();
+        let forget: BTreeSet<ObjectKey> =
+            forget.into_iter().filter(|m| !open.contains(m)).collect();
+        let nodes: Vec<ObjectKey> = forget
+            .iter()
+            .filter_map(|m| self.machines.get(m).and_then(|w| w.node.clone()))
+            .collect();
+        self.machines.retain(|k, _| !forget.contains(k));
+        self.targets.retain(|_, (m, _)| !forget.contains(m));
+        for n in &nodes {
+            self.node_deleted.remove(n);
+            self.cordoned.remove(n);
+            self.schedulable.remove(n);
+        }
+        self.settled.retain(|_, m| !forget.contains(m));
     }
 }
 
@@ -520,6 +590,43 @@ mod tests {
             "{}",
             d.describe()
         );
+    }
+
+    /// Found over HTTP: CAPI cordons and evicts at once, and this controller, seeing the pods
+    /// already going, waits for them instead of evicting: its drain agrees.
+    #[test]
+    fn an_eviction_by_someone_else_on_a_node_this_controller_drains_agrees() {
+        let mut c = watching();
+        c.withheld(at(0), &cordon());
+        c.observe(at(1), &cordoned(1));
+        let mut evicted = pod("app", "web-0", "n1");
+        evicted.meta.deletion_timestamp = Some(at(1));
+        c.observe(at(1), &upsert(workload("c1"), Object::Pod(evicted)));
+        c.finish(at(600));
+        assert_eq!(c.take(), Vec::new());
+    }
+
+    /// Also found over HTTP: the Machine's deletion reaches the controller before its Node's,
+    /// which is on another cluster's stream.
+    #[test]
+    fn a_node_seen_deleted_after_its_machine_is_gone_is_still_its_step() {
+        let mut c = watching();
+        let node_key = ObjectKey::new(workload("c1"), Kind::Node, "", "n1");
+        c.withheld(
+            at(10),
+            &command(Action::DeleteNode {
+                node: Target {
+                    key: node_key.clone(),
+                    api_version: "v1".into(),
+                },
+            }),
+        );
+        c.observe(at(11), &Input::Delete { key: m1() });
+        c.observe(at(12), &Input::Delete { key: node_key });
+        c.finish(at(40));
+        assert_eq!(c.take(), Vec::new());
+        c.finish(at(600));
+        assert!(c.machines.is_empty() && c.targets.is_empty() && c.settled.is_empty());
     }
 
     #[test]
