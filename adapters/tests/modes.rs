@@ -296,4 +296,8 @@ fn shadow_report_lists_what_only_one_side_did() {
         assert!(story.contains(text), "{story}");
     }
     assert!(story.contains("NOT SENT (shadow)"), "{story}");
+    assert!(
+        !story.contains("answered not sent"),
+        "an answer not sent is no refusal: {story}"
+    );
 }

@@ -373,8 +373,9 @@ impl Explainer {
                 }
                 Input::Delete { key } => observe(t, chapter.as_mut(), r, key.clone(), None),
                 Input::ApiResult { command, outcome } => {
+                    // A command not sent was told as such when decided; its answer is no refusal.
                     if let Some(c) = t.issued.remove(command)
-                        && !matches!(outcome, ApiOutcome::Ok { .. })
+                        && !matches!(outcome, ApiOutcome::Ok { .. } | ApiOutcome::NotSent { .. })
                     {
                         chapter.refused(t, r, &c, &outcome.summary());
                     }
