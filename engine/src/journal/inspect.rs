@@ -572,6 +572,16 @@ pub(crate) fn store_error(dir: &Path, e: sled::Error) -> JournalError {
                 dir: dir.to_path_buf(),
             }
         }
+        // sled's log ends before what it says is there: a file cut short (a blob, else `db`).
+        sled::Error::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+            let (path, reason) = damaged_blob(dir).unwrap_or_else(|| {
+                (
+                    dir.join(DB_FILE),
+                    format!("ends before what sled's log says is there: it is cut short ({io})"),
+                )
+            });
+            JournalError::StoreDamaged { path, reason }
+        }
         sled::Error::Corruption { at, .. } => {
             if let Some((path, reason)) = damaged_blob(dir) {
                 return JournalError::StoreDamaged { path, reason };

@@ -1000,3 +1000,21 @@ fn a_repair_of_a_held_journal_is_refused_and_changes_nothing() {
     }
     drop(j);
 }
+
+/// sled meeting the end of a file it expected more of (a `db` cut short, found by the
+/// controller-journal damage sweep) is named as damage to that file, never a bare I/O error.
+#[test]
+fn a_log_cut_short_names_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let eof = std::io::Error::new(
+        std::io::ErrorKind::UnexpectedEof,
+        "failed to fill whole buffer",
+    );
+    match inspect::store_error(tmp.path(), sled::Error::Io(eof)) {
+        JournalError::StoreDamaged { path, reason } => {
+            assert_eq!(path, tmp.path().join("db"));
+            assert!(reason.contains("cut short"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
