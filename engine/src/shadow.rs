@@ -506,13 +506,26 @@ mod tests {
         }
     }
 
+    fn n1() -> ObjectKey {
+        ObjectKey::new(workload("c1"), Kind::Node, "", "n1")
+    }
+
+    fn node_target() -> Target {
+        Target {
+            key: n1(),
+            api_version: "v1".into(),
+        }
+    }
+
     fn cordon() -> Command {
-        let key = ObjectKey::new(workload("c1"), Kind::Node, "", "n1");
         command(Action::Cordon {
-            node: Target {
-                key,
-                api_version: "v1".into(),
-            },
+            node: node_target(),
+        })
+    }
+
+    fn delete_node() -> Command {
+        command(Action::DeleteNode {
+            node: node_target(),
         })
     }
 
@@ -611,16 +624,8 @@ mod tests {
     #[test]
     fn a_node_seen_deleted_after_its_machine_is_gone_is_still_its_step() {
         let mut c = watching();
-        let node_key = ObjectKey::new(workload("c1"), Kind::Node, "", "n1");
-        c.withheld(
-            at(10),
-            &command(Action::DeleteNode {
-                node: Target {
-                    key: node_key.clone(),
-                    api_version: "v1".into(),
-                },
-            }),
-        );
+        let node_key = n1();
+        c.withheld(at(10), &delete_node());
         c.observe(at(11), &Input::Delete { key: m1() });
         c.observe(at(12), &Input::Delete { key: node_key });
         c.finish(at(40));
@@ -646,16 +651,8 @@ mod tests {
     #[test]
     fn a_finalizer_released_in_the_pass_that_deletes_the_node_agrees() {
         let mut c = watching();
-        let node_key = ObjectKey::new(workload("c1"), Kind::Node, "", "n1");
-        c.withheld(
-            at(10),
-            &command(Action::DeleteNode {
-                node: Target {
-                    key: node_key.clone(),
-                    api_version: "v1".into(),
-                },
-            }),
-        );
+        let node_key = n1();
+        c.withheld(at(10), &delete_node());
         c.observe(at(11), &Input::Delete { key: node_key });
         c.observe(at(11), &Input::Delete { key: m1() });
         c.finish(at(600));
