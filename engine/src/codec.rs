@@ -72,6 +72,31 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     Ok(value)
 }
 
+thread_local! {
+    /// The state version of the bytes [`decode_layout`] is decoding (`None`: the current one).
+    static LAYOUT: std::cell::Cell<Option<u16>> = const { std::cell::Cell::new(None) };
+}
+
+/// Decodes `bytes` written with the layout of state version `layout`: the types whose
+/// encoding changed read [`layout_before`] and decode the older form they then convert.
+pub fn decode_layout<T: DeserializeOwned>(bytes: &[u8], layout: u16) -> Result<T, CodecError> {
+    struct Restore(Option<u16>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            LAYOUT.with(|l| l.set(self.0));
+        }
+    }
+    let _restore = Restore(LAYOUT.with(|l| l.replace(Some(layout))));
+    decode(bytes)
+}
+
+/// Whether the value being decoded was written with a state layout older than `version`.
+pub fn layout_before(version: u16) -> bool {
+    LAYOUT
+        .with(|l| l.get())
+        .is_some_and(|layout| layout < version)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

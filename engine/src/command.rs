@@ -154,26 +154,101 @@ pub enum Action {
     },
 }
 
+/// What an [`Action`] does, without its arguments: the name of its contract.
+///
+/// Declared in the order of the names, so that the derived order is the one in-flight intents
+/// had when they were keyed by name (state version 4), and iteration over them is unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ActionKind {
+    AddFinalizer,
+    Cordon,
+    CreateMachine,
+    CreateRemediation,
+    DeleteBootstrap,
+    DeleteInfrastructure,
+    DeleteMachine,
+    DeleteNode,
+    DeleteRemediation,
+    Evict,
+    PatchSpec,
+    PatchStatus,
+    RecordEvent,
+    RemoveFinalizer,
+    SetCondition,
+    SetOwnerReference,
+}
+
+impl ActionKind {
+    pub const ALL: [ActionKind; 16] = [
+        ActionKind::AddFinalizer,
+        ActionKind::Cordon,
+        ActionKind::CreateMachine,
+        ActionKind::CreateRemediation,
+        ActionKind::DeleteBootstrap,
+        ActionKind::DeleteInfrastructure,
+        ActionKind::DeleteMachine,
+        ActionKind::DeleteNode,
+        ActionKind::DeleteRemediation,
+        ActionKind::Evict,
+        ActionKind::PatchSpec,
+        ActionKind::PatchStatus,
+        ActionKind::RecordEvent,
+        ActionKind::RemoveFinalizer,
+        ActionKind::SetCondition,
+        ActionKind::SetOwnerReference,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionKind::AddFinalizer => "AddFinalizer",
+            ActionKind::Cordon => "Cordon",
+            ActionKind::CreateMachine => "CreateMachine",
+            ActionKind::CreateRemediation => "CreateRemediation",
+            ActionKind::DeleteBootstrap => "DeleteBootstrap",
+            ActionKind::DeleteInfrastructure => "DeleteInfrastructure",
+            ActionKind::DeleteMachine => "DeleteMachine",
+            ActionKind::DeleteNode => "DeleteNode",
+            ActionKind::DeleteRemediation => "DeleteRemediation",
+            ActionKind::Evict => "Evict",
+            ActionKind::PatchSpec => "PatchSpec",
+            ActionKind::PatchStatus => "PatchStatus",
+            ActionKind::RecordEvent => "RecordEvent",
+            ActionKind::RemoveFinalizer => "RemoveFinalizer",
+            ActionKind::SetCondition => "SetCondition",
+            ActionKind::SetOwnerReference => "SetOwnerReference",
+        }
+    }
+
+    /// The kind named `name` ([`ActionKind::as_str`]).
+    pub fn from_name(name: &str) -> Option<ActionKind> {
+        ActionKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+}
+
 impl Action {
     /// The contract name (`Cordon`, `Evict`, ...).
     pub fn name(&self) -> &'static str {
+        self.kind().as_str()
+    }
+
+    pub fn kind(&self) -> ActionKind {
         match self {
-            Action::Cordon { .. } => "Cordon",
-            Action::Evict { .. } => "Evict",
-            Action::DeleteInfrastructure { .. } => "DeleteInfrastructure",
-            Action::DeleteBootstrap { .. } => "DeleteBootstrap",
-            Action::DeleteNode { .. } => "DeleteNode",
-            Action::AddFinalizer { .. } => "AddFinalizer",
-            Action::RemoveFinalizer { .. } => "RemoveFinalizer",
-            Action::SetCondition { .. } => "SetCondition",
-            Action::PatchStatus { .. } => "PatchStatus",
-            Action::PatchSpec { .. } => "PatchSpec",
-            Action::SetOwnerReference { .. } => "SetOwnerReference",
-            Action::CreateRemediation { .. } => "CreateRemediation",
-            Action::DeleteRemediation { .. } => "DeleteRemediation",
-            Action::DeleteMachine { .. } => "DeleteMachine",
-            Action::CreateMachine { .. } => "CreateMachine",
-            Action::RecordEvent { .. } => "RecordEvent",
+            Action::Cordon { .. } => ActionKind::Cordon,
+            Action::Evict { .. } => ActionKind::Evict,
+            Action::DeleteInfrastructure { .. } => ActionKind::DeleteInfrastructure,
+            Action::DeleteBootstrap { .. } => ActionKind::DeleteBootstrap,
+            Action::DeleteNode { .. } => ActionKind::DeleteNode,
+            Action::AddFinalizer { .. } => ActionKind::AddFinalizer,
+            Action::RemoveFinalizer { .. } => ActionKind::RemoveFinalizer,
+            Action::SetCondition { .. } => ActionKind::SetCondition,
+            Action::PatchStatus { .. } => ActionKind::PatchStatus,
+            Action::PatchSpec { .. } => ActionKind::PatchSpec,
+            Action::SetOwnerReference { .. } => ActionKind::SetOwnerReference,
+            Action::CreateRemediation { .. } => ActionKind::CreateRemediation,
+            Action::DeleteRemediation { .. } => ActionKind::DeleteRemediation,
+            Action::DeleteMachine { .. } => ActionKind::DeleteMachine,
+            Action::CreateMachine { .. } => ActionKind::CreateMachine,
+            Action::RecordEvent { .. } => ActionKind::RecordEvent,
         }
     }
 
@@ -304,5 +379,26 @@ impl fmt::Display for Command {
             write!(f, " {detail}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ActionKind;
+
+    /// Intents were ordered by their action's name before they were keyed by kind (state
+    /// version 4): the kinds keep that order, so the engine visits in-flight intents as it did.
+    #[test]
+    fn action_kinds_are_ordered_as_their_names_and_found_by_them() {
+        let mut by_name = ActionKind::ALL;
+        by_name.sort_by_key(|k| k.as_str());
+        assert_eq!(by_name, ActionKind::ALL);
+        let mut by_kind = ActionKind::ALL;
+        by_kind.sort();
+        assert_eq!(by_kind, ActionKind::ALL);
+        for kind in ActionKind::ALL {
+            assert_eq!(ActionKind::from_name(kind.as_str()), Some(kind));
+        }
+        assert_eq!(ActionKind::from_name("Delete"), None);
     }
 }

@@ -1,6 +1,6 @@
 //! The plug-in surface for controllers, and the context a reconcile gets.
 
-use crate::command::{Action, Command, ControllerId, EventSeries};
+use crate::command::{Action, ActionKind, Command, ControllerId, EventSeries};
 use crate::input::ApiOutcome;
 use crate::model::{ObjectKey, Scope};
 use crate::store::{Change, Store};
@@ -41,11 +41,10 @@ pub trait Controller {
     }
 }
 
-/// What keeps two commands from doing the same thing at once: the action name and its target.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+/// What keeps two commands from doing the same thing at once: the action and its target.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Intent {
-    /// Borrowed for lookups (no allocation); decoded state holds it owned.
-    pub action: std::borrow::Cow<'static, str>,
+    pub action: ActionKind,
     pub target: ObjectKey,
 }
 
@@ -55,10 +54,41 @@ impl Intent {
         match action {
             Action::RecordEvent { .. } => None,
             _ => Some(Intent {
-                action: action.name().into(),
+                action: action.kind(),
                 target: action.target().key.clone(),
             }),
         }
+    }
+}
+
+/// State version 5 keys intents by [`ActionKind`]; version 4 wrote the action's name.
+impl<'de> Deserialize<'de> for Intent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Current {
+            action: ActionKind,
+            target: ObjectKey,
+        }
+        #[derive(Deserialize)]
+        struct ByName {
+            action: String,
+            target: ObjectKey,
+        }
+        if crate::codec::layout_before(5) {
+            let v4 = ByName::deserialize(d)?;
+            let action = ActionKind::from_name(&v4.action).ok_or_else(|| {
+                serde::de::Error::custom(format!("no action is named {:?}", v4.action))
+            })?;
+            return Ok(Intent {
+                action,
+                target: v4.target,
+            });
+        }
+        let c = Current::deserialize(d)?;
+        Ok(Intent {
+            action: c.action,
+            target: c.target,
+        })
     }
 }
 
@@ -392,11 +422,11 @@ impl<'a> Cx<'a> {
     pub fn wait_if_in_flight(
         &mut self,
         controller: ControllerId,
-        action: &'static str,
+        action: ActionKind,
         target: &ObjectKey,
     ) -> bool {
         let intent = Intent {
-            action: action.into(),
+            action,
             target: target.clone(),
         };
         if !self.effects.intents.contains_key(&intent) {
@@ -420,9 +450,9 @@ impl<'a> Cx<'a> {
     }
 
     /// Whether an action with this name on this target is in flight.
-    pub fn is_in_flight(&self, action: &'static str, target: &ObjectKey) -> bool {
+    pub fn is_in_flight(&self, action: ActionKind, target: &ObjectKey) -> bool {
         self.effects.intents.contains_key(&Intent {
-            action: action.into(),
+            action,
             target: target.clone(),
         })
     }

@@ -72,21 +72,24 @@ impl Dirty {
 }
 
 /// The layout of the encoded [`Engine`] (journal snapshots). Bump it with any change to what
-/// the state encodes or how: a snapshot of another version is passed over and the journal's
-/// records are replayed instead (bincode is not self-describing, so an old layout could
-/// otherwise decode into the wrong meaning).
+/// the state encodes or how: a snapshot of a version this build does not read is passed over
+/// and the journal's records are replayed instead (bincode is not self-describing, so an old
+/// layout could otherwise decode into the wrong meaning); one it reads is migrated.
 /// 1: typed timer tables, one controller per slot (MachineSet remediation its own).
 /// 2: deletion and pool memos as enums of their possible states (`Attempt`, `Landing`,
 ///    `PoolNodeDeletion`).
 /// 3: eviction attempts as an enum of their possible states (`EvictionAttempt`).
 /// 4: the store keeps which kinds were listed on their own (drain kinds are watched on demand).
-///
-/// Still 4 with the table of unreachable workload clusters ([`Store::unreachable`]): an engine
-/// with none encodes byte for byte as before (so every snapshot written so far decodes, to an
-/// empty table), and the table, when there is one, is appended after everything else
-/// ([`Engine`]'s `Serialize`). A build before it refuses such a snapshot (trailing bytes) rather
-/// than misreading it, and rebuilds from the records.
-pub const STATE_VERSION: u16 = 4;
+///    Still 4 with the table of unreachable workload clusters ([`Store::unreachable`]): an
+///    engine with none encodes byte for byte as before, and the table, when there is one, is
+///    appended after everything else ([`Engine`]'s `Serialize`).
+/// 5: in-flight intents keyed by [`crate::ActionKind`] (4: by the action's name), and the
+///    deletion memo's phase as a [`crate::deletion::DeletionPhase`] (4: the `Deleting` reason).
+///    Version 4 snapshots are read and migrated ([`Engine::decode_state_of`]), so a journal
+///    whose early records were retired behind one resumes.
+pub const STATE_VERSION: u16 = 5;
+/// The oldest state layout this build reads (and migrates to [`STATE_VERSION`]).
+pub const STATE_VERSION_OLDEST_READ: u16 = 4;
 
 /// The whole engine: observed objects, controller state, commands in flight.
 ///
@@ -408,6 +411,18 @@ impl Engine {
 
     pub fn decode_state(bytes: &[u8]) -> Result<Engine, codec::CodecError> {
         codec::decode(bytes)
+    }
+
+    /// Decodes a state written in layout `state_version` (from [`STATE_VERSION_OLDEST_READ`]
+    /// to [`STATE_VERSION`]) into the current one.
+    pub fn decode_state_of(state_version: u16, bytes: &[u8]) -> Result<Engine, codec::CodecError> {
+        if !(STATE_VERSION_OLDEST_READ..=STATE_VERSION).contains(&state_version) {
+            return Err(codec::CodecError::Decode(format!(
+                "state version {state_version} is not one this build reads \
+                 ({STATE_VERSION_OLDEST_READ} to {STATE_VERSION})"
+            )));
+        }
+        codec::decode_layout(bytes, state_version)
     }
 
     /// Routes every object of `scope` not in `except` as a change from itself to itself.

@@ -39,7 +39,7 @@ pub mod time;
 pub mod timer;
 pub mod work;
 
-pub use command::{Action, Command, ControllerId, EventSeries, EventType, Target};
+pub use command::{Action, ActionKind, Command, ControllerId, EventSeries, EventType, Target};
 pub use engine::{Controllers, Engine};
 pub use input::{ApiOutcome, BATCH_INPUTS_MAX, Input, Withheld};
 pub use time::{Duration, Timestamp};

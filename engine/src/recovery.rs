@@ -141,9 +141,11 @@ pub fn replay_into(engine: &mut Engine, journal: &Journal) -> Result<u64, Recove
 
 /// The engine a snapshot holds, checked to be as of its seq.
 fn engine_from(s: &Snapshot) -> Result<Engine, RecoveryError> {
-    let engine = Engine::decode_state(&s.state).map_err(|e| RecoveryError::BadSnapshot {
-        through_seq: s.through_seq,
-        reason: e.to_string(),
+    let engine = Engine::decode_state_of(s.state_version, &s.state).map_err(|e| {
+        RecoveryError::BadSnapshot {
+            through_seq: s.through_seq,
+            reason: e.to_string(),
+        }
     })?;
     if engine.applied_seq() != s.through_seq {
         return Err(RecoveryError::BadSnapshot {
@@ -161,7 +163,7 @@ fn engine_from(s: &Snapshot) -> Result<Engine, RecoveryError> {
 pub fn restore(journal: &Journal) -> Result<Restored, RecoveryError> {
     let retired = journal.retired_through();
     let (mut engine, snapshot_seq, skipped_snapshots) = match journal.latest_snapshot() {
-        Ok(Some(s)) => match Engine::decode_state(&s.state) {
+        Ok(Some(s)) => match Engine::decode_state_of(s.state_version, &s.state) {
             // Checksummed, so not damage: a state another build wrote (an upgrade). With every
             // record still there, they rebuild it.
             Err(e) if retired == 0 => {

@@ -1,6 +1,7 @@
 //! What the deletion controller remembers about one deleting Machine ([`Memo`]): each request
 //! it made as an enum of the states that request can be in.
 
+use super::phase::DeletionPhase;
 use super::status::StatusFields;
 use crate::drain::EvictionAttempt;
 use crate::input::ApiOutcome;
@@ -9,13 +10,46 @@ use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The deletion phase in progress: its `Deleting` reason, since when, and whether its stall
-/// was reported.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// The deletion phase in progress, since when, and whether its stall was reported.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Phase {
-    pub reason: String,
+    pub phase: DeletionPhase,
     pub since: Timestamp,
     pub stall_reported: bool,
+}
+
+/// State version 5 keeps the [`DeletionPhase`]; version 4 kept the `Deleting` reason its pass
+/// wrote, which names the phase for every phase that can stall ([`DeletionPhase::of_v4_reason`]).
+/// A reason that names none (a phase that never stalls) starts its phase afresh: the memo is
+/// dropped and the next pass begins it at that pass's time.
+fn phase_of_layout<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Phase>, D::Error> {
+    #[derive(Deserialize)]
+    struct Current {
+        phase: DeletionPhase,
+        since: Timestamp,
+        stall_reported: bool,
+    }
+    #[derive(Deserialize)]
+    struct ByReason {
+        reason: String,
+        since: Timestamp,
+        stall_reported: bool,
+    }
+    if crate::codec::layout_before(5) {
+        let v4 = Option::<ByReason>::deserialize(d)?;
+        return Ok(v4.and_then(|p| {
+            DeletionPhase::of_v4_reason(&p.reason).map(|phase| Phase {
+                phase,
+                since: p.since,
+                stall_reported: p.stall_reported,
+            })
+        }));
+    }
+    Ok(Option::<Current>::deserialize(d)?.map(|c| Phase {
+        phase: c.phase,
+        since: c.since,
+        stall_reported: c.stall_reported,
+    }))
 }
 
 /// The last request of one kind (cordon, infrastructure or bootstrap deletion): when it was
@@ -181,6 +215,7 @@ pub struct Memo {
     /// The finalizer removal was answered with success: the Machine is on its way out and a
     /// cache that still shows it must not trigger more writes.
     pub finalizer_released: bool,
+    #[serde(deserialize_with = "phase_of_layout")]
     pub phase: Option<Phase>,
     /// The latest eviction attempt a `DrainBlocked` event reported.
     pub drain_blocked_reported: Option<Timestamp>,

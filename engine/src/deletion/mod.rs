@@ -31,6 +31,7 @@ pub use gates::{
     timeout_exceeded, wait_allowed,
 };
 pub use memo::{Attempt, Landing, Memo, NodeDeletion, NodeDeletionOutcome, Pending, Phase};
+pub use phase::DeletionPhase;
 pub use status::{StatusFields, legacy, reason};
 pub use volumes::{VolumeWait, volumes_to_wait_for};
 

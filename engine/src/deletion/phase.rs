@@ -1,6 +1,9 @@
 //! Where a deleting Machine stands: the [`DeletionPhase`] a pass computes once from
 //! [`PhaseFacts`], one fact per step of upstream's `reconcileDelete`, in its order.
 
+use super::status::reason;
+use serde::{Deserialize, Serialize};
+
 /// What one step of the deletion shows at the start of a pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
@@ -43,8 +46,9 @@ pub struct PhaseFacts {
     pub node: Step,
 }
 
-/// The phase of a deleting Machine: the first step that holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// The phase of a deleting Machine: the first step that holds. Persisted in the deletion's
+/// memo (state version 5): append new phases at the end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum DeletionPhase {
     /// The finalizer is gone (as far as the API answered): nothing is left to do.
     Released,
@@ -77,6 +81,42 @@ impl DeletionPhase {
         DeletionPhase::DeletingNode,
         DeletionPhase::RemovingFinalizer,
     ];
+
+    /// The Warning event reason for this phase when it lasts too long; phases that are not
+    /// waits have none.
+    pub fn stall_event(self) -> Option<&'static str> {
+        Some(match self {
+            DeletionPhase::WaitingForPreDrainHooks => "PreDrainHookWaiting",
+            DeletionPhase::Draining => "DrainStalled",
+            DeletionPhase::WaitingForVolumeDetach => "VolumeDetachStalled",
+            DeletionPhase::WaitingForPreTerminateHooks => "PreTerminateHookWaiting",
+            DeletionPhase::DeletingInfrastructure => "InfrastructureDeletionStalled",
+            DeletionPhase::DeletingBootstrap => "BootstrapDeletionStalled",
+            DeletionPhase::Released
+            | DeletionPhase::WaitingForWorkloadCache
+            | DeletionPhase::WaitingForReadable
+            | DeletionPhase::DeletingNode
+            | DeletionPhase::RemovingFinalizer => return None,
+        })
+    }
+
+    /// The phase a state-version-4 memo meant by the `Deleting` reason it kept; `None` for
+    /// `Deleting` itself, which several phases that never stall leave in place.
+    pub fn of_v4_reason(deleting_reason: &str) -> Option<DeletionPhase> {
+        Some(match deleting_reason {
+            reason::WAITING_FOR_PRE_DRAIN_HOOK => DeletionPhase::WaitingForPreDrainHooks,
+            reason::DRAINING_NODE => DeletionPhase::Draining,
+            reason::WAITING_FOR_VOLUME_DETACH => DeletionPhase::WaitingForVolumeDetach,
+            reason::WAITING_FOR_PRE_TERMINATE_HOOK => DeletionPhase::WaitingForPreTerminateHooks,
+            reason::WAITING_FOR_INFRASTRUCTURE_DELETION => DeletionPhase::DeletingInfrastructure,
+            reason::WAITING_FOR_BOOTSTRAP_DELETION => DeletionPhase::DeletingBootstrap,
+            reason::DELETING_NODE => DeletionPhase::DeletingNode,
+            reason::DELETION_COMPLETED => DeletionPhase::RemovingFinalizer,
+            reason::OBJECT_UNREADABLE => DeletionPhase::WaitingForReadable,
+            reason::WORKLOAD_CLUSTER_UNREACHABLE => DeletionPhase::WaitingForWorkloadCache,
+            _ => return None,
+        })
+    }
 
     pub fn of(f: &PhaseFacts) -> DeletionPhase {
         if f.finalizer_released {

@@ -1828,6 +1828,45 @@ fn a_hook_held_for_ten_minutes_gets_one_warning_naming_it() {
     assert!(warnings(&h.tick(at(1800))).is_empty(), "once per phase");
 }
 
+/// The stall clock runs for the phase, not for its condition's reason: an infrastructure
+/// deletion that keeps failing (its `Deleting` reason turns `InternalError`) is the phase that
+/// stalls, and gets its Warning ten minutes after the phase began.
+#[test]
+fn a_failing_infrastructure_deletion_is_a_phase_that_stalls() {
+    let mut m1 = deleting_m1();
+    m1.meta
+        .annotations
+        .insert(EXCLUDE_DRAIN_ANNOTATION.into(), String::new());
+    let (mut h, first) = Harness::start(world(m1));
+    let del_infra = find(&first, "DeleteInfrastructure").clone();
+    h.settle(&first);
+    h.now = at(30);
+    let failed = ApiOutcome::Error {
+        code: 500,
+        message: "the provider's webhook is down".into(),
+    };
+    let out = h.answer(&del_infra, failed);
+    let (conditions, _) = h.settle(&out);
+    assert_eq!(deleting(&conditions).0, "InternalError");
+    let warnings = |out: &[Command]| -> Vec<String> {
+        out.iter()
+            .filter_map(|c| match &c.action {
+                Action::RecordEvent {
+                    type_: EventType::Warning,
+                    reason,
+                    ..
+                } => Some(reason.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    assert!(!warnings(&h.tick(at(599))).contains(&"InfrastructureDeletionStalled".into()));
+    assert!(
+        warnings(&h.tick(at(600))).contains(&"InfrastructureDeletionStalled".into()),
+        "the phase began at 0"
+    );
+}
+
 /// A deleting Machine whose clusterName is corrected is tracked under its real cluster: the
 /// old (never synced) cluster's cache no longer holds its deletion back.
 #[test]

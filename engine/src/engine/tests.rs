@@ -120,7 +120,7 @@ fn a_reconcile_waiting_on_an_intent_not_in_flight_stops_the_next_input() {
     engine.handle(T0, deleting_machines(1));
     let key = ObjectKey::management(Kind::Machine, "default", "gone");
     let intent = Intent {
-        action: "PatchStatus".into(),
+        action: crate::ActionKind::PatchStatus,
         target: key.clone(),
     };
     engine

@@ -874,12 +874,13 @@ impl Journal {
                     self.retired_through + 1,
                     self.retired_through
                 ),
-                Ok((at, state)) => {
+                Ok((at, state_version, state)) => {
                     for p in &skipped {
                         tracing::warn!(through_seq = p.through_seq, reason = %p.reason, "skipping unusable snapshot");
                     }
                     return Ok(Some(Snapshot {
                         through_seq: seq,
+                        state_version,
                         at,
                         state: state.to_vec(),
                         skipped,

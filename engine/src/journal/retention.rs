@@ -132,9 +132,10 @@ impl Journal {
                 through_seq,
                 reason: "no such snapshot".into(),
             })?;
-        let (at, state) = snapshot::decode(through_seq, &value)?;
+        let (at, state_version, state) = snapshot::decode(through_seq, &value)?;
         Ok(snapshot::Snapshot {
             through_seq,
+            state_version,
             at,
             state: state.to_vec(),
             skipped: Vec::new(),

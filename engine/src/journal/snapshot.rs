@@ -6,11 +6,12 @@
 //! ```
 //! Stored in the `snapshots` tree under big-endian `through_seq`. `state_version` is
 //! [`crate::engine::STATE_VERSION`] of the build that wrote it (0 before it was kept): a
-//! snapshot of another layout is passed over rather than decoded into the wrong meaning.
+//! snapshot of a layout this build does not read is passed over rather than decoded into the
+//! wrong meaning; an older one it reads is decoded as that layout ([`crate::codec::decode_layout`]).
 
 use super::JournalError;
 use super::batch::FORMAT_VERSION;
-use crate::engine::STATE_VERSION;
+use crate::engine::{STATE_VERSION, STATE_VERSION_OLDEST_READ};
 use crate::time::Timestamp;
 
 pub(crate) const SNAPSHOT_HEADER_BYTES: usize = 28;
@@ -27,6 +28,8 @@ pub const SNAPSHOTS_KEPT_LIMIT: usize = 64;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     pub through_seq: u64,
+    /// The [`crate::engine::STATE_VERSION`] `state` was written in (one this build reads).
+    pub state_version: u16,
     pub at: Timestamp,
     pub state: Vec<u8>,
     pub skipped: Vec<SnapshotProblem>,
@@ -60,7 +63,8 @@ fn encode_version(state_version: u16, through_seq: u64, at: Timestamp, state: &[
 }
 
 /// Checks and decodes the snapshot stored under key `key_seq`.
-pub(crate) fn decode(key_seq: u64, bytes: &[u8]) -> Result<(Timestamp, &[u8]), JournalError> {
+/// The state is returned with the state version it was written in (one this build reads).
+pub(crate) fn decode(key_seq: u64, bytes: &[u8]) -> Result<(Timestamp, u16, &[u8]), JournalError> {
     let corrupt = |reason: String| JournalError::CorruptSnapshot {
         through_seq: key_seq,
         reason,
@@ -93,7 +97,7 @@ pub(crate) fn decode(key_seq: u64, bytes: &[u8]) -> Result<(Timestamp, &[u8]), J
             seq: Some(key_seq),
         });
     }
-    if state_version != STATE_VERSION {
+    if !(STATE_VERSION_OLDEST_READ..=STATE_VERSION).contains(&state_version) {
         return Err(JournalError::OtherStateVersion {
             through_seq: key_seq,
             found: state_version,
@@ -111,7 +115,7 @@ pub(crate) fn decode(key_seq: u64, bytes: &[u8]) -> Result<(Timestamp, &[u8]), J
             state.len()
         )));
     }
-    Ok((at, state))
+    Ok((at, state_version, state))
 }
 
 #[cfg(test)]
@@ -120,7 +124,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_of_another_state_version_is_refused_not_decoded() {
-        for other in [0, STATE_VERSION + 1] {
+        for other in [0, STATE_VERSION_OLDEST_READ - 1, STATE_VERSION + 1] {
             let buf = encode_version(other, 7, Timestamp(1), b"state");
             let refused = decode(7, &buf);
             assert!(
@@ -134,7 +138,10 @@ mod tests {
     #[test]
     fn snapshot_round_trips_and_flips_are_caught() {
         let buf = encode(42, Timestamp(9), b"state");
-        assert_eq!(decode(42, &buf).unwrap(), (Timestamp(9), &b"state"[..]));
+        assert_eq!(
+            decode(42, &buf).unwrap(),
+            (Timestamp(9), STATE_VERSION, &b"state"[..])
+        );
         for i in 0..buf.len() {
             let mut bad = buf.clone();
             bad[i] ^= 0x80;

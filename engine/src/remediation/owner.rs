@@ -182,8 +182,15 @@ pub fn reconcile(key: &ObjectKey, cx: &mut Cx<'_>) {
     // HTTP: remediation stalled after the MHC's mark).
     let unsettled = machines.iter().find(|m| {
         let mkey = ObjectKey::management(Kind::Machine, &m.meta.namespace, &m.meta.name);
-        cx.wait_if_in_flight(ControllerId::Remediation, "SetCondition", &mkey)
-            || cx.wait_if_in_flight(ControllerId::Remediation, "DeleteMachine", &mkey)
+        cx.wait_if_in_flight(
+            ControllerId::Remediation,
+            crate::ActionKind::SetCondition,
+            &mkey,
+        ) || cx.wait_if_in_flight(
+            ControllerId::Remediation,
+            crate::ActionKind::DeleteMachine,
+            &mkey,
+        )
     });
     if let Some(m) = unsettled {
         tracing::debug!(machineset = %key, machine = %m.meta.name, "Waiting for a write in flight before deciding on remediation");

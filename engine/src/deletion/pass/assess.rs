@@ -335,7 +335,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             &self.tracked.memo.evictions,
             self.now,
             skip_seconds,
-            |k| effects_view.is_in_flight("Evict", k),
+            |k| effects_view.is_in_flight(crate::ActionKind::Evict, k),
         );
         DrainFinding::Planned {
             plan: Box::new(plan),
@@ -378,7 +378,10 @@ impl<'p, 'a> Pass<'p, 'a> {
             }
             NodeDeletionOutcome::Pending => {
                 let node_key = self.node_key(node_name);
-                return match self.cx.is_in_flight("DeleteNode", &node_key) {
+                return match self
+                    .cx
+                    .is_in_flight(crate::ActionKind::DeleteNode, &node_key)
+                {
                     true => NodeDeletionFinding::InFlight,
                     false => NodeDeletionFinding::Request {
                         previous: Some(previous),

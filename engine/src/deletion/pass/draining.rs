@@ -141,7 +141,7 @@ impl<'p, 'a> Pass<'p, 'a> {
 
     pub(super) fn cordon(&mut self, node_name: &str) {
         let node_key = self.node_key(node_name);
-        let in_flight = self.cx.is_in_flight("Cordon", &node_key);
+        let in_flight = self.cx.is_in_flight(crate::ActionKind::Cordon, &node_key);
         let attempt = self.tracked.memo.cordon.clone();
         if attempt_due(&attempt, in_flight, self.now) {
             // Upstream patches the Machine before draining, so the start time is visible.

@@ -121,7 +121,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             .or(memo.wait_for_pre_terminate_hook_start);
         // Another controller's condition write (the MHC's) brings this Machine back too.
         let conditions_in_flight =
-            cx.wait_if_in_flight(ControllerId::Deletion, "SetCondition", key);
+            cx.wait_if_in_flight(ControllerId::Deletion, crate::ActionKind::SetCondition, key);
         Pass {
             key,
             m,
@@ -163,7 +163,7 @@ impl<'p, 'a> Pass<'p, 'a> {
                 // Machine says why, and what to fix.
                 if let Some(why) = self.store.unreachable(&self.scope) {
                     self.wait_for_workload_cluster(why);
-                    self.flush();
+                    self.flush(phase);
                 // Once the cluster's Nodes are listed, the phase is news while the drain kinds
                 // are listed (their watches start with this deletion). The conditions wait for
                 // the drain: a condition write in flight would hold back the drain's first one.
@@ -183,7 +183,7 @@ impl<'p, 'a> Pass<'p, 'a> {
                     self.wait_for_readable(key, problem);
                     // The Machine's own status is not written from a reading it distrusts.
                     if key != self.key {
-                        self.flush();
+                        self.flush(phase);
                     }
                 }
             }
@@ -196,13 +196,13 @@ impl<'p, 'a> Pass<'p, 'a> {
             | DeletionPhase::DeletingNode => {
                 self.report_invalid_timeouts();
                 self.run_steps(facts, found);
-                self.flush();
+                self.flush(phase);
             }
             DeletionPhase::RemovingFinalizer => {
                 self.report_invalid_timeouts();
                 self.run_steps(facts, found);
                 self.set_deleting(reason::DELETION_COMPLETED, "Deletion completed");
-                self.flush();
+                self.flush(phase);
                 self.remove_finalizer();
             }
         }
@@ -269,8 +269,8 @@ impl<'p, 'a> Pass<'p, 'a> {
     }
 
     /// Writes the status fields and conditions that differ from what is observed.
-    fn flush(&mut self) {
-        self.watch_phase();
+    fn flush(&mut self, phase: DeletionPhase) {
+        self.watch_phase(phase);
         self.flush_status();
         self.flush_conditions();
     }
@@ -278,9 +278,11 @@ impl<'p, 'a> Pass<'p, 'a> {
     /// Writes `status.phase`, `status.deletion.*` and `status.nodeRef` where they differ.
     fn flush_status(&mut self) {
         if self.status == self.base_status
-            || self
-                .cx
-                .wait_if_in_flight(ControllerId::Deletion, "PatchStatus", self.key)
+            || self.cx.wait_if_in_flight(
+                ControllerId::Deletion,
+                crate::ActionKind::PatchStatus,
+                self.key,
+            )
         {
             return;
         }
@@ -309,10 +311,11 @@ impl<'p, 'a> Pass<'p, 'a> {
         }
         if self.conditions != *self.base_conditions {
             // Same outcome as `issue` answering `InFlight`, without the summary and the clone.
-            if self
-                .cx
-                .wait_if_in_flight(ControllerId::Deletion, "SetCondition", self.key)
-            {
+            if self.cx.wait_if_in_flight(
+                ControllerId::Deletion,
+                crate::ActionKind::SetCondition,
+                self.key,
+            ) {
                 return;
             }
             let summary = condition_summary(&self.base_conditions, &self.conditions);
@@ -353,37 +356,37 @@ impl<'p, 'a> Pass<'p, 'a> {
         );
     }
 
-    /// Follows the phase the `Deleting` condition names; one that lasts
+    /// Follows the phase the pass found the deletion in; one that lasts
     /// [`PHASE_STALL_WARNING_AFTER`] gets a Warning event saying what holds it, once.
-    fn watch_phase(&mut self) {
+    fn watch_phase(&mut self, current: DeletionPhase) {
         let Some((reason, message)) = self.deleting.clone() else {
             return;
         };
         let now = self.now;
-        let phase = self.tracked.memo.phase.get_or_insert_with(|| Phase {
-            reason: reason.to_string(),
-            since: now,
-            stall_reported: false,
-        });
-        if phase.reason != reason {
-            *phase = Phase {
-                reason: reason.to_string(),
-                since: now,
-                stall_reported: false,
-            };
-        }
-        let Some(event) = stall_event(reason) else {
+        let memo = &mut self.tracked.memo.phase;
+        let (since, stall_reported) = match memo {
+            Some(p) if p.phase == current => (p.since, p.stall_reported),
+            _ => {
+                *memo = Some(Phase {
+                    phase: current,
+                    since: now,
+                    stall_reported: false,
+                });
+                (now, false)
+            }
+        };
+        let Some(event) = current.stall_event() else {
             return;
         };
-        let due = phase.since.saturating_add(PHASE_STALL_WARNING_AFTER);
-        if phase.stall_reported {
+        let due = since.saturating_add(PHASE_STALL_WARNING_AFTER);
+        if stall_reported {
             return;
         }
         if now < due {
             self.wake_at(due, DeletionTimer::PhaseStalled, None);
             return;
         }
-        let waited = now.since(phase.since);
+        let waited = now.since(since);
         let text = format!(
             "Machine {} has been in {reason} for {}: {}",
             self.m.meta.name,
@@ -467,18 +470,4 @@ enum ExternalRole {
     /// With what became of the Machine's Node, for the deletion's reason.
     Infrastructure(NodeOutcome),
     Bootstrap,
-}
-
-/// The Warning event reason for a deletion phase that lasts too long, by its `Deleting`
-/// reason (phases that are not waits have none).
-fn stall_event(deleting_reason: &str) -> Option<&'static str> {
-    Some(match deleting_reason {
-        reason::WAITING_FOR_PRE_DRAIN_HOOK => "PreDrainHookWaiting",
-        reason::DRAINING_NODE => "DrainStalled",
-        reason::WAITING_FOR_VOLUME_DETACH => "VolumeDetachStalled",
-        reason::WAITING_FOR_PRE_TERMINATE_HOOK => "PreTerminateHookWaiting",
-        reason::WAITING_FOR_INFRASTRUCTURE_DELETION => "InfrastructureDeletionStalled",
-        reason::WAITING_FOR_BOOTSTRAP_DELETION => "BootstrapDeletionStalled",
-        _ => return None,
-    })
 }

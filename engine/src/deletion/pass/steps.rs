@@ -268,8 +268,8 @@ impl<'p, 'a> Pass<'p, 'a> {
         // (gone, or deleted as it should be), where upstream would read it live.
         let deleting = object.is_some_and(|o| o.meta().is_deleting());
         let action_name = match role {
-            ExternalRole::Infrastructure(_) => "DeleteInfrastructure",
-            ExternalRole::Bootstrap => "DeleteBootstrap",
+            ExternalRole::Infrastructure(_) => crate::ActionKind::DeleteInfrastructure,
+            ExternalRole::Bootstrap => crate::ActionKind::DeleteBootstrap,
         };
         let attempt = match role {
             ExternalRole::Infrastructure(_) => self.tracked.memo.infrastructure_delete.clone(),
