@@ -394,7 +394,16 @@ async fn a_drains_evictions_reach_the_server_in_the_order_issued() {
             "round {round}"
         );
         assert!(
-            matches!(results[1], (2, ApiOutcome::TooManyRequests { .. })),
+            matches!(
+                results[1],
+                (
+                    2,
+                    ApiOutcome::Refused {
+                        refusal: engine::Refusal::DisruptionBudget { budget: Some(_) },
+                        ..
+                    }
+                )
+            ),
             "round {round}: web-1 should be refused by the PDB: {results:?}"
         );
         world.shutdown().await;

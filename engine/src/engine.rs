@@ -84,7 +84,8 @@ impl Dirty {
 ///    engine with none encodes byte for byte as before, and the table, when there is one, is
 ///    appended after everything else ([`Engine`]'s `Serialize`).
 /// 5: in-flight intents keyed by [`crate::ActionKind`] (4: by the action's name), and the
-///    deletion memo's phase as a [`crate::deletion::DeletionPhase`] (4: the `Deleting` reason).
+///    deletion memo's phase as a [`crate::deletion::DeletionPhase`] (4: the `Deleting` reason),
+///    an eviction's failure with its refusal ([`crate::drain::EvictionFailure`]; 4: the text).
 ///    Version 4 snapshots are read and migrated ([`Engine::decode_state_of`]), so a journal
 ///    whose early records were retired behind one resumes.
 pub const STATE_VERSION: u16 = 5;

@@ -2,6 +2,7 @@
 
 use crate::connection::Unreachable;
 use crate::model::{Kind, Object, ObjectKey, Scope};
+pub use crate::outcome::{ApiOutcome, Withheld};
 use serde::{Deserialize, Serialize};
 
 /// One input to [`crate::Engine::handle`].
@@ -175,87 +176,6 @@ impl From<Unbatched> for Input {
 /// The most inputs a driver puts in one [`Input::Batch`]: a bound on the work, and on the
 /// commands held back, between two polls (applying 1 024 pod changes takes about 0.3 ms).
 pub const BATCH_INPUTS_MAX: usize = 1024;
-
-/// How the API answered a command.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ApiOutcome {
-    /// 2xx; the object as the API returned it, when it returned one.
-    Ok {
-        object: Option<Box<Object>>,
-    },
-    NotFound,
-    Conflict {
-        message: String,
-    },
-    /// 429 with the Status message and the detail causes joined by ",".
-    TooManyRequests {
-        message: String,
-    },
-    /// 403; `namespace_terminating` when the cause is `NamespaceTerminating`.
-    Forbidden {
-        message: String,
-        namespace_terminating: bool,
-    },
-    /// Any other HTTP error.
-    Error {
-        code: u16,
-        message: String,
-    },
-    /// The cluster's API could not be reached at all.
-    Unreachable {
-        message: String,
-    },
-    /// Never sent: the controller runs in a mode that writes nothing ([`Withheld`]). Every
-    /// controller's bookkeeping takes it as an answered call (pacing and "never twice" stay as
-    /// they would be); the cache learns nothing from it.
-    NotSent {
-        why: Withheld,
-    },
-}
-
-/// Why a command was not sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Withheld {
-    /// `--mode shadow`: the controller watches and decides, and writes nothing.
-    Shadow,
-}
-
-impl Withheld {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Withheld::Shadow => "shadow",
-        }
-    }
-}
-
-impl ApiOutcome {
-    pub fn is_success(&self) -> bool {
-        matches!(self, ApiOutcome::Ok { .. })
-    }
-
-    /// What the controllers' bookkeeping takes the answer for: a command not sent counts as
-    /// answered with nothing (the store is not told).
-    pub fn as_answered(&self) -> std::borrow::Cow<'_, ApiOutcome> {
-        match self {
-            ApiOutcome::NotSent { .. } => std::borrow::Cow::Owned(ApiOutcome::Ok { object: None }),
-            other => std::borrow::Cow::Borrowed(other),
-        }
-    }
-
-    /// A short label for timelines: `ok`, `404`, `429: <message>`.
-    pub fn summary(&self) -> String {
-        match self {
-            ApiOutcome::Ok { .. } => "ok".to_string(),
-            ApiOutcome::NotFound => "404 not found".to_string(),
-            ApiOutcome::Conflict { message } => format!("409: {message}"),
-            ApiOutcome::TooManyRequests { message } => format!("429: {message}"),
-            ApiOutcome::Forbidden { message, .. } => format!("403: {message}"),
-            ApiOutcome::Error { code, message } => format!("{code}: {message}"),
-            ApiOutcome::Unreachable { message } => format!("unreachable: {message}"),
-            ApiOutcome::NotSent { why } => format!("not sent ({})", why.as_str()),
-        }
-    }
-}
 
 impl Input {
     /// `inputs` as one input: itself when there is one, a batch otherwise, with the inputs of

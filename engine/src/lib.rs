@@ -27,6 +27,7 @@ pub mod mark;
 pub mod metrics;
 pub mod model;
 pub mod node_deletion;
+pub mod outcome;
 pub mod pool;
 pub mod recovery;
 pub mod remediation;
@@ -41,6 +42,7 @@ pub mod work;
 
 pub use command::{Action, ActionKind, Command, ControllerId, EventSeries, EventType, Target};
 pub use engine::{Controllers, Engine};
-pub use input::{ApiOutcome, BATCH_INPUTS_MAX, Input, Withheld};
+pub use input::{BATCH_INPUTS_MAX, Input};
+pub use outcome::{ApiOutcome, Refusal, Withheld};
 pub use time::{Duration, Timestamp};
 pub use timer::FiredTimer;

@@ -2,10 +2,11 @@
 //! controller, and from the cache the deleting Machines by phase and each MHC's counts. Not
 //! state: counters are not encoded and compare equal, so replay equality ignores them.
 
+use crate::Refusal;
 use crate::command::Action;
 use crate::command::ControllerId;
 use crate::deletion::{MachineDeletion, reason};
-use crate::drain::{EvictionAttempt, EvictionRefusal};
+use crate::drain::EvictionAttempt;
 use crate::input::ApiOutcome;
 use crate::model::ObjectKey;
 use crate::model::{Kind, Object, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope};
@@ -52,11 +53,15 @@ pub struct Counters {
 pub fn is_reconcile_error(action: &Action, outcome: &ApiOutcome) -> bool {
     match outcome {
         ApiOutcome::Ok { .. } | ApiOutcome::NotSent { .. } | ApiOutcome::NotFound => false,
-        ApiOutcome::TooManyRequests { .. } => !matches!(action, Action::Evict { .. }),
-        ApiOutcome::Forbidden {
-            namespace_terminating,
-            ..
-        } => !(*namespace_terminating && matches!(action, Action::Evict { .. })),
+        ApiOutcome::Refused { refusal, .. } => {
+            let drain_waits = match refusal {
+                Refusal::DisruptionBudget { .. }
+                | Refusal::TooManyRequests { .. }
+                | Refusal::NamespaceTerminating => true,
+                Refusal::Forbidden => false,
+            };
+            !(drain_waits && matches!(action, Action::Evict { .. }))
+        }
         ApiOutcome::Conflict { .. } | ApiOutcome::Error { .. } | ApiOutcome::Unreachable { .. } => {
             true
         }
@@ -155,7 +160,7 @@ pub fn gauges(store: &Store, deletion: &MachineDeletion, now: Timestamp) -> Gaug
                 EvictionAttempt::NotFound { .. } => continue,
                 EvictionAttempt::Requested { .. } | EvictionAttempt::Failed { .. } => {
                     match attempt.failure() {
-                        Some(message) => EvictionRefusal::of(message).blocked_reason(),
+                        Some(failure) => failure.refusal.blocked_reason(),
                         None => continue,
                     }
                 }

@@ -388,3 +388,26 @@ pub fn unreadable(kind: Kind, namespace: &str, name: &str, problem: &str) -> Obj
         problem: problem.to_string(),
     })
 }
+
+/// A 429 answer whose whole text is `message`, typed as a record of it written before refusals
+/// were typed decodes ([`crate::outcome::Refusal::of_v4_429`]): a PodDisruptionBudget's
+/// refusal when it begins with [`crate::outcome::PDB_PHRASE`], load shedding otherwise.
+pub fn too_many_requests(message: impl Into<String>) -> crate::ApiOutcome {
+    let message = message.into();
+    crate::ApiOutcome::Refused {
+        refusal: crate::Refusal::of_v4_429(&message),
+        message,
+    }
+}
+
+/// A 403 answer, refused for a terminating namespace or for another reason.
+pub fn forbidden(message: impl Into<String>, namespace_terminating: bool) -> crate::ApiOutcome {
+    crate::ApiOutcome::Refused {
+        refusal: if namespace_terminating {
+            crate::Refusal::NamespaceTerminating
+        } else {
+            crate::Refusal::Forbidden
+        },
+        message: message.into(),
+    }
+}

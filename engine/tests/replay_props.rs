@@ -206,9 +206,7 @@ fn run(ops: &[Op], retention: bool) -> u64 {
                     let outcome = match kind {
                         0 | 1 => ApiOutcome::Ok { object: None },
                         2 => ApiOutcome::NotFound,
-                        3 => ApiOutcome::TooManyRequests {
-                            message: "pdb".into(),
-                        },
+                        3 => engine::testing::too_many_requests("pdb"),
                         _ => ApiOutcome::Unreachable {
                             message: "down".into(),
                         },

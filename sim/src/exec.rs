@@ -7,6 +7,7 @@ use crate::sim::{ActionRecord, EventRecord, Sim};
 use crate::timeline::Line;
 use engine::convert::{ApiRequest, Subresource, request_for};
 use engine::model::Scope;
+use engine::outcome::{CAUSE_DISRUPTION_BUDGET, CAUSE_NAMESPACE_TERMINATING, Cause};
 use engine::time::Timestamp;
 use engine::{Action, ApiOutcome, Command, Target, Withheld};
 use serde_json::json;
@@ -24,20 +25,32 @@ fn outcome_of(err: ApiError) -> ApiOutcome {
     match err {
         ApiError::NotFound(_) => ApiOutcome::NotFound,
         ApiError::AlreadyExists(m) | ApiError::Conflict(m) => ApiOutcome::Conflict { message: m },
-        ApiError::TooManyRequests { message, causes } => ApiOutcome::TooManyRequests {
-            message: if causes.is_empty() {
-                message
-            } else {
-                format!("{message} {}", causes.join(","))
-            },
-        },
+        // The store refuses with 429 for a PodDisruptionBudget only (`api/eviction.rs`).
+        ApiError::TooManyRequests { message, causes } => {
+            let causes: Vec<Cause> = causes
+                .iter()
+                .map(|message| Cause {
+                    reason: CAUSE_DISRUPTION_BUDGET,
+                    message,
+                })
+                .collect();
+            ApiOutcome::refused(429, message, &causes, None)
+        }
         ApiError::Forbidden {
             message,
             namespace_terminating,
-        } => ApiOutcome::Forbidden {
-            message,
-            namespace_terminating,
-        },
+        } => {
+            let terminating = Cause {
+                reason: CAUSE_NAMESPACE_TERMINATING,
+                message: "",
+            };
+            let causes: &[Cause] = if namespace_terminating {
+                &[terminating]
+            } else {
+                &[]
+            };
+            ApiOutcome::refused(403, message, causes, None)
+        }
         e @ (ApiError::Invalid(_) | ApiError::Internal(_)) => ApiOutcome::Error {
             code: e.code(),
             message: match e {

@@ -13,6 +13,7 @@
 use crate::scenario::{FaultKind, FaultSpec, Scenario, StepAction};
 use engine::ApiOutcome;
 use engine::model::Scope;
+use engine::outcome::{CAUSE_DISRUPTION_BUDGET, Cause};
 use engine::time::{Duration, Timestamp, parse_go_duration};
 use std::collections::BTreeMap;
 
@@ -202,13 +203,17 @@ impl Refusal {
             409 => ApiOutcome::Conflict {
                 message: self.message.clone(),
             },
-            429 => ApiOutcome::TooManyRequests {
-                message: if self.causes.is_empty() {
-                    self.message.clone()
-                } else {
-                    format!("{} {}", self.message, self.causes.join(","))
-                },
-            },
+            429 => {
+                let causes: Vec<Cause> = self
+                    .causes
+                    .iter()
+                    .map(|message| Cause {
+                        reason: CAUSE_DISRUPTION_BUDGET,
+                        message,
+                    })
+                    .collect();
+                ApiOutcome::refused(429, self.message.clone(), &causes, self.retry_after)
+            }
             code => ApiOutcome::Error {
                 code,
                 message: self.message.clone(),
@@ -978,7 +983,10 @@ mod tests {
         assert_eq!((r.code, r.retry_after), (429, Some(EVICTION_RETRY_AFTER_S)));
         assert!(matches!(
             r.outcome(),
-            ApiOutcome::TooManyRequests { message } if message.contains("disruption budget")
+            ApiOutcome::Refused {
+                refusal: engine::Refusal::DisruptionBudget { .. },
+                ..
+            }
         ));
     }
 

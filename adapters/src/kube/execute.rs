@@ -2,9 +2,9 @@
 //! adapter sends exactly what the simulator executes.
 //!
 //! Answers: 2xx → `Ok` with the returned object converted (none for a `Status` body, and none
-//! for a DELETE whose object is already gone); 404 → `NotFound`; 409 → `Conflict`; 429 →
-//! `TooManyRequests` with the message and the causes joined by ","; 403 → `Forbidden`
-//! (`namespace_terminating` from the `NamespaceTerminating` cause); any other code → `Error`;
+//! for a DELETE whose object is already gone); 404 → `NotFound`; 409 → `Conflict`; 429
+//! and 403 → `Refused`, typed by the `Status` `details.causes` and `retryAfterSeconds`
+//! (`ApiOutcome::refused`); any other code → `Error`;
 //! no HTTP answer at all → `Unreachable`. Finalizer commands are a GET then a guarded JSON
 //! patch ([`finalizer_json_patch`]); nothing to change is a success with the object read.
 
@@ -13,6 +13,7 @@ use super::throttle::Prepaid;
 use engine::convert::{
     ApiRequest, FinalizerChange, finalizer_json_patch, object_from_json, request_for,
 };
+use engine::outcome::Cause;
 use engine::{Action, ApiOutcome, Command};
 use http_body_util::BodyExt;
 use kube::Client;
@@ -101,26 +102,20 @@ pub fn outcome_of(code: u16, body: &Value, deleted: bool) -> ApiOutcome {
         409 => ApiOutcome::Conflict {
             message: status_message(body, code),
         },
-        429 => {
-            let message = status_message(body, code);
-            let causes: Vec<&str> = causes(body)
+        429 | 403 => {
+            let causes: Vec<Cause> = causes(body)
                 .iter()
-                .filter_map(|c| c.get("message").and_then(Value::as_str))
+                .map(|c| Cause {
+                    reason: c.get("reason").and_then(Value::as_str).unwrap_or(""),
+                    message: c.get("message").and_then(Value::as_str).unwrap_or(""),
+                })
                 .collect();
-            ApiOutcome::TooManyRequests {
-                message: if causes.is_empty() {
-                    message
-                } else {
-                    format!("{message} {}", causes.join(","))
-                },
-            }
+            let retry_after = body
+                .pointer("/details/retryAfterSeconds")
+                .and_then(Value::as_u64)
+                .and_then(|s| u32::try_from(s).ok());
+            ApiOutcome::refused(code, status_message(body, code), &causes, retry_after)
         }
-        403 => ApiOutcome::Forbidden {
-            message: status_message(body, code),
-            namespace_terminating: causes(body)
-                .iter()
-                .any(|c| c.get("reason").and_then(Value::as_str) == Some("NamespaceTerminating")),
-        },
         _ => ApiOutcome::Error {
             code,
             message: status_message(body, code),
@@ -344,8 +339,7 @@ pub async fn run_command(
         ApiOutcome::Unreachable { .. } => metrics.api_error("unreachable"),
         ApiOutcome::NotFound => metrics.api_error("404"),
         ApiOutcome::Conflict { .. } => metrics.api_error("409"),
-        ApiOutcome::TooManyRequests { .. } => metrics.api_error("429"),
-        ApiOutcome::Forbidden { .. } => metrics.api_error("403"),
+        ApiOutcome::Refused { refusal, .. } => metrics.api_error(&refusal.code().to_string()),
         ApiOutcome::Error { code, .. } => metrics.api_error(&code.to_string()),
     }
     let result = engine::intake::Arrival::Result {
@@ -358,6 +352,8 @@ pub async fn run_command(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use engine::Refusal;
+    use engine::outcome::BudgetShortfall;
     use serde_json::json;
 
     #[test]
@@ -387,18 +383,35 @@ mod tests {
                          "code": 429});
         assert_eq!(
             outcome_of(429, &pdb, false),
-            ApiOutcome::TooManyRequests {
+            ApiOutcome::Refused {
+                refusal: Refusal::DisruptionBudget {
+                    budget: Some(BudgetShortfall {
+                        name: "web".into(),
+                        healthy_needed: 2,
+                        healthy_current: 2
+                    })
+                },
                 message: "Cannot evict pod as it would violate the pod's disruption budget. The disruption budget web needs 2 healthy pods and has 2 currently".into()
             }
         );
+        let shed = json!({"message": "Too many requests, please try again later.",
+                          "details": {"retryAfterSeconds": 1}, "code": 429});
+        assert_eq!(
+            outcome_of(429, &shed, false).refusal(),
+            Some(&Refusal::TooManyRequests {
+                retry_after_seconds: Some(1)
+            })
+        );
         let ns = json!({"message": "forbidden", "details": {"causes": [{"reason": "NamespaceTerminating"}]}});
-        assert!(matches!(
-            outcome_of(403, &ns, false),
-            ApiOutcome::Forbidden {
-                namespace_terminating: true,
-                ..
-            }
-        ));
+        assert_eq!(
+            outcome_of(403, &ns, false).refusal(),
+            Some(&Refusal::NamespaceTerminating)
+        );
+        let rbac = json!({"message": "forbidden: User cannot create resource"});
+        assert_eq!(
+            outcome_of(403, &rbac, false).refusal(),
+            Some(&Refusal::Forbidden)
+        );
         assert_eq!(outcome_of(404, &Value::Null, false), ApiOutcome::NotFound);
         assert_eq!(
             outcome_of(500, &Value::Null, false),

@@ -583,8 +583,7 @@ fn failure_text(outcome: &ApiOutcome) -> String {
         ApiOutcome::Ok { .. } | ApiOutcome::NotSent { .. } => String::new(),
         ApiOutcome::NotFound => "not found".to_string(),
         ApiOutcome::Conflict { message }
-        | ApiOutcome::TooManyRequests { message }
-        | ApiOutcome::Forbidden { message, .. }
+        | ApiOutcome::Refused { message, .. }
         | ApiOutcome::Error { message, .. }
         | ApiOutcome::Unreachable { message } => message.clone(),
     }

@@ -578,12 +578,7 @@ fn the_gauges_count_blocked_pods_by_reason_and_machines_held_by_each_hook() {
     let (mut h, cmds) = drained_start(deleting_m1(), vec![]);
     h.apply_status(&cmds);
     let pdb = "Cannot evict pod as it would violate the pod's disruption budget.";
-    let mut out = h.answer(
-        &cmds[0],
-        ApiOutcome::TooManyRequests {
-            message: pdb.into(),
-        },
-    );
+    let mut out = h.answer(&cmds[0], crate::testing::too_many_requests(pdb));
     out.extend(h.ok(&cmds[1]));
     h.settle(&out);
     assert_eq!(
@@ -617,12 +612,7 @@ fn failed_eviction_is_retried_after_20s_and_never_earlier() {
     h.apply_status(&cmds);
     let pdb = "Cannot evict pod as it would violate the pod's disruption budget. \
                The disruption budget web needs 1 healthy pods and has 1 currently";
-    let mut out = h.answer(
-        &cmds[0],
-        ApiOutcome::TooManyRequests {
-            message: pdb.into(),
-        },
-    );
+    let mut out = h.answer(&cmds[0], crate::testing::too_many_requests(pdb));
     out.extend(h.answer(&cmds[1], ApiOutcome::NotFound));
     let (c, _) = h.settle(&out);
     assert_eq!(
@@ -663,12 +653,7 @@ fn failed_eviction_is_retried_after_20s_and_never_earlier() {
 fn a_tick_names_the_eviction_retry_it_fired() {
     let (mut h, cmds) = drained_start(deleting_m1(), vec![]);
     h.apply_status(&cmds);
-    let out = h.answer(
-        &cmds[0],
-        ApiOutcome::TooManyRequests {
-            message: "budget".into(),
-        },
-    );
+    let out = h.answer(&cmds[0], crate::testing::too_many_requests("budget"));
     h.settle(&out);
     assert_eq!(h.engine.next_deadline(), Some(at(20)));
     assert!(h.tick(at(19)).is_empty());
@@ -699,13 +684,7 @@ fn a_tick_names_the_eviction_retry_it_fired() {
 fn eviction_failures_in_a_terminating_namespace_and_other_errors_are_grouped() {
     let (mut h, cmds) = drained_start(deleting_m1(), vec![]);
     h.apply_status(&cmds);
-    let mut out = h.answer(
-        &cmds[0],
-        ApiOutcome::Forbidden {
-            message: "forbidden".into(),
-            namespace_terminating: true,
-        },
-    );
+    let mut out = h.answer(&cmds[0], crate::testing::forbidden("forbidden", true));
     out.extend(h.answer(
         &cmds[1],
         ApiOutcome::Error {
@@ -837,28 +816,13 @@ fn drain_timeout_skips_the_rest_of_the_drain() {
     let mut m1 = deleting_m1();
     m1.node_drain_timeout = Some(Duration::from_secs(30));
     let (mut h, cmds) = drained_start(m1, vec![]);
-    let mut out = h.answer(
-        &cmds[0],
-        ApiOutcome::TooManyRequests {
-            message: "pdb".into(),
-        },
-    );
-    out.extend(h.answer(
-        &cmds[1],
-        ApiOutcome::TooManyRequests {
-            message: "pdb".into(),
-        },
-    ));
+    let mut out = h.answer(&cmds[0], crate::testing::too_many_requests("pdb"));
+    out.extend(h.answer(&cmds[1], crate::testing::too_many_requests("pdb")));
     h.apply_status(&out);
     let retries = h.tick(at(20));
     assert_eq!(all(&retries, "Evict").len(), 2);
     for r in &retries {
-        h.answer(
-            r,
-            ApiOutcome::TooManyRequests {
-                message: "pdb".into(),
-            },
-        );
+        h.answer(r, crate::testing::too_many_requests("pdb"));
     }
     assert!(h.tick(at(29)).is_empty());
     let out = h.tick(at(30));

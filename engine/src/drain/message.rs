@@ -117,8 +117,9 @@ pub fn condition_message_after(header: String, plan: &DrainPlan<'_>) -> String {
         );
     }
     // BTreeMap keys are already sorted lexicographically, as upstream sorts them.
-    for (failure, keys) in plan.failed.iter().take(CONDITION_FAILURE_MESSAGES_MAX) {
-        let text = match EvictionRefusal::of(failure) {
+    for (failure, failed) in plan.failed.iter().take(CONDITION_FAILURE_MESSAGES_MAX) {
+        let keys = &failed.pods;
+        let text = match failed.refusal {
             EvictionRefusal::DisruptionBudget => failure.replace(PDB_PHRASE, PDB_PHRASE_LOWER),
             _ => format!("failed to evict Pod, {failure}"),
         };
@@ -129,7 +130,7 @@ pub fn condition_message_after(header: String, plan: &DrainPlan<'_>) -> String {
             .failed
             .values()
             .skip(CONDITION_FAILURE_MESSAGES_MAX)
-            .map(Vec::len)
+            .map(|f| f.pods.len())
             .sum();
         let _ = write!(msg, "\n* {others} {} with other issues", pod_word(others));
     }
@@ -166,10 +167,11 @@ pub fn blocked_by_disruption_budget<'p>(
 ) -> Option<(String, Vec<&'p ObjectKey>)> {
     let mut parts = Vec::new();
     let mut keys = Vec::new();
-    for (failure, pods_refused) in &plan.failed {
-        if EvictionRefusal::of(failure) != EvictionRefusal::DisruptionBudget {
+    for (failure, failed) in &plan.failed {
+        if failed.refusal != EvictionRefusal::DisruptionBudget {
             continue;
         }
+        let pods_refused = &failed.pods;
         let text = failure.replace(PDB_PHRASE, PDB_PHRASE_LOWER);
         parts.push(format!(
             "{} {}: {text}",
@@ -184,6 +186,7 @@ pub fn blocked_by_disruption_budget<'p>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::drain::FailedPods;
     use crate::model::Kind;
     use crate::testing::workload;
 
@@ -241,9 +244,18 @@ mod tests {
             "Cannot evict pod as it would violate the pod's disruption budget. \
              The disruption budget pdb-5 needs 1 healthy pods and has 1 currently"
                 .into(),
-            refs(&pdb),
+            FailedPods {
+                refusal: EvictionRefusal::DisruptionBudget,
+                pods: refs(&pdb),
+            },
         );
-        plan.failed.insert("some other error".into(), refs(&other));
+        plan.failed.insert(
+            "some other error".into(),
+            FailedPods {
+                refusal: EvictionRefusal::Other,
+                pods: refs(&other),
+            },
+        );
         let want = "Drain not completed yet (started at 2024-01-01T00:01:00Z):
 * Pods ns1/pod-1, ns1/pod-2, ns1/pod-3, ... (1 more): deletionTimestamp set, but still not removed from the Node
 * Pod ns2/pod-5: cannot evict pod as it would violate the pod's disruption budget. The disruption budget pdb-5 needs 1 healthy pods and has 1 currently
@@ -261,9 +273,13 @@ After above Pods have been removed from the Node, waiting for the following Pods
         ]);
         let mut plan = DrainPlan::default();
         for (i, k) in all.iter().enumerate().take(7) {
-            plan.failed.insert(format!("error {i}"), vec![k]);
+            let failed = FailedPods {
+                refusal: EvictionRefusal::Other,
+                pods: vec![k],
+            };
+            plan.failed.insert(format!("error {i}"), failed);
         }
-        plan.failed.get_mut("error 6").unwrap().push(&all[7]);
+        plan.failed.get_mut("error 6").unwrap().pods.push(&all[7]);
         let want = "Drain not completed yet (started at 2024-01-01T00:01:00Z):
 * Pod a/p1: failed to evict Pod, error 0
 * Pod a/p2: failed to evict Pod, error 1

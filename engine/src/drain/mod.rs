@@ -24,9 +24,10 @@ pub use message::{
     list_to_string,
 };
 pub use plan::{
-    DrainPlan, EvictionAttempt, EvictionOutcome, PodDrain, PodFacts, eviction_failure_message,
+    DrainPlan, EvictionAttempt, EvictionOutcome, FailedPods, PodDrain, PodFacts,
+    eviction_failure_message,
 };
-pub use refusal::{EvictionRefusal, NAMESPACE_TERMINATING_FAILURE, PDB_PHRASE};
+pub use refusal::{EvictionFailure, EvictionRefusal, NAMESPACE_TERMINATING_FAILURE, PDB_PHRASE};
 
 use crate::time::Duration;
 

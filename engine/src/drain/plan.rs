@@ -3,8 +3,10 @@
 
 use super::EVICTION_RETRY_INTERVAL;
 use super::filter::{DrainBehavior, PodDeleteStatus, StatusReason};
+use super::refusal::{EvictionFailure, EvictionRefusal};
 use crate::input::ApiOutcome;
 use crate::model::ObjectKey;
+use crate::outcome::Refusal;
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -17,7 +19,14 @@ pub enum EvictionOutcome {
     /// The pod was already gone (does not block the drain).
     NotFound,
     /// Refused or failed, with the message the condition shows.
-    Failed(String),
+    Failed(EvictionFailure),
+}
+
+/// The pods whose evictions failed with one message, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailedPods<'a> {
+    pub refusal: EvictionRefusal,
+    pub pods: Vec<&'a ObjectKey>,
 }
 
 /// The last eviction of one pod: when it was issued and what became of it.
@@ -27,7 +36,7 @@ pub enum EvictionAttempt {
     /// keeps showing why the pod is still there.
     Requested {
         at: Timestamp,
-        previous_failure: Option<String>,
+        previous_failure: Option<EvictionFailure>,
     },
     Evicted {
         at: Timestamp,
@@ -37,7 +46,7 @@ pub enum EvictionAttempt {
     },
     Failed {
         at: Timestamp,
-        failure: String,
+        failure: EvictionFailure,
     },
 }
 
@@ -46,7 +55,7 @@ impl EvictionAttempt {
     pub fn requested(previous: Option<&EvictionAttempt>, now: Timestamp) -> Self {
         EvictionAttempt::Requested {
             at: now,
-            previous_failure: previous.and_then(|a| a.failure()).map(str::to_string),
+            previous_failure: previous.and_then(|a| a.failure()).cloned(),
         }
     }
 
@@ -70,11 +79,11 @@ impl EvictionAttempt {
     }
 
     /// The failure to show: the answer's, or the previous one while a retry is unanswered.
-    pub fn failure(&self) -> Option<&str> {
+    pub fn failure(&self) -> Option<&EvictionFailure> {
         match self {
             EvictionAttempt::Requested {
                 previous_failure, ..
-            } => previous_failure.as_deref(),
+            } => previous_failure.as_ref(),
             EvictionAttempt::Evicted { .. } | EvictionAttempt::NotFound { .. } => None,
             EvictionAttempt::Failed { failure, .. } => Some(failure),
         }
@@ -91,16 +100,20 @@ pub fn eviction_failure_message(outcome: &ApiOutcome) -> EvictionOutcome {
     match outcome {
         ApiOutcome::Ok { .. } | ApiOutcome::NotSent { .. } => EvictionOutcome::Evicted,
         ApiOutcome::NotFound => EvictionOutcome::NotFound,
-        ApiOutcome::Forbidden {
-            namespace_terminating: true,
+        ApiOutcome::Refused {
+            refusal: Refusal::NamespaceTerminating,
             ..
-        } => EvictionOutcome::Failed(super::NAMESPACE_TERMINATING_FAILURE.to_string()),
-        // 429 already carries "<status message> <causes joined by ','>".
-        ApiOutcome::TooManyRequests { message }
-        | ApiOutcome::Forbidden { message, .. }
+        } => EvictionOutcome::Failed(EvictionFailure::of(
+            outcome,
+            super::NAMESPACE_TERMINATING_FAILURE.to_string(),
+        )),
+        // A 429 already carries "<status message> <causes joined by ','>".
+        ApiOutcome::Refused { message, .. }
         | ApiOutcome::Conflict { message }
         | ApiOutcome::Error { message, .. }
-        | ApiOutcome::Unreachable { message } => EvictionOutcome::Failed(message.clone()),
+        | ApiOutcome::Unreachable { message } => {
+            EvictionOutcome::Failed(EvictionFailure::of(outcome, message.clone()))
+        }
     }
 }
 
@@ -142,8 +155,8 @@ pub struct DrainPlan<'a> {
     /// failure to show: reported like an accepted eviction.
     pub awaiting_answer: Vec<&'a ObjectKey>,
     pub deletion_timestamp_set: Vec<&'a ObjectKey>,
-    /// Failure message → pods, messages sorted.
-    pub failed: BTreeMap<String, Vec<&'a ObjectKey>>,
+    /// Failure message → why and which pods, messages sorted.
+    pub failed: BTreeMap<String, FailedPods<'a>>,
     pub not_found: Vec<&'a ObjectKey>,
     pub trigger_eviction_later: Vec<&'a ObjectKey>,
     pub wait_completed_now: Vec<&'a ObjectKey>,
@@ -266,21 +279,28 @@ impl<'a> DrainPlan<'a> {
                 false
             }
             EvictionAttempt::Failed { failure, .. } => {
-                self.failed.entry(failure.clone()).or_default().push(key);
+                self.fail(failure, key);
                 wake(&mut self.next_eviction_retry, attempt.retry_at(), key);
                 false
             }
         };
         if unanswered {
             match attempt.failure() {
-                Some(message) => self
-                    .failed
-                    .entry(message.to_string())
-                    .or_default()
-                    .push(key),
+                Some(failure) => self.fail(failure, key),
                 None => self.awaiting_answer.push(key),
             }
         }
+    }
+
+    fn fail(&mut self, failure: &EvictionFailure, key: &'a ObjectKey) {
+        self.failed
+            .entry(failure.message.clone())
+            .or_insert_with(|| FailedPods {
+                refusal: failure.refusal,
+                pods: Vec::new(),
+            })
+            .pods
+            .push(key);
     }
 
     /// The earliest clock-driven change of the plan.
@@ -448,7 +468,7 @@ mod tests {
         ]);
         let recent = Timestamp(NOW.0 - 19_999);
         let old = Timestamp(NOW.0 - 20_000);
-        let pdb = || "pdb".to_string();
+        let pdb = || EvictionFailure::from("pdb");
         let attempts: BTreeMap<ObjectKey, EvictionAttempt> = [
             ("a-ok", EvictionAttempt::Evicted { at: recent }),
             ("b-404", EvictionAttempt::NotFound { at: recent }),
@@ -482,7 +502,7 @@ mod tests {
         assert_eq!(names(&plan.deletion_timestamp_set), ["a-ok"]);
         assert_eq!(names(&plan.not_found), ["b-404"]);
         // A retried pod keeps showing its last failure until the retry is answered.
-        assert_eq!(names(&plan.failed["pdb"]), ["c-pdb", "e-old"]);
+        assert_eq!(names(&plan.failed["pdb"].pods), ["c-pdb", "e-old"]);
         assert_eq!(names(&plan.awaiting_answer), ["d-flight"]);
         assert_eq!(names(&plan.evict_now), ["e-old"]);
         assert_eq!(plan.next_wake(), Some(Timestamp(NOW.0 + 1)));
@@ -504,7 +524,7 @@ mod tests {
         assert_eq!(first.retry_at(), t(20_000));
 
         let mut retry = EvictionAttempt::requested(Some(&first), t(20_000));
-        assert_eq!(retry.failure(), Some("pdb"));
+        assert_eq!(retry.failure(), Some(&"pdb".into()));
         assert_eq!(retry.at(), t(20_000));
         retry.answer(EvictionOutcome::Evicted);
         assert_eq!(retry, EvictionAttempt::Evicted { at: t(20_000) });
@@ -578,28 +598,25 @@ mod tests {
 
     #[test]
     fn eviction_answers_map_to_upstream_messages() {
+        let failed = |refusal, message: &str| {
+            EvictionOutcome::Failed(EvictionFailure {
+                refusal,
+                message: message.to_string(),
+            })
+        };
         assert_eq!(
-            eviction_failure_message(&ApiOutcome::Forbidden {
-                message: "x".into(),
-                namespace_terminating: true
-            }),
-            EvictionOutcome::Failed(
+            eviction_failure_message(&crate::testing::forbidden("x", true)),
+            failed(
+                EvictionRefusal::NamespaceTerminating,
                 "Cannot evict pod from terminating namespace: unable to create eviction \
                  (kube-controller-manager should set deletionTimestamp)"
-                    .into()
             )
         );
+        let pdb = "Cannot evict pod as it would violate the pod's disruption budget. \
+                   The disruption budget web needs 1 healthy pods";
         assert_eq!(
-            eviction_failure_message(&ApiOutcome::TooManyRequests {
-                message: "Cannot evict pod as it would violate the pod's disruption budget. \
-                          The disruption budget web needs 1 healthy pods"
-                    .into()
-            }),
-            EvictionOutcome::Failed(
-                "Cannot evict pod as it would violate the pod's disruption budget. \
-                 The disruption budget web needs 1 healthy pods"
-                    .into()
-            )
+            eviction_failure_message(&crate::testing::too_many_requests(pdb)),
+            failed(EvictionRefusal::DisruptionBudget, pdb)
         );
         assert_eq!(
             eviction_failure_message(&ApiOutcome::NotFound),
@@ -614,7 +631,7 @@ mod tests {
                 code: 500,
                 message: "etcd down".into()
             }),
-            EvictionOutcome::Failed("etcd down".into())
+            failed(EvictionRefusal::Other, "etcd down")
         );
     }
 }

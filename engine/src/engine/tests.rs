@@ -320,17 +320,11 @@ fn which_answers_are_reconcile_errors() {
         },
         grace_period_seconds: None,
     };
-    let refused = ApiOutcome::TooManyRequests {
-        message: "Cannot evict pod as it would violate the pod's disruption budget.".into(),
-    };
-    let terminating = ApiOutcome::Forbidden {
-        message: "namespace app is terminating".into(),
-        namespace_terminating: true,
-    };
-    let forbidden = ApiOutcome::Forbidden {
-        message: "RBAC".into(),
-        namespace_terminating: false,
-    };
+    let refused = crate::testing::too_many_requests(
+        "Cannot evict pod as it would violate the pod's disruption budget.",
+    );
+    let terminating = crate::testing::forbidden("namespace app is terminating", true);
+    let forbidden = crate::testing::forbidden("RBAC", false);
     let conflict = ApiOutcome::Conflict {
         message: "the object has been modified".into(),
     };

@@ -410,8 +410,7 @@ impl Controller for HealthChecks {
                 | ApiOutcome::NotSent { .. }
                 | ApiOutcome::Conflict { .. } => memo.request_created(&target.key.name),
                 ApiOutcome::NotFound
-                | ApiOutcome::TooManyRequests { .. }
-                | ApiOutcome::Forbidden { .. }
+                | ApiOutcome::Refused { .. }
                 | ApiOutcome::Error { .. }
                 | ApiOutcome::Unreachable { .. } => memo.request_failed(
                     &target.key.name,

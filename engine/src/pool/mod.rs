@@ -416,8 +416,7 @@ impl Controller for Pools {
                 attempt.succeeded();
             }
             ApiOutcome::Conflict { .. }
-            | ApiOutcome::TooManyRequests { .. }
-            | ApiOutcome::Forbidden { .. }
+            | ApiOutcome::Refused { .. }
             | ApiOutcome::Error { .. }
             | ApiOutcome::Unreachable { .. } => {
                 tracing::info!(

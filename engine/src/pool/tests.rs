@@ -900,10 +900,7 @@ fn node_deletion_timeout_zero_retries_forever() {
         secs(2),
         external_key("DockerMachinePool", "infrastructure.cluster.x-k8s.io"),
     );
-    let refused = ApiOutcome::Forbidden {
-        message: "nope".into(),
-        namespace_terminating: false,
-    };
+    let refused = crate::testing::forbidden("nope", false);
     answer(&mut engine, secs(2), &commands[0], ok());
     let mut pending = commands[1].clone();
     let mut now = secs(2);

@@ -128,6 +128,7 @@ mod tests {
     use crate::command::Target;
     use crate::controller::{Cx, Effects};
     use crate::deletion::{Memo, Tracked};
+    use crate::drain::EvictionFailure;
     use crate::model::{ClusterName, Kind, Object, Scope};
     use crate::store::Store;
     use crate::testing::{
@@ -290,7 +291,7 @@ mod tests {
                 pod: web_0.clone(),
                 attempt: EvictionAttempt::Requested {
                     at: NOW,
-                    previous_failure: previous_failure.map(str::to_string),
+                    previous_failure: previous_failure.map(EvictionFailure::from),
                 },
             },
         };
@@ -306,7 +307,7 @@ mod tests {
             web_0.clone(),
             EvictionAttempt::Failed {
                 at: Timestamp(NOW.0 - crate::drain::EVICTION_RETRY_INTERVAL.as_millis()),
-                failure: "pdb".to_string(),
+                failure: "pdb".into(),
             },
         );
         let (intents, _) = plan_of(m(), workload_objects(), memo);
