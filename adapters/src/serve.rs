@@ -43,7 +43,7 @@ pub fn starting_world(scenario: &Scenario) -> (ClusterStore, Vec<(String, Scope,
         sim::feed::Feeder::new(None),
     );
     sim.setup();
-    split_stores(std::mem::take(&mut sim.clusters), &sim.workloads)
+    split_stores(std::mem::take(&mut sim.api.clusters), &sim.api.workloads)
 }
 
 /// The management store and each workload's (name, scope, store).

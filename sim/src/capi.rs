@@ -67,6 +67,7 @@ impl Sim {
         }
         let machines: Vec<ObjKey> = match scope {
             Scope::Management => self
+                .api
                 .store(scope)
                 .map(|s| {
                     s.list("cluster.x-k8s.io", "Machine")
@@ -83,13 +84,14 @@ impl Sim {
             // In a workload cluster it watches Nodes (not Pods: a drain is requeued).
             Scope::Workload(_) if key.kind != "Node" || !key.group.is_empty() => Vec::new(),
             Scope::Workload(_) => self
+                .api
                 .store(&Scope::Management)
                 .map(|s| {
                     s.list("cluster.x-k8s.io", "Machine")
                         .filter(|(_, m)| json::is_deleting(m))
                         .filter(|(_, m)| {
                             json::str_at(m, "spec.clusterName")
-                                .is_some_and(|c| self.workload_scope(c) == *scope)
+                                .is_some_and(|c| self.api.workload_scope(c) == *scope)
                         })
                         .map(|(k, _)| k.clone())
                         .collect()
@@ -112,10 +114,11 @@ impl Sim {
             "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": LEASE_NAME, "namespace": LEASE_NAMESPACE},
             "spec": {"holderIdentity": HOLDER, "leaseDurationSeconds": 15,
-                "acquireTime": self.now.to_rfc3339(), "renewTime": self.now.to_rfc3339()}
+                "acquireTime": self.clock.now.to_rfc3339(), "renewTime": self.clock.now.to_rfc3339()}
         });
-        let now = self.now;
+        let now = self.clock.now;
         if self
+            .api
             .store_mut(&Scope::Management)
             .create(lease, now)
             .is_ok()
@@ -126,8 +129,9 @@ impl Sim {
 
     pub(crate) fn capi_renew_lease(&mut self) {
         let key = ObjKey::new("coordination.k8s.io", "Lease", LEASE_NAMESPACE, LEASE_NAME);
-        let renewed = json!({"spec": {"renewTime": self.now.to_rfc3339()}});
+        let renewed = json!({"spec": {"renewTime": self.clock.now.to_rfc3339()}});
         if let Ok(w) = self
+            .api
             .store_mut(&Scope::Management)
             .patch(&key, &renewed, Part::Main)
         {
@@ -137,7 +141,7 @@ impl Sim {
     }
 
     fn capi_queue(&mut self, machine: ObjKey, after: Duration) {
-        let at = self.now + after;
+        let at = self.clock.now + after;
         if self.world.capi.queued.insert((machine.clone(), at)) {
             self.schedule(at, Event::CapiReconcile { machine });
         }
@@ -145,8 +149,11 @@ impl Sim {
 
     /// One reconcile of a Machine by CAPI's manager.
     pub(crate) fn capi_reconcile(&mut self, key: &ObjKey) {
-        self.world.capi.queued.remove(&(key.clone(), self.now));
-        let Some(machine) = self.get(&Scope::Management, key).cloned() else {
+        self.world
+            .capi
+            .queued
+            .remove(&(key.clone(), self.clock.now));
+        let Some(machine) = self.api.get(&Scope::Management, key).cloned() else {
             return;
         };
         if !json::is_deleting(&machine)
@@ -176,6 +183,7 @@ impl Sim {
             .unwrap_or_default()
             .to_string();
         let cluster = self
+            .api
             .get(
                 &Scope::Management,
                 &ObjKey::new("cluster.x-k8s.io", "Cluster", &key.namespace, &cluster_name),
@@ -189,7 +197,7 @@ impl Sim {
         if paused {
             return Step::Done;
         }
-        let scope = self.workload_scope(&cluster_name);
+        let scope = self.api.workload_scope(&cluster_name);
         let node_name = json::str_at(machine, "status.nodeRef.name").map(str::to_string);
         let node_allowed = !cluster.as_ref().is_some_and(json::is_deleting)
             && node_name.is_some()
@@ -200,7 +208,7 @@ impl Sim {
             .map(|(k, _)| k);
         let infra_obj = infra
             .as_ref()
-            .and_then(|k| self.get(&Scope::Management, k))
+            .and_then(|k| self.api.get(&Scope::Management, k))
             .cloned();
         let pre_terminate_started = machine
             .pointer("/status/deletion/waitForPreTerminateHookStartTime")
@@ -238,6 +246,7 @@ impl Sim {
                 && infra_present
             {
                 let attached = self
+                    .api
                     .get(&scope, &ObjKey::new("", "Node", "", node))
                     .and_then(|n| n.pointer("/status/volumesAttached"))
                     .and_then(Value::as_array)
@@ -279,13 +288,13 @@ impl Sim {
             (bootstrap, "DeleteBootstrap", "WaitingForBootstrapDeletion"),
         ] {
             let Some(target) = target else { continue };
-            let Some(obj) = self.get(&Scope::Management, &target).cloned() else {
+            let Some(obj) = self.api.get(&Scope::Management, &target).cloned() else {
                 continue;
             };
             if !json::is_deleting(&obj) {
                 self.capi_delete(&Scope::Management, &target, action);
             }
-            if self.get(&Scope::Management, &target).is_some() {
+            if self.api.get(&Scope::Management, &target).is_some() {
                 return Step::Wait {
                     reason,
                     message: format!("Waiting for {} to be deleted", target.kind),
@@ -295,7 +304,7 @@ impl Sim {
         }
         if node_allowed {
             let node = ObjKey::new("", "Node", "", node_name.as_deref().unwrap_or_default());
-            if self.get(&scope, &node).is_some() {
+            if self.api.get(&scope, &node).is_some() {
                 self.capi_delete(&scope, &node, "DeleteNode");
             }
         }
@@ -304,7 +313,7 @@ impl Sim {
             .into_iter()
             .filter(|f| f != MACHINE_FINALIZER)
             .collect();
-        if let Ok(w) = self.store_mut(&Scope::Management).patch(
+        if let Ok(w) = self.api.store_mut(&Scope::Management).patch(
             key,
             &json!({"metadata": {"finalizers": rest}}),
             Part::Main,
@@ -322,7 +331,7 @@ impl Sim {
 
     /// Active (not deleting) control-plane Machines of a Cluster.
     fn capi_active_control_planes(&self, namespace: &str, cluster: &str) -> usize {
-        self.store(&Scope::Management).map_or(0, |s| {
+        self.api.store(&Scope::Management).map_or(0, |s| {
             s.list("cluster.x-k8s.io", "Machine")
                 .filter(|(k, m)| {
                     k.namespace == namespace
@@ -338,14 +347,14 @@ impl Sim {
     /// (or the Node is gone).
     fn capi_drain(&mut self, scope: &Scope, node: &str) -> bool {
         let node_key = ObjKey::new("", "Node", "", node);
-        let Some(node_obj) = self.get(scope, &node_key).cloned() else {
+        let Some(node_obj) = self.api.get(scope, &node_key).cloned() else {
             return true;
         };
         if node_obj
             .pointer("/spec/unschedulable")
             .and_then(Value::as_bool)
             != Some(true)
-            && let Ok(w) = self.store_mut(scope).patch(
+            && let Ok(w) = self.api.store_mut(scope).patch(
                 &node_key,
                 &json!({"spec": {"unschedulable": true}}),
                 Part::Main,
@@ -360,6 +369,7 @@ impl Sim {
             self.changed(scope, w);
         }
         let pods: Vec<(ObjKey, bool)> = self
+            .api
             .store(scope)
             .map(|s| {
                 s.list("", "Pod")
@@ -373,8 +383,8 @@ impl Sim {
             if *deleting {
                 continue;
             }
-            let now = self.now;
-            match eviction::evict(self.store_mut(scope), pod, None, now) {
+            let now = self.clock.now;
+            match eviction::evict(self.api.store_mut(scope), pod, None, now) {
                 Ok(eviction::Evicted::Deleting(w)) => {
                     self.line(
                         ACTOR,
@@ -401,8 +411,8 @@ impl Sim {
 
     /// Deletes an object as CAPI's manager does (NotFound is fine).
     fn capi_delete(&mut self, scope: &Scope, key: &ObjKey, action: &str) {
-        let now = self.now;
-        if let Ok(w) = self.store_mut(scope).delete(key, now) {
+        let now = self.clock.now;
+        if let Ok(w) = self.api.store_mut(scope).delete(key, now) {
             self.line(ACTOR, action, Sim::describe(scope, key), String::new());
             self.changed(scope, w);
         }
@@ -410,8 +420,8 @@ impl Sim {
 
     /// Sets `status.deletion.<field>` once; returns its value (RFC 3339).
     fn capi_start_time(&mut self, key: &ObjKey, field: &str) -> String {
-        let now = self.now.to_rfc3339();
-        let Some(machine) = self.get(&Scope::Management, key) else {
+        let now = self.clock.now.to_rfc3339();
+        let Some(machine) = self.api.get(&Scope::Management, key) else {
             return now;
         };
         if let Some(set) = machine
@@ -420,7 +430,7 @@ impl Sim {
         {
             return set.to_string();
         }
-        if let Ok(w) = self.store_mut(&Scope::Management).patch(
+        if let Ok(w) = self.api.store_mut(&Scope::Management).patch(
             key,
             &json!({"status": {"deletion": {field: now}}}),
             Part::Status,
@@ -438,7 +448,7 @@ impl Sim {
         reason: &str,
         message: &str,
     ) {
-        let Some(current) = self.get(&Scope::Management, key).cloned() else {
+        let Some(current) = self.api.get(&Scope::Management, key).cloned() else {
             return;
         };
         let v1beta1 = json::api_version(machine).ends_with("v1beta1");
@@ -468,7 +478,7 @@ impl Sim {
             .map(|i| &conditions[i])
             .filter(|c| c.get("status").and_then(Value::as_str) == Some("True"))
             .and_then(|c| c.get("lastTransitionTime").cloned())
-            .unwrap_or_else(|| json!(self.now.to_rfc3339()));
+            .unwrap_or_else(|| json!(self.clock.now.to_rfc3339()));
         let condition = json!({"type": "Deleting", "status": "True", "reason": reason,
             "message": message, "lastTransitionTime": transition});
         match existing {
@@ -481,6 +491,7 @@ impl Sim {
             json!({"status": {"phase": "Deleting", "conditions": conditions}})
         };
         if let Ok(w) = self
+            .api
             .store_mut(&Scope::Management)
             .patch(key, &patch, Part::Status)
         {

@@ -31,7 +31,7 @@ impl Sim {
     /// The API changed: a check follows once the world has been quiet for [`QUIET_FOR`].
     pub(crate) fn note_api_change(&mut self) {
         let d = &mut self.invariants.differential;
-        d.last_change = Some(self.now);
+        d.last_change = Some(self.clock.now);
         d.checked = false;
     }
 
@@ -43,22 +43,22 @@ impl Sim {
         let Some(quiet_at) = d.last_change.map(|t| t + QUIET_FOR) else {
             return;
         };
-        if d.checked || quiet_at >= next || quiet_at < self.now {
+        if d.checked || quiet_at >= next || quiet_at < self.clock.now {
             return;
         }
         self.invariants.differential.checked = true;
-        self.now = quiet_at;
+        self.clock.now = quiet_at;
         self.check_mhc_differential(false);
     }
 
     /// Whether the controller has listed every cluster, no watch is blind and its writes get
     /// through: otherwise a stale status is expected, and fixed when the fault ends.
     fn controller_sees_everything(&self) -> bool {
-        let now = self.now;
+        let now = self.clock.now;
         let blind = [FaultKind::WatchGap, FaultKind::Partition]
             .iter()
             .any(|k| self.faults.any_active(now, *k));
-        let watching = self.invariants.synced.len() > self.workloads.len()
+        let watching = self.invariants.synced.len() > self.api.workloads.len()
             && self.faults.unsynced.is_empty()
             && !blind
             && !self.net_relisting_any();
@@ -74,7 +74,8 @@ impl Sim {
 
     /// Every object of `scope` the controllers read, as a list would return them.
     fn listed(&self, scope: &Scope) -> Vec<Object> {
-        self.store(scope)
+        self.api
+            .store(scope)
             .into_iter()
             .flat_map(|s| s.iter())
             .filter_map(|(_, v)| engine::convert::object_or_unreadable(scope, v))
@@ -84,10 +85,12 @@ impl Sim {
     /// Runs the check when the world has been quiet long enough (`at_end`: now, regardless).
     pub(crate) fn check_mhc_differential(&mut self, at_end: bool) {
         let d = &self.invariants.differential;
-        let quiet = d.last_change.is_none_or(|t| self.now.since(t) >= QUIET_FOR);
+        let quiet = d
+            .last_change
+            .is_none_or(|t| self.clock.now.since(t) >= QUIET_FOR);
         let due = d
             .last_check
-            .is_none_or(|t| self.now.since(t) >= CHECK_EVERY);
+            .is_none_or(|t| self.clock.now.since(t) >= CHECK_EVERY);
         let idle = self.engine().in_flight_len() == 0
             && self.lp.commands_in_flight() == 0
             && self.lp.commands_waiting() == 0
@@ -96,6 +99,7 @@ impl Sim {
             return;
         }
         let listed: Vec<(Scope, Vec<Object>)> = self
+            .api
             .scopes()
             .into_iter()
             .map(|scope| {
@@ -111,10 +115,10 @@ impl Sim {
         if unreadable {
             return;
         }
-        self.invariants.differential.last_check = Some(self.now);
+        self.invariants.differential.last_check = Some(self.clock.now);
         let mut fresh = Engine::new();
         for (scope, objects) in listed {
-            fresh.handle(self.now, Input::Relist { scope, objects });
+            fresh.handle(self.clock.now, Input::Relist { scope, objects });
         }
         let mut stale = Vec::new();
         while let Some(command) = fresh.poll_command() {

@@ -68,16 +68,17 @@ impl Sim {
         };
         let ns = json::namespace(machine);
         let cluster_deleting = self
+            .api
             .find(&Scope::Management, "Cluster", ns, cluster)
             .is_some_and(|(_, c)| json::is_deleting(c));
-        let scope = self.workload_scope(cluster);
-        let node_missing = self.find(&scope, "Node", "", node).is_none();
+        let scope = self.api.workload_scope(cluster);
+        let node_missing = self.api.find(&scope, "Node", "", node).is_none();
         cluster_deleting || node_missing
     }
 
     /// Whether a MachineDrainRule in the Machine's namespace may say `Skip` for `pod`.
     pub(crate) fn drain_rule_may_skip(&self, machine: &Value, pod: &Value) -> bool {
-        let Some(store) = self.store(&Scope::Management) else {
+        let Some(store) = self.api.store(&Scope::Management) else {
             return false;
         };
         let ns = json::namespace(machine);

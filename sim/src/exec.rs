@@ -80,7 +80,7 @@ impl Sim {
         let attempt = self.faults.attempt(&scope, &hit, delayed);
         let intercept = self
             .faults
-            .intercept(&scope, &hit, attempt, self.now, delayed);
+            .intercept(&scope, &hit, attempt, self.clock.now, delayed);
         let (outcome, wrote) = match intercept {
             Intercept::Pass => {
                 let outcome = self.apply_request(&scope, &command);
@@ -106,7 +106,8 @@ impl Sim {
             self.line("api", "Rejected", object, detail);
         }
         let timeout = if wrote {
-            self.faults.write_timeout(&scope, &hit, attempt, self.now)
+            self.faults
+                .write_timeout(&scope, &hit, attempt, self.clock.now)
         } else {
             None
         };
@@ -120,13 +121,13 @@ impl Sim {
 
     fn record(&mut self, command: &Command) {
         let cause = self.feeder.cause(command.cause).to_string();
-        self.record_command(command, self.now, &cause, None);
+        self.record_command(command, self.clock.now, &cause, None);
     }
 
     /// A command the loop did not send (shadow mode): a timeline line, not an action.
     pub(crate) fn record_withheld(&mut self, command: &Command, why: Withheld) {
         let cause = self.feeder.cause(command.cause).to_string();
-        self.record_command(command, self.now, &cause, Some(why));
+        self.record_command(command, self.clock.now, &cause, Some(why));
     }
 
     /// Adds a controller command to the timeline, as issued at `at` after the input described
@@ -177,7 +178,7 @@ impl Sim {
             }
         };
         self.timeline.push(Line {
-            at_ms: at.since(self.start).as_millis(),
+            at_ms: at.since(self.clock.start).as_millis(),
             actor: command.actor().to_string(),
             action: action.to_string(),
             object,
@@ -189,7 +190,7 @@ impl Sim {
 
     /// Executes the request; returns the outcome, queuing the watch events of what it wrote.
     fn apply_request(&mut self, scope: &Scope, command: &Command) -> ApiOutcome {
-        let now = self.now;
+        let now = self.clock.now;
         let request = request_for(command);
         let key = obj_key(request.target());
         let result: Result<Option<Written>, ApiError> = match &request {
@@ -200,7 +201,7 @@ impl Sim {
                     Some(Subresource::Status) => Part::Status,
                     _ => Part::Main,
                 };
-                self.store_mut(scope).patch(&key, patch, part).map(Some)
+                self.api.store_mut(scope).patch(&key, patch, part).map(Some)
             }
             ApiRequest::Create { body, .. } => {
                 let mut body = body.clone();
@@ -208,7 +209,7 @@ impl Sim {
                 if json::kind(&body) == "Event" {
                     Ok(None)
                 } else {
-                    self.store_mut(scope).create(body, now).map(Some)
+                    self.api.store_mut(scope).create(body, now).map(Some)
                 }
             }
             ApiRequest::Delete { .. } => {
@@ -217,18 +218,18 @@ impl Sim {
                         "the simulator refuses direct pod deletion".into(),
                     ))
                 } else {
-                    self.store_mut(scope).delete(&key, now).map(Some)
+                    self.api.store_mut(scope).delete(&key, now).map(Some)
                 }
             }
             ApiRequest::Evict {
                 grace_period_seconds,
                 ..
-            } => eviction::evict(self.store_mut(scope), &key, *grace_period_seconds, now)
+            } => eviction::evict(self.api.store_mut(scope), &key, *grace_period_seconds, now)
                 .map(|eviction::Evicted::Deleting(w)| Some(w)),
             ApiRequest::AddFinalizer { finalizer, .. }
             | ApiRequest::RemoveFinalizer { finalizer, .. } => {
                 let add = matches!(request, ApiRequest::AddFinalizer { .. });
-                match self.get(scope, &key) {
+                match self.api.get(scope, &key) {
                     None => Err(crate::api::store::not_found(&key)),
                     Some(obj) => {
                         let mut list = json::finalizers(obj);
@@ -241,7 +242,8 @@ impl Sim {
                             } else {
                                 list.retain(|f| f != finalizer);
                             }
-                            self.store_mut(scope)
+                            self.api
+                                .store_mut(scope)
                                 .patch(&key, &json!({"metadata": {"finalizers": list}}), Part::Main)
                                 .map(Some)
                         }

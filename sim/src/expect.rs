@@ -41,7 +41,7 @@ impl Tracker {
 
     /// Called after every applied change: `During` windows look at every state.
     pub fn observe(&mut self, sim: &Sim) {
-        let offset = sim.offset_of(sim.now);
+        let offset = sim.offset_of(sim.clock.now);
         if !self.tolerance.is_zero() {
             self.observe_late_points(sim, offset);
         }
@@ -89,7 +89,7 @@ impl Tracker {
     /// tolerance: those whose window `[T, T + tolerance]` closes now).
     pub fn checkpoint(&mut self, sim: &Sim) {
         self.observe(sim);
-        let offset = sim.offset_of(sim.now);
+        let offset = sim.offset_of(sim.clock.now);
         for (i, e) in sim.scenario.expect.iter().enumerate() {
             let Some(at) = point_of(&e.kind) else {
                 continue;
@@ -121,7 +121,7 @@ impl Tracker {
     }
 
     pub fn finish(&mut self, sim: &Sim) {
-        let end = sim.offset_of(sim.end);
+        let end = sim.offset_of(sim.clock.end);
         for (i, e) in sim.scenario.expect.iter().enumerate() {
             match &e.kind {
                 ExpectKind::At { at, .. }
@@ -405,12 +405,13 @@ impl Sim {
     fn ref_scope(&self, r: &ObjRef) -> Scope {
         r.cluster
             .as_deref()
-            .map_or(Scope::Management, |c| self.workload_scope(c))
+            .map_or(Scope::Management, |c| self.api.workload_scope(c))
     }
 
     pub(crate) fn lookup(&self, r: &ObjRef) -> Option<&Value> {
         let scope = self.ref_scope(r);
-        self.find(&scope, &r.kind, &r.namespace, &r.name)
+        self.api
+            .find(&scope, &r.kind, &r.namespace, &r.name)
             .map(|(_, v)| v)
     }
 
@@ -422,7 +423,8 @@ impl Sim {
             .map(json::group_of)
             .map(str::to_string)
             .or_else(|| {
-                self.find(&scope, &r.kind, &r.namespace, &r.name)
+                self.api
+                    .find(&scope, &r.kind, &r.namespace, &r.name)
                     .map(|(k, _)| k.group)
             })
             .unwrap_or_else(|| crate::api::default_group(&r.kind).to_string());

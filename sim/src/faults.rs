@@ -240,8 +240,8 @@ impl Sim {
             );
             return;
         }
-        let scope = cluster.map(|c| self.workload_scope(c));
-        let until = self.now + spec.for_.unwrap_or(crate::wire::FAULT_FOR_DEFAULT);
+        let scope = cluster.map(|c| self.api.workload_scope(c));
+        let until = self.clock.now + spec.for_.unwrap_or(crate::wire::FAULT_FOR_DEFAULT);
         match spec.kind {
             FaultKind::ControllerRestart => self.restart_controller(false),
             FaultKind::TornJournal => self.restart_controller(true),
@@ -285,7 +285,7 @@ impl Sim {
                 if let Some(node) = self.fault_node(spec, &scope) {
                     let period = extra_duration(spec, "period").unwrap_or(NODE_FLAP_PERIOD_DEFAULT);
                     self.schedule(
-                        self.now,
+                        self.clock.now,
                         Event::NodeFlap {
                             scope,
                             node,
@@ -311,7 +311,7 @@ impl Sim {
             | FaultKind::WriteTimeout
             | FaultKind::BacklogBatches => {
                 let scope = crate::wire::fault_scope(spec.kind, scope);
-                let window = crate::wire::Window::of(spec, scope.clone(), self.now);
+                let window = crate::wire::Window::of(spec, scope.clone(), self.clock.now);
                 let id = self.faults.next_id;
                 self.faults.next_id += 1;
                 self.faults.active.insert(
@@ -345,7 +345,7 @@ impl Sim {
                         format!(
                             "{} played by {which}{rate} until {}",
                             spec.kind.as_str(),
-                            crate::timeline::clock(until.since(self.start))
+                            crate::timeline::clock(until.since(self.clock.start))
                         ),
                     );
                     return;
@@ -355,7 +355,7 @@ impl Sim {
                     FaultKind::RelistDuplicates | FaultKind::WatchExpired
                 ) {
                     let scopes = match &scope {
-                        None => self.scopes(),
+                        None => self.api.scopes(),
                         Some(s) => vec![s.clone()],
                     };
                     for s in scopes {
@@ -371,7 +371,8 @@ impl Sim {
     }
 
     fn first_workload(&self) -> Scope {
-        self.workloads
+        self.api
+            .workloads
             .values()
             .next()
             .cloned()
@@ -384,6 +385,7 @@ impl Sim {
             return Some(n.to_string());
         }
         let nodes: Vec<String> = self
+            .api
             .store(scope)?
             .list("", "Node")
             .map(|(k, _)| k.name.clone())
@@ -411,6 +413,7 @@ impl Sim {
         .into_iter()
         .find_map(|(key, kind)| extra_str(spec, key).map(|name| (kind, name)));
         let management: Vec<ObjKey> = self
+            .api
             .store(&Scope::Management)
             .map(|s| {
                 s.iter()
@@ -429,6 +432,7 @@ impl Sim {
         let rng = &mut self.corrupt_rng;
         if management.is_empty() || rng.random_bool(0.5) {
             let nodes: Vec<ObjKey> = self
+                .api
                 .store(&workload)?
                 .list("", "Node")
                 .map(|(k, _)| k.clone())
@@ -445,7 +449,7 @@ impl Sim {
     /// timeout (`form:` picks one, else drawn among those that apply to the kind). Returns the
     /// merge patch that undoes it.
     fn corrupt(&mut self, scope: &Scope, key: &ObjKey, spec: &FaultSpec) -> Option<Value> {
-        let original = self.get(scope, key)?.clone();
+        let original = self.api.get(scope, key)?.clone();
         let forms = Corruption::applicable(key);
         let form = match extra_str(spec, "form").and_then(Corruption::named) {
             Some(form) if forms.contains(&form) => form,
@@ -470,6 +474,7 @@ impl Sim {
             form.what()
         );
         let w = self
+            .api
             .store_mut(scope)
             .patch(key, &at(bad), Part::Whole)
             .ok()?;
@@ -481,10 +486,10 @@ impl Sim {
 
     /// Undoes a corruption: the object reads again.
     pub(crate) fn uncorrupt(&mut self, scope: &Scope, key: &ObjKey, restore: &Value) {
-        if self.get(scope, key).is_none() {
+        if self.api.get(scope, key).is_none() {
             return;
         }
-        if let Ok(w) = self.store_mut(scope).patch(key, restore, Part::Whole) {
+        if let Ok(w) = self.api.store_mut(scope).patch(key, restore, Part::Whole) {
             let detail = "readable again".to_string();
             self.line("world", "Corrupt", Sim::describe(scope, key), detail);
             self.changed(scope, w);
@@ -503,10 +508,10 @@ impl Sim {
         let problem = extra_str(spec, "problem").unwrap_or("missing");
         let name = format!("{}-kubeconfig", cluster.name);
         let key = ObjKey::new("", "Secret", &cluster.namespace, &name);
-        let original = self.get(&Scope::Management, &key).cloned();
+        let original = self.api.get(&Scope::Management, &key).cloned();
         if original.is_some() {
-            let now = self.now;
-            let store = self.store_mut(&Scope::Management);
+            let now = self.clock.now;
+            let store = self.api.store_mut(&Scope::Management);
             let written = match problem {
                 "no-value" => store.patch(&key, &json!({"data": {"value": null}}), Part::Whole),
                 "unparsable" => store.patch(
@@ -541,8 +546,8 @@ impl Sim {
         };
         self.faults.kubeconfig.remove(scope);
         if let Some(original) = original {
-            let now = self.now;
-            if let Ok(w) = self.store_mut(&Scope::Management).apply(original, now) {
+            let now = self.clock.now;
+            if let Ok(w) = self.api.store_mut(&Scope::Management).apply(original, now) {
                 self.changed(&Scope::Management, w);
             }
         }
@@ -565,6 +570,7 @@ impl Sim {
     /// the seed's stream.
     fn stick_hook(&mut self, spec: &FaultSpec) {
         let machines: Vec<ObjKey> = self
+            .api
             .store(&Scope::Management)
             .map(|s| {
                 s.list("cluster.x-k8s.io", "Machine")
@@ -584,6 +590,7 @@ impl Sim {
         let annotation = format!("{prefix}/stuck");
         let patch = json!({"metadata": {"annotations": {annotation.clone(): "nobody"}}});
         if let Ok(w) = self
+            .api
             .store_mut(&Scope::Management)
             .patch(&key, &patch, Part::Whole)
         {
@@ -606,7 +613,7 @@ impl Sim {
         until: Timestamp,
         ready: bool,
     ) {
-        let last = self.now + period >= until;
+        let last = self.clock.now + period >= until;
         let status = if ready || last { "True" } else { "False" };
         self.faults.fire(FaultKind::NodeFlap);
         self.set_node_condition(
@@ -682,7 +689,7 @@ impl Sim {
     pub(crate) fn damage_journal_and_restart(&mut self, spec: &FaultSpec) {
         use crate::journal_damage::{DAMAGE_KINDS, RECOVERED, REFUSED};
         self.faults.fire(FaultKind::JournalDamage);
-        let roll = damage_roll(self.faults.seed, self.now);
+        let roll = damage_roll(self.faults.seed, self.clock.now);
         let kind = match extra_str(spec, "damage") {
             Some(k) if DAMAGE_KINDS.contains(&k) => k,
             Some(k) => {
@@ -805,7 +812,8 @@ impl Sim {
             detail,
         );
         // Commands still queued died with the process, and its caches with it.
-        self.work
+        self.clock
+            .work
             .retain(|w| !matches!(w, crate::sim::Work::Command(_)));
         self.net.reset();
         self.invariants.synced.clear();

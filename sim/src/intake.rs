@@ -52,10 +52,13 @@ impl Sim {
         }
         loop {
             self.report_unreadable();
-            match self.lp.poll_output(self.now) {
+            match self.lp.poll_output(self.clock.now) {
                 Output::Wait(_) => break,
                 Output::Append { at, input } => self.append(at, input),
-                Output::Send(command) => self.work.push_back(crate::sim::Work::Command(command)),
+                Output::Send(command) => self
+                    .clock
+                    .work
+                    .push_back(crate::sim::Work::Command(command)),
                 Output::Withheld(command) => {
                     if let Some(why) = self.lp.options().mode.withholds() {
                         self.record_withheld(&command, why);
@@ -63,7 +66,7 @@ impl Sim {
                 }
                 // The simulated journal's appends do not fail.
                 Output::Reopen => {
-                    let _ = self.lp.reopened(self.now, Ok(Vec::new()));
+                    let _ = self.lp.reopened(self.clock.now, Ok(Vec::new()));
                 }
                 Output::Watch(key) => self.start_watch(&key.scope, key.id()),
                 Output::Unwatch(key) => {
@@ -135,6 +138,7 @@ impl Sim {
     pub(crate) fn list_stream(&mut self, scope: &Scope, stream: &str) {
         let (group, kind) = stream.split_once('/').unwrap_or(("", stream));
         let objects: Vec<Value> = self
+            .api
             .store(scope)
             .map(|s| s.list(group, kind).map(|(_, v)| v.clone()).collect())
             .unwrap_or_default();

@@ -93,7 +93,7 @@ impl Sim {
             &t.key.namespace,
             &t.key.name,
         );
-        let obj = self.get(&t.key.scope, &key);
+        let obj = self.api.get(&t.key.scope, &key);
         (key, obj)
     }
 
@@ -170,13 +170,13 @@ impl Sim {
                 &machine.namespace,
                 &machine.name,
             );
-            if let Some(m) = self.get(&Scope::Management, &key)
+            if let Some(m) = self.api.get(&Scope::Management, &key)
                 && let (Some(cluster), Some(node)) = (
                     json::str_at(m, "spec.clusterName"),
                     json::str_at(m, "status.nodeRef.name"),
                 )
             {
-                depends.push(node_of(&self.workload_scope(cluster), node));
+                depends.push(node_of(&self.api.workload_scope(cluster), node));
             }
         }
         depends.sort();
@@ -208,7 +208,9 @@ impl Sim {
                 target.key.name.to_string(),
             );
             if self.invariants.mhc_allowed.get(&key).map(|(a, _)| *a) != Some(allowed) {
-                self.invariants.mhc_allowed.insert(key, (allowed, self.now));
+                self.invariants
+                    .mhc_allowed
+                    .insert(key, (allowed, self.clock.now));
             }
         }
     }
@@ -227,7 +229,7 @@ impl Sim {
             return Vec::new();
         }
         let key = ObjKey::new("cluster.x-k8s.io", "Machine", &owner.namespace, &owner.name);
-        let Some(machine) = self.get(&Scope::Management, &key) else {
+        let Some(machine) = self.api.get(&Scope::Management, &key) else {
             return Vec::new();
         };
         let mut broken = Vec::new();
@@ -275,7 +277,7 @@ impl Sim {
         };
         let ns = &command.action.target().key.namespace;
         let key = ObjKey::new("cluster.x-k8s.io", "Machine", ns, &machine_name);
-        let Some(machine) = self.get(&Scope::Management, &key) else {
+        let Some(machine) = self.api.get(&Scope::Management, &key) else {
             return Vec::new();
         };
         let mut broken = Vec::new();
@@ -288,6 +290,7 @@ impl Sim {
         let cluster = json::str_at(machine, "spec.clusterName").unwrap_or_default();
         let cluster_key = ObjKey::new("cluster.x-k8s.io", "Cluster", ns, cluster);
         if self
+            .api
             .get(&Scope::Management, &cluster_key)
             .and_then(|c| c.pointer("/spec/paused"))
             .and_then(Value::as_bool)
@@ -296,7 +299,7 @@ impl Sim {
             broken.push(format!("remediated {key} while its Cluster is paused"));
         }
         let labels = json::labels(machine);
-        for mhc in self.mhcs_of(ns, cluster) {
+        for mhc in self.api.mhcs_of(ns, cluster) {
             let selects = json::namespace(mhc) == ns
                 && mhc
                     .pointer("/spec/selector/matchLabels")
@@ -325,7 +328,8 @@ impl Sim {
                 matches!(command.action, Action::DeleteMachine { .. })
                     && marked_since.is_some_and(|m| m <= *at)
             };
-            if decided.is_some_and(|(allowed, at)| !allowed && *at < self.now && !marked_before(at))
+            if decided
+                .is_some_and(|(allowed, at)| !allowed && *at < self.clock.now && !marked_before(at))
             {
                 broken.push(format!(
                     "remediated {key} while MachineHealthCheck {} is short-circuited",
@@ -356,12 +360,12 @@ impl Sim {
         };
         let ns = json::namespace(machine);
         let ms = owner(machine, "MachineSet")?;
-        let ms = self.get(
+        let ms = self.api.get(
             &Scope::Management,
             &ObjKey::new("cluster.x-k8s.io", "MachineSet", ns, &ms),
         )?;
         let md = owner(ms, "MachineDeployment")?;
-        let md = self.get(
+        let md = self.api.get(
             &Scope::Management,
             &ObjKey::new("cluster.x-k8s.io", "MachineDeployment", ns, &md),
         )?;
@@ -383,7 +387,8 @@ impl Sim {
     }
 
     fn remediations_in_flight(&self, ns: &str, cluster: &str) -> usize {
-        self.machines_of(ns, cluster)
+        self.api
+            .machines_of(ns, cluster)
             .into_iter()
             .filter(|m| {
                 json::is_deleting(m)
@@ -409,7 +414,7 @@ impl Sim {
         }
         let cluster = json::str_at(machine, "spec.clusterName")?;
         let ns = json::namespace(machine);
-        let active_cp = self.machines_of(ns, cluster).into_iter().any(|m| {
+        let active_cp = self.api.machines_of(ns, cluster).into_iter().any(|m| {
             !json::is_deleting(m)
                 && m.pointer("/metadata/labels")
                     .and_then(Value::as_object)
@@ -422,10 +427,11 @@ impl Sim {
         if self.drain_skipped(machine, node) {
             return None;
         }
-        let scope = self.workload_scope(cluster);
+        let scope = self.api.workload_scope(cluster);
         let node_key = ObjKey::new("", "Node", "", node);
         // An unreachable Node's pods never finish terminating; the drain skips them.
         if self
+            .api
             .get(&scope, &node_key)
             .and_then(|n| condition(n, "Ready"))
             .and_then(|c| c.get("status"))
@@ -435,6 +441,7 @@ impl Sim {
             return None;
         }
         let pods: Vec<String> = self
+            .api
             .store(&scope)?
             .list("", "Pod")
             .filter(|(_, p)| json::str_at(p, "spec.nodeName") == Some(node))
@@ -474,6 +481,7 @@ impl Sim {
         }
         let mut found = Vec::new();
         for (key, m) in self
+            .api
             .store(&Scope::Management)
             .into_iter()
             .flat_map(|s| s.list("cluster.x-k8s.io", "Machine"))
@@ -485,7 +493,7 @@ impl Sim {
             else {
                 continue;
             };
-            if self.now.since(since) < DELETION_EXPLAINED_AFTER {
+            if self.clock.now.since(since) < DELETION_EXPLAINED_AFTER {
                 continue;
             }
             let deleting = ["/status/conditions", "/status/v1beta2/conditions"]
@@ -512,7 +520,7 @@ impl Sim {
             ));
         }
         for (key, since, reason, message, explained) in found {
-            let age = self.now.since(since);
+            let age = self.clock.now.since(since);
             if explained || self.cluster_paused_for(&key) {
                 let line = format!(
                     "{key} deleting for {age}: {reason}: {}",
@@ -536,7 +544,7 @@ impl Sim {
     }
 
     fn cluster_paused_for(&self, machine: &ObjKey) -> bool {
-        let Some(m) = self.get(&Scope::Management, machine) else {
+        let Some(m) = self.api.get(&Scope::Management, machine) else {
             return false;
         };
         let cluster = json::labels(m)
@@ -544,12 +552,13 @@ impl Sim {
             .cloned()
             .or_else(|| json::str_at(m, "spec.clusterName").map(str::to_string))
             .unwrap_or_default();
-        self.get(
-            &Scope::Management,
-            &ObjKey::new("cluster.x-k8s.io", "Cluster", &machine.namespace, &cluster),
-        )
-        .and_then(|c| c.pointer("/spec/paused"))
-        .and_then(Value::as_bool)
+        self.api
+            .get(
+                &Scope::Management,
+                &ObjKey::new("cluster.x-k8s.io", "Cluster", &machine.namespace, &cluster),
+            )
+            .and_then(|c| c.pointer("/spec/paused"))
+            .and_then(Value::as_bool)
             == Some(true)
     }
 }
@@ -589,7 +598,7 @@ mod tests {
     #[test]
     fn a_destructive_command_that_depends_on_an_unreadable_object_is_a_guess() {
         let sim = sim_at_27m();
-        let c1 = sim.workload_scope("c1");
+        let c1 = sim.api.workload_scope("c1");
         let node = |name: &str| engine::Target {
             key: ObjectKey::new(c1.clone(), Kind::Node, "", name),
             api_version: "v1".into(),

@@ -8,6 +8,7 @@
 
 pub mod api;
 mod capi;
+mod clock;
 pub mod defaults;
 mod differential;
 mod drain_skips;

@@ -74,7 +74,7 @@ impl Live {
         sim.expect.tolerance = tolerance;
         sim.setup();
         // Every cluster is served from the start: the release rule's clock runs from there.
-        sim.invariants.synced = sim.scopes().into_iter().collect();
+        sim.invariants.synced = sim.api.scopes().into_iter().collect();
         for at in crate::expect::checkpoints(&sim.scenario) {
             sim.schedule(start + at + tolerance, Event::Checkpoint);
         }
@@ -87,11 +87,11 @@ impl Live {
     }
 
     pub fn start(&self) -> Timestamp {
-        self.sim.start
+        self.sim.clock.start
     }
 
     pub fn end(&self) -> Timestamp {
-        self.sim.end
+        self.sim.clock.end
     }
 
     /// What the world and the scenario did so far.
@@ -106,20 +106,24 @@ impl Live {
     /// The faults of API calls and deliveries the scenario's timeline opens, for the fake API
     /// servers to play on the world's clock with the run's seed (see [`crate::wire`]).
     pub fn wire(&self) -> crate::wire::Wire {
-        let windows = crate::wire::windows(&self.sim.scenario, self.sim.start, &self.sim.workloads);
+        let windows = crate::wire::windows(
+            &self.sim.scenario,
+            self.sim.clock.start,
+            &self.sim.api.workloads,
+        );
         crate::wire::Wire::new(self.sim.seed, windows)
     }
 
     /// Workload clusters by the name the scenario gives them.
     pub fn workloads(&self) -> &BTreeMap<String, Scope> {
-        &self.sim.workloads
+        &self.sim.api.workloads
     }
 
     /// Takes the starting stores out, to be served; [`Live::step`] gets them back each time.
     /// What is in a store when the world first steps on it (the starting objects and what the
     /// server added, such as kubeconfig Secrets) is the starting state, not a write to react to.
     pub fn take_stores(&mut self) -> BTreeMap<Scope, ClusterStore> {
-        std::mem::take(&mut self.sim.clusters)
+        std::mem::take(&mut self.sim.api.clusters)
     }
 
     /// When the world next has something to do on its own.
@@ -143,18 +147,18 @@ impl Live {
                 .entry(scope.clone())
                 .or_insert_with(|| store.resource_version());
             external.insert(scope.clone(), store.resource_version());
-            let slot = self.sim.clusters.entry(scope.clone()).or_default();
+            let slot = self.sim.api.clusters.entry(scope.clone()).or_default();
             std::mem::swap(slot, &mut **store);
         }
-        let now = now.min(self.sim.end);
+        let now = now.min(self.sim.clock.end);
         self.sim.run_until(now);
-        if now > self.sim.now {
-            self.sim.now = now;
+        if now > self.sim.clock.now {
+            self.sim.clock.now = now;
         }
         self.ingest_external_writes(&external);
         self.sim.check_release();
         for (scope, store) in stores.iter_mut() {
-            if let Some(slot) = self.sim.clusters.get_mut(scope) {
+            if let Some(slot) = self.sim.api.clusters.get_mut(scope) {
                 self.seen.insert(scope.clone(), slot.resource_version());
                 std::mem::swap(slot, &mut **store);
             }
@@ -169,11 +173,11 @@ impl Live {
     /// each cluster: later ones are the world's own, already reacted to), as watch events the
     /// world reacts to.
     fn ingest_external_writes(&mut self, until: &BTreeMap<Scope, u64>) {
-        let scopes: Vec<Scope> = self.sim.clusters.keys().cloned().collect();
+        let scopes: Vec<Scope> = self.sim.api.clusters.keys().cloned().collect();
         for scope in scopes {
             let since = self.seen.get(&scope).copied().unwrap_or(0);
             let until = until.get(&scope).copied().unwrap_or(u64::MAX);
-            let Some(store) = self.sim.clusters.get(&scope) else {
+            let Some(store) = self.sim.api.clusters.get(&scope) else {
                 continue;
             };
             let changes: Vec<Written> = match store.changes_since(since) {
@@ -198,7 +202,7 @@ impl Live {
                 self.sim.changed(&scope, written);
             }
             self.sim.settle();
-            if let Some(store) = self.sim.clusters.get(&scope) {
+            if let Some(store) = self.sim.api.clusters.get(&scope) {
                 self.seen.insert(scope.clone(), store.resource_version());
             }
         }
@@ -213,12 +217,12 @@ impl Live {
         records: &[ControllerRecord],
         stores: BTreeMap<Scope, ClusterStore>,
     ) -> Report {
-        self.sim.clusters = stores;
+        self.sim.api.clusters = stores;
         let causes: BTreeMap<u64, String> = records.iter().map(|r| (r.seq, r.describe())).collect();
         for record in records {
             // The world is served a moment before its start: what the controller did then, it
             // did to the starting state, at the start.
-            let at = record.at.max(self.sim.start);
+            let at = record.at.max(self.sim.clock.start);
             for command in &record.commands {
                 let cause = causes.get(&command.cause).map_or("", String::as_str);
                 let why = record.withheld.get(&command.id).copied();
@@ -251,11 +255,19 @@ impl Live {
             }
             found.extend(comparator.take().into_iter().map(|d| (r.at, d)));
         }
-        comparator.finish(self.sim.end);
-        found.extend(comparator.take().into_iter().map(|d| (self.sim.end, d)));
+        comparator.finish(self.sim.clock.end);
+        found.extend(
+            comparator
+                .take()
+                .into_iter()
+                .map(|d| (self.sim.clock.end, d)),
+        );
         for (at, d) in found {
             self.sim.timeline.push(crate::timeline::Line {
-                at_ms: at.max(self.sim.start).since(self.sim.start).as_millis(),
+                at_ms: at
+                    .max(self.sim.clock.start)
+                    .since(self.sim.clock.start)
+                    .as_millis(),
                 actor: "shadow".into(),
                 action: "Disagreement".into(),
                 object: d.machine.to_string(),
@@ -332,6 +344,7 @@ impl Live {
         node: &str,
     ) -> Option<ObjectKey> {
         self.sim
+            .api
             .machines_of(&cluster.namespace, &cluster.name)
             .into_iter()
             .find(|m| json::str_at(m, "status.nodeRef.name") == Some(node))
@@ -345,7 +358,7 @@ impl Live {
         kind: &str,
         name: &str,
     ) -> Option<ObjectKey> {
-        let store = self.sim.store(&Scope::Management)?;
+        let store = self.sim.api.store(&Scope::Management)?;
         store
             .list("cluster.x-k8s.io", "Machine")
             .find(|(k, m)| {
@@ -378,8 +391,8 @@ impl Live {
                 };
                 let at_ms = record
                     .at
-                    .max(self.sim.start)
-                    .since(self.sim.start)
+                    .max(self.sim.clock.start)
+                    .since(self.sim.clock.start)
                     .as_millis();
                 self.sim.timeline.push(crate::timeline::Line {
                     at_ms,
@@ -420,7 +433,7 @@ impl Live {
                 let uid = uids.get(target).map_or("", String::as_str);
                 if let Some(message) = repeats.issued(command, uid) {
                     self.sim.invariants.checks += 1;
-                    let at_ms = record.at.since(self.sim.start).as_millis();
+                    let at_ms = record.at.since(self.sim.clock.start).as_millis();
                     self.sim.timeline.push(crate::timeline::Line {
                         at_ms,
                         actor: "invariant".into(),

@@ -153,7 +153,7 @@ impl Network {
 
 impl Sim {
     fn delivery_active(&self, scope: &Scope, kind: FaultKind) -> bool {
-        self.faults.is_active(scope, self.now, kind)
+        self.faults.is_active(scope, self.clock.now, kind)
     }
 
     /// Whether arrivals for `scope` travel through the network (some delivery fault is on).
@@ -194,7 +194,7 @@ impl Sim {
             .net
             .relisting
             .get(&key)
-            .is_some_and(|until| self.now < *until)
+            .is_some_and(|until| self.clock.now < *until)
         {
             // The list in progress carries this change.
             return true;
@@ -219,7 +219,7 @@ impl Sim {
                 None => held.push(written.clone()),
             }
             // Later events of this stream must not overtake the held ones.
-            let latest_flush = self.now + Duration(COALESCE_HOLD_MAX_MS);
+            let latest_flush = self.clock.now + Duration(COALESCE_HOLD_MAX_MS);
             let tail = self.net.stream_tail.entry(key).or_insert(latest_flush);
             *tail = (*tail).max(latest_flush);
             if first {
@@ -229,7 +229,7 @@ impl Sim {
             }
             return true;
         }
-        let mut at = self.now + self.net.latency(40);
+        let mut at = self.clock.now + self.net.latency(40);
         let tail = self.net.stream_tail.entry(key).or_insert(at);
         at = at.max(*tail);
         *tail = at;
@@ -237,7 +237,7 @@ impl Sim {
             scope: scope.clone(),
             written: Box::new(written.clone()),
         };
-        self.send(at.since(self.now), arrival);
+        self.send(at.since(self.clock.now), arrival);
         true
     }
 
@@ -250,7 +250,7 @@ impl Sim {
         let took = Duration(self.net.rng.random_range(50..=800));
         self.net
             .relisting
-            .insert((scope.clone(), stream.clone()), self.now + took);
+            .insert((scope.clone(), stream.clone()), self.clock.now + took);
         self.line(
             "world",
             "WatchExpired",
@@ -338,7 +338,9 @@ impl Sim {
     /// Hands the backlog to the intake as `lifecycle run` reads its channel: what has arrived
     /// (or batches of random size under `backlog-batches`), reconciling after each.
     pub(crate) fn drain_backlog(&mut self) {
-        let busy = self.faults.any_active(self.now, FaultKind::BacklogBatches);
+        let busy = self
+            .faults
+            .any_active(self.clock.now, FaultKind::BacklogBatches);
         if busy && self.net.has_backlog() && !std::mem::take(&mut self.net.awake) {
             if !self.net.wake_scheduled {
                 self.net.wake_scheduled = true;
@@ -434,7 +436,7 @@ impl Sim {
             .map(|r| r.iter().cloned().collect())
             .unwrap_or_default();
         for key in keys {
-            let Some(value) = self.get(scope, &key).cloned() else {
+            let Some(value) = self.api.get(scope, &key).cloned() else {
                 continue;
             };
             self.faults.fire(FaultKind::RelistDuplicates);

@@ -26,6 +26,7 @@ impl Sim {
             .and_then(Value::as_i64)
             .unwrap_or(1);
         let have = self
+            .api
             .get(&Scope::Management, &infra)
             .and_then(|i| i.pointer("/status/replicas"))
             .and_then(Value::as_i64);
@@ -46,7 +47,7 @@ impl Sim {
         let Some(want) = self.world.pool_targets.remove(pool_key) else {
             return;
         };
-        let Some(pool) = self.get(&Scope::Management, pool_key).cloned() else {
+        let Some(pool) = self.api.get(&Scope::Management, pool_key).cloned() else {
             return;
         };
         let Some(infra) = self.managed_infra_of(&pool) else {
@@ -60,6 +61,7 @@ impl Sim {
             return;
         };
         let have = self
+            .api
             .get(&Scope::Management, &infra)
             .and_then(|i| i.pointer("/status/replicas"))
             .and_then(Value::as_i64)
@@ -67,7 +69,7 @@ impl Sim {
         let ids: Vec<String> = (0..want)
             .map(|i| format!("sim://{cluster}/{}-{i}", pool_key.name))
             .collect();
-        if let Ok(w) = self.store_mut(&Scope::Management).patch(
+        if let Ok(w) = self.api.store_mut(&Scope::Management).patch(
             &infra,
             &json!({"spec": {"providerIDList": ids},
                     "status": {"replicas": want, "ready": true, "initialization": {"provisioned": true}}}),
@@ -88,13 +90,14 @@ impl Sim {
     }
 
     pub(crate) fn pool_node_join(&mut self, pool_key: &ObjKey, index: u32) {
-        let Some(pool) = self.get(&Scope::Management, pool_key).cloned() else {
+        let Some(pool) = self.api.get(&Scope::Management, pool_key).cloned() else {
             return;
         };
         let Some(infra) = self.managed_infra_of(&pool) else {
             return;
         };
         let replicas = self
+            .api
             .get(&Scope::Management, &infra)
             .and_then(|i| i.pointer("/status/replicas"))
             .and_then(Value::as_i64)
@@ -109,10 +112,10 @@ impl Sim {
         let Some(cluster) = self.cluster_or_retry(&pool, step) else {
             return;
         };
-        let scope = self.workload_scope(&cluster);
+        let scope = self.api.workload_scope(&cluster);
         let name = format!("{}-{index}", pool_key.name);
         let mut node =
-            crate::world::ready_node(&name, &format!("sim://{cluster}/{name}"), self.now);
+            crate::world::ready_node(&name, &format!("sim://{cluster}/{name}"), self.clock.now);
         node["spec"]["taints"] =
             json!([{"key": engine::model::UNINITIALIZED_TAINT, "effect": "NoSchedule"}]);
         node["status"]["nodeInfo"] = json!({"kubeletVersion": "v1.31.0"});

@@ -81,13 +81,14 @@ impl Sim {
             return;
         }
         // A controller that has not listed every cluster yet waits for it, by design.
-        let unsynced = self.invariants.synced.len() <= self.workloads.len()
+        let unsynced = self.invariants.synced.len() <= self.api.workloads.len()
             || !self.faults.unsynced.is_empty();
         let faulted = unsynced
-            || API_FAULTS
-                .iter()
-                .any(|k| self.faults.is_active(&Scope::Management, self.now, *k));
-        for (key, waited) in self.invariants.release.overdue(self.now, faulted) {
+            || API_FAULTS.iter().any(|k| {
+                self.faults
+                    .is_active(&Scope::Management, self.clock.now, *k)
+            });
+        for (key, waited) in self.invariants.release.overdue(self.clock.now, faulted) {
             let message = format!(
                 "finalizer held: Machine {key} says DeletionCompleted but still has finalizer {MACHINE_FINALIZER} after {waited}"
             );

@@ -136,7 +136,7 @@ impl Sim {
             stuck: self.invariants.stuck.clone(),
             inputs,
             engine_state_hash,
-            simulated_ms: self.end.since(self.start).as_millis(),
+            simulated_ms: self.clock.end.since(self.clock.start).as_millis(),
             faults_fired: self.faults.fired.clone(),
             invariant_checks: self.invariants.checks,
             final_world: final_world(self),
@@ -153,7 +153,7 @@ impl Sim {
 /// FNV-1a over the sorted object keys of every cluster, each marked when it is deleting.
 fn final_world(sim: &Sim) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for (scope, store) in &sim.clusters {
+    for (scope, store) in &sim.api.clusters {
         for (key, obj) in store.iter() {
             let line = format!(
                 "{}|{key}|{}\n",

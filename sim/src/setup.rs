@@ -21,25 +21,26 @@ impl Sim {
                 .and_then(|m| m.namespace())
                 .unwrap_or("default")
                 .to_string();
-            self.workloads.insert(
+            self.api.workloads.insert(
                 name.clone(),
                 Scope::Workload(ClusterName::new(namespace, name)),
             );
         }
-        self.store_mut(&Scope::Management);
+        self.api.store_mut(&Scope::Management);
         for manifest in management {
             self.create_initial(&Scope::Management, manifest.value);
         }
         self.capi_start();
         for (cluster, manifests) in workload {
-            let scope = self.workload_scope(&cluster);
-            self.store_mut(&scope);
+            let scope = self.api.workload_scope(&cluster);
+            self.api.store_mut(&scope);
             for manifest in manifests {
                 self.create_initial(&scope, manifest.value);
             }
             self.implied_namespaces(&scope);
         }
         let machines: Vec<Value> = self
+            .api
             .store(&Scope::Management)
             .map(|s| {
                 s.list("cluster.x-k8s.io", "Machine")
@@ -51,6 +52,7 @@ impl Sim {
             self.ensure_provider_objects(&machine, true);
         }
         let pools: Vec<(ObjKey, Value)> = self
+            .api
             .store(&Scope::Management)
             .map(|s| {
                 s.list("cluster.x-k8s.io", "MachinePool")
@@ -63,6 +65,7 @@ impl Sim {
             self.follow_pool(&key, pool);
         }
         let machines: Vec<(ObjKey, Value)> = self
+            .api
             .store(&Scope::Management)
             .map(|s| {
                 s.list("cluster.x-k8s.io", "Machine")
@@ -72,20 +75,20 @@ impl Sim {
             })
             .unwrap_or_default();
         for (key, object) in machines {
-            self.index_machine(&crate::api::Written {
+            self.index(&crate::api::Written {
                 key,
                 object: Some(object),
                 removed: None,
             });
         }
         // The setup writes are the initial state, not watch events: the relists carry them.
-        self.work.clear();
+        self.clock.work.clear();
         let steps: Vec<Duration> = self.scenario.timeline.iter().map(|s| s.at).collect();
         for (i, at) in steps.into_iter().enumerate() {
-            self.schedule(self.start + at, Event::Step(i));
+            self.schedule(self.clock.start + at, Event::Step(i));
         }
         for at in crate::expect::checkpoints(&self.scenario) {
-            self.schedule(self.start + at, Event::Checkpoint);
+            self.schedule(self.clock.start + at, Event::Checkpoint);
         }
         if self.external.is_none() {
             self.pump();
@@ -97,8 +100,8 @@ impl Sim {
             String::new(),
             format!(
                 "{} objects in {} clusters; {}",
-                self.clusters.values().map(|c| c.len()).sum::<usize>(),
-                self.clusters.len(),
+                self.api.clusters.values().map(|c| c.len()).sum::<usize>(),
+                self.api.clusters.len(),
                 if self.external.is_none() {
                     "engine synced"
                 } else {
@@ -127,9 +130,9 @@ impl Sim {
                 list.push(json!(PROVIDER_FINALIZER));
             }
         }
-        let now = self.now;
+        let now = self.clock.now;
         let key = ObjKey::of(&obj);
-        if let Err(e) = self.store_mut(scope).apply(obj, now) {
+        if let Err(e) = self.api.store_mut(scope).apply(obj, now) {
             let object = Sim::describe(scope, &key);
             self.line("world", "Setup", object, format!("refused: {e:?}"));
         }
@@ -137,6 +140,7 @@ impl Sim {
 
     fn implied_namespaces(&mut self, scope: &Scope) {
         let namespaces: std::collections::BTreeSet<String> = self
+            .api
             .store(scope)
             .map(|s| {
                 s.list("", "Pod")
@@ -146,11 +150,11 @@ impl Sim {
             .unwrap_or_default();
         for ns in namespaces {
             let key = ObjKey::new("", "Namespace", "", &ns);
-            if self.get(scope, &key).is_none() {
+            if self.api.get(scope, &key).is_none() {
                 let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns},
                                  "status": {"phase": "Active"}});
-                let now = self.now;
-                let _ = self.store_mut(scope).create(obj, now);
+                let now = self.clock.now;
+                let _ = self.api.store_mut(scope).create(obj, now);
             }
         }
     }
@@ -172,7 +176,7 @@ impl Sim {
             let Some((key, api_version)) = json::ref_target(r, &ns) else {
                 continue;
             };
-            if self.get(&Scope::Management, &key).is_some() {
+            if self.api.get(&Scope::Management, &key).is_some() {
                 continue;
             }
             let (kind, name) = (key.kind.clone(), key.name.clone());
@@ -188,8 +192,8 @@ impl Sim {
                              "labels": {engine::model::CLUSTER_NAME_LABEL: cluster}},
                 "spec": {}, "status": status
             });
-            let now = self.now;
-            if let Ok(w) = self.store_mut(&Scope::Management).create(obj, now) {
+            let now = self.clock.now;
+            if let Ok(w) = self.api.store_mut(&Scope::Management).create(obj, now) {
                 if infra {
                     self.world
                         .managed_pools

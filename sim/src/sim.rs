@@ -1,17 +1,18 @@
 //! The simulation: a virtual clock with an ordered event queue, the fake API of every cluster,
 //! the fake world reacting to writes, and the real engine fed through its journal.
 
-use crate::api::{ClusterStore, ObjKey, Written, json};
+use crate::api::{FakeApi, ObjKey, Written, json};
+use crate::clock::Clock;
 use crate::scenario::{Scenario, WorldKnobs};
 use crate::timeline::{Line, Timeline};
-use engine::model::{ClusterName, Kind, ObjectKey, Scope};
+use engine::model::{Kind, ObjectKey, Scope};
 use engine::runtime::{Loop, LoopOptions};
 use engine::time::{Duration, Timestamp};
 use engine::{Engine, Input};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 
 /// Bound on work items handled at one simulated instant (a controller/world feedback loop
 /// that never settles is a bug, reported instead of hanging).
@@ -119,14 +120,10 @@ pub struct Sim {
     pub scenario: Scenario,
     pub seed: u64,
     pub knobs: WorldKnobs,
-    pub start: Timestamp,
-    pub now: Timestamp,
-    pub end: Timestamp,
-    queue: BTreeMap<(Timestamp, u64), Event>,
-    next_event_seq: u64,
-    pub clusters: BTreeMap<Scope, ClusterStore>,
-    /// Workload cluster name (as the scenario writes it) → its scope.
-    pub workloads: BTreeMap<String, Scope>,
+    /// Simulated time: the span, the instant, what is scheduled and this instant's work.
+    pub clock: Clock,
+    /// The fake API of every cluster.
+    pub api: FakeApi,
     pub rng: ChaCha8Rng,
     /// The `corrupt-object` fault's own stream, so that a run without it draws everything else
     /// alike (the corruption differential compares the two).
@@ -137,7 +134,6 @@ pub struct Sim {
     pub timeline: Timeline,
     pub actions: Vec<ActionRecord>,
     pub events: Vec<EventRecord>,
-    pub(crate) work: VecDeque<Work>,
     pub(crate) world: crate::world::WorldState,
     pub(crate) faults: crate::faults::Faults,
     pub(crate) expect: crate::expect::Tracker,
@@ -150,12 +146,6 @@ pub struct Sim {
     /// Workload clusters the loop asked to connect to whose connector cannot (a `kubeconfig`
     /// fault): connected when the fault ends.
     pub(crate) connecting: BTreeSet<Scope>,
-    /// Machines of each Cluster `(namespace, clusterName)` in the fake API, so checks that look
-    /// at one cluster's Machines do not walk every Machine of the fleet.
-    pub(crate) machines_by_cluster: BTreeMap<(String, String), BTreeSet<ObjKey>>,
-    /// MachineHealthChecks by `(namespace, spec.clusterName)` when written (a later change of
-    /// clusterName leaves a stale entry: readers check the object they find).
-    pub(crate) mhcs_by_cluster: BTreeMap<(String, String), BTreeSet<ObjKey>>,
     /// Objects the controllers could not read (malformed), reported once each.
     pub(crate) malformed: BTreeSet<(Scope, ObjKey)>,
     /// Poll the loop only when the instant's work runs dry, so what arrived meanwhile is one
@@ -186,13 +176,8 @@ impl Sim {
         Sim {
             seed,
             knobs,
-            start,
-            now: start,
-            end,
-            queue: BTreeMap::new(),
-            next_event_seq: 0,
-            clusters: BTreeMap::new(),
-            workloads: BTreeMap::new(),
+            clock: Clock::new(start, end),
+            api: FakeApi::default(),
             rng: ChaCha8Rng::seed_from_u64(seed),
             corrupt_rng: ChaCha8Rng::seed_from_u64(seed ^ CORRUPT_STREAM),
             lp: Loop::new(Engine::new(), LoopOptions::default()),
@@ -200,7 +185,6 @@ impl Sim {
             timeline: Timeline::default(),
             actions: Vec::new(),
             events: Vec::new(),
-            work: VecDeque::new(),
             world: Default::default(),
             faults: crate::faults::Faults::new(seed),
             expect,
@@ -210,8 +194,6 @@ impl Sim {
             deferred_watches: BTreeSet::new(),
             connecting: BTreeSet::new(),
             malformed: BTreeSet::new(),
-            machines_by_cluster: BTreeMap::new(),
-            mhcs_by_cluster: BTreeMap::new(),
             batching: false,
             ticks_stuck: (None, 0),
             external: None,
@@ -220,20 +202,11 @@ impl Sim {
     }
 
     pub fn schedule(&mut self, at: Timestamp, event: Event) {
-        self.next_event_seq += 1;
-        self.queue.insert((at, self.next_event_seq), event);
+        self.clock.schedule(at, event);
     }
 
     pub fn schedule_in(&mut self, after: Duration, event: Event) {
-        self.schedule(self.now + after, event);
-    }
-
-    /// Scope of a workload cluster named in the scenario.
-    pub fn workload_scope(&self, cluster: &str) -> Scope {
-        self.workloads
-            .get(cluster)
-            .cloned()
-            .unwrap_or_else(|| Scope::Workload(ClusterName::new("default", cluster)))
+        self.clock.schedule_in(after, event);
     }
 
     /// A short name for a scope, as timelines print it.
@@ -244,28 +217,10 @@ impl Sim {
         }
     }
 
-    pub fn store(&self, scope: &Scope) -> Option<&ClusterStore> {
-        self.clusters.get(scope)
-    }
-
-    pub fn store_mut(&mut self, scope: &Scope) -> &mut ClusterStore {
-        let prefix = match scope {
-            Scope::Management => "mgmt".to_string(),
-            Scope::Workload(c) => c.name.to_string(),
-        };
-        self.clusters
-            .entry(scope.clone())
-            .or_insert_with(|| ClusterStore::new(&prefix))
-    }
-
-    pub fn get(&self, scope: &Scope, key: &ObjKey) -> Option<&Value> {
-        self.clusters.get(scope).and_then(|s| s.get(key))
-    }
-
     /// Records a timeline line at the current time.
     pub fn line(&mut self, actor: &str, action: &str, object: String, detail: String) {
         self.timeline.push(Line {
-            at_ms: self.now.since(self.start).as_millis(),
+            at_ms: self.clock.now.since(self.clock.start).as_millis(),
             actor: actor.to_string(),
             action: action.to_string(),
             object,
@@ -293,79 +248,26 @@ impl Sim {
         )
     }
 
-    /// Keeps `machines_by_cluster` in step with a write to a Machine.
-    pub(crate) fn index_machine(&mut self, written: &Written) {
-        let key = &written.key;
-        if key.group == "cluster.x-k8s.io" && key.kind == "MachineHealthCheck" {
-            return self.index_mhc(written);
+    /// Follows a write to the management cluster: the API's indexes, and the Machines the
+    /// release invariant watches.
+    pub(crate) fn index(&mut self, written: &Written) {
+        self.api.index(written);
+        if written.key.group == "cluster.x-k8s.io" && written.key.kind == "Machine" {
+            self.invariants.release.machine_changed(
+                &written.key,
+                written.object.as_ref(),
+                self.clock.now,
+            );
         }
-        if key.group != "cluster.x-k8s.io" || key.kind != "Machine" {
-            return;
-        }
-        let obj = written.object.as_ref().or(written.removed.as_ref());
-        let cluster = obj
-            .and_then(|o| json::str_at(o, "spec.clusterName"))
-            .unwrap_or_default()
-            .to_string();
-        let slot = (key.namespace.clone(), cluster);
-        self.invariants
-            .release
-            .machine_changed(key, written.object.as_ref(), self.now);
-        if written.object.is_some() {
-            self.machines_by_cluster
-                .entry(slot)
-                .or_default()
-                .insert(key.clone());
-        } else if let Some(set) = self.machines_by_cluster.get_mut(&slot) {
-            set.remove(key);
-        }
-    }
-
-    fn index_mhc(&mut self, written: &Written) {
-        let obj = written.object.as_ref().or(written.removed.as_ref());
-        let cluster = obj
-            .and_then(|o| json::str_at(o, "spec.clusterName"))
-            .unwrap_or_default()
-            .to_string();
-        let slot = (written.key.namespace.clone(), cluster);
-        if written.object.is_some() {
-            self.mhcs_by_cluster
-                .entry(slot)
-                .or_default()
-                .insert(written.key.clone());
-        } else if let Some(set) = self.mhcs_by_cluster.get_mut(&slot) {
-            set.remove(&written.key);
-        }
-    }
-
-    /// The MachineHealthChecks whose `spec.clusterName` is `cluster`, in key order.
-    pub(crate) fn mhcs_of(&self, namespace: &str, cluster: &str) -> Vec<&Value> {
-        self.mhcs_by_cluster
-            .get(&(namespace.to_string(), cluster.to_string()))
-            .into_iter()
-            .flatten()
-            .filter_map(|k| self.get(&Scope::Management, k))
-            .filter(|mhc| json::str_at(mhc, "spec.clusterName") == Some(cluster))
-            .collect()
-    }
-
-    /// The Machines of one Cluster in the fake API.
-    pub(crate) fn machines_of(&self, namespace: &str, cluster: &str) -> Vec<&Value> {
-        self.machines_by_cluster
-            .get(&(namespace.to_string(), cluster.to_string()))
-            .into_iter()
-            .flatten()
-            .filter_map(|k| self.get(&Scope::Management, k))
-            .collect()
     }
 
     /// Queues the watch event of a write.
     pub(crate) fn changed(&mut self, scope: &Scope, written: Written) {
         self.note_api_change();
         if *scope == Scope::Management {
-            self.index_machine(&written);
+            self.index(&written);
         }
-        self.work.push_back(Work::Changed {
+        self.clock.work.push_back(Work::Changed {
             scope: scope.clone(),
             written,
         });
@@ -389,29 +291,20 @@ impl Sim {
             self.settle();
         }
         self.schedule_engine_tick();
-        self.run_until(self.end);
-        self.now = self.end;
+        self.run_until(self.clock.end);
+        self.clock.now = self.clock.end;
         self.finish_run();
     }
 
     /// Handles every event scheduled up to `until` (never past the scenario's end).
     pub(crate) fn run_until(&mut self, until: Timestamp) {
-        let until = until.min(self.end);
-        while let Some((&(at, seq), _)) = self.queue.first_key_value() {
-            if at > until {
-                break;
-            }
-            let event = self.queue.remove(&(at, seq)).expect("peeked");
+        let until = until.min(self.clock.end);
+        while let Some(at) = self.clock.next_at().filter(|at| *at <= until) {
             self.quiet_check_before(at);
-            self.now = at;
+            let event = self.clock.advance(until).expect("an event is due");
             self.handle_event(event);
             self.settle();
-            let more_now = self
-                .queue
-                .keys()
-                .next()
-                .is_some_and(|(t, _)| *t == self.now);
-            if !more_now {
+            if !self.clock.more_now() {
                 self.drain_backlog();
             }
             self.after_instant_step();
@@ -420,7 +313,7 @@ impl Sim {
 
     /// When the next scheduled event is due.
     pub(crate) fn next_event_at(&self) -> Option<Timestamp> {
-        self.queue.keys().next().map(|(t, _)| *t)
+        self.clock.next_at()
     }
 
     /// `During` windows (and, with a tolerance, point expectations) look at the world now.
@@ -430,9 +323,9 @@ impl Sim {
 
     /// The end-of-run checks, at the scenario's end.
     pub(crate) fn finish_run(&mut self) {
-        self.now = self.end;
+        self.clock.now = self.clock.end;
         if self.external.is_none() {
-            self.lp.finish_comparison(self.end);
+            self.lp.finish_comparison(self.clock.end);
             self.note_disagreements();
         }
         self.check_release();
@@ -456,7 +349,7 @@ impl Sim {
     pub(crate) fn settle(&mut self) {
         let mut budget = WORK_PER_INSTANT_MAX;
         loop {
-            let Some(work) = self.work.pop_front() else {
+            let Some(work) = self.clock.work.pop_front() else {
                 // Batching: the loop is polled once the instant's work runs dry.
                 if self.batching && self.external.is_none() && self.lp.has_work() {
                     self.poll_loop();
@@ -473,7 +366,7 @@ impl Sim {
                 );
                 self.invariants
                     .violate("liveness: no settling at one instant".to_string());
-                self.work.clear();
+                self.clock.work.clear();
                 return;
             }
             budget -= 1;
@@ -492,7 +385,7 @@ impl Sim {
         self.check_release();
         self.feeder.end_of_instant(self.lp.core());
         self.schedule_engine_tick();
-        if !self.queue.keys().any(|(t, _)| *t == self.now) {
+        if !self.clock.more_now() {
             self.with_tracker(|t, sim| t.checkpoint(sim));
         }
     }
@@ -503,7 +396,7 @@ impl Sim {
     /// moves on without it.
     fn tick(&mut self) {
         // The loop's wake: the engine's deadline, or a shadow comparison's window closing.
-        let due = self.lp.next_wake().filter(|d| *d <= self.now);
+        let due = self.lp.next_wake().filter(|d| *d <= self.clock.now);
         let Some(due) = due else {
             self.ticks_stuck = (None, 0);
             return;
@@ -524,7 +417,7 @@ impl Sim {
             }
             return;
         }
-        self.lp.handle_timeout(self.now);
+        self.lp.handle_timeout(self.clock.now);
         self.pump();
     }
 
@@ -536,11 +429,8 @@ impl Sim {
         if self.ticks_stuck.1 > TICKS_PER_INSTANT_MAX && self.lp.next_wake() == self.ticks_stuck.0 {
             return;
         }
-        let at = at.max(self.now);
-        let already = self
-            .queue
-            .iter()
-            .any(|((t, _), e)| *t == at && matches!(e, Event::EngineTick));
+        let at = at.max(self.clock.now);
+        let already = self.clock.has_at(at, |e| matches!(e, Event::EngineTick));
         if !already {
             self.schedule(at, Event::EngineTick);
         }
@@ -551,8 +441,8 @@ impl Sim {
         if self.external.is_some() {
             return;
         }
-        if self.faults.hides_watch(scope, self.now) {
-            self.faults.missed_watch(scope, self.now);
+        if self.faults.hides_watch(scope, self.clock.now) {
+            self.faults.missed_watch(scope, self.clock.now);
             return;
         }
         if self.send_watch(scope, &written) {
@@ -590,13 +480,6 @@ impl Sim {
         }
     }
 
-    /// Every workload scope plus the management one, management first.
-    pub fn scopes(&self) -> Vec<Scope> {
-        let mut v = vec![Scope::Management];
-        v.extend(self.workloads.values().cloned());
-        v
-    }
-
     fn with_tracker(&mut self, f: impl FnOnce(&mut crate::expect::Tracker, &Sim)) {
         let mut tracker = std::mem::take(&mut self.expect);
         f(&mut tracker, self);
@@ -604,32 +487,7 @@ impl Sim {
     }
 
     pub fn offset_of(&self, t: Timestamp) -> Duration {
-        t.since(self.start)
-    }
-
-    /// Finds an object by a scenario reference (kind, name, namespace), any API group.
-    pub fn find(
-        &self,
-        scope: &Scope,
-        kind: &str,
-        namespace: &str,
-        name: &str,
-    ) -> Option<(ObjKey, &Value)> {
-        let store = self.store(scope)?;
-        let namespace = if crate::api::store::is_cluster_scoped(kind) {
-            ""
-        } else {
-            namespace
-        };
-        // Known kinds have one group: a direct lookup. Provider kinds may live in any group.
-        let direct = ObjKey::new(crate::api::default_group(kind), kind, namespace, name);
-        if let Some(v) = store.get(&direct) {
-            return Some((direct, v));
-        }
-        store
-            .iter()
-            .find(|(k, _)| k.kind == kind && k.namespace == namespace && k.name == name)
-            .map(|(k, v)| (k.clone(), v))
+        self.clock.offset_of(t)
     }
 
     pub fn name_of(obj: &Value) -> &str {

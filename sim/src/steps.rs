@@ -8,11 +8,11 @@ use serde_json::Value;
 
 impl Sim {
     fn step_scope(&self, cluster: Option<&str>) -> Scope {
-        cluster.map_or(Scope::Management, |c| self.workload_scope(c))
+        cluster.map_or(Scope::Management, |c| self.api.workload_scope(c))
     }
 
     fn resolve(&self, scope: &Scope, r: &ObjRef) -> Option<ObjKey> {
-        let (key, _) = self.find(scope, &r.kind, &r.namespace, &r.name)?;
+        let (key, _) = self.api.find(scope, &r.kind, &r.namespace, &r.name)?;
         Some(key)
     }
 
@@ -24,10 +24,10 @@ impl Sim {
                 let mut obj = manifest.value.clone();
                 crate::defaults::apply_defaults(&mut obj);
                 let key = ObjKey::of(&obj);
-                let existed = self.get(&scope, &key).is_some();
+                let existed = self.api.get(&scope, &key).is_some();
                 let object = Sim::describe(&scope, &key);
-                let now = self.now;
-                match self.store_mut(&scope).apply(obj.clone(), now) {
+                let now = self.clock.now;
+                match self.api.store_mut(&scope).apply(obj.clone(), now) {
                     Ok(w) => {
                         self.line(
                             "scenario",
@@ -50,7 +50,7 @@ impl Sim {
                     return;
                 };
                 let object = Sim::describe(&scope, &key);
-                match self.store_mut(&scope).patch(&key, merge, Part::Whole) {
+                match self.api.store_mut(&scope).patch(&key, merge, Part::Whole) {
                     Ok(w) => {
                         self.line("scenario", "Patch", object, compact(merge));
                         self.changed(&scope, w);
@@ -65,15 +65,16 @@ impl Sim {
                     return;
                 };
                 let object = Sim::describe(&scope, &key);
-                let now = self.now;
+                let now = self.clock.now;
                 let result = if key.kind == "Pod" {
                     let grace = self
+                        .api
                         .get(&scope, &key)
                         .and_then(|p| p.pointer("/spec/terminationGracePeriodSeconds"))
                         .and_then(Value::as_i64);
-                    self.store_mut(&scope).mark_deleting(&key, now, grace)
+                    self.api.store_mut(&scope).mark_deleting(&key, now, grace)
                 } else {
-                    self.store_mut(&scope).delete(&key, now)
+                    self.api.store_mut(&scope).delete(&key, now)
                 };
                 match result {
                     Ok(w) => {

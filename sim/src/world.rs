@@ -112,7 +112,7 @@ impl Sim {
     pub(crate) fn world_event(&mut self, event: Event) {
         match event {
             Event::PodGone { scope, pod } => {
-                let node = self
+                let node = self.api
                     .get(&scope, &pod)
                     .and_then(|p| json::str_at(p, "spec.nodeName"))
                     .map(str::to_string);
@@ -122,15 +122,15 @@ impl Sim {
                     return;
                 }
                 self.world.shutting_down.remove(&(scope.clone(), pod.clone()));
-                if self.get(&scope, &pod).is_some() {
-                    let w = self.store_mut(&scope).remove(&pod);
+                if self.api.get(&scope, &pod).is_some() {
+                    let w = self.api.store_mut(&scope).remove(&pod);
                     let object = Sim::describe(&scope, &pod);
                     self.line("world", "PodGone", object, "the kubelet finished shutting it down".into());
                     self.changed(&scope, w);
                 }
             }
             Event::PodReady { scope, pod } => {
-                if let Ok(w) = self.store_mut(&scope).patch(
+                if let Ok(w) = self.api.store_mut(&scope).patch(
                     &pod,
                     &json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}),
                     Part::Whole,
@@ -148,10 +148,10 @@ impl Sim {
             Event::VolumesDetached { scope, node } => self.detach_volumes(&scope, &node),
             Event::PodGc { scope, node } => {
                 let node_key = ObjKey::new("", "Node", "", &node);
-                if self.get(&scope, &node_key).is_some() {
+                if self.api.get(&scope, &node_key).is_some() {
                     return;
                 }
-                let orphans: Vec<ObjKey> = self
+                let orphans: Vec<ObjKey> = self.api
                     .store(&scope)
                     .map(|s| {
                         s.list("", "Pod")
@@ -161,14 +161,14 @@ impl Sim {
                     })
                     .unwrap_or_default();
                 for pod in orphans {
-                    let w = self.store_mut(&scope).remove(&pod);
+                    let w = self.api.store_mut(&scope).remove(&pod);
                     let object = Sim::describe(&scope, &pod);
                     self.line("world", "PodGc", object, format!("its Node {node} is gone"));
                     self.changed(&scope, w);
                 }
             }
             Event::ProviderGone { key } => {
-                let Some(obj) = self.get(&Scope::Management, &key).cloned() else {
+                let Some(obj) = self.api.get(&Scope::Management, &key).cloned() else {
                     return;
                 };
                 let rest: Vec<String> = json::finalizers(&obj)
@@ -176,7 +176,7 @@ impl Sim {
                     .filter(|f| f != PROVIDER_FINALIZER)
                     .collect();
                 let held = !rest.is_empty();
-                if let Ok(w) = self.store_mut(&Scope::Management).patch(
+                if let Ok(w) = self.api.store_mut(&Scope::Management).patch(
                     &key,
                     &json!({"metadata": {"finalizers": rest}}),
                     Part::Main,
@@ -269,7 +269,7 @@ impl Sim {
     /// When the last pod (other than DaemonSet and mirror pods) leaves a node, its volumes
     /// detach after `volumeDetach`.
     fn maybe_detach_volumes(&mut self, scope: &Scope, _pod: &ObjKey) {
-        let Some(store) = self.store(scope) else {
+        let Some(store) = self.api.store(scope) else {
             return;
         };
         let mut busy: BTreeSet<String> = BTreeSet::new();
@@ -327,11 +327,11 @@ impl Sim {
             ObjKey::new("", "Node", "", &format!("detach:{node}")),
         ));
         let node_key = ObjKey::new("", "Node", "", node);
-        if let Some(n) = self.get(scope, &node_key)
+        if let Some(n) = self.api.get(scope, &node_key)
             && n.pointer("/status/volumesAttached")
                 .and_then(Value::as_array)
                 .is_some_and(|a| !a.is_empty())
-            && let Ok(w) = self.store_mut(scope).patch(
+            && let Ok(w) = self.api.store_mut(scope).patch(
                 &node_key,
                 &json!({"status": {"volumesAttached": null}}),
                 Part::Status,
@@ -347,6 +347,7 @@ impl Sim {
             self.changed(scope, w);
         }
         let vas: Vec<ObjKey> = self
+            .api
             .store(scope)
             .map(|s| {
                 s.list("storage.k8s.io", "VolumeAttachment")
@@ -356,7 +357,7 @@ impl Sim {
             })
             .unwrap_or_default();
         for va in vas {
-            if let Ok(w) = self.store_mut(scope).patch(
+            if let Ok(w) = self.api.store_mut(scope).patch(
                 &va,
                 &json!({"status": {"attached": false}}),
                 Part::Status,
@@ -402,8 +403,8 @@ impl Sim {
         let left = json::object_at(&mut pod, &["spec"]).remove("nodeName");
         pod["status"] = json!({"phase": "Pending"});
         let new_key = ObjKey::of(&pod);
-        let now = self.now;
-        if let Ok(w) = self.store_mut(scope).create(pod, now) {
+        let now = self.clock.now;
+        if let Ok(w) = self.api.store_mut(scope).create(pod, now) {
             self.changed(scope, w);
             let avoid = left.and_then(|v| v.as_str().map(str::to_string));
             self.world
@@ -424,7 +425,7 @@ impl Sim {
             .map(|((_, k), avoid)| (k.clone(), avoid.clone()))
             .collect();
         for (pod_key, avoid) in pending {
-            let Some(pod) = self.get(scope, &pod_key).cloned() else {
+            let Some(pod) = self.api.get(scope, &pod_key).cloned() else {
                 self.world.unscheduled.remove(&(scope.clone(), pod_key));
                 continue;
             };
@@ -434,7 +435,7 @@ impl Sim {
             self.world
                 .unscheduled
                 .remove(&(scope.clone(), pod_key.clone()));
-            if let Ok(w) = self.store_mut(scope).patch(
+            if let Ok(w) = self.api.store_mut(scope).patch(
                 &pod_key,
                 &json!({"spec": {"nodeName": node}}),
                 Part::Whole,
@@ -468,7 +469,7 @@ impl Sim {
                     .collect()
             })
             .unwrap_or_default();
-        self.store(scope)?.list("", "Node").find_map(|(_, n)| {
+        self.api.store(scope)?.list("", "Node").find_map(|(_, n)| {
             let ready = n
                 .pointer("/status/conditions")
                 .and_then(Value::as_array)
@@ -509,7 +510,7 @@ impl Sim {
         message: Option<&str>,
     ) {
         let key = ObjKey::new("", "Node", "", node);
-        let Some(current) = self.get(scope, &key).cloned() else {
+        let Some(current) = self.api.get(scope, &key).cloned() else {
             let object = Sim::describe(scope, &key);
             self.line("world", "NodeCondition", object, "no such Node".into());
             return;
@@ -519,7 +520,7 @@ impl Sim {
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
-        let now = self.now.to_rfc3339();
+        let now = self.clock.now.to_rfc3339();
         let pos = conditions
             .iter()
             .position(|c| c.get("type").and_then(Value::as_str) == Some(type_));
@@ -541,7 +542,7 @@ impl Sim {
             Some(i) => conditions[i] = cond,
             None => conditions.push(cond),
         }
-        if let Ok(w) = self.store_mut(scope).patch(
+        if let Ok(w) = self.api.store_mut(scope).patch(
             &key,
             &json!({"status": {"conditions": conditions}}),
             Part::Status,
@@ -573,6 +574,7 @@ impl Sim {
                 Some("kubelet is posting ready status"),
             );
             let terminating: Vec<(ObjKey, Value)> = self
+                .api
                 .store(scope)
                 .map(|s| {
                     s.list("", "Pod")
@@ -617,7 +619,7 @@ impl Sim {
             return;
         }
         let ms_key = ObjKey::new("cluster.x-k8s.io", "MachineSet", &key.namespace, &ms_name);
-        let Some(ms) = self.get(&Scope::Management, &ms_key).cloned() else {
+        let Some(ms) = self.api.get(&Scope::Management, &ms_key).cloned() else {
             return;
         };
         if json::is_deleting(&ms) {
@@ -674,8 +676,9 @@ impl Sim {
     pub(crate) fn create_machine_for_provisioning(&mut self, mut machine: Value, why: &str) {
         crate::defaults::apply_defaults(&mut machine);
         let key = ObjKey::of(&machine);
-        let now = self.now;
+        let now = self.clock.now;
         let Ok(w) = self
+            .api
             .store_mut(&Scope::Management)
             .create(machine.clone(), now)
         else {
@@ -717,7 +720,7 @@ impl Sim {
             let Some((key, api_version)) = json::ref_target(r, &ns) else {
                 continue;
             };
-            if self.get(&Scope::Management, &key).is_some() {
+            if self.api.get(&Scope::Management, &key).is_some() {
                 continue;
             }
             let (kind, name) = (&key.kind, &key.name);
@@ -736,8 +739,8 @@ impl Sim {
                 obj["status"] = json!({"ready": true, "dataSecretName": format!("{name}-bootstrap"),
                                        "initialization": {"dataSecretCreated": true}});
             }
-            let now = self.now;
-            if let Ok(w) = self.store_mut(&Scope::Management).create(obj, now) {
+            let now = self.clock.now;
+            if let Ok(w) = self.api.store_mut(&Scope::Management).create(obj, now) {
                 self.changed(&Scope::Management, w);
             }
         }
@@ -761,11 +764,12 @@ impl Sim {
         kind: FaultKind,
     ) -> Result<Value, Option<Value>> {
         let machine = self
+            .api
             .get(&Scope::Management, machine_key)
             .filter(|m| !json::is_deleting(m))
             .cloned()
             .ok_or(None)?;
-        if self.faults.world_active(self.now, kind) {
+        if self.faults.world_active(self.clock.now, kind) {
             self.faults.fire(kind);
             return Err(Some(machine));
         }
@@ -794,6 +798,7 @@ impl Sim {
                            "status": {"ready": true, "initialization": {"provisioned": true}}});
         if let Some((key, _)) = infra
             && let Ok(w) = self
+                .api
                 .store_mut(&Scope::Management)
                 .patch(&key, &ready, Part::Whole)
         {
@@ -807,7 +812,7 @@ impl Sim {
         } else {
             json!({"phase": "Provisioned", "initialization": {"infrastructureProvisioned": true, "bootstrapDataSecretCreated": true}})
         };
-        if let Ok(w) = self.store_mut(&Scope::Management).patch(
+        if let Ok(w) = self.api.store_mut(&Scope::Management).patch(
             machine_key,
             &json!({"spec": {"providerID": provider_id}, "status": status}),
             Part::Whole,
@@ -840,12 +845,12 @@ impl Sim {
         ) else {
             return;
         };
-        let scope = self.workload_scope(&cluster);
+        let scope = self.api.workload_scope(&cluster);
         let provider_id = json::str_at(&machine, "spec.providerID")
             .unwrap_or_default()
             .to_string();
         let node_name = machine_key.name.clone();
-        let node = ready_node(&node_name, &provider_id, self.now);
+        let node = ready_node(&node_name, &provider_id, self.clock.now);
         self.node_joins(&scope, node, format!("Machine {} joined", machine_key.name));
         let v1beta1 = json::api_version(&machine).ends_with("v1beta1");
         let node_ref = if v1beta1 {
@@ -853,7 +858,7 @@ impl Sim {
         } else {
             json!({"name": node_name})
         };
-        if let Ok(w) = self.store_mut(&Scope::Management).patch(
+        if let Ok(w) = self.api.store_mut(&Scope::Management).patch(
             machine_key,
             &json!({"status": {"nodeRef": node_ref, "phase": "Running"}}),
             Part::Status,
@@ -878,8 +883,8 @@ pub(crate) fn ready_node(name: &str, provider_id: &str, now: engine::time::Times
 impl Sim {
     /// Creates a joining Node in a workload cluster.
     pub(crate) fn node_joins(&mut self, scope: &Scope, node: Value, why: String) {
-        let now = self.now;
-        if let Ok(w) = self.store_mut(scope).create(node, now) {
+        let now = self.clock.now;
+        if let Ok(w) = self.api.store_mut(scope).create(node, now) {
             let object = Sim::describe(scope, &w.key);
             self.line("world", "NodeJoin", object, why);
             self.changed(scope, w);
@@ -896,9 +901,10 @@ impl Sim {
         } else {
             json!({"status": {"deprecated": {"v1beta1": {"failureReason": reason, "failureMessage": message}}}})
         };
-        if let Ok(w) = self
-            .store_mut(&Scope::Management)
-            .patch(machine_key, &failure, Part::Whole)
+        if let Ok(w) =
+            self.api
+                .store_mut(&Scope::Management)
+                .patch(machine_key, &failure, Part::Whole)
         {
             self.line(
                 "world",

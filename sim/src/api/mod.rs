@@ -2,9 +2,11 @@
 //! PDB-enforcing eviction, and the changes a watch would report.
 
 pub mod eviction;
+pub mod fake;
 pub mod json;
 pub mod store;
 
+pub use fake::FakeApi;
 pub use store::{ApiError, Change, ChangeType, ClusterStore, ObjKey, Part, TooOld, Written};
 
 /// The API group of a kind the simulator knows (`Machine` → `cluster.x-k8s.io`, `Pod` → ``);
