@@ -62,7 +62,7 @@ enum Step {
 impl Sim {
     /// A write CAPI's manager watches: the deleting Machines it concerns are reconciled soon.
     pub(crate) fn capi_react(&mut self, scope: &Scope, key: &ObjKey) {
-        if !self.knobs.capi_manager {
+        if !self.world.knobs.capi_manager {
             return;
         }
         let machines: Vec<ObjKey> = match scope {
@@ -107,7 +107,7 @@ impl Sim {
     /// renewed every 10 s), so a controller started `--mode alone` against `sim serve` finds it
     /// active.
     pub(crate) fn capi_start(&mut self) {
-        if !self.knobs.capi_manager {
+        if !self.world.knobs.capi_manager {
             return;
         }
         let lease = json!({

@@ -30,7 +30,7 @@ pub struct Differential {
 impl Sim {
     /// The API changed: a check follows once the world has been quiet for [`QUIET_FOR`].
     pub(crate) fn note_api_change(&mut self) {
-        let d = &mut self.invariants.differential;
+        let d = &mut self.checks.invariants.differential;
         d.last_change = Some(self.clock.now);
         d.checked = false;
     }
@@ -39,14 +39,14 @@ impl Sim {
     /// check at that moment (nothing changed in between, and no engine deadline fell there, or
     /// it would be the next event). No event of its own, so quiet runs stay as they were.
     pub(crate) fn quiet_check_before(&mut self, next: Timestamp) {
-        let d = &self.invariants.differential;
+        let d = &self.checks.invariants.differential;
         let Some(quiet_at) = d.last_change.map(|t| t + QUIET_FOR) else {
             return;
         };
         if d.checked || quiet_at >= next || quiet_at < self.clock.now {
             return;
         }
-        self.invariants.differential.checked = true;
+        self.checks.invariants.differential.checked = true;
         self.clock.now = quiet_at;
         self.check_mhc_differential(false);
     }
@@ -58,7 +58,7 @@ impl Sim {
         let blind = [FaultKind::WatchGap, FaultKind::Partition]
             .iter()
             .any(|k| self.faults.any_active(now, *k));
-        let watching = self.invariants.synced.len() > self.api.workloads.len()
+        let watching = self.checks.invariants.synced.len() > self.api.workloads.len()
             && self.faults.unsynced.is_empty()
             && !blind
             && !self.net_relisting_any();
@@ -84,7 +84,7 @@ impl Sim {
 
     /// Runs the check when the world has been quiet long enough (`at_end`: now, regardless).
     pub(crate) fn check_mhc_differential(&mut self, at_end: bool) {
-        let d = &self.invariants.differential;
+        let d = &self.checks.invariants.differential;
         let quiet = d
             .last_change
             .is_none_or(|t| self.clock.now.since(t) >= QUIET_FOR);
@@ -115,7 +115,7 @@ impl Sim {
         if unreadable {
             return;
         }
-        self.invariants.differential.last_check = Some(self.clock.now);
+        self.checks.invariants.differential.last_check = Some(self.clock.now);
         let mut fresh = Engine::new();
         for (scope, objects) in listed {
             fresh.handle(self.clock.now, Input::Relist { scope, objects });
@@ -138,14 +138,20 @@ impl Sim {
             }
         }
         for (mhc, detail) in stale {
-            if !self.invariants.differential.reported.insert(mhc.clone()) {
+            if !self
+                .checks
+                .invariants
+                .differential
+                .reported
+                .insert(mhc.clone())
+            {
                 continue;
             }
             let message = format!(
                 "stale MHC status: {mhc} is not what a controller freshly listing the API computes ({detail})"
             );
             self.line("invariant", "Violation", mhc, message.clone());
-            self.invariants.violate(message);
+            self.checks.invariants.violate(message);
         }
     }
 }

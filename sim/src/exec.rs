@@ -3,8 +3,9 @@
 
 use crate::api::{ApiError, ObjKey, Part, Written, eviction, json};
 use crate::faults::Intercept;
-use crate::sim::{ActionRecord, EventRecord, Sim};
+use crate::sim::Sim;
 use crate::timeline::Line;
+use crate::timeline::{ActionRecord, EventRecord};
 use engine::convert::{ApiRequest, Subresource, request_for};
 use engine::model::Scope;
 use engine::outcome::{CAUSE_DISRUPTION_BUDGET, CAUSE_NAMESPACE_TERMINATING, Cause};
@@ -120,13 +121,13 @@ impl Sim {
     }
 
     fn record(&mut self, command: &Command) {
-        let cause = self.feeder.cause(command.cause).to_string();
+        let cause = self.process.feeder.cause(command.cause).to_string();
         self.record_command(command, self.clock.now, &cause, None);
     }
 
     /// A command the loop did not send (shadow mode): a timeline line, not an action.
     pub(crate) fn record_withheld(&mut self, command: &Command, why: Withheld) {
-        let cause = self.feeder.cause(command.cause).to_string();
+        let cause = self.process.feeder.cause(command.cause).to_string();
         self.record_command(command, self.clock.now, &cause, Some(why));
     }
 
@@ -160,7 +161,7 @@ impl Sim {
             Action::RecordEvent { .. } if withheld.is_some() => ("Event", target.key.to_string()),
             other if withheld.is_some() => (other.name(), target.key.to_string()),
             Action::RecordEvent { reason, .. } => {
-                self.events.push(EventRecord {
+                self.timeline.events.push(EventRecord {
                     at,
                     reason: reason.clone(),
                     object: target.key.clone(),
@@ -168,7 +169,7 @@ impl Sim {
                 ("Event", target.key.to_string())
             }
             other => {
-                self.actions.push(ActionRecord {
+                self.timeline.actions.push(ActionRecord {
                     at,
                     name: other.name(),
                     target: target.key.clone(),

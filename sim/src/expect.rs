@@ -2,7 +2,8 @@
 
 use crate::api::json;
 use crate::scenario::{Check, ExpectKind, ObjRef, Scenario};
-use crate::sim::{ActionRecord, Sim};
+use crate::sim::Sim;
+use crate::timeline::ActionRecord;
 use engine::model::{ObjectKey, Scope};
 use engine::time::Duration;
 use serde_json::Value;
@@ -268,6 +269,7 @@ impl Tracker {
                 } => {
                     let key = object.as_ref().map(|o| sim.ref_key(o));
                     let n = sim
+                        .timeline
                         .events
                         .iter()
                         .filter(|ev| {
@@ -508,7 +510,7 @@ impl Sim {
         target: Option<&ObjRef>,
     ) -> impl Iterator<Item = &'a ActionRecord> + 'a {
         let key = target.map(|t| self.ref_key(t));
-        self.actions.iter().filter(move |a| {
+        self.timeline.actions.iter().filter(move |a| {
             a.name == name && key.as_ref().is_none_or(|k| same_object(k, &a.target))
         })
     }

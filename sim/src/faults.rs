@@ -9,7 +9,8 @@ use engine::connection::Unreachable;
 use engine::model::{PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope};
 use engine::time::{Duration, Timestamp, parse_go_duration};
 use engine::{ApiOutcome, Input};
-use rand::Rng;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -73,7 +74,25 @@ pub struct Faults {
     pub seed: u64,
     /// Requests made so far, by cluster and what they hit.
     attempts: BTreeMap<(Scope, Hit), u64>,
+    /// Draws of the faults that pick a target (a Node to stop, a Machine to fail).
+    pub rng: Draws,
+    /// The `corrupt-object` fault's own stream, so that a run without it draws everything else
+    /// alike (the corruption differential compares the two).
+    pub corrupt_rng: Draws,
 }
+
+/// A seeded stream of draws (its own type, so that [`Faults`] keeps a derived `Default`).
+#[derive(Clone, Debug)]
+pub struct Draws(pub ChaCha8Rng);
+
+impl Default for Draws {
+    fn default() -> Self {
+        Draws(ChaCha8Rng::seed_from_u64(0))
+    }
+}
+
+/// Tells the `corrupt-object` stream from the main one.
+const CORRUPT_STREAM: u64 = 0xC022_0B7E_C7ED_0001;
 
 impl crate::wire::Active for Faults {
     fn active(&self, scope: &Scope, now: Timestamp, kind: FaultKind) -> Option<(f64, Duration)> {
@@ -99,6 +118,8 @@ impl Faults {
     pub fn new(seed: u64) -> Self {
         Faults {
             seed,
+            rng: Draws(ChaCha8Rng::seed_from_u64(seed)),
+            corrupt_rng: Draws(ChaCha8Rng::seed_from_u64(seed ^ CORRUPT_STREAM)),
             ..Default::default()
         }
     }
@@ -228,7 +249,7 @@ fn extra_duration(spec: &FaultSpec, key: &str) -> Option<Duration> {
 
 impl Sim {
     pub(crate) fn start_fault(&mut self, spec: &FaultSpec, cluster: Option<&str>) {
-        if self.external.is_some() && !crate::wire::plays_over_http(spec.kind) {
+        if self.process.external.is_some() && !crate::wire::plays_over_http(spec.kind) {
             self.line(
                 "scenario",
                 "Fault",
@@ -325,7 +346,7 @@ impl Sim {
                     },
                 );
                 self.schedule(until, Event::FaultEnds { fault: id });
-                if self.external.is_some() && crate::wire::WIRE_KINDS.contains(&spec.kind) {
+                if self.process.external.is_some() && crate::wire::WIRE_KINDS.contains(&spec.kind) {
                     // The fake API servers play it, from the same window ([`crate::wire::windows`]).
                     let which = scope.as_ref().map_or_else(
                         || "every fake API server".to_string(),
@@ -393,7 +414,7 @@ impl Sim {
         if nodes.is_empty() {
             return None;
         }
-        let i = self.rng.random_range(0..nodes.len());
+        let i = self.faults.rng.0.random_range(0..nodes.len());
         Some(nodes[i].clone())
     }
 
@@ -429,7 +450,7 @@ impl Sim {
         if named.is_some() {
             return management.first().map(|k| (Scope::Management, k.clone()));
         }
-        let rng = &mut self.corrupt_rng;
+        let rng = &mut self.faults.corrupt_rng.0;
         if management.is_empty() || rng.random_bool(0.5) {
             let nodes: Vec<ObjKey> = self
                 .api
@@ -437,7 +458,11 @@ impl Sim {
                 .list("", "Node")
                 .map(|(k, _)| k.clone())
                 .collect();
-            let i = self.corrupt_rng.random_range(0..nodes.len().max(1));
+            let i = self
+                .faults
+                .corrupt_rng
+                .0
+                .random_range(0..nodes.len().max(1));
             return nodes.get(i).map(|k| (workload, k.clone()));
         }
         let i = rng.random_range(0..management.len());
@@ -454,7 +479,7 @@ impl Sim {
         let form = match extra_str(spec, "form").and_then(Corruption::named) {
             Some(form) if forms.contains(&form) => form,
             Some(_) => Corruption::Label,
-            None => forms[self.corrupt_rng.random_range(0..forms.len())],
+            None => forms[self.faults.corrupt_rng.0.random_range(0..forms.len())],
         };
         let (path, bad) = form.damage(key, &original);
         let at = |value: Value| nested(&path, value);
@@ -558,7 +583,7 @@ impl Sim {
             object,
             "the controller can connect again".into(),
         );
-        if self.connecting.remove(scope) {
+        if self.process.connecting.remove(scope) {
             self.lp.push(engine::intake::Arrival::Connected {
                 scope: scope.clone(),
             });
@@ -582,7 +607,7 @@ impl Sim {
         if machines.is_empty() {
             return;
         }
-        let key = machines[self.rng.random_range(0..machines.len())].clone();
+        let key = machines[self.faults.rng.0.random_range(0..machines.len())].clone();
         let prefix = match extra_str(spec, "hook") {
             Some("pre-terminate") => PRE_TERMINATE_HOOK_PREFIX,
             _ => PRE_DRAIN_HOOK_PREFIX,
@@ -693,7 +718,7 @@ impl Sim {
         let kind = match extra_str(spec, "damage") {
             Some(k) if DAMAGE_KINDS.contains(&k) => k,
             Some(k) => {
-                self.invariants.violate(format!(
+                self.checks.invariants.violate(format!(
                     "journal-damage: unknown damage {k:?} (expected one of: {})",
                     DAMAGE_KINDS.join(", ")
                 ));
@@ -701,7 +726,7 @@ impl Sim {
             }
             None => DAMAGE_KINDS[(roll % DAMAGE_KINDS.len() as u64) as usize],
         };
-        match self.feeder.crash_with_damage(kind, roll >> 3) {
+        match self.process.feeder.crash_with_damage(kind, roll >> 3) {
             Ok(Some(report)) => {
                 self.faults.fire_order(report.applied);
                 self.faults.fire_order(if report.refused.is_some() {
@@ -710,7 +735,7 @@ impl Sim {
                     RECOVERED
                 });
                 if let Some(loss) = report.silent_loss {
-                    self.invariants.violate(format!(
+                    self.checks.invariants.violate(format!(
                         "journal damage ({}): the restart lost committed records silently: {loss}",
                         report.detail
                     ));
@@ -718,7 +743,7 @@ impl Sim {
                 if let Some(error) = &report.refused
                     && error.contains("is locked")
                 {
-                    self.invariants.violate(format!(
+                    self.checks.invariants.violate(format!(
                         "journal damage ({}): the check could not open the journal: {error}",
                         report.detail
                     ));
@@ -726,7 +751,7 @@ impl Sim {
             }
             Ok(None) => {}
             Err(e) => {
-                self.invariants.violate(format!(
+                self.checks.invariants.violate(format!(
                     "journal damage: the simulator could not damage the journal: {e}"
                 ));
                 return;
@@ -759,7 +784,7 @@ impl Sim {
     /// The restart itself; `kind` says which fault asked for it (counted by the caller).
     fn restart_controller_as(&mut self, kind: FaultKind) {
         let torn = kind == FaultKind::TornJournal;
-        if let Some(external) = &mut self.external {
+        if let Some(external) = &mut self.process.external {
             external.restarts += 1;
             self.line(
                 "scenario",
@@ -772,30 +797,33 @@ impl Sim {
         let before = self.engine().state_hash();
         let mut lost_from = None;
         if torn {
-            match self.feeder.crash_with_torn_tail() {
+            match self.process.feeder.crash_with_torn_tail() {
                 Ok(lost) => lost_from = lost,
                 Err(e) => {
-                    self.invariants.violate(format!(
+                    self.checks.invariants.violate(format!(
                         "recovery: the journal cannot be reopened after a crash: {e}"
                     ));
                     return;
                 }
             }
         }
-        let rebuilt = match self.feeder.rebuild(self.lp.core()) {
+        let rebuilt = match self.process.feeder.rebuild(self.lp.core()) {
             Ok(engine) => engine,
             Err(e) => {
-                self.invariants.violate(format!(
+                self.checks.invariants.violate(format!(
                     "recovery: the engine cannot be rebuilt from its journal: {e}"
                 ));
                 return;
             }
         };
-        self.feeder.truncate_to(rebuilt.applied_seq());
-        self.invariants.repeats.forget_after(rebuilt.applied_seq());
+        self.process.feeder.truncate_to(rebuilt.applied_seq());
+        self.checks
+            .invariants
+            .repeats
+            .forget_after(rebuilt.applied_seq());
         let after = rebuilt.state_hash();
         if !torn && before != after {
-            self.invariants.violate(format!(
+            self.checks.invariants.violate(format!(
                 "recovery: the engine rebuilt from its journal differs from the live one ({before:016x} vs {after:016x})"
             ));
         }
@@ -816,7 +844,7 @@ impl Sim {
             .work
             .retain(|w| !matches!(w, crate::sim::Work::Command(_)));
         self.net.reset();
-        self.invariants.synced.clear();
+        self.checks.invariants.synced.clear();
         self.start_controller(rebuilt);
         self.feed(Input::Restarted);
     }

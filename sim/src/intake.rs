@@ -31,15 +31,15 @@ impl Sim {
     /// they may.
     pub(crate) fn start_controller(&mut self, engine: Engine) {
         self.lp = Loop::new(engine, self.lp.options().clone());
-        self.watched.clear();
-        self.deferred_watches.clear();
-        self.connecting.clear();
+        self.process.watched.clear();
+        self.process.deferred_watches.clear();
+        self.process.connecting.clear();
     }
 
     /// Carries out what the loop asks for until it waits: unless batching, where the loop is
     /// polled once the instant's work runs dry (see `settle`).
     pub(crate) fn pump(&mut self) {
-        if !self.batching {
+        if !self.process.batching {
             self.poll_loop();
         }
     }
@@ -47,7 +47,7 @@ impl Sim {
     /// Carries out the loop's outputs until it waits. Never when the controller runs in
     /// another process (the world is served over HTTP): the in-process loop stays idle.
     pub(crate) fn poll_loop(&mut self) {
-        if self.external.is_some() {
+        if self.process.external.is_some() {
             return;
         }
         loop {
@@ -71,17 +71,17 @@ impl Sim {
                 Output::Watch(key) => self.start_watch(&key.scope, key.id()),
                 Output::Unwatch(key) => {
                     let watch = (key.scope.clone(), key.id());
-                    self.watched.remove(&watch);
-                    self.deferred_watches.remove(&watch);
+                    self.process.watched.remove(&watch);
+                    self.process.deferred_watches.remove(&watch);
                 }
                 Output::WatchProvider { group, kind, .. } => {
                     self.start_watch(&Scope::Management, stream_id(&group, &kind))
                 }
                 Output::Connect(scope) => self.connect(scope),
                 Output::Disconnect(scope) => {
-                    self.connecting.remove(&scope);
-                    self.watched.retain(|(s, _)| *s != scope);
-                    self.deferred_watches.retain(|(s, _)| *s != scope);
+                    self.process.connecting.remove(&scope);
+                    self.process.watched.retain(|(s, _)| *s != scope);
+                    self.process.deferred_watches.retain(|(s, _)| *s != scope);
                 }
             }
         }
@@ -94,7 +94,7 @@ impl Sim {
         match self.faults.kubeconfig.get(&scope) {
             Some(reason) => {
                 let reason = reason.clone();
-                self.connecting.insert(scope.clone());
+                self.process.connecting.insert(scope.clone());
                 self.lp.push(Arrival::ConnectFailed { scope, reason });
             }
             None => self.lp.push(Arrival::Connected { scope }),
@@ -103,16 +103,16 @@ impl Sim {
 
     /// Journals what the loop hands out (after a test's filter, if any), then lets it apply it.
     fn append(&mut self, at: Timestamp, input: Input) {
-        let input = match self.feeder.filter {
+        let input = match self.process.feeder.filter {
             Some(filter) => self.lp.rewrite_appending(filter),
             None => input,
         };
         self.note_synced(&input);
-        let seq = self.feeder.inputs + 1;
-        self.invariants.repeats.observe(&input, seq);
-        let described = self.feeder.journal(at, &input);
+        let seq = self.process.feeder.inputs + 1;
+        self.checks.invariants.repeats.observe(&input, seq);
+        let described = self.process.feeder.journal(at, &input);
         self.lp.appended(at, Ok(()));
-        self.feeder.applied(self.lp.core(), described);
+        self.process.feeder.applied(self.lp.core(), described);
         self.note_disagreements();
     }
 
@@ -127,11 +127,13 @@ impl Sim {
     /// A watcher starts by listing; a cluster whose cache a fault holds unsynced lists later.
     fn start_watch(&mut self, scope: &Scope, stream: String) {
         if self.faults.unsynced.contains(scope) {
-            self.deferred_watches.insert((scope.clone(), stream));
+            self.process
+                .deferred_watches
+                .insert((scope.clone(), stream));
             return;
         }
         self.list_stream(scope, &stream);
-        self.watched.insert((scope.clone(), stream));
+        self.process.watched.insert((scope.clone(), stream));
     }
 
     /// One stream's list, as kube's `watcher` reports it.
@@ -160,12 +162,13 @@ impl Sim {
     /// back start; then what that makes is fed.
     pub(crate) fn relist(&mut self, scope: &Scope) {
         let deferred: Vec<String> = self
+            .process
             .deferred_watches
             .iter()
             .filter(|(s, _)| s == scope)
             .map(|(_, id)| id.clone())
             .collect();
-        self.deferred_watches.retain(|(s, _)| s != scope);
+        self.process.deferred_watches.retain(|(s, _)| s != scope);
         for stream in self.streams_of(scope) {
             self.list_stream(scope, &stream);
         }
@@ -177,7 +180,8 @@ impl Sim {
 
     /// The streams `scope` is watched by.
     pub(crate) fn streams_of(&self, scope: &Scope) -> Vec<String> {
-        self.watched
+        self.process
+            .watched
             .iter()
             .filter(|(s, _)| s == scope)
             .map(|(_, id)| id.clone())
@@ -187,7 +191,11 @@ impl Sim {
     /// The watch event of a write, when its type is watched in that cluster.
     pub(crate) fn push_watch(&mut self, scope: &Scope, written: Written) {
         let stream = stream_id(&written.key.group, &written.key.kind);
-        if !self.watched.contains(&(scope.clone(), stream.clone())) {
+        if !self
+            .process
+            .watched
+            .contains(&(scope.clone(), stream.clone()))
+        {
             return;
         }
         let event = match (written.object, written.removed) {
@@ -218,7 +226,7 @@ impl Sim {
     pub(crate) fn note_synced(&mut self, input: &Input) {
         match input {
             Input::Relist { scope, .. } | Input::RelistKind { scope, .. } => {
-                self.invariants.synced.insert(scope.clone());
+                self.checks.invariants.synced.insert(scope.clone());
             }
             Input::Batch { inputs } => inputs.iter().for_each(|i| self.note_synced(i)),
             _ => {}

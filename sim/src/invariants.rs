@@ -99,11 +99,11 @@ impl Sim {
 
     /// Checks a command against the world as it is when the command is issued.
     pub(crate) fn invariants_before(&mut self, command: &Command) {
-        self.invariants.checks += 1;
+        self.checks.invariants.checks += 1;
         let mut broken = Vec::new();
         let target_scope = command.action.target().key.scope.clone();
         if command.action.is_destructive() {
-            if !self.invariants.synced.contains(&target_scope) {
+            if !self.checks.invariants.synced.contains(&target_scope) {
                 broken.push(format!(
                     "unsynced cache: {} on {} before the controller listed that cluster",
                     command.action.name(),
@@ -112,7 +112,7 @@ impl Sim {
             }
             let (_, obj) = self.target_object(command);
             let uid = uid(obj);
-            if let Some(repeated) = self.invariants.repeats.issued(command, &uid) {
+            if let Some(repeated) = self.checks.invariants.repeats.issued(command, &uid) {
                 broken.push(repeated);
             }
         }
@@ -126,7 +126,7 @@ impl Sim {
     /// The hook and drain-order rules for a drain or infrastructure deletion seen landing in the
     /// API (a controller outside the simulator issued it): the world as the write finds it.
     pub(crate) fn check_landed(&mut self, command: &Command) {
-        self.invariants.checks += 1;
+        self.checks.invariants.checks += 1;
         let broken = self.machine_rules(command);
         self.report_broken(&command.owner, broken);
     }
@@ -134,7 +134,7 @@ impl Sim {
     fn report_broken(&mut self, owner: &engine::model::ObjectKey, broken: Vec<String>) {
         for b in broken {
             self.line("invariant", "Violation", owner.to_string(), b.clone());
-            self.invariants.violate(b);
+            self.checks.invariants.violate(b);
         }
     }
 
@@ -207,8 +207,16 @@ impl Sim {
                 target.key.namespace.to_string(),
                 target.key.name.to_string(),
             );
-            if self.invariants.mhc_allowed.get(&key).map(|(a, _)| *a) != Some(allowed) {
-                self.invariants
+            if self
+                .checks
+                .invariants
+                .mhc_allowed
+                .get(&key)
+                .map(|(a, _)| *a)
+                != Some(allowed)
+            {
+                self.checks
+                    .invariants
                     .mhc_allowed
                     .insert(key, (allowed, self.clock.now));
             }
@@ -218,7 +226,7 @@ impl Sim {
     /// Records a destructive command the API carried out, for the "not twice" rule.
     pub(crate) fn invariants_after(&mut self, command: &Command, succeeded: bool) {
         if succeeded {
-            self.invariants.repeats.carried_out(command.id);
+            self.checks.invariants.repeats.carried_out(command.id);
         }
     }
 
@@ -311,7 +319,7 @@ impl Sim {
             if !selects {
                 continue;
             }
-            let decided = self.invariants.mhc_allowed.get(&(
+            let decided = self.checks.invariants.mhc_allowed.get(&(
                 json::namespace(mhc).to_string(),
                 json::name(mhc).to_string(),
             ));
@@ -532,13 +540,13 @@ impl Sim {
                     key.to_string(),
                     format!("still deleting after {age}: {reason}: {message}"),
                 );
-                self.invariants.stuck.push(line);
+                self.checks.invariants.stuck.push(line);
             } else {
                 let v = format!(
                     "liveness: {key} has been deleting for {age} and no condition says why (Deleting reason {reason:?})"
                 );
                 self.line("invariant", "Violation", key.to_string(), v.clone());
-                self.invariants.violate(v);
+                self.checks.invariants.violate(v);
             }
         }
     }

@@ -70,11 +70,11 @@ impl Live {
         scenario.world.start = start;
         rebase_scenario(&mut scenario, shift);
         let mut sim = Sim::new(scenario, seed, crate::feed::Feeder::new(None));
-        sim.external = Some(External::default());
-        sim.expect.tolerance = tolerance;
+        sim.process.external = Some(External::default());
+        sim.checks.expect.tolerance = tolerance;
         sim.setup();
         // Every cluster is served from the start: the release rule's clock runs from there.
-        sim.invariants.synced = sim.api.scopes().into_iter().collect();
+        sim.checks.invariants.synced = sim.api.scopes().into_iter().collect();
         for at in crate::expect::checkpoints(&sim.scenario) {
             sim.schedule(start + at + tolerance, Event::Checkpoint);
         }
@@ -163,7 +163,7 @@ impl Live {
                 std::mem::swap(slot, &mut **store);
             }
         }
-        let restarts = self.sim.external.as_ref().map_or(0, |e| e.restarts);
+        let restarts = self.sim.process.external.as_ref().map_or(0, |e| e.restarts);
         let new = restarts - self.restarts_reported;
         self.restarts_reported = restarts;
         Requests { restarts: new }
@@ -191,7 +191,7 @@ impl Live {
                         Sim::scope_name(&scope),
                         too_old.compacted
                     );
-                    self.sim.invariants.violate(message);
+                    self.sim.checks.invariants.violate(message);
                     Vec::new()
                 }
             };
@@ -432,7 +432,7 @@ impl Live {
                 let target = &command.action.target().key;
                 let uid = uids.get(target).map_or("", String::as_str);
                 if let Some(message) = repeats.issued(command, uid) {
-                    self.sim.invariants.checks += 1;
+                    self.sim.checks.invariants.checks += 1;
                     let at_ms = record.at.since(self.sim.clock.start).as_millis();
                     self.sim.timeline.push(crate::timeline::Line {
                         at_ms,
@@ -443,7 +443,7 @@ impl Live {
                         cause: None,
                         command: None,
                     });
-                    self.sim.invariants.violate(message);
+                    self.sim.checks.invariants.violate(message);
                 }
                 repeats.carried_out(command.id);
             }

@@ -36,7 +36,7 @@ impl Sim {
         }
         self.world.pool_targets.insert(pool_key.clone(), want);
         self.schedule_in(
-            self.knobs.infra_provision,
+            self.world.knobs.infra_provision,
             Event::PoolProvisioned {
                 pool: pool_key.clone(),
             },
@@ -80,7 +80,7 @@ impl Sim {
         }
         for index in have..want {
             self.schedule_in(
-                self.knobs.node_join,
+                self.world.knobs.node_join,
                 Event::PoolNodeJoin {
                     pool: pool_key.clone(),
                     index: index as u32,

@@ -77,23 +77,28 @@ impl Release {
 impl Sim {
     /// Checks the rule at the end of an instant (and at the end of the run).
     pub(crate) fn check_release(&mut self) {
-        if self.invariants.release.completed.is_empty() {
+        if self.checks.invariants.release.completed.is_empty() {
             return;
         }
         // A controller that has not listed every cluster yet waits for it, by design.
-        let unsynced = self.invariants.synced.len() <= self.api.workloads.len()
+        let unsynced = self.checks.invariants.synced.len() <= self.api.workloads.len()
             || !self.faults.unsynced.is_empty();
         let faulted = unsynced
             || API_FAULTS.iter().any(|k| {
                 self.faults
                     .is_active(&Scope::Management, self.clock.now, *k)
             });
-        for (key, waited) in self.invariants.release.overdue(self.clock.now, faulted) {
+        for (key, waited) in self
+            .checks
+            .invariants
+            .release
+            .overdue(self.clock.now, faulted)
+        {
             let message = format!(
                 "finalizer held: Machine {key} says DeletionCompleted but still has finalizer {MACHINE_FINALIZER} after {waited}"
             );
             self.line("invariant", "Violation", key.to_string(), message.clone());
-            self.invariants.violate(message);
+            self.checks.invariants.violate(message);
         }
     }
 }

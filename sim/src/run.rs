@@ -92,7 +92,7 @@ pub fn run_owned(scenario: Scenario, options: &RunOptions) -> Result<Report, Str
     feeder.filter = options.input_filter;
     let mode = scenario.mode;
     let mut sim = Sim::new(scenario, seed, feeder);
-    sim.batching = options.batch_inputs;
+    sim.process.batching = options.batch_inputs;
     sim.set_loop_options(engine::runtime::LoopOptions {
         mode,
         planted: options.loop_bug,
@@ -101,10 +101,10 @@ pub fn run_owned(scenario: Scenario, options: &RunOptions) -> Result<Report, Str
     sim.setup();
     sim.run();
     let engine_state_hash = sim.engine().state_hash();
-    if let Some(j) = &mut sim.feeder.journal {
+    if let Some(j) = &mut sim.process.feeder.journal {
         j.finish(sim.lp.core())?;
     }
-    let inputs = sim.feeder.inputs;
+    let inputs = sim.process.feeder.inputs;
     Ok(sim.report(inputs, engine_state_hash))
 }
 
@@ -126,26 +126,28 @@ fn is_destructive(action: &str) -> bool {
 impl Sim {
     /// The report of a finished run.
     pub(crate) fn report(&mut self, inputs: u64, engine_state_hash: u64) -> Report {
-        let mut violations = self.invariants.violations.clone();
+        let mut violations = self.checks.invariants.violations.clone();
         violations.dedup();
+        let destructive = self
+            .timeline
+            .actions
+            .iter()
+            .filter(|a| is_destructive(a.name))
+            .map(|a| (a.name, a.target.to_string()))
+            .collect();
         Report {
             seed: self.seed,
             timeline: std::mem::take(&mut self.timeline),
-            failures: self.expect.failures.clone(),
+            failures: self.checks.expect.failures.clone(),
             violations,
-            stuck: self.invariants.stuck.clone(),
+            stuck: self.checks.invariants.stuck.clone(),
             inputs,
             engine_state_hash,
             simulated_ms: self.clock.end.since(self.clock.start).as_millis(),
             faults_fired: self.faults.fired.clone(),
-            invariant_checks: self.invariants.checks,
+            invariant_checks: self.checks.invariants.checks,
             final_world: final_world(self),
-            destructive: self
-                .actions
-                .iter()
-                .filter(|a| is_destructive(a.name))
-                .map(|a| (a.name, a.target.to_string()))
-                .collect(),
+            destructive,
         }
     }
 }

@@ -90,7 +90,7 @@ impl Sim {
         for at in crate::expect::checkpoints(&self.scenario) {
             self.schedule(self.clock.start + at, Event::Checkpoint);
         }
-        if self.external.is_none() {
+        if self.process.external.is_none() {
             self.pump();
         }
         let start_line_at = self.timeline.lines.len();
@@ -102,7 +102,7 @@ impl Sim {
                 "{} objects in {} clusters; {}",
                 self.api.clusters.values().map(|c| c.len()).sum::<usize>(),
                 self.api.clusters.len(),
-                if self.external.is_none() {
+                if self.process.external.is_none() {
                     "engine synced"
                 } else {
                     "served over HTTP"
@@ -112,7 +112,7 @@ impl Sim {
         debug_assert_eq!(self.timeline.lines.len(), start_line_at + 1);
         // What the controllers do with the starting world happens at time zero.
         self.settle();
-        self.feeder.end_of_instant(self.lp.core());
+        self.process.feeder.end_of_instant(self.lp.core());
     }
 
     fn create_initial(&mut self, scope: &Scope, mut obj: Value) {

@@ -3,14 +3,12 @@
 
 use crate::api::{FakeApi, ObjKey, Written, json};
 use crate::clock::Clock;
-use crate::scenario::{Scenario, WorldKnobs};
+use crate::scenario::Scenario;
 use crate::timeline::{Line, Timeline};
 use engine::model::{Kind, ObjectKey, Scope};
 use engine::runtime::{Loop, LoopOptions};
 use engine::time::{Duration, Timestamp};
 use engine::{Engine, Input};
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 use std::collections::BTreeSet;
 
@@ -96,49 +94,29 @@ pub(crate) enum Work {
     Command(engine::Command),
 }
 
-/// Tells the `corrupt-object` stream from the main one.
-const CORRUPT_STREAM: u64 = 0xC022_0B7E_C7ED_0001;
-
-/// A controller action as issued, for expectations.
-#[derive(Clone, Debug)]
-pub struct ActionRecord {
-    pub at: Timestamp,
-    pub name: &'static str,
-    pub target: ObjectKey,
-    pub command: u64,
-}
-
-/// A Kubernetes Event the controllers emitted.
-#[derive(Clone, Debug)]
-pub struct EventRecord {
-    pub at: Timestamp,
-    pub reason: String,
-    pub object: ObjectKey,
-}
-
 pub struct Sim {
     pub scenario: Scenario,
     pub seed: u64,
-    pub knobs: WorldKnobs,
     /// Simulated time: the span, the instant, what is scheduled and this instant's work.
     pub clock: Clock,
     /// The fake API of every cluster.
     pub api: FakeApi,
-    pub rng: ChaCha8Rng,
-    /// The `corrupt-object` fault's own stream, so that a run without it draws everything else
-    /// alike (the corruption differential compares the two).
-    pub corrupt_rng: ChaCha8Rng,
     /// The controller's loop (`engine::runtime`) over the engine, as `lifecycle run` drives it.
     pub(crate) lp: Loop<Engine>,
-    pub feeder: crate::feed::Feeder,
     pub timeline: Timeline,
-    pub actions: Vec<ActionRecord>,
-    pub events: Vec<EventRecord>,
     pub(crate) world: crate::world::WorldState,
     pub(crate) faults: crate::faults::Faults,
-    pub(crate) expect: crate::expect::Tracker,
-    pub invariants: crate::invariants::Checker,
+    /// What the run is judged by.
+    pub checks: Checks,
     pub(crate) net: crate::network::Network,
+    /// How the controller process meets the world: its journal, watches and connections.
+    pub process: Process,
+}
+
+/// The controller process as the world sees it: how its inputs are journaled, what it
+/// watches and connects to, how it takes a backlog, and whether it runs in this process.
+pub struct Process {
+    pub feeder: crate::feed::Feeder,
     /// Streams `(cluster, group/Kind)` the controller watches.
     pub(crate) watched: BTreeSet<(Scope, String)>,
     /// Streams whose first list waits for a cluster's cache to sync (a fault).
@@ -159,6 +137,12 @@ pub struct Sim {
     pub(crate) external: Option<External>,
 }
 
+/// What a run is judged by: the scenario's expectations and the invariants.
+pub struct Checks {
+    pub(crate) expect: crate::expect::Tracker,
+    pub invariants: crate::invariants::Checker,
+}
+
 /// What the world asks of a controller that runs outside the simulator.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct External {
@@ -175,28 +159,30 @@ impl Sim {
 
         Sim {
             seed,
-            knobs,
             clock: Clock::new(start, end),
             api: FakeApi::default(),
-            rng: ChaCha8Rng::seed_from_u64(seed),
-            corrupt_rng: ChaCha8Rng::seed_from_u64(seed ^ CORRUPT_STREAM),
             lp: Loop::new(Engine::new(), LoopOptions::default()),
-            feeder,
             timeline: Timeline::default(),
-            actions: Vec::new(),
-            events: Vec::new(),
-            world: Default::default(),
+            world: crate::world::WorldState {
+                knobs,
+                ..Default::default()
+            },
             faults: crate::faults::Faults::new(seed),
-            expect,
-            invariants: Default::default(),
+            checks: Checks {
+                expect,
+                invariants: Default::default(),
+            },
             net: crate::network::Network::new(seed),
-            watched: BTreeSet::new(),
-            deferred_watches: BTreeSet::new(),
-            connecting: BTreeSet::new(),
-            malformed: BTreeSet::new(),
-            batching: false,
-            ticks_stuck: (None, 0),
-            external: None,
+            process: Process {
+                feeder,
+                watched: BTreeSet::new(),
+                deferred_watches: BTreeSet::new(),
+                connecting: BTreeSet::new(),
+                malformed: BTreeSet::new(),
+                batching: false,
+                ticks_stuck: (None, 0),
+                external: None,
+            },
             scenario,
         }
     }
@@ -253,7 +239,7 @@ impl Sim {
     pub(crate) fn index(&mut self, written: &Written) {
         self.api.index(written);
         if written.key.group == "cluster.x-k8s.io" && written.key.kind == "Machine" {
-            self.invariants.release.machine_changed(
+            self.checks.invariants.release.machine_changed(
                 &written.key,
                 written.object.as_ref(),
                 self.clock.now,
@@ -287,7 +273,7 @@ impl Sim {
 
     /// Runs to the end of the scenario.
     pub fn run(&mut self) {
-        if self.batching {
+        if self.process.batching {
             self.settle();
         }
         self.schedule_engine_tick();
@@ -324,13 +310,13 @@ impl Sim {
     /// The end-of-run checks, at the scenario's end.
     pub(crate) fn finish_run(&mut self) {
         self.clock.now = self.clock.end;
-        if self.external.is_none() {
+        if self.process.external.is_none() {
             self.lp.finish_comparison(self.clock.end);
             self.note_disagreements();
         }
         self.check_release();
         // A controller in another process may be mid-update at the end: judged only when quiet.
-        self.check_mhc_differential(self.external.is_none());
+        self.check_mhc_differential(self.process.external.is_none());
         self.check_liveness();
         self.with_tracker(|t, sim| t.finish(sim));
     }
@@ -351,7 +337,7 @@ impl Sim {
         loop {
             let Some(work) = self.clock.work.pop_front() else {
                 // Batching: the loop is polled once the instant's work runs dry.
-                if self.batching && self.external.is_none() && self.lp.has_work() {
+                if self.process.batching && self.process.external.is_none() && self.lp.has_work() {
                     self.poll_loop();
                     continue;
                 }
@@ -364,7 +350,8 @@ impl Sim {
                     String::new(),
                     "the world and the controllers did not settle at this instant".into(),
                 );
-                self.invariants
+                self.checks
+                    .invariants
                     .violate("liveness: no settling at one instant".to_string());
                 self.clock.work.clear();
                 return;
@@ -383,7 +370,7 @@ impl Sim {
 
     fn after_instant_step(&mut self) {
         self.check_release();
-        self.feeder.end_of_instant(self.lp.core());
+        self.process.feeder.end_of_instant(self.lp.core());
         self.schedule_engine_tick();
         if !self.clock.more_now() {
             self.with_tracker(|t, sim| t.checkpoint(sim));
@@ -398,14 +385,14 @@ impl Sim {
         // The loop's wake: the engine's deadline, or a shadow comparison's window closing.
         let due = self.lp.next_wake().filter(|d| *d <= self.clock.now);
         let Some(due) = due else {
-            self.ticks_stuck = (None, 0);
+            self.process.ticks_stuck = (None, 0);
             return;
         };
-        let stuck = match self.ticks_stuck {
+        let stuck = match self.process.ticks_stuck {
             (Some(d), n) if d == due => n + 1,
             _ => 1,
         };
-        self.ticks_stuck = (Some(due), stuck);
+        self.process.ticks_stuck = (Some(due), stuck);
         if stuck > TICKS_PER_INSTANT_MAX {
             if stuck == TICKS_PER_INSTANT_MAX + 1 {
                 let message = format!(
@@ -413,7 +400,7 @@ impl Sim {
                     self.offset_of(due)
                 );
                 self.line("invariant", "Violation", String::new(), message.clone());
-                self.invariants.violate(message);
+                self.checks.invariants.violate(message);
             }
             return;
         }
@@ -426,7 +413,9 @@ impl Sim {
         let Some(at) = self.lp.next_wake() else {
             return;
         };
-        if self.ticks_stuck.1 > TICKS_PER_INSTANT_MAX && self.lp.next_wake() == self.ticks_stuck.0 {
+        if self.process.ticks_stuck.1 > TICKS_PER_INSTANT_MAX
+            && self.lp.next_wake() == self.process.ticks_stuck.0
+        {
             return;
         }
         let at = at.max(self.clock.now);
@@ -438,7 +427,7 @@ impl Sim {
 
     /// Delivers a write to the engine as a watch event would, unless a fault hides it.
     fn deliver(&mut self, scope: &Scope, written: Written) {
-        if self.external.is_some() {
+        if self.process.external.is_some() {
             return;
         }
         if self.faults.hides_watch(scope, self.clock.now) {
@@ -469,7 +458,7 @@ impl Sim {
     }
 
     pub(crate) fn report_malformed(&mut self, scope: &Scope, key: &ObjKey, error: &str) {
-        if self.malformed.insert((scope.clone(), key.clone())) {
+        if self.process.malformed.insert((scope.clone(), key.clone())) {
             let object = Self::describe(scope, key);
             self.line(
                 "api",
@@ -481,9 +470,9 @@ impl Sim {
     }
 
     fn with_tracker(&mut self, f: impl FnOnce(&mut crate::expect::Tracker, &Sim)) {
-        let mut tracker = std::mem::take(&mut self.expect);
+        let mut tracker = std::mem::take(&mut self.checks.expect);
         f(&mut tracker, self);
-        self.expect = tracker;
+        self.checks.expect = tracker;
     }
 
     pub fn offset_of(&self, t: Timestamp) -> Duration {

@@ -25,6 +25,27 @@ pub struct Line {
 #[derive(Clone, Debug, Default)]
 pub struct Timeline {
     pub lines: Vec<Line>,
+    /// The controllers' actions as issued, for expectations.
+    pub actions: Vec<ActionRecord>,
+    /// The Kubernetes Events the controllers emitted.
+    pub events: Vec<EventRecord>,
+}
+
+/// A controller action as issued, for expectations.
+#[derive(Clone, Debug)]
+pub struct ActionRecord {
+    pub at: Timestamp,
+    pub name: &'static str,
+    pub target: engine::model::ObjectKey,
+    pub command: u64,
+}
+
+/// A Kubernetes Event the controllers emitted.
+#[derive(Clone, Debug)]
+pub struct EventRecord {
+    pub at: Timestamp,
+    pub reason: String,
+    pub object: engine::model::ObjectKey,
 }
 
 impl Timeline {

@@ -3,7 +3,7 @@
 
 use crate::api::{ObjKey, Part, Written, json};
 use crate::defaults::PROVIDER_FINALIZER;
-use crate::scenario::{FaultKind, MachineSetsMode};
+use crate::scenario::{FaultKind, MachineSetsMode, WorldKnobs};
 use crate::sim::{Event, Sim};
 use engine::model::Scope;
 use engine::time::{Duration, parse_go_duration};
@@ -15,6 +15,8 @@ pub const SHUTDOWN_ANNOTATION: &str = "sim.lifecycle.x-k8s.io/shutdown";
 
 #[derive(Clone, Debug, Default)]
 pub struct WorldState {
+    /// How the world behaves (the scenario's `world:`).
+    pub knobs: WorldKnobs,
     /// Nodes whose kubelet is stopped.
     pub kubelet_stopped: BTreeSet<(Scope, String)>,
     /// Replacement counters per MachineSet and reschedule counters per pod base name.
@@ -103,7 +105,7 @@ impl Sim {
             .any(|f| f == PROVIDER_FINALIZER);
         if ours && self.world.provider_deleting.insert(key.clone()) {
             self.schedule_in(
-                self.knobs.infra_delete,
+                self.world.knobs.infra_delete,
                 Event::ProviderGone { key: key.clone() },
             );
         }
@@ -248,7 +250,10 @@ impl Sim {
                     .pointer("/metadata/deletionGracePeriodSeconds")
                     .and_then(Value::as_i64)
                     .unwrap_or(30);
-                self.knobs.pod_shutdown.min(Duration::from_secs(grace))
+                self.world
+                    .knobs
+                    .pod_shutdown
+                    .min(Duration::from_secs(grace))
             });
         self.schedule_in(
             shutdown,
@@ -311,7 +316,7 @@ impl Sim {
                     ObjKey::new("", "Node", "", &format!("detach:{node}")),
                 ));
                 self.schedule_in(
-                    self.knobs.volume_detach,
+                    self.world.knobs.volume_detach,
                     Event::VolumesDetached {
                         scope: scope.clone(),
                         node,
@@ -376,7 +381,7 @@ impl Sim {
 
     /// A pod of a ReplicaSet or StatefulSet that went away gets a replacement elsewhere.
     fn reschedule(&mut self, scope: &Scope, key: &ObjKey, last: Value) {
-        if !self.knobs.reschedule {
+        if !self.world.knobs.reschedule {
             return;
         }
         if !controller_of(&last).is_some_and(|(k, _)| k == "ReplicaSet" || k == "StatefulSet") {
@@ -449,7 +454,7 @@ impl Sim {
                 );
                 self.changed(scope, w);
                 self.schedule_in(
-                    self.knobs.pod_startup,
+                    self.world.knobs.pod_startup,
                     Event::PodReady {
                         scope: scope.clone(),
                         pod: pod_key,
@@ -590,7 +595,7 @@ impl Sim {
             }
         } else if self.world.kubelet_stopped.insert(k) {
             self.schedule_in(
-                self.knobs.node_monitor_grace_period,
+                self.world.knobs.node_monitor_grace_period,
                 Event::NodeUnreachable {
                     scope: scope.clone(),
                     node: node.to_string(),
@@ -601,7 +606,7 @@ impl Sim {
 
     /// The fake MachineSet replaces a Machine it owns as soon as it starts deleting.
     fn replace_machine(&mut self, key: &ObjKey, machine: Value) {
-        if self.knobs.machine_sets != MachineSetsMode::Replace {
+        if self.world.knobs.machine_sets != MachineSetsMode::Replace {
             return;
         }
         if !self.world.provider_deleting.insert(ObjKey::new(
@@ -693,7 +698,7 @@ impl Sim {
         self.ensure_provider_objects(machine, false);
         self.world.provisioning.insert(key.clone());
         self.schedule_in(
-            self.knobs.infra_provision,
+            self.world.knobs.infra_provision,
             Event::InfraReady {
                 machine: key.clone(),
             },
@@ -820,7 +825,7 @@ impl Sim {
             self.changed(&Scope::Management, w);
         }
         self.schedule_in(
-            self.knobs.node_join,
+            self.world.knobs.node_join,
             Event::NodeJoin {
                 machine: machine_key.clone(),
             },
