@@ -1980,3 +1980,19 @@ fn a_reachable_condition_left_behind_goes_once_the_checks_run() {
             .is_none()
     );
 }
+
+/// The health check's registry slot holds Machine keys (which mark targets dirty) and MHC keys
+/// (which reconcile them), and a pass visits a slot's keys in their order: every Machine key
+/// must come before every MHC key, whatever their namespaces and names, or an MHC would decide
+/// on targets a Machine change of the same input has not marked yet.
+#[test]
+fn every_machine_key_orders_before_every_mhc_key() {
+    let names = ["", "a", "m", "zz"];
+    for (machine_ns, machine) in names.iter().flat_map(|n| names.map(|m| (*n, m))) {
+        for (mhc_ns, mhc) in names.iter().flat_map(|n| names.map(|m| (*n, m))) {
+            let m = ObjectKey::management(Kind::Machine, machine_ns, machine);
+            let h = ObjectKey::management(Kind::MachineHealthCheck, mhc_ns, mhc);
+            assert!(m < h, "{m} orders after {h}");
+        }
+    }
+}
