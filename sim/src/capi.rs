@@ -18,7 +18,8 @@
 //! Not modelled: drain timeouts, MachineDrainRules, MHC marking, MachineSet scaling, KCP.
 
 use crate::api::{ObjKey, Part, eviction, json};
-use crate::sim::{Event, Sim};
+use crate::event::Event;
+use crate::sim::Sim;
 use engine::model::{
     CONTROL_PLANE_LABEL, EXCLUDE_DRAIN_ANNOTATION, EXCLUDE_VOLUME_DETACH_ANNOTATION,
     MACHINE_FINALIZER, PAUSED_ANNOTATION, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope,

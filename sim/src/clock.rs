@@ -1,7 +1,7 @@
 //! Simulated time ([`Clock`]): the scenario's span, the current instant, the events scheduled
 //! after it in order, and the work one instant produces.
 
-use crate::sim::{Event, Work};
+use crate::event::{Event, Work};
 use engine::time::{Duration, Timestamp};
 use std::collections::{BTreeMap, VecDeque};
 

@@ -4,8 +4,7 @@
 //! objects (it does not ask the engine); where a rule is too rich to judge here (expressions,
 //! namespace selectors) it assumes the pod may be skipped, so it never reports a false breach.
 
-use crate::api::json;
-use crate::sim::Sim;
+use crate::api::{FakeApi, json};
 use engine::model::Scope;
 use serde_json::Value;
 
@@ -60,43 +59,40 @@ fn terms_may_match(
     }
 }
 
-impl Sim {
-    /// Whether the drain of `machine`'s Node is skipped as a whole.
-    pub(crate) fn drain_skipped(&self, machine: &Value, node: &str) -> bool {
-        let Some(cluster) = json::str_at(machine, "spec.clusterName") else {
-            return true;
-        };
-        let ns = json::namespace(machine);
-        let cluster_deleting = self
-            .api
-            .find(&Scope::Management, "Cluster", ns, cluster)
-            .is_some_and(|(_, c)| json::is_deleting(c));
-        let scope = self.api.workload_scope(cluster);
-        let node_missing = self.api.find(&scope, "Node", "", node).is_none();
-        cluster_deleting || node_missing
-    }
+/// Whether the drain of `machine`'s Node is skipped as a whole.
+pub(crate) fn drain_skipped(api: &FakeApi, machine: &Value, node: &str) -> bool {
+    let Some(cluster) = json::str_at(machine, "spec.clusterName") else {
+        return true;
+    };
+    let ns = json::namespace(machine);
+    let cluster_deleting = api
+        .find(&Scope::Management, "Cluster", ns, cluster)
+        .is_some_and(|(_, c)| json::is_deleting(c));
+    let scope = api.workload_scope(cluster);
+    let node_missing = api.find(&scope, "Node", "", node).is_none();
+    cluster_deleting || node_missing
+}
 
-    /// Whether a MachineDrainRule in the Machine's namespace may say `Skip` for `pod`.
-    pub(crate) fn drain_rule_may_skip(&self, machine: &Value, pod: &Value) -> bool {
-        let Some(store) = self.api.store(&Scope::Management) else {
-            return false;
-        };
-        let ns = json::namespace(machine);
-        let machine_labels = json::labels(machine);
-        let pod_labels = json::labels(pod);
-        store
-            .list("cluster.x-k8s.io", "MachineDrainRule")
-            .filter(|(k, _)| k.namespace == ns)
-            .any(|(_, rule)| {
-                json::str_at(rule, "spec.drain.behavior") == Some("Skip")
-                    && terms_may_match(
-                        rule.pointer("/spec/machines"),
-                        "clusterSelector",
-                        &machine_labels,
-                    )
-                    && terms_may_match(rule.pointer("/spec/pods"), "namespaceSelector", &pod_labels)
-            })
-    }
+/// Whether a MachineDrainRule in the Machine's namespace may say `Skip` for `pod`.
+pub(crate) fn drain_rule_may_skip(api: &FakeApi, machine: &Value, pod: &Value) -> bool {
+    let Some(store) = api.store(&Scope::Management) else {
+        return false;
+    };
+    let ns = json::namespace(machine);
+    let machine_labels = json::labels(machine);
+    let pod_labels = json::labels(pod);
+    store
+        .list("cluster.x-k8s.io", "MachineDrainRule")
+        .filter(|(k, _)| k.namespace == ns)
+        .any(|(_, rule)| {
+            json::str_at(rule, "spec.drain.behavior") == Some("Skip")
+                && terms_may_match(
+                    rule.pointer("/spec/machines"),
+                    "clusterSelector",
+                    &machine_labels,
+                )
+                && terms_may_match(rule.pointer("/spec/pods"), "namespaceSelector", &pod_labels)
+        })
 }
 
 #[cfg(test)]

@@ -91,7 +91,7 @@ impl Sim {
             Intercept::Fail(outcome) => (outcome, false),
             Intercept::Delay(delay) => {
                 let command = Box::new(command);
-                self.schedule_in(delay, crate::sim::Event::DelayedCommand { command });
+                self.schedule_in(delay, crate::event::Event::DelayedCommand { command });
                 return;
             }
         };

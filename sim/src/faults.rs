@@ -2,8 +2,9 @@
 //! it fired, so a sweep can prove it was exercised.
 
 use crate::api::{ObjKey, Part};
+use crate::event::Event;
 use crate::scenario::{FaultKind, FaultSpec};
-use crate::sim::{Event, Sim};
+use crate::sim::Sim;
 use crate::wire::{Hit, Verdict};
 use engine::connection::Unreachable;
 use engine::model::{PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope};
@@ -842,7 +843,7 @@ impl Sim {
         // Commands still queued died with the process, and its caches with it.
         self.clock
             .work
-            .retain(|w| !matches!(w, crate::sim::Work::Command(_)));
+            .retain(|w| !matches!(w, crate::event::Work::Command(_)));
         self.net.reset();
         self.checks.invariants.synced.clear();
         self.start_controller(rebuilt);

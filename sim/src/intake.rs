@@ -58,7 +58,7 @@ impl Sim {
                 Output::Send(command) => self
                     .clock
                     .work
-                    .push_back(crate::sim::Work::Command(command)),
+                    .push_back(crate::event::Work::Command(command)),
                 Output::Withheld(command) => {
                     if let Some(why) = self.lp.options().mode.withholds() {
                         self.record_withheld(&command, why);

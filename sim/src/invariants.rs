@@ -432,7 +432,7 @@ impl Sim {
             return None;
         }
         let node = json::str_at(machine, "status.nodeRef.name")?;
-        if self.drain_skipped(machine, node) {
+        if crate::drain_skips::drain_skipped(&self.api, machine, node) {
             return None;
         }
         let scope = self.api.workload_scope(cluster);
@@ -466,7 +466,7 @@ impl Sim {
                     .get(DRAIN_LABEL)
                     .is_none_or(|v| !v.eq_ignore_ascii_case("skip"))
             })
-            .filter(|(_, p)| !self.drain_rule_may_skip(machine, p))
+            .filter(|(_, p)| !crate::drain_skips::drain_rule_may_skip(&self.api, machine, p))
             .filter(|(_, p)| {
                 !p.pointer("/metadata/ownerReferences")
                     .and_then(Value::as_array)

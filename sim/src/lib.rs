@@ -12,6 +12,7 @@ mod clock;
 pub mod defaults;
 mod differential;
 mod drain_skips;
+pub mod event;
 mod exec;
 pub mod expect;
 mod faults;

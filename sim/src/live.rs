@@ -10,9 +10,10 @@
 
 use crate::api::store::ChangeType;
 use crate::api::{ClusterStore, Written, json};
+use crate::event::Event;
 use crate::run::Report;
 use crate::scenario::{Check, ExpectKind, Scenario, StepAction};
-use crate::sim::{Event, External, Sim};
+use crate::sim::{External, Sim};
 use engine::model::ObjectKey;
 use engine::model::Scope;
 use engine::time::{Duration, Timestamp};

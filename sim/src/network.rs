@@ -21,8 +21,9 @@
 //! - `backlog-batches`: the backlog is fed in batches of random size.
 
 use crate::api::{ObjKey, Written};
+use crate::event::{Arrival, Event};
 use crate::scenario::FaultKind;
-use crate::sim::{Event, Sim};
+use crate::sim::Sim;
 use engine::intake::streams::stream_id;
 use engine::model::Scope;
 use engine::time::{Duration, Timestamp};
@@ -51,30 +52,6 @@ const RESULT_TAIL_CHANCE: f64 = 0.1;
 const COALESCE_HOLD_MAX_MS: i64 = 1500;
 /// Largest backlog batch under `backlog-batches`.
 const RANDOM_BATCH_MAX: usize = 6;
-
-/// Something on its way to the controller.
-#[derive(Clone, Debug)]
-pub enum Arrival {
-    Watch {
-        scope: Scope,
-        written: Box<Written>,
-    },
-    Result {
-        command: u64,
-        outcome: ApiOutcome,
-    },
-    /// A watch that ended with 410 lists again.
-    Relist {
-        scope: Scope,
-        stream: String,
-    },
-    /// A slow consumer's held events of one scope are read.
-    Coalesced {
-        scope: Scope,
-    },
-    /// A busy controller loop gets round to its backlog.
-    Wake,
-}
 
 #[derive(Debug)]
 pub struct Network {

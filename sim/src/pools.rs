@@ -1,7 +1,8 @@
 //! The fake pool provider: an InfraMachinePool that follows its MachinePool's `spec.replicas`.
 
 use crate::api::{ObjKey, Part, json};
-use crate::sim::{Event, Sim};
+use crate::event::Event;
+use crate::sim::Sim;
 use engine::model::Scope;
 use serde_json::{Value, json};
 

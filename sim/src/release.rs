@@ -6,8 +6,7 @@
 
 use crate::api::{ObjKey, json};
 use crate::scenario::FaultKind;
-use crate::sim::Sim;
-use engine::model::{MACHINE_FINALIZER, Scope};
+use engine::model::MACHINE_FINALIZER;
 use engine::time::{Duration, Timestamp};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -15,7 +14,7 @@ use std::collections::BTreeMap;
 pub const RELEASE_WITHIN: Duration = Duration::from_secs(30);
 
 /// Faults that keep the controller's writes from the management API, or its changes from it.
-const API_FAULTS: [FaultKind; 6] = [
+pub(crate) const API_FAULTS: [FaultKind; 6] = [
     FaultKind::Partition,
     FaultKind::WatchGap,
     FaultKind::ApiErrors,
@@ -42,6 +41,11 @@ fn deletion_completed(machine: &Value) -> bool {
 }
 
 impl Release {
+    /// Whether a Machine said `DeletionCompleted` and still holds the finalizer.
+    pub fn waits(&self) -> bool {
+        !self.completed.is_empty()
+    }
+
     /// A Machine changed in the API (`None`: it is gone).
     pub fn machine_changed(&mut self, key: &ObjKey, machine: Option<&Value>, now: Timestamp) {
         let waiting = machine.is_some_and(|m| {
@@ -71,35 +75,6 @@ impl Release {
             self.completed.remove(key);
         }
         late
-    }
-}
-
-impl Sim {
-    /// Checks the rule at the end of an instant (and at the end of the run).
-    pub(crate) fn check_release(&mut self) {
-        if self.checks.invariants.release.completed.is_empty() {
-            return;
-        }
-        // A controller that has not listed every cluster yet waits for it, by design.
-        let unsynced = self.checks.invariants.synced.len() <= self.api.workloads.len()
-            || !self.faults.unsynced.is_empty();
-        let faulted = unsynced
-            || API_FAULTS.iter().any(|k| {
-                self.faults
-                    .is_active(&Scope::Management, self.clock.now, *k)
-            });
-        for (key, waited) in self
-            .checks
-            .invariants
-            .release
-            .overdue(self.clock.now, faulted)
-        {
-            let message = format!(
-                "finalizer held: Machine {key} says DeletionCompleted but still has finalizer {MACHINE_FINALIZER} after {waited}"
-            );
-            self.line("invariant", "Violation", key.to_string(), message.clone());
-            self.checks.invariants.violate(message);
-        }
     }
 }
 

@@ -2,7 +2,8 @@
 
 use crate::api::{ObjKey, json};
 use crate::defaults::{PROVIDER_FINALIZER, apply_defaults};
-use crate::sim::{Event, Sim};
+use crate::event::Event;
+use crate::sim::Sim;
 use engine::model::{ClusterName, Scope};
 use engine::time::Duration;
 use serde_json::{Value, json};

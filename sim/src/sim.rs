@@ -3,6 +3,7 @@
 
 use crate::api::{FakeApi, ObjKey, Written, json};
 use crate::clock::Clock;
+use crate::event::{Event, Work};
 use crate::scenario::Scenario;
 use crate::timeline::{Line, Timeline};
 use engine::model::{Kind, ObjectKey, Scope};
@@ -18,81 +19,6 @@ pub const WORK_PER_INSTANT_MAX: usize = 200_000;
 /// Bound on ticks in a row after which the engine's deadline is still due (a deadline kept in
 /// the past is reported, and time moves on, instead of ticking forever).
 pub const TICKS_PER_INSTANT_MAX: u32 = 1_000;
-
-/// Something scheduled at a simulated time.
-#[derive(Clone, Debug)]
-pub enum Event {
-    /// Timeline step `index` of the scenario.
-    Step(usize),
-    /// CAPI's own manager reconciles a Machine (`capiManager: true`).
-    CapiReconcile { machine: ObjKey },
-    /// CAPI's own manager renews its leader Lease.
-    CapiLeaseRenew,
-    /// The engine asked to be woken.
-    EngineTick,
-    /// The kubelet finished shutting a pod down.
-    PodGone { scope: Scope, pod: ObjKey },
-    /// A rescheduled pod became Ready.
-    PodReady { scope: Scope, pod: ObjKey },
-    /// A stopped kubelet's node turns `Ready=Unknown` (if it is still stopped).
-    NodeUnreachable { scope: Scope, node: String },
-    /// The node's volumes detached.
-    VolumesDetached { scope: Scope, node: String },
-    /// Pod garbage collection for pods bound to a Node that is gone.
-    PodGc { scope: Scope, node: String },
-    /// A provider object being deleted goes away.
-    ProviderGone { key: ObjKey },
-    /// A Machine's infrastructure became ready.
-    InfraReady { machine: ObjKey },
-    /// A Machine's Node joined its workload cluster.
-    NodeJoin { machine: ObjKey },
-    /// The fake pool provider finished provisioning (or resizing) an InfraMachinePool.
-    PoolProvisioned { pool: ObjKey },
-    /// A pool instance's Node joins.
-    PoolNodeJoin { pool: ObjKey, index: u32 },
-    /// A fault window ends.
-    FaultEnds { fault: usize },
-    /// A cluster's cache, held unsynced after a restart, syncs.
-    CacheSynced { scope: Scope },
-    /// A kubelet stopped by a fault comes back.
-    KubeletResume { scope: Scope, node: String },
-    /// An object corrupted by a fault reads again (`restore`: the merge patch that undoes it).
-    Uncorrupt {
-        scope: Scope,
-        key: crate::api::ObjKey,
-        restore: serde_json::Value,
-    },
-    /// A `kubeconfig` fault ends: the cluster's kubeconfig Secret is restored (`original`,
-    /// when the store held one to damage) and its connector connects.
-    KubeconfigRestored {
-        scope: Scope,
-        original: Option<serde_json::Value>,
-    },
-    /// A flapping node changes its Ready condition.
-    NodeFlap {
-        scope: Scope,
-        node: String,
-        period: Duration,
-        until: Timestamp,
-        ready: bool,
-    },
-    /// A command held back by a slow API.
-    DelayedCommand { command: Box<engine::Command> },
-    /// A checkpoint for `{at: T}` expectations (evaluated after everything at T).
-    Checkpoint,
-    /// A watch event, result or relist reaches the controller (under delivery faults).
-    Arrive {
-        epoch: u64,
-        arrival: Box<crate::network::Arrival>,
-    },
-}
-
-/// Work produced at one instant, handled in order.
-#[derive(Clone, Debug)]
-pub(crate) enum Work {
-    Changed { scope: Scope, written: Written },
-    Command(engine::Command),
-}
 
 pub struct Sim {
     pub scenario: Scenario,
@@ -481,5 +407,33 @@ impl Sim {
 
     pub fn name_of(obj: &Value) -> &str {
         json::name(obj)
+    }
+
+    /// Checks the release rule at the end of an instant (and at the end of the run).
+    pub(crate) fn check_release(&mut self) {
+        if !self.checks.invariants.release.waits() {
+            return;
+        }
+        // A controller that has not listed every cluster yet waits for it, by design.
+        let unsynced = self.checks.invariants.synced.len() <= self.api.workloads.len()
+            || !self.faults.unsynced.is_empty();
+        let faulted = unsynced
+            || crate::release::API_FAULTS.iter().any(|k| {
+                self.faults
+                    .is_active(&Scope::Management, self.clock.now, *k)
+            });
+        for (key, waited) in self
+            .checks
+            .invariants
+            .release
+            .overdue(self.clock.now, faulted)
+        {
+            let message = format!(
+                "finalizer held: Machine {key} says DeletionCompleted but still has finalizer {} after {waited}",
+                engine::model::MACHINE_FINALIZER
+            );
+            self.line("invariant", "Violation", key.to_string(), message.clone());
+            self.checks.invariants.violate(message);
+        }
     }
 }

@@ -3,8 +3,9 @@
 
 use crate::api::{ObjKey, Part, Written, json};
 use crate::defaults::PROVIDER_FINALIZER;
+use crate::event::Event;
 use crate::scenario::{FaultKind, MachineSetsMode, WorldKnobs};
-use crate::sim::{Event, Sim};
+use crate::sim::Sim;
 use engine::model::Scope;
 use engine::time::{Duration, parse_go_duration};
 use serde_json::{Value, json};
