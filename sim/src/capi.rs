@@ -18,8 +18,9 @@
 //! Not modelled: drain timeouts, MachineDrainRules, MHC marking, MachineSet scaling, KCP.
 
 use crate::api::{ObjKey, Part, eviction, json};
+use crate::env::Env;
 use crate::event::Event;
-use crate::sim::Sim;
+use crate::world::WorldState;
 use engine::model::{
     CONTROL_PLANE_LABEL, EXCLUDE_DRAIN_ANNOTATION, EXCLUDE_VOLUME_DETACH_ANNOTATION,
     MACHINE_FINALIZER, PAUSED_ANNOTATION, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope,
@@ -60,14 +61,14 @@ enum Step {
     Done,
 }
 
-impl Sim {
+impl WorldState {
     /// A write CAPI's manager watches: the deleting Machines it concerns are reconciled soon.
-    pub(crate) fn capi_react(&mut self, scope: &Scope, key: &ObjKey) {
-        if !self.world.knobs.capi_manager {
+    pub(crate) fn capi_react(&mut self, env: &mut Env<'_>, scope: &Scope, key: &ObjKey) {
+        if !self.knobs.capi_manager {
             return;
         }
         let machines: Vec<ObjKey> = match scope {
-            Scope::Management => self
+            Scope::Management => env
                 .api
                 .store(scope)
                 .map(|s| {
@@ -84,7 +85,7 @@ impl Sim {
                 .unwrap_or_default(),
             // In a workload cluster it watches Nodes (not Pods: a drain is requeued).
             Scope::Workload(_) if key.kind != "Node" || !key.group.is_empty() => Vec::new(),
-            Scope::Workload(_) => self
+            Scope::Workload(_) => env
                 .api
                 .store(&Scope::Management)
                 .map(|s| {
@@ -92,7 +93,7 @@ impl Sim {
                         .filter(|(_, m)| json::is_deleting(m))
                         .filter(|(_, m)| {
                             json::str_at(m, "spec.clusterName")
-                                .is_some_and(|c| self.api.workload_scope(c) == *scope)
+                                .is_some_and(|c| env.api.workload_scope(c) == *scope)
                         })
                         .map(|(k, _)| k.clone())
                         .collect()
@@ -100,61 +101,58 @@ impl Sim {
                 .unwrap_or_default(),
         };
         for machine in machines {
-            self.capi_queue(machine, REACTION);
+            self.capi_queue(env, machine, REACTION);
         }
     }
 
     /// CAPI's manager holds its leader Lease (`capi-system/controller-leader-election-capi`,
     /// renewed every 10 s), so a controller started `--mode alone` against `sim serve` finds it
     /// active.
-    pub(crate) fn capi_start(&mut self) {
-        if !self.world.knobs.capi_manager {
+    pub(crate) fn capi_start(&mut self, env: &mut Env<'_>) {
+        if !self.knobs.capi_manager {
             return;
         }
         let lease = json!({
             "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": LEASE_NAME, "namespace": LEASE_NAMESPACE},
             "spec": {"holderIdentity": HOLDER, "leaseDurationSeconds": 15,
-                "acquireTime": self.clock.now.to_rfc3339(), "renewTime": self.clock.now.to_rfc3339()}
+                "acquireTime": env.clock.now.to_rfc3339(), "renewTime": env.clock.now.to_rfc3339()}
         });
-        let now = self.clock.now;
-        if self
+        let now = env.clock.now;
+        if env
             .api
             .store_mut(&Scope::Management)
             .create(lease, now)
             .is_ok()
         {
-            self.schedule_in(LEASE_RENEW, Event::CapiLeaseRenew);
+            env.schedule_in(LEASE_RENEW, Event::CapiLeaseRenew);
         }
     }
 
-    pub(crate) fn capi_renew_lease(&mut self) {
+    pub(crate) fn capi_renew_lease(&mut self, env: &mut Env<'_>) {
         let key = ObjKey::new("coordination.k8s.io", "Lease", LEASE_NAMESPACE, LEASE_NAME);
-        let renewed = json!({"spec": {"renewTime": self.clock.now.to_rfc3339()}});
-        if let Ok(w) = self
+        let renewed = json!({"spec": {"renewTime": env.clock.now.to_rfc3339()}});
+        if let Ok(w) = env
             .api
             .store_mut(&Scope::Management)
             .patch(&key, &renewed, Part::Main)
         {
-            self.changed(&Scope::Management, w);
+            env.changed(&Scope::Management, w);
         }
-        self.schedule_in(LEASE_RENEW, Event::CapiLeaseRenew);
+        env.schedule_in(LEASE_RENEW, Event::CapiLeaseRenew);
     }
 
-    fn capi_queue(&mut self, machine: ObjKey, after: Duration) {
-        let at = self.clock.now + after;
-        if self.world.capi.queued.insert((machine.clone(), at)) {
-            self.schedule(at, Event::CapiReconcile { machine });
+    fn capi_queue(&mut self, env: &mut Env<'_>, machine: ObjKey, after: Duration) {
+        let at = env.clock.now + after;
+        if self.capi.queued.insert((machine.clone(), at)) {
+            env.schedule(at, Event::CapiReconcile { machine });
         }
     }
 
     /// One reconcile of a Machine by CAPI's manager.
-    pub(crate) fn capi_reconcile(&mut self, key: &ObjKey) {
-        self.world
-            .capi
-            .queued
-            .remove(&(key.clone(), self.clock.now));
-        let Some(machine) = self.api.get(&Scope::Management, key).cloned() else {
+    pub(crate) fn capi_reconcile(&mut self, env: &mut Env<'_>, key: &ObjKey) {
+        self.capi.queued.remove(&(key.clone(), env.clock.now));
+        let Some(machine) = env.api.get(&Scope::Management, key).cloned() else {
             return;
         };
         if !json::is_deleting(&machine)
@@ -164,26 +162,26 @@ impl Sim {
         {
             return;
         }
-        match self.capi_delete_step(key, &machine) {
+        match self.capi_delete_step(env, key, &machine) {
             Step::Wait {
                 reason,
                 message,
                 retry,
             } => {
-                self.capi_deleting_condition(key, &machine, reason, &message);
+                self.capi_deleting_condition(env, key, &machine, reason, &message);
                 if let Some(after) = retry {
-                    self.capi_queue(key.clone(), after);
+                    self.capi_queue(env, key.clone(), after);
                 }
             }
             Step::Done => {}
         }
     }
 
-    fn capi_delete_step(&mut self, key: &ObjKey, machine: &Value) -> Step {
+    fn capi_delete_step(&mut self, env: &mut Env<'_>, key: &ObjKey, machine: &Value) -> Step {
         let cluster_name = json::str_at(machine, "spec.clusterName")
             .unwrap_or_default()
             .to_string();
-        let cluster = self
+        let cluster = env
             .api
             .get(
                 &Scope::Management,
@@ -198,18 +196,18 @@ impl Sim {
         if paused {
             return Step::Done;
         }
-        let scope = self.api.workload_scope(&cluster_name);
+        let scope = env.api.workload_scope(&cluster_name);
         let node_name = json::str_at(machine, "status.nodeRef.name").map(str::to_string);
         let node_allowed = !cluster.as_ref().is_some_and(json::is_deleting)
             && node_name.is_some()
-            && self.capi_active_control_planes(&key.namespace, &cluster_name) > 0;
+            && self.capi_active_control_planes(env, &key.namespace, &cluster_name) > 0;
         let infra = machine
             .pointer("/spec/infrastructureRef")
             .and_then(|r| json::ref_target(r, &key.namespace))
             .map(|(k, _)| k);
         let infra_obj = infra
             .as_ref()
-            .and_then(|k| self.api.get(&Scope::Management, k))
+            .and_then(|k| env.api.get(&Scope::Management, k))
             .cloned();
         let pre_terminate_started = machine
             .pointer("/status/deletion/waitForPreTerminateHookStartTime")
@@ -217,7 +215,7 @@ impl Sim {
         if node_allowed {
             let hooks = hooks(&annotations, PRE_DRAIN_HOOK_PREFIX);
             if !hooks.is_empty() {
-                self.capi_start_time(key, "waitForPreDrainHookStartTime");
+                self.capi_start_time(env, key, "waitForPreDrainHookStartTime");
                 return Step::Wait {
                     reason: "WaitingForPreDrainHook",
                     message: format!(
@@ -233,8 +231,8 @@ impl Sim {
                 && !pre_terminate_started
                 && infra_present
             {
-                let started = self.capi_start_time(key, "nodeDrainStartTime");
-                if !self.capi_drain(&scope, node) {
+                let started = self.capi_start_time(env, key, "nodeDrainStartTime");
+                if !self.capi_drain(env, &scope, node) {
                     return Step::Wait {
                         reason: "DrainingNode",
                         message: format!("Drain not completed yet (started at {started}):"),
@@ -246,14 +244,15 @@ impl Sim {
                 && !pre_terminate_started
                 && infra_present
             {
-                let attached = self
+                let attached = env
                     .api
                     .get(&scope, &ObjKey::new("", "Node", "", node))
                     .and_then(|n| n.pointer("/status/volumesAttached"))
                     .and_then(Value::as_array)
                     .is_some_and(|v| !v.is_empty());
                 if attached {
-                    let started = self.capi_start_time(key, "waitForNodeVolumeDetachStartTime");
+                    let started =
+                        self.capi_start_time(env, key, "waitForNodeVolumeDetachStartTime");
                     return Step::Wait {
                         reason: "WaitingForVolumeDetach",
                         message: format!(
@@ -266,7 +265,7 @@ impl Sim {
         }
         let hooks = hooks(&annotations, PRE_TERMINATE_HOOK_PREFIX);
         if !hooks.is_empty() {
-            self.capi_start_time(key, "waitForPreTerminateHookStartTime");
+            self.capi_start_time(env, key, "waitForPreTerminateHookStartTime");
             return Step::Wait {
                 reason: "WaitingForPreTerminateHook",
                 message: format!(
@@ -289,13 +288,13 @@ impl Sim {
             (bootstrap, "DeleteBootstrap", "WaitingForBootstrapDeletion"),
         ] {
             let Some(target) = target else { continue };
-            let Some(obj) = self.api.get(&Scope::Management, &target).cloned() else {
+            let Some(obj) = env.api.get(&Scope::Management, &target).cloned() else {
                 continue;
             };
             if !json::is_deleting(&obj) {
-                self.capi_delete(&Scope::Management, &target, action);
+                self.capi_delete(env, &Scope::Management, &target, action);
             }
-            if self.api.get(&Scope::Management, &target).is_some() {
+            if env.api.get(&Scope::Management, &target).is_some() {
                 return Step::Wait {
                     reason,
                     message: format!("Waiting for {} to be deleted", target.kind),
@@ -305,34 +304,34 @@ impl Sim {
         }
         if node_allowed {
             let node = ObjKey::new("", "Node", "", node_name.as_deref().unwrap_or_default());
-            if self.api.get(&scope, &node).is_some() {
-                self.capi_delete(&scope, &node, "DeleteNode");
+            if env.api.get(&scope, &node).is_some() {
+                self.capi_delete(env, &scope, &node, "DeleteNode");
             }
         }
-        self.capi_deleting_condition(key, machine, "DeletionCompleted", "Deletion completed");
+        self.capi_deleting_condition(env, key, machine, "DeletionCompleted", "Deletion completed");
         let rest: Vec<String> = json::finalizers(machine)
             .into_iter()
             .filter(|f| f != MACHINE_FINALIZER)
             .collect();
-        if let Ok(w) = self.api.store_mut(&Scope::Management).patch(
+        if let Ok(w) = env.api.store_mut(&Scope::Management).patch(
             key,
             &json!({"metadata": {"finalizers": rest}}),
             Part::Main,
         ) {
-            self.line(
+            env.line(
                 ACTOR,
                 "RemoveFinalizer",
                 key.to_string(),
                 format!("{MACHINE_FINALIZER} | Deletion completed"),
             );
-            self.changed(&Scope::Management, w);
+            env.changed(&Scope::Management, w);
         }
         Step::Done
     }
 
     /// Active (not deleting) control-plane Machines of a Cluster.
-    fn capi_active_control_planes(&self, namespace: &str, cluster: &str) -> usize {
-        self.api.store(&Scope::Management).map_or(0, |s| {
+    fn capi_active_control_planes(&self, env: &Env<'_>, namespace: &str, cluster: &str) -> usize {
+        env.api.store(&Scope::Management).map_or(0, |s| {
             s.list("cluster.x-k8s.io", "Machine")
                 .filter(|(k, m)| {
                     k.namespace == namespace
@@ -346,30 +345,30 @@ impl Sim {
 
     /// Cordons the Node and evicts what a drain evicts; true once nothing is left to wait for
     /// (or the Node is gone).
-    fn capi_drain(&mut self, scope: &Scope, node: &str) -> bool {
+    fn capi_drain(&mut self, env: &mut Env<'_>, scope: &Scope, node: &str) -> bool {
         let node_key = ObjKey::new("", "Node", "", node);
-        let Some(node_obj) = self.api.get(scope, &node_key).cloned() else {
+        let Some(node_obj) = env.api.get(scope, &node_key).cloned() else {
             return true;
         };
         if node_obj
             .pointer("/spec/unschedulable")
             .and_then(Value::as_bool)
             != Some(true)
-            && let Ok(w) = self.api.store_mut(scope).patch(
+            && let Ok(w) = env.api.store_mut(scope).patch(
                 &node_key,
                 &json!({"spec": {"unschedulable": true}}),
                 Part::Main,
             )
         {
-            self.line(
+            env.line(
                 ACTOR,
                 "Cordon",
-                Sim::describe(scope, &node_key),
+                crate::api::describe(scope, &node_key),
                 "spec.unschedulable=true".into(),
             );
-            self.changed(scope, w);
+            env.changed(scope, w);
         }
-        let pods: Vec<(ObjKey, bool)> = self
+        let pods: Vec<(ObjKey, bool)> = env
             .api
             .store(scope)
             .map(|s| {
@@ -384,16 +383,16 @@ impl Sim {
             if *deleting {
                 continue;
             }
-            let now = self.clock.now;
-            match eviction::evict(self.api.store_mut(scope), pod, None, now) {
+            let now = env.clock.now;
+            match eviction::evict(env.api.store_mut(scope), pod, None, now) {
                 Ok(eviction::Evicted::Deleting(w)) => {
-                    self.line(
+                    env.line(
                         ACTOR,
                         "Evict",
-                        Sim::describe(scope, pod),
+                        crate::api::describe(scope, pod),
                         format!("draining Node {node}"),
                     );
-                    self.changed(scope, w);
+                    env.changed(scope, w);
                 }
                 Err(e) => {
                     let why = match &e {
@@ -403,7 +402,12 @@ impl Sim {
                         other => format!("{other:?}"),
                     };
                     let detail = format!("draining Node {node}: {} {why}", e.code());
-                    self.line(ACTOR, "EvictRefused", Sim::describe(scope, pod), detail);
+                    env.line(
+                        ACTOR,
+                        "EvictRefused",
+                        crate::api::describe(scope, pod),
+                        detail,
+                    );
                 }
             }
         }
@@ -411,18 +415,23 @@ impl Sim {
     }
 
     /// Deletes an object as CAPI's manager does (NotFound is fine).
-    fn capi_delete(&mut self, scope: &Scope, key: &ObjKey, action: &str) {
-        let now = self.clock.now;
-        if let Ok(w) = self.api.store_mut(scope).delete(key, now) {
-            self.line(ACTOR, action, Sim::describe(scope, key), String::new());
-            self.changed(scope, w);
+    fn capi_delete(&mut self, env: &mut Env<'_>, scope: &Scope, key: &ObjKey, action: &str) {
+        let now = env.clock.now;
+        if let Ok(w) = env.api.store_mut(scope).delete(key, now) {
+            env.line(
+                ACTOR,
+                action,
+                crate::api::describe(scope, key),
+                String::new(),
+            );
+            env.changed(scope, w);
         }
     }
 
     /// Sets `status.deletion.<field>` once; returns its value (RFC 3339).
-    fn capi_start_time(&mut self, key: &ObjKey, field: &str) -> String {
-        let now = self.clock.now.to_rfc3339();
-        let Some(machine) = self.api.get(&Scope::Management, key) else {
+    fn capi_start_time(&mut self, env: &mut Env<'_>, key: &ObjKey, field: &str) -> String {
+        let now = env.clock.now.to_rfc3339();
+        let Some(machine) = env.api.get(&Scope::Management, key) else {
             return now;
         };
         if let Some(set) = machine
@@ -431,12 +440,12 @@ impl Sim {
         {
             return set.to_string();
         }
-        if let Ok(w) = self.api.store_mut(&Scope::Management).patch(
+        if let Ok(w) = env.api.store_mut(&Scope::Management).patch(
             key,
             &json!({"status": {"deletion": {field: now}}}),
             Part::Status,
         ) {
-            self.changed(&Scope::Management, w);
+            env.changed(&Scope::Management, w);
         }
         now
     }
@@ -444,12 +453,13 @@ impl Sim {
     /// Writes upstream's `Deleting` condition (and phase) when it changed.
     fn capi_deleting_condition(
         &mut self,
+        env: &mut Env<'_>,
         key: &ObjKey,
         machine: &Value,
         reason: &str,
         message: &str,
     ) {
-        let Some(current) = self.api.get(&Scope::Management, key).cloned() else {
+        let Some(current) = env.api.get(&Scope::Management, key).cloned() else {
             return;
         };
         let v1beta1 = json::api_version(machine).ends_with("v1beta1");
@@ -479,7 +489,7 @@ impl Sim {
             .map(|i| &conditions[i])
             .filter(|c| c.get("status").and_then(Value::as_str) == Some("True"))
             .and_then(|c| c.get("lastTransitionTime").cloned())
-            .unwrap_or_else(|| json!(self.clock.now.to_rfc3339()));
+            .unwrap_or_else(|| json!(env.clock.now.to_rfc3339()));
         let condition = json!({"type": "Deleting", "status": "True", "reason": reason,
             "message": message, "lastTransitionTime": transition});
         match existing {
@@ -491,18 +501,18 @@ impl Sim {
         } else {
             json!({"status": {"phase": "Deleting", "conditions": conditions}})
         };
-        if let Ok(w) = self
+        if let Ok(w) = env
             .api
             .store_mut(&Scope::Management)
             .patch(key, &patch, Part::Status)
         {
-            self.line(
+            env.line(
                 ACTOR,
                 "SetCondition",
                 key.to_string(),
                 format!("Deleting=True ({reason}) | {message}"),
             );
-            self.changed(&Scope::Management, w);
+            env.changed(&Scope::Management, w);
         }
     }
 }

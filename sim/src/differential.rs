@@ -27,14 +27,15 @@ pub struct Differential {
     reported: std::collections::BTreeSet<String>,
 }
 
-impl Sim {
+impl Differential {
     /// The API changed: a check follows once the world has been quiet for [`QUIET_FOR`].
-    pub(crate) fn note_api_change(&mut self) {
-        let d = &mut self.checks.invariants.differential;
-        d.last_change = Some(self.clock.now);
-        d.checked = false;
+    pub(crate) fn note_change(&mut self, now: Timestamp) {
+        self.last_change = Some(now);
+        self.checked = false;
     }
+}
 
+impl Sim {
     /// Before the world moves on to `next`: if it was quiet for [`QUIET_FOR`] before then,
     /// check at that moment (nothing changed in between, and no engine deadline fell there, or
     /// it would be the next event). No event of its own, so quiet runs stay as they were.

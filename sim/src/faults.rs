@@ -298,7 +298,8 @@ impl Sim {
                 let scope = scope.unwrap_or_else(|| self.first_workload());
                 if let Some(node) = self.fault_node(spec, &scope) {
                     self.faults.fire(FaultKind::KubeletStop);
-                    self.kubelet(&scope, &node, false);
+                    let (world, mut env) = self.world_env();
+                    world.kubelet(&mut env, &scope, &node, false);
                     self.schedule(until, Event::KubeletResume { scope, node });
                 }
             }
@@ -505,7 +506,7 @@ impl Sim {
             .patch(key, &at(bad), Part::Whole)
             .ok()?;
         self.faults.fire(FaultKind::CorruptObject);
-        self.line("world", "Corrupt", Sim::describe(scope, key), detail);
+        self.line("world", "Corrupt", crate::api::describe(scope, key), detail);
         self.changed(scope, w);
         Some(at(before))
     }
@@ -517,7 +518,7 @@ impl Sim {
         }
         if let Ok(w) = self.api.store_mut(scope).patch(key, restore, Part::Whole) {
             let detail = "readable again".to_string();
-            self.line("world", "Corrupt", Sim::describe(scope, key), detail);
+            self.line("world", "Corrupt", crate::api::describe(scope, key), detail);
             self.changed(scope, w);
         }
     }
@@ -642,7 +643,8 @@ impl Sim {
         let last = self.clock.now + period >= until;
         let status = if ready || last { "True" } else { "False" };
         self.faults.fire(FaultKind::NodeFlap);
-        self.set_node_condition(
+        crate::world::set_node_condition(
+            &mut self.env(),
             &scope,
             &node,
             "Ready",
@@ -673,11 +675,12 @@ impl Sim {
             return;
         };
         // The controller's writes get through again: its retries are due from now on.
-        self.note_api_change();
+        let now = self.clock.now;
+        self.checks.invariants.differential.note_change(now);
         let scope_name = fault
             .scope
             .as_ref()
-            .map(Sim::scope_name)
+            .map(crate::api::scope_name)
             .unwrap_or_default();
         self.line(
             "world",
@@ -701,7 +704,7 @@ impl Sim {
             self.line(
                 "world",
                 "CacheSynced",
-                Sim::scope_name(&scope),
+                crate::api::scope_name(&scope),
                 "the controller's cache of this cluster synced".into(),
             );
             self.relist(&scope);

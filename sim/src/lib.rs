@@ -8,10 +8,12 @@
 
 pub mod api;
 mod capi;
+mod checks;
 mod clock;
 pub mod defaults;
 mod differential;
 mod drain_skips;
+mod env;
 pub mod event;
 mod exec;
 pub mod expect;

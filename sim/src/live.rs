@@ -189,7 +189,7 @@ impl Live {
                 Err(too_old) => {
                     let message = format!(
                         "the world lost track of writes to {} (change log compacted at {})",
-                        Sim::scope_name(&scope),
+                        crate::api::scope_name(&scope),
                         too_old.compacted
                     );
                     self.sim.checks.invariants.violate(message);
@@ -288,7 +288,7 @@ impl Live {
             return;
         };
         let key = &written.key;
-        let engine_key = Sim::engine_key(scope, key);
+        let engine_key = crate::api::engine_key(scope, key);
         let target = |api_version: &str| engine::Target {
             key: engine_key.clone(),
             api_version: api_version.to_string(),
@@ -349,7 +349,7 @@ impl Live {
             .machines_of(&cluster.namespace, &cluster.name)
             .into_iter()
             .find(|m| json::str_at(m, "status.nodeRef.name") == Some(node))
-            .map(|m| Sim::engine_key(&Scope::Management, &crate::api::ObjKey::of(m)))
+            .map(|m| crate::api::engine_key(&Scope::Management, &crate::api::ObjKey::of(m)))
     }
 
     /// The Machine whose infrastructure this provider object is.
@@ -367,7 +367,7 @@ impl Live {
                     && json::str_at(m, "spec.infrastructureRef.kind") == Some(kind)
                     && json::str_at(m, "spec.infrastructureRef.name") == Some(name)
             })
-            .map(|(k, _)| Sim::engine_key(&Scope::Management, k))
+            .map(|(k, _)| crate::api::engine_key(&Scope::Management, k))
     }
 
     /// The API's refusals the controller journaled (an answer other than ok: a fault's 5xx,

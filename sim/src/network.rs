@@ -231,7 +231,7 @@ impl Sim {
         self.line(
             "world",
             "WatchExpired",
-            Sim::scope_name(scope),
+            crate::api::scope_name(scope),
             format!("the watch of {stream} ended with 410 Gone: the controller lists it again"),
         );
         let scope = scope.clone();

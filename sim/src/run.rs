@@ -159,7 +159,7 @@ fn final_world(sim: &Sim) -> u64 {
         for (key, obj) in store.iter() {
             let line = format!(
                 "{}|{key}|{}\n",
-                Sim::scope_name(scope),
+                crate::api::scope_name(scope),
                 crate::api::json::is_deleting(obj)
             );
             for b in line.bytes() {

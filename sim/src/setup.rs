@@ -31,7 +31,8 @@ impl Sim {
         for manifest in management {
             self.create_initial(&Scope::Management, manifest.value);
         }
-        self.capi_start();
+        let (world, mut env) = self.world_env();
+        world.capi_start(&mut env);
         for (cluster, manifests) in workload {
             let scope = self.api.workload_scope(&cluster);
             self.api.store_mut(&scope);
@@ -50,7 +51,8 @@ impl Sim {
             })
             .unwrap_or_default();
         for machine in machines {
-            self.ensure_provider_objects(&machine, true);
+            let (world, mut env) = self.world_env();
+            world.ensure_provider_objects(&mut env, &machine, true);
         }
         let pools: Vec<(ObjKey, Value)> = self
             .api
@@ -63,7 +65,8 @@ impl Sim {
             .unwrap_or_default();
         for (key, pool) in pools {
             self.ensure_pool_objects(&pool);
-            self.follow_pool(&key, pool);
+            let (world, mut env) = self.world_env();
+            world.follow_pool(&mut env, &key, pool);
         }
         let machines: Vec<(ObjKey, Value)> = self
             .api
@@ -76,7 +79,7 @@ impl Sim {
             })
             .unwrap_or_default();
         for (key, object) in machines {
-            self.index(&crate::api::Written {
+            self.env().index(&crate::api::Written {
                 key,
                 object: Some(object),
                 removed: None,
@@ -134,7 +137,7 @@ impl Sim {
         let now = self.clock.now;
         let key = ObjKey::of(&obj);
         if let Err(e) = self.api.store_mut(scope).apply(obj, now) {
-            let object = Sim::describe(scope, &key);
+            let object = crate::api::describe(scope, &key);
             self.line("world", "Setup", object, format!("refused: {e:?}"));
         }
     }

@@ -1,12 +1,15 @@
 //! The simulation: a virtual clock with an ordered event queue, the fake API of every cluster,
 //! the fake world reacting to writes, and the real engine fed through its journal.
 
-use crate::api::{FakeApi, ObjKey, Written, json};
+use crate::api::{FakeApi, ObjKey, Written};
+use crate::checks::Checks;
 use crate::clock::Clock;
+use crate::env::Env;
 use crate::event::{Event, Work};
 use crate::scenario::Scenario;
-use crate::timeline::{Line, Timeline};
-use engine::model::{Kind, ObjectKey, Scope};
+use crate::timeline::Timeline;
+use crate::world::WorldState;
+use engine::model::Scope;
 use engine::runtime::{Loop, LoopOptions};
 use engine::time::{Duration, Timestamp};
 use engine::{Engine, Input};
@@ -30,7 +33,7 @@ pub struct Sim {
     /// The controller's loop (`engine::runtime`) over the engine, as `lifecycle run` drives it.
     pub(crate) lp: Loop<Engine>,
     pub timeline: Timeline,
-    pub(crate) world: crate::world::WorldState,
+    pub(crate) world: WorldState,
     pub(crate) faults: crate::faults::Faults,
     /// What the run is judged by.
     pub checks: Checks,
@@ -61,12 +64,6 @@ pub struct Process {
     /// Set when the controllers run outside the simulator (a `lifecycle run` process over
     /// HTTP): the world is played, the in-process engine is not fed.
     pub(crate) external: Option<External>,
-}
-
-/// What a run is judged by: the scenario's expectations and the invariants.
-pub struct Checks {
-    pub(crate) expect: crate::expect::Tracker,
-    pub invariants: crate::invariants::Checker,
 }
 
 /// What the world asks of a controller that runs outside the simulator.
@@ -121,68 +118,35 @@ impl Sim {
         self.clock.schedule_in(after, event);
     }
 
-    /// A short name for a scope, as timelines print it.
-    pub fn scope_name(scope: &Scope) -> String {
-        match scope {
-            Scope::Management => String::new(),
-            Scope::Workload(c) => c.name.to_string(),
-        }
-    }
-
     /// Records a timeline line at the current time.
     pub fn line(&mut self, actor: &str, action: &str, object: String, detail: String) {
-        self.timeline.push(Line {
-            at_ms: self.clock.now.since(self.clock.start).as_millis(),
-            actor: actor.to_string(),
-            action: action.to_string(),
-            object,
-            detail,
-            cause: None,
-            command: None,
-        });
+        self.env().line(actor, action, object, detail);
     }
 
-    /// `Pod app/web-0@c1`.
-    pub fn describe(scope: &Scope, key: &ObjKey) -> String {
-        match scope {
-            Scope::Management => key.to_string(),
-            Scope::Workload(c) => format!("{key}@{}", c.name),
-        }
+    /// The world, and what it acts through.
+    pub(crate) fn world_env(&mut self) -> (&mut WorldState, Env<'_>) {
+        let env = Env {
+            clock: &mut self.clock,
+            api: &mut self.api,
+            timeline: &mut self.timeline,
+            checks: &mut self.checks,
+        };
+        (&mut self.world, env)
     }
 
-    /// The engine key of an API object key.
-    pub fn engine_key(scope: &Scope, key: &ObjKey) -> ObjectKey {
-        ObjectKey::new(
-            scope.clone(),
-            Kind::from_group_kind(&key.group, &key.kind),
-            &key.namespace,
-            &key.name,
-        )
-    }
-
-    /// Follows a write to the management cluster: the API's indexes, and the Machines the
-    /// release invariant watches.
-    pub(crate) fn index(&mut self, written: &Written) {
-        self.api.index(written);
-        if written.key.group == "cluster.x-k8s.io" && written.key.kind == "Machine" {
-            self.checks.invariants.release.machine_changed(
-                &written.key,
-                written.object.as_ref(),
-                self.clock.now,
-            );
+    /// What the world's parts act through.
+    pub(crate) fn env(&mut self) -> Env<'_> {
+        Env {
+            clock: &mut self.clock,
+            api: &mut self.api,
+            timeline: &mut self.timeline,
+            checks: &mut self.checks,
         }
     }
 
     /// Queues the watch event of a write.
     pub(crate) fn changed(&mut self, scope: &Scope, written: Written) {
-        self.note_api_change();
-        if *scope == Scope::Management {
-            self.index(&written);
-        }
-        self.clock.work.push_back(Work::Changed {
-            scope: scope.clone(),
-            written,
-        });
+        self.env().changed(scope, written);
     }
 
     /// The engine, as the controller's loop holds it.
@@ -253,7 +217,33 @@ impl Sim {
             Event::EngineTick => self.tick(),
             Event::Checkpoint => {}
             Event::Arrive { epoch, arrival } => self.arrive(epoch, *arrival),
-            other => self.world_event(other),
+            Event::FaultEnds { fault } => self.fault_ends(fault),
+            Event::CacheSynced { scope } => self.cache_synced(scope),
+            Event::Uncorrupt {
+                scope,
+                key,
+                restore,
+            } => self.uncorrupt(&scope, &key, &restore),
+            Event::NodeFlap {
+                scope,
+                node,
+                period,
+                until,
+                ready,
+            } => self.node_flap(scope, node, period, until, ready),
+            Event::KubeconfigRestored { scope, original } => {
+                self.restore_kubeconfig(&scope, original)
+            }
+            Event::DelayedCommand { command } => self.execute_after_delay(*command),
+            other => {
+                let mut env = Env {
+                    clock: &mut self.clock,
+                    api: &mut self.api,
+                    timeline: &mut self.timeline,
+                    checks: &mut self.checks,
+                };
+                self.world.world_event(&mut env, &mut self.faults, other);
+            }
         }
     }
 
@@ -285,7 +275,8 @@ impl Sim {
             budget -= 1;
             match work {
                 Work::Changed { scope, written } => {
-                    self.react(&scope, &written);
+                    let (world, mut env) = self.world_env();
+                    world.react(&mut env, &scope, &written);
                     self.deliver(&scope, written);
                     self.with_tracker(|t, sim| t.observe(sim));
                 }
@@ -385,7 +376,7 @@ impl Sim {
 
     pub(crate) fn report_malformed(&mut self, scope: &Scope, key: &ObjKey, error: &str) {
         if self.process.malformed.insert((scope.clone(), key.clone())) {
-            let object = Self::describe(scope, key);
+            let object = crate::api::describe(scope, key);
             self.line(
                 "api",
                 "Malformed",
@@ -403,10 +394,6 @@ impl Sim {
 
     pub fn offset_of(&self, t: Timestamp) -> Duration {
         self.clock.offset_of(t)
-    }
-
-    pub fn name_of(obj: &Value) -> &str {
-        json::name(obj)
     }
 
     /// Checks the release rule at the end of an instant (and at the end of the run).

@@ -25,7 +25,7 @@ impl Sim {
                 crate::defaults::apply_defaults(&mut obj);
                 let key = ObjKey::of(&obj);
                 let existed = self.api.get(&scope, &key).is_some();
-                let object = Sim::describe(&scope, &key);
+                let object = crate::api::describe(&scope, &key);
                 let now = self.clock.now;
                 match self.api.store_mut(&scope).apply(obj.clone(), now) {
                     Ok(w) => {
@@ -49,7 +49,7 @@ impl Sim {
                     self.line("scenario", "Patch", object, "no such object".into());
                     return;
                 };
-                let object = Sim::describe(&scope, &key);
+                let object = crate::api::describe(&scope, &key);
                 match self.api.store_mut(&scope).patch(&key, merge, Part::Whole) {
                     Ok(w) => {
                         self.line("scenario", "Patch", object, compact(merge));
@@ -64,7 +64,7 @@ impl Sim {
                     self.line("scenario", "Delete", object, "no such object".into());
                     return;
                 };
-                let object = Sim::describe(&scope, &key);
+                let object = crate::api::describe(&scope, &key);
                 let now = self.clock.now;
                 let result = if key.kind == "Pod" {
                     let grace = self
@@ -102,7 +102,8 @@ impl Sim {
                 reason,
                 message,
             } => {
-                self.set_node_condition(
+                crate::world::set_node_condition(
+                    &mut self.env(),
                     &scope,
                     node,
                     type_,
@@ -113,14 +114,15 @@ impl Sim {
             }
             StepAction::Kubelet { node, state } => {
                 let running = *state == KubeletState::Running;
-                let object = Sim::describe(&scope, &ObjKey::new("", "Node", "", node));
+                let object = crate::api::describe(&scope, &ObjKey::new("", "Node", "", node));
                 self.line(
                     "scenario",
                     "Kubelet",
                     object,
                     if running { "running" } else { "stopped" }.into(),
                 );
-                self.kubelet(&scope, node, running);
+                let (world, mut env) = self.world_env();
+                world.kubelet(&mut env, &scope, node, running);
             }
             StepAction::Fault(spec) => {
                 let target = step.cluster.clone().unwrap_or_else(|| "management".into());
@@ -141,11 +143,13 @@ impl Sim {
     fn provision_new(&mut self, key: &ObjKey, obj: &Value) {
         match (key.group.as_str(), key.kind.as_str()) {
             ("cluster.x-k8s.io", "Machine") if json::str_at(obj, "spec.providerID").is_none() => {
-                self.start_provisioning(key, obj);
+                let (world, mut env) = self.world_env();
+                world.start_provisioning(&mut env, key, obj);
             }
             ("cluster.x-k8s.io", "MachinePool") => {
                 self.ensure_pool_objects(obj);
-                self.follow_pool(key, obj.clone());
+                let (world, mut env) = self.world_env();
+                world.follow_pool(&mut env, key, obj.clone());
             }
             _ => {}
         }

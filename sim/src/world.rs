@@ -3,9 +3,10 @@
 
 use crate::api::{ObjKey, Part, Written, json};
 use crate::defaults::PROVIDER_FINALIZER;
+use crate::env::Env;
 use crate::event::Event;
+use crate::faults::Faults;
 use crate::scenario::{FaultKind, MachineSetsMode, WorldKnobs};
-use crate::sim::Sim;
 use engine::model::Scope;
 use engine::time::{Duration, parse_go_duration};
 use serde_json::{Value, json};
@@ -66,18 +67,18 @@ fn controller_of(obj: &Value) -> Option<(String, String)> {
 /// How soon a provider tries a provisioning step again when the Machine cannot be read.
 const PROVIDER_RETRY: engine::Duration = engine::Duration::from_secs(10);
 
-impl Sim {
+impl WorldState {
     /// Reacts to a write as the world's controllers would.
-    pub(crate) fn react(&mut self, scope: &Scope, written: &Written) {
+    pub(crate) fn react(&mut self, env: &mut Env<'_>, scope: &Scope, written: &Written) {
         let key = &written.key;
-        self.capi_react(scope, key);
+        self.capi_react(env, scope, key);
         match (&written.object, key.group.as_str(), key.kind.as_str()) {
             (Some(pod), "", "Pod") if json::is_deleting(pod) => {
-                self.pod_deleting(scope, key, pod.clone())
+                self.pod_deleting(env, scope, key, pod.clone())
             }
-            (None, "", "Pod") => self.pod_gone(scope, key, written.removed.as_ref()),
+            (None, "", "Pod") => self.pod_gone(env, scope, key, written.removed.as_ref()),
             (None, "", "Node") => {
-                self.schedule_in(
+                env.schedule_in(
                     POD_GC_DELAY,
                     Event::PodGc {
                         scope: scope.clone(),
@@ -86,75 +87,78 @@ impl Sim {
                 );
             }
             (Some(node), "", "Node") if !json::is_deleting(node) => {
-                self.schedule_pending_pods(scope);
+                self.schedule_pending_pods(env, scope);
             }
             (Some(m), "cluster.x-k8s.io", "Machine") if json::is_deleting(m) => {
-                self.replace_machine(key, m.clone())
+                self.replace_machine(env, key, m.clone())
             }
             (Some(obj), g, _) if is_provider_group(g) && json::is_deleting(obj) => {
-                self.provider_deleting(key, obj)
+                self.provider_deleting(env, key, obj)
             }
-            (Some(pool), "cluster.x-k8s.io", "MachinePool") => self.follow_pool(key, pool.clone()),
+            (Some(pool), "cluster.x-k8s.io", "MachinePool") => {
+                self.follow_pool(env, key, pool.clone())
+            }
             _ => {}
         }
     }
 
     /// A provider object started deleting: the provider finishes after `infraDelete`.
-    fn provider_deleting(&mut self, key: &ObjKey, obj: &Value) {
+    fn provider_deleting(&mut self, env: &mut Env<'_>, key: &ObjKey, obj: &Value) {
         let ours = json::finalizers(obj)
             .iter()
             .any(|f| f == PROVIDER_FINALIZER);
-        if ours && self.world.provider_deleting.insert(key.clone()) {
-            self.schedule_in(
-                self.world.knobs.infra_delete,
+        if ours && self.provider_deleting.insert(key.clone()) {
+            env.schedule_in(
+                self.knobs.infra_delete,
                 Event::ProviderGone { key: key.clone() },
             );
         }
     }
 
-    pub(crate) fn world_event(&mut self, event: Event) {
+    /// The world's own scheduled events.
+    pub(crate) fn world_event(&mut self, env: &mut Env<'_>, faults: &mut Faults, event: Event) {
         match event {
             Event::PodGone { scope, pod } => {
-                let node = self.api
+                let node = env.api
                     .get(&scope, &pod)
                     .and_then(|p| json::str_at(p, "spec.nodeName"))
                     .map(str::to_string);
-                if node.is_some_and(|n| self.world.kubelet_stopped.contains(&(scope.clone(), n))) {
+                if node.is_some_and(|n| self.kubelet_stopped.contains(&(scope.clone(), n))) {
                     // A stopped kubelet leaves its pods terminating; it resumes when it returns.
-                    self.world.shutting_down.remove(&(scope.clone(), pod));
+                    self.shutting_down.remove(&(scope.clone(), pod));
                     return;
                 }
-                self.world.shutting_down.remove(&(scope.clone(), pod.clone()));
-                if self.api.get(&scope, &pod).is_some() {
-                    let w = self.api.store_mut(&scope).remove(&pod);
-                    let object = Sim::describe(&scope, &pod);
-                    self.line("world", "PodGone", object, "the kubelet finished shutting it down".into());
-                    self.changed(&scope, w);
+                self.shutting_down.remove(&(scope.clone(), pod.clone()));
+                if env.api.get(&scope, &pod).is_some() {
+                    let w = env.api.store_mut(&scope).remove(&pod);
+                    let object = crate::api::describe(&scope, &pod);
+                    env.line("world", "PodGone", object, "the kubelet finished shutting it down".into());
+                    env.changed(&scope, w);
                 }
             }
             Event::PodReady { scope, pod } => {
-                if let Ok(w) = self.api.store_mut(&scope).patch(
+                if let Ok(w) = env.api.store_mut(&scope).patch(
                     &pod,
                     &json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}),
                     Part::Whole,
                 ) {
-                    let object = Sim::describe(&scope, &pod);
-                    self.line("world", "PodReady", object, "the rescheduled replica is Ready".into());
-                    self.changed(&scope, w);
+                    let object = crate::api::describe(&scope, &pod);
+                    env.line("world", "PodReady", object, "the rescheduled replica is Ready".into());
+                    env.changed(&scope, w);
                 }
             }
             Event::NodeUnreachable { scope, node } => {
-                if self.world.kubelet_stopped.contains(&(scope.clone(), node.clone())) {
-                    self.set_node_condition(&scope, &node, "Ready", "Unknown", Some("NodeStatusUnknown"), Some("Kubelet stopped posting node status."));
+                if self.kubelet_stopped.contains(&(scope.clone(), node.clone())) {
+                    set_node_condition(env, &scope, &node, "Ready", "Unknown", Some("NodeStatusUnknown"), Some("Kubelet stopped posting node status."));
                 }
             }
-            Event::VolumesDetached { scope, node } => self.detach_volumes(&scope, &node),
+            Event::VolumesDetached { scope, node } => self.detach_volumes(env, &scope, &node),
             Event::PodGc { scope, node } => {
                 let node_key = ObjKey::new("", "Node", "", &node);
-                if self.api.get(&scope, &node_key).is_some() {
+                if env.api.get(&scope, &node_key).is_some() {
                     return;
                 }
-                let orphans: Vec<ObjKey> = self.api
+                let orphans: Vec<ObjKey> = env.api
                     .store(&scope)
                     .map(|s| {
                         s.list("", "Pod")
@@ -164,14 +168,14 @@ impl Sim {
                     })
                     .unwrap_or_default();
                 for pod in orphans {
-                    let w = self.api.store_mut(&scope).remove(&pod);
-                    let object = Sim::describe(&scope, &pod);
-                    self.line("world", "PodGc", object, format!("its Node {node} is gone"));
-                    self.changed(&scope, w);
+                    let w = env.api.store_mut(&scope).remove(&pod);
+                    let object = crate::api::describe(&scope, &pod);
+                    env.line("world", "PodGc", object, format!("its Node {node} is gone"));
+                    env.changed(&scope, w);
                 }
             }
             Event::ProviderGone { key } => {
-                let Some(obj) = self.api.get(&Scope::Management, &key).cloned() else {
+                let Some(obj) = env.api.get(&Scope::Management, &key).cloned() else {
                     return;
                 };
                 let rest: Vec<String> = json::finalizers(&obj)
@@ -179,7 +183,7 @@ impl Sim {
                     .filter(|f| f != PROVIDER_FINALIZER)
                     .collect();
                 let held = !rest.is_empty();
-                if let Ok(w) = self.api.store_mut(&Scope::Management).patch(
+                if let Ok(w) = env.api.store_mut(&Scope::Management).patch(
                     &key,
                     &json!({"metadata": {"finalizers": rest}}),
                     Part::Main,
@@ -190,57 +194,39 @@ impl Sim {
                     } else {
                         "the provider finished deleting it".to_string()
                     };
-                    self.line("world", "ProviderDeleted", object, detail);
-                    self.changed(&Scope::Management, w);
+                    env.line("world", "ProviderDeleted", object, detail);
+                    env.changed(&Scope::Management, w);
                 }
             }
-            Event::InfraReady { machine } => self.infra_ready(&machine),
-            Event::NodeJoin { machine } => self.node_join(&machine),
-            Event::PoolProvisioned { pool } => self.pool_provisioned(&pool),
-            Event::PoolNodeJoin { pool, index } => self.pool_node_join(&pool, index),
-            Event::FaultEnds { fault } => self.fault_ends(fault),
-            Event::CacheSynced { scope } => self.cache_synced(scope),
-            Event::KubeletResume { scope, node } => self.kubelet(&scope, &node, true),
-            Event::Uncorrupt {
-                scope,
-                key,
-                restore,
-            } => self.uncorrupt(&scope, &key, &restore),
-            Event::NodeFlap {
-                scope,
-                node,
-                period,
-                until,
-                ready,
-            } => self.node_flap(scope, node, period, until, ready),
-            Event::KubeconfigRestored { scope, original } => {
-                self.restore_kubeconfig(&scope, original)
-            }
-            Event::DelayedCommand { command } => self.execute_after_delay(*command),
-            Event::CapiReconcile { machine } => self.capi_reconcile(&machine),
-            Event::CapiLeaseRenew => self.capi_renew_lease(),
-            Event::Step(_)
+            Event::InfraReady { machine } => self.infra_ready(env, faults, &machine),
+            Event::NodeJoin { machine } => self.node_join(env, faults, &machine),
+            Event::PoolProvisioned { pool } => self.pool_provisioned(env, &pool),
+            Event::PoolNodeJoin { pool, index } => self.pool_node_join(env, &pool, index),
+            Event::KubeletResume { scope, node } => self.kubelet(env, &scope, &node, true),
+            Event::CapiReconcile { machine } => self.capi_reconcile(env, &machine),
+            Event::CapiLeaseRenew => self.capi_renew_lease(env),
+            Event::FaultEnds { .. }
+            | Event::CacheSynced { .. }
+            | Event::Uncorrupt { .. }
+            | Event::NodeFlap { .. }
+            | Event::KubeconfigRestored { .. }
+            | Event::DelayedCommand { .. }
+            | Event::Step(_)
             | Event::EngineTick
             | Event::Checkpoint
             | Event::Arrive { .. } => {}
         }
     }
 
-    fn pod_deleting(&mut self, scope: &Scope, key: &ObjKey, pod: Value) {
-        if !self
-            .world
-            .shutting_down
-            .insert((scope.clone(), key.clone()))
-        {
+    fn pod_deleting(&mut self, env: &mut Env<'_>, scope: &Scope, key: &ObjKey, pod: Value) {
+        if !self.shutting_down.insert((scope.clone(), key.clone())) {
             return;
         }
         let node = json::str_at(&pod, "spec.nodeName")
             .unwrap_or_default()
             .to_string();
-        if self.world.kubelet_stopped.contains(&(scope.clone(), node)) {
-            self.world
-                .shutting_down
-                .remove(&(scope.clone(), key.clone()));
+        if self.kubelet_stopped.contains(&(scope.clone(), node)) {
+            self.shutting_down.remove(&(scope.clone(), key.clone()));
             return;
         }
         let shutdown = json::annotations(&pod)
@@ -251,12 +237,9 @@ impl Sim {
                     .pointer("/metadata/deletionGracePeriodSeconds")
                     .and_then(Value::as_i64)
                     .unwrap_or(30);
-                self.world
-                    .knobs
-                    .pod_shutdown
-                    .min(Duration::from_secs(grace))
+                self.knobs.pod_shutdown.min(Duration::from_secs(grace))
             });
-        self.schedule_in(
+        env.schedule_in(
             shutdown,
             Event::PodGone {
                 scope: scope.clone(),
@@ -265,17 +248,17 @@ impl Sim {
         );
     }
 
-    fn pod_gone(&mut self, scope: &Scope, key: &ObjKey, last: Option<&Value>) {
-        self.maybe_detach_volumes(scope, key);
+    fn pod_gone(&mut self, env: &mut Env<'_>, scope: &Scope, key: &ObjKey, last: Option<&Value>) {
+        self.maybe_detach_volumes(env, scope, key);
         if let Some(last) = last {
-            self.reschedule(scope, key, last.clone());
+            self.reschedule(env, scope, key, last.clone());
         }
     }
 
     /// When the last pod (other than DaemonSet and mirror pods) leaves a node, its volumes
     /// detach after `volumeDetach`.
-    fn maybe_detach_volumes(&mut self, scope: &Scope, _pod: &ObjKey) {
-        let Some(store) = self.api.store(scope) else {
+    fn maybe_detach_volumes(&mut self, env: &mut Env<'_>, scope: &Scope, _pod: &ObjKey) {
+        let Some(store) = env.api.store(scope) else {
             return;
         };
         let mut busy: BTreeSet<String> = BTreeSet::new();
@@ -307,17 +290,17 @@ impl Sim {
             }
         }
         for node in to_detach {
-            let already = self.world.shutting_down.contains(&(
+            let already = self.shutting_down.contains(&(
                 scope.clone(),
                 ObjKey::new("", "Node", "", &format!("detach:{node}")),
             ));
             if !already {
-                self.world.shutting_down.insert((
+                self.shutting_down.insert((
                     scope.clone(),
                     ObjKey::new("", "Node", "", &format!("detach:{node}")),
                 ));
-                self.schedule_in(
-                    self.world.knobs.volume_detach,
+                env.schedule_in(
+                    self.knobs.volume_detach,
                     Event::VolumesDetached {
                         scope: scope.clone(),
                         node,
@@ -327,32 +310,32 @@ impl Sim {
         }
     }
 
-    fn detach_volumes(&mut self, scope: &Scope, node: &str) {
-        self.world.shutting_down.remove(&(
+    fn detach_volumes(&mut self, env: &mut Env<'_>, scope: &Scope, node: &str) {
+        self.shutting_down.remove(&(
             scope.clone(),
             ObjKey::new("", "Node", "", &format!("detach:{node}")),
         ));
         let node_key = ObjKey::new("", "Node", "", node);
-        if let Some(n) = self.api.get(scope, &node_key)
+        if let Some(n) = env.api.get(scope, &node_key)
             && n.pointer("/status/volumesAttached")
                 .and_then(Value::as_array)
                 .is_some_and(|a| !a.is_empty())
-            && let Ok(w) = self.api.store_mut(scope).patch(
+            && let Ok(w) = env.api.store_mut(scope).patch(
                 &node_key,
                 &json!({"status": {"volumesAttached": null}}),
                 Part::Status,
             )
         {
-            let object = Sim::describe(scope, &node_key);
-            self.line(
+            let object = crate::api::describe(scope, &node_key);
+            env.line(
                 "world",
                 "VolumesDetached",
                 object,
                 "status.volumesAttached emptied".into(),
             );
-            self.changed(scope, w);
+            env.changed(scope, w);
         }
-        let vas: Vec<ObjKey> = self
+        let vas: Vec<ObjKey> = env
             .api
             .store(scope)
             .map(|s| {
@@ -363,26 +346,26 @@ impl Sim {
             })
             .unwrap_or_default();
         for va in vas {
-            if let Ok(w) = self.api.store_mut(scope).patch(
+            if let Ok(w) = env.api.store_mut(scope).patch(
                 &va,
                 &json!({"status": {"attached": false}}),
                 Part::Status,
             ) {
-                let object = Sim::describe(scope, &va);
-                self.line(
+                let object = crate::api::describe(scope, &va);
+                env.line(
                     "world",
                     "VolumesDetached",
                     object,
                     "status.attached=false".into(),
                 );
-                self.changed(scope, w);
+                env.changed(scope, w);
             }
         }
     }
 
     /// A pod of a ReplicaSet or StatefulSet that went away gets a replacement elsewhere.
-    fn reschedule(&mut self, scope: &Scope, key: &ObjKey, last: Value) {
-        if !self.world.knobs.reschedule {
+    fn reschedule(&mut self, env: &mut Env<'_>, scope: &Scope, key: &ObjKey, last: Value) {
+        if !self.knobs.reschedule {
             return;
         }
         if !controller_of(&last).is_some_and(|(k, _)| k == "ReplicaSet" || k == "StatefulSet") {
@@ -390,7 +373,7 @@ impl Sim {
         }
         let base = base_pod_name(&key.name).to_string();
         let counter_key = (scope.clone(), ObjKey::new("", "Pod", &key.namespace, &base));
-        let n = self.world.reschedules.entry(counter_key).or_insert(0);
+        let n = self.reschedules.entry(counter_key).or_insert(0);
         *n += 1;
         let name = format!("{base}-r{n}");
         let mut pod = last.clone();
@@ -409,53 +392,48 @@ impl Sim {
         let left = json::object_at(&mut pod, &["spec"]).remove("nodeName");
         pod["status"] = json!({"phase": "Pending"});
         let new_key = ObjKey::of(&pod);
-        let now = self.clock.now;
-        if let Ok(w) = self.api.store_mut(scope).create(pod, now) {
-            self.changed(scope, w);
+        let now = env.clock.now;
+        if let Ok(w) = env.api.store_mut(scope).create(pod, now) {
+            env.changed(scope, w);
             let avoid = left.and_then(|v| v.as_str().map(str::to_string));
-            self.world
-                .unscheduled
-                .insert((scope.clone(), new_key), avoid);
-            self.schedule_pending_pods(scope);
+            self.unscheduled.insert((scope.clone(), new_key), avoid);
+            self.schedule_pending_pods(env, scope);
         }
     }
 
     /// Binds pending pods to the first schedulable Ready node (by name) whose NoSchedule taints
     /// they tolerate.
-    fn schedule_pending_pods(&mut self, scope: &Scope) {
+    fn schedule_pending_pods(&mut self, env: &mut Env<'_>, scope: &Scope) {
         let pending: Vec<(ObjKey, Option<String>)> = self
-            .world
             .unscheduled
             .iter()
             .filter(|((s, _), _)| s == scope)
             .map(|((_, k), avoid)| (k.clone(), avoid.clone()))
             .collect();
         for (pod_key, avoid) in pending {
-            let Some(pod) = self.api.get(scope, &pod_key).cloned() else {
-                self.world.unscheduled.remove(&(scope.clone(), pod_key));
+            let Some(pod) = env.api.get(scope, &pod_key).cloned() else {
+                self.unscheduled.remove(&(scope.clone(), pod_key));
                 continue;
             };
-            let Some(node) = self.pick_node(scope, &pod, avoid.as_deref()) else {
+            let Some(node) = self.pick_node(env, scope, &pod, avoid.as_deref()) else {
                 continue;
             };
-            self.world
-                .unscheduled
-                .remove(&(scope.clone(), pod_key.clone()));
-            if let Ok(w) = self.api.store_mut(scope).patch(
+            self.unscheduled.remove(&(scope.clone(), pod_key.clone()));
+            if let Ok(w) = env.api.store_mut(scope).patch(
                 &pod_key,
                 &json!({"spec": {"nodeName": node}}),
                 Part::Whole,
             ) {
-                let object = Sim::describe(scope, &pod_key);
-                self.line(
+                let object = crate::api::describe(scope, &pod_key);
+                env.line(
                     "world",
                     "PodScheduled",
                     object,
                     format!("rescheduled onto {node}"),
                 );
-                self.changed(scope, w);
-                self.schedule_in(
-                    self.world.knobs.pod_startup,
+                env.changed(scope, w);
+                env.schedule_in(
+                    self.knobs.pod_startup,
                     Event::PodReady {
                         scope: scope.clone(),
                         pod: pod_key,
@@ -465,7 +443,13 @@ impl Sim {
         }
     }
 
-    fn pick_node(&self, scope: &Scope, pod: &Value, avoid: Option<&str>) -> Option<String> {
+    fn pick_node(
+        &self,
+        env: &Env<'_>,
+        scope: &Scope,
+        pod: &Value,
+        avoid: Option<&str>,
+    ) -> Option<String> {
         let tolerations: Vec<String> = pod
             .pointer("/spec/tolerations")
             .and_then(Value::as_array)
@@ -475,7 +459,7 @@ impl Sim {
                     .collect()
             })
             .unwrap_or_default();
-        self.api.store(scope)?.list("", "Node").find_map(|(_, n)| {
+        env.api.store(scope)?.list("", "Node").find_map(|(_, n)| {
             let ready = n
                 .pointer("/status/conditions")
                 .and_then(Value::as_array)
@@ -505,73 +489,14 @@ impl Sim {
         })
     }
 
-    /// Sets a Node condition; `lastTransitionTime` moves only when the status changes.
-    pub(crate) fn set_node_condition(
-        &mut self,
-        scope: &Scope,
-        node: &str,
-        type_: &str,
-        status: &str,
-        reason: Option<&str>,
-        message: Option<&str>,
-    ) {
-        let key = ObjKey::new("", "Node", "", node);
-        let Some(current) = self.api.get(scope, &key).cloned() else {
-            let object = Sim::describe(scope, &key);
-            self.line("world", "NodeCondition", object, "no such Node".into());
-            return;
-        };
-        let mut conditions: Vec<Value> = current
-            .pointer("/status/conditions")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let now = self.clock.now.to_rfc3339();
-        let pos = conditions
-            .iter()
-            .position(|c| c.get("type").and_then(Value::as_str) == Some(type_));
-        let mut cond = pos
-            .map(|i| conditions[i].clone())
-            .unwrap_or_else(|| json!({"type": type_}));
-        let changed = cond.get("status").and_then(Value::as_str) != Some(status);
-        cond["status"] = json!(status);
-        if changed || cond.get("lastTransitionTime").is_none() {
-            cond["lastTransitionTime"] = json!(now);
-        }
-        if let Some(r) = reason {
-            cond["reason"] = json!(r);
-        }
-        if let Some(m) = message {
-            cond["message"] = json!(m);
-        }
-        match pos {
-            Some(i) => conditions[i] = cond,
-            None => conditions.push(cond),
-        }
-        if let Ok(w) = self.api.store_mut(scope).patch(
-            &key,
-            &json!({"status": {"conditions": conditions}}),
-            Part::Status,
-        ) {
-            let object = Sim::describe(scope, &key);
-            let why = reason.map(|r| format!(" ({r})")).unwrap_or_default();
-            self.line(
-                "world",
-                "NodeCondition",
-                object,
-                format!("{type_}={status}{why}"),
-            );
-            self.changed(scope, w);
-        }
-    }
-
-    pub(crate) fn kubelet(&mut self, scope: &Scope, node: &str, running: bool) {
+    pub(crate) fn kubelet(&mut self, env: &mut Env<'_>, scope: &Scope, node: &str, running: bool) {
         let k = (scope.clone(), node.to_string());
         if running {
-            if !self.world.kubelet_stopped.remove(&k) {
+            if !self.kubelet_stopped.remove(&k) {
                 return;
             }
-            self.set_node_condition(
+            set_node_condition(
+                env,
                 scope,
                 node,
                 "Ready",
@@ -579,7 +504,7 @@ impl Sim {
                 Some("KubeletReady"),
                 Some("kubelet is posting ready status"),
             );
-            let terminating: Vec<(ObjKey, Value)> = self
+            let terminating: Vec<(ObjKey, Value)> = env
                 .api
                 .store(scope)
                 .map(|s| {
@@ -592,11 +517,11 @@ impl Sim {
                 })
                 .unwrap_or_default();
             for (key, pod) in terminating {
-                self.pod_deleting(scope, &key, pod);
+                self.pod_deleting(env, scope, &key, pod);
             }
-        } else if self.world.kubelet_stopped.insert(k) {
-            self.schedule_in(
-                self.world.knobs.node_monitor_grace_period,
+        } else if self.kubelet_stopped.insert(k) {
+            env.schedule_in(
+                self.knobs.node_monitor_grace_period,
                 Event::NodeUnreachable {
                     scope: scope.clone(),
                     node: node.to_string(),
@@ -606,16 +531,14 @@ impl Sim {
     }
 
     /// The fake MachineSet replaces a Machine it owns as soon as it starts deleting.
-    fn replace_machine(&mut self, key: &ObjKey, machine: Value) {
-        if self.world.knobs.machine_sets != MachineSetsMode::Replace {
+    fn replace_machine(&mut self, env: &mut Env<'_>, key: &ObjKey, machine: Value) {
+        if self.knobs.machine_sets != MachineSetsMode::Replace {
             return;
         }
-        if !self.world.provider_deleting.insert(ObjKey::new(
-            "sim",
-            "Replaced",
-            &key.namespace,
-            &key.name,
-        )) {
+        if !self
+            .provider_deleting
+            .insert(ObjKey::new("sim", "Replaced", &key.namespace, &key.name))
+        {
             return;
         }
         let Some((kind, ms_name)) = controller_of(&machine) else {
@@ -625,13 +548,13 @@ impl Sim {
             return;
         }
         let ms_key = ObjKey::new("cluster.x-k8s.io", "MachineSet", &key.namespace, &ms_name);
-        let Some(ms) = self.api.get(&Scope::Management, &ms_key).cloned() else {
+        let Some(ms) = env.api.get(&Scope::Management, &ms_key).cloned() else {
             return;
         };
         if json::is_deleting(&ms) {
             return;
         }
-        let n = self.world.replacements.entry(ms_key.clone()).or_insert(0);
+        let n = self.replacements.entry(ms_key.clone()).or_insert(0);
         *n += 1;
         let name = format!("{ms_name}-r{n}");
         let api_version = json::api_version(&ms).to_string();
@@ -673,33 +596,39 @@ impl Sim {
             "status": {"phase": "Provisioning"}
         });
         self.create_machine_for_provisioning(
+            env,
             machine,
             &format!("replaces {} for MachineSet {ms_name}", key.name),
         );
     }
 
     /// Creates a Machine the world provisions: provider objects, then infrastructure, then Node.
-    pub(crate) fn create_machine_for_provisioning(&mut self, mut machine: Value, why: &str) {
+    pub(crate) fn create_machine_for_provisioning(
+        &mut self,
+        env: &mut Env<'_>,
+        mut machine: Value,
+        why: &str,
+    ) {
         crate::defaults::apply_defaults(&mut machine);
         let key = ObjKey::of(&machine);
-        let now = self.clock.now;
-        let Ok(w) = self
+        let now = env.clock.now;
+        let Ok(w) = env
             .api
             .store_mut(&Scope::Management)
             .create(machine.clone(), now)
         else {
             return;
         };
-        self.line("world", "CreateMachine", key.to_string(), why.to_string());
-        self.changed(&Scope::Management, w);
-        self.start_provisioning(&key, &machine);
+        env.line("world", "CreateMachine", key.to_string(), why.to_string());
+        env.changed(&Scope::Management, w);
+        self.start_provisioning(env, &key, &machine);
     }
 
-    pub(crate) fn start_provisioning(&mut self, key: &ObjKey, machine: &Value) {
-        self.ensure_provider_objects(machine, false);
-        self.world.provisioning.insert(key.clone());
-        self.schedule_in(
-            self.world.knobs.infra_provision,
+    pub(crate) fn start_provisioning(&mut self, env: &mut Env<'_>, key: &ObjKey, machine: &Value) {
+        self.ensure_provider_objects(env, machine, false);
+        self.provisioning.insert(key.clone());
+        env.schedule_in(
+            self.knobs.infra_provision,
             Event::InfraReady {
                 machine: key.clone(),
             },
@@ -707,7 +636,12 @@ impl Sim {
     }
 
     /// Creates the InfrastructureMachine and BootstrapConfig a Machine references when missing.
-    pub(crate) fn ensure_provider_objects(&mut self, machine: &Value, ready: bool) {
+    pub(crate) fn ensure_provider_objects(
+        &mut self,
+        env: &mut Env<'_>,
+        machine: &Value,
+        ready: bool,
+    ) {
         let ns = json::namespace(machine).to_string();
         let cluster = json::str_at(machine, "spec.clusterName")
             .unwrap_or_default()
@@ -726,7 +660,7 @@ impl Sim {
             let Some((key, api_version)) = json::ref_target(r, &ns) else {
                 continue;
             };
-            if self.api.get(&Scope::Management, &key).is_some() {
+            if env.api.get(&Scope::Management, &key).is_some() {
                 continue;
             }
             let (kind, name) = (&key.kind, &key.name);
@@ -745,19 +679,24 @@ impl Sim {
                 obj["status"] = json!({"ready": true, "dataSecretName": format!("{name}-bootstrap"),
                                        "initialization": {"dataSecretCreated": true}});
             }
-            let now = self.clock.now;
-            if let Ok(w) = self.api.store_mut(&Scope::Management).create(obj, now) {
-                self.changed(&Scope::Management, w);
+            let now = env.clock.now;
+            if let Ok(w) = env.api.store_mut(&Scope::Management).create(obj, now) {
+                env.changed(&Scope::Management, w);
             }
         }
     }
 
     /// The cluster a Machine being provisioned belongs to; a provider cannot go on without
     /// it (a corrupted Machine), so the step is tried again a little later.
-    pub(crate) fn cluster_or_retry(&mut self, machine: &Value, step: Event) -> Option<String> {
+    pub(crate) fn cluster_or_retry(
+        &mut self,
+        env: &mut Env<'_>,
+        machine: &Value,
+        step: Event,
+    ) -> Option<String> {
         let cluster = json::str_at(machine, "spec.clusterName").filter(|c| !c.is_empty());
         if cluster.is_none() {
-            self.schedule_in(PROVIDER_RETRY, step);
+            env.schedule_in(PROVIDER_RETRY, step);
         }
         cluster.map(str::to_string)
     }
@@ -766,29 +705,33 @@ impl Sim {
     /// `kind` in effect stops the step (and counts as fired).
     fn provisioning(
         &mut self,
+        env: &mut Env<'_>,
+        faults: &mut Faults,
         machine_key: &ObjKey,
         kind: FaultKind,
     ) -> Result<Value, Option<Value>> {
-        let machine = self
+        let machine = env
             .api
             .get(&Scope::Management, machine_key)
             .filter(|m| !json::is_deleting(m))
             .cloned()
             .ok_or(None)?;
-        if self.faults.world_active(self.clock.now, kind) {
-            self.faults.fire(kind);
+        if faults.world_active(env.clock.now, kind) {
+            faults.fire(kind);
             return Err(Some(machine));
         }
         Ok(machine)
     }
 
-    fn infra_ready(&mut self, machine_key: &ObjKey) {
-        let machine = match self.provisioning(machine_key, FaultKind::InfraProvisionFailure) {
-            Ok(m) => m,
-            Err(Some(m)) => return self.provisioning_failed(machine_key, &m),
-            Err(None) => return,
-        };
+    fn infra_ready(&mut self, env: &mut Env<'_>, faults: &mut Faults, machine_key: &ObjKey) {
+        let machine =
+            match self.provisioning(env, faults, machine_key, FaultKind::InfraProvisionFailure) {
+                Ok(m) => m,
+                Err(Some(m)) => return self.provisioning_failed(env, machine_key, &m),
+                Err(None) => return,
+            };
         let Some(cluster) = self.cluster_or_retry(
+            env,
             &machine,
             Event::InfraReady {
                 machine: machine_key.clone(),
@@ -803,14 +746,14 @@ impl Sim {
         let ready = json!({"spec": {"providerID": provider_id},
                            "status": {"ready": true, "initialization": {"provisioned": true}}});
         if let Some((key, _)) = infra
-            && let Ok(w) = self
+            && let Ok(w) = env
                 .api
                 .store_mut(&Scope::Management)
                 .patch(&key, &ready, Part::Whole)
         {
             let detail = format!("providerID {provider_id}");
-            self.line("world", "InfraReady", key.to_string(), detail);
-            self.changed(&Scope::Management, w);
+            env.line("world", "InfraReady", key.to_string(), detail);
+            env.changed(&Scope::Management, w);
         }
         let v1beta1 = json::api_version(&machine).ends_with("v1beta1");
         let status = if v1beta1 {
@@ -818,32 +761,33 @@ impl Sim {
         } else {
             json!({"phase": "Provisioned", "initialization": {"infrastructureProvisioned": true, "bootstrapDataSecretCreated": true}})
         };
-        if let Ok(w) = self.api.store_mut(&Scope::Management).patch(
+        if let Ok(w) = env.api.store_mut(&Scope::Management).patch(
             machine_key,
             &json!({"spec": {"providerID": provider_id}, "status": status}),
             Part::Whole,
         ) {
-            self.changed(&Scope::Management, w);
+            env.changed(&Scope::Management, w);
         }
-        self.schedule_in(
-            self.world.knobs.node_join,
+        env.schedule_in(
+            self.knobs.node_join,
             Event::NodeJoin {
                 machine: machine_key.clone(),
             },
         );
     }
 
-    fn node_join(&mut self, machine_key: &ObjKey) {
-        let machine = match self.provisioning(machine_key, FaultKind::NodeNeverJoins) {
+    fn node_join(&mut self, env: &mut Env<'_>, faults: &mut Faults, machine_key: &ObjKey) {
+        let machine = match self.provisioning(env, faults, machine_key, FaultKind::NodeNeverJoins) {
             Ok(m) => m,
             Err(Some(_)) => {
                 let why = "its Node never joins the workload cluster".to_string();
-                self.line("world", "NodeNeverJoins", machine_key.to_string(), why);
+                env.line("world", "NodeNeverJoins", machine_key.to_string(), why);
                 return;
             }
             Err(None) => return,
         };
         let Some(cluster) = self.cluster_or_retry(
+            env,
             &machine,
             Event::NodeJoin {
                 machine: machine_key.clone(),
@@ -851,27 +795,32 @@ impl Sim {
         ) else {
             return;
         };
-        let scope = self.api.workload_scope(&cluster);
+        let scope = env.api.workload_scope(&cluster);
         let provider_id = json::str_at(&machine, "spec.providerID")
             .unwrap_or_default()
             .to_string();
         let node_name = machine_key.name.clone();
-        let node = ready_node(&node_name, &provider_id, self.clock.now);
-        self.node_joins(&scope, node, format!("Machine {} joined", machine_key.name));
+        let node = ready_node(&node_name, &provider_id, env.clock.now);
+        self.node_joins(
+            env,
+            &scope,
+            node,
+            format!("Machine {} joined", machine_key.name),
+        );
         let v1beta1 = json::api_version(&machine).ends_with("v1beta1");
         let node_ref = if v1beta1 {
             json!({"apiVersion": "v1", "kind": "Node", "name": node_name})
         } else {
             json!({"name": node_name})
         };
-        if let Ok(w) = self.api.store_mut(&Scope::Management).patch(
+        if let Ok(w) = env.api.store_mut(&Scope::Management).patch(
             machine_key,
             &json!({"status": {"nodeRef": node_ref, "phase": "Running"}}),
             Part::Status,
         ) {
-            self.changed(&Scope::Management, w);
+            env.changed(&Scope::Management, w);
         }
-        self.world.provisioning.remove(machine_key);
+        self.provisioning.remove(machine_key);
     }
 }
 
@@ -886,20 +835,26 @@ pub(crate) fn ready_node(name: &str, provider_id: &str, now: engine::time::Times
     })
 }
 
-impl Sim {
+impl WorldState {
     /// Creates a joining Node in a workload cluster.
-    pub(crate) fn node_joins(&mut self, scope: &Scope, node: Value, why: String) {
-        let now = self.clock.now;
-        if let Ok(w) = self.api.store_mut(scope).create(node, now) {
-            let object = Sim::describe(scope, &w.key);
-            self.line("world", "NodeJoin", object, why);
-            self.changed(scope, w);
+    pub(crate) fn node_joins(
+        &mut self,
+        env: &mut Env<'_>,
+        scope: &Scope,
+        node: Value,
+        why: String,
+    ) {
+        let now = env.clock.now;
+        if let Ok(w) = env.api.store_mut(scope).create(node, now) {
+            let object = crate::api::describe(scope, &w.key);
+            env.line("world", "NodeJoin", object, why);
+            env.changed(scope, w);
         }
     }
 
     /// The infrastructure provider gives up: the Machine reports a failure, and no Node will
     /// ever join.
-    fn provisioning_failed(&mut self, machine_key: &ObjKey, machine: &Value) {
+    fn provisioning_failed(&mut self, env: &mut Env<'_>, machine_key: &ObjKey, machine: &Value) {
         let reason = "CreateError";
         let message = "simulated: the provider could not create the instance";
         let failure = if json::api_version(machine).ends_with("v1beta1") {
@@ -908,17 +863,17 @@ impl Sim {
             json!({"status": {"deprecated": {"v1beta1": {"failureReason": reason, "failureMessage": message}}}})
         };
         if let Ok(w) =
-            self.api
+            env.api
                 .store_mut(&Scope::Management)
                 .patch(machine_key, &failure, Part::Whole)
         {
-            self.line(
+            env.line(
                 "world",
                 "InfraFailed",
                 machine_key.to_string(),
                 message.into(),
             );
-            self.changed(&Scope::Management, w);
+            env.changed(&Scope::Management, w);
         }
     }
 }
@@ -928,5 +883,65 @@ fn base_pod_name(name: &str) -> &str {
     match name.rsplit_once("-r") {
         Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
         _ => name,
+    }
+}
+
+/// Sets a Node condition; `lastTransitionTime` moves only when the status changes.
+pub(crate) fn set_node_condition(
+    env: &mut Env<'_>,
+    scope: &Scope,
+    node: &str,
+    type_: &str,
+    status: &str,
+    reason: Option<&str>,
+    message: Option<&str>,
+) {
+    let key = ObjKey::new("", "Node", "", node);
+    let Some(current) = env.api.get(scope, &key).cloned() else {
+        let object = crate::api::describe(scope, &key);
+        env.line("world", "NodeCondition", object, "no such Node".into());
+        return;
+    };
+    let mut conditions: Vec<Value> = current
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let now = env.clock.now.to_rfc3339();
+    let pos = conditions
+        .iter()
+        .position(|c| c.get("type").and_then(Value::as_str) == Some(type_));
+    let mut cond = pos
+        .map(|i| conditions[i].clone())
+        .unwrap_or_else(|| json!({"type": type_}));
+    let changed = cond.get("status").and_then(Value::as_str) != Some(status);
+    cond["status"] = json!(status);
+    if changed || cond.get("lastTransitionTime").is_none() {
+        cond["lastTransitionTime"] = json!(now);
+    }
+    if let Some(r) = reason {
+        cond["reason"] = json!(r);
+    }
+    if let Some(m) = message {
+        cond["message"] = json!(m);
+    }
+    match pos {
+        Some(i) => conditions[i] = cond,
+        None => conditions.push(cond),
+    }
+    if let Ok(w) = env.api.store_mut(scope).patch(
+        &key,
+        &json!({"status": {"conditions": conditions}}),
+        Part::Status,
+    ) {
+        let object = crate::api::describe(scope, &key);
+        let why = reason.map(|r| format!(" ({r})")).unwrap_or_default();
+        env.line(
+            "world",
+            "NodeCondition",
+            object,
+            format!("{type_}={status}{why}"),
+        );
+        env.changed(scope, w);
     }
 }

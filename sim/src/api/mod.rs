@@ -17,6 +17,34 @@ pub fn default_group(kind: &str) -> &'static str {
 
 pub use engine::convert::plural;
 
+use engine::model::{Kind, ObjectKey, Scope};
+
+/// A short name for a scope, as timelines print it.
+pub fn scope_name(scope: &Scope) -> String {
+    match scope {
+        Scope::Management => String::new(),
+        Scope::Workload(c) => c.name.to_string(),
+    }
+}
+
+/// `Pod app/web-0@c1`.
+pub fn describe(scope: &Scope, key: &ObjKey) -> String {
+    match scope {
+        Scope::Management => key.to_string(),
+        Scope::Workload(c) => format!("{key}@{}", c.name),
+    }
+}
+
+/// The engine key of an API object key.
+pub fn engine_key(scope: &Scope, key: &ObjKey) -> ObjectKey {
+    ObjectKey::new(
+        scope.clone(),
+        Kind::from_group_kind(&key.group, &key.kind),
+        &key.namespace,
+        &key.name,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::eviction::{self, PDB_VIOLATION};
