@@ -5,8 +5,7 @@
 //! (`expectedMachines`, `currentHealthy`, `targets`, remediations allowed, conditions) after
 //! the Machines it counts changed is what a stale cache or a lost update looks like.
 
-use crate::scenario::FaultKind;
-use crate::sim::Sim;
+use crate::api::FakeApi;
 use engine::model::{Kind, Object, Scope};
 use engine::time::{Duration, Timestamp};
 use engine::{Action, Engine, Input};
@@ -35,124 +34,71 @@ impl Differential {
     }
 }
 
-impl Sim {
-    /// Before the world moves on to `next`: if it was quiet for [`QUIET_FOR`] before then,
-    /// check at that moment (nothing changed in between, and no engine deadline fell there, or
-    /// it would be the next event). No event of its own, so quiet runs stay as they were.
-    pub(crate) fn quiet_check_before(&mut self, next: Timestamp) {
-        let d = &self.checks.invariants.differential;
-        let Some(quiet_at) = d.last_change.map(|t| t + QUIET_FOR) else {
-            return;
-        };
-        if d.checked || quiet_at >= next || quiet_at < self.clock.now {
-            return;
+impl Differential {
+    /// When the world, quiet since its last change, should be checked before `next` (`None`:
+    /// it changed within [`QUIET_FOR`] of `next`, was checked, or went quiet before `now`).
+    /// No event of its own, so quiet runs stay as they were.
+    pub(crate) fn quiet_before(&mut self, now: Timestamp, next: Timestamp) -> Option<Timestamp> {
+        let quiet_at = self.last_change.map(|t| t + QUIET_FOR)?;
+        if self.checked || quiet_at >= next || quiet_at < now {
+            return None;
         }
-        self.checks.invariants.differential.checked = true;
-        self.clock.now = quiet_at;
-        self.check_mhc_differential(false);
+        self.checked = true;
+        Some(quiet_at)
     }
 
-    /// Whether the controller has listed every cluster, no watch is blind and its writes get
-    /// through: otherwise a stale status is expected, and fixed when the fault ends.
-    fn controller_sees_everything(&self) -> bool {
-        let now = self.clock.now;
-        let blind = [FaultKind::WatchGap, FaultKind::Partition]
-            .iter()
-            .any(|k| self.faults.any_active(now, *k));
-        let watching = self.checks.invariants.synced.len() > self.api.workloads.len()
-            && self.faults.unsynced.is_empty()
-            && !blind
-            && !self.net_relisting_any();
-        let writes = [
-            FaultKind::ApiErrors,
-            FaultKind::Conflicts,
-            FaultKind::WriteTimeout,
-        ]
-        .iter()
-        .all(|k| !self.faults.is_active(&Scope::Management, now, *k));
-        watching && writes
+    /// Whether a check is due at `now` (`at_end`: regardless of the quiet period and pacing).
+    pub(crate) fn due(&self, now: Timestamp, at_end: bool) -> bool {
+        let quiet = self.last_change.is_none_or(|t| now.since(t) >= QUIET_FOR);
+        let paced = self.last_check.is_none_or(|t| now.since(t) >= CHECK_EVERY);
+        at_end || quiet && paced
     }
 
-    /// Every object of `scope` the controllers read, as a list would return them.
-    fn listed(&self, scope: &Scope) -> Vec<Object> {
-        self.api
-            .store(scope)
-            .into_iter()
-            .flat_map(|s| s.iter())
-            .filter_map(|(_, v)| engine::convert::object_or_unreadable(scope, v))
-            .collect()
-    }
-
-    /// Runs the check when the world has been quiet long enough (`at_end`: now, regardless).
-    pub(crate) fn check_mhc_differential(&mut self, at_end: bool) {
-        let d = &self.checks.invariants.differential;
-        let quiet = d
-            .last_change
-            .is_none_or(|t| self.clock.now.since(t) >= QUIET_FOR);
-        let due = d
-            .last_check
-            .is_none_or(|t| self.clock.now.since(t) >= CHECK_EVERY);
-        let idle = self.engine().in_flight_len() == 0
-            && self.lp.commands_in_flight() == 0
-            && self.lp.commands_waiting() == 0
-            && !self.net_busy();
-        if !idle || !(at_end || quiet && due) || !self.controller_sees_everything() {
-            return;
-        }
-        let listed: Vec<(Scope, Vec<Object>)> = self
-            .api
+    /// The MHCs whose status a controller freshly listing `api` would write, each with what it
+    /// would write, reported once each. Nothing while an object does not read: a fresh
+    /// controller has no last good reading of it, so it legitimately counts differently.
+    pub(crate) fn check(&mut self, api: &FakeApi, now: Timestamp) -> Vec<(String, String)> {
+        let listed: Vec<(Scope, Vec<Object>)> = api
             .scopes()
             .into_iter()
             .map(|scope| {
-                let objects = self.listed(&scope);
+                let objects = listed(api, &scope);
                 (scope, objects)
             })
             .collect();
-        // A fresh controller has no last good reading of an object that does not read, so
-        // it legitimately counts differently until the object reads again.
         let unreadable = listed
             .iter()
             .any(|(_, objects)| objects.iter().any(|o| matches!(o, Object::Unreadable(_))));
         if unreadable {
-            return;
+            return Vec::new();
         }
-        self.checks.invariants.differential.last_check = Some(self.clock.now);
+        self.last_check = Some(now);
         let mut fresh = Engine::new();
         for (scope, objects) in listed {
-            fresh.handle(self.clock.now, Input::Relist { scope, objects });
+            fresh.handle(now, Input::Relist { scope, objects });
         }
         let mut stale = Vec::new();
         while let Some(command) = fresh.poll_command() {
-            let status_write = matches!(
-                command.action,
-                Action::PatchStatus { .. } | Action::SetCondition { .. }
-            );
             let target = &command.action.target().key;
-            if status_write && target.kind == Kind::MachineHealthCheck {
-                let detail = match &command.action {
-                    Action::PatchStatus { summary, .. } | Action::SetCondition { summary, .. } => {
-                        summary.clone()
-                    }
-                    _ => String::new(),
-                };
-                stale.push((target.to_string(), detail));
+            let summary = match &command.action {
+                Action::PatchStatus { summary, .. } | Action::SetCondition { summary, .. } => {
+                    summary
+                }
+                _ => continue,
+            };
+            if target.kind == Kind::MachineHealthCheck && self.reported.insert(target.to_string()) {
+                stale.push((target.to_string(), summary.clone()));
             }
         }
-        for (mhc, detail) in stale {
-            if !self
-                .checks
-                .invariants
-                .differential
-                .reported
-                .insert(mhc.clone())
-            {
-                continue;
-            }
-            let message = format!(
-                "stale MHC status: {mhc} is not what a controller freshly listing the API computes ({detail})"
-            );
-            self.line("invariant", "Violation", mhc, message.clone());
-            self.checks.invariants.violate(message);
-        }
+        stale
     }
+}
+
+/// Every object of `scope` the controllers read, as a list would return them.
+fn listed(api: &FakeApi, scope: &Scope) -> Vec<Object> {
+    api.store(scope)
+        .into_iter()
+        .flat_map(|s| s.iter())
+        .filter_map(|(_, v)| engine::convert::object_or_unreadable(scope, v))
+        .collect()
 }

@@ -1,11 +1,11 @@
 //! Evaluating a scenario's `expect` entries against the run.
 
-use crate::api::json;
+use crate::api::{FakeApi, json};
+use crate::clock::Clock;
 use crate::scenario::{Check, ExpectKind, ObjRef, Scenario};
-use crate::sim::Sim;
-use crate::timeline::ActionRecord;
+use crate::timeline::{ActionRecord, Timeline};
 use engine::model::{ObjectKey, Scope};
-use engine::time::Duration;
+use engine::time::{Duration, Timestamp};
 use serde_json::Value;
 use std::collections::BTreeSet;
 
@@ -41,7 +41,7 @@ impl Tracker {
     }
 
     /// Called after every applied change: `During` windows look at every state.
-    pub fn observe(&mut self, sim: &Sim) {
+    pub fn observe(&mut self, sim: &View<'_>) {
         let offset = sim.offset_of(sim.clock.now);
         if !self.tolerance.is_zero() {
             self.observe_late_points(sim, offset);
@@ -69,7 +69,7 @@ impl Tracker {
     }
 
     /// With a tolerance, a point expectation passes as soon as it holds inside its window.
-    fn observe_late_points(&mut self, sim: &Sim, offset: Duration) {
+    fn observe_late_points(&mut self, sim: &View<'_>, offset: Duration) {
         for (i, e) in sim.scenario.expect.iter().enumerate() {
             let Some(at) = point_of(&e.kind) else {
                 continue;
@@ -88,7 +88,7 @@ impl Tracker {
 
     /// Called when the clock is about to leave an instant: `{at: T}` entries due now (with a
     /// tolerance: those whose window `[T, T + tolerance]` closes now).
-    pub fn checkpoint(&mut self, sim: &Sim) {
+    pub fn checkpoint(&mut self, sim: &View<'_>) {
         self.observe(sim);
         let offset = sim.offset_of(sim.clock.now);
         for (i, e) in sim.scenario.expect.iter().enumerate() {
@@ -121,7 +121,7 @@ impl Tracker {
         }
     }
 
-    pub fn finish(&mut self, sim: &Sim) {
+    pub fn finish(&mut self, sim: &View<'_>) {
         let end = sim.offset_of(sim.clock.end);
         for (i, e) in sim.scenario.expect.iter().enumerate() {
             match &e.kind {
@@ -304,7 +304,7 @@ fn point_of(kind: &ExpectKind) -> Option<Duration> {
 }
 
 /// Whether a point expectation holds now; what was seen when it does not.
-fn check_point(sim: &Sim, kind: &ExpectKind) -> Result<(), String> {
+fn check_point(sim: &View<'_>, kind: &ExpectKind) -> Result<(), String> {
     match kind {
         ExpectKind::At { object, check, .. } => sim.check(object, check),
         ExpectKind::Gone { object, .. } => match sim.lookup(object) {
@@ -403,7 +403,19 @@ pub fn checkpoints(scenario: &Scenario) -> Vec<Duration> {
     v
 }
 
-impl Sim {
+/// What expectations read: the scenario, the time, the fake API and the timeline.
+pub struct View<'a> {
+    pub scenario: &'a Scenario,
+    pub clock: &'a Clock,
+    pub api: &'a FakeApi,
+    pub timeline: &'a Timeline,
+}
+
+impl View<'_> {
+    fn offset_of(&self, t: Timestamp) -> Duration {
+        self.clock.offset_of(t)
+    }
+
     fn ref_scope(&self, r: &ObjRef) -> Scope {
         r.cluster
             .as_deref()

@@ -6,6 +6,8 @@ use crate::checks::Checks;
 use crate::clock::Clock;
 use crate::env::Env;
 use crate::event::{Event, Work};
+use crate::expect::View;
+use crate::scenario::FaultKind;
 use crate::scenario::Scenario;
 use crate::timeline::Timeline;
 use crate::world::WorldState;
@@ -386,10 +388,14 @@ impl Sim {
         }
     }
 
-    fn with_tracker(&mut self, f: impl FnOnce(&mut crate::expect::Tracker, &Sim)) {
-        let mut tracker = std::mem::take(&mut self.checks.expect);
-        f(&mut tracker, self);
-        self.checks.expect = tracker;
+    fn with_tracker(&mut self, f: impl FnOnce(&mut crate::expect::Tracker, &View<'_>)) {
+        let view = View {
+            scenario: &self.scenario,
+            clock: &self.clock,
+            api: &self.api,
+            timeline: &self.timeline,
+        };
+        f(&mut self.checks.expect, &view);
     }
 
     pub fn offset_of(&self, t: Timestamp) -> Duration {
@@ -420,6 +426,62 @@ impl Sim {
                 engine::model::MACHINE_FINALIZER
             );
             self.line("invariant", "Violation", key.to_string(), message.clone());
+            self.checks.invariants.violate(message);
+        }
+    }
+
+    /// Before the world moves on to `next`: if it was quiet for the differential's quiet
+    /// period before then, check at that moment (nothing changed in between, and no engine
+    /// deadline fell there, or it would be the next event).
+    pub(crate) fn quiet_check_before(&mut self, next: Timestamp) {
+        let now = self.clock.now;
+        if let Some(quiet_at) = self.checks.invariants.differential.quiet_before(now, next) {
+            self.clock.now = quiet_at;
+            self.check_mhc_differential(false);
+        }
+    }
+
+    /// Whether the controller has listed every cluster, no watch is blind and its writes get
+    /// through: otherwise a stale status is expected, and fixed when the fault ends.
+    fn controller_sees_everything(&self) -> bool {
+        let now = self.clock.now;
+        let blind = [FaultKind::WatchGap, FaultKind::Partition]
+            .iter()
+            .any(|k| self.faults.any_active(now, *k));
+        let watching = self.checks.invariants.synced.len() > self.api.workloads.len()
+            && self.faults.unsynced.is_empty()
+            && !blind
+            && !self.net_relisting_any();
+        let writes = [
+            FaultKind::ApiErrors,
+            FaultKind::Conflicts,
+            FaultKind::WriteTimeout,
+        ]
+        .iter()
+        .all(|k| !self.faults.is_active(&Scope::Management, now, *k));
+        watching && writes
+    }
+
+    /// The MHC status differential, when the controller is idle and sees everything and the
+    /// world has been quiet long enough (`at_end`: now, regardless of the quiet period).
+    pub(crate) fn check_mhc_differential(&mut self, at_end: bool) {
+        let now = self.clock.now;
+        let idle = self.engine().in_flight_len() == 0
+            && self.lp.commands_in_flight() == 0
+            && self.lp.commands_waiting() == 0
+            && !self.net_busy();
+        if !idle
+            || !self.checks.invariants.differential.due(now, at_end)
+            || !self.controller_sees_everything()
+        {
+            return;
+        }
+        let stale = self.checks.invariants.differential.check(&self.api, now);
+        for (mhc, detail) in stale {
+            let message = format!(
+                "stale MHC status: {mhc} is not what a controller freshly listing the API computes ({detail})"
+            );
+            self.line("invariant", "Violation", mhc, message.clone());
             self.checks.invariants.violate(message);
         }
     }
