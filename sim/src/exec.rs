@@ -95,7 +95,7 @@ impl Sim {
                 return;
             }
         };
-        self.invariants_after(&command, wrote);
+        self.checks.invariants.after(&command, wrote);
         if !outcome.is_success() {
             let object = target.key.to_string();
             let detail = format!(

@@ -6,14 +6,14 @@
 //! Machines are never remediated, and remediation respects maxInFlight and a short-circuited MHC.
 //! Liveness is checked at the end: a Machine still deleting long after it started must say why.
 
-use crate::api::{ObjKey, json};
-use crate::sim::Sim;
+use crate::api::{FakeApi, ObjKey, json};
 use engine::model::{
     CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, DRAIN_LABEL, EXCLUDE_DRAIN_ANNOTATION, Kind,
     PAUSED_ANNOTATION, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX,
     SKIP_REMEDIATION_ANNOTATION, Scope,
 };
-use engine::time::Duration;
+use engine::store::Store;
+use engine::time::{Duration, Timestamp};
 use engine::{Action, Command};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -84,67 +84,204 @@ fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
         .find(|c| c.get("type").and_then(Value::as_str) == Some(type_))
 }
 
-impl Sim {
-    fn target_object(&self, command: &Command) -> (ObjKey, Option<&Value>) {
-        let t = command.action.target();
-        let key = ObjKey::new(
-            json::group_of(&t.api_version),
-            t.key.kind.name(),
-            &t.key.namespace,
-            &t.key.name,
-        );
-        let obj = self.api.get(&t.key.scope, &key);
-        (key, obj)
-    }
+/// The object a command writes to, as the fake API has it.
+fn target_object<'a>(api: &'a FakeApi, command: &Command) -> (ObjKey, Option<&'a Value>) {
+    let t = command.action.target();
+    let key = ObjKey::new(
+        json::group_of(&t.api_version),
+        t.key.kind.name(),
+        &t.key.namespace,
+        &t.key.name,
+    );
+    let obj = api.get(&t.key.scope, &key);
+    (key, obj)
+}
 
-    /// Checks a command against the world as it is when the command is issued.
-    pub(crate) fn invariants_before(&mut self, command: &Command) {
-        self.checks.invariants.checks += 1;
+/// What the rules read when a command is checked: the fake API, the controller's own store
+/// (what it knows it cannot read), the time, and the MHCs' latest decisions.
+pub(crate) struct Seen<'a> {
+    pub api: &'a FakeApi,
+    pub store: &'a Store,
+    pub now: Timestamp,
+    mhc_allowed: &'a BTreeMap<(String, String), (bool, Timestamp)>,
+}
+
+impl Checker {
+    /// Checks a command against the world as it is when the command is issued; returns the
+    /// rules it breaks.
+    pub(crate) fn before(
+        &mut self,
+        api: &FakeApi,
+        store: &Store,
+        now: Timestamp,
+        command: &Command,
+    ) -> Vec<String> {
+        self.checks += 1;
         let mut broken = Vec::new();
         let target_scope = command.action.target().key.scope.clone();
         if command.action.is_destructive() {
-            if !self.checks.invariants.synced.contains(&target_scope) {
+            if !self.synced.contains(&target_scope) {
                 broken.push(format!(
                     "unsynced cache: {} on {} before the controller listed that cluster",
                     command.action.name(),
                     command.action.target().key
                 ));
             }
-            let (_, obj) = self.target_object(command);
+            let (_, obj) = target_object(api, command);
             let uid = uid(obj);
-            if let Some(repeated) = self.checks.invariants.repeats.issued(command, &uid) {
+            if let Some(repeated) = self.repeats.issued(command, &uid) {
                 broken.push(repeated);
             }
         }
-        broken.extend(self.machine_rules(command));
-        broken.extend(self.remediation_rules(command));
-        broken.extend(self.guess_rule(command));
-        self.note_decision(command);
-        self.report_broken(&command.owner, broken);
+        let seen = self.seen(api, store, now);
+        broken.extend(seen.machine_rules(command));
+        broken.extend(seen.remediation_rules(command));
+        broken.extend(seen.guess_rule(command));
+        self.note_decision(command, now);
+        broken
     }
 
     /// The hook and drain-order rules for a drain or infrastructure deletion seen landing in the
     /// API (a controller outside the simulator issued it): the world as the write finds it.
-    pub(crate) fn check_landed(&mut self, command: &Command) {
-        self.checks.invariants.checks += 1;
-        let broken = self.machine_rules(command);
-        self.report_broken(&command.owner, broken);
+    pub(crate) fn landed(
+        &mut self,
+        api: &FakeApi,
+        store: &Store,
+        now: Timestamp,
+        command: &Command,
+    ) -> Vec<String> {
+        self.checks += 1;
+        self.seen(api, store, now).machine_rules(command)
     }
 
-    fn report_broken(&mut self, owner: &engine::model::ObjectKey, broken: Vec<String>) {
-        for b in broken {
-            self.line("invariant", "Violation", owner.to_string(), b.clone());
-            self.checks.invariants.violate(b);
+    pub(crate) fn seen<'a>(
+        &'a self,
+        api: &'a FakeApi,
+        store: &'a Store,
+        now: Timestamp,
+    ) -> Seen<'a> {
+        Seen {
+            api,
+            store,
+            now,
+            mhc_allowed: &self.mhc_allowed,
         }
     }
 
+    /// Remembers an MHC's `RemediationAllowed` decision when the controller writes it.
+    fn note_decision(&mut self, command: &Command, now: Timestamp) {
+        if let Action::SetCondition {
+            target, conditions, ..
+        } = &command.action
+            && target.key.kind == Kind::MachineHealthCheck
+            && let Some(c) = conditions.current("RemediationAllowed")
+        {
+            let allowed = c.status == engine::model::ConditionStatus::True;
+            let key = (
+                target.key.namespace.to_string(),
+                target.key.name.to_string(),
+            );
+            if self.mhc_allowed.get(&key).map(|(a, _)| *a) != Some(allowed) {
+                self.mhc_allowed.insert(key, (allowed, now));
+            }
+        }
+    }
+
+    /// Records a destructive command the API carried out, for the "not twice" rule.
+    pub(crate) fn after(&mut self, command: &Command, succeeded: bool) {
+        if succeeded {
+            self.repeats.carried_out(command.id);
+        }
+    }
+
+    /// At the end of a run: every Machine deleting for longer than the bound must say what holds
+    /// it; those that do are reported as stuck, those that don't are violations.
+    /// At the end of a run: every Machine deleting for longer than the bound must say what
+    /// holds it; those that do are stuck, those that don't are violations. Returns the
+    /// timeline lines to write: `(object, action, detail)`.
+    pub(crate) fn liveness(
+        &mut self,
+        api: &FakeApi,
+        now: Timestamp,
+        mode: engine::runtime::Mode,
+    ) -> Vec<(String, &'static str, String)> {
+        // In shadow mode the controller writes no condition: saying why is not its job there.
+        if mode == engine::runtime::Mode::Shadow {
+            return Vec::new();
+        }
+        let mut found = Vec::new();
+        for (key, m) in api
+            .store(&Scope::Management)
+            .into_iter()
+            .flat_map(|s| s.list("cluster.x-k8s.io", "Machine"))
+        {
+            let Some(since) = m
+                .pointer("/metadata/deletionTimestamp")
+                .and_then(Value::as_str)
+                .and_then(|t| engine::Timestamp::parse_rfc3339(t).ok())
+            else {
+                continue;
+            };
+            if now.since(since) < DELETION_EXPLAINED_AFTER {
+                continue;
+            }
+            let deleting = ["/status/conditions", "/status/v1beta2/conditions"]
+                .iter()
+                .filter_map(|p| m.pointer(p).and_then(Value::as_array))
+                .flatten()
+                .find(|c| c.get("type").and_then(Value::as_str) == Some("Deleting"));
+            let reason = deleting
+                .and_then(|c| c.get("reason"))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let message = deleting
+                .and_then(|c| c.get("message"))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let paused = json::annotations(m).contains_key(PAUSED_ANNOTATION);
+            let explained = BLOCKING_REASONS.contains(&reason);
+            found.push((
+                key.clone(),
+                since,
+                reason.to_string(),
+                message.to_string(),
+                explained || paused,
+            ));
+        }
+        let mut lines = Vec::new();
+        for (key, since, reason, message, explained) in found {
+            let age = now.since(since);
+            if explained || cluster_paused_for(api, &key) {
+                let line = format!(
+                    "{key} deleting for {age}: {reason}: {}",
+                    message.lines().next().unwrap_or_default()
+                );
+                lines.push((
+                    key.to_string(),
+                    "Stuck",
+                    format!("still deleting after {age}: {reason}: {message}"),
+                ));
+                self.stuck.push(line);
+            } else {
+                let v = format!(
+                    "liveness: {key} has been deleting for {age} and no condition says why (Deleting reason {reason:?})"
+                );
+                lines.push((key.to_string(), "Violation", v.clone()));
+                self.violate(v);
+            }
+        }
+        lines
+    }
+}
+
+impl Seen<'_> {
     /// No destructive command on a guess: none may depend on an object the controller knows it
     /// cannot read (the target, the Node a Pod is on, the Machine whose deletion issues it and
     /// that Machine's Node). A remediation's DeleteMachine depends on its Machine only: a verdict
     /// from the Machine's own fields (failureReason, the remediate annotation) stands without
     /// its Node.
     fn guess_rule(&self, command: &Command) -> Vec<String> {
-        let store = self.engine().store();
+        let store = self.store;
         let disruptive =
             command.action.is_destructive() || matches!(command.action, Action::Cordon { .. });
         if !disruptive || !store.has_unreadable() {
@@ -155,7 +292,7 @@ impl Sim {
         let node_of = |scope: &Scope, name: &str| {
             engine::model::ObjectKey::new(scope.clone(), Kind::Node, "", name)
         };
-        let (_, target_obj) = self.target_object(command);
+        let (_, target_obj) = target_object(self.api, command);
         if target.kind == Kind::Pod
             && let Some(node) = target_obj.and_then(|p| json::str_at(p, "spec.nodeName"))
         {
@@ -192,42 +329,6 @@ impl Sim {
                 )
             })
             .collect()
-    }
-
-    /// Remembers an MHC's `RemediationAllowed` decision when the controller writes it.
-    pub(crate) fn note_decision(&mut self, command: &Command) {
-        if let Action::SetCondition {
-            target, conditions, ..
-        } = &command.action
-            && target.key.kind == Kind::MachineHealthCheck
-            && let Some(c) = conditions.current("RemediationAllowed")
-        {
-            let allowed = c.status == engine::model::ConditionStatus::True;
-            let key = (
-                target.key.namespace.to_string(),
-                target.key.name.to_string(),
-            );
-            if self
-                .checks
-                .invariants
-                .mhc_allowed
-                .get(&key)
-                .map(|(a, _)| *a)
-                != Some(allowed)
-            {
-                self.checks
-                    .invariants
-                    .mhc_allowed
-                    .insert(key, (allowed, self.clock.now));
-            }
-        }
-    }
-
-    /// Records a destructive command the API carried out, for the "not twice" rule.
-    pub(crate) fn invariants_after(&mut self, command: &Command, succeeded: bool) {
-        if succeeded {
-            self.checks.invariants.repeats.carried_out(command.id);
-        }
     }
 
     /// Hooks and drain order for commands a Machine's deletion issues.
@@ -319,7 +420,7 @@ impl Sim {
             if !selects {
                 continue;
             }
-            let decided = self.checks.invariants.mhc_allowed.get(&(
+            let decided = self.mhc_allowed.get(&(
                 json::namespace(mhc).to_string(),
                 json::name(mhc).to_string(),
             ));
@@ -336,8 +437,7 @@ impl Sim {
                 matches!(command.action, Action::DeleteMachine { .. })
                     && marked_since.is_some_and(|m| m <= *at)
             };
-            if decided
-                .is_some_and(|(allowed, at)| !allowed && *at < self.clock.now && !marked_before(at))
+            if decided.is_some_and(|(allowed, at)| !allowed && *at < self.now && !marked_before(at))
             {
                 broken.push(format!(
                     "remediated {key} while MachineHealthCheck {} is short-circuited",
@@ -432,7 +532,7 @@ impl Sim {
             return None;
         }
         let node = json::str_at(machine, "status.nodeRef.name")?;
-        if crate::drain_skips::drain_skipped(&self.api, machine, node) {
+        if crate::drain_skips::drain_skipped(self.api, machine, node) {
             return None;
         }
         let scope = self.api.workload_scope(cluster);
@@ -466,7 +566,7 @@ impl Sim {
                     .get(DRAIN_LABEL)
                     .is_none_or(|v| !v.eq_ignore_ascii_case("skip"))
             })
-            .filter(|(_, p)| !crate::drain_skips::drain_rule_may_skip(&self.api, machine, p))
+            .filter(|(_, p)| !crate::drain_skips::drain_rule_may_skip(self.api, machine, p))
             .filter(|(_, p)| {
                 !p.pointer("/metadata/ownerReferences")
                     .and_then(Value::as_array)
@@ -479,101 +579,30 @@ impl Sim {
             .collect();
         (!pods.is_empty()).then_some(pods)
     }
+}
 
-    /// At the end of a run: every Machine deleting for longer than the bound must say what holds
-    /// it; those that do are reported as stuck, those that don't are violations.
-    pub(crate) fn check_liveness(&mut self) {
-        // In shadow mode the controller writes no condition: saying why is not its job there.
-        if self.scenario.mode == engine::runtime::Mode::Shadow {
-            return;
-        }
-        let mut found = Vec::new();
-        for (key, m) in self
-            .api
-            .store(&Scope::Management)
-            .into_iter()
-            .flat_map(|s| s.list("cluster.x-k8s.io", "Machine"))
-        {
-            let Some(since) = m
-                .pointer("/metadata/deletionTimestamp")
-                .and_then(Value::as_str)
-                .and_then(|t| engine::Timestamp::parse_rfc3339(t).ok())
-            else {
-                continue;
-            };
-            if self.clock.now.since(since) < DELETION_EXPLAINED_AFTER {
-                continue;
-            }
-            let deleting = ["/status/conditions", "/status/v1beta2/conditions"]
-                .iter()
-                .filter_map(|p| m.pointer(p).and_then(Value::as_array))
-                .flatten()
-                .find(|c| c.get("type").and_then(Value::as_str) == Some("Deleting"));
-            let reason = deleting
-                .and_then(|c| c.get("reason"))
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let message = deleting
-                .and_then(|c| c.get("message"))
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let paused = json::annotations(m).contains_key(PAUSED_ANNOTATION);
-            let explained = BLOCKING_REASONS.contains(&reason);
-            found.push((
-                key.clone(),
-                since,
-                reason.to_string(),
-                message.to_string(),
-                explained || paused,
-            ));
-        }
-        for (key, since, reason, message, explained) in found {
-            let age = self.clock.now.since(since);
-            if explained || self.cluster_paused_for(&key) {
-                let line = format!(
-                    "{key} deleting for {age}: {reason}: {}",
-                    message.lines().next().unwrap_or_default()
-                );
-                self.line(
-                    "invariant",
-                    "Stuck",
-                    key.to_string(),
-                    format!("still deleting after {age}: {reason}: {message}"),
-                );
-                self.checks.invariants.stuck.push(line);
-            } else {
-                let v = format!(
-                    "liveness: {key} has been deleting for {age} and no condition says why (Deleting reason {reason:?})"
-                );
-                self.line("invariant", "Violation", key.to_string(), v.clone());
-                self.checks.invariants.violate(v);
-            }
-        }
-    }
-
-    fn cluster_paused_for(&self, machine: &ObjKey) -> bool {
-        let Some(m) = self.api.get(&Scope::Management, machine) else {
-            return false;
-        };
-        let cluster = json::labels(m)
-            .get(CLUSTER_NAME_LABEL)
-            .cloned()
-            .or_else(|| json::str_at(m, "spec.clusterName").map(str::to_string))
-            .unwrap_or_default();
-        self.api
-            .get(
-                &Scope::Management,
-                &ObjKey::new("cluster.x-k8s.io", "Cluster", &machine.namespace, &cluster),
-            )
-            .and_then(|c| c.pointer("/spec/paused"))
-            .and_then(Value::as_bool)
-            == Some(true)
-    }
+fn cluster_paused_for(api: &FakeApi, machine: &ObjKey) -> bool {
+    let Some(m) = api.get(&Scope::Management, machine) else {
+        return false;
+    };
+    let cluster = json::labels(m)
+        .get(CLUSTER_NAME_LABEL)
+        .cloned()
+        .or_else(|| json::str_at(m, "spec.clusterName").map(str::to_string))
+        .unwrap_or_default();
+    api.get(
+        &Scope::Management,
+        &ObjKey::new("cluster.x-k8s.io", "Cluster", &machine.namespace, &cluster),
+    )
+    .and_then(|c| c.pointer("/spec/paused"))
+    .and_then(Value::as_bool)
+        == Some(true)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::Sim;
     use engine::ControllerId;
     use engine::model::ObjectKey;
 
@@ -613,7 +642,11 @@ mod tests {
         };
         let machine = |name: &str| ObjectKey::management(Kind::Machine, "default", name);
         let cordon_w2 = command(Action::Cordon { node: node("w2") }, machine("w2"));
-        let broken = sim.guess_rule(&cordon_w2);
+        let seen = sim
+            .checks
+            .invariants
+            .seen(&sim.api, sim.engine().store(), sim.clock.now);
+        let broken = seen.guess_rule(&cordon_w2);
         assert_eq!(broken.len(), 1, "{broken:?}");
         assert!(
             broken[0].starts_with(
@@ -623,8 +656,8 @@ mod tests {
         );
         // Owned by w2's deletion, even a command on a readable object depends on w2's Node.
         let cordon_w3 = command(Action::Cordon { node: node("w3") }, machine("w2"));
-        assert_eq!(sim.guess_rule(&cordon_w3).len(), 1);
+        assert_eq!(seen.guess_rule(&cordon_w3).len(), 1);
         let cordon_w3 = command(Action::Cordon { node: node("w3") }, machine("w3"));
-        assert_eq!(sim.guess_rule(&cordon_w3), Vec::<String>::new());
+        assert_eq!(seen.guess_rule(&cordon_w3), Vec::<String>::new());
     }
 }

@@ -11,7 +11,8 @@ use crate::scenario::FaultKind;
 use crate::scenario::Scenario;
 use crate::timeline::Timeline;
 use crate::world::WorldState;
-use engine::model::Scope;
+use engine::Command;
+use engine::model::{ObjectKey, Scope};
 use engine::runtime::{Loop, LoopOptions};
 use engine::time::{Duration, Timestamp};
 use engine::{Engine, Input};
@@ -483,6 +484,47 @@ impl Sim {
             );
             self.line("invariant", "Violation", mhc, message.clone());
             self.checks.invariants.violate(message);
+        }
+    }
+
+    /// Checks a command against the world as it is when the command is issued.
+    pub(crate) fn invariants_before(&mut self, command: &Command) {
+        let broken = self.checks.invariants.before(
+            &self.api,
+            self.lp.core().store(),
+            self.clock.now,
+            command,
+        );
+        self.report_broken(&command.owner, broken);
+    }
+
+    /// The rules for a write a controller outside the simulator made, seen landing.
+    pub(crate) fn check_landed(&mut self, command: &Command) {
+        let broken = self.checks.invariants.landed(
+            &self.api,
+            self.lp.core().store(),
+            self.clock.now,
+            command,
+        );
+        self.report_broken(&command.owner, broken);
+    }
+
+    fn report_broken(&mut self, owner: &ObjectKey, broken: Vec<String>) {
+        for b in broken {
+            self.line("invariant", "Violation", owner.to_string(), b.clone());
+            self.checks.invariants.violate(b);
+        }
+    }
+
+    /// At the end of a run: every Machine deleting for too long must say what holds it.
+    pub(crate) fn check_liveness(&mut self) {
+        let now = self.clock.now;
+        let lines = self
+            .checks
+            .invariants
+            .liveness(&self.api, now, self.scenario.mode);
+        for (object, action, detail) in lines {
+            self.line("invariant", action, object, detail);
         }
     }
 }
