@@ -7,12 +7,12 @@ use crate::clock::Clock;
 use crate::env::Env;
 use crate::event::{Event, Work};
 use crate::expect::View;
-use crate::scenario::FaultKind;
 use crate::scenario::Scenario;
+use crate::scenario::{FaultKind, FaultSpec, StepAction};
 use crate::timeline::Timeline;
 use crate::world::WorldState;
 use engine::Command;
-use engine::model::{ObjectKey, Scope};
+use engine::model::{ClusterName, ObjectKey, Scope};
 use engine::runtime::{Loop, LoopOptions};
 use engine::time::{Duration, Timestamp};
 use engine::{Engine, Input};
@@ -216,7 +216,15 @@ impl Sim {
 
     fn handle_event(&mut self, event: Event) {
         match event {
-            Event::Step(i) => self.run_step(i),
+            Event::Step(i) => {
+                let step = self.scenario.timeline[i].clone();
+                if let StepAction::Fault(spec) = &step.action {
+                    self.start_fault_step(spec, step.cluster.as_deref());
+                } else {
+                    let (world, mut env) = self.world_env();
+                    world.play(&mut env, &step);
+                }
+            }
             Event::EngineTick => self.tick(),
             Event::Checkpoint => {}
             Event::Arrive { epoch, arrival } => self.arrive(epoch, *arrival),
@@ -526,5 +534,132 @@ impl Sim {
         for (object, action, detail) in lines {
             self.line("invariant", action, object, detail);
         }
+    }
+
+    /// Creates every manifest and the objects the contract implies, schedules the timeline and
+    /// the expectation checkpoints, and syncs the engine with one relist per cluster.
+    pub fn setup(&mut self) {
+        // The manifests are needed only here: take them rather than copy a large fleet.
+        let management = std::mem::take(&mut self.scenario.management);
+        let workload = std::mem::take(&mut self.scenario.workload);
+        for name in workload.keys() {
+            let namespace = management
+                .iter()
+                .find(|m| m.kind() == "Cluster" && m.name() == name)
+                .and_then(|m| m.namespace())
+                .unwrap_or("default")
+                .to_string();
+            self.api.workloads.insert(
+                name.clone(),
+                Scope::Workload(ClusterName::new(namespace, name)),
+            );
+        }
+        self.api.store_mut(&Scope::Management);
+        for manifest in management {
+            let (world, mut env) = self.world_env();
+            world.create_initial(&mut env, &Scope::Management, manifest.value);
+        }
+        let (world, mut env) = self.world_env();
+        world.capi_start(&mut env);
+        for (cluster, manifests) in workload {
+            let scope = self.api.workload_scope(&cluster);
+            self.api.store_mut(&scope);
+            for manifest in manifests {
+                let (world, mut env) = self.world_env();
+                world.create_initial(&mut env, &scope, manifest.value);
+            }
+            let (world, mut env) = self.world_env();
+            world.implied_namespaces(&mut env, &scope);
+        }
+        let machines: Vec<Value> = self
+            .api
+            .store(&Scope::Management)
+            .map(|s| {
+                s.list("cluster.x-k8s.io", "Machine")
+                    .map(|(_, v)| v.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for machine in machines {
+            let (world, mut env) = self.world_env();
+            world.ensure_provider_objects(&mut env, &machine, true);
+        }
+        let pools: Vec<(ObjKey, Value)> = self
+            .api
+            .store(&Scope::Management)
+            .map(|s| {
+                s.list("cluster.x-k8s.io", "MachinePool")
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (key, pool) in pools {
+            let (world, mut env) = self.world_env();
+            world.ensure_pool_objects(&mut env, &pool);
+            world.follow_pool(&mut env, &key, pool);
+        }
+        let machines: Vec<(ObjKey, Value)> = self
+            .api
+            .store(&Scope::Management)
+            .map(|s| {
+                s.list("cluster.x-k8s.io", "Machine")
+                    .chain(s.list("cluster.x-k8s.io", "MachineHealthCheck"))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (key, object) in machines {
+            self.env().index(&crate::api::Written {
+                key,
+                object: Some(object),
+                removed: None,
+            });
+        }
+        // The setup writes are the initial state, not watch events: the relists carry them.
+        self.clock.work.clear();
+        let steps: Vec<Duration> = self.scenario.timeline.iter().map(|s| s.at).collect();
+        for (i, at) in steps.into_iter().enumerate() {
+            self.schedule(self.clock.start + at, Event::Step(i));
+        }
+        for at in crate::expect::checkpoints(&self.scenario) {
+            self.schedule(self.clock.start + at, Event::Checkpoint);
+        }
+        if self.process.external.is_none() {
+            self.pump();
+        }
+        let start_line_at = self.timeline.lines.len();
+        self.line(
+            "world",
+            "Start",
+            String::new(),
+            format!(
+                "{} objects in {} clusters; {}",
+                self.api.clusters.values().map(|c| c.len()).sum::<usize>(),
+                self.api.clusters.len(),
+                if self.process.external.is_none() {
+                    "engine synced"
+                } else {
+                    "served over HTTP"
+                }
+            ),
+        );
+        debug_assert_eq!(self.timeline.lines.len(), start_line_at + 1);
+        // What the controllers do with the starting world happens at time zero.
+        self.settle();
+        self.process.feeder.end_of_instant(self.lp.core());
+    }
+
+    /// A fault step: said on the timeline, then started.
+    fn start_fault_step(&mut self, spec: &FaultSpec, cluster: Option<&str>) {
+        let target = cluster.unwrap_or("management");
+        let mut detail = format!("{} on {target}", spec.kind.as_str());
+        if let Some(r) = spec.rate {
+            detail.push_str(&format!(", rate {r}"));
+        }
+        if let Some(f) = spec.for_ {
+            detail.push_str(&format!(", for {f}"));
+        }
+        self.line("scenario", "Fault", String::new(), detail);
+        self.start_fault(spec, cluster);
     }
 }
