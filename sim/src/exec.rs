@@ -1,11 +1,8 @@
 //! Carrying out controller commands against the fake API, through the engine's shared
-//! command → request mapping, and feeding the answers back.
+//! command → request mapping ([`apply`]), and telling them on the timeline.
 
-use crate::api::{ApiError, ObjKey, Part, Written, eviction, json};
-use crate::faults::Intercept;
-use crate::sim::Sim;
-use crate::timeline::Line;
-use crate::timeline::{ActionRecord, EventRecord};
+use crate::api::{ApiError, FakeApi, ObjKey, Part, Written, eviction, json};
+use crate::timeline::{ActionRecord, EventRecord, Line, Timeline};
 use engine::convert::{ApiRequest, Subresource, request_for};
 use engine::model::Scope;
 use engine::outcome::{CAUSE_DISRUPTION_BUDGET, CAUSE_NAMESPACE_TERMINATING, Cause};
@@ -13,7 +10,7 @@ use engine::time::Timestamp;
 use engine::{Action, ApiOutcome, Command, Target, Withheld};
 use serde_json::json;
 
-fn obj_key(target: &Target) -> ObjKey {
+pub(crate) fn obj_key(target: &Target) -> ObjKey {
     ObjKey::new(
         json::group_of(&target.api_version),
         target.key.kind.name(),
@@ -62,80 +59,13 @@ fn outcome_of(err: ApiError) -> ApiOutcome {
     }
 }
 
-impl Sim {
-    pub(crate) fn execute(&mut self, command: Command) {
-        self.record(&command);
-        self.invariants_before(&command);
-        self.carry_out(command, false);
-    }
-
-    /// A command a slow API held back reaches the server now.
-    pub(crate) fn execute_after_delay(&mut self, command: Command) {
-        self.carry_out(command, true);
-    }
-
-    fn carry_out(&mut self, command: Command, delayed: bool) {
-        let target = command.action.target().clone();
-        let scope = target.key.scope.clone();
-        let hit = crate::wire::Hit::of_request(&request_for(&command));
-        let attempt = self.faults.attempt(&scope, &hit, delayed);
-        let intercept = self
-            .faults
-            .intercept(&scope, &hit, attempt, self.clock.now, delayed);
-        let (outcome, wrote) = match intercept {
-            Intercept::Pass => {
-                let outcome = self.apply_request(&scope, &command);
-                let wrote = outcome.is_success();
-                (outcome, wrote)
-            }
-            Intercept::Fail(outcome) => (outcome, false),
-            Intercept::Delay(delay) => {
-                let command = Box::new(command);
-                self.schedule_in(delay, crate::event::Event::DelayedCommand { command });
-                return;
-            }
-        };
-        self.checks.invariants.after(&command, wrote);
-        if !outcome.is_success() {
-            let object = target.key.to_string();
-            let detail = format!(
-                "{} #{}: {}",
-                command.action.name(),
-                command.id,
-                outcome.summary()
-            );
-            self.line("api", "Rejected", object, detail);
-        }
-        let timeout = if wrote {
-            self.faults
-                .write_timeout(&scope, &hit, attempt, self.clock.now)
-        } else {
-            None
-        };
-        if let Some(outcome) =
-            self.send_result(&scope, &obj_key(&target), command.id, outcome, timeout)
-        {
-            self.push_result(command.id, outcome);
-            self.pump();
-        }
-    }
-
-    fn record(&mut self, command: &Command) {
-        let cause = self.process.feeder.cause(command.cause).to_string();
-        self.record_command(command, self.clock.now, &cause, None);
-    }
-
-    /// A command the loop did not send (shadow mode): a timeline line, not an action.
-    pub(crate) fn record_withheld(&mut self, command: &Command, why: Withheld) {
-        let cause = self.process.feeder.cause(command.cause).to_string();
-        self.record_command(command, self.clock.now, &cause, Some(why));
-    }
-
+impl Timeline {
     /// Adds a controller command to the timeline, as issued at `at` after the input described
     /// by `cause`; one that was sent is also an action (or an Event) the expectations count,
     /// one `withheld` is neither.
     pub(crate) fn record_command(
         &mut self,
+        start: Timestamp,
         command: &Command,
         at: Timestamp,
         cause: &str,
@@ -161,7 +91,7 @@ impl Sim {
             Action::RecordEvent { .. } if withheld.is_some() => ("Event", target.key.to_string()),
             other if withheld.is_some() => (other.name(), target.key.to_string()),
             Action::RecordEvent { reason, .. } => {
-                self.timeline.events.push(EventRecord {
+                self.events.push(EventRecord {
                     at,
                     reason: reason.clone(),
                     object: target.key.clone(),
@@ -169,7 +99,7 @@ impl Sim {
                 ("Event", target.key.to_string())
             }
             other => {
-                self.timeline.actions.push(ActionRecord {
+                self.actions.push(ActionRecord {
                     at,
                     name: other.name(),
                     target: target.key.clone(),
@@ -178,8 +108,8 @@ impl Sim {
                 (other.name(), target.key.to_string())
             }
         };
-        self.timeline.push(Line {
-            at_ms: at.since(self.clock.start).as_millis(),
+        self.push(Line {
+            at_ms: at.since(start).as_millis(),
             actor: command.actor().to_string(),
             action: action.to_string(),
             object,
@@ -188,88 +118,79 @@ impl Sim {
             command: Some(command.id),
         });
     }
+}
 
-    /// Executes the request; returns the outcome, queuing the watch events of what it wrote.
-    fn apply_request(&mut self, scope: &Scope, command: &Command) -> ApiOutcome {
-        let now = self.clock.now;
-        let request = request_for(command);
-        let key = obj_key(request.target());
-        let result: Result<Option<Written>, ApiError> = match &request {
-            ApiRequest::MergePatch {
-                subresource, patch, ..
-            } => {
-                let part = match subresource {
-                    Some(Subresource::Status) => Part::Status,
-                    _ => Part::Main,
-                };
-                self.api.store_mut(scope).patch(&key, patch, part).map(Some)
+/// Carries out a command's request: what it wrote, and whether the answer may be the object
+/// the write removed (a DELETE of an object gone at once answers with none the controller
+/// could keep; another write answers with the object it stored even when it released the
+/// last finalizer), or the refusal.
+pub(crate) fn apply(
+    api: &mut FakeApi,
+    scope: &Scope,
+    command: &Command,
+    now: Timestamp,
+) -> Result<(Option<Written>, bool), ApiOutcome> {
+    let request = request_for(command);
+    let key = obj_key(request.target());
+    let result: Result<Option<Written>, ApiError> = match &request {
+        ApiRequest::MergePatch {
+            subresource, patch, ..
+        } => {
+            let part = match subresource {
+                Some(Subresource::Status) => Part::Status,
+                _ => Part::Main,
+            };
+            api.store_mut(scope).patch(&key, patch, part).map(Some)
+        }
+        ApiRequest::Create { body, .. } => {
+            let mut body = body.clone();
+            crate::defaults::apply_defaults(&mut body);
+            if json::kind(&body) == "Event" {
+                Ok(None)
+            } else {
+                api.store_mut(scope).create(body, now).map(Some)
             }
-            ApiRequest::Create { body, .. } => {
-                let mut body = body.clone();
-                crate::defaults::apply_defaults(&mut body);
-                if json::kind(&body) == "Event" {
-                    Ok(None)
-                } else {
-                    self.api.store_mut(scope).create(body, now).map(Some)
-                }
+        }
+        ApiRequest::Delete { .. } => {
+            if key.kind == "Pod" {
+                Err(ApiError::Invalid(
+                    "the simulator refuses direct pod deletion".into(),
+                ))
+            } else {
+                api.store_mut(scope).delete(&key, now).map(Some)
             }
-            ApiRequest::Delete { .. } => {
-                if key.kind == "Pod" {
-                    Err(ApiError::Invalid(
-                        "the simulator refuses direct pod deletion".into(),
-                    ))
-                } else {
-                    self.api.store_mut(scope).delete(&key, now).map(Some)
-                }
-            }
-            ApiRequest::Evict {
-                grace_period_seconds,
-                ..
-            } => eviction::evict(self.api.store_mut(scope), &key, *grace_period_seconds, now)
-                .map(|eviction::Evicted::Deleting(w)| Some(w)),
-            ApiRequest::AddFinalizer { finalizer, .. }
-            | ApiRequest::RemoveFinalizer { finalizer, .. } => {
-                let add = matches!(request, ApiRequest::AddFinalizer { .. });
-                match self.api.get(scope, &key) {
-                    None => Err(crate::api::store::not_found(&key)),
-                    Some(obj) => {
-                        let mut list = json::finalizers(obj);
-                        let has = list.contains(finalizer);
-                        if add == has {
-                            Ok(None)
+        }
+        ApiRequest::Evict {
+            grace_period_seconds,
+            ..
+        } => eviction::evict(api.store_mut(scope), &key, *grace_period_seconds, now)
+            .map(|eviction::Evicted::Deleting(w)| Some(w)),
+        ApiRequest::AddFinalizer { finalizer, .. }
+        | ApiRequest::RemoveFinalizer { finalizer, .. } => {
+            let add = matches!(request, ApiRequest::AddFinalizer { .. });
+            match api.get(scope, &key) {
+                None => Err(crate::api::store::not_found(&key)),
+                Some(obj) => {
+                    let mut list = json::finalizers(obj);
+                    let has = list.contains(finalizer);
+                    if add == has {
+                        Ok(None)
+                    } else {
+                        if add {
+                            list.push(finalizer.clone());
                         } else {
-                            if add {
-                                list.push(finalizer.clone());
-                            } else {
-                                list.retain(|f| f != finalizer);
-                            }
-                            self.api
-                                .store_mut(scope)
-                                .patch(&key, &json!({"metadata": {"finalizers": list}}), Part::Main)
-                                .map(Some)
+                            list.retain(|f| f != finalizer);
                         }
+                        api.store_mut(scope)
+                            .patch(&key, &json!({"metadata": {"finalizers": list}}), Part::Main)
+                            .map(Some)
                     }
                 }
             }
-        };
-        match result {
-            Ok(written) => {
-                // A real server answers a write with the object it stored, even when the write
-                // released the last finalizer and the object is gone; a DELETE of an object
-                // that is gone at once answers with no object the controller could keep.
-                let answered = written.as_ref().and_then(|w| match &request {
-                    ApiRequest::Delete { .. } => w.object.as_ref(),
-                    _ => w.object.as_ref().or(w.removed.as_ref()),
-                });
-                let object = answered
-                    .and_then(|o| self.convert(scope, &key, o))
-                    .map(Box::new);
-                if let Some(w) = written {
-                    self.changed(scope, w);
-                }
-                ApiOutcome::Ok { object }
-            }
-            Err(e) => outcome_of(e),
         }
-    }
+    };
+    let answers_removed = !matches!(request, ApiRequest::Delete { .. });
+    result
+        .map(|written| (written, answers_removed))
+        .map_err(outcome_of)
 }

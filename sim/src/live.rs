@@ -236,7 +236,7 @@ impl Live {
         self.sim.timeline.lines.sort_by_key(|l| l.at_ms);
         self.sim.finish_run();
         let inputs = records.last().map_or(0, |r| r.seq);
-        self.sim.report(inputs, 0)
+        crate::run::report(&mut self.sim, inputs, 0)
     }
 }
 

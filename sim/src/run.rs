@@ -105,7 +105,7 @@ pub fn run_owned(scenario: Scenario, options: &RunOptions) -> Result<Report, Str
         j.finish(sim.lp.core())?;
     }
     let inputs = sim.process.feeder.inputs;
-    Ok(sim.report(inputs, engine_state_hash))
+    Ok(report(&mut sim, inputs, engine_state_hash))
 }
 
 /// The actions the corruption differential compares: what destroys, and cordons.
@@ -123,32 +123,30 @@ fn is_destructive(action: &str) -> bool {
     )
 }
 
-impl Sim {
-    /// The report of a finished run.
-    pub(crate) fn report(&mut self, inputs: u64, engine_state_hash: u64) -> Report {
-        let mut violations = self.checks.invariants.violations.clone();
-        violations.dedup();
-        let destructive = self
-            .timeline
-            .actions
-            .iter()
-            .filter(|a| is_destructive(a.name))
-            .map(|a| (a.name, a.target.to_string()))
-            .collect();
-        Report {
-            seed: self.seed,
-            timeline: std::mem::take(&mut self.timeline),
-            failures: self.checks.expect.failures.clone(),
-            violations,
-            stuck: self.checks.invariants.stuck.clone(),
-            inputs,
-            engine_state_hash,
-            simulated_ms: self.clock.end.since(self.clock.start).as_millis(),
-            faults_fired: self.faults.fired.clone(),
-            invariant_checks: self.checks.invariants.checks,
-            final_world: final_world(self),
-            destructive,
-        }
+/// The report of a finished run.
+pub(crate) fn report(sim: &mut Sim, inputs: u64, engine_state_hash: u64) -> Report {
+    let mut violations = sim.checks.invariants.violations.clone();
+    violations.dedup();
+    let destructive = sim
+        .timeline
+        .actions
+        .iter()
+        .filter(|a| is_destructive(a.name))
+        .map(|a| (a.name, a.target.to_string()))
+        .collect();
+    Report {
+        seed: sim.seed,
+        timeline: std::mem::take(&mut sim.timeline),
+        failures: sim.checks.expect.failures.clone(),
+        violations,
+        stuck: sim.checks.invariants.stuck.clone(),
+        inputs,
+        engine_state_hash,
+        simulated_ms: sim.clock.end.since(sim.clock.start).as_millis(),
+        faults_fired: sim.faults.fired.clone(),
+        invariant_checks: sim.checks.invariants.checks,
+        final_world: final_world(sim),
+        destructive,
     }
 }
 

@@ -11,10 +11,10 @@ use crate::scenario::Scenario;
 use crate::scenario::{FaultKind, FaultSpec, StepAction};
 use crate::timeline::Timeline;
 use crate::world::WorldState;
-use engine::Command;
 use engine::model::{ClusterName, ObjectKey, Scope};
 use engine::runtime::{Loop, LoopOptions};
 use engine::time::{Duration, Timestamp};
+use engine::{ApiOutcome, Command, Withheld};
 use engine::{Engine, Input};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -661,5 +661,113 @@ impl Sim {
         }
         self.line("scenario", "Fault", String::new(), detail);
         self.start_fault(spec, cluster);
+    }
+
+    pub(crate) fn execute(&mut self, command: Command) {
+        self.record(&command);
+        self.invariants_before(&command);
+        self.carry_out(command, false);
+    }
+
+    /// A command a slow API held back reaches the server now.
+    pub(crate) fn execute_after_delay(&mut self, command: Command) {
+        self.carry_out(command, true);
+    }
+
+    fn carry_out(&mut self, command: Command, delayed: bool) {
+        let target = command.action.target().clone();
+        let scope = target.key.scope.clone();
+        let hit = crate::wire::Hit::of_request(&engine::convert::request_for(&command));
+        let attempt = self.faults.attempt(&scope, &hit, delayed);
+        let intercept = self
+            .faults
+            .intercept(&scope, &hit, attempt, self.clock.now, delayed);
+        let (outcome, wrote) = match intercept {
+            crate::faults::Intercept::Pass => {
+                let outcome = self.apply_request(&scope, &command);
+                let wrote = outcome.is_success();
+                (outcome, wrote)
+            }
+            crate::faults::Intercept::Fail(outcome) => (outcome, false),
+            crate::faults::Intercept::Delay(delay) => {
+                let command = Box::new(command);
+                self.schedule_in(delay, crate::event::Event::DelayedCommand { command });
+                return;
+            }
+        };
+        self.checks.invariants.after(&command, wrote);
+        if !outcome.is_success() {
+            let object = target.key.to_string();
+            let detail = format!(
+                "{} #{}: {}",
+                command.action.name(),
+                command.id,
+                outcome.summary()
+            );
+            self.line("api", "Rejected", object, detail);
+        }
+        let timeout = if wrote {
+            self.faults
+                .write_timeout(&scope, &hit, attempt, self.clock.now)
+        } else {
+            None
+        };
+        if let Some(outcome) = self.send_result(
+            &scope,
+            &crate::exec::obj_key(&target),
+            command.id,
+            outcome,
+            timeout,
+        ) {
+            self.push_result(command.id, outcome);
+            self.pump();
+        }
+    }
+
+    fn record(&mut self, command: &Command) {
+        let cause = self.process.feeder.cause(command.cause).to_string();
+        self.record_command(command, self.clock.now, &cause, None);
+    }
+
+    /// A command the loop did not send (shadow mode): a timeline line, not an action.
+    pub(crate) fn record_withheld(&mut self, command: &Command, why: Withheld) {
+        let cause = self.process.feeder.cause(command.cause).to_string();
+        self.record_command(command, self.clock.now, &cause, Some(why));
+    }
+
+    /// Adds a controller command to the timeline (see [`Timeline::record_command`]).
+    pub(crate) fn record_command(
+        &mut self,
+        command: &Command,
+        at: Timestamp,
+        cause: &str,
+        withheld: Option<Withheld>,
+    ) {
+        let start = self.clock.start;
+        self.timeline
+            .record_command(start, command, at, cause, withheld);
+    }
+
+    /// Executes the request; returns the outcome, queuing the watch events of what it wrote.
+    fn apply_request(&mut self, scope: &Scope, command: &Command) -> ApiOutcome {
+        let now = self.clock.now;
+        match crate::exec::apply(&mut self.api, scope, command, now) {
+            Ok((written, answers_removed)) => {
+                let request_key = crate::exec::obj_key(command.action.target());
+                let answered = written.as_ref().and_then(|w| {
+                    w.object
+                        .as_ref()
+                        .or(w.removed.as_ref().filter(|_| answers_removed))
+                });
+                let object = answered
+                    .and_then(|o| self.convert(scope, &request_key, o))
+                    .map(Box::new);
+                if let Some(w) = written {
+                    self.changed(scope, w);
+                }
+                ApiOutcome::Ok { object }
+            }
+            Err(outcome) => outcome,
+        }
     }
 }
