@@ -21,7 +21,6 @@ mod faults;
 pub mod feed;
 pub mod generate;
 pub mod html;
-mod intake;
 pub mod invariants;
 pub mod journal_damage;
 pub mod journaling;
