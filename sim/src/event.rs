@@ -1,5 +1,5 @@
 //! What the simulation schedules ([`Event`]), what one instant produces ([`Work`]), and what
-//! travels to the controller ([`Arrival`]).
+//! travels to the controller ([`Delivery`]).
 
 use crate::api::{ObjKey, Written};
 use engine::ApiOutcome;
@@ -68,7 +68,7 @@ pub enum Event {
     /// A checkpoint for `{at: T}` expectations (evaluated after everything at T).
     Checkpoint,
     /// A watch event, result or relist reaches the controller (under delivery faults).
-    Arrive { epoch: u64, arrival: Box<Arrival> },
+    Arrive { epoch: u64, delivery: Box<Delivery> },
 }
 
 /// Work produced at one instant, handled in order.
@@ -80,7 +80,7 @@ pub(crate) enum Work {
 
 /// Something on its way to the controller.
 #[derive(Clone, Debug)]
-pub enum Arrival {
+pub enum Delivery {
     Watch {
         scope: Scope,
         written: Box<Written>,

@@ -21,9 +21,11 @@
 //! - `backlog-batches`: the backlog is fed in batches of random size.
 
 use crate::api::{ObjKey, Written};
-use crate::event::{Arrival, Event};
+use crate::env::Env;
+use crate::event::{Delivery, Event};
+use crate::faults::Faults;
 use crate::scenario::FaultKind;
-use crate::sim::Sim;
+use crate::sweep::DELIVERY_ORDERS;
 use engine::intake::streams::stream_id;
 use engine::model::Scope;
 use engine::time::{Duration, Timestamp};
@@ -57,7 +59,7 @@ const RANDOM_BATCH_MAX: usize = 6;
 pub struct Network {
     rng: ChaCha8Rng,
     /// Arrivals the controller has not read yet, in arrival order.
-    backlog: VecDeque<Arrival>,
+    backlog: VecDeque<Delivery>,
     /// A controller restart drops what was in flight to the old process.
     pub epoch: u64,
     /// Held events of a slow consumer, latest state per object, in first-arrival order.
@@ -128,131 +130,140 @@ impl Network {
     }
 }
 
-impl Sim {
-    fn delivery_active(&self, scope: &Scope, kind: FaultKind) -> bool {
-        self.faults.is_active(scope, self.clock.now, kind)
-    }
-
+impl Network {
     /// Whether arrivals for `scope` travel through the network (some delivery fault is on).
-    fn through_network(&self, scope: &Scope) -> bool {
+    fn through(&self, faults: &Faults, now: Timestamp, scope: &Scope) -> bool {
         DELIVERY_KINDS
             .iter()
-            .any(|k| self.delivery_active(scope, *k))
-            || self.net.has_backlog()
+            .any(|k| faults.is_active(scope, now, *k))
+            || self.has_backlog()
     }
 
     /// Whether a watch ended and its list has not landed yet.
-    pub(crate) fn net_relisting_any(&self) -> bool {
-        !self.net.relisting.is_empty()
+    pub(crate) fn relisting_any(&self) -> bool {
+        !self.relisting.is_empty()
     }
 
     /// Whether anything is on its way to the controller or waits in its backlog.
-    pub(crate) fn net_busy(&self) -> bool {
-        self.net.in_transit > 0 || self.net.has_backlog() || !self.net.coalescing.is_empty()
+    pub(crate) fn busy(&self) -> bool {
+        self.in_transit > 0 || self.has_backlog() || !self.coalescing.is_empty()
     }
 
-    fn send(&mut self, after: Duration, arrival: Arrival) {
-        self.net.in_transit += 1;
-        let epoch = self.net.epoch;
-        self.schedule_in(
+    fn send(&mut self, env: &mut Env<'_>, after: Duration, delivery: Delivery) {
+        self.in_transit += 1;
+        let epoch = self.epoch;
+        env.schedule_in(
             after,
             Event::Arrive {
                 epoch,
-                arrival: Box::new(arrival),
+                delivery: Box::new(delivery),
             },
         );
     }
 
     /// A watch event leaves the API server. Returns `false` when it takes the canonical path.
-    pub(crate) fn send_watch(&mut self, scope: &Scope, written: &Written) -> bool {
+    /// `streams`: those `scope` is watched by (a watch that expires is one of them).
+    pub(crate) fn send_watch(
+        &mut self,
+        env: &mut Env<'_>,
+        faults: &mut Faults,
+        streams: &[String],
+        scope: &Scope,
+        written: &Written,
+    ) -> bool {
+        let now = env.clock.now;
         let stream = stream_id(&written.key.group, &written.key.kind);
         let key = (scope.clone(), stream);
-        if self
-            .net
-            .relisting
-            .get(&key)
-            .is_some_and(|until| self.clock.now < *until)
-        {
+        if self.relisting.get(&key).is_some_and(|until| now < *until) {
             // The list in progress carries this change.
             return true;
         }
-        if !self.through_network(scope) {
+        if !self.through(faults, now, scope) {
             return false;
         }
-        if self.delivery_active(scope, FaultKind::WatchExpired)
-            && self.net.rng.random_bool(WATCH_EXPIRY_PER_EVENT)
+        if faults.is_active(scope, now, FaultKind::WatchExpired)
+            && self.rng.random_bool(WATCH_EXPIRY_PER_EVENT)
         {
-            self.expire_watch(scope, Some(key.1));
+            self.expire_watch(env, faults, streams, scope, Some(key.1));
             return true;
         }
-        if self.delivery_active(scope, FaultKind::CoalescedEvents) {
-            let held = self.net.coalescing.entry(scope.clone()).or_default();
+        if faults.is_active(scope, now, FaultKind::CoalescedEvents) {
+            let held = self.coalescing.entry(scope.clone()).or_default();
             let first = held.is_empty();
             match held.iter_mut().find(|w| w.key == written.key) {
                 Some(w) => {
                     *w = written.clone();
-                    self.faults.fire(FaultKind::CoalescedEvents);
+                    faults.fire(FaultKind::CoalescedEvents);
                 }
                 None => held.push(written.clone()),
             }
             // Later events of this stream must not overtake the held ones.
-            let latest_flush = self.clock.now + Duration(COALESCE_HOLD_MAX_MS);
-            let tail = self.net.stream_tail.entry(key).or_insert(latest_flush);
+            let latest_flush = now + Duration(COALESCE_HOLD_MAX_MS);
+            let tail = self.stream_tail.entry(key).or_insert(latest_flush);
             *tail = (*tail).max(latest_flush);
             if first {
-                let hold = Duration(self.net.rng.random_range(200..=COALESCE_HOLD_MAX_MS));
+                let hold = Duration(self.rng.random_range(200..=COALESCE_HOLD_MAX_MS));
                 let scope = scope.clone();
-                self.send(hold, Arrival::Coalesced { scope });
+                self.send(env, hold, Delivery::Coalesced { scope });
             }
             return true;
         }
-        let mut at = self.clock.now + self.net.latency(40);
-        let tail = self.net.stream_tail.entry(key).or_insert(at);
+        let mut at = now + self.latency(40);
+        let tail = self.stream_tail.entry(key).or_insert(at);
         at = at.max(*tail);
         *tail = at;
-        let arrival = Arrival::Watch {
+        let arrival = Delivery::Watch {
             scope: scope.clone(),
             written: Box::new(written.clone()),
         };
-        self.send(at.since(self.clock.now), arrival);
+        self.send(env, at.since(now), arrival);
         true
     }
 
-    /// One watch of `scope` (`stream`, or one drawn) ends with 410 Gone: its watcher lists again.
-    pub(crate) fn expire_watch(&mut self, scope: &Scope, stream: Option<String>) {
-        let Some(stream) = stream.or_else(|| self.draw_stream(scope)) else {
+    /// One watch of `scope` (`stream`, or one drawn from `streams`) ends with 410 Gone: its
+    /// watcher lists again.
+    pub(crate) fn expire_watch(
+        &mut self,
+        env: &mut Env<'_>,
+        faults: &mut Faults,
+        streams: &[String],
+        scope: &Scope,
+        stream: Option<String>,
+    ) {
+        let Some(stream) = stream.or_else(|| self.draw_stream(streams)) else {
             return;
         };
-        self.faults.fire(FaultKind::WatchExpired);
-        let took = Duration(self.net.rng.random_range(50..=800));
-        self.net
-            .relisting
-            .insert((scope.clone(), stream.clone()), self.clock.now + took);
-        self.line(
+        faults.fire(FaultKind::WatchExpired);
+        let took = Duration(self.rng.random_range(50..=800));
+        self.relisting
+            .insert((scope.clone(), stream.clone()), env.clock.now + took);
+        env.line(
             "world",
             "WatchExpired",
             crate::api::scope_name(scope),
             format!("the watch of {stream} ended with 410 Gone: the controller lists it again"),
         );
         let scope = scope.clone();
-        self.send(took, Arrival::Relist { scope, stream });
+        self.send(env, took, Delivery::Relist { scope, stream });
     }
 
-    /// One of the streams `scope` is watched by, drawn from the network's stream.
-    fn draw_stream(&mut self, scope: &Scope) -> Option<String> {
-        let streams = self.streams_of(scope);
+    /// One of `streams`, drawn from the network's stream.
+    fn draw_stream(&mut self, streams: &[String]) -> Option<String> {
         if streams.is_empty() {
             return None;
         }
-        let i = self.net.rng.random_range(0..streams.len());
+        let i = self.rng.random_range(0..streams.len());
         Some(streams[i].clone())
     }
 
     /// A command's answer leaves the API server; `timeout`: the write happened but the request
     /// timed out (`write-timeout`, drawn by the caller). Returns the answer to hand over at once
     /// on the canonical path.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn send_result(
         &mut self,
+        env: &mut Env<'_>,
+        faults: &Faults,
         scope: &Scope,
         key: &ObjKey,
         command: u64,
@@ -261,7 +272,7 @@ impl Sim {
     ) -> Option<ApiOutcome> {
         let outcome = match timeout {
             Some(timeout) => {
-                self.line(
+                env.line(
                     "api",
                     "Timeout",
                     String::new(),
@@ -271,99 +282,95 @@ impl Sim {
             }
             None => outcome,
         };
-        if !self.through_network(scope) {
+        if !self.through(faults, env.clock.now, scope) {
             return Some(outcome);
         }
-        self.net
-            .results_in_flight
+        self.results_in_flight
             .insert(command, (scope.clone(), key.clone(), false));
         // Answers share a connection pool with other requests: now and then one is slow.
-        let latency = if self.net.rng.random_bool(RESULT_TAIL_CHANCE) {
-            Duration(self.net.rng.random_range(100..=2000))
+        let latency = if self.rng.random_bool(RESULT_TAIL_CHANCE) {
+            Duration(self.rng.random_range(100..=2000))
         } else {
-            self.net.latency(80)
+            self.latency(80)
         };
-        self.send(latency, Arrival::Result { command, outcome });
+        self.send(env, latency, Delivery::Result { command, outcome });
         None
     }
 
     /// An arrival reaches the controller's backlog.
-    pub(crate) fn arrive(&mut self, epoch: u64, arrival: Arrival) {
-        self.net.in_transit = self.net.in_transit.saturating_sub(1);
-        if epoch != self.net.epoch {
+    pub(crate) fn arrive(&mut self, epoch: u64, delivery: Delivery) {
+        self.in_transit = self.in_transit.saturating_sub(1);
+        if epoch != self.epoch {
             return;
         }
-        match arrival {
-            Arrival::Coalesced { scope } => {
-                let held = self.net.coalescing.remove(&scope).unwrap_or_default();
+        match delivery {
+            Delivery::Coalesced { scope } => {
+                let held = self.coalescing.remove(&scope).unwrap_or_default();
                 for written in held {
                     let scope = scope.clone();
                     let written = Box::new(written);
-                    self.net
-                        .backlog
-                        .push_back(Arrival::Watch { scope, written });
+                    self.backlog.push_back(Delivery::Watch { scope, written });
                 }
             }
-            Arrival::Wake => {
-                self.net.wake_scheduled = false;
-                self.net.awake = true;
+            Delivery::Wake => {
+                self.wake_scheduled = false;
+                self.awake = true;
             }
-            other => self.net.backlog.push_back(other),
+            other => self.backlog.push_back(other),
         }
     }
 
-    /// Hands the backlog to the intake as `lifecycle run` reads its channel: what has arrived
-    /// (or batches of random size under `backlog-batches`), reconciling after each.
-    pub(crate) fn drain_backlog(&mut self) {
-        let busy = self
-            .faults
-            .any_active(self.clock.now, FaultKind::BacklogBatches);
-        if busy && self.net.has_backlog() && !std::mem::take(&mut self.net.awake) {
-            if !self.net.wake_scheduled {
-                self.net.wake_scheduled = true;
-                let busy_for = Duration(self.net.rng.random_range(50..=500));
-                self.send(busy_for, Arrival::Wake);
+    /// Whether the controller reads its backlog now, as `lifecycle run` reads its channel:
+    /// at once, unless `busy` (`backlog-batches`), when only once its busy loop wakes.
+    pub(crate) fn ready_to_read(&mut self, env: &mut Env<'_>, busy: bool) -> bool {
+        if busy && self.has_backlog() && !std::mem::take(&mut self.awake) {
+            if !self.wake_scheduled {
+                self.wake_scheduled = true;
+                let busy_for = Duration(self.rng.random_range(50..=500));
+                self.send(env, busy_for, Delivery::Wake);
             }
-            return;
+            return false;
         }
-        while self.net.has_backlog() {
-            let n = if busy {
-                let n = self.net.rng.random_range(1..=RANDOM_BATCH_MAX);
-                if n < self.net.backlog.len() {
-                    self.faults.fire(FaultKind::BacklogBatches);
-                }
-                n
-            } else {
-                BATCH_INPUTS_MAX
-            };
-            let take = n.min(self.net.backlog.len());
-            let arrivals: Vec<Arrival> = self.net.backlog.drain(..take).collect();
-            self.count_orders(&arrivals);
-            for arrival in arrivals {
-                self.read_arrival(arrival);
+        true
+    }
+
+    /// The next batch of the backlog: what has arrived, or a batch of random size when `busy`.
+    pub(crate) fn take_batch(&mut self, faults: &mut Faults, busy: bool) -> Option<Vec<Delivery>> {
+        if !self.has_backlog() {
+            return None;
+        }
+        let n = if busy {
+            let n = self.rng.random_range(1..=RANDOM_BATCH_MAX);
+            if n < self.backlog.len() {
+                faults.fire(FaultKind::BacklogBatches);
             }
-            self.pump();
-            self.settle();
-        }
+            n
+        } else {
+            BATCH_INPUTS_MAX
+        };
+        let take = n.min(self.backlog.len());
+        let arrivals: Vec<Delivery> = self.backlog.drain(..take).collect();
+        self.count_orders(faults, &arrivals);
+        Some(arrivals)
     }
 
     /// Counts the orders a batch shows: results read with, before or after their watch events.
-    fn count_orders(&mut self, batch: &[Arrival]) {
+    fn count_orders(&mut self, faults: &mut Faults, batch: &[Delivery]) {
         let watched: Vec<(&Scope, &ObjKey)> = batch
             .iter()
             .filter_map(|a| match a {
-                Arrival::Watch { scope, written } => Some((scope, &written.key)),
+                Delivery::Watch { scope, written } => Some((scope, &written.key)),
                 _ => None,
             })
             .collect();
         for arrival in batch {
-            let Arrival::Result { command, .. } = arrival else {
+            let Delivery::Result { command, .. } = arrival else {
                 continue;
             };
-            let Some((scope, key, seen)) = self.net.results_in_flight.remove(command) else {
+            let Some((scope, key, seen)) = self.results_in_flight.remove(command) else {
                 continue;
             };
-            let [before, after, same] = crate::sweep::DELIVERY_ORDERS;
+            let [before, after, same] = DELIVERY_ORDERS;
             let order = if watched.contains(&(&scope, &key)) {
                 same
             } else if seen {
@@ -371,68 +378,45 @@ impl Sim {
             } else {
                 before
             };
-            self.faults.fire_order(order);
+            faults.fire_order(order);
             if order != before {
                 // The canonical order is the result first: anything else is the fault at work.
-                self.faults.fire(FaultKind::ReorderedDelivery);
+                faults.fire(FaultKind::ReorderedDelivery);
             }
         }
-        for (scope, key, seen) in self.net.results_in_flight.values_mut() {
+        for (scope, key, seen) in self.results_in_flight.values_mut() {
             if watched.contains(&(&*scope, &*key)) {
                 *seen = true;
             }
         }
     }
 
-    fn read_arrival(&mut self, arrival: Arrival) {
-        match arrival {
-            Arrival::Watch { scope, written } => {
-                self.net.remember(&scope, &written.key);
-                self.push_watch(&scope, *written);
-            }
-            Arrival::Result { command, outcome } => self.push_result(command, outcome),
-            Arrival::Relist { scope, stream } => {
-                self.net.relisting.remove(&(scope.clone(), stream.clone()));
-                // One watcher's watch ended: it lists again, and the intake relists the whole
-                // cluster from what every stream last reported.
-                self.list_stream(&scope, &stream);
-                if self.delivery_active(&scope, FaultKind::RelistDuplicates) {
-                    self.duplicates(&scope);
-                }
-            }
-            Arrival::Coalesced { .. } | Arrival::Wake => {}
-        }
+    /// A relist landed: its stream's events are delivered again.
+    pub(crate) fn relisted(&mut self, scope: &Scope, stream: &str) {
+        self.relisting.remove(&(scope.clone(), stream.to_string()));
     }
 
-    /// The watch after a relist repeats the current state of recently changed objects.
-    fn duplicates(&mut self, scope: &Scope) {
-        let keys: Vec<ObjKey> = self
-            .net
-            .recent
+    /// The objects whose current state the watch after a relist repeats (recently changed).
+    pub(crate) fn recent(&self, scope: &Scope) -> Vec<ObjKey> {
+        self.recent
             .get(scope)
             .map(|r| r.iter().cloned().collect())
-            .unwrap_or_default();
-        for key in keys {
-            let Some(value) = self.api.get(scope, &key).cloned() else {
-                continue;
-            };
-            self.faults.fire(FaultKind::RelistDuplicates);
-            let written = Written {
-                key,
-                object: Some(value),
-                removed: None,
-            };
-            self.push_watch(scope, written);
-        }
+            .unwrap_or_default()
     }
 
-    /// `relist-duplicates` starting: the watch of its cluster restarts at once.
-    pub(crate) fn restart_watch(&mut self, scope: &Scope) {
-        let Some(stream) = self.draw_stream(scope) else {
+    /// A watch event is read: the objects a relist's duplicates repeat follow it.
+    pub(crate) fn read_watch(&mut self, scope: &Scope, key: &ObjKey) {
+        self.remember(scope, key);
+    }
+
+    /// `relist-duplicates` starting: the watch of its cluster (one of `streams`) restarts at
+    /// once.
+    pub(crate) fn restart_watch(&mut self, env: &mut Env<'_>, streams: &[String], scope: &Scope) {
+        let Some(stream) = self.draw_stream(streams) else {
             return;
         };
-        let took = self.net.latency(200);
+        let took = self.latency(200);
         let scope = scope.clone();
-        self.send(took, Arrival::Relist { scope, stream });
+        self.send(env, took, Delivery::Relist { scope, stream });
     }
 }

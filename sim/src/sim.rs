@@ -16,7 +16,7 @@ use crate::api::{FakeApi, ObjKey, Written};
 use crate::checks::Checks;
 use crate::clock::Clock;
 use crate::env::Env;
-use crate::event::{Event, Work};
+use crate::event::{Delivery, Event, Work};
 use crate::expect::View;
 use crate::scenario::Scenario;
 use crate::scenario::{FaultKind, FaultSpec, StepAction};
@@ -81,6 +81,17 @@ pub struct Process {
     /// Set when the controllers run outside the simulator (a `lifecycle run` process over
     /// HTTP): the world is played, the in-process engine is not fed.
     pub(crate) external: Option<External>,
+}
+
+impl Process {
+    /// The streams `scope` is watched by.
+    pub(crate) fn streams_of(&self, scope: &Scope) -> Vec<String> {
+        self.watched
+            .iter()
+            .filter(|(s, _)| s == scope)
+            .map(|(_, id)| id.clone())
+            .collect()
+    }
 }
 
 /// What the world asks of a controller that runs outside the simulator.
@@ -241,7 +252,7 @@ impl Sim {
             }
             Event::EngineTick => self.tick(),
             Event::Checkpoint => {}
-            Event::Arrive { epoch, arrival } => self.arrive(epoch, *arrival),
+            Event::Arrive { epoch, delivery } => self.net.arrive(epoch, *delivery),
             Event::FaultEnds { fault } => self.fault_ends(fault),
             Event::CacheSynced { scope } => self.cache_synced(scope),
             Event::Uncorrupt {
@@ -474,7 +485,7 @@ impl Sim {
         let watching = self.checks.invariants.synced.len() > self.api.workloads.len()
             && self.faults.unsynced.is_empty()
             && !blind
-            && !self.net_relisting_any();
+            && !self.net.relisting_any();
         let writes = [
             FaultKind::ApiErrors,
             FaultKind::Conflicts,
@@ -492,7 +503,7 @@ impl Sim {
         let idle = self.engine().in_flight_len() == 0
             && self.lp.commands_in_flight() == 0
             && self.lp.commands_waiting() == 0
-            && !self.net_busy();
+            && !self.net.busy();
         if !idle
             || !self.checks.invariants.differential.due(now, at_end)
             || !self.controller_sees_everything()
@@ -931,23 +942,13 @@ impl Sim {
             .map(|(_, id)| id.clone())
             .collect();
         self.process.deferred_watches.retain(|(s, _)| s != scope);
-        for stream in self.streams_of(scope) {
+        for stream in self.process.streams_of(scope) {
             self.list_stream(scope, &stream);
         }
         for stream in deferred {
             self.start_watch(scope, stream);
         }
         self.pump();
-    }
-
-    /// The streams `scope` is watched by.
-    pub(crate) fn streams_of(&self, scope: &Scope) -> Vec<String> {
-        self.process
-            .watched
-            .iter()
-            .filter(|(s, _)| s == scope)
-            .map(|(_, id)| id.clone())
-            .collect()
     }
 
     /// The watch event of a write, when its type is watched in that cluster.
@@ -992,6 +993,133 @@ impl Sim {
             }
             Input::Batch { inputs } => inputs.iter().for_each(|i| self.note_synced(i)),
             _ => {}
+        }
+    }
+
+    /// A watch event leaves the API server. Returns `false` when it takes the canonical path.
+    fn send_watch(&mut self, scope: &Scope, written: &Written) -> bool {
+        let streams = self.process.streams_of(scope);
+        let mut env = Env {
+            clock: &mut self.clock,
+            api: &mut self.api,
+            timeline: &mut self.timeline,
+            checks: &mut self.checks,
+        };
+        self.net
+            .send_watch(&mut env, &mut self.faults, &streams, scope, written)
+    }
+
+    /// A command's answer leaves the API server (see [`crate::network::Network::send_result`]).
+    fn send_result(
+        &mut self,
+        scope: &Scope,
+        key: &ObjKey,
+        command: u64,
+        outcome: ApiOutcome,
+        timeout: Option<crate::wire::Timeout>,
+    ) -> Option<ApiOutcome> {
+        let mut env = Env {
+            clock: &mut self.clock,
+            api: &mut self.api,
+            timeline: &mut self.timeline,
+            checks: &mut self.checks,
+        };
+        self.net.send_result(
+            &mut env,
+            &self.faults,
+            scope,
+            key,
+            command,
+            outcome,
+            timeout,
+        )
+    }
+
+    /// One watch of `scope` (`stream`, or one drawn) ends with 410 Gone: its watcher lists again.
+    pub(crate) fn expire_watch(&mut self, scope: &Scope, stream: Option<String>) {
+        let streams = self.process.streams_of(scope);
+        let mut env = Env {
+            clock: &mut self.clock,
+            api: &mut self.api,
+            timeline: &mut self.timeline,
+            checks: &mut self.checks,
+        };
+        self.net
+            .expire_watch(&mut env, &mut self.faults, &streams, scope, stream);
+    }
+
+    /// `relist-duplicates` starting: the watch of its cluster restarts at once.
+    pub(crate) fn restart_watch(&mut self, scope: &Scope) {
+        let streams = self.process.streams_of(scope);
+        let mut env = Env {
+            clock: &mut self.clock,
+            api: &mut self.api,
+            timeline: &mut self.timeline,
+            checks: &mut self.checks,
+        };
+        self.net.restart_watch(&mut env, &streams, scope);
+    }
+
+    /// Hands the backlog to the intake as `lifecycle run` reads its channel, reconciling after
+    /// each batch.
+    pub(crate) fn drain_backlog(&mut self) {
+        let busy = self
+            .faults
+            .any_active(self.clock.now, FaultKind::BacklogBatches);
+        let mut env = Env {
+            clock: &mut self.clock,
+            api: &mut self.api,
+            timeline: &mut self.timeline,
+            checks: &mut self.checks,
+        };
+        if !self.net.ready_to_read(&mut env, busy) {
+            return;
+        }
+        while let Some(batch) = self.net.take_batch(&mut self.faults, busy) {
+            for delivery in batch {
+                self.read_delivery(delivery);
+            }
+            self.pump();
+            self.settle();
+        }
+    }
+
+    fn read_delivery(&mut self, delivery: Delivery) {
+        match delivery {
+            Delivery::Watch { scope, written } => {
+                self.net.read_watch(&scope, &written.key);
+                self.push_watch(&scope, *written);
+            }
+            Delivery::Result { command, outcome } => self.push_result(command, outcome),
+            Delivery::Relist { scope, stream } => {
+                self.net.relisted(&scope, &stream);
+                // One watcher's watch ended: it lists again, and the intake relists the whole
+                // cluster from what every stream last reported.
+                self.list_stream(&scope, &stream);
+                if self
+                    .faults
+                    .is_active(&scope, self.clock.now, FaultKind::RelistDuplicates)
+                {
+                    self.duplicates(&scope);
+                }
+            }
+            Delivery::Coalesced { .. } | Delivery::Wake => {}
+        }
+    }
+
+    /// The watch after a relist repeats the current state of recently changed objects.
+    fn duplicates(&mut self, scope: &Scope) {
+        for key in self.net.recent(scope) {
+            let Some(value) = self.api.get(scope, &key).cloned() else {
+                continue;
+            };
+            self.faults.fire(FaultKind::RelistDuplicates);
+            let written = Written {
+                key,
+                object: Some(value),
+                removed: None,
+            };
+            self.push_watch(scope, written);
         }
     }
 }
