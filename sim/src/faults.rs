@@ -2,14 +2,14 @@
 //! it fired, so a sweep can prove it was exercised.
 
 use crate::api::{ObjKey, Part};
+use crate::env::Env;
 use crate::event::Event;
 use crate::scenario::{FaultKind, FaultSpec};
-use crate::sim::Sim;
 use crate::wire::{Hit, Verdict};
+use engine::ApiOutcome;
 use engine::connection::Unreachable;
 use engine::model::{PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope};
 use engine::time::{Duration, Timestamp, parse_go_duration};
-use engine::{ApiOutcome, Input};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{Value, json};
@@ -63,7 +63,7 @@ pub struct Faults {
     /// How often each kind fired.
     pub fired: BTreeMap<&'static str, u64>,
     /// Clusters whose watch missed events and must be relisted when the fault ends.
-    needs_relist: BTreeSet<Scope>,
+    pub(crate) needs_relist: BTreeSet<Scope>,
     /// Clusters whose cache has not synced since the controller restarted.
     pub unsynced: BTreeSet<Scope>,
     /// Workload clusters whose kubeconfig Secret a `kubeconfig` fault breaks, with what their
@@ -106,7 +106,7 @@ impl crate::wire::Active for Faults {
 }
 
 /// Where a `journal-damage` lands, decided by (seed, time) alone.
-fn damage_roll(seed: u64, now: Timestamp) -> u64 {
+pub(crate) fn damage_roll(seed: u64, now: Timestamp) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
     for b in now.as_millis().to_le_bytes() {
         hash ^= u64::from(b);
@@ -116,6 +116,29 @@ fn damage_roll(seed: u64, now: Timestamp) -> u64 {
 }
 
 impl Faults {
+    /// Opens a fault's window on `scope` (all clusters: `None`) until `until`; returns its id.
+    pub(crate) fn open(
+        &mut self,
+        kind: FaultKind,
+        scope: Option<Scope>,
+        window: &crate::wire::Window,
+        until: Timestamp,
+    ) -> usize {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.active.insert(
+            id,
+            ActiveFault {
+                kind,
+                scope,
+                rate: window.rate,
+                delay: window.delay,
+                until,
+            },
+        );
+        id
+    }
+
     pub fn new(seed: u64) -> Self {
         Faults {
             seed,
@@ -240,174 +263,26 @@ impl Faults {
     }
 }
 
-fn extra_str<'a>(spec: &'a FaultSpec, key: &str) -> Option<&'a str> {
+pub(crate) fn extra_str<'a>(spec: &'a FaultSpec, key: &str) -> Option<&'a str> {
     spec.extra.get(key).and_then(Value::as_str)
 }
 
-fn extra_duration(spec: &FaultSpec, key: &str) -> Option<Duration> {
+pub(crate) fn extra_duration(spec: &FaultSpec, key: &str) -> Option<Duration> {
     extra_str(spec, key).and_then(|s| parse_go_duration(s).ok())
 }
 
-impl Sim {
-    pub(crate) fn start_fault(&mut self, spec: &FaultSpec, cluster: Option<&str>) {
-        if self.process.external.is_some() && !crate::wire::plays_over_http(spec.kind) {
-            self.line(
-                "scenario",
-                "Fault",
-                String::new(),
-                format!(
-                    "{} is not played over HTTP (the controller's journal belongs to its own process)",
-                    spec.kind.as_str()
-                ),
-            );
-            return;
-        }
-        let scope = cluster.map(|c| self.api.workload_scope(c));
-        let until = self.clock.now + spec.for_.unwrap_or(crate::wire::FAULT_FOR_DEFAULT);
-        match spec.kind {
-            FaultKind::ControllerRestart => self.restart_controller(false),
-            FaultKind::TornJournal => self.restart_controller(true),
-            FaultKind::JournalDamage => self.damage_journal_and_restart(spec),
-            FaultKind::CacheUnsynced => {
-                let scope = scope.unwrap_or_else(|| self.first_workload());
-                self.faults.unsynced.insert(scope.clone());
-                self.restart_controller(false);
-                self.schedule(until, Event::CacheSynced { scope });
-            }
-            FaultKind::StuckHook => self.stick_hook(spec),
-            FaultKind::Kubeconfig => {
-                let scope = scope.unwrap_or_else(|| self.first_workload());
-                self.break_kubeconfig(spec, scope, until);
-            }
-            FaultKind::CorruptObject => {
-                let scope = scope.unwrap_or_else(|| self.first_workload());
-                if let Some((scope, key)) = self.corruption_target(spec, scope)
-                    && let Some(restore) = self.corrupt(&scope, &key, spec)
-                {
-                    self.schedule(
-                        until,
-                        Event::Uncorrupt {
-                            scope,
-                            key,
-                            restore,
-                        },
-                    );
-                }
-            }
-            FaultKind::KubeletStop => {
-                let scope = scope.unwrap_or_else(|| self.first_workload());
-                if let Some(node) = self.fault_node(spec, &scope) {
-                    self.faults.fire(FaultKind::KubeletStop);
-                    let (world, mut env) = self.world_env();
-                    world.kubelet(&mut env, &scope, &node, false);
-                    self.schedule(until, Event::KubeletResume { scope, node });
-                }
-            }
-            FaultKind::NodeFlap => {
-                let scope = scope.unwrap_or_else(|| self.first_workload());
-                if let Some(node) = self.fault_node(spec, &scope) {
-                    let period = extra_duration(spec, "period").unwrap_or(NODE_FLAP_PERIOD_DEFAULT);
-                    self.schedule(
-                        self.clock.now,
-                        Event::NodeFlap {
-                            scope,
-                            node,
-                            period,
-                            until,
-                            ready: false,
-                        },
-                    );
-                }
-            }
-            FaultKind::ApiErrors
-            | FaultKind::Partition
-            | FaultKind::WatchGap
-            | FaultKind::Conflicts
-            | FaultKind::SlowApi
-            | FaultKind::Eviction429
-            | FaultKind::NodeNeverJoins
-            | FaultKind::InfraProvisionFailure
-            | FaultKind::ReorderedDelivery
-            | FaultKind::CoalescedEvents
-            | FaultKind::WatchExpired
-            | FaultKind::RelistDuplicates
-            | FaultKind::WriteTimeout
-            | FaultKind::BacklogBatches => {
-                let scope = crate::wire::fault_scope(spec.kind, scope);
-                let window = crate::wire::Window::of(spec, scope.clone(), self.clock.now);
-                let id = self.faults.next_id;
-                self.faults.next_id += 1;
-                self.faults.active.insert(
-                    id,
-                    ActiveFault {
-                        kind: spec.kind,
-                        scope: scope.clone(),
-                        rate: window.rate,
-                        delay: window.delay,
-                        until,
-                    },
-                );
-                self.schedule(until, Event::FaultEnds { fault: id });
-                if self.process.external.is_some() && crate::wire::WIRE_KINDS.contains(&spec.kind) {
-                    // The fake API servers play it, from the same window ([`crate::wire::windows`]).
-                    let which = scope.as_ref().map_or_else(
-                        || "every fake API server".to_string(),
-                        |s| match s {
-                            Scope::Management => "the management cluster's fake API server".into(),
-                            Scope::Workload(c) => format!("{}'s fake API server", c.name),
-                        },
-                    );
-                    let rate = spec
-                        .rate
-                        .map(|r| format!(" at rate {r}"))
-                        .unwrap_or_default();
-                    self.line(
-                        "world",
-                        "Fault",
-                        String::new(),
-                        format!(
-                            "{} played by {which}{rate} until {}",
-                            spec.kind.as_str(),
-                            crate::timeline::clock(until.since(self.clock.start))
-                        ),
-                    );
-                    return;
-                }
-                if matches!(
-                    spec.kind,
-                    FaultKind::RelistDuplicates | FaultKind::WatchExpired
-                ) {
-                    let scopes = match &scope {
-                        None => self.api.scopes(),
-                        Some(s) => vec![s.clone()],
-                    };
-                    for s in scopes {
-                        if spec.kind == FaultKind::WatchExpired {
-                            self.expire_watch(&s, None);
-                        } else {
-                            self.restart_watch(&s);
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    fn first_workload(&self) -> Scope {
-        self.api
-            .workloads
-            .values()
-            .next()
-            .cloned()
-            .unwrap_or(Scope::Management)
-    }
-
+impl Faults {
     /// The node a fault names, or one drawn from the seed's stream.
-    fn fault_node(&mut self, spec: &FaultSpec, scope: &Scope) -> Option<String> {
+    pub(crate) fn fault_node(
+        &mut self,
+        env: &Env<'_>,
+        spec: &FaultSpec,
+        scope: &Scope,
+    ) -> Option<String> {
         if let Some(n) = extra_str(spec, "node") {
             return Some(n.to_string());
         }
-        let nodes: Vec<String> = self
+        let nodes: Vec<String> = env
             .api
             .store(scope)?
             .list("", "Node")
@@ -416,7 +291,7 @@ impl Sim {
         if nodes.is_empty() {
             return None;
         }
-        let i = self.faults.rng.0.random_range(0..nodes.len());
+        let i = self.rng.0.random_range(0..nodes.len());
         Some(nodes[i].clone())
     }
 
@@ -424,7 +299,12 @@ impl Sim {
     /// (`machine:`), MHC (`mhc:`) or MachinePool (`pool:`), else one drawn from the fault's own
     /// stream: a Node of the cluster half of the time, otherwise a Cluster, Machine, MHC,
     /// MachinePool or provider object of the management cluster.
-    fn corruption_target(&mut self, spec: &FaultSpec, workload: Scope) -> Option<(Scope, ObjKey)> {
+    pub(crate) fn corruption_target(
+        &mut self,
+        env: &Env<'_>,
+        spec: &FaultSpec,
+        workload: Scope,
+    ) -> Option<(Scope, ObjKey)> {
         if let Some(node) = extra_str(spec, "node") {
             return Some((workload, ObjKey::new("", "Node", "", node)));
         }
@@ -435,7 +315,7 @@ impl Sim {
         ]
         .into_iter()
         .find_map(|(key, kind)| extra_str(spec, key).map(|name| (kind, name)));
-        let management: Vec<ObjKey> = self
+        let management: Vec<ObjKey> = env
             .api
             .store(&Scope::Management)
             .map(|s| {
@@ -452,19 +332,15 @@ impl Sim {
         if named.is_some() {
             return management.first().map(|k| (Scope::Management, k.clone()));
         }
-        let rng = &mut self.faults.corrupt_rng.0;
+        let rng = &mut self.corrupt_rng.0;
         if management.is_empty() || rng.random_bool(0.5) {
-            let nodes: Vec<ObjKey> = self
+            let nodes: Vec<ObjKey> = env
                 .api
                 .store(&workload)?
                 .list("", "Node")
                 .map(|(k, _)| k.clone())
                 .collect();
-            let i = self
-                .faults
-                .corrupt_rng
-                .0
-                .random_range(0..nodes.len().max(1));
+            let i = rng.random_range(0..nodes.len().max(1));
             return nodes.get(i).map(|k| (workload, k.clone()));
         }
         let i = rng.random_range(0..management.len());
@@ -475,13 +351,19 @@ impl Sim {
     /// number, a creation time that does not parse, a required field removed, or a negative
     /// timeout (`form:` picks one, else drawn among those that apply to the kind). Returns the
     /// merge patch that undoes it.
-    fn corrupt(&mut self, scope: &Scope, key: &ObjKey, spec: &FaultSpec) -> Option<Value> {
-        let original = self.api.get(scope, key)?.clone();
+    pub(crate) fn corrupt(
+        &mut self,
+        env: &mut Env<'_>,
+        scope: &Scope,
+        key: &ObjKey,
+        spec: &FaultSpec,
+    ) -> Option<Value> {
+        let original = env.api.get(scope, key)?.clone();
         let forms = Corruption::applicable(key);
         let form = match extra_str(spec, "form").and_then(Corruption::named) {
             Some(form) if forms.contains(&form) => form,
             Some(_) => Corruption::Label,
-            None => forms[self.faults.corrupt_rng.0.random_range(0..forms.len())],
+            None => forms[self.corrupt_rng.0.random_range(0..forms.len())],
         };
         let (path, bad) = form.damage(key, &original);
         let at = |value: Value| nested(&path, value);
@@ -500,45 +382,51 @@ impl Sim {
             },
             form.what()
         );
-        let w = self
+        let w = env
             .api
             .store_mut(scope)
             .patch(key, &at(bad), Part::Whole)
             .ok()?;
-        self.faults.fire(FaultKind::CorruptObject);
-        self.line("world", "Corrupt", crate::api::describe(scope, key), detail);
-        self.changed(scope, w);
+        self.fire(FaultKind::CorruptObject);
+        env.line("world", "Corrupt", crate::api::describe(scope, key), detail);
+        env.changed(scope, w);
         Some(at(before))
     }
 
     /// Undoes a corruption: the object reads again.
-    pub(crate) fn uncorrupt(&mut self, scope: &Scope, key: &ObjKey, restore: &Value) {
-        if self.api.get(scope, key).is_none() {
+    pub(crate) fn uncorrupt(env: &mut Env<'_>, scope: &Scope, key: &ObjKey, restore: &Value) {
+        if env.api.get(scope, key).is_none() {
             return;
         }
-        if let Ok(w) = self.api.store_mut(scope).patch(key, restore, Part::Whole) {
+        if let Ok(w) = env.api.store_mut(scope).patch(key, restore, Part::Whole) {
             let detail = "readable again".to_string();
-            self.line("world", "Corrupt", crate::api::describe(scope, key), detail);
-            self.changed(scope, w);
+            env.line("world", "Corrupt", crate::api::describe(scope, key), detail);
+            env.changed(scope, w);
         }
     }
 
-    /// Breaks the cluster's kubeconfig Secret (`problem:`, default `missing`) until `until`, and
-    /// restarts the controller: a connection is made when it starts, so the restart is what
-    /// meets the broken Secret. The Secret the store holds (served over HTTP, the real one the
+    /// Breaks the cluster's kubeconfig Secret (`problem:`, default `missing`) until `until`;
+    /// returns the Secret as it was (the caller restarts the controller: a connection is made
+    /// when it starts, so the restart is what meets the broken Secret). The Secret the store holds (served over HTTP, the real one the
     /// controller reads) is deleted, loses its key `value` or gets one that is no kubeconfig;
     /// in-process the simulated connector reports the same.
-    fn break_kubeconfig(&mut self, spec: &FaultSpec, scope: Scope, until: Timestamp) {
-        let Scope::Workload(cluster) = &scope else {
-            return;
+    pub(crate) fn break_kubeconfig(
+        &mut self,
+        env: &mut Env<'_>,
+        spec: &FaultSpec,
+        scope: &Scope,
+        until: Timestamp,
+    ) -> Option<Option<Value>> {
+        let Scope::Workload(cluster) = scope else {
+            return None;
         };
         let problem = extra_str(spec, "problem").unwrap_or("missing");
         let name = format!("{}-kubeconfig", cluster.name);
         let key = ObjKey::new("", "Secret", &cluster.namespace, &name);
-        let original = self.api.get(&Scope::Management, &key).cloned();
+        let original = env.api.get(&Scope::Management, &key).cloned();
         if original.is_some() {
-            let now = self.clock.now;
-            let store = self.api.store_mut(&Scope::Management);
+            let now = env.clock.now;
+            let store = env.api.store_mut(&Scope::Management);
             let written = match problem {
                 "no-value" => store.patch(&key, &json!({"data": {"value": null}}), Part::Whole),
                 "unparsable" => store.patch(
@@ -549,54 +437,52 @@ impl Sim {
                 _ => store.delete(&key, now),
             };
             if let Ok(w) = written {
-                self.changed(&Scope::Management, w);
+                env.changed(&Scope::Management, w);
             }
         }
         let reason = kubeconfig_problem(problem);
-        self.faults.kubeconfig.insert(scope.clone(), reason.clone());
-        self.faults.fire(FaultKind::Kubeconfig);
+        self.kubeconfig.insert(scope.clone(), reason.clone());
+        self.fire(FaultKind::Kubeconfig);
         let object = format!("Secret {}/{name}", cluster.namespace);
         let detail = format!(
             "{problem} until {}: {}; the controller restarts and cannot connect",
-            self.offset_of(until),
+            env.clock.offset_of(until),
             reason.detail(cluster)
         );
-        self.line("world", "KubeconfigBroken", object, detail);
-        self.restart_controller_as(FaultKind::Kubeconfig);
-        self.schedule(until, Event::KubeconfigRestored { scope, original });
+        env.line("world", "KubeconfigBroken", object, detail);
+        Some(original)
     }
 
-    /// A `kubeconfig` fault ends: the Secret is as it was, and a connector still trying connects.
-    pub(crate) fn restore_kubeconfig(&mut self, scope: &Scope, original: Option<Value>) {
+    /// A `kubeconfig` fault ends: the Secret is as it was.
+    pub(crate) fn restore_kubeconfig(
+        &mut self,
+        env: &mut Env<'_>,
+        scope: &Scope,
+        original: Option<Value>,
+    ) {
         let Scope::Workload(cluster) = scope else {
             return;
         };
-        self.faults.kubeconfig.remove(scope);
+        self.kubeconfig.remove(scope);
         if let Some(original) = original {
-            let now = self.clock.now;
-            if let Ok(w) = self.api.store_mut(&Scope::Management).apply(original, now) {
-                self.changed(&Scope::Management, w);
+            let now = env.clock.now;
+            if let Ok(w) = env.api.store_mut(&Scope::Management).apply(original, now) {
+                env.changed(&Scope::Management, w);
             }
         }
         let object = format!("Secret {}/{}-kubeconfig", cluster.namespace, cluster.name);
-        self.line(
+        env.line(
             "world",
             "KubeconfigRestored",
             object,
             "the controller can connect again".into(),
         );
-        if self.process.connecting.remove(scope) {
-            self.lp.push(engine::intake::Arrival::Connected {
-                scope: scope.clone(),
-            });
-            self.pump();
-        }
     }
 
     /// A hook whose controller never removes it: added to the named Machine or one drawn from
     /// the seed's stream.
-    fn stick_hook(&mut self, spec: &FaultSpec) {
-        let machines: Vec<ObjKey> = self
+    pub(crate) fn stick_hook(&mut self, env: &mut Env<'_>, spec: &FaultSpec) {
+        let machines: Vec<ObjKey> = env
             .api
             .store(&Scope::Management)
             .map(|s| {
@@ -609,42 +495,43 @@ impl Sim {
         if machines.is_empty() {
             return;
         }
-        let key = machines[self.faults.rng.0.random_range(0..machines.len())].clone();
+        let key = machines[self.rng.0.random_range(0..machines.len())].clone();
         let prefix = match extra_str(spec, "hook") {
             Some("pre-terminate") => PRE_TERMINATE_HOOK_PREFIX,
             _ => PRE_DRAIN_HOOK_PREFIX,
         };
         let annotation = format!("{prefix}/stuck");
         let patch = json!({"metadata": {"annotations": {annotation.clone(): "nobody"}}});
-        if let Ok(w) = self
+        if let Ok(w) = env
             .api
             .store_mut(&Scope::Management)
             .patch(&key, &patch, Part::Whole)
         {
-            self.faults.fire(FaultKind::StuckHook);
-            self.line(
+            self.fire(FaultKind::StuckHook);
+            env.line(
                 "world",
                 "StuckHook",
                 key.to_string(),
                 format!("{annotation} added; its controller never removes it"),
             );
-            self.changed(&Scope::Management, w);
+            env.changed(&Scope::Management, w);
         }
     }
 
     pub(crate) fn node_flap(
         &mut self,
+        env: &mut Env<'_>,
         scope: Scope,
         node: String,
         period: Duration,
         until: Timestamp,
         ready: bool,
     ) {
-        let last = self.clock.now + period >= until;
+        let last = env.clock.now + period >= until;
         let status = if ready || last { "True" } else { "False" };
-        self.faults.fire(FaultKind::NodeFlap);
+        self.fire(FaultKind::NodeFlap);
         crate::world::set_node_condition(
-            &mut self.env(),
+            env,
             &scope,
             &node,
             "Ready",
@@ -657,7 +544,7 @@ impl Sim {
             None,
         );
         if !last {
-            self.schedule_in(
+            env.schedule_in(
                 period,
                 Event::NodeFlap {
                     scope,
@@ -668,189 +555,6 @@ impl Sim {
                 },
             );
         }
-    }
-
-    pub(crate) fn fault_ends(&mut self, id: usize) {
-        let Some(fault) = self.faults.active.remove(&id) else {
-            return;
-        };
-        // The controller's writes get through again: its retries are due from now on.
-        let now = self.clock.now;
-        self.checks.invariants.differential.note_change(now);
-        let scope_name = fault
-            .scope
-            .as_ref()
-            .map(crate::api::scope_name)
-            .unwrap_or_default();
-        self.line(
-            "world",
-            "FaultEnds",
-            scope_name,
-            format!("{} is over", fault.kind.as_str()),
-        );
-        if let Some(scope) = &fault.scope
-            && matches!(fault.kind, FaultKind::WatchGap | FaultKind::Partition)
-            && self.faults.needs_relist.remove(scope)
-        {
-            self.relist(scope);
-        }
-    }
-
-    /// A cluster whose cache was held unsynced after a restart finally lists.
-    pub(crate) fn cache_synced(&mut self, scope: Scope) {
-        if self.faults.unsynced.remove(&scope) {
-            self.faults.fire(FaultKind::CacheUnsynced);
-            self.faults.needs_relist.remove(&scope);
-            self.line(
-                "world",
-                "CacheSynced",
-                crate::api::scope_name(&scope),
-                "the controller's cache of this cluster synced".into(),
-            );
-            self.relist(&scope);
-        }
-    }
-
-    /// The `journal-damage` fault: the controller dies, its journal is damaged on disk while it
-    /// is down (`damage:` in the step, else a kind drawn from the seed), and the restart must
-    /// recover every committed record or refuse with an error; the run then goes on from the
-    /// intact journal as after a plain restart (see `journal_damage.rs`).
-    pub(crate) fn damage_journal_and_restart(&mut self, spec: &FaultSpec) {
-        use crate::journal_damage::{DAMAGE_KINDS, RECOVERED, REFUSED};
-        self.faults.fire(FaultKind::JournalDamage);
-        let roll = damage_roll(self.faults.seed, self.clock.now);
-        let kind = match extra_str(spec, "damage") {
-            Some(k) if DAMAGE_KINDS.contains(&k) => k,
-            Some(k) => {
-                self.checks.invariants.violate(format!(
-                    "journal-damage: unknown damage {k:?} (expected one of: {})",
-                    DAMAGE_KINDS.join(", ")
-                ));
-                return;
-            }
-            None => DAMAGE_KINDS[(roll % DAMAGE_KINDS.len() as u64) as usize],
-        };
-        match self.process.feeder.crash_with_damage(kind, roll >> 3) {
-            Ok(Some(report)) => {
-                self.faults.fire_order(report.applied);
-                self.faults.fire_order(if report.refused.is_some() {
-                    REFUSED
-                } else {
-                    RECOVERED
-                });
-                if let Some(loss) = report.silent_loss {
-                    self.checks.invariants.violate(format!(
-                        "journal damage ({}): the restart lost committed records silently: {loss}",
-                        report.detail
-                    ));
-                }
-                if let Some(error) = &report.refused
-                    && error.contains("is locked")
-                {
-                    self.checks.invariants.violate(format!(
-                        "journal damage ({}): the check could not open the journal: {error}",
-                        report.detail
-                    ));
-                }
-            }
-            Ok(None) => {}
-            Err(e) => {
-                self.checks.invariants.violate(format!(
-                    "journal damage: the simulator could not damage the journal: {e}"
-                ));
-                return;
-            }
-        }
-        self.line(
-            "world",
-            "JournalDamage",
-            String::new(),
-            format!(
-                "while the controller was down its journal was damaged on disk ({kind}); the restart checked it, then ran from an intact copy"
-            ),
-        );
-        self.restart_controller_as(FaultKind::JournalDamage);
-    }
-
-    /// The controller process dies and restarts: the engine is rebuilt from its journal, told it
-    /// restarted, and relists every cluster whose cache is not held back by a fault. With
-    /// `torn`, the crash also loses uncommitted records and tears the last batch.
-    pub(crate) fn restart_controller(&mut self, torn: bool) {
-        let kind = if torn {
-            FaultKind::TornJournal
-        } else {
-            FaultKind::ControllerRestart
-        };
-        self.faults.fire(kind);
-        self.restart_controller_as(kind);
-    }
-
-    /// The restart itself; `kind` says which fault asked for it (counted by the caller).
-    fn restart_controller_as(&mut self, kind: FaultKind) {
-        let torn = kind == FaultKind::TornJournal;
-        if let Some(external) = &mut self.process.external {
-            external.restarts += 1;
-            self.line(
-                "scenario",
-                "Fault",
-                String::new(),
-                "the controller process is killed (SIGKILL) and restarted from its journal".into(),
-            );
-            return;
-        }
-        let before = self.engine().state_hash();
-        let mut lost_from = None;
-        if torn {
-            match self.process.feeder.crash_with_torn_tail() {
-                Ok(lost) => lost_from = lost,
-                Err(e) => {
-                    self.checks.invariants.violate(format!(
-                        "recovery: the journal cannot be reopened after a crash: {e}"
-                    ));
-                    return;
-                }
-            }
-        }
-        let rebuilt = match self.process.feeder.rebuild(self.lp.core()) {
-            Ok(engine) => engine,
-            Err(e) => {
-                self.checks.invariants.violate(format!(
-                    "recovery: the engine cannot be rebuilt from its journal: {e}"
-                ));
-                return;
-            }
-        };
-        self.process.feeder.truncate_to(rebuilt.applied_seq());
-        self.checks
-            .invariants
-            .repeats
-            .forget_after(rebuilt.applied_seq());
-        let after = rebuilt.state_hash();
-        if !torn && before != after {
-            self.checks.invariants.violate(format!(
-                "recovery: the engine rebuilt from its journal differs from the live one ({before:016x} vs {after:016x})"
-            ));
-        }
-        let detail = match lost_from {
-            Some(seq) => format!(
-                "crash tore the journal's tail: records from #{seq} lost; engine rebuilt from the journal; relisting"
-            ),
-            None => "engine rebuilt from the journal; relisting".to_string(),
-        };
-        self.line(
-            "world",
-            if torn { "Crash" } else { "ControllerRestart" },
-            String::new(),
-            detail,
-        );
-        // Commands still queued died with the process, and its caches with it.
-        self.clock
-            .work
-            .retain(|w| !matches!(w, crate::event::Work::Command(_)));
-        self.net.reset();
-        self.checks.invariants.synced.clear();
-        self.start_controller(rebuilt);
-        self.feed(Input::Restarted);
     }
 }
 

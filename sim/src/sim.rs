@@ -1122,4 +1122,371 @@ impl Sim {
             self.push_watch(scope, written);
         }
     }
+
+    pub(crate) fn start_fault(&mut self, spec: &FaultSpec, cluster: Option<&str>) {
+        if self.process.external.is_some() && !crate::wire::plays_over_http(spec.kind) {
+            self.line(
+                "scenario",
+                "Fault",
+                String::new(),
+                format!(
+                    "{} is not played over HTTP (the controller's journal belongs to its own process)",
+                    spec.kind.as_str()
+                ),
+            );
+            return;
+        }
+        let scope = cluster.map(|c| self.api.workload_scope(c));
+        let until = self.clock.now + spec.for_.unwrap_or(crate::wire::FAULT_FOR_DEFAULT);
+        match spec.kind {
+            FaultKind::ControllerRestart => self.restart_controller(false),
+            FaultKind::TornJournal => self.restart_controller(true),
+            FaultKind::JournalDamage => self.damage_journal_and_restart(spec),
+            FaultKind::CacheUnsynced => {
+                let scope = scope.unwrap_or_else(|| self.api.first_workload());
+                self.faults.unsynced.insert(scope.clone());
+                self.restart_controller(false);
+                self.schedule(until, Event::CacheSynced { scope });
+            }
+            FaultKind::StuckHook => {
+                let (faults, mut env) = self.faults_env();
+                faults.stick_hook(&mut env, spec);
+            }
+            FaultKind::Kubeconfig => {
+                let scope = scope.unwrap_or_else(|| self.api.first_workload());
+                let (faults, mut env) = self.faults_env();
+                if let Some(original) = faults.break_kubeconfig(&mut env, spec, &scope, until) {
+                    self.restart_controller_as(FaultKind::Kubeconfig);
+                    self.schedule(until, Event::KubeconfigRestored { scope, original });
+                }
+            }
+            FaultKind::CorruptObject => {
+                let scope = scope.unwrap_or_else(|| self.api.first_workload());
+                let (faults, mut env) = self.faults_env();
+                if let Some((scope, key)) = faults.corruption_target(&env, spec, scope)
+                    && let Some(restore) = faults.corrupt(&mut env, &scope, &key, spec)
+                {
+                    self.schedule(
+                        until,
+                        Event::Uncorrupt {
+                            scope,
+                            key,
+                            restore,
+                        },
+                    );
+                }
+            }
+            FaultKind::KubeletStop => {
+                let scope = scope.unwrap_or_else(|| self.api.first_workload());
+                let (faults, env) = self.faults_env();
+                if let Some(node) = faults.fault_node(&env, spec, &scope) {
+                    self.faults.fire(FaultKind::KubeletStop);
+                    let (world, mut env) = self.world_env();
+                    world.kubelet(&mut env, &scope, &node, false);
+                    self.schedule(until, Event::KubeletResume { scope, node });
+                }
+            }
+            FaultKind::NodeFlap => {
+                let scope = scope.unwrap_or_else(|| self.api.first_workload());
+                let (faults, env) = self.faults_env();
+                if let Some(node) = faults.fault_node(&env, spec, &scope) {
+                    let period = crate::faults::extra_duration(spec, "period")
+                        .unwrap_or(crate::faults::NODE_FLAP_PERIOD_DEFAULT);
+                    self.schedule(
+                        self.clock.now,
+                        Event::NodeFlap {
+                            scope,
+                            node,
+                            period,
+                            until,
+                            ready: false,
+                        },
+                    );
+                }
+            }
+            FaultKind::ApiErrors
+            | FaultKind::Partition
+            | FaultKind::WatchGap
+            | FaultKind::Conflicts
+            | FaultKind::SlowApi
+            | FaultKind::Eviction429
+            | FaultKind::NodeNeverJoins
+            | FaultKind::InfraProvisionFailure
+            | FaultKind::ReorderedDelivery
+            | FaultKind::CoalescedEvents
+            | FaultKind::WatchExpired
+            | FaultKind::RelistDuplicates
+            | FaultKind::WriteTimeout
+            | FaultKind::BacklogBatches => {
+                let scope = crate::wire::fault_scope(spec.kind, scope);
+                let window = crate::wire::Window::of(spec, scope.clone(), self.clock.now);
+                let id = self.faults.open(spec.kind, scope.clone(), &window, until);
+                self.schedule(until, Event::FaultEnds { fault: id });
+                if self.process.external.is_some() && crate::wire::WIRE_KINDS.contains(&spec.kind) {
+                    // The fake API servers play it, from the same window ([`crate::wire::windows`]).
+                    let which = scope.as_ref().map_or_else(
+                        || "every fake API server".to_string(),
+                        |s| match s {
+                            Scope::Management => "the management cluster's fake API server".into(),
+                            Scope::Workload(c) => format!("{}'s fake API server", c.name),
+                        },
+                    );
+                    let rate = spec
+                        .rate
+                        .map(|r| format!(" at rate {r}"))
+                        .unwrap_or_default();
+                    self.line(
+                        "world",
+                        "Fault",
+                        String::new(),
+                        format!(
+                            "{} played by {which}{rate} until {}",
+                            spec.kind.as_str(),
+                            crate::timeline::clock(until.since(self.clock.start))
+                        ),
+                    );
+                    return;
+                }
+                if matches!(
+                    spec.kind,
+                    FaultKind::RelistDuplicates | FaultKind::WatchExpired
+                ) {
+                    let scopes = match &scope {
+                        None => self.api.scopes(),
+                        Some(s) => vec![s.clone()],
+                    };
+                    for s in scopes {
+                        if spec.kind == FaultKind::WatchExpired {
+                            self.expire_watch(&s, None);
+                        } else {
+                            self.restart_watch(&s);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    pub(crate) fn fault_ends(&mut self, id: usize) {
+        let Some(fault) = self.faults.active.remove(&id) else {
+            return;
+        };
+        // The controller's writes get through again: its retries are due from now on.
+        let now = self.clock.now;
+        self.checks.invariants.differential.note_change(now);
+        let scope_name = fault
+            .scope
+            .as_ref()
+            .map(crate::api::scope_name)
+            .unwrap_or_default();
+        self.line(
+            "world",
+            "FaultEnds",
+            scope_name,
+            format!("{} is over", fault.kind.as_str()),
+        );
+        if let Some(scope) = &fault.scope
+            && matches!(fault.kind, FaultKind::WatchGap | FaultKind::Partition)
+            && self.faults.needs_relist.remove(scope)
+        {
+            self.relist(scope);
+        }
+    }
+
+    /// A cluster whose cache was held unsynced after a restart finally lists.
+    pub(crate) fn cache_synced(&mut self, scope: Scope) {
+        if self.faults.unsynced.remove(&scope) {
+            self.faults.fire(FaultKind::CacheUnsynced);
+            self.faults.needs_relist.remove(&scope);
+            self.line(
+                "world",
+                "CacheSynced",
+                crate::api::scope_name(&scope),
+                "the controller's cache of this cluster synced".into(),
+            );
+            self.relist(&scope);
+        }
+    }
+
+    /// The `journal-damage` fault: the controller dies, its journal is damaged on disk while it
+    /// is down (`damage:` in the step, else a kind drawn from the seed), and the restart must
+    /// recover every committed record or refuse with an error; the run then goes on from the
+    /// intact journal as after a plain restart (see `journal_damage.rs`).
+    pub(crate) fn damage_journal_and_restart(&mut self, spec: &FaultSpec) {
+        use crate::journal_damage::{DAMAGE_KINDS, RECOVERED, REFUSED};
+        self.faults.fire(FaultKind::JournalDamage);
+        let roll = crate::faults::damage_roll(self.faults.seed, self.clock.now);
+        let kind = match crate::faults::extra_str(spec, "damage") {
+            Some(k) if DAMAGE_KINDS.contains(&k) => k,
+            Some(k) => {
+                self.checks.invariants.violate(format!(
+                    "journal-damage: unknown damage {k:?} (expected one of: {})",
+                    DAMAGE_KINDS.join(", ")
+                ));
+                return;
+            }
+            None => DAMAGE_KINDS[(roll % DAMAGE_KINDS.len() as u64) as usize],
+        };
+        match self.process.feeder.crash_with_damage(kind, roll >> 3) {
+            Ok(Some(report)) => {
+                self.faults.fire_order(report.applied);
+                self.faults.fire_order(if report.refused.is_some() {
+                    REFUSED
+                } else {
+                    RECOVERED
+                });
+                if let Some(loss) = report.silent_loss {
+                    self.checks.invariants.violate(format!(
+                        "journal damage ({}): the restart lost committed records silently: {loss}",
+                        report.detail
+                    ));
+                }
+                if let Some(error) = &report.refused
+                    && error.contains("is locked")
+                {
+                    self.checks.invariants.violate(format!(
+                        "journal damage ({}): the check could not open the journal: {error}",
+                        report.detail
+                    ));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                self.checks.invariants.violate(format!(
+                    "journal damage: the simulator could not damage the journal: {e}"
+                ));
+                return;
+            }
+        }
+        self.line(
+            "world",
+            "JournalDamage",
+            String::new(),
+            format!(
+                "while the controller was down its journal was damaged on disk ({kind}); the restart checked it, then ran from an intact copy"
+            ),
+        );
+        self.restart_controller_as(FaultKind::JournalDamage);
+    }
+
+    /// The controller process dies and restarts: the engine is rebuilt from its journal, told it
+    /// restarted, and relists every cluster whose cache is not held back by a fault. With
+    /// `torn`, the crash also loses uncommitted records and tears the last batch.
+    pub(crate) fn restart_controller(&mut self, torn: bool) {
+        let kind = if torn {
+            FaultKind::TornJournal
+        } else {
+            FaultKind::ControllerRestart
+        };
+        self.faults.fire(kind);
+        self.restart_controller_as(kind);
+    }
+
+    /// The restart itself; `kind` says which fault asked for it (counted by the caller).
+    fn restart_controller_as(&mut self, kind: FaultKind) {
+        let torn = kind == FaultKind::TornJournal;
+        if let Some(external) = &mut self.process.external {
+            external.restarts += 1;
+            self.line(
+                "scenario",
+                "Fault",
+                String::new(),
+                "the controller process is killed (SIGKILL) and restarted from its journal".into(),
+            );
+            return;
+        }
+        let before = self.engine().state_hash();
+        let mut lost_from = None;
+        if torn {
+            match self.process.feeder.crash_with_torn_tail() {
+                Ok(lost) => lost_from = lost,
+                Err(e) => {
+                    self.checks.invariants.violate(format!(
+                        "recovery: the journal cannot be reopened after a crash: {e}"
+                    ));
+                    return;
+                }
+            }
+        }
+        let rebuilt = match self.process.feeder.rebuild(self.lp.core()) {
+            Ok(engine) => engine,
+            Err(e) => {
+                self.checks.invariants.violate(format!(
+                    "recovery: the engine cannot be rebuilt from its journal: {e}"
+                ));
+                return;
+            }
+        };
+        self.process.feeder.truncate_to(rebuilt.applied_seq());
+        self.checks
+            .invariants
+            .repeats
+            .forget_after(rebuilt.applied_seq());
+        let after = rebuilt.state_hash();
+        if !torn && before != after {
+            self.checks.invariants.violate(format!(
+                "recovery: the engine rebuilt from its journal differs from the live one ({before:016x} vs {after:016x})"
+            ));
+        }
+        let detail = match lost_from {
+            Some(seq) => format!(
+                "crash tore the journal's tail: records from #{seq} lost; engine rebuilt from the journal; relisting"
+            ),
+            None => "engine rebuilt from the journal; relisting".to_string(),
+        };
+        self.line(
+            "world",
+            if torn { "Crash" } else { "ControllerRestart" },
+            String::new(),
+            detail,
+        );
+        // Commands still queued died with the process, and its caches with it.
+        self.clock
+            .work
+            .retain(|w| !matches!(w, crate::event::Work::Command(_)));
+        self.net.reset();
+        self.checks.invariants.synced.clear();
+        self.start_controller(rebuilt);
+        self.feed(Input::Restarted);
+    }
+
+    /// The faults, and what they act through.
+    fn faults_env(&mut self) -> (&mut crate::faults::Faults, Env<'_>) {
+        let env = Env {
+            clock: &mut self.clock,
+            api: &mut self.api,
+            timeline: &mut self.timeline,
+            checks: &mut self.checks,
+        };
+        (&mut self.faults, env)
+    }
+
+    /// Undoes a corruption: the object reads again.
+    pub(crate) fn uncorrupt(&mut self, scope: &Scope, key: &ObjKey, restore: &Value) {
+        crate::faults::Faults::uncorrupt(&mut self.env(), scope, key, restore);
+    }
+
+    /// A `kubeconfig` fault ends: the Secret is as it was, and a connector still trying connects.
+    pub(crate) fn restore_kubeconfig(&mut self, scope: &Scope, original: Option<Value>) {
+        let (faults, mut env) = self.faults_env();
+        faults.restore_kubeconfig(&mut env, scope, original);
+        if self.process.connecting.remove(scope) {
+            self.lp.push(engine::intake::Arrival::Connected {
+                scope: scope.clone(),
+            });
+            self.pump();
+        }
+    }
+
+    pub(crate) fn node_flap(
+        &mut self,
+        scope: Scope,
+        node: String,
+        period: Duration,
+        until: Timestamp,
+        ready: bool,
+    ) {
+        let (faults, mut env) = self.faults_env();
+        faults.node_flap(&mut env, scope, node, period, until, ready);
+    }
 }

@@ -37,6 +37,15 @@ impl FakeApi {
         v
     }
 
+    /// The first workload cluster (by name), or the management cluster when there is none.
+    pub fn first_workload(&self) -> Scope {
+        self.workloads
+            .values()
+            .next()
+            .cloned()
+            .unwrap_or(Scope::Management)
+    }
+
     pub fn store(&self, scope: &Scope) -> Option<&ClusterStore> {
         self.clusters.get(scope)
     }
