@@ -20,7 +20,6 @@
 use crate::api::{ObjKey, Part, eviction, json};
 use crate::env::Env;
 use crate::event::Event;
-use crate::world::WorldState;
 use engine::model::{
     CONTROL_PLANE_LABEL, EXCLUDE_DRAIN_ANNOTATION, EXCLUDE_VOLUME_DETACH_ANNOTATION,
     MACHINE_FINALIZER, PAUSED_ANNOTATION, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope,
@@ -44,6 +43,8 @@ const LEASE_RENEW: Duration = Duration::from_secs(10);
 /// What the model remembers between reconciles.
 #[derive(Clone, Debug, Default)]
 pub struct CapiModel {
+    /// Whether the world runs it (`capiManager: true`).
+    pub enabled: bool,
     /// Reconciles queued: a Machine once per instant (a work queue dedups keys; a requeue
     /// later does not hold back a reaction now).
     queued: BTreeSet<(ObjKey, Timestamp)>,
@@ -61,10 +62,17 @@ enum Step {
     Done,
 }
 
-impl WorldState {
+impl CapiModel {
+    pub fn new(enabled: bool) -> Self {
+        CapiModel {
+            enabled,
+            ..Default::default()
+        }
+    }
+
     /// A write CAPI's manager watches: the deleting Machines it concerns are reconciled soon.
-    pub(crate) fn capi_react(&mut self, env: &mut Env<'_>, scope: &Scope, key: &ObjKey) {
-        if !self.knobs.capi_manager {
+    pub(crate) fn react(&mut self, env: &mut Env<'_>, scope: &Scope, key: &ObjKey) {
+        if !self.enabled {
             return;
         }
         let machines: Vec<ObjKey> = match scope {
@@ -77,7 +85,7 @@ impl WorldState {
                             json::is_deleting(m)
                                 && (*k == key
                                     || key.kind == "Cluster"
-                                    || crate::world::is_provider_group(&key.group))
+                                    || crate::api::is_provider_group(&key.group))
                         })
                         .map(|(k, _)| k.clone())
                         .collect()
@@ -101,15 +109,15 @@ impl WorldState {
                 .unwrap_or_default(),
         };
         for machine in machines {
-            self.capi_queue(env, machine, REACTION);
+            self.queue(env, machine, REACTION);
         }
     }
 
     /// CAPI's manager holds its leader Lease (`capi-system/controller-leader-election-capi`,
     /// renewed every 10 s), so a controller started `--mode alone` against `sim serve` finds it
     /// active.
-    pub(crate) fn capi_start(&mut self, env: &mut Env<'_>) {
-        if !self.knobs.capi_manager {
+    pub(crate) fn start(&mut self, env: &mut Env<'_>) {
+        if !self.enabled {
             return;
         }
         let lease = json!({
@@ -129,7 +137,7 @@ impl WorldState {
         }
     }
 
-    pub(crate) fn capi_renew_lease(&mut self, env: &mut Env<'_>) {
+    pub(crate) fn renew_lease(&mut self, env: &mut Env<'_>) {
         let key = ObjKey::new("coordination.k8s.io", "Lease", LEASE_NAMESPACE, LEASE_NAME);
         let renewed = json!({"spec": {"renewTime": env.clock.now.to_rfc3339()}});
         if let Ok(w) = env
@@ -142,16 +150,16 @@ impl WorldState {
         env.schedule_in(LEASE_RENEW, Event::CapiLeaseRenew);
     }
 
-    fn capi_queue(&mut self, env: &mut Env<'_>, machine: ObjKey, after: Duration) {
+    fn queue(&mut self, env: &mut Env<'_>, machine: ObjKey, after: Duration) {
         let at = env.clock.now + after;
-        if self.capi.queued.insert((machine.clone(), at)) {
+        if self.queued.insert((machine.clone(), at)) {
             env.schedule(at, Event::CapiReconcile { machine });
         }
     }
 
     /// One reconcile of a Machine by CAPI's manager.
-    pub(crate) fn capi_reconcile(&mut self, env: &mut Env<'_>, key: &ObjKey) {
-        self.capi.queued.remove(&(key.clone(), env.clock.now));
+    pub(crate) fn reconcile(&mut self, env: &mut Env<'_>, key: &ObjKey) {
+        self.queued.remove(&(key.clone(), env.clock.now));
         let Some(machine) = env.api.get(&Scope::Management, key).cloned() else {
             return;
         };
@@ -162,22 +170,22 @@ impl WorldState {
         {
             return;
         }
-        match self.capi_delete_step(env, key, &machine) {
+        match self.delete_step(env, key, &machine) {
             Step::Wait {
                 reason,
                 message,
                 retry,
             } => {
-                self.capi_deleting_condition(env, key, &machine, reason, &message);
+                self.deleting_condition(env, key, &machine, reason, &message);
                 if let Some(after) = retry {
-                    self.capi_queue(env, key.clone(), after);
+                    self.queue(env, key.clone(), after);
                 }
             }
             Step::Done => {}
         }
     }
 
-    fn capi_delete_step(&mut self, env: &mut Env<'_>, key: &ObjKey, machine: &Value) -> Step {
+    fn delete_step(&mut self, env: &mut Env<'_>, key: &ObjKey, machine: &Value) -> Step {
         let cluster_name = json::str_at(machine, "spec.clusterName")
             .unwrap_or_default()
             .to_string();
@@ -200,7 +208,7 @@ impl WorldState {
         let node_name = json::str_at(machine, "status.nodeRef.name").map(str::to_string);
         let node_allowed = !cluster.as_ref().is_some_and(json::is_deleting)
             && node_name.is_some()
-            && self.capi_active_control_planes(env, &key.namespace, &cluster_name) > 0;
+            && self.active_control_planes(env, &key.namespace, &cluster_name) > 0;
         let infra = machine
             .pointer("/spec/infrastructureRef")
             .and_then(|r| json::ref_target(r, &key.namespace))
@@ -215,7 +223,7 @@ impl WorldState {
         if node_allowed {
             let hooks = hooks(&annotations, PRE_DRAIN_HOOK_PREFIX);
             if !hooks.is_empty() {
-                self.capi_start_time(env, key, "waitForPreDrainHookStartTime");
+                self.start_time(env, key, "waitForPreDrainHookStartTime");
                 return Step::Wait {
                     reason: "WaitingForPreDrainHook",
                     message: format!(
@@ -231,8 +239,8 @@ impl WorldState {
                 && !pre_terminate_started
                 && infra_present
             {
-                let started = self.capi_start_time(env, key, "nodeDrainStartTime");
-                if !self.capi_drain(env, &scope, node) {
+                let started = self.start_time(env, key, "nodeDrainStartTime");
+                if !self.drain(env, &scope, node) {
                     return Step::Wait {
                         reason: "DrainingNode",
                         message: format!("Drain not completed yet (started at {started}):"),
@@ -251,8 +259,7 @@ impl WorldState {
                     .and_then(Value::as_array)
                     .is_some_and(|v| !v.is_empty());
                 if attached {
-                    let started =
-                        self.capi_start_time(env, key, "waitForNodeVolumeDetachStartTime");
+                    let started = self.start_time(env, key, "waitForNodeVolumeDetachStartTime");
                     return Step::Wait {
                         reason: "WaitingForVolumeDetach",
                         message: format!(
@@ -265,7 +272,7 @@ impl WorldState {
         }
         let hooks = hooks(&annotations, PRE_TERMINATE_HOOK_PREFIX);
         if !hooks.is_empty() {
-            self.capi_start_time(env, key, "waitForPreTerminateHookStartTime");
+            self.start_time(env, key, "waitForPreTerminateHookStartTime");
             return Step::Wait {
                 reason: "WaitingForPreTerminateHook",
                 message: format!(
@@ -292,7 +299,7 @@ impl WorldState {
                 continue;
             };
             if !json::is_deleting(&obj) {
-                self.capi_delete(env, &Scope::Management, &target, action);
+                self.delete(env, &Scope::Management, &target, action);
             }
             if env.api.get(&Scope::Management, &target).is_some() {
                 return Step::Wait {
@@ -305,10 +312,10 @@ impl WorldState {
         if node_allowed {
             let node = ObjKey::new("", "Node", "", node_name.as_deref().unwrap_or_default());
             if env.api.get(&scope, &node).is_some() {
-                self.capi_delete(env, &scope, &node, "DeleteNode");
+                self.delete(env, &scope, &node, "DeleteNode");
             }
         }
-        self.capi_deleting_condition(env, key, machine, "DeletionCompleted", "Deletion completed");
+        self.deleting_condition(env, key, machine, "DeletionCompleted", "Deletion completed");
         let rest: Vec<String> = json::finalizers(machine)
             .into_iter()
             .filter(|f| f != MACHINE_FINALIZER)
@@ -330,7 +337,7 @@ impl WorldState {
     }
 
     /// Active (not deleting) control-plane Machines of a Cluster.
-    fn capi_active_control_planes(&self, env: &Env<'_>, namespace: &str, cluster: &str) -> usize {
+    fn active_control_planes(&self, env: &Env<'_>, namespace: &str, cluster: &str) -> usize {
         env.api.store(&Scope::Management).map_or(0, |s| {
             s.list("cluster.x-k8s.io", "Machine")
                 .filter(|(k, m)| {
@@ -345,7 +352,7 @@ impl WorldState {
 
     /// Cordons the Node and evicts what a drain evicts; true once nothing is left to wait for
     /// (or the Node is gone).
-    fn capi_drain(&mut self, env: &mut Env<'_>, scope: &Scope, node: &str) -> bool {
+    fn drain(&mut self, env: &mut Env<'_>, scope: &Scope, node: &str) -> bool {
         let node_key = ObjKey::new("", "Node", "", node);
         let Some(node_obj) = env.api.get(scope, &node_key).cloned() else {
             return true;
@@ -415,7 +422,7 @@ impl WorldState {
     }
 
     /// Deletes an object as CAPI's manager does (NotFound is fine).
-    fn capi_delete(&mut self, env: &mut Env<'_>, scope: &Scope, key: &ObjKey, action: &str) {
+    fn delete(&mut self, env: &mut Env<'_>, scope: &Scope, key: &ObjKey, action: &str) {
         let now = env.clock.now;
         if let Ok(w) = env.api.store_mut(scope).delete(key, now) {
             env.line(
@@ -429,7 +436,7 @@ impl WorldState {
     }
 
     /// Sets `status.deletion.<field>` once; returns its value (RFC 3339).
-    fn capi_start_time(&mut self, env: &mut Env<'_>, key: &ObjKey, field: &str) -> String {
+    fn start_time(&mut self, env: &mut Env<'_>, key: &ObjKey, field: &str) -> String {
         let now = env.clock.now.to_rfc3339();
         let Some(machine) = env.api.get(&Scope::Management, key) else {
             return now;
@@ -451,7 +458,7 @@ impl WorldState {
     }
 
     /// Writes upstream's `Deleting` condition (and phase) when it changed.
-    fn capi_deleting_condition(
+    fn deleting_condition(
         &mut self,
         env: &mut Env<'_>,
         key: &ObjKey,

@@ -1,13 +1,14 @@
 //! What the world's parts act through ([`Env`]): the clock, the fake API, the timeline, and
 //! what follows every write (its watch event queued, the indexes and checks told).
 
-use crate::api::{FakeApi, Written};
+use crate::api::{FakeApi, ObjKey, Part, Written};
 use crate::checks::Checks;
 use crate::clock::Clock;
 use crate::event::{Event, Work};
 use crate::timeline::{Line, Timeline};
 use engine::model::Scope;
 use engine::time::{Duration, Timestamp};
+use serde_json::{Value, json};
 
 pub(crate) struct Env<'a> {
     pub clock: &'a mut Clock,
@@ -63,6 +64,66 @@ impl Env<'_> {
                 written.object.as_ref(),
                 self.clock.now,
             );
+        }
+    }
+
+    /// Sets a Node condition; `lastTransitionTime` moves only when the status changes.
+    pub fn set_node_condition(
+        &mut self,
+        scope: &Scope,
+        node: &str,
+        type_: &str,
+        status: &str,
+        reason: Option<&str>,
+        message: Option<&str>,
+    ) {
+        let key = ObjKey::new("", "Node", "", node);
+        let Some(current) = self.api.get(scope, &key).cloned() else {
+            let object = crate::api::describe(scope, &key);
+            self.line("world", "NodeCondition", object, "no such Node".into());
+            return;
+        };
+        let mut conditions: Vec<Value> = current
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let now = self.clock.now.to_rfc3339();
+        let pos = conditions
+            .iter()
+            .position(|c| c.get("type").and_then(Value::as_str) == Some(type_));
+        let mut cond = pos
+            .map(|i| conditions[i].clone())
+            .unwrap_or_else(|| json!({"type": type_}));
+        let changed = cond.get("status").and_then(Value::as_str) != Some(status);
+        cond["status"] = json!(status);
+        if changed || cond.get("lastTransitionTime").is_none() {
+            cond["lastTransitionTime"] = json!(now);
+        }
+        if let Some(r) = reason {
+            cond["reason"] = json!(r);
+        }
+        if let Some(m) = message {
+            cond["message"] = json!(m);
+        }
+        match pos {
+            Some(i) => conditions[i] = cond,
+            None => conditions.push(cond),
+        }
+        if let Ok(w) = self.api.store_mut(scope).patch(
+            &key,
+            &json!({"status": {"conditions": conditions}}),
+            Part::Status,
+        ) {
+            let object = crate::api::describe(scope, &key);
+            let why = reason.map(|r| format!(" ({r})")).unwrap_or_default();
+            self.line(
+                "world",
+                "NodeCondition",
+                object,
+                format!("{type_}={status}{why}"),
+            );
+            self.changed(scope, w);
         }
     }
 }

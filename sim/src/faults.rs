@@ -18,9 +18,6 @@ use std::collections::{BTreeMap, BTreeSet};
 /// The label a `corrupt-object` fault gives a number for a value.
 const CORRUPT_LABEL: &str = "sim.lifecycle/corrupt";
 
-/// What a `kubeconfig` fault does to the cluster's `<cluster>-kubeconfig` Secret (`problem:`).
-pub const KUBECONFIG_PROBLEMS: [&str; 3] = ["missing", "no-value", "unparsable"];
-
 /// The value an `unparsable` kubeconfig Secret gets: base64 of `not a kubeconfig`.
 const UNPARSABLE_KUBECONFIG: &str = "bm90IGEga3ViZWNvbmZpZw==";
 
@@ -530,8 +527,7 @@ impl Faults {
         let last = env.clock.now + period >= until;
         let status = if ready || last { "True" } else { "False" };
         self.fire(FaultKind::NodeFlap);
-        crate::world::set_node_condition(
-            env,
+        env.set_node_condition(
             &scope,
             &node,
             "Ready",

@@ -20,16 +20,7 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The damage kinds, as scenario files name them (`fault: {kind: journal-damage, damage: …}`).
-pub const DAMAGE_KINDS: [&str; 7] = [
-    "flip",
-    "truncate",
-    "lose-conf",
-    "lose-commits",
-    "lose-blob",
-    "lose-snap",
-    "lose-db",
-];
+pub use crate::scenario::DAMAGE_KINDS;
 
 /// Outcome counters (in the sweep's "faults fired").
 pub const RECOVERED: &str = "journal-damage:recovered";

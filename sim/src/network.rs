@@ -25,7 +25,7 @@ use crate::env::Env;
 use crate::event::{Delivery, Event};
 use crate::faults::Faults;
 use crate::scenario::FaultKind;
-use crate::sweep::DELIVERY_ORDERS;
+use crate::wire::{DELIVERY_KINDS, DELIVERY_ORDERS};
 use engine::intake::streams::stream_id;
 use engine::model::Scope;
 use engine::time::{Duration, Timestamp};
@@ -33,16 +33,6 @@ use engine::{ApiOutcome, BATCH_INPUTS_MAX};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, VecDeque};
-
-/// The delivery fault kinds.
-pub const DELIVERY_KINDS: [FaultKind; 6] = [
-    FaultKind::ReorderedDelivery,
-    FaultKind::CoalescedEvents,
-    FaultKind::WatchExpired,
-    FaultKind::RelistDuplicates,
-    FaultKind::WriteTimeout,
-    FaultKind::BacklogBatches,
-];
 
 /// Per watch event under `watch-expired`: the chance that the watch ends with 410 instead.
 const WATCH_EXPIRY_PER_EVENT: f64 = 0.05;

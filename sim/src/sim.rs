@@ -114,7 +114,8 @@ impl Sim {
             api: FakeApi::default(),
             lp: Loop::new(Engine::new(), LoopOptions::default()),
             timeline: Timeline::default(),
-            world: crate::world::WorldState {
+            world: WorldState {
+                capi: crate::capi::CapiModel::new(knobs.capi_manager),
                 knobs,
                 ..Default::default()
             },
@@ -585,7 +586,7 @@ impl Sim {
             world.create_initial(&mut env, &Scope::Management, manifest.value);
         }
         let (world, mut env) = self.world_env();
-        world.capi_start(&mut env);
+        world.capi.start(&mut env);
         for (cluster, manifests) in workload {
             let scope = self.api.workload_scope(&cluster);
             self.api.store_mut(&scope);

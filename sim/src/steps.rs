@@ -104,8 +104,7 @@ impl WorldState {
                 reason,
                 message,
             } => {
-                crate::world::set_node_condition(
-                    env,
+                env.set_node_condition(
                     &scope,
                     node,
                     type_,

@@ -17,9 +17,7 @@ pub const QUIET_AFTER_FAULTS: Duration = Duration::from_mins(15);
 /// Every this-many seeds a run is repeated to check determinism.
 pub const DETERMINISM_EVERY_SEEDS: u64 = 10;
 
-/// The orders in which an answer and its write's watch event reached the controller, counted
-/// under delivery faults like fault kinds.
-pub const DELIVERY_ORDERS: [&str; 3] = ["result-before-event", "event-before-result", "same-batch"];
+pub use crate::wire::DELIVERY_ORDERS;
 
 /// Which fault kinds a sweep may draw.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -17,6 +17,20 @@ use engine::outcome::{CAUSE_DISRUPTION_BUDGET, Cause};
 use engine::time::{Duration, Timestamp, parse_go_duration};
 use std::collections::BTreeMap;
 
+/// The orders in which an answer and its write's watch event reached the controller, counted
+/// under delivery faults like fault kinds.
+pub const DELIVERY_ORDERS: [&str; 3] = ["result-before-event", "event-before-result", "same-batch"];
+
+/// The delivery fault kinds.
+pub const DELIVERY_KINDS: [FaultKind; 6] = [
+    FaultKind::ReorderedDelivery,
+    FaultKind::CoalescedEvents,
+    FaultKind::WatchExpired,
+    FaultKind::RelistDuplicates,
+    FaultKind::WriteTimeout,
+    FaultKind::BacklogBatches,
+];
+
 /// The kinds that hit API calls and deliveries (the rest act on the world or the process).
 pub const WIRE_KINDS: [FaultKind; 12] = [
     FaultKind::ApiErrors,
@@ -399,7 +413,7 @@ pub fn fault_scope(kind: FaultKind, cluster: Option<Scope>) -> Option<Scope> {
         FaultKind::NodeNeverJoins | FaultKind::InfraProvisionFailure
     ) {
         None
-    } else if crate::network::DELIVERY_KINDS.contains(&kind) {
+    } else if DELIVERY_KINDS.contains(&kind) {
         cluster
     } else {
         Some(cluster.unwrap_or(Scope::Management))
@@ -636,7 +650,7 @@ impl Wire {
             .get(&(scope.clone(), stream.to_string()))
             .copied()
             .unwrap_or(0);
-        let [before, after, _] = crate::sweep::DELIVERY_ORDERS;
+        let [before, after, _] = DELIVERY_ORDERS;
         if sent >= resource_version {
             self.fire_named(after);
             self.fire(FaultKind::ReorderedDelivery);

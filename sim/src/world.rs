@@ -41,10 +41,6 @@ pub struct WorldState {
     pub capi: crate::capi::CapiModel,
 }
 
-pub(crate) fn is_provider_group(group: &str) -> bool {
-    group.ends_with(".cluster.x-k8s.io") && group != "cluster.x-k8s.io"
-}
-
 fn controller_of(obj: &Value) -> Option<(String, String)> {
     obj.pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)?
@@ -71,7 +67,7 @@ impl WorldState {
     /// Reacts to a write as the world's controllers would.
     pub(crate) fn react(&mut self, env: &mut Env<'_>, scope: &Scope, written: &Written) {
         let key = &written.key;
-        self.capi_react(env, scope, key);
+        self.capi.react(env, scope, key);
         match (&written.object, key.group.as_str(), key.kind.as_str()) {
             (Some(pod), "", "Pod") if json::is_deleting(pod) => {
                 self.pod_deleting(env, scope, key, pod.clone())
@@ -92,7 +88,7 @@ impl WorldState {
             (Some(m), "cluster.x-k8s.io", "Machine") if json::is_deleting(m) => {
                 self.replace_machine(env, key, m.clone())
             }
-            (Some(obj), g, _) if is_provider_group(g) && json::is_deleting(obj) => {
+            (Some(obj), g, _) if crate::api::is_provider_group(g) && json::is_deleting(obj) => {
                 self.provider_deleting(env, key, obj)
             }
             (Some(pool), "cluster.x-k8s.io", "MachinePool") => {
@@ -149,7 +145,7 @@ impl WorldState {
             }
             Event::NodeUnreachable { scope, node } => {
                 if self.kubelet_stopped.contains(&(scope.clone(), node.clone())) {
-                    set_node_condition(env, &scope, &node, "Ready", "Unknown", Some("NodeStatusUnknown"), Some("Kubelet stopped posting node status."));
+                    env.set_node_condition( &scope, &node, "Ready", "Unknown", Some("NodeStatusUnknown"), Some("Kubelet stopped posting node status."));
                 }
             }
             Event::VolumesDetached { scope, node } => self.detach_volumes(env, &scope, &node),
@@ -203,8 +199,8 @@ impl WorldState {
             Event::PoolProvisioned { pool } => self.pool_provisioned(env, &pool),
             Event::PoolNodeJoin { pool, index } => self.pool_node_join(env, &pool, index),
             Event::KubeletResume { scope, node } => self.kubelet(env, &scope, &node, true),
-            Event::CapiReconcile { machine } => self.capi_reconcile(env, &machine),
-            Event::CapiLeaseRenew => self.capi_renew_lease(env),
+            Event::CapiReconcile { machine } => self.capi.reconcile(env, &machine),
+            Event::CapiLeaseRenew => self.capi.renew_lease(env),
             Event::FaultEnds { .. }
             | Event::CacheSynced { .. }
             | Event::Uncorrupt { .. }
@@ -495,8 +491,7 @@ impl WorldState {
             if !self.kubelet_stopped.remove(&k) {
                 return;
             }
-            set_node_condition(
-                env,
+            env.set_node_condition(
                 scope,
                 node,
                 "Ready",
@@ -883,65 +878,5 @@ fn base_pod_name(name: &str) -> &str {
     match name.rsplit_once("-r") {
         Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
         _ => name,
-    }
-}
-
-/// Sets a Node condition; `lastTransitionTime` moves only when the status changes.
-pub(crate) fn set_node_condition(
-    env: &mut Env<'_>,
-    scope: &Scope,
-    node: &str,
-    type_: &str,
-    status: &str,
-    reason: Option<&str>,
-    message: Option<&str>,
-) {
-    let key = ObjKey::new("", "Node", "", node);
-    let Some(current) = env.api.get(scope, &key).cloned() else {
-        let object = crate::api::describe(scope, &key);
-        env.line("world", "NodeCondition", object, "no such Node".into());
-        return;
-    };
-    let mut conditions: Vec<Value> = current
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let now = env.clock.now.to_rfc3339();
-    let pos = conditions
-        .iter()
-        .position(|c| c.get("type").and_then(Value::as_str) == Some(type_));
-    let mut cond = pos
-        .map(|i| conditions[i].clone())
-        .unwrap_or_else(|| json!({"type": type_}));
-    let changed = cond.get("status").and_then(Value::as_str) != Some(status);
-    cond["status"] = json!(status);
-    if changed || cond.get("lastTransitionTime").is_none() {
-        cond["lastTransitionTime"] = json!(now);
-    }
-    if let Some(r) = reason {
-        cond["reason"] = json!(r);
-    }
-    if let Some(m) = message {
-        cond["message"] = json!(m);
-    }
-    match pos {
-        Some(i) => conditions[i] = cond,
-        None => conditions.push(cond),
-    }
-    if let Ok(w) = env.api.store_mut(scope).patch(
-        &key,
-        &json!({"status": {"conditions": conditions}}),
-        Part::Status,
-    ) {
-        let object = crate::api::describe(scope, &key);
-        let why = reason.map(|r| format!(" ({r})")).unwrap_or_default();
-        env.line(
-            "world",
-            "NodeCondition",
-            object,
-            format!("{type_}={status}{why}"),
-        );
-        env.changed(scope, w);
     }
 }

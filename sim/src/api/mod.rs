@@ -19,6 +19,11 @@ pub use engine::convert::plural;
 
 use engine::model::{Kind, ObjectKey, Scope};
 
+/// Whether `group` is a provider's (infrastructure, bootstrap), not CAPI's own.
+pub fn is_provider_group(group: &str) -> bool {
+    group.ends_with(".cluster.x-k8s.io") && group != "cluster.x-k8s.io"
+}
+
 /// A short name for a scope, as timelines print it.
 pub fn scope_name(scope: &Scope) -> String {
     match scope {

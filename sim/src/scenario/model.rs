@@ -368,3 +368,17 @@ impl CountSpec {
         }
     }
 }
+
+/// The damage kinds, as scenario files name them (`fault: {kind: journal-damage, damage: …}`).
+pub const DAMAGE_KINDS: [&str; 7] = [
+    "flip",
+    "truncate",
+    "lose-conf",
+    "lose-commits",
+    "lose-blob",
+    "lose-snap",
+    "lose-db",
+];
+
+/// What a `kubeconfig` fault does to the cluster's `<cluster>-kubeconfig` Secret (`problem:`).
+pub const KUBECONFIG_PROBLEMS: [&str; 3] = ["missing", "no-value", "unparsable"];

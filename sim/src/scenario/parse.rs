@@ -740,12 +740,12 @@ impl Ctx<'_> {
         if kind == FaultKind::JournalDamage
             && let Some(n) = m.get("damage")
         {
-            self.one_of(n, &m.path("damage"), &crate::journal_damage::DAMAGE_KINDS)?;
+            self.one_of(n, &m.path("damage"), &super::model::DAMAGE_KINDS)?;
         }
         if kind == FaultKind::Kubeconfig
             && let Some(n) = m.get("problem")
         {
-            self.one_of(n, &m.path("problem"), &crate::faults::KUBECONFIG_PROBLEMS)?;
+            self.one_of(n, &m.path("problem"), &super::model::KUBECONFIG_PROBLEMS)?;
         }
         let rate = m
             .get("rate")
