@@ -33,6 +33,19 @@ use engine::{Engine, Input};
 use serde_json::Value;
 use std::collections::BTreeSet;
 
+/// The [`Env`] of a `Sim`'s parts, borrowing only the fields it names (so the world, the
+/// faults or the network can be borrowed beside it).
+macro_rules! env_of {
+    ($sim:ident) => {
+        Env {
+            clock: &mut $sim.clock,
+            api: &mut $sim.api,
+            timeline: &mut $sim.timeline,
+            checks: &mut $sim.checks,
+        }
+    };
+}
+
 /// Bound on work items handled at one simulated instant (a controller/world feedback loop
 /// that never settles is a bug, reported instead of hanging).
 pub const WORK_PER_INSTANT_MAX: usize = 200_000;
@@ -154,23 +167,13 @@ impl Sim {
 
     /// The world, and what it acts through.
     pub(crate) fn world_env(&mut self) -> (&mut WorldState, Env<'_>) {
-        let env = Env {
-            clock: &mut self.clock,
-            api: &mut self.api,
-            timeline: &mut self.timeline,
-            checks: &mut self.checks,
-        };
+        let env = env_of!(self);
         (&mut self.world, env)
     }
 
     /// What the world's parts act through.
     pub(crate) fn env(&mut self) -> Env<'_> {
-        Env {
-            clock: &mut self.clock,
-            api: &mut self.api,
-            timeline: &mut self.timeline,
-            checks: &mut self.checks,
-        }
+        env_of!(self)
     }
 
     /// Queues the watch event of a write.
@@ -273,12 +276,7 @@ impl Sim {
             }
             Event::DelayedCommand { command } => self.execute_after_delay(*command),
             other => {
-                let mut env = Env {
-                    clock: &mut self.clock,
-                    api: &mut self.api,
-                    timeline: &mut self.timeline,
-                    checks: &mut self.checks,
-                };
+                let mut env = env_of!(self);
                 self.world.world_event(&mut env, &mut self.faults, other);
             }
         }
@@ -1000,12 +998,7 @@ impl Sim {
     /// A watch event leaves the API server. Returns `false` when it takes the canonical path.
     fn send_watch(&mut self, scope: &Scope, written: &Written) -> bool {
         let streams = self.process.streams_of(scope);
-        let mut env = Env {
-            clock: &mut self.clock,
-            api: &mut self.api,
-            timeline: &mut self.timeline,
-            checks: &mut self.checks,
-        };
+        let mut env = env_of!(self);
         self.net
             .send_watch(&mut env, &mut self.faults, &streams, scope, written)
     }
@@ -1019,12 +1012,7 @@ impl Sim {
         outcome: ApiOutcome,
         timeout: Option<crate::wire::Timeout>,
     ) -> Option<ApiOutcome> {
-        let mut env = Env {
-            clock: &mut self.clock,
-            api: &mut self.api,
-            timeline: &mut self.timeline,
-            checks: &mut self.checks,
-        };
+        let mut env = env_of!(self);
         self.net.send_result(
             &mut env,
             &self.faults,
@@ -1039,12 +1027,7 @@ impl Sim {
     /// One watch of `scope` (`stream`, or one drawn) ends with 410 Gone: its watcher lists again.
     pub(crate) fn expire_watch(&mut self, scope: &Scope, stream: Option<String>) {
         let streams = self.process.streams_of(scope);
-        let mut env = Env {
-            clock: &mut self.clock,
-            api: &mut self.api,
-            timeline: &mut self.timeline,
-            checks: &mut self.checks,
-        };
+        let mut env = env_of!(self);
         self.net
             .expire_watch(&mut env, &mut self.faults, &streams, scope, stream);
     }
@@ -1052,12 +1035,7 @@ impl Sim {
     /// `relist-duplicates` starting: the watch of its cluster restarts at once.
     pub(crate) fn restart_watch(&mut self, scope: &Scope) {
         let streams = self.process.streams_of(scope);
-        let mut env = Env {
-            clock: &mut self.clock,
-            api: &mut self.api,
-            timeline: &mut self.timeline,
-            checks: &mut self.checks,
-        };
+        let mut env = env_of!(self);
         self.net.restart_watch(&mut env, &streams, scope);
     }
 
@@ -1067,12 +1045,7 @@ impl Sim {
         let busy = self
             .faults
             .any_active(self.clock.now, FaultKind::BacklogBatches);
-        let mut env = Env {
-            clock: &mut self.clock,
-            api: &mut self.api,
-            timeline: &mut self.timeline,
-            checks: &mut self.checks,
-        };
+        let mut env = env_of!(self);
         if !self.net.ready_to_read(&mut env, busy) {
             return;
         }
@@ -1453,12 +1426,7 @@ impl Sim {
 
     /// The faults, and what they act through.
     fn faults_env(&mut self) -> (&mut crate::faults::Faults, Env<'_>) {
-        let env = Env {
-            clock: &mut self.clock,
-            api: &mut self.api,
-            timeline: &mut self.timeline,
-            checks: &mut self.checks,
-        };
+        let env = env_of!(self);
         (&mut self.faults, env)
     }
 
