@@ -27,6 +27,7 @@ pub mod journaling;
 pub mod live;
 mod network;
 mod pools;
+mod process;
 mod release;
 mod repeats;
 pub mod run;

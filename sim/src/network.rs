@@ -24,6 +24,7 @@ use crate::api::{ObjKey, Written};
 use crate::env::Env;
 use crate::event::{Delivery, Event};
 use crate::faults::Faults;
+use crate::process::Process;
 use crate::scenario::FaultKind;
 use crate::wire::{DELIVERY_KINDS, DELIVERY_ORDERS};
 use engine::intake::streams::stream_id;
@@ -152,12 +153,12 @@ impl Network {
     }
 
     /// A watch event leaves the API server. Returns `false` when it takes the canonical path.
-    /// `streams`: those `scope` is watched by (a watch that expires is one of them).
+    /// A watch that expires is one of those `process` has on `scope`.
     pub(crate) fn send_watch(
         &mut self,
         env: &mut Env<'_>,
         faults: &mut Faults,
-        streams: &[String],
+        process: &Process,
         scope: &Scope,
         written: &Written,
     ) -> bool {
@@ -174,7 +175,7 @@ impl Network {
         if faults.is_active(scope, now, FaultKind::WatchExpired)
             && self.rng.random_bool(WATCH_EXPIRY_PER_EVENT)
         {
-            self.expire_watch(env, faults, streams, scope, Some(key.1));
+            self.expire_watch(env, faults, process, scope, Some(key.1));
             return true;
         }
         if faults.is_active(scope, now, FaultKind::CoalescedEvents) {
@@ -210,17 +211,17 @@ impl Network {
         true
     }
 
-    /// One watch of `scope` (`stream`, or one drawn from `streams`) ends with 410 Gone: its
-    /// watcher lists again.
+    /// One watch of `scope` (`stream`, or one drawn from those `process` has) ends with 410
+    /// Gone: its watcher lists again.
     pub(crate) fn expire_watch(
         &mut self,
         env: &mut Env<'_>,
         faults: &mut Faults,
-        streams: &[String],
+        process: &Process,
         scope: &Scope,
         stream: Option<String>,
     ) {
-        let Some(stream) = stream.or_else(|| self.draw_stream(streams)) else {
+        let Some(stream) = stream.or_else(|| self.draw_stream(&process.streams_of(scope))) else {
             return;
         };
         faults.fire(FaultKind::WatchExpired);
@@ -399,10 +400,9 @@ impl Network {
         self.remember(scope, key);
     }
 
-    /// `relist-duplicates` starting: the watch of its cluster (one of `streams`) restarts at
-    /// once.
-    pub(crate) fn restart_watch(&mut self, env: &mut Env<'_>, streams: &[String], scope: &Scope) {
-        let Some(stream) = self.draw_stream(streams) else {
+    /// `relist-duplicates` starting: one watch of its cluster restarts at once.
+    pub(crate) fn restart_watch(&mut self, env: &mut Env<'_>, process: &Process, scope: &Scope) {
+        let Some(stream) = self.draw_stream(&process.streams_of(scope)) else {
             return;
         };
         let took = self.latency(200);

@@ -18,6 +18,8 @@ use crate::clock::Clock;
 use crate::env::Env;
 use crate::event::{Delivery, Event, Work};
 use crate::expect::View;
+pub(crate) use crate::process::External;
+pub use crate::process::Process;
 use crate::scenario::Scenario;
 use crate::scenario::{FaultKind, FaultSpec, StepAction};
 use crate::timeline::Timeline;
@@ -70,48 +72,6 @@ pub struct Sim {
     pub(crate) net: crate::network::Network,
     /// How the controller process meets the world: its journal, watches and connections.
     pub process: Process,
-}
-
-/// The controller process as the world sees it: how its inputs are journaled, what it
-/// watches and connects to, how it takes a backlog, and whether it runs in this process.
-pub struct Process {
-    pub feeder: crate::feed::Feeder,
-    /// Streams `(cluster, group/Kind)` the controller watches.
-    pub(crate) watched: BTreeSet<(Scope, String)>,
-    /// Streams whose first list waits for a cluster's cache to sync (a fault).
-    pub(crate) deferred_watches: BTreeSet<(Scope, String)>,
-    /// Workload clusters the loop asked to connect to whose connector cannot (a `kubeconfig`
-    /// fault): connected when the fault ends.
-    pub(crate) connecting: BTreeSet<Scope>,
-    /// Objects the controllers could not read (malformed), reported once each.
-    pub(crate) malformed: BTreeSet<(Scope, ObjKey)>,
-    /// Poll the loop only when the instant's work runs dry, so what arrived meanwhile is one
-    /// batch, as `lifecycle run` takes a backlog under load.
-    pub batching: bool,
-    /// Ticks in a row after which the engine's deadline was still due (a deadline kept in the
-    /// past), and the deadline they were for.
-    ticks_stuck: (Option<Timestamp>, u32),
-    /// Set when the controllers run outside the simulator (a `lifecycle run` process over
-    /// HTTP): the world is played, the in-process engine is not fed.
-    pub(crate) external: Option<External>,
-}
-
-impl Process {
-    /// The streams `scope` is watched by.
-    pub(crate) fn streams_of(&self, scope: &Scope) -> Vec<String> {
-        self.watched
-            .iter()
-            .filter(|(s, _)| s == scope)
-            .map(|(_, id)| id.clone())
-            .collect()
-    }
-}
-
-/// What the world asks of a controller that runs outside the simulator.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct External {
-    /// Process restarts the scenario's faults asked for so far.
-    pub restarts: u32,
 }
 
 impl Sim {
@@ -997,10 +957,9 @@ impl Sim {
 
     /// A watch event leaves the API server. Returns `false` when it takes the canonical path.
     fn send_watch(&mut self, scope: &Scope, written: &Written) -> bool {
-        let streams = self.process.streams_of(scope);
         let mut env = env_of!(self);
         self.net
-            .send_watch(&mut env, &mut self.faults, &streams, scope, written)
+            .send_watch(&mut env, &mut self.faults, &self.process, scope, written)
     }
 
     /// A command's answer leaves the API server (see [`crate::network::Network::send_result`]).
@@ -1026,17 +985,15 @@ impl Sim {
 
     /// One watch of `scope` (`stream`, or one drawn) ends with 410 Gone: its watcher lists again.
     pub(crate) fn expire_watch(&mut self, scope: &Scope, stream: Option<String>) {
-        let streams = self.process.streams_of(scope);
         let mut env = env_of!(self);
         self.net
-            .expire_watch(&mut env, &mut self.faults, &streams, scope, stream);
+            .expire_watch(&mut env, &mut self.faults, &self.process, scope, stream);
     }
 
     /// `relist-duplicates` starting: the watch of its cluster restarts at once.
     pub(crate) fn restart_watch(&mut self, scope: &Scope) {
-        let streams = self.process.streams_of(scope);
         let mut env = env_of!(self);
-        self.net.restart_watch(&mut env, &streams, scope);
+        self.net.restart_watch(&mut env, &self.process, scope);
     }
 
     /// Hands the backlog to the intake as `lifecycle run` reads its channel, reconciling after
