@@ -56,6 +56,24 @@ fn a_simulated_run_keeps_a_journal_that_verifies_and_explains_itself() {
         text.contains("-> #") && text.contains("drain Evict Pod app/web-1@c1"),
         "{text}"
     );
+    // The budget's refusal is journaled typed, with its numbers, and shown so.
+    let show = lifecycle()
+        .args(["log", "show", "--format", "json", "--journal"])
+        .arg(&journal)
+        .output()
+        .unwrap();
+    let refusals: Vec<serde_json::Value> = String::from_utf8_lossy(&show.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .flat_map(|r| r["refusals"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert!(!refusals.is_empty(), "no refusal journaled");
+    for r in &refusals {
+        assert_eq!(r["code"], 429, "{r}");
+        let budget = &r["refusal"]["DisruptionBudget"]["budget"];
+        assert_eq!(budget["name"], "web", "{r}");
+        assert!(budget["healthyNeeded"].as_u64().is_some(), "{r}");
+    }
 }
 
 #[test]

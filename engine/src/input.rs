@@ -207,6 +207,19 @@ impl Input {
         }
     }
 
+    /// Each command this input answers with a refusal, a batch's too.
+    pub fn refusals(&self) -> Vec<(u64, &crate::Refusal)> {
+        match self {
+            Input::ApiResult { command, outcome } => outcome
+                .refusal()
+                .map(|r| (*command, r))
+                .into_iter()
+                .collect(),
+            Input::Batch { inputs } => inputs.iter().flat_map(Input::refusals).collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// The relist this input is, if it is one (not looking inside a batch).
     pub fn as_relist(&self) -> Option<Relisted<'_>> {
         match self {

@@ -44,8 +44,10 @@ pub enum ApiOutcome {
     },
 }
 
-/// Why the API refused a request it understood.
+/// Why the API refused a request it understood. Its JSON (`log show`) names fields as the
+/// API does (`retryAfterSeconds`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all_fields = "camelCase")]
 pub enum Refusal {
     /// 429 to an eviction: a PodDisruptionBudget allows no disruption now (cause
     /// `DisruptionBudget`). Its numbers when the cause states them ("The disruption budget web
@@ -62,6 +64,7 @@ pub enum Refusal {
 
 /// What a PodDisruptionBudget's refusal states about it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct BudgetShortfall {
     pub name: String,
     pub healthy_needed: u32,

@@ -511,6 +511,13 @@ fn show(dir: &Path, format: Format, from: u64, object: Option<&str>) -> Result<u
             engine::Input::Tick => engine::timer::describe_fired(&fired),
             other => other.describe(),
         };
+        let refusals: Vec<serde_json::Value> = input
+            .refusals()
+            .into_iter()
+            .map(|(command, refusal)| {
+                serde_json::json!({"command": command, "code": refusal.code(), "refusal": refusal})
+            })
+            .collect();
         if let Some(subject) = &subject {
             let record = sim::live::ControllerRecord {
                 seq: r.seq,
@@ -559,6 +566,7 @@ fn show(dir: &Path, format: Format, from: u64, object: Option<&str>) -> Result<u
             Format::Json => serde_json::json!({
                 "seq": r.seq, "at": r.at.to_rfc3339(), "at_ms": r.at.as_millis(),
                 "input": described,
+                "refusals": refusals,
                 "commands": commands.iter().map(|c| serde_json::json!({
                     "id": c.id, "controller": c.actor(), "action": c.action.name(),
                     "object": c.action.target().key.to_string(), "detail": c.action.detail(),
