@@ -211,7 +211,7 @@ impl Kind {
     }
 
     /// The known kind named `kind`, if `group` is its group in [`KIND_GROUPS`].
-    fn known(group: &str, kind: &str) -> Option<Kind> {
+    pub fn known(group: &str, kind: &str) -> Option<Kind> {
         if group_of_kind(kind)? != group {
             return None;
         }
