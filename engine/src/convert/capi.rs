@@ -33,8 +33,8 @@ pub(crate) fn cluster(root: &At, version: ApiVersion) -> Result<Cluster, Convert
 fn timeout(
     spec: &At,
     version: ApiVersion,
-    v1beta1_name: &str,
-    v1beta2_name: &str,
+    v1beta1_name: &'static str,
+    v1beta2_name: &'static str,
 ) -> Result<Option<Duration>, ConvertError> {
     match version {
         ApiVersion::V1Beta1 => spec.get(v1beta1_name).opt_go_duration(),

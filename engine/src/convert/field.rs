@@ -9,28 +9,82 @@ use crate::model::IntOrString;
 use crate::time::{Duration, Timestamp, parse_go_duration};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 /// A position in a JSON document: the value there (if any) and its path.
 #[derive(Clone, Debug)]
 pub(crate) struct At<'a> {
     value: Option<&'a Value>,
-    path: String,
+    path: Path,
+}
+
+/// The path to a position, spelled out only when an error names it: a read descends through
+/// many fields per object, and most objects have no error.
+#[derive(Clone, Debug, Default)]
+struct Path(Option<Rc<Step>>);
+
+#[derive(Debug)]
+struct Step {
+    parent: Path,
+    to: To,
+}
+
+#[derive(Debug)]
+enum To {
+    Key(&'static str),
+    Index(usize),
+}
+
+impl Path {
+    fn then(&self, to: To) -> Path {
+        Path(Some(Rc::new(Step {
+            parent: self.clone(),
+            to,
+        })))
+    }
+
+    /// `spec.deletion.nodeDrainTimeoutSeconds`, `status.conditions[2].status`.
+    fn spelled(&self) -> String {
+        let mut steps = Vec::new();
+        let mut at = &self.0;
+        while let Some(step) = at {
+            steps.push(&step.to);
+            at = &step.parent.0;
+        }
+        let mut out = String::new();
+        for to in steps.into_iter().rev() {
+            match to {
+                To::Key(name) => {
+                    if !out.is_empty() {
+                        out.push('.');
+                    }
+                    out.push_str(name);
+                }
+                To::Index(i) => {
+                    out.push('[');
+                    out.push_str(&i.to_string());
+                    out.push(']');
+                }
+            }
+        }
+        out
+    }
 }
 
 impl<'a> At<'a> {
     pub(crate) fn root(value: &'a Value) -> Self {
         At {
             value: Some(value),
-            path: String::new(),
+            path: Path::default(),
         }
     }
 
-    pub(crate) fn path(&self) -> &str {
-        &self.path
+    pub(crate) fn path(&self) -> String {
+        self.path.spelled()
     }
 
     pub(crate) fn error(&self, message: impl Into<String>) -> ConvertError {
-        ConvertError::new(&self.path, message)
+        ConvertError::new(&self.path.spelled(), message)
     }
 
     /// The value here, `None` when absent or `null`.
@@ -44,20 +98,15 @@ impl<'a> At<'a> {
 
     /// The child `name` of an object (absent when this is absent; an error is raised by the typed
     /// reads, so that `spec: 5` reports `spec`, not a child).
-    pub(crate) fn get(&self, name: &str) -> At<'a> {
-        let path = if self.path.is_empty() {
-            name.to_string()
-        } else {
-            format!("{}.{name}", self.path)
-        };
+    pub(crate) fn get(&self, name: &'static str) -> At<'a> {
         At {
             value: self.value().and_then(|v| v.get(name)),
-            path,
+            path: self.path.then(To::Key(name)),
         }
     }
 
     /// Walks a dotted path of object keys: `at.at("spec.deletion.nodeDrainTimeoutSeconds")`.
-    pub(crate) fn at(&self, dotted: &str) -> At<'a> {
+    pub(crate) fn at(&self, dotted: &'static str) -> At<'a> {
         dotted
             .split('.')
             .fold(self.clone(), |at, name| at.get(name))
@@ -80,7 +129,7 @@ impl<'a> At<'a> {
                 .enumerate()
                 .map(|(i, v)| At {
                     value: Some(v),
-                    path: format!("{}[{i}]", self.path),
+                    path: self.path.then(To::Index(i)),
                 })
                 .collect()),
             Some(other) => Err(self.error(format!("expected a list, got {}", show(other)))),
@@ -191,10 +240,18 @@ impl<'a> At<'a> {
         match self.value() {
             None => Ok(BTreeMap::new()),
             Some(Value::Object(map)) => map
-                .keys()
-                .map(|k| {
-                    let value = self.get(k).str_or_empty()?;
-                    Ok((k.clone(), value))
+                .iter()
+                .map(|(k, v)| match v {
+                    Value::String(s) => Ok((k.clone(), s.clone())),
+                    Value::Null => Ok((k.clone(), String::new())),
+                    other => {
+                        let path = match self.path() {
+                            parent if parent.is_empty() => k.clone(),
+                            parent => format!("{parent}.{k}"),
+                        };
+                        let message = format!("expected a string, got {}", show(other));
+                        Err(ConvertError::new(&path, message))
+                    }
                 })
                 .collect(),
             Some(other) => {
