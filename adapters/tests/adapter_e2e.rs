@@ -108,7 +108,8 @@ impl Scripted {
             | Input::Restarted
             | Input::Unlisted { .. }
             | Input::Unwatched { .. }
-            | Input::ClusterUnreachable { .. } => {}
+            | Input::ClusterUnreachable { .. }
+            | Input::Ownership(_) => {}
         }
     }
 }

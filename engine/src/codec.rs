@@ -90,6 +90,20 @@ pub fn decode_layout<T: DeserializeOwned>(bytes: &[u8], layout: u16) -> Result<T
     decode(bytes)
 }
 
+/// A field that state version 6 added: not in older layouts' bytes, so it decodes as its
+/// default there without reading any.
+pub fn added_in_6<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de> + Default,
+{
+    if layout_before(6) {
+        Ok(T::default())
+    } else {
+        T::deserialize(deserializer)
+    }
+}
+
 /// Whether the value being decoded was written with a state layout older than `version`.
 pub fn layout_before(version: u16) -> bool {
     LAYOUT

@@ -152,12 +152,22 @@ pub enum Action {
         reason: String,
         message: String,
     },
+    /// Write the object's condition lists as read at `resource_version`, with this controller's
+    /// own condition changed: a precondition, so a list that CAPI's manager wrote meanwhile is
+    /// never overwritten (takeover, [`crate::ownership`]).
+    SetOwnCondition {
+        target: Target,
+        conditions: Conditions,
+        resource_version: u64,
+        summary: String,
+    },
 }
 
 /// What an [`Action`] does, without its arguments: the name of its contract.
 ///
-/// Declared in the order of the names, so that the derived order is the one in-flight intents
-/// had when they were keyed by name (state version 4), and iteration over them is unchanged.
+/// The kinds of state version 4 are declared in the order of their names, so that the derived
+/// order is the one in-flight intents had when they were keyed by name, and iteration over them
+/// is unchanged; later kinds follow them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum ActionKind {
     AddFinalizer,
@@ -176,10 +186,11 @@ pub enum ActionKind {
     RemoveFinalizer,
     SetCondition,
     SetOwnerReference,
+    SetOwnCondition,
 }
 
 impl ActionKind {
-    pub const ALL: [ActionKind; 16] = [
+    pub const ALL: [ActionKind; 17] = [
         ActionKind::AddFinalizer,
         ActionKind::Cordon,
         ActionKind::CreateMachine,
@@ -196,6 +207,7 @@ impl ActionKind {
         ActionKind::RemoveFinalizer,
         ActionKind::SetCondition,
         ActionKind::SetOwnerReference,
+        ActionKind::SetOwnCondition,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -216,6 +228,7 @@ impl ActionKind {
             ActionKind::RemoveFinalizer => "RemoveFinalizer",
             ActionKind::SetCondition => "SetCondition",
             ActionKind::SetOwnerReference => "SetOwnerReference",
+            ActionKind::SetOwnCondition => "SetOwnCondition",
         }
     }
 
@@ -249,6 +262,7 @@ impl Action {
             Action::DeleteMachine { .. } => ActionKind::DeleteMachine,
             Action::CreateMachine { .. } => ActionKind::CreateMachine,
             Action::RecordEvent { .. } => ActionKind::RecordEvent,
+            Action::SetOwnCondition { .. } => ActionKind::SetOwnCondition,
         }
     }
 
@@ -262,6 +276,7 @@ impl Action {
             | Action::AddFinalizer { target, .. }
             | Action::RemoveFinalizer { target, .. }
             | Action::SetCondition { target, .. }
+            | Action::SetOwnCondition { target, .. }
             | Action::PatchStatus { target, .. }
             | Action::PatchSpec { target, .. }
             | Action::SetOwnerReference { target, .. }
@@ -302,6 +317,7 @@ impl Action {
                 finalizer.clone()
             }
             Action::SetCondition { summary, .. }
+            | Action::SetOwnCondition { summary, .. }
             | Action::PatchStatus { summary, .. }
             | Action::PatchSpec { summary, .. }
             | Action::SetOwnerReference { summary, .. } => summary.clone(),
@@ -390,8 +406,10 @@ mod tests {
     /// version 4): the kinds keep that order, so the engine visits in-flight intents as it did.
     #[test]
     fn action_kinds_are_ordered_as_their_names_and_found_by_them() {
+        // The kinds of state version 4: in the order of their names; later ones after them.
+        const OF_V4: usize = 16;
         let mut by_name = ActionKind::ALL;
-        by_name.sort_by_key(|k| k.as_str());
+        by_name[..OF_V4].sort_by_key(|k| k.as_str());
         assert_eq!(by_name, ActionKind::ALL);
         let mut by_kind = ActionKind::ALL;
         by_kind.sort();

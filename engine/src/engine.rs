@@ -8,6 +8,7 @@ use crate::deletion::MachineDeletion;
 use crate::health::HealthChecks;
 use crate::input::{ApiOutcome, Input};
 use crate::model::{Kind, Object, ObjectKey, Scope};
+use crate::ownership::Ownership;
 use crate::pool::Pools;
 use crate::remediation::OwnerRemediation;
 use crate::store::{Change, Store};
@@ -88,7 +89,8 @@ impl Dirty {
 ///    an eviction's failure with its refusal ([`crate::drain::EvictionFailure`]; 4: the text).
 ///    Version 4 snapshots are read and migrated ([`Engine::decode_state_of`]), so a journal
 ///    whose early records were retired behind one resumes.
-pub const STATE_VERSION: u16 = 5;
+/// 6: the deletion controller's [`crate::ownership::Ownership`] (absent before: alone).
+pub const STATE_VERSION: u16 = 6;
 /// The oldest state layout this build reads (and migrates to [`STATE_VERSION`]).
 pub const STATE_VERSION_OLDEST_READ: u16 = 4;
 
@@ -346,6 +348,15 @@ impl Engine {
                     self.apply(input, dirty);
                 }
             }
+            Input::Ownership(ownership) => {
+                if self.controllers.deletion.ownership() != ownership {
+                    self.controllers.deletion.set_ownership(ownership);
+                    let slot = ControllerId::Deletion.slot();
+                    for (key, _) in self.store.iter_kind(&Scope::Management, &Kind::Machine) {
+                        dirty.push(slot, key.clone());
+                    }
+                }
+            }
         }
     }
 
@@ -509,6 +520,13 @@ impl Engine {
     }
 
     fn reconcile_key(&mut self, slot: usize, key: &ObjectKey) {
+        // Beside CAPI's manager, the MachineSet remediation, the health checks and the
+        // MachinePools are CAPI's: this controller writes nothing for them.
+        if self.controllers.deletion.ownership() == Ownership::Takeover
+            && slot != ControllerId::Deletion.slot()
+        {
+            return;
+        }
         let mut cx = Cx {
             now: self.now,
             store: &self.store,

@@ -60,6 +60,9 @@ pub enum Input {
         scope: Scope,
         reason: Option<Unreachable>,
     },
+    /// The process runs in another ownership than the state it resumes (journaled at its start,
+    /// so a replay decides as it did; see [`crate::ownership`]).
+    Ownership(crate::ownership::Ownership),
 }
 
 /// What a relist ([`Input::Relist`] or [`Input::RelistKind`]) replaced.
@@ -126,6 +129,7 @@ enum Unbatched {
         scope: Scope,
         reason: Option<Unreachable>,
     },
+    Ownership(crate::ownership::Ownership),
 }
 
 /// Never decodes: a batch inside a batch is a damaged record.
@@ -169,6 +173,7 @@ impl From<Unbatched> for Input {
             Unbatched::ClusterUnreachable { scope, reason } => {
                 Input::ClusterUnreachable { scope, reason }
             }
+            Unbatched::Ownership(o) => Input::Ownership(o),
         }
     }
 }
@@ -299,6 +304,7 @@ impl Input {
                 }
                 (Scope::Management, _) => "the management cluster's connection".to_string(),
             },
+            Input::Ownership(o) => format!("runs in {} ownership", o.as_str()),
             Input::Batch { inputs } => {
                 const SHOWN: usize = 3;
                 let mut text = format!("batch of {}: ", inputs.len());

@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod model;
 pub mod node_deletion;
 pub mod outcome;
+pub mod ownership;
 pub mod pool;
 pub mod recovery;
 pub mod remediation;

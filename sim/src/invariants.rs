@@ -59,10 +59,11 @@ impl Checker {
     }
 }
 
+/// The deletion hooks of others: the controller's own (takeover) hold CAPI's manager, not it.
 fn has_prefix_annotation(obj: &Value, prefix: &str) -> Vec<String> {
     json::annotations(obj)
         .into_keys()
-        .filter(|k| k.starts_with(prefix))
+        .filter(|k| engine::ownership::is_foreign_hook(k, prefix))
         .collect()
 }
 

@@ -477,7 +477,8 @@ fn note_uids(input: &Input, uids: &mut BTreeMap<ObjectKey, String>) {
         | Input::Tick
         | Input::Restarted
         | Input::Unlisted { .. }
-        | Input::ClusterUnreachable { .. } => {}
+        | Input::ClusterUnreachable { .. }
+        | Input::Ownership(_) => {}
     }
 }
 

@@ -145,7 +145,8 @@ impl Repeats {
             | Input::Restarted
             | Input::Unlisted { .. }
             | Input::Unwatched { .. }
-            | Input::ClusterUnreachable { .. } => {}
+            | Input::ClusterUnreachable { .. }
+            | Input::Ownership(_) => {}
         }
     }
 

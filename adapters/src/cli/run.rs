@@ -64,8 +64,10 @@ pub struct RunArgs {
     /// owns the Machines, MHCs and MachinePools; it refuses to start, exit 3, while CAPI's
     /// manager is active, i.e. its Lease was renewed within 5 minutes) or `shadow` (it
     /// watches, journals and decides as usual and sends nothing: no write reaches any cluster
-    /// but its own leader Lease).
-    #[arg(long, default_value_t = Mode::Alone, value_name = "alone|shadow")]
+    /// but its own leader Lease) or `takeover` (beside CAPI's manager, it owns worker Machines'
+    /// deletion through its own pre-drain and pre-terminate hooks; CAPI's manager keeps the
+    /// finalizer, the MachineHealthChecks and the MachinePools).
+    #[arg(long, default_value_t = Mode::Alone, value_name = "alone|shadow|takeover")]
     pub mode: Mode,
     /// Namespace of CAPI's manager and its Lease `controller-leader-election-capi` (read at
     /// start in `--mode alone`).
@@ -250,14 +252,21 @@ async fn start_servers(
 /// `--mode alone` next to an active CAPI manager would act on the Machines it acts on:
 /// refused (exit 3), as is a Lease that cannot be read (unknown is not absent).
 async fn check_alone(args: &RunArgs, client: &Client) -> Result<(), RunFailure> {
-    if args.mode != Mode::Alone {
-        tracing::info!(mode = %args.mode, "not sending any command: every decision is journaled as not sent");
-        return Ok(());
+    match args.mode {
+        Mode::Alone => {}
+        Mode::Shadow => {
+            tracing::info!(mode = %args.mode, "not sending any command: every decision is journaled as not sent");
+            return Ok(());
+        }
+        Mode::Takeover => {
+            tracing::info!(mode = %args.mode, "owning worker Machines' deletion through this controller's hooks, beside Cluster API's manager");
+            return Ok(());
+        }
     }
     let api: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(client.clone(), &args.capi_namespace);
     let lease = format!("{}/{}", args.capi_namespace, lease::CAPI_LEASE_NAME);
-    let choose = "run it with --mode shadow (it watches and decides, and writes nothing)";
+    let choose = "run it with --mode shadow (it watches and decides, and writes nothing) or --mode takeover (it owns worker Machines' deletion through its hooks)";
     let patience = Duration::from_secs(args.capi_lease_patience_seconds);
     let started = std::time::Instant::now();
     let mut pause = Duration::from_millis(200);

@@ -28,7 +28,8 @@ pub(super) fn input_concerns(
         | Input::Restarted
         | Input::Unlisted { .. }
         | Input::Unwatched { .. }
-        | Input::ClusterUnreachable { .. } => false,
+        | Input::ClusterUnreachable { .. }
+        | Input::Ownership(_) => false,
     }
 }
 
@@ -385,6 +386,7 @@ impl Explainer {
                 | Input::Restarted
                 | Input::Unlisted { .. }
                 | Input::Unwatched { .. }
+                | Input::Ownership(_)
                 | Input::Batch { .. } => {}
                 Input::ClusterUnreachable { scope, reason } => {
                     cluster_reachability(t, r, scope, reason.as_ref())
@@ -403,6 +405,9 @@ impl Explainer {
             t.issued.insert(c.id, c.clone());
             let changed = match &c.action {
                 Action::SetCondition {
+                    target, conditions, ..
+                }
+                | Action::SetOwnCondition {
                     target, conditions, ..
                 } => t.diff_conditions(&target.key, &conditions.current),
                 _ => Vec::new(),

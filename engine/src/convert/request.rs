@@ -167,6 +167,19 @@ pub fn request_for(command: &Command) -> ApiRequest {
                 "status": conditions_json(capi_version_of(&target.api_version), conditions)
             }),
         },
+        Action::SetOwnCondition {
+            target,
+            conditions,
+            resource_version,
+            ..
+        } => ApiRequest::MergePatch {
+            target: target.clone(),
+            subresource: Some(Subresource::Status),
+            patch: json!({
+                "metadata": {"resourceVersion": resource_version.to_string()},
+                "status": conditions_json(capi_version_of(&target.api_version), conditions)
+            }),
+        },
         Action::PatchStatus { target, merge, .. } => ApiRequest::MergePatch {
             target: target.clone(),
             subresource: Some(Subresource::Status),

@@ -40,6 +40,7 @@ use crate::controller::{Controller, Cx};
 use crate::drain::{EvictionAttempt, EvictionOutcome, eviction_failure_message};
 use crate::input::ApiOutcome;
 use crate::model::{ClusterName, Kind, Object, ObjectKey, ObjectRef, Pod, Scope};
+use crate::ownership::{OwnHooks, Ownership};
 use crate::store::{Change, Store};
 use crate::time::{Duration, Timestamp};
 use crate::timer::{FiredTimer, TimerKind, TimerTable};
@@ -114,6 +115,9 @@ pub struct MachineDeletion {
     /// of its Node without looking at the others (a cluster may delete hundreds at once).
     by_node: BTreeMap<ClusterName, BTreeMap<String, BTreeSet<ObjectKey>>>,
     timers: TimerTable<DeletionTimer>,
+    /// Alone, or beside CAPI's manager owning worker Machines' deletion through its hooks.
+    #[serde(deserialize_with = "crate::codec::added_in_6")]
+    ownership: Ownership,
 }
 
 /// Points `key` at what `r` references, keeping it (no allocation) when it already does.
@@ -157,6 +161,15 @@ fn as_pod(o: Option<&Object>) -> Option<&Pod> {
 }
 
 impl MachineDeletion {
+    pub fn ownership(&self) -> Ownership {
+        self.ownership
+    }
+
+    /// Sets the ownership ([`crate::Input::Ownership`]); the caller reconciles every Machine.
+    pub fn set_ownership(&mut self, ownership: Ownership) {
+        self.ownership = ownership;
+    }
+
     /// Deleting Machines this controller is working on.
     pub fn tracked(&self) -> impl Iterator<Item = (&ObjectKey, &Tracked)> {
         self.machines.iter()
@@ -245,7 +258,10 @@ impl Controller for MachineDeletion {
                         .finalizers
                         .iter()
                         .any(|f| f == crate::model::MACHINE_FINALIZER);
-                    if m.meta.is_deleting() || lacks_finalizer {
+                    let lacks_hooks = self.ownership == Ownership::Takeover
+                        && !OwnHooks::of(&m.meta).both()
+                        && crate::ownership::takes_over(m);
+                    if m.meta.is_deleting() || lacks_finalizer || lacks_hooks {
                         out.push(key.clone());
                     }
                     if m.is_control_plane() {
@@ -368,10 +384,23 @@ impl Controller for MachineDeletion {
             Some((_, Object::Cluster(c))) => Some(c),
             _ => None,
         };
-        if !machine.meta.is_deleting() && !holds_finalizer {
-            ensure_finalizer(machine, cluster, key, cx);
-        }
-        if !machine.meta.is_deleting() || !holds_finalizer {
+        let ours = match self.ownership {
+            Ownership::Alone => {
+                if !machine.meta.is_deleting() && !holds_finalizer {
+                    ensure_finalizer(machine, cluster, key, cx);
+                }
+                holds_finalizer
+            }
+            // CAPI's manager holds the finalizer; a deletion is this controller's while one of
+            // its hooks holds CAPI's (never added once the Machine is deleting).
+            Ownership::Takeover => {
+                if !machine.meta.is_deleting() {
+                    ensure_hooks(machine, cluster, key, cx);
+                }
+                holds_finalizer && OwnHooks::of(&machine.meta).any()
+            }
+        };
+        if !machine.meta.is_deleting() || !ours {
             self.untrack(key);
             return;
         }
@@ -447,7 +476,7 @@ impl Controller for MachineDeletion {
                 Vec::new()
             }
             Some(c) => {
-                let mut p = pass::Pass::new(key, machine, c, tracked, cx);
+                let mut p = pass::Pass::new(key, machine, c, tracked, cx, self.ownership);
                 p.run();
                 p.wakes
             }
@@ -501,7 +530,7 @@ impl Controller for MachineDeletion {
                     };
                 }
             }
-            Action::SetCondition { .. } => match failure {
+            Action::SetCondition { .. } | Action::SetOwnCondition { .. } => match failure {
                 // Not written after all (or not known to be): the next pass compares with what
                 // is observed.
                 Some(_) => memo.pending_conditions = None,
@@ -567,6 +596,44 @@ fn ensure_finalizer(
             "Machine {} has no {} finalizer yet: adding it so that its deletion waits for drain and cleanup",
             machine.meta.name,
             crate::model::MACHINE_FINALIZER
+        ),
+    );
+}
+
+/// Takeover: this controller's hooks go on the worker Machines it owns, before they are
+/// deleted, with the Machine's resourceVersion as a precondition (a Machine deleted meanwhile
+/// is left to CAPI's manager). Nothing is written for a paused Cluster or Machine.
+fn ensure_hooks(
+    machine: &crate::model::Machine,
+    cluster: Option<&crate::model::Cluster>,
+    key: &ObjectKey,
+    cx: &mut Cx<'_>,
+) {
+    let hooks = OwnHooks::of(&machine.meta);
+    let paused = cluster.is_none_or(|c| c.paused)
+        || machine.meta.has_annotation(crate::model::PAUSED_ANNOTATION);
+    if hooks.both() || paused || !crate::ownership::takes_over(machine) {
+        return;
+    }
+    let mut patch = crate::ownership::hooks_patch(
+        (!hooks.pre_drain).then_some(true),
+        (!hooks.pre_terminate).then_some(true),
+    );
+    patch["metadata"]["resourceVersion"] = machine.meta.resource_version.to_string().into();
+    cx.issue(
+        ControllerId::Deletion,
+        Action::PatchSpec {
+            target: crate::command::Target::capi(key.clone(), machine.version),
+            merge: crate::command::JsonText::from_value(&patch),
+            summary: format!(
+                "add annotations {} and {}",
+                crate::ownership::OWN_PRE_DRAIN_HOOK,
+                crate::ownership::OWN_PRE_TERMINATE_HOOK
+            ),
+        },
+        format!(
+            "Machine {} belongs to a MachineSet: this controller's hooks hold Cluster API's manager at its deletion's steps, so that this controller performs them",
+            machine.meta.name
         ),
     );
 }

@@ -150,22 +150,34 @@ pub enum Mode {
     /// It watches, journals and decides, and sends nothing: each command is answered at once
     /// with [`ApiOutcome::NotSent`], journaled like any answer.
     Shadow,
+    /// Beside CAPI's manager, it owns worker Machines' deletion through its hooks
+    /// ([`crate::ownership`]); every command is sent.
+    Takeover,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 2] = [Mode::Alone, Mode::Shadow];
+    pub const ALL: [Mode; 3] = [Mode::Alone, Mode::Shadow, Mode::Takeover];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Alone => "alone",
             Mode::Shadow => "shadow",
+            Mode::Takeover => "takeover",
+        }
+    }
+
+    /// Whose hands worker Machines' deletion is in: a shadow decides as if alone.
+    pub fn ownership(self) -> crate::ownership::Ownership {
+        match self {
+            Mode::Alone | Mode::Shadow => crate::ownership::Ownership::Alone,
+            Mode::Takeover => crate::ownership::Ownership::Takeover,
         }
     }
 
     /// Why commands are not sent in this mode (`None`: they are).
     pub fn withholds(self) -> Option<Withheld> {
         match self {
-            Mode::Alone => None,
+            Mode::Alone | Mode::Takeover => None,
             Mode::Shadow => Some(Withheld::Shadow),
         }
     }
@@ -233,6 +245,15 @@ impl<C: Core> Loop<C> {
     /// A loop over `core`; its first outputs are the management cluster's watches.
     pub fn new(core: C, options: LoopOptions) -> Self {
         let mut intake = Intake::new();
+        let mut own = VecDeque::new();
+        // A state that ran in another ownership changes first, journaled like any input.
+        let ownership = options.mode.ownership();
+        if core
+            .engine()
+            .is_some_and(|e| e.controllers().deletion.ownership() != ownership)
+        {
+            own.push_back(Input::Ownership(ownership));
+        }
         // The workload clusters the engine last heard could not be reached: their connectors
         // start again, and only a change (or a connection) is news.
         if let Some(engine) = core.engine() {
@@ -245,7 +266,7 @@ impl<C: Core> Loop<C> {
             intake,
             admission: Admission::new(options.commands_in_flight_max),
             journal: Journal::Writable,
-            own: VecDeque::new(),
+            own,
             outputs: VecDeque::new(),
             last_tick: None,
             comparator: (options.mode == Mode::Shadow).then(crate::shadow::Comparator::new),

@@ -27,6 +27,10 @@ impl Priority {
             Action::PatchStatus { .. } if command.controller == ControllerId::Health => {
                 Priority::Bulk
             }
+            // A taken-over deletion's hook removal is what lets CAPI's manager go on.
+            Action::PatchSpec { .. } if command.controller == ControllerId::Deletion => {
+                Priority::Unblocking
+            }
             Action::RemoveFinalizer { .. }
             | Action::SetCondition { .. }
             | Action::PatchStatus { .. } => Priority::Unblocking,
@@ -41,7 +45,10 @@ impl Priority {
             | Action::DeleteRemediation { .. }
             | Action::DeleteMachine { .. }
             | Action::CreateMachine { .. } => Priority::Normal,
-            Action::Evict { .. } | Action::RecordEvent { .. } => Priority::Bulk,
+            // It only reports a taken-over deletion's progress.
+            Action::Evict { .. } | Action::RecordEvent { .. } | Action::SetOwnCondition { .. } => {
+                Priority::Bulk
+            }
         }
     }
 }

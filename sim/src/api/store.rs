@@ -382,6 +382,20 @@ impl ClusterStore {
     /// A JSON merge patch on `part` of the object.
     pub fn patch(&mut self, key: &ObjKey, patch: &Value, part: Part) -> Result<Written, ApiError> {
         let current = self.objects.get(key).ok_or_else(|| not_found(key))?;
+        // A patch naming a resourceVersion is a precondition, as the API server holds it.
+        if let Some(rv) = patch
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            && current
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                != Some(rv)
+        {
+            return Err(ApiError::Conflict(format!(
+                "Operation cannot be fulfilled on {} {:?}: the object has been modified; please apply your changes to the latest version and try again",
+                key.kind, key.name
+            )));
+        }
         let mut next = current.clone();
         match part {
             Part::Whole => json::merge_patch(&mut next, patch),

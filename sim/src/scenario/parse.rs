@@ -284,17 +284,10 @@ impl Ctx<'_> {
         Ok(s)
     }
 
-    /// The controller's mode. `takeover` is the contract's, and this build cannot play it:
-    /// refused, never run as another mode.
+    /// The controller's mode.
     fn mode(&self, node: &Node, path: &str) -> Result<Mode> {
         let s = self.one_of(node, path, &["alone", "shadow", "takeover"])?;
-        s.parse().map_err(|_| {
-            self.err(
-                node.line,
-                path,
-                format!("mode {s:?} is not available in this build (alone, shadow)"),
-            )
-        })
+        s.parse().map_err(|e: String| self.err(node.line, path, e))
     }
 
     fn opt_string(&self, m: &Map<'_>, key: &str) -> Result<Option<String>> {

@@ -532,7 +532,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             .meta
             .annotations
             .keys()
-            .filter(|k| k.starts_with(prefix))
+            .filter(|k| crate::ownership::is_foreign_hook(k, prefix))
             .map(String::as_str)
             .collect()
     }

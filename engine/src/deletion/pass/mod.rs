@@ -9,6 +9,7 @@ mod assess;
 mod draining;
 mod plan;
 mod steps;
+mod takeover;
 
 use super::phase::{DeletionPhase, PhaseFacts};
 use super::status::{self, DELETING, StatusFields, condition_summary, reason, set_condition};
@@ -58,6 +59,11 @@ pub(super) struct Pass<'p, 'a> {
     conditions_in_flight: bool,
     /// The commands the steps ask for, issued by [`Pass::apply`].
     plan: Plan,
+    /// Beside CAPI's manager, holding it at this controller's hooks ([`takeover`]).
+    takeover: bool,
+    /// The steps after the volume detach wait are CAPI's to reach first (takeover, while this
+    /// controller's pre-drain hook holds it).
+    stop_after_volumes: bool,
 }
 
 /// Whether a request of this kind may be (re)issued now: never while one is in flight, at once
@@ -78,7 +84,9 @@ impl<'p, 'a> Pass<'p, 'a> {
         cluster: &'a Cluster,
         tracked: &'p mut Tracked,
         cx: &'p mut Cx<'a>,
+        ownership: crate::ownership::Ownership,
     ) -> Self {
+        let takeover = ownership == crate::ownership::Ownership::Takeover;
         let store: &'a Store = cx.store;
         let now = cx.now;
         let scope = Scope::Workload(tracked.cluster.clone());
@@ -108,6 +116,11 @@ impl<'p, 'a> Pass<'p, 'a> {
         }
         let mut status = base_status.clone();
         status.phase = Some("Deleting".to_string());
+        if takeover {
+            // CAPI's manager writes these times for its own steps: this controller's live in
+            // its memory (and the drain's start in its own condition).
+            status.deletion = takeover::own_start_times(m, &tracked.memo.started);
+        }
         let (d, memo) = (&mut status.deletion, &tracked.memo.started);
         d.node_drain_start = d.node_drain_start.or(memo.node_drain_start);
         d.wait_for_node_volume_detach_start = d
@@ -141,6 +154,8 @@ impl<'p, 'a> Pass<'p, 'a> {
             node_seen: None,
             conditions_in_flight,
             plan: Plan::default(),
+            takeover,
+            stop_after_volumes: false,
         }
     }
 
@@ -193,6 +208,20 @@ impl<'p, 'a> Pass<'p, 'a> {
             | DeletionPhase::WaitingForPreTerminateHooks
             | DeletionPhase::DeletingInfrastructure
             | DeletionPhase::DeletingBootstrap
+            | DeletionPhase::DeletingNode
+            | DeletionPhase::RemovingFinalizer
+                if self.takeover =>
+            {
+                self.report_invalid_timeouts();
+                self.act_taken_over(phase, facts, found);
+                self.flush(phase);
+            }
+            DeletionPhase::WaitingForPreDrainHooks
+            | DeletionPhase::Draining
+            | DeletionPhase::WaitingForVolumeDetach
+            | DeletionPhase::WaitingForPreTerminateHooks
+            | DeletionPhase::DeletingInfrastructure
+            | DeletionPhase::DeletingBootstrap
             | DeletionPhase::DeletingNode => {
                 self.report_invalid_timeouts();
                 self.run_steps(facts, found);
@@ -224,6 +253,9 @@ impl<'p, 'a> Pass<'p, 'a> {
         }
         if let (Some(node), Some(volumes)) = (&node, found.volumes) {
             self.volume_detach(node, volumes);
+        }
+        if self.stop_after_volumes {
+            return;
         }
         self.pre_terminate_hooks(facts.pre_terminate_hooks);
         self.infrastructure(facts.infrastructure, node_outcome);
@@ -268,16 +300,23 @@ impl<'p, 'a> Pass<'p, 'a> {
         self.wakes.push((timer, at, about.cloned()));
     }
 
-    /// Writes the status fields and conditions that differ from what is observed.
+    /// Writes the status fields and conditions that differ from what is observed (taken
+    /// over: only this controller's own condition).
     fn flush(&mut self, phase: DeletionPhase) {
         self.watch_phase(phase);
+        if self.takeover {
+            self.flush_own_condition();
+            return;
+        }
         self.flush_status();
         self.flush_conditions();
     }
 
     /// Writes `status.phase`, `status.deletion.*` and `status.nodeRef` where they differ.
     fn flush_status(&mut self) {
-        if self.status == self.base_status
+        // Taken over, status is CAPI's manager's to write.
+        if self.takeover
+            || self.status == self.base_status
             || self.cx.wait_if_in_flight(
                 ControllerId::Deletion,
                 crate::ActionKind::PatchStatus,

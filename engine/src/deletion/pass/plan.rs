@@ -202,7 +202,7 @@ mod tests {
             effects: &mut effects,
         };
         let c = cluster("c1");
-        let mut pass = Pass::new(&key, &m, &c, &mut tracked, &mut cx);
+        let mut pass = Pass::new(&key, &m, &c, &mut tracked, &mut cx, Default::default());
         let mut pods = std::mem::take(&mut pass.tracked.pods.0);
         let (facts, found) = pass.assess(&mut pods);
         pass.plan_steps(&facts, found);

@@ -1,0 +1,160 @@
+//! Who owns a worker Machine's deletion: this controller alone, or Cluster API's manager with
+//! this controller holding it at upstream's deletion hooks (takeover).
+//!
+//! In takeover, this controller puts its own pre-drain and pre-terminate hook on the Machines
+//! it owns (Machines of a MachineSet, never a control plane's). While CAPI's manager waits at
+//! them it performs the deletion's steps itself; once the drain and the volume detach are over
+//! it removes its pre-drain hook (CAPI's drain then finds nothing to evict), and once the
+//! infrastructure, bootstrap and Node are gone it removes its pre-terminate hook, so CAPI's
+//! manager releases the finalizer. It writes no condition or status CAPI owns: its progress is
+//! its own condition, [`OWN_CONDITION`].
+//!
+//! The ownership is an input ([`crate::Input::Ownership`]), journaled when the process starts
+//! in another mode than the state it resumes, so a replay decides as the process did.
+
+use crate::model::{CONTROL_PLANE_LABEL, Machine, ObjectMeta};
+use serde::{Deserialize, Serialize};
+
+/// This controller's hooks' name (after the prefix's `/`) and owner (the annotation's value,
+/// as upstream's convention asks: who removes it).
+pub const HOOK_NAME: &str = "lifecycle";
+pub const HOOK_OWNER: &str = "lifecycle";
+/// This controller's pre-drain hook annotation.
+pub const OWN_PRE_DRAIN_HOOK: &str = "pre-drain.delete.hook.machine.cluster.x-k8s.io/lifecycle";
+/// This controller's pre-terminate hook annotation.
+pub const OWN_PRE_TERMINATE_HOOK: &str =
+    "pre-terminate.delete.hook.machine.cluster.x-k8s.io/lifecycle";
+/// The condition type that tells a taken-over deletion's progress (CAPI's own `Deleting` is
+/// never written in takeover).
+pub const OWN_CONDITION: &str = "LifecycleDeleting";
+
+/// The reasons of CAPI's `Deleting` condition while it waits at a hook: the only times a
+/// taken-over deletion acts.
+pub const CAPI_WAITING_FOR_PRE_DRAIN_HOOK: &str = "WaitingForPreDrainHook";
+pub const CAPI_WAITING_FOR_PRE_TERMINATE_HOOK: &str = "WaitingForPreTerminateHook";
+
+/// Whose hands a worker Machine's deletion is in.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub enum Ownership {
+    /// This controller is the only manager: it holds the finalizer and does every step.
+    #[default]
+    Alone,
+    /// Beside CAPI's manager: it owns worker Machines' deletion through its hooks.
+    Takeover,
+}
+
+impl Ownership {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ownership::Alone => "alone",
+            Ownership::Takeover => "takeover",
+        }
+    }
+}
+
+/// Which of this controller's hooks a Machine carries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OwnHooks {
+    pub pre_drain: bool,
+    pub pre_terminate: bool,
+}
+
+impl OwnHooks {
+    pub fn of(meta: &ObjectMeta) -> OwnHooks {
+        OwnHooks {
+            pre_drain: meta.has_annotation(OWN_PRE_DRAIN_HOOK),
+            pre_terminate: meta.has_annotation(OWN_PRE_TERMINATE_HOOK),
+        }
+    }
+
+    pub fn any(self) -> bool {
+        self.pre_drain || self.pre_terminate
+    }
+
+    pub fn both(self) -> bool {
+        self.pre_drain && self.pre_terminate
+    }
+}
+
+/// Whether an annotation is a deletion hook of someone else's: this controller never waits for
+/// its own (left behind by a takeover, they would hold an `alone` deletion forever).
+pub fn is_foreign_hook(annotation: &str, prefix: &str) -> bool {
+    annotation.starts_with(prefix)
+        && annotation != OWN_PRE_DRAIN_HOOK
+        && annotation != OWN_PRE_TERMINATE_HOOK
+}
+
+/// Whether takeover owns this Machine's deletion: a MachineSet's Machine, never one of a
+/// control plane (KCP removes its own pre-terminate hook only when no other is present).
+pub fn takes_over(m: &Machine) -> bool {
+    let owned_by = |kind: &str| {
+        m.meta
+            .owner_references
+            .iter()
+            .any(|o| o.kind == kind && o.api_version.starts_with("cluster.x-k8s.io/"))
+    };
+    let control_plane_owner = m
+        .meta
+        .owner_references
+        .iter()
+        .any(|o| o.api_version.starts_with("controlplane.cluster.x-k8s.io/"));
+    owned_by("MachineSet") && !m.meta.has_label(CONTROL_PLANE_LABEL) && !control_plane_owner
+}
+
+/// The merge patch that adds (`true`) or removes (`false`) hooks on a Machine.
+pub fn hooks_patch(pre_drain: Option<bool>, pre_terminate: Option<bool>) -> serde_json::Value {
+    let mut annotations = serde_json::Map::new();
+    for (key, set) in [
+        (OWN_PRE_DRAIN_HOOK, pre_drain),
+        (OWN_PRE_TERMINATE_HOOK, pre_terminate),
+    ] {
+        match set {
+            Some(true) => annotations.insert(key.into(), HOOK_OWNER.into()),
+            Some(false) => annotations.insert(key.into(), serde_json::Value::Null),
+            None => None,
+        };
+    }
+    serde_json::json!({"metadata": {"annotations": annotations}})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX};
+
+    #[test]
+    fn own_hooks_are_upstreams_prefixes_with_this_controllers_name() {
+        assert_eq!(
+            OWN_PRE_DRAIN_HOOK,
+            format!("{PRE_DRAIN_HOOK_PREFIX}/{HOOK_NAME}")
+        );
+        assert_eq!(
+            OWN_PRE_TERMINATE_HOOK,
+            format!("{PRE_TERMINATE_HOOK_PREFIX}/{HOOK_NAME}")
+        );
+        assert!(!is_foreign_hook(OWN_PRE_DRAIN_HOOK, PRE_DRAIN_HOOK_PREFIX));
+        assert!(is_foreign_hook(
+            "pre-drain.delete.hook.machine.cluster.x-k8s.io/backup",
+            PRE_DRAIN_HOOK_PREFIX
+        ));
+        assert!(!is_foreign_hook(
+            "pre-terminate.delete.hook.machine.cluster.x-k8s.io/backup",
+            PRE_DRAIN_HOOK_PREFIX
+        ));
+    }
+
+    #[test]
+    fn the_hooks_patch_sets_or_removes_only_what_it_names() {
+        assert_eq!(
+            hooks_patch(Some(true), Some(true)),
+            serde_json::json!({"metadata": {"annotations": {
+                OWN_PRE_DRAIN_HOOK: "lifecycle", OWN_PRE_TERMINATE_HOOK: "lifecycle"}}})
+        );
+        assert_eq!(
+            hooks_patch(Some(false), None),
+            serde_json::json!({"metadata": {"annotations": {OWN_PRE_DRAIN_HOOK: null}}})
+        );
+    }
+}
