@@ -252,7 +252,7 @@ impl FaultKind {
 
 /// The controller actions of the contract (timeline, JSON output and `expect` use these names),
 /// plus `AddFinalizer`, which this product issues as an action of its own.
-pub const CONTROLLER_ACTIONS: [&str; 15] = [
+pub const CONTROLLER_ACTIONS: [&str; 16] = [
     "Cordon",
     "Evict",
     "DeleteInfrastructure",
@@ -268,6 +268,7 @@ pub const CONTROLLER_ACTIONS: [&str; 15] = [
     "PatchStatus",
     "SetOwnerReference",
     "AddFinalizer",
+    "SetOwnCondition",
 ];
 
 /// One `expect` entry and the line it starts on.
