@@ -2216,3 +2216,121 @@ fn a_reason_journaled_before_the_management_list_is_kept_for_what_the_list_bring
         Some(&Unreachable::SecretMissing)
     );
 }
+
+/// Takeover: the engine told first that it runs beside CAPI's manager, then the world listed.
+fn takeover_start(objects: Vec<(Scope, Object)>) -> (Harness, Vec<Command>) {
+    let mut engine = Engine::new();
+    engine.handle(T0, Input::Ownership(crate::ownership::Ownership::Takeover));
+    let mut by_scope: BTreeMap<Scope, Vec<Object>> = BTreeMap::new();
+    for (scope, object) in objects {
+        by_scope.entry(scope).or_default().push(object);
+    }
+    for (scope, objects) in by_scope {
+        engine.handle(T0, listed(scope, objects));
+    }
+    let commands = drain_commands(&mut engine);
+    let h = Harness {
+        engine,
+        now: T0,
+        rv: 100,
+    };
+    (h, commands)
+}
+
+fn of_machine_set(mut m: Machine) -> Machine {
+    m.meta.owner_references.push(OwnerReference {
+        api_version: "cluster.x-k8s.io/v1beta2".into(),
+        kind: "MachineSet".into(),
+        name: "ms1".into(),
+        uid: "u-ms1".into(),
+        controller: true,
+    });
+    m
+}
+
+fn with_own_hooks(mut m: Machine) -> Machine {
+    for hook in [
+        crate::ownership::OWN_PRE_DRAIN_HOOK,
+        crate::ownership::OWN_PRE_TERMINATE_HOOK,
+    ] {
+        m.meta.annotations.insert(hook.into(), "lifecycle".into());
+    }
+    m
+}
+
+fn capi_deleting(mut m: Machine, reason: &str) -> Machine {
+    set_condition(
+        &mut m.conditions.current,
+        Condition::new("Deleting", ConditionStatus::True, reason, ""),
+        T0,
+    );
+    m
+}
+
+/// Hooks left behind by a takeover hold CAPI's manager, never this controller: alone, it
+/// drains as if they were not there.
+#[test]
+fn an_alone_deletion_never_waits_for_this_controllers_own_hooks() {
+    let (_, first) = Harness::start(world(with_own_hooks(deleting_m1())));
+    assert_eq!(destructive(&first), ["drain Cordon Node n1@c1"]);
+}
+
+/// Taken over, a deletion waits until CAPI's manager waits at one of this controller's hooks,
+/// then drains; it writes neither CAPI's conditions nor its status nor the finalizer.
+#[test]
+fn a_taken_over_deletion_acts_only_while_capi_waits_at_its_hooks() {
+    let m1 = with_own_hooks(of_machine_set(deleting_m1()));
+    let (mut h, first) = takeover_start(world(m1.clone()));
+    assert!(destructive(&first).is_empty(), "{:#?}", lines(&first));
+    let own = find(&first, "SetOwnCondition");
+    let Action::SetOwnCondition { conditions, .. } = &own.action else {
+        unreachable!()
+    };
+    let reason = &conditions
+        .current(crate::ownership::OWN_CONDITION)
+        .unwrap()
+        .reason;
+    assert_eq!(reason, "WaitingForClusterAPI");
+    let out = h.observe(
+        mgmt(),
+        Object::Machine(capi_deleting(m1, "WaitingForPreDrainHook")),
+    );
+    assert_eq!(destructive(&out), ["drain Cordon Node n1@c1"]);
+    for c in first.iter().chain(&out) {
+        assert!(
+            !matches!(
+                c.action,
+                Action::SetCondition { .. }
+                    | Action::PatchStatus { .. }
+                    | Action::RemoveFinalizer { .. }
+                    | Action::AddFinalizer { .. }
+            ),
+            "CAPI's to write: {c}"
+        );
+    }
+}
+
+/// Takeover hooks MachineSets' Machines before they are deleted: never a control plane's,
+/// never one already deleting (left to CAPI's manager).
+#[test]
+fn takeover_hooks_only_machine_sets_machines_not_yet_deleting() {
+    let mut objects = world(of_machine_set(deleting_m1()));
+    let mut m2 = of_machine_set(machine("c1", "m2", None));
+    m2.meta.resource_version = 7;
+    objects.push((mgmt(), Object::Machine(m2)));
+    let (_, first) = takeover_start(objects);
+    let hooked: Vec<String> = all(&first, "PatchSpec")
+        .iter()
+        .map(|c| c.action.target().key.name.to_string())
+        .collect();
+    assert_eq!(hooked, ["m2"]);
+    let Action::PatchSpec { merge, .. } = &find(&first, "PatchSpec").action else {
+        unreachable!()
+    };
+    assert_eq!(
+        merge.to_value()["metadata"]["resourceVersion"],
+        "7",
+        "a Machine deleted meanwhile is not hooked"
+    );
+    assert!(destructive(&first).is_empty(), "{:#?}", lines(&first));
+}

@@ -430,3 +430,44 @@ fn a_loop_over_a_rebuilt_engine_starts_from_what_it_knew_of_each_connection() {
     assert_eq!(unreachable_of(&appended_by(&mut lp, at(3))), [None]);
     assert_eq!(lp.core().store().unreachable(&c1), None);
 }
+
+/// A process started in another ownership than the state it resumes journals the change
+/// first, so a replay decides as the process did; one that resumes its own journals nothing.
+#[test]
+fn a_change_of_ownership_is_journaled_before_anything_else() {
+    use crate::ownership::Ownership;
+    let takeover = LoopOptions {
+        mode: super::Mode::Takeover,
+        ..LoopOptions::default()
+    };
+    let mut lp = Loop::new(Engine::new(), takeover.clone());
+    let appended = appended_by(&mut lp, at(1));
+    assert!(
+        matches!(
+            appended.first(),
+            Some(Input::Ownership(Ownership::Takeover))
+        ),
+        "{appended:?}"
+    );
+    assert_eq!(
+        lp.core().controllers().deletion.ownership(),
+        Ownership::Takeover
+    );
+    let mut resumed = Loop::new(lp.core().clone(), takeover);
+    assert!(
+        !appended_by(&mut resumed, at(2))
+            .iter()
+            .any(|i| matches!(i, Input::Ownership(_))),
+        "the state already runs in takeover"
+    );
+    let shadow = LoopOptions {
+        mode: super::Mode::Shadow,
+        ..LoopOptions::default()
+    };
+    let mut back = Loop::new(resumed.core().clone(), shadow);
+    let appended = appended_by(&mut back, at(3));
+    assert!(
+        matches!(appended.first(), Some(Input::Ownership(Ownership::Alone))),
+        "a shadow decides as if alone: {appended:?}"
+    );
+}
