@@ -35,6 +35,9 @@ enum Command {
     Explain(cli::explain::ExplainArgs),
     /// Run the controllers against the management cluster of the current kubeconfig.
     Run(cli::run::RunArgs),
+    /// Hand worker Machines back to Cluster API's manager: remove this controller's deletion
+    /// hooks (the uninstall path of `run --mode takeover`).
+    Release(cli::release::ReleaseArgs),
     /// Compare a shadow run's decisions with what was done (`run --mode shadow`).
     Shadow {
         #[command(subcommand)]
@@ -49,6 +52,7 @@ fn main() -> ExitCode {
         Command::Log { command } => cli::log::main(command),
         Command::Explain(args) => cli::explain::main(args),
         Command::Run(args) => cli::run::main(args),
+        Command::Release(args) => cli::release::main(args),
         Command::Shadow { command } => cli::shadow::main(command),
     };
     ExitCode::from(code)

@@ -137,7 +137,7 @@ impl StopSignal {
 
 /// Why `lifecycle run` stopped, deciding its exit code.
 #[derive(Debug)]
-enum RunFailure {
+pub(super) enum RunFailure {
     /// Bad input: flags, the kubeconfig (exit 2).
     Input(String),
     /// It could not do its job: the journal locked or unusable, a port in use, leadership
@@ -154,7 +154,7 @@ fn unable(e: impl std::fmt::Display) -> RunFailure {
     RunFailure::Unable(e.to_string())
 }
 
-async fn management_client(path: Option<&PathBuf>) -> Result<Client, RunFailure> {
+pub(super) async fn management_client(path: Option<&PathBuf>) -> Result<Client, RunFailure> {
     let config = match path {
         Some(p) => {
             let kubeconfig = Kubeconfig::read_from(p)

@@ -1,0 +1,120 @@
+//! `lifecycle run --mode takeover` hooks the MachineSet's worker Machine (and not the control
+//! plane's) over HTTP; `lifecycle release` removes exactly those hooks and nothing else.
+
+use kube::Config;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use std::path::Path;
+
+mod common;
+use common::{lifecycle, serve};
+
+const PRE_DRAIN: &str = "pre-drain.delete.hook.machine.cluster.x-k8s.io/lifecycle";
+const PRE_TERMINATE: &str = "pre-terminate.delete.hook.machine.cluster.x-k8s.io/lifecycle";
+const OTHERS: &str = "pre-terminate.delete.hook.machine.cluster.x-k8s.io/backup";
+
+async fn machines(kubeconfig: &Path) -> Api<DynamicObject> {
+    let kube = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let config = Config::from_custom_kubeconfig(kube, &Default::default())
+        .await
+        .unwrap();
+    let client = adapters::kube::client_from_config(config).unwrap();
+    let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine");
+    Api::namespaced_with(
+        client,
+        "default",
+        &ApiResource::from_gvk_with_plural(&gvk, "machines"),
+    )
+}
+
+async fn annotations(api: &Api<DynamicObject>, name: &str) -> Vec<String> {
+    let m = api.get(name).await.unwrap();
+    m.metadata
+        .annotations
+        .unwrap_or_default()
+        .into_keys()
+        .collect()
+}
+
+fn release(kubeconfig: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = lifecycle()
+        .arg("release")
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn takeover_hooks_the_worker_and_release_removes_only_its_hooks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, kubeconfig, clock) = serve(dir.path(), "takeover-worker-deletion", 1);
+    assert!(clock.join(" ").contains("--mode takeover"), "{clock:?}");
+    let api = machines(&kubeconfig).await;
+    // A third party's hook, which release must leave alone.
+    api.patch(
+        "m1",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {OTHERS: "backup"}}})),
+    )
+    .await
+    .unwrap();
+    let out = lifecycle()
+        .args(["run", "--run-for", "2", "--metrics-addr", "127.0.0.1:0"])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--journal")
+        .arg(dir.path().join("journal"))
+        .args(&clock)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let m1 = annotations(&api, "m1").await;
+    assert!(
+        m1.contains(&PRE_DRAIN.to_string()) && m1.contains(&PRE_TERMINATE.to_string()),
+        "{m1:?}"
+    );
+    let cp = annotations(&api, "cp-1").await;
+    assert!(!cp.iter().any(|a| a.ends_with("/lifecycle")), "{cp:?}");
+
+    let (code, stdout, stderr) = release(&kubeconfig, &["--all", "--dry-run"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("default/m1: would remove"), "{stdout}");
+    assert_eq!(
+        annotations(&api, "m1").await,
+        m1,
+        "a dry run changes nothing"
+    );
+
+    let (code, stdout, stderr) = release(&kubeconfig, &["default/m1"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(&format!("default/m1: removed {PRE_DRAIN}, {PRE_TERMINATE}")),
+        "{stdout}"
+    );
+    assert_eq!(annotations(&api, "m1").await, [OTHERS.to_string()]);
+
+    let (code, stdout, _) = release(&kubeconfig, &["--all"]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("nothing to release"), "{stdout}");
+
+    for (args, said) in [
+        (&[][..], "pass --all"),
+        (&["m1"][..], "is not NAMESPACE/NAME"),
+        (&["default/nope"][..], "does not exist"),
+    ] {
+        let (code, _, stderr) = release(&kubeconfig, args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+    }
+}
