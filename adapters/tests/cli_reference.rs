@@ -7,7 +7,7 @@ use std::process::Command;
 const DOC_PATH: &str = "docs/cli.md";
 
 /// Every command path of the binary, top level first.
-const COMMANDS: [&[&str]; 15] = [
+const COMMANDS: [&[&str]; 16] = [
     &[],
     &["sim"],
     &["sim", "run"],
@@ -21,6 +21,7 @@ const COMMANDS: [&[&str]; 15] = [
     &["log", "repair"],
     &["explain"],
     &["run"],
+    &["release"],
     &["shadow"],
     &["shadow", "report"],
 ];

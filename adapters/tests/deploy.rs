@@ -723,3 +723,35 @@ fn the_image_runs_as_the_pods_uid() {
     assert!(containerfile.contains("FROM scratch"));
     assert!(containerfile.contains("ENTRYPOINT [\"/lifecycle\"]"));
 }
+
+/// The takeover overlay runs `--mode=takeover` with the base's grants: it patches Machines (its
+/// hooks) and their status (its own condition), and deletes provider objects.
+#[test]
+fn the_takeover_overlay_runs_in_takeover_mode_and_may_patch_machines() {
+    let objects = rendered_and_valid(&rbac::deploy_dir().join("takeover"));
+    let args: Vec<&str> = controller(&objects)["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(args.contains(&"--mode=takeover"), "{args:?}");
+    assert!(!args.contains(&"--mode=shadow"), "{args:?}");
+    let mut installed = objects.clone();
+    installed.extend(rbac::provider_roles());
+    let granted = rbac::granted_to(&installed, "lifecycle-system", "lifecycle-controller");
+    for (resource, verb) in [
+        ("machines", "patch"),
+        ("machines/status", "patch"),
+        ("dockermachines", "delete"),
+    ] {
+        assert!(
+            granted
+                .cluster
+                .iter()
+                .any(|g| g.resource == resource && g.verb == verb),
+            "{verb} {resource}: {}",
+            rbac::table(&granted.cluster)
+        );
+    }
+}
