@@ -996,7 +996,7 @@ fn expectation_shapes_are_checked() {
 
 #[test]
 fn action_names_must_be_controller_actions() {
-    let known = "Cordon, Evict, DeleteInfrastructure, DeleteBootstrap, DeleteNode, RemoveFinalizer, SetCondition, CreateRemediation, DeleteRemediation, DeleteMachine, CreateMachine, PatchSpec, PatchStatus, SetOwnerReference, AddFinalizer";
+    let known = "Cordon, Evict, DeleteInfrastructure, DeleteBootstrap, DeleteNode, RemoveFinalizer, SetCondition, CreateRemediation, DeleteRemediation, DeleteMachine, CreateMachine, PatchSpec, PatchStatus, SetOwnerReference, AddFinalizer, SetOwnCondition";
     assert_eq!(
         err_of("name: t\nexpect:\n  - {action: Drain, count: 1}\n"),
         format!("x.yaml:3: expect[0].action: unknown action \"Drain\" (expected one of: {known})")
