@@ -257,6 +257,15 @@ fn controller(objects: &[Value]) -> &Value {
     &rbac::find(objects, "Deployment", "lifecycle-controller")["spec"]["template"]["spec"]
 }
 
+fn controller_args(objects: &[Value]) -> Vec<&str> {
+    controller(objects)["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
 #[test]
 fn the_deployment_runs_one_hardened_replica_on_its_journal() {
     let objects = rbac::documents(&render(&rbac::deploy_dir()));
@@ -636,12 +645,7 @@ fn the_controller_may_read_capis_lease_by_name_and_only_that() {
 #[test]
 fn the_shadow_overlay_runs_in_shadow_mode_and_may_only_read() {
     let objects = rendered_and_valid(&rbac::deploy_dir().join("shadow"));
-    let args: Vec<&str> = controller(&objects)["containers"][0]["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let args = controller_args(&objects);
     assert!(args.contains(&"--mode=shadow"), "{args:?}");
     let mut installed = objects.clone();
     installed.extend(rbac::provider_roles());
@@ -729,12 +733,7 @@ fn the_image_runs_as_the_pods_uid() {
 #[test]
 fn the_takeover_overlay_runs_in_takeover_mode_and_may_patch_machines() {
     let objects = rendered_and_valid(&rbac::deploy_dir().join("takeover"));
-    let args: Vec<&str> = controller(&objects)["containers"][0]["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let args = controller_args(&objects);
     assert!(args.contains(&"--mode=takeover"), "{args:?}");
     assert!(!args.contains(&"--mode=shadow"), "{args:?}");
     let mut installed = objects.clone();

@@ -180,12 +180,20 @@ pub fn synced_engine(
     now: Timestamp,
     objects: Vec<(Scope, Object)>,
 ) -> (crate::Engine, Vec<crate::Command>) {
+    synced(crate::Engine::new(), now, objects)
+}
+
+/// [`synced_engine`] from `engine` (one told something first, such as its ownership).
+pub fn synced(
+    mut engine: crate::Engine,
+    now: Timestamp,
+    objects: Vec<(Scope, Object)>,
+) -> (crate::Engine, Vec<crate::Command>) {
     let mut by_scope: BTreeMap<Scope, Vec<Object>> = BTreeMap::new();
     by_scope.entry(Scope::Management).or_default();
     for (scope, object) in objects {
         by_scope.entry(scope).or_default().push(object);
     }
-    let mut engine = crate::Engine::new();
     for (scope, objects) in by_scope {
         engine.handle(now, listed(scope, objects));
     }

@@ -2221,14 +2221,7 @@ fn a_reason_journaled_before_the_management_list_is_kept_for_what_the_list_bring
 fn takeover_start(objects: Vec<(Scope, Object)>) -> (Harness, Vec<Command>) {
     let mut engine = Engine::new();
     engine.handle(T0, Input::Ownership(crate::ownership::Ownership::Takeover));
-    let mut by_scope: BTreeMap<Scope, Vec<Object>> = BTreeMap::new();
-    for (scope, object) in objects {
-        by_scope.entry(scope).or_default().push(object);
-    }
-    for (scope, objects) in by_scope {
-        engine.handle(T0, listed(scope, objects));
-    }
-    let commands = drain_commands(&mut engine);
+    let (engine, commands) = synced(engine, T0, objects);
     let h = Harness {
         engine,
         now: T0,

@@ -202,6 +202,14 @@ impl<'p, 'a> Pass<'p, 'a> {
                     }
                 }
             }
+            DeletionPhase::RemovingFinalizer if !self.takeover => {
+                self.report_invalid_timeouts();
+                self.run_steps(facts, found);
+                self.set_deleting(reason::DELETION_COMPLETED, "Deletion completed");
+                self.flush(phase);
+                self.remove_finalizer();
+            }
+            // Taken over, the finalizer is CAPI's: the last step hands back a hook instead.
             DeletionPhase::WaitingForPreDrainHooks
             | DeletionPhase::Draining
             | DeletionPhase::WaitingForVolumeDetach
@@ -209,30 +217,14 @@ impl<'p, 'a> Pass<'p, 'a> {
             | DeletionPhase::DeletingInfrastructure
             | DeletionPhase::DeletingBootstrap
             | DeletionPhase::DeletingNode
-            | DeletionPhase::RemovingFinalizer
-                if self.takeover =>
-            {
+            | DeletionPhase::RemovingFinalizer => {
                 self.report_invalid_timeouts();
-                self.act_taken_over(phase, facts, found);
+                if self.takeover {
+                    self.act_taken_over(phase, facts, found);
+                } else {
+                    self.run_steps(facts, found);
+                }
                 self.flush(phase);
-            }
-            DeletionPhase::WaitingForPreDrainHooks
-            | DeletionPhase::Draining
-            | DeletionPhase::WaitingForVolumeDetach
-            | DeletionPhase::WaitingForPreTerminateHooks
-            | DeletionPhase::DeletingInfrastructure
-            | DeletionPhase::DeletingBootstrap
-            | DeletionPhase::DeletingNode => {
-                self.report_invalid_timeouts();
-                self.run_steps(facts, found);
-                self.flush(phase);
-            }
-            DeletionPhase::RemovingFinalizer => {
-                self.report_invalid_timeouts();
-                self.run_steps(facts, found);
-                self.set_deleting(reason::DELETION_COMPLETED, "Deletion completed");
-                self.flush(phase);
-                self.remove_finalizer();
             }
         }
         self.apply();

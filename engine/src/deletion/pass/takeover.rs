@@ -24,6 +24,12 @@ pub mod own_reason {
     pub const RELEASED_TO_CLUSTER_API: &str = "ReleasedToClusterAPI";
 }
 
+/// One of this controller's two hooks.
+enum Hook {
+    PreDrain,
+    PreTerminate,
+}
+
 /// The reason of CAPI's own `Deleting` condition on the Machine.
 fn capi_deleting_reason(m: &Machine) -> Option<&str> {
     m.conditions.current(DELETING).map(|c| c.reason.as_str())
@@ -57,7 +63,7 @@ impl Pass<'_, '_> {
                 if hooks.pre_drain =>
             {
                 if drain_over {
-                    self.hand_back(OWN_PRE_DRAIN_HOOK, own_reason::DRAIN_HANDED_BACK, format!(
+                    self.hand_back(Hook::PreDrain, own_reason::DRAIN_HANDED_BACK, format!(
                         "Drained and volumes detached: removing hook {OWN_PRE_DRAIN_HOOK}, so Cluster API's manager goes on to the pre-terminate hooks"
                     ));
                 } else {
@@ -68,7 +74,7 @@ impl Pass<'_, '_> {
             Some(CAPI_WAITING_FOR_PRE_TERMINATE_HOOK) if hooks.pre_terminate => {
                 self.run_steps(facts, found);
                 if phase == DeletionPhase::RemovingFinalizer {
-                    self.hand_back(OWN_PRE_TERMINATE_HOOK, own_reason::RELEASED_TO_CLUSTER_API, format!(
+                    self.hand_back(Hook::PreTerminate, own_reason::RELEASED_TO_CLUSTER_API, format!(
                         "Infrastructure, bootstrap and Node deleted: removing hook {OWN_PRE_TERMINATE_HOOK}, so Cluster API's manager removes the finalizer"
                     ));
                 }
@@ -87,10 +93,10 @@ impl Pass<'_, '_> {
     }
 
     /// Removes one of this controller's hooks: CAPI's manager takes the deletion on from there.
-    fn hand_back(&mut self, hook: &str, reason: &'static str, message: String) {
-        let patch = match hook {
-            OWN_PRE_DRAIN_HOOK => hooks_patch(Some(false), None),
-            _ => hooks_patch(None, Some(false)),
+    fn hand_back(&mut self, hook: Hook, reason: &'static str, message: String) {
+        let (patch, hook) = match hook {
+            Hook::PreDrain => (hooks_patch(Some(false), None), OWN_PRE_DRAIN_HOOK),
+            Hook::PreTerminate => (hooks_patch(None, Some(false)), OWN_PRE_TERMINATE_HOOK),
         };
         self.set_deleting(reason, message.clone());
         self.plan.push(
