@@ -34,7 +34,7 @@ enum Command {
     /// holds it now and what would unblock it.
     Explain(cli::explain::ExplainArgs),
     /// Run the controllers against the management cluster of the current kubeconfig.
-    Run(cli::run::RunArgs),
+    Run(Box<cli::run::RunArgs>),
     /// Hand worker Machines back to Cluster API's manager: remove this controller's deletion
     /// hooks (the uninstall path of `run --mode takeover`).
     Release(cli::release::ReleaseArgs),
@@ -51,7 +51,7 @@ fn main() -> ExitCode {
         Command::Sim { command } => cli::sim::main(command),
         Command::Log { command } => cli::log::main(command),
         Command::Explain(args) => cli::explain::main(args),
-        Command::Run(args) => cli::run::main(args),
+        Command::Run(args) => cli::run::main(*args),
         Command::Release(args) => cli::release::main(args),
         Command::Shadow { command } => cli::shadow::main(command),
     };

@@ -109,7 +109,8 @@ impl Scripted {
             | Input::Unlisted { .. }
             | Input::Unwatched { .. }
             | Input::ClusterUnreachable { .. }
-            | Input::Ownership(_) => {}
+            | Input::Ownership(_)
+            | Input::OwnMachines(_) => {}
         }
     }
 }

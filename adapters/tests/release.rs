@@ -118,3 +118,94 @@ async fn takeover_hooks_the_worker_and_release_removes_only_its_hooks() {
         assert!(stderr.contains(said), "{args:?}: {stderr}");
     }
 }
+
+fn takeover_run(
+    kubeconfig: &Path,
+    journal: &Path,
+    clock: &[String],
+    extra: &[&str],
+) -> (i32, String) {
+    let out = lifecycle()
+        .args(["run", "--run-for", "2", "--metrics-addr", "127.0.0.1:0"])
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--journal")
+        .arg(journal)
+        .args(clock)
+        .args(extra)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `--own-machines` chooses the Machines takeover hooks (a control plane's never), a narrower
+/// choice on the next start takes the hooks off those it no longer owns, and a selector that
+/// cannot be used, or one without takeover, is refused before anything is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_machines_chooses_what_takeover_hooks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, kubeconfig, clock) = serve(dir.path(), "takeover-worker-deletion", 1);
+    let api = machines(&kubeconfig).await;
+    let blue = serde_json::json!({"metadata": {"labels": {"pool": "blue"}}});
+    for name in ["m1", "cp-1"] {
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&blue))
+            .await
+            .unwrap();
+    }
+    let journal = dir.path().join("journal");
+    let hooked = |a: &[String]| a.iter().any(|a| a.ends_with("/lifecycle"));
+
+    let (code, err) = takeover_run(
+        &kubeconfig,
+        &journal,
+        &clock,
+        &["--own-machines", "pool=blue"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(hooked(&annotations(&api, "m1").await));
+    assert!(
+        !hooked(&annotations(&api, "cp-1").await),
+        "a control plane's, selected or not"
+    );
+
+    let (code, err) = takeover_run(
+        &kubeconfig,
+        &journal,
+        &clock,
+        &["--own-machines", "pool=green"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !hooked(&annotations(&api, "m1").await),
+        "no longer selected: its hooks are taken off"
+    );
+
+    let refused = dir.path().join("refused");
+    for (extra, says) in [
+        (
+            &["--own-machines", ""][..],
+            "an empty selector would own every Machine",
+        ),
+        (&["--own-machines", "pool in blue"][..], "a set is written"),
+        (
+            &["--mode", "alone", "--own-machines", "pool=blue"][..],
+            "means nothing with --mode alone",
+        ),
+    ] {
+        let clock: Vec<String> = clock
+            .iter()
+            .filter(|a| !a.starts_with("--mode") && *a != "takeover")
+            .cloned()
+            .collect();
+        let (code, err) = takeover_run(&kubeconfig, &refused, &clock, extra);
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert!(err.contains(says), "{extra:?}: {err}");
+        assert!(
+            !refused.exists(),
+            "{extra:?}: a refused start writes nothing"
+        );
+    }
+}

@@ -104,6 +104,19 @@ where
     }
 }
 
+/// A field that state version 7 added (see [`added_in_6`]).
+pub fn added_in_7<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de> + Default,
+{
+    if layout_before(7) {
+        Ok(T::default())
+    } else {
+        T::deserialize(deserializer)
+    }
+}
+
 /// Whether the value being decoded was written with a state layout older than `version`.
 pub fn layout_before(version: u16) -> bool {
     LAYOUT

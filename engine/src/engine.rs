@@ -90,7 +90,9 @@ impl Dirty {
 ///    Version 4 snapshots are read and migrated ([`Engine::decode_state_of`]), so a journal
 ///    whose early records were retired behind one resumes.
 /// 6: the deletion controller's [`crate::ownership::Ownership`] (absent before: alone).
-pub const STATE_VERSION: u16 = 6;
+/// 7: the deletion controller's `--own-machines` selector (absent before: none, a MachineSet's
+///    Machines).
+pub const STATE_VERSION: u16 = 7;
 /// The oldest state layout this build reads (and migrates to [`STATE_VERSION`]).
 pub const STATE_VERSION_OLDEST_READ: u16 = 4;
 
@@ -351,10 +353,13 @@ impl Engine {
             Input::Ownership(ownership) => {
                 if self.controllers.deletion.ownership() != ownership {
                     self.controllers.deletion.set_ownership(ownership);
-                    let slot = ControllerId::Deletion.slot();
-                    for (key, _) in self.store.iter_kind(&Scope::Management, &Kind::Machine) {
-                        dirty.push(slot, key.clone());
-                    }
+                    self.every_machine_dirty(dirty);
+                }
+            }
+            Input::OwnMachines(selector) => {
+                if self.controllers.deletion.own_machines() != selector.as_ref() {
+                    self.controllers.deletion.set_own_machines(selector);
+                    self.every_machine_dirty(dirty);
                 }
             }
         }
@@ -516,6 +521,14 @@ impl Engine {
                 budget -= 1;
                 self.reconcile_key(slot, &key);
             }
+        }
+    }
+
+    /// The deletion controller reconciles every Machine (its ownership changed).
+    fn every_machine_dirty(&self, dirty: &mut Dirty) {
+        let slot = ControllerId::Deletion.slot();
+        for (key, _) in self.store.iter_kind(&Scope::Management, &Kind::Machine) {
+            dirty.push(slot, key.clone());
         }
     }
 

@@ -63,6 +63,9 @@ pub enum Input {
     /// The process runs in another ownership than the state it resumes (journaled at its start,
     /// so a replay decides as it did; see [`crate::ownership`]).
     Ownership(crate::ownership::Ownership),
+    /// The process owns, in takeover, the Machines this selects (`--own-machines`; `None`: a
+    /// MachineSet's), journaled like [`Input::Ownership`].
+    OwnMachines(Option<crate::model::LabelSelector>),
 }
 
 /// What a relist ([`Input::Relist`] or [`Input::RelistKind`]) replaced.
@@ -130,6 +133,7 @@ enum Unbatched {
         reason: Option<Unreachable>,
     },
     Ownership(crate::ownership::Ownership),
+    OwnMachines(Option<crate::model::LabelSelector>),
 }
 
 /// Never decodes: a batch inside a batch is a damaged record.
@@ -174,6 +178,7 @@ impl From<Unbatched> for Input {
                 Input::ClusterUnreachable { scope, reason }
             }
             Unbatched::Ownership(o) => Input::Ownership(o),
+            Unbatched::OwnMachines(s) => Input::OwnMachines(s),
         }
     }
 }
@@ -305,6 +310,8 @@ impl Input {
                 (Scope::Management, _) => "the management cluster's connection".to_string(),
             },
             Input::Ownership(o) => format!("runs in {} ownership", o.as_str()),
+            Input::OwnMachines(Some(s)) => format!("owns the Machines selected by {s}"),
+            Input::OwnMachines(None) => "owns the Machines of MachineSets".to_string(),
             Input::Batch { inputs } => {
                 const SHOWN: usize = 3;
                 let mut text = format!("batch of {}: ", inputs.len());

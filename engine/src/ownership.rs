@@ -12,7 +12,7 @@
 //! The ownership is an input ([`crate::Input::Ownership`]), journaled when the process starts
 //! in another mode than the state it resumes, so a replay decides as the process did.
 
-use crate::model::{CONTROL_PLANE_LABEL, Machine, ObjectMeta};
+use crate::model::{CONTROL_PLANE_LABEL, LabelSelector, Machine, ObjectMeta};
 use serde::{Deserialize, Serialize};
 
 /// This controller's hooks' name (after the prefix's `/`) and owner (the annotation's value,
@@ -86,9 +86,10 @@ pub fn is_foreign_hook(annotation: &str, prefix: &str) -> bool {
         && annotation != OWN_PRE_TERMINATE_HOOK
 }
 
-/// Whether takeover owns this Machine's deletion: a MachineSet's Machine, never one of a
-/// control plane (KCP removes its own pre-terminate hook only when no other is present).
-pub fn takes_over(m: &Machine) -> bool {
+/// Whether takeover owns this Machine's deletion: one `own` selects (`--own-machines`), by
+/// default a MachineSet's, and never one of a control plane (KCP removes its own pre-terminate
+/// hook only when no other is present).
+pub fn takes_over(m: &Machine, own: Option<&LabelSelector>) -> bool {
     let owned_by = |kind: &str| {
         m.meta
             .owner_references
@@ -100,7 +101,11 @@ pub fn takes_over(m: &Machine) -> bool {
         .owner_references
         .iter()
         .any(|o| o.api_version.starts_with("controlplane.cluster.x-k8s.io/"));
-    owned_by("MachineSet") && !m.meta.has_label(CONTROL_PLANE_LABEL) && !control_plane_owner
+    let selected = match own {
+        Some(selector) => selector.matches(&m.meta.labels),
+        None => owned_by("MachineSet"),
+    };
+    selected && !m.meta.has_label(CONTROL_PLANE_LABEL) && !control_plane_owner
 }
 
 /// The merge patch that adds (`true`) or removes (`false`) hooks on a Machine.

@@ -12,8 +12,9 @@ use engine::{Input, Timestamp, recovery};
 use std::path::{Path, PathBuf};
 
 /// The restored state's hash in this build's encoding (state version 6 added the deletion
-/// controller's ownership: one byte, alone).
-const FIXTURE_STATE_HASH: u64 = 0x0e5f_559d_f53c_380b;
+/// controller's ownership: one byte, alone; version 7 its `--own-machines` selector: one byte,
+/// none).
+const FIXTURE_STATE_HASH: u64 = 0xa836_8667_b553_3ab1;
 
 fn fixture_copy(root: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/journal-5b02b81");
@@ -70,6 +71,7 @@ fn a_journal_written_by_5b02b81_with_retired_records_resumes_without_refusing() 
     let restored = recovery::restore(&j).unwrap();
     assert_eq!(restored.snapshot_seq, Some(300));
     assert_eq!(restored.engine.state_hash(), FIXTURE_STATE_HASH);
+    assert_eq!(restored.engine.controllers().deletion.own_machines(), None);
     let mut engine = restored.engine;
     for i in 0..70i64 {
         let at = Timestamp(1_700_001_000_000 + i * 1_000);

@@ -478,7 +478,8 @@ fn note_uids(input: &Input, uids: &mut BTreeMap<ObjectKey, String>) {
         | Input::Restarted
         | Input::Unlisted { .. }
         | Input::ClusterUnreachable { .. }
-        | Input::Ownership(_) => {}
+        | Input::Ownership(_)
+        | Input::OwnMachines(_) => {}
     }
 }
 

@@ -146,7 +146,8 @@ impl Repeats {
             | Input::Unlisted { .. }
             | Input::Unwatched { .. }
             | Input::ClusterUnreachable { .. }
-            | Input::Ownership(_) => {}
+            | Input::Ownership(_)
+            | Input::OwnMachines(_) => {}
         }
     }
 

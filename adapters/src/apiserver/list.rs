@@ -8,9 +8,10 @@
 
 use super::Query;
 use super::resources::ResourceType;
-use super::selector::{FieldSelector, LabelSelector};
+use super::selector::FieldSelector;
 use super::state::ClusterState;
 use super::status::Failure;
+use engine::model::LabelSelector;
 use serde_json::{Value, json};
 use sim::api::{ObjKey, json as sjson};
 

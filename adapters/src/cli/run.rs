@@ -7,6 +7,7 @@ use adapters::kube::lease::{self, LeaseConfig};
 use adapters::kube::serving::{self, auth::Authorizer, tls};
 use adapters::kube::{Adapter, AdapterOptions, Metrics, SledLog};
 use clap::Args;
+use engine::model::LabelSelector;
 use engine::runtime::{LoopOptions, Mode};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
@@ -69,6 +70,12 @@ pub struct RunArgs {
     /// finalizer, the MachineHealthChecks and the MachinePools).
     #[arg(long, default_value_t = Mode::Alone, value_name = "alone|shadow|takeover")]
     pub mode: Mode,
+    /// With `--mode takeover`: the Machines it owns, a label selector as `kubectl -l` takes
+    /// (`pool=blue`, `tier in (a,b)`, `!spot`). Default: every Machine a MachineSet owns. A
+    /// control plane's Machine is never owned. Hooks on a Machine it no longer owns are removed
+    /// unless the Machine is being deleted.
+    #[arg(long, value_name = "SELECTOR", value_parser = own_machines)]
+    pub own_machines: Option<LabelSelector>,
     /// Namespace of CAPI's manager and its Lease `controller-leader-election-capi` (read at
     /// start in `--mode alone`).
     #[arg(long, default_value = "capi-system")]
@@ -105,6 +112,14 @@ pub struct RunArgs {
     pub clock_origin_ms: Option<i64>,
     #[arg(long, hide = true, requires = "clock_origin_ms")]
     pub clock_speed: Option<u32>,
+}
+
+fn own_machines(s: &str) -> Result<LabelSelector, String> {
+    let selector = LabelSelector::parse(s)?;
+    if selector.is_empty() {
+        return Err("an empty selector would own every Machine: name the Machines' labels (omit the flag for the MachineSets' Machines)".to_string());
+    }
+    Ok(selector)
 }
 
 fn positive_qps(s: &str) -> Result<f64, String> {
@@ -309,6 +324,12 @@ async fn run(args: RunArgs) -> Result<(), RunFailure> {
     if let (Some(origin), Some(speed)) = (args.clock_origin_ms, args.clock_speed) {
         adapters::clock::scale(engine::Timestamp(origin), speed).map_err(RunFailure::Input)?;
     }
+    if args.own_machines.is_some() && args.mode != Mode::Takeover {
+        return Err(RunFailure::Input(format!(
+            "--own-machines chooses the Machines --mode takeover owns; it means nothing with --mode {}",
+            args.mode
+        )));
+    }
     let client = management_client(args.kubeconfig.as_ref()).await?;
     // Before the journal is opened: a refused start writes nothing.
     check_alone(&args, &client).await?;
@@ -367,6 +388,7 @@ async fn run(args: RunArgs) -> Result<(), RunFailure> {
     let options = AdapterOptions {
         loop_options: LoopOptions {
             mode: args.mode,
+            own_machines: args.own_machines.clone(),
             ..LoopOptions::default()
         },
         instance: identity(),

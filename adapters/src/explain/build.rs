@@ -29,7 +29,8 @@ pub(super) fn input_concerns(
         | Input::Unlisted { .. }
         | Input::Unwatched { .. }
         | Input::ClusterUnreachable { .. }
-        | Input::Ownership(_) => false,
+        | Input::Ownership(_)
+        | Input::OwnMachines(_) => false,
     }
 }
 
@@ -387,6 +388,7 @@ impl Explainer {
                 | Input::Unlisted { .. }
                 | Input::Unwatched { .. }
                 | Input::Ownership(_)
+                | Input::OwnMachines(_)
                 | Input::Batch { .. } => {}
                 Input::ClusterUnreachable { scope, reason } => {
                     cluster_reachability(t, r, scope, reason.as_ref())

@@ -118,6 +118,9 @@ pub struct MachineDeletion {
     /// Alone, or beside CAPI's manager owning worker Machines' deletion through its hooks.
     #[serde(deserialize_with = "crate::codec::added_in_6")]
     ownership: Ownership,
+    /// In takeover, the Machines it owns (`None`: a MachineSet's).
+    #[serde(deserialize_with = "crate::codec::added_in_7")]
+    own_machines: Option<crate::model::LabelSelector>,
 }
 
 /// Points `key` at what `r` references, keeping it (no allocation) when it already does.
@@ -168,6 +171,16 @@ impl MachineDeletion {
     /// Sets the ownership ([`crate::Input::Ownership`]); the caller reconciles every Machine.
     pub fn set_ownership(&mut self, ownership: Ownership) {
         self.ownership = ownership;
+    }
+
+    pub fn own_machines(&self) -> Option<&crate::model::LabelSelector> {
+        self.own_machines.as_ref()
+    }
+
+    /// Sets the Machines takeover owns ([`crate::Input::OwnMachines`]); the caller reconciles
+    /// every Machine.
+    pub fn set_own_machines(&mut self, selector: Option<crate::model::LabelSelector>) {
+        self.own_machines = selector;
     }
 
     /// Deleting Machines this controller is working on.
@@ -258,10 +271,16 @@ impl Controller for MachineDeletion {
                         .finalizers
                         .iter()
                         .any(|f| f == crate::model::MACHINE_FINALIZER);
-                    let lacks_hooks = self.ownership == Ownership::Takeover
-                        && !OwnHooks::of(&m.meta).both()
-                        && crate::ownership::takes_over(m);
-                    if m.meta.is_deleting() || lacks_finalizer || lacks_hooks {
+                    // In takeover: hooks to add, or to remove from a Machine it no longer owns.
+                    let hooks_to_change = self.ownership == Ownership::Takeover && {
+                        let hooks = OwnHooks::of(&m.meta);
+                        if crate::ownership::takes_over(m, self.own_machines.as_ref()) {
+                            !hooks.both()
+                        } else {
+                            hooks.any()
+                        }
+                    };
+                    if m.meta.is_deleting() || lacks_finalizer || hooks_to_change {
                         out.push(key.clone());
                     }
                     if m.is_control_plane() {
@@ -395,7 +414,7 @@ impl Controller for MachineDeletion {
             // its hooks holds CAPI's (never added once the Machine is deleting).
             Ownership::Takeover => {
                 if !machine.meta.is_deleting() {
-                    ensure_hooks(machine, cluster, key, cx);
+                    ensure_hooks(machine, cluster, key, self.own_machines.as_ref(), cx);
                 }
                 holds_finalizer && OwnHooks::of(&machine.meta).any()
             }
@@ -607,18 +626,55 @@ fn ensure_hooks(
     machine: &crate::model::Machine,
     cluster: Option<&crate::model::Cluster>,
     key: &ObjectKey,
+    own: Option<&crate::model::LabelSelector>,
     cx: &mut Cx<'_>,
 ) {
     let hooks = OwnHooks::of(&machine.meta);
     let paused = cluster.is_none_or(|c| c.paused)
         || machine.meta.has_annotation(crate::model::PAUSED_ANNOTATION);
-    if hooks.both() || paused || !crate::ownership::takes_over(machine) {
+    if paused {
         return;
     }
-    let mut patch = crate::ownership::hooks_patch(
-        (!hooks.pre_drain).then_some(true),
-        (!hooks.pre_terminate).then_some(true),
-    );
+    let owned = crate::ownership::takes_over(machine, own);
+    let (patch, summary, reason) = if owned && !hooks.both() {
+        (
+            crate::ownership::hooks_patch(
+                (!hooks.pre_drain).then_some(true),
+                (!hooks.pre_terminate).then_some(true),
+            ),
+            "add",
+            match own {
+                Some(selector) => format!(
+                    "Machine {} is selected by --own-machines {selector}: this controller's hooks hold Cluster API's manager at its deletion's steps, so that this controller performs them",
+                    machine.meta.name
+                ),
+                None => format!(
+                    "Machine {} belongs to a MachineSet: this controller's hooks hold Cluster API's manager at its deletion's steps, so that this controller performs them",
+                    machine.meta.name
+                ),
+            },
+        )
+    } else if !owned && hooks.any() {
+        (
+            crate::ownership::hooks_patch(
+                hooks.pre_drain.then_some(false),
+                hooks.pre_terminate.then_some(false),
+            ),
+            "remove",
+            format!(
+                "Machine {} is not one this controller owns ({}): its hooks go, so Cluster API's manager deletes it alone",
+                machine.meta.name,
+                match own {
+                    Some(selector) =>
+                        format!("not selected by --own-machines {selector}, or a control plane's"),
+                    None => "not a MachineSet's, or a control plane's".to_string(),
+                }
+            ),
+        )
+    } else {
+        return;
+    };
+    let mut patch = patch;
     patch["metadata"]["resourceVersion"] = machine.meta.resource_version.to_string().into();
     cx.issue(
         ControllerId::Deletion,
@@ -626,15 +682,12 @@ fn ensure_hooks(
             target: crate::command::Target::capi(key.clone(), machine.version),
             merge: crate::command::JsonText::from_value(&patch),
             summary: format!(
-                "add annotations {} and {}",
+                "{summary} annotations {} and {}",
                 crate::ownership::OWN_PRE_DRAIN_HOOK,
                 crate::ownership::OWN_PRE_TERMINATE_HOOK
             ),
         },
-        format!(
-            "Machine {} belongs to a MachineSet: this controller's hooks hold Cluster API's manager at its deletion's steps, so that this controller performs them",
-            machine.meta.name
-        ),
+        reason,
     );
 }
 

@@ -2327,3 +2327,56 @@ fn takeover_hooks_only_machine_sets_machines_not_yet_deleting() {
     );
     assert!(destructive(&first).is_empty(), "{:#?}", lines(&first));
 }
+
+#[test]
+fn own_machines_selects_what_takeover_hooks_and_unhooks_what_it_no_longer_owns() {
+    let labelled = |mut m: Machine, pool: &str| {
+        m.meta.labels.insert("pool".into(), pool.into());
+        m
+    };
+    let mut objects = world(with_own_hooks(of_machine_set(labelled(
+        deleting_m1(),
+        "green",
+    ))));
+    for m in [
+        labelled(machine("c1", "standalone-blue", None), "blue"),
+        of_machine_set(labelled(machine("c1", "ms-green", None), "green")),
+        with_own_hooks(of_machine_set(labelled(
+            machine("c1", "was-ours", None),
+            "green",
+        ))),
+        labelled(control_plane_machine("c1", "cp-blue", None), "blue"),
+    ] {
+        objects.push((mgmt(), Object::Machine(m)));
+    }
+    let mut engine = Engine::new();
+    engine.handle(T0, Input::Ownership(crate::ownership::Ownership::Takeover));
+    let blue = crate::model::LabelSelector::parse("pool=blue").unwrap();
+    engine.handle(T0, Input::OwnMachines(Some(blue)));
+    let (_, commands) = synced(engine, T0, objects);
+    let patches: Vec<(String, serde_json::Value)> = all(&commands, "PatchSpec")
+        .iter()
+        .map(|c| {
+            let Action::PatchSpec { merge, .. } = &c.action else {
+                unreachable!()
+            };
+            let annotations = merge.to_value()["metadata"]["annotations"].clone();
+            (c.action.target().key.name.to_string(), annotations)
+        })
+        .collect();
+    let hooks = |value: serde_json::Value| {
+        serde_json::json!({
+            crate::ownership::OWN_PRE_DRAIN_HOOK: value,
+            crate::ownership::OWN_PRE_TERMINATE_HOOK: value,
+        })
+    };
+    assert_eq!(
+        patches,
+        [
+            ("standalone-blue".to_string(), hooks("lifecycle".into())),
+            ("was-ours".to_string(), hooks(serde_json::Value::Null)),
+        ],
+        "selected without a MachineSet: hooked; a MachineSet's unselected: left to CAPI, its old \
+         hooks removed; a control plane's: never; a deleting Machine keeps its hooks"
+    );
+}

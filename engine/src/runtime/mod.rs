@@ -113,6 +113,8 @@ pub struct LoopOptions {
     pub batch_inputs_max: usize,
     /// Whether commands are sent at all.
     pub mode: Mode,
+    /// In [`Mode::Takeover`], the Machines it owns (`--own-machines`; `None`: a MachineSet's).
+    pub own_machines: Option<crate::model::LabelSelector>,
     /// A bug planted on purpose, to prove a sweep finds bugs in the loop (tests only).
     #[cfg(feature = "testing")]
     pub planted: Option<PlantedBug>,
@@ -135,6 +137,7 @@ impl Default for LoopOptions {
             journal_retry: Duration::from_secs(1),
             batch_inputs_max: BATCH_INPUTS_MAX,
             mode: Mode::Alone,
+            own_machines: None,
             #[cfg(feature = "testing")]
             planted: None,
         }
@@ -253,6 +256,11 @@ impl<C: Core> Loop<C> {
             .is_some_and(|e| e.controllers().deletion.ownership() != ownership)
         {
             own.push_back(Input::Ownership(ownership));
+        }
+        if core.engine().is_some_and(|e| {
+            e.controllers().deletion.own_machines() != options.own_machines.as_ref()
+        }) {
+            own.push_back(Input::OwnMachines(options.own_machines.clone()));
         }
         // The workload clusters the engine last heard could not be reached: their connectors
         // start again, and only a change (or a connection) is news.

@@ -471,3 +471,43 @@ fn a_change_of_ownership_is_journaled_before_anything_else() {
         "a shadow decides as if alone: {appended:?}"
     );
 }
+
+/// `--own-machines` is state like the ownership: journaled when it changes, not on a resume.
+#[test]
+fn a_change_of_owned_machines_is_journaled_at_start() {
+    let blue = crate::model::LabelSelector::parse("pool=blue").unwrap();
+    let takeover = LoopOptions {
+        mode: super::Mode::Takeover,
+        own_machines: Some(blue.clone()),
+        ..LoopOptions::default()
+    };
+    let mut lp = Loop::new(Engine::new(), takeover.clone());
+    let appended = appended_by(&mut lp, at(1));
+    assert!(
+        appended
+            .iter()
+            .any(|i| matches!(i, Input::OwnMachines(Some(s)) if *s == blue)),
+        "{appended:?}"
+    );
+    assert_eq!(lp.core().controllers().deletion.own_machines(), Some(&blue));
+    let mut resumed = Loop::new(lp.core().clone(), takeover.clone());
+    assert!(
+        !appended_by(&mut resumed, at(2))
+            .iter()
+            .any(|i| matches!(i, Input::OwnMachines(_))),
+        "the state already owns those"
+    );
+    let default = LoopOptions {
+        own_machines: None,
+        ..takeover
+    };
+    let mut back = Loop::new(resumed.core().clone(), default);
+    let appended = appended_by(&mut back, at(3));
+    assert!(
+        appended
+            .iter()
+            .any(|i| matches!(i, Input::OwnMachines(None))),
+        "{appended:?}"
+    );
+    assert_eq!(back.core().controllers().deletion.own_machines(), None);
+}
