@@ -112,6 +112,9 @@ pub struct Gauges {
     pub drain_blocked: BTreeMap<&'static str, u64>,
     /// Machines a lifecycle hook holds now, by (`pre-drain` or `pre-terminate`, hook name).
     pub hooks_waiting: BTreeMap<(&'static str, String), u64>,
+    /// Deleting Machines that carry this controller's own hooks ([`crate::ownership`]): CAPI's
+    /// manager waits for this controller to finish them.
+    pub held_by_own_hooks: u64,
 }
 
 /// Reads the gauges from the cache and the deletion controller's memory at `now`. A deleting
@@ -123,6 +126,9 @@ pub fn gauges(store: &Store, deletion: &MachineDeletion, now: Timestamp) -> Gaug
         let Some(since) = m.meta.deletion_timestamp else {
             continue;
         };
+        if crate::ownership::OwnHooks::of(&m.meta).any() {
+            out.held_by_own_hooks += 1;
+        }
         let phase = m
             .conditions
             .current("Deleting")

@@ -592,6 +592,12 @@ impl Scraped {
                 hooks,
             ),
             (
+                "lifecycle_takeover_held_machines",
+                MetricType::Gauge,
+                "Deleting Machines that carry this controller's own deletion hooks: Cluster API's manager waits for this controller to finish them (--mode takeover). Its absence while it was above 0 is the alert LifecycleHookHeld.",
+                vec![(vec![], view.gauges.held_by_own_hooks as f64)],
+            ),
+            (
                 "lifecycle_mhc_expected_machines",
                 MetricType::Gauge,
                 "MachineHealthCheck status.expectedMachines, by MHC (namespace/name).",
@@ -693,6 +699,7 @@ mod tests {
             "lifecycle_machine_deleting_oldest_seconds",
             "lifecycle_drain_blocked_pods",
             "lifecycle_hooks_waiting",
+            "lifecycle_takeover_held_machines",
             "lifecycle_mhc_remediations_allowed",
             "process_resident_memory_bytes",
             "process_cpu_seconds",

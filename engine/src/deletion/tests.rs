@@ -603,6 +603,22 @@ fn the_gauges_count_blocked_pods_by_reason_and_machines_held_by_each_hook() {
         gauges(&h).hooks_waiting,
         BTreeMap::from([(("pre-drain", "migrate".to_string()), 1)])
     );
+    assert_eq!(gauges(&h).held_by_own_hooks, 0, "someone else's hook");
+}
+
+#[test]
+fn deleting_machines_with_this_controllers_hooks_are_counted_as_held() {
+    let mut objects = world(with_own_hooks(of_machine_set(deleting_m1())));
+    objects.push((
+        mgmt(),
+        Object::Machine(with_own_hooks(of_machine_set(machine("c1", "m2", None)))),
+    ));
+    let (h, _) = takeover_start(objects);
+    let gauges = crate::metrics::gauges(h.engine.store(), &h.engine.controllers().deletion, h.now);
+    assert_eq!(
+        gauges.held_by_own_hooks, 1,
+        "m1 (deleting) is held; m2 is hooked, not deleting"
+    );
 }
 
 #[test]
