@@ -96,8 +96,39 @@ async fn takeover_hooks_the_worker_and_release_removes_only_its_hooks() {
         "a dry run changes nothing"
     );
 
+    // What a stopped takeover left: its own condition telling a drain under way.
+    let left = serde_json::json!({"status": {"conditions": [
+        {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2024-01-01T00:00:00Z"},
+        {"type": "LifecycleDeleting", "status": "True", "reason": "DrainingNode",
+         "message": "draining", "lastTransitionTime": "2024-01-01T00:00:00Z"},
+    ]}});
+    api.patch_status("m1", &PatchParams::default(), &Patch::Merge(&left))
+        .await
+        .unwrap();
+
     let (code, stdout, stderr) = release(&kubeconfig, &["default/m1"]);
     assert_eq!(code, 0, "{stderr}");
+    let conditions = api.get("m1").await.unwrap().data["status"]["conditions"].clone();
+    let of = |t: &str| {
+        conditions
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == t)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {t} in {conditions}"))
+    };
+    let own = of("LifecycleDeleting");
+    assert_eq!(
+        (&own["status"], &own["reason"]),
+        (&"False".into(), &"ReleasedToClusterAPI".into()),
+        "{conditions}"
+    );
+    assert_eq!(
+        of("Ready")["status"],
+        "True",
+        "others' conditions as they were"
+    );
     assert!(
         stdout.contains(&format!("default/m1: removed {PRE_DRAIN}, {PRE_TERMINATE}")),
         "{stdout}"

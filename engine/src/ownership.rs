@@ -12,7 +12,11 @@
 //! The ownership is an input ([`crate::Input::Ownership`]), journaled when the process starts
 //! in another mode than the state it resumes, so a replay decides as the process did.
 
-use crate::model::{CONTROL_PLANE_LABEL, LabelSelector, Machine, ObjectMeta};
+use crate::model::{
+    CONTROL_PLANE_LABEL, Condition, ConditionStatus, Conditions, LabelSelector, Machine,
+    ObjectMeta, set_condition,
+};
+use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 
 /// This controller's hooks' name (after the prefix's `/`) and owner (the annotation's value,
@@ -32,6 +36,17 @@ pub const OWN_CONDITION: &str = "LifecycleDeleting";
 /// taken-over deletion acts.
 pub const CAPI_WAITING_FOR_PRE_DRAIN_HOOK: &str = "WaitingForPreDrainHook";
 pub const CAPI_WAITING_FOR_PRE_TERMINATE_HOOK: &str = "WaitingForPreTerminateHook";
+
+/// This controller's own reasons in takeover, besides the deletion's.
+pub mod own_reason {
+    /// CAPI's manager is not (yet, or no longer) waiting at one of this controller's hooks.
+    pub const WAITING_FOR_CLUSTER_API: &str = "WaitingForClusterAPI";
+    /// Drained and volumes detached: the pre-drain hook goes, CAPI's drain finds nothing left.
+    pub const DRAIN_HANDED_BACK: &str = "DrainHandedBack";
+    /// Everything deleted (or `lifecycle release` ran): its hooks are gone, CAPI's manager does
+    /// the rest.
+    pub const RELEASED_TO_CLUSTER_API: &str = "ReleasedToClusterAPI";
+}
 
 /// Whose hands a worker Machine's deletion is in.
 #[derive(
@@ -106,6 +121,26 @@ pub fn takes_over(m: &Machine, own: Option<&LabelSelector>) -> bool {
         None => owned_by("MachineSet"),
     };
     selected && !m.meta.has_label(CONTROL_PLANE_LABEL) && !control_plane_owner
+}
+
+/// A Machine's conditions once `lifecycle release` took its hooks off: its own condition, when
+/// it has one that still tells a deletion under way, says that CAPI's manager has it (`False`,
+/// [`own_reason::RELEASED_TO_CLUSTER_API`]); every other condition as read. `None`: nothing to
+/// change.
+pub fn released_conditions(m: &Machine, now: Timestamp) -> Option<Conditions> {
+    let own = m.conditions.current(OWN_CONDITION)?;
+    if own.status == ConditionStatus::False && own.reason == own_reason::RELEASED_TO_CLUSTER_API {
+        return None;
+    }
+    let mut conditions = m.conditions.clone();
+    let released = Condition::new(
+        OWN_CONDITION,
+        ConditionStatus::False,
+        own_reason::RELEASED_TO_CLUSTER_API,
+        "released by `lifecycle release`: Cluster API's manager performs the rest of the deletion, from where it stands",
+    );
+    set_condition(&mut conditions.current, released, now);
+    Some(conditions)
 }
 
 /// The merge patch that adds (`true`) or removes (`false`) hooks on a Machine.

@@ -9,7 +9,9 @@
 
 use super::run::{RunFailure, management_client};
 use clap::Args;
-use engine::ownership::{OWN_PRE_DRAIN_HOOK, OWN_PRE_TERMINATE_HOOK, hooks_patch};
+use engine::ownership::{
+    OWN_CONDITION, OWN_PRE_DRAIN_HOOK, OWN_PRE_TERMINATE_HOOK, hooks_patch, released_conditions,
+};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use std::path::PathBuf;
@@ -21,7 +23,9 @@ const EXIT_UNABLE: u8 = 3;
 #[command(after_help = "\
 Removes the annotations pre-drain.delete.hook.machine.cluster.x-k8s.io/lifecycle and
 pre-terminate.delete.hook.machine.cluster.x-k8s.io/lifecycle, and nothing else. Hooks of other
-owners, and hooks Cluster API propagates from a MachineDeployment's template, stay.
+owners, and hooks Cluster API propagates from a MachineDeployment's template, stay. A Machine's
+LifecycleDeleting condition that still tells a deletion under way becomes False,
+ReleasedToClusterAPI.
 
 Exit codes: 0 released (or nothing to release); 2 bad input (neither --all nor a Machine, a
 malformed NAMESPACE/NAME, a Machine that does not exist, the kubeconfig); 3 the API refused or
@@ -117,6 +121,42 @@ async fn machines(client: &kube::Client) -> Result<ApiResource, RunFailure> {
     )))
 }
 
+/// Sets the Machine's own condition to `ReleasedToClusterAPI` when it told a deletion under
+/// way, with the resourceVersion read as a precondition (CAPI's manager writes its conditions
+/// too): a conflict reads the Machine again, a few times.
+async fn tell_released(api: &Api<DynamicObject>, mut m: DynamicObject) -> Result<(), String> {
+    let name = m.metadata.name.clone().unwrap_or_default();
+    for _ in 0..3 {
+        let value = serde_json::to_value(&m).map_err(|e| e.to_string())?;
+        let machine = match engine::convert::object_from_json(&value) {
+            Ok(Some(engine::model::Object::Machine(machine))) => machine,
+            Ok(_) => return Err("not readable as a Machine".to_string()),
+            Err(e) => return Err(e.to_string()),
+        };
+        let Some(conditions) = released_conditions(&machine, adapters::clock::wall_now()) else {
+            return Ok(());
+        };
+        let version = engine::convert::capi_version_of(
+            m.types.as_ref().map_or("", |t| t.api_version.as_str()),
+        );
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": m.metadata.resource_version},
+            "status": engine::convert::conditions_json(version, &conditions),
+        });
+        match api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                m = api.get(&name).await.map_err(|e| e.to_string())?;
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Err("the Machine kept changing (409 Conflict three times)".to_string())
+}
+
 fn own_hooks(m: &DynamicObject) -> Vec<&'static str> {
     let annotations = m.metadata.annotations.as_ref();
     [OWN_PRE_DRAIN_HOOK, OWN_PRE_TERMINATE_HOOK]
@@ -171,22 +211,30 @@ async fn release(args: &ReleaseArgs, selection: Selection) -> Result<(), RunFail
             continue;
         }
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
-        api.patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(hooks_patch(Some(false), Some(false))),
-        )
-        .await
-        .map_err(|e| {
-            RunFailure::Unable(format!(
-                "removing the hooks of Machine {ns}/{name}: {e} ({released} released before it)"
-            ))
-        })?;
+        let unhooked = api
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(hooks_patch(Some(false), Some(false))),
+            )
+            .await
+            .map_err(|e| {
+                RunFailure::Unable(format!(
+                    "removing the hooks of Machine {ns}/{name}: {e} ({released} released before it)"
+                ))
+            })?;
         released += 1;
         println!(
             "{ns}/{name}: removed {}; Cluster API's manager takes it back",
             hooks.join(", ")
         );
+        if let Err(e) = tell_released(&api, unhooked).await {
+            // The hooks are off, which is what hands the Machine back: a stale condition is
+            // worth a warning, not a failure.
+            eprintln!(
+                "lifecycle release: {ns}/{name}: its {OWN_CONDITION} condition still tells the deletion as it stood: {e}"
+            );
+        }
     }
     if matches!(selection, Selection::All) && found.is_empty() {
         println!("no Machine carries this controller's hooks; nothing to release");

@@ -2396,3 +2396,42 @@ fn own_machines_selects_what_takeover_hooks_and_unhooks_what_it_no_longer_owns()
          hooks removed; a control plane's: never; a deleting Machine keeps its hooks"
     );
 }
+
+#[test]
+fn a_released_machine_own_condition_says_capi_has_it_and_nothing_else_changes() {
+    use crate::ownership::{OWN_CONDITION, own_reason, released_conditions};
+    let mut m = capi_deleting(deleting_m1(), "WaitingForPreDrainHook");
+    assert_eq!(
+        released_conditions(&m, T0),
+        None,
+        "no own condition: nothing to say"
+    );
+    set_condition(
+        &mut m.conditions.current,
+        Condition::new(
+            OWN_CONDITION,
+            ConditionStatus::True,
+            "DrainingNode",
+            "draining",
+        ),
+        T0,
+    );
+    let later = T0 + Duration::from_secs(90);
+    let released = released_conditions(&m, later).expect("it told a deletion under way");
+    let own = released.current(OWN_CONDITION).unwrap();
+    assert_eq!(
+        (own.status, own.reason.as_str(), own.last_transition_time),
+        (
+            ConditionStatus::False,
+            own_reason::RELEASED_TO_CLUSTER_API,
+            Some(later.to_api_precision())
+        )
+    );
+    assert_eq!(
+        released.current("Deleting"),
+        m.conditions.current("Deleting"),
+        "CAPI's own condition as read"
+    );
+    m.conditions = released;
+    assert_eq!(released_conditions(&m, later), None, "released once");
+}

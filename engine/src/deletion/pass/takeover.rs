@@ -10,19 +10,9 @@ use crate::deletion::status::{DELETING, reason};
 use crate::model::{Condition, ConditionStatus, DeletionTimes, Machine, set_condition};
 use crate::ownership::{
     CAPI_WAITING_FOR_PRE_DRAIN_HOOK, CAPI_WAITING_FOR_PRE_TERMINATE_HOOK, OWN_CONDITION,
-    OWN_PRE_DRAIN_HOOK, OWN_PRE_TERMINATE_HOOK, OwnHooks, hooks_patch,
+    OWN_PRE_DRAIN_HOOK, OWN_PRE_TERMINATE_HOOK, OwnHooks, hooks_patch, own_reason,
 };
 use crate::{ActionKind, ControllerId};
-
-/// This controller's own reasons in takeover, besides the deletion's.
-pub mod own_reason {
-    /// CAPI's manager is not (yet, or no longer) waiting at one of this controller's hooks.
-    pub const WAITING_FOR_CLUSTER_API: &str = "WaitingForClusterAPI";
-    /// Drained and volumes detached: the pre-drain hook goes, CAPI's drain finds nothing left.
-    pub const DRAIN_HANDED_BACK: &str = "DrainHandedBack";
-    /// Everything deleted: the pre-terminate hook goes, CAPI's manager removes the finalizer.
-    pub const RELEASED_TO_CLUSTER_API: &str = "ReleasedToClusterAPI";
-}
 
 /// One of this controller's two hooks.
 enum Hook {
