@@ -5,6 +5,7 @@ use adapters::kube::bucket::RateLimit;
 use adapters::kube::journal_log::Retention;
 use adapters::kube::lease::{self, LeaseConfig};
 use adapters::kube::serving::{self, auth::Authorizer, tls};
+use adapters::kube::streams::WatchScope;
 use adapters::kube::{Adapter, AdapterOptions, Metrics, SledLog};
 use clap::Args;
 use engine::model::LabelSelector;
@@ -76,6 +77,15 @@ pub struct RunArgs {
     /// unless the Machine is being deleted.
     #[arg(long, value_name = "SELECTOR", value_parser = own_machines)]
     pub own_machines: Option<LabelSelector>,
+    /// Only this namespace of the management cluster: its Clusters' objects, kubeconfig
+    /// Secrets and providers' objects (CAPI's `--namespace`). Default: every namespace.
+    #[arg(long, value_name = "NAMESPACE", value_parser = namespace)]
+    pub namespace: Option<String>,
+    /// Only the Machines, MachineHealthChecks and MachinePools labelled
+    /// `cluster.x-k8s.io/watch-filter=VALUE` (CAPI's `--watch-filter`, its multi-instance
+    /// contract: label a Cluster's objects alike). Default: no label needed.
+    #[arg(long, value_name = "VALUE", value_parser = watch_filter)]
+    pub watch_filter: Option<String>,
     /// Namespace of CAPI's manager and its Lease `controller-leader-election-capi` (read at
     /// start in `--mode alone`).
     #[arg(long, default_value = "capi-system")]
@@ -112,6 +122,34 @@ pub struct RunArgs {
     pub clock_origin_ms: Option<i64>,
     #[arg(long, hide = true, requires = "clock_origin_ms")]
     pub clock_speed: Option<u32>,
+}
+
+fn namespace(s: &str) -> Result<String, String> {
+    let label = |b: &[u8]| {
+        !b.is_empty()
+            && b.len() <= 63
+            && b.iter()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            && b[0] != b'-'
+            && b[b.len() - 1] != b'-'
+    };
+    if label(s.as_bytes()) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a namespace name (1 to 63 lowercase letters, digits or '-', starting and ending with a letter or digit)"
+        ))
+    }
+}
+
+fn watch_filter(s: &str) -> Result<String, String> {
+    if !s.is_empty() && engine::model::is_valid_label_value(s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a label value (1 to 63 alphanumeric characters, '-', '_' or '.', starting and ending with an alphanumeric character)"
+        ))
+    }
 }
 
 fn own_machines(s: &str) -> Result<LabelSelector, String> {
@@ -395,6 +433,10 @@ async fn run(args: RunArgs) -> Result<(), RunFailure> {
         rate_limit: RateLimit {
             qps: args.kube_api_qps,
             burst: args.kube_api_burst,
+        },
+        watch: WatchScope {
+            namespace: args.namespace.clone(),
+            watch_filter: args.watch_filter.clone(),
         },
         ..AdapterOptions::default()
     };

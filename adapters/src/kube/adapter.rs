@@ -24,7 +24,7 @@ use super::core::{Core, InputLog};
 use super::execute::EventStamp;
 use super::kubeconfigs::Kubeconfigs;
 use super::metrics::Metrics;
-use super::streams::{StreamSpec, run_stream};
+use super::streams::{StreamSpec, WatchScope, run_stream};
 use super::throttle::{Throttle, throttled};
 use crate::clock::{until, wall_now};
 use engine::intake::Arrival;
@@ -54,6 +54,8 @@ pub struct AdapterOptions {
     pub instance: String,
     /// Workload clusters' first lists in flight at once, over all clusters.
     pub workload_lists_max: usize,
+    /// The part of the management cluster it sees (`--namespace`, `--watch-filter`).
+    pub watch: WatchScope,
 }
 
 impl Default for AdapterOptions {
@@ -64,6 +66,7 @@ impl Default for AdapterOptions {
             connect_retry: Duration::from_secs(5),
             instance: "lifecycle".to_string(),
             workload_lists_max: 64,
+            watch: WatchScope::default(),
         }
     }
 }
@@ -136,7 +139,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             lp: Loop::new(core, options.loop_options.clone()),
             log,
             management: management.clone(),
-            kubeconfigs: Arc::new(Kubeconfigs::new(management.clone())),
+            kubeconfigs: Arc::new(Kubeconfigs::new(management.clone(), None)),
             workload_lists: Arc::new(Semaphore::new(options.workload_lists_max.max(1))),
             clients: BTreeMap::new(),
             metrics,
@@ -148,7 +151,10 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             restart_required: false,
         };
         adapter.management = adapter.add_cluster(Scope::Management, management);
-        adapter.kubeconfigs = Arc::new(Kubeconfigs::new(adapter.management.clone()));
+        adapter.kubeconfigs = Arc::new(Kubeconfigs::new(
+            adapter.management.clone(),
+            adapter.options.watch.namespace.clone(),
+        ));
         adapter
     }
 
@@ -393,6 +399,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
     fn start_stream(&mut self, client: Client, spec: StreamSpec) {
         let lists = matches!(spec.scope, Scope::Workload(_)).then(|| self.workload_lists.clone());
         let key = (spec.scope.clone(), spec.id());
+        let spec = spec.within(&self.options.watch);
         let task = tokio::spawn(run_stream(client, spec, self.tx.clone(), lists));
         if let Some(replaced) = self.tasks.streams.insert(key, task) {
             replaced.abort();
@@ -419,6 +426,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             self.tx.clone(),
             self.options.connect_retry,
             (group, version, kind),
+            self.options.watch.clone(),
         );
         self.tasks.providers.push(tokio::spawn(task));
     }

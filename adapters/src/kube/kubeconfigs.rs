@@ -38,6 +38,8 @@ struct Listed {
 /// Where the connectors get kubeconfigs; shared by all of them.
 pub struct Kubeconfigs {
     management: Client,
+    /// `--namespace`: the Secrets are listed there only.
+    namespace: Option<String>,
     /// `None` when the list failed: every cluster reads its own Secret.
     listed: OnceCell<Option<Listed>>,
 }
@@ -70,9 +72,10 @@ fn utf8(value: Vec<u8>) -> Result<String, Unreachable> {
 }
 
 impl Kubeconfigs {
-    pub fn new(management: Client) -> Self {
+    pub fn new(management: Client, namespace: Option<String>) -> Self {
         Kubeconfigs {
             management,
+            namespace,
             listed: OnceCell::new(),
         }
     }
@@ -122,7 +125,10 @@ impl Kubeconfigs {
     /// Every CAPI Secret's `value`, all namespaces, page by page.
     async fn list(&self) -> Option<Listed> {
         let at = Instant::now();
-        let secrets: Api<Secret> = Api::all(self.management.clone());
+        let secrets: Api<Secret> = match &self.namespace {
+            Some(namespace) => Api::namespaced(self.management.clone(), namespace),
+            None => Api::all(self.management.clone()),
+        };
         let mut params = ListParams::default()
             .fields(&format!("type={CAPI_SECRET_TYPE}"))
             .limit(PAGE);
@@ -245,7 +251,7 @@ mod tests {
         .await
         .unwrap();
         let client = crate::kube::client_for_url(&server.url()).unwrap();
-        let kubeconfigs = Arc::new(Kubeconfigs::new(client));
+        let kubeconfigs = Arc::new(Kubeconfigs::new(client, None));
         let cluster = ClusterName::new("default", "c1");
         let (tx, mut rx) = tokio::sync::mpsc::channel(16);
         let task = tokio::spawn(connect(

@@ -15,6 +15,34 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use tokio::sync::{Semaphore, mpsc};
 
+/// The label of CAPI's multi-instance contract: a manager run with `--watch-filter=V`
+/// reconciles only objects labelled `cluster.x-k8s.io/watch-filter=V`.
+pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
+
+/// The kinds `--watch-filter` narrows: those this controller reconciles. What it only reads
+/// (Clusters, MachineSets, provider objects, drain rules) is narrowed by `--namespace` alone,
+/// so an unlabelled one reads as it is, never as absent.
+const FILTERED_KINDS: [&str; 3] = ["Machine", "MachineHealthCheck", "MachinePool"];
+
+/// Which part of the management cluster this controller sees (`--namespace`, `--watch-filter`):
+/// objects outside it never reach the engine, so nothing is decided or done about them.
+/// Workload clusters are not narrowed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WatchScope {
+    pub namespace: Option<String>,
+    pub watch_filter: Option<String>,
+}
+
+impl WatchScope {
+    /// The label selector of a management stream of `kind`, if any.
+    fn labels(&self, kind: &str) -> Option<String> {
+        let value = self.watch_filter.as_ref()?;
+        FILTERED_KINDS
+            .contains(&kind)
+            .then(|| format!("{WATCH_FILTER_LABEL}={value}"))
+    }
+}
+
 /// One watched resource type in one cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamSpec {
@@ -22,6 +50,10 @@ pub struct StreamSpec {
     pub group: String,
     pub version: String,
     pub kind: String,
+    /// Within the management cluster: `--namespace`.
+    pub namespace: Option<String>,
+    /// Within the management cluster: `--watch-filter`'s selector.
+    pub labels: Option<String>,
 }
 
 impl StreamSpec {
@@ -31,7 +63,18 @@ impl StreamSpec {
             group: group.to_string(),
             version: version.to_string(),
             kind: kind.to_string(),
+            namespace: None,
+            labels: None,
         }
+    }
+
+    /// Narrowed to `within` when it watches the management cluster.
+    pub fn within(mut self, within: &WatchScope) -> Self {
+        if self.scope == Scope::Management {
+            self.namespace = within.namespace.clone();
+            self.labels = within.labels(&self.kind);
+        }
+        self
     }
 
     /// The stream's name within its scope (`cluster.x-k8s.io/Machine`).
@@ -183,8 +226,15 @@ pub async fn run_stream(
         Some(lists) => lists.acquire_owned().await.ok(),
         None => None,
     };
-    let api: Api<RawObject> = Api::all_with(client, &spec.api_resource());
-    let mut events = watcher(api, watcher::Config::default())
+    let api: Api<RawObject> = match &spec.namespace {
+        Some(namespace) => Api::namespaced_with(client, namespace, &spec.api_resource()),
+        None => Api::all_with(client, &spec.api_resource()),
+    };
+    let mut config = watcher::Config::default();
+    if let Some(labels) = &spec.labels {
+        config = config.labels(labels);
+    }
+    let mut events = watcher(api, config)
         .backoff(ClockBackoff::default())
         .boxed();
     let stream = spec.id();
@@ -283,6 +333,7 @@ pub async fn watch_provider(
     tx: mpsc::Sender<Queued>,
     retry: std::time::Duration,
     (group, version, kind): (String, Option<String>, String),
+    within: WatchScope,
 ) {
     let version = match version {
         Some(v) => v,
@@ -308,7 +359,7 @@ pub async fn watch_provider(
     };
     run_stream(
         client,
-        StreamSpec::new(&Scope::Management, &group, &version, &kind),
+        StreamSpec::new(&Scope::Management, &group, &version, &kind).within(&within),
         tx,
         None,
     )
@@ -336,6 +387,36 @@ mod tests {
             Ok(_) => panic!("the stream ended or sent something else"),
             Err(_) => None,
         }
+    }
+
+    #[test]
+    fn the_watch_filter_narrows_what_is_reconciled_and_the_namespace_every_management_stream() {
+        let within = WatchScope {
+            namespace: Some("team-blue".into()),
+            watch_filter: Some("blue".into()),
+        };
+        let m = Scope::Management;
+        let machines =
+            StreamSpec::new(&m, "cluster.x-k8s.io", "v1beta2", "Machine").within(&within);
+        assert_eq!(
+            (machines.namespace.as_deref(), machines.labels.as_deref()),
+            (
+                Some("team-blue"),
+                Some("cluster.x-k8s.io/watch-filter=blue")
+            )
+        );
+        for kind in ["Cluster", "MachineSet", "MachineDrainRule"] {
+            let read_only =
+                StreamSpec::new(&m, "cluster.x-k8s.io", "v1beta2", kind).within(&within);
+            assert_eq!(
+                (read_only.namespace.as_deref(), read_only.labels),
+                (Some("team-blue"), None),
+                "{kind}: read as it is, never as absent"
+            );
+        }
+        let workload = Scope::Workload(engine::model::ClusterName::new("team-blue", "blue"));
+        let nodes = StreamSpec::new(&workload, "", "v1", "Node").within(&within);
+        assert_eq!((nodes.namespace, nodes.labels), (None, None));
     }
 
     #[tokio::test]

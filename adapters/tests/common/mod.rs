@@ -46,13 +46,22 @@ pub fn serve(
     scenario: &str,
     speed: u32,
 ) -> (Child, std::path::PathBuf, Vec<String>) {
-    use std::io::BufRead;
     let file = format!(
         "{}/../scenarios/{scenario}.yaml",
         env!("CARGO_MANIFEST_DIR")
     );
+    serve_file(dir, &file, speed)
+}
+
+/// `lifecycle sim serve` on the scenario `file`; as [`serve`].
+pub fn serve_file(
+    dir: &std::path::Path,
+    file: &str,
+    speed: u32,
+) -> (Child, std::path::PathBuf, Vec<String>) {
+    use std::io::BufRead;
     let mut serve = lifecycle()
-        .args(["sim", "serve", &file, "--speed", &speed.to_string()])
+        .args(["sim", "serve", file, "--speed", &speed.to_string()])
         .arg("--kubeconfig-dir")
         .arg(dir)
         .stdout(std::process::Stdio::piped())
