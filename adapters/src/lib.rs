@@ -8,4 +8,5 @@ pub mod clock;
 pub mod explain;
 pub mod kube;
 pub mod play;
+pub mod preflight;
 pub mod serve;

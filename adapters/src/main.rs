@@ -38,6 +38,9 @@ enum Command {
     /// Hand worker Machines back to Cluster API's manager: remove this controller's deletion
     /// hooks (the uninstall path of `run --mode takeover`).
     Release(cli::release::ReleaseArgs),
+    /// Check the management cluster before running next to Cluster API's manager: its release,
+    /// the RBAC a mode needs, other hook owners, hooks that templates propagate.
+    Preflight(cli::preflight::PreflightArgs),
     /// Compare a shadow run's decisions with what was done (`run --mode shadow`).
     Shadow {
         #[command(subcommand)]
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
         Command::Explain(args) => cli::explain::main(args),
         Command::Run(args) => cli::run::main(*args),
         Command::Release(args) => cli::release::main(args),
+        Command::Preflight(args) => cli::preflight::main(args),
         Command::Shadow { command } => cli::shadow::main(command),
     };
     ExitCode::from(code)

@@ -7,7 +7,7 @@ use std::process::Command;
 const DOC_PATH: &str = "docs/cli.md";
 
 /// Every command path of the binary, top level first.
-const COMMANDS: [&[&str]; 16] = [
+const COMMANDS: [&[&str]; 17] = [
     &[],
     &["sim"],
     &["sim", "run"],
@@ -22,6 +22,7 @@ const COMMANDS: [&[&str]; 16] = [
     &["explain"],
     &["run"],
     &["release"],
+    &["preflight"],
     &["shadow"],
     &["shadow", "report"],
 ];

@@ -149,8 +149,8 @@ fn the_base_renders_and_validates_against_the_kubernetes_schemas() {
         "ClusterRole/lifecycle-manager",
         "ClusterRole/lifecycle-manager-core",
         "ClusterRoleBinding/lifecycle-manager",
-        "ClusterRole/lifecycle-capi-lease-reader",
-        "ClusterRoleBinding/lifecycle-capi-lease-reader",
+        "ClusterRole/lifecycle-capi-reader",
+        "ClusterRoleBinding/lifecycle-capi-reader",
         "ClusterRole/lifecycle-metrics-auth",
         "ClusterRoleBinding/lifecycle-metrics-auth",
         "ClusterRole/lifecycle-metrics-reader",
@@ -611,30 +611,25 @@ fn the_manifests_name_their_own_lease_not_capis() {
     }
 }
 
-/// `--mode alone` reads CAPI's Lease before it starts: the base lets the controller `get`
-/// that one Lease, by name, in any namespace (CAPI's may be anywhere), and nothing more.
+/// `--mode alone` reads CAPI's Lease before it starts, `--mode takeover` its manager's
+/// Deployment: the base lets the controller `get` those two, by name, in any namespace (CAPI's
+/// may be anywhere), and nothing more.
 #[test]
-fn the_controller_may_read_capis_lease_by_name_and_only_that() {
+fn the_controller_may_read_capis_lease_and_deployment_by_name_and_only_those() {
     let objects = rbac::documents(&render(&rbac::deploy_dir()));
-    let role = rbac::find(&objects, "ClusterRole", "lifecycle-capi-lease-reader");
+    let role = rbac::find(&objects, "ClusterRole", "lifecycle-capi-reader");
     let rules = role["rules"].as_array().unwrap();
-    assert_eq!(rules.len(), 1, "{rules:?}");
     assert_eq!(
-        rules[0]["apiGroups"],
-        serde_json::json!(["coordination.k8s.io"])
+        rules,
+        &[
+            serde_json::json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                "resourceNames": [adapters::kube::lease::CAPI_LEASE_NAME], "verbs": ["get"]}),
+            serde_json::json!({"apiGroups": ["apps"], "resources": ["deployments"],
+                "resourceNames": [adapters::preflight::CAPI_DEPLOYMENT], "verbs": ["get"]}),
+        ]
     );
-    assert_eq!(rules[0]["resources"], serde_json::json!(["leases"]));
-    assert_eq!(rules[0]["verbs"], serde_json::json!(["get"]));
-    assert_eq!(
-        rules[0]["resourceNames"],
-        serde_json::json!([adapters::kube::lease::CAPI_LEASE_NAME])
-    );
-    let binding = rbac::find(
-        &objects,
-        "ClusterRoleBinding",
-        "lifecycle-capi-lease-reader",
-    );
-    assert_eq!(binding["roleRef"]["name"], "lifecycle-capi-lease-reader");
+    let binding = rbac::find(&objects, "ClusterRoleBinding", "lifecycle-capi-reader");
+    assert_eq!(binding["roleRef"]["name"], "lifecycle-capi-reader");
     assert_eq!(binding["subjects"][0]["name"], "lifecycle-controller");
     assert_eq!(binding["subjects"][0]["namespace"], "lifecycle-system");
 }
@@ -753,4 +748,58 @@ fn the_takeover_overlay_runs_in_takeover_mode_and_may_patch_machines() {
             rbac::table(&granted.cluster)
         );
     }
+}
+
+/// `lifecycle preflight` asks for what each mode needs; the shipped ClusterRoles grant it:
+/// `alone` needs exactly the base's core rules (but the review a takeover asks with), a
+/// takeover a part of them, a shadow exactly the shadow overlay's.
+#[test]
+fn preflights_permissions_are_the_shipped_core_rules() {
+    use adapters::preflight::needed;
+    use engine::runtime::Mode;
+    let grants = |mode: Mode| -> BTreeSet<Grant> {
+        needed(mode)
+            .into_iter()
+            .map(|p| Grant {
+                group: p.group.to_string(),
+                resource: p.resource.to_string(),
+                verb: p.verb.to_string(),
+            })
+            .collect()
+    };
+    let core = |overlay: &str| {
+        let objects = rbac::documents(&render(&rbac::deploy_dir().join(overlay)));
+        rbac::granted(rbac::find(
+            &objects,
+            "ClusterRole",
+            "lifecycle-manager-core",
+        ))
+    };
+    let base = core("base");
+    let review = Grant {
+        group: "authorization.k8s.io".into(),
+        resource: "selfsubjectaccessreviews".into(),
+        verb: "create".into(),
+    };
+    let mut alone = grants(Mode::Alone);
+    alone.insert(review);
+    assert_eq!(alone, base, "{}", rbac::difference(&base, &alone));
+    let takeover = grants(Mode::Takeover);
+    assert!(
+        takeover.is_subset(&base),
+        "{}",
+        rbac::difference(&base, &takeover)
+    );
+    assert_eq!(
+        core("takeover"),
+        base,
+        "the takeover overlay keeps the base's RBAC"
+    );
+    let shadow = core("shadow");
+    assert_eq!(
+        grants(Mode::Shadow),
+        shadow,
+        "{}",
+        rbac::difference(&shadow, &grants(Mode::Shadow))
+    );
 }

@@ -339,7 +339,8 @@ fn the_deploy_cluster_roles_grant_exactly_what_the_over_http_runs_used() {
             .filter(|g| keep(g))
             .collect()
     };
-    let lease = |g: &Grant| g.group == "coordination.k8s.io";
+    // Read by name only (`lifecycle-capi-reader`): CAPI's Lease and manager Deployment.
+    let lease = |g: &Grant| g.group == "coordination.k8s.io" || g.group == "apps";
     let mut used_core = used("management", &|g| {
         !rbac::is_provider_group(&g.group) && !lease(g)
     });
@@ -369,7 +370,8 @@ fn the_deploy_cluster_roles_grant_exactly_what_the_over_http_runs_used() {
         discovery.into_iter().collect::<String>()
     );
     // No --leader-elect over HTTP: the one Lease request is `--mode alone` reading CAPI's at
-    // start (granted by name, `lifecycle-capi-lease-reader`, pinned by deploy.rs).
+    // start, the one Deployment request `--mode takeover`'s preflight reading CAPI's manager
+    // (granted by name, `lifecycle-capi-reader`, pinned by deploy.rs).
     let leases = used("management", &lease);
     assert!(
         leases.iter().all(|g| g.verb == "get"),

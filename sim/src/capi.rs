@@ -39,6 +39,10 @@ const LEASE_NAME: &str = "controller-leader-election-capi";
 const LEASE_NAMESPACE: &str = "capi-system";
 const HOLDER: &str = "capi-controller-manager-sim";
 const LEASE_RENEW: Duration = Duration::from_secs(10);
+/// The manager's Deployment, as upstream's manifests name it, and the release the model plays
+/// (what `lifecycle preflight` reads from its image).
+pub const DEPLOYMENT_NAME: &str = "capi-controller-manager";
+pub const MODEL_RELEASE: &str = "v1.12.0";
 
 /// What the model remembers between reconciles.
 #[derive(Clone, Debug, Default)]
@@ -127,12 +131,10 @@ impl CapiModel {
                 "acquireTime": env.clock.now.to_rfc3339(), "renewTime": env.clock.now.to_rfc3339()}
         });
         let now = env.clock.now;
-        if env
-            .api
-            .store_mut(&Scope::Management)
-            .create(lease, now)
-            .is_ok()
-        {
+        let store = env.api.store_mut(&Scope::Management);
+        // Created with the Lease, never changed: nothing watches it but `lifecycle preflight`.
+        let _ = store.create(deployment(), now);
+        if store.create(lease, now).is_ok() {
             env.schedule_in(LEASE_RENEW, Event::CapiLeaseRenew);
         }
     }
@@ -525,6 +527,29 @@ impl CapiModel {
 }
 
 /// The hook annotations with `prefix`, sorted (as upstream lists them).
+/// The manager's Deployment as upstream's `config/manager` ships it, with the model's release
+/// in the image tag and the MachinePool feature gate on.
+fn deployment() -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": DEPLOYMENT_NAME, "namespace": LEASE_NAMESPACE,
+            "labels": {"cluster.x-k8s.io/provider": "cluster-api", "control-plane": "controller-manager"}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"cluster.x-k8s.io/provider": "cluster-api", "control-plane": "controller-manager"}},
+            "template": {
+                "metadata": {"labels": {"cluster.x-k8s.io/provider": "cluster-api", "control-plane": "controller-manager"}},
+                "spec": {"containers": [{
+                    "name": "manager",
+                    "image": format!("registry.k8s.io/cluster-api/cluster-api-controller:{MODEL_RELEASE}"),
+                    "args": ["--leader-elect", "--diagnostics-address=:8443",
+                        "--feature-gates=MachinePool=true,ClusterTopology=false"],
+                }]},
+            },
+        },
+    })
+}
+
 fn hooks(annotations: &std::collections::BTreeMap<String, String>, prefix: &str) -> Vec<String> {
     annotations
         .keys()

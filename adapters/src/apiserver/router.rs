@@ -205,6 +205,7 @@ async fn serve(
     };
     let content_type = header("content-type");
     let accept = header("accept");
+    let authorization = header("authorization");
     let body = match read_body(req.into_body()).await {
         Ok(ReadBody::Whole(body)) => body,
         Ok(ReadBody::TooLarge(rest)) => {
@@ -234,6 +235,7 @@ async fn serve(
             query: &query,
             content_type: &content_type,
             accept: &accept,
+            authorization: &authorization,
             body: &body,
             cut: &cut,
         };
@@ -258,6 +260,8 @@ struct Req<'a> {
     query: &'a Query,
     content_type: &'a str,
     accept: &'a str,
+    /// The `Authorization` header: who asks, for a SelfSubjectAccessReview.
+    authorization: &'a str,
     body: &'a [u8],
     /// Drops the request's connection (a fault cutting a watch stream).
     cut: &'a Arc<tokio::sync::Notify>,
@@ -328,6 +332,20 @@ fn route(ctx: &Ctx, path: &str, req: &Req) -> Response<Body> {
                 "subjectaccessreviews",
             ],
         ) => reviewed(auth::subject_access_review(req.body)),
+        (
+            &Method::POST,
+            [
+                "apis",
+                auth::AUTHORIZATION_GROUP,
+                "v1",
+                "selfsubjectaccessreviews",
+            ],
+        ) => reviewed(auth::self_subject_access_review(
+            req.body,
+            req.authorization
+                .strip_prefix("Bearer ")
+                .unwrap_or_default(),
+        )),
         (_, ["api", "v1", rest @ ..]) => resource(ctx, &types, "", "v1", rest, req, None),
         (_, ["apis", events::GROUP, "v1", rest @ ..]) => {
             // One store: events.k8s.io/v1 is a view of the core Events.

@@ -4,6 +4,7 @@ pub mod explain;
 pub mod log;
 pub mod logging;
 pub mod overhttp;
+pub mod preflight;
 pub mod release;
 pub mod run;
 pub mod shadow;

@@ -86,6 +86,11 @@ pub struct RunArgs {
     /// contract: label a Cluster's objects alike). Default: no label needed.
     #[arg(long, value_name = "VALUE", value_parser = watch_filter)]
     pub watch_filter: Option<String>,
+    /// With `--mode takeover`: the release Cluster API's manager runs (`v1.12.3`), when its
+    /// Deployment `capi-controller-manager` cannot be read (the preflight at start refuses an
+    /// unknown release).
+    #[arg(long, value_name = "RELEASE", value_parser = adapters::preflight::Release::parse)]
+    pub capi_version: Option<adapters::preflight::Release>,
     /// Namespace of CAPI's manager and its Lease `controller-leader-election-capi` (read at
     /// start in `--mode alone`).
     #[arg(long, default_value = "capi-system")]
@@ -349,6 +354,48 @@ async fn check_alone(args: &RunArgs, client: &Client) -> Result<(), RunFailure> 
     }
 }
 
+/// A takeover acts beside CAPI's manager: it starts only when nothing `lifecycle preflight`
+/// checks fails (warnings are logged).
+async fn preflight(args: &RunArgs, client: &Client) -> Result<(), RunFailure> {
+    use adapters::preflight::{Options, Verdict, examine};
+    let options = Options {
+        mode: args.mode,
+        capi_namespace: args.capi_namespace.clone(),
+        capi_version: args.capi_version.clone(),
+        namespace: args.namespace.clone(),
+    };
+    let checks = examine(client, &options).await;
+    for c in checks.iter().filter(|c| c.verdict == Verdict::Warn) {
+        tracing::warn!(
+            check = c.name,
+            fix = c.fix.as_deref().unwrap_or_default(),
+            "preflight: {}",
+            c.detail
+        );
+    }
+    let failed: Vec<String> = checks
+        .iter()
+        .filter(|c| c.verdict == Verdict::Fail)
+        .map(|c| {
+            format!(
+                "{}: {} → {}",
+                c.name,
+                c.detail,
+                c.fix.as_deref().unwrap_or_default()
+            )
+        })
+        .collect();
+    if failed.is_empty() {
+        tracing::info!("preflight passed");
+        Ok(())
+    } else {
+        Err(unable(format!(
+            "preflight failed, not taking over:\n  {}\n(`lifecycle preflight` prints every check)",
+            failed.join("\n  ")
+        )))
+    }
+}
+
 /// An answer that may change on its own: a server error, throttling, no connection.
 fn is_transient(e: &kube::Error) -> bool {
     match e {
@@ -371,6 +418,9 @@ async fn run(args: RunArgs) -> Result<(), RunFailure> {
     let client = management_client(args.kubeconfig.as_ref()).await?;
     // Before the journal is opened: a refused start writes nothing.
     check_alone(&args, &client).await?;
+    if args.mode == Mode::Takeover {
+        preflight(&args, &client).await?;
+    }
     let retention = Retention {
         snapshots_kept: args.journal_keep_snapshots as usize,
         retire_records: !args.journal_keep_all,
