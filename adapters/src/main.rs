@@ -38,6 +38,9 @@ enum Command {
     /// Hand worker Machines back to Cluster API's manager: remove this controller's deletion
     /// hooks (the uninstall path of `run --mode takeover`).
     Release(cli::release::ReleaseArgs),
+    /// Beside Cluster API's manager: adopt one MachineHealthCheck or MachinePool (pause it for
+    /// CAPI with this controller's marker), or give it back.
+    Adopt(cli::adopt::AdoptArgs),
     /// Check the management cluster before running next to Cluster API's manager: its release,
     /// the RBAC a mode needs, other hook owners, hooks that templates propagate.
     Preflight(cli::preflight::PreflightArgs),
@@ -57,6 +60,7 @@ fn main() -> ExitCode {
         Command::Run(args) => cli::run::main(*args),
         Command::Release(args) => cli::release::main(args),
         Command::Preflight(args) => cli::preflight::main(args),
+        Command::Adopt(args) => cli::adopt::main(args),
         Command::Shadow { command } => cli::shadow::main(command),
     };
     ExitCode::from(code)

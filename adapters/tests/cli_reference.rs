@@ -7,7 +7,7 @@ use std::process::Command;
 const DOC_PATH: &str = "docs/cli.md";
 
 /// Every command path of the binary, top level first.
-const COMMANDS: [&[&str]; 17] = [
+const COMMANDS: [&[&str]; 18] = [
     &[],
     &["sim"],
     &["sim", "run"],
@@ -23,6 +23,7 @@ const COMMANDS: [&[&str]; 17] = [
     &["run"],
     &["release"],
     &["preflight"],
+    &["adopt"],
     &["shadow"],
     &["shadow", "report"],
 ];

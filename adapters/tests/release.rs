@@ -240,3 +240,76 @@ async fn own_machines_chooses_what_takeover_hooks() {
         );
     }
 }
+
+fn adopt(kubeconfig: &Path, args: &[&str]) -> (i32, String) {
+    let out = lifecycle()
+        .arg("adopt")
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// `lifecycle adopt mhc` pauses an MHC for CAPI with this controller's marker; one paused by
+/// someone else is refused; `release --all` gives every adopted one back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adopt_pauses_with_the_marker_and_release_all_gives_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, kubeconfig, _) = serve(dir.path(), "takeover-adopted-mhc", 1);
+    let kube = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
+    let config = Config::from_custom_kubeconfig(kube, &Default::default())
+        .await
+        .unwrap();
+    let client = adapters::kube::client_from_config(config).unwrap();
+    let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "MachineHealthCheck");
+    let mhcs: Api<DynamicObject> = Api::namespaced_with(
+        client,
+        "default",
+        &ApiResource::from_gvk_with_plural(&gvk, "machinehealthchecks"),
+    );
+    let paused = "cluster.x-k8s.io/paused";
+    let marker = "lifecycle.x-k8s.io/adopted";
+
+    let (code, out) = adopt(&kubeconfig, &["mhc", "default/md-1-unhealthy"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(annotations(&mhcs, "md-1-unhealthy").await, [paused, marker]);
+    let (code, out) = adopt(&kubeconfig, &["mhc", "default/md-0-unhealthy"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("adopted already"), "{out}");
+
+    let (code, stdout, _) = release(&kubeconfig, &["--all", "--dry-run"]);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("MachineHealthCheck default/md-0-unhealthy: would give back")
+            && stdout.contains("MachineHealthCheck default/md-1-unhealthy: would give back"),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = release(&kubeconfig, &["--all"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("given back"), "{stdout}");
+    for name in ["md-0-unhealthy", "md-1-unhealthy"] {
+        assert!(annotations(&mhcs, name).await.is_empty(), "{name}");
+    }
+
+    // Paused by someone else: it stays theirs.
+    let pause = serde_json::json!({"metadata": {"annotations": {paused: ""}}});
+    mhcs.patch(
+        "md-0-unhealthy",
+        &PatchParams::default(),
+        &Patch::Merge(&pause),
+    )
+    .await
+    .unwrap();
+    let (code, out) = adopt(&kubeconfig, &["mhc", "default/md-0-unhealthy"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("paused by someone else"), "{out}");
+    assert_eq!(annotations(&mhcs, "md-0-unhealthy").await, [paused]);
+    let (code, out) = adopt(&kubeconfig, &["pool", "default/nope"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("does not exist"), "{out}");
+}

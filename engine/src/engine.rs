@@ -533,12 +533,25 @@ impl Engine {
     }
 
     fn reconcile_key(&mut self, slot: usize, key: &ObjectKey) {
-        // Beside CAPI's manager, the MachineSet remediation, the health checks and the
-        // MachinePools are CAPI's: this controller writes nothing for them.
+        // Beside CAPI's manager, the MachineSet remediation is CAPI's, and so are the health
+        // checks and MachinePools this controller has not adopted: it writes nothing for them.
         if self.controllers.deletion.ownership() == Ownership::Takeover
             && slot != ControllerId::Deletion.slot()
         {
-            return;
+            let adoptable =
+                slot == ControllerId::Health.slot() || slot == ControllerId::Pool.slot();
+            // Other keys (a Machine or Node whose change an MHC or pool must see) only route
+            // to the MHCs and pools, which are gated themselves.
+            let ours = match key.kind {
+                Kind::MachineHealthCheck | Kind::MachinePool => self
+                    .store
+                    .get(key)
+                    .is_some_and(|o| crate::ownership::adopted(o.meta())),
+                _ => true,
+            };
+            if !(adoptable && ours) {
+                return;
+            }
         }
         let mut cx = Cx {
             now: self.now,

@@ -37,6 +37,40 @@ pub const OWN_CONDITION: &str = "LifecycleDeleting";
 pub const CAPI_WAITING_FOR_PRE_DRAIN_HOOK: &str = "WaitingForPreDrainHook";
 pub const CAPI_WAITING_FOR_PRE_TERMINATE_HOOK: &str = "WaitingForPreTerminateHook";
 
+/// Marks a MachineHealthCheck or MachinePool this controller adopted in takeover (value
+/// [`HOOK_OWNER`]), always beside `cluster.x-k8s.io/paused`, which stops CAPI's reconcile of it.
+pub const ADOPTED_ANNOTATION: &str = "lifecycle.x-k8s.io/adopted";
+
+/// Whether an MHC or MachinePool is this controller's beside CAPI's manager: paused with this
+/// controller's marker. Paused without it is paused, for this controller too.
+pub fn adopted(meta: &ObjectMeta) -> bool {
+    meta.has_annotation(crate::model::PAUSED_ANNOTATION)
+        && meta.annotations.get(ADOPTED_ANNOTATION).map(String::as_str) == Some(HOOK_OWNER)
+}
+
+/// Whether the object's own annotation pauses this controller's reconcile of it: paused, and
+/// not by this controller's adoption (the Cluster's `spec.paused` is checked apart: it always
+/// pauses).
+pub fn paused_for_us(meta: &ObjectMeta) -> bool {
+    meta.has_annotation(crate::model::PAUSED_ANNOTATION) && !adopted(meta)
+}
+
+/// The merge patch that adopts (`true`: pause for CAPI, this controller's marker) or gives back
+/// (`false`: both removed) an MHC or MachinePool.
+pub fn adoption_patch(adopt: bool) -> serde_json::Value {
+    let value = |v: &str| {
+        if adopt {
+            serde_json::Value::from(v)
+        } else {
+            serde_json::Value::Null
+        }
+    };
+    serde_json::json!({"metadata": {"annotations": {
+        crate::model::PAUSED_ANNOTATION: value(""),
+        ADOPTED_ANNOTATION: value(HOOK_OWNER),
+    }}})
+}
+
 /// This controller's own reasons in takeover, besides the deletion's.
 pub mod own_reason {
     /// CAPI's manager is not (yet, or no longer) waiting at one of this controller's hooks.
@@ -183,6 +217,35 @@ mod tests {
             "pre-terminate.delete.hook.machine.cluster.x-k8s.io/backup",
             PRE_DRAIN_HOOK_PREFIX
         ));
+    }
+
+    #[test]
+    fn adopted_means_paused_with_this_controllers_marker_and_nothing_else() {
+        let meta = |annotations: &[(&str, &str)]| {
+            let mut m = ObjectMeta::default();
+            for (k, v) in annotations {
+                m.annotations.insert(k.to_string(), v.to_string());
+            }
+            m
+        };
+        let paused = (crate::model::PAUSED_ANNOTATION, "");
+        let marker = (ADOPTED_ANNOTATION, HOOK_OWNER);
+        let ours = meta(&[paused, marker]);
+        assert!(adopted(&ours) && !paused_for_us(&ours));
+        let someone_elses = meta(&[paused]);
+        assert!(!adopted(&someone_elses) && paused_for_us(&someone_elses));
+        let marker_only = meta(&[marker]);
+        assert!(
+            !adopted(&marker_only) && !paused_for_us(&marker_only),
+            "CAPI's, not paused"
+        );
+        let other_owner = meta(&[paused, (ADOPTED_ANNOTATION, "someone")]);
+        assert!(!adopted(&other_owner) && paused_for_us(&other_owner));
+        assert_eq!(
+            adoption_patch(false),
+            serde_json::json!({"metadata": {"annotations": {
+                crate::model::PAUSED_ANNOTATION: null, ADOPTED_ANNOTATION: null}}})
+        );
     }
 
     #[test]

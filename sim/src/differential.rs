@@ -57,7 +57,14 @@ impl Differential {
     /// The MHCs whose status a controller freshly listing `api` would write, each with what it
     /// would write, reported once each. Nothing while an object does not read: a fresh
     /// controller has no last good reading of it, so it legitimately counts differently.
-    pub(crate) fn check(&mut self, api: &FakeApi, now: Timestamp) -> Vec<(String, String)> {
+    /// The stale MHCs among those a controller in `ownership` reconciles (in takeover, the
+    /// adopted ones only).
+    pub(crate) fn check(
+        &mut self,
+        api: &FakeApi,
+        now: Timestamp,
+        ownership: engine::ownership::Ownership,
+    ) -> Vec<(String, String)> {
         let listed: Vec<(Scope, Vec<Object>)> = api
             .scopes()
             .into_iter()
@@ -73,7 +80,7 @@ impl Differential {
             return Vec::new();
         }
         self.last_check = Some(now);
-        mhc_status_writes(listed, now)
+        mhc_status_writes(listed, now, ownership)
             .into_iter()
             .filter(|(mhc, _)| self.reported.insert(mhc.clone()))
             .collect()
@@ -81,8 +88,13 @@ impl Differential {
 }
 
 /// The MHC status a controller freshly listing `listed` at `now` writes: `(MHC, what)`.
-fn mhc_status_writes(listed: Vec<(Scope, Vec<Object>)>, now: Timestamp) -> Vec<(String, String)> {
+fn mhc_status_writes(
+    listed: Vec<(Scope, Vec<Object>)>,
+    now: Timestamp,
+    ownership: engine::ownership::Ownership,
+) -> Vec<(String, String)> {
     let mut fresh = Engine::new();
+    fresh.handle(now, Input::Ownership(ownership));
     for (scope, objects) in listed {
         fresh.handle(now, Input::Relist { scope, objects });
     }
@@ -173,8 +185,13 @@ mod tests {
             for until in [half, sim.clock.end] {
                 sim.run_until(until);
                 let now = sim.clock.now;
-                let everything = mhc_status_writes(listing(&sim.api, |_| true), now);
-                let health_kinds = mhc_status_writes(listing(&sim.api, |k| !drain_only(k)), now);
+                let everything =
+                    mhc_status_writes(listing(&sim.api, |_| true), now, Default::default());
+                let health_kinds = mhc_status_writes(
+                    listing(&sim.api, |k| !drain_only(k)),
+                    now,
+                    Default::default(),
+                );
                 assert_eq!(health_kinds, everything, "{}", path.display());
                 writes += everything.len();
             }

@@ -469,7 +469,12 @@ impl Sim {
         {
             return;
         }
-        let stale = self.checks.invariants.differential.check(&self.api, now);
+        let ownership = self.engine().controllers().deletion.ownership();
+        let stale = self
+            .checks
+            .invariants
+            .differential
+            .check(&self.api, now, ownership);
         for (mhc, detail) in stale {
             let message = format!(
                 "stale MHC status: {mhc} is not what a controller freshly listing the API computes ({detail})"

@@ -1,5 +1,6 @@
 //! Subcommands of the `lifecycle` binary.
 
+pub mod adopt;
 pub mod explain;
 pub mod log;
 pub mod logging;

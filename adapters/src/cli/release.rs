@@ -101,22 +101,23 @@ pub fn main(args: ReleaseArgs) -> u8 {
     }
 }
 
-/// Machines in the first CAPI version the server serves (the annotations are the same in every
+/// A CAPI kind in the first version the server serves (the annotations are the same in every
 /// version).
-async fn machines(client: &kube::Client) -> Result<ApiResource, RunFailure> {
+pub(super) async fn served(client: &kube::Client, kind: &str) -> Result<ApiResource, RunFailure> {
+    let plural = engine::convert::plural(kind);
     let mut last = None;
     for version in ["v1beta2", "v1beta1"] {
-        let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", version, "Machine");
-        let resource = ApiResource::from_gvk_with_plural(&gvk, "machines");
+        let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", version, kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, &plural);
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         match api.list(&ListParams::default().limit(1)).await {
             Ok(_) => return Ok(resource),
             Err(kube::Error::Api(s)) if s.code == 404 => last = Some(version),
-            Err(e) => return Err(RunFailure::Unable(format!("listing Machines: {e}"))),
+            Err(e) => return Err(RunFailure::Unable(format!("listing {kind}s: {e}"))),
         }
     }
     Err(RunFailure::Unable(format!(
-        "the server serves no Cluster API Machines (cluster.x-k8s.io v1beta2 or {})",
+        "the server serves no Cluster API {kind}s (cluster.x-k8s.io v1beta2 or {})",
         last.unwrap_or("v1beta1")
     )))
 }
@@ -167,7 +168,7 @@ fn own_hooks(m: &DynamicObject) -> Vec<&'static str> {
 
 async fn release(args: &ReleaseArgs, selection: Selection) -> Result<(), RunFailure> {
     let client = management_client(args.kubeconfig.as_ref()).await?;
-    let resource = machines(&client).await?;
+    let resource = served(&client, "Machine").await?;
     let found: Vec<DynamicObject> = match &selection {
         Selection::All => Api::<DynamicObject>::all_with(client.clone(), &resource)
             .list(&ListParams::default())
@@ -236,8 +237,16 @@ async fn release(args: &ReleaseArgs, selection: Selection) -> Result<(), RunFail
             );
         }
     }
-    if matches!(selection, Selection::All) && found.is_empty() {
-        println!("no Machine carries this controller's hooks; nothing to release");
+    if matches!(selection, Selection::All) {
+        let given_back = super::adopt::give_back_all(&client, args.dry_run).await?;
+        if found.is_empty() && given_back.is_empty() {
+            println!(
+                "no Machine carries this controller's hooks and no MachineHealthCheck or MachinePool is adopted; nothing to release"
+            );
+        }
+        for line in given_back {
+            println!("{line}");
+        }
     }
     Ok(())
 }

@@ -419,7 +419,7 @@ impl Controller for HealthChecks {
                 ),
             },
             // A write that failed is retried by judging the target again.
-            Action::SetCondition { target, .. }
+            Action::SetCondition { target, .. } | Action::SetOwnCondition { target, .. }
                 if target.key.kind == Kind::Machine && !outcome.is_success() =>
             {
                 memo.mark_dirty(&target.key.name)

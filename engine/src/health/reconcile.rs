@@ -13,7 +13,7 @@ use crate::command::{Action, ControllerId, EventType, JsonText};
 use crate::controller::Cx;
 use crate::model::{
     CLUSTER_NAME_LABEL, Cluster, ClusterName, External, Kind, MachineHealthCheck, ObjectKey,
-    ObjectRef, PAUSED_ANNOTATION, Scope,
+    ObjectRef, Scope,
 };
 use crate::remediation::external::template_key;
 use crate::shared::capi_target;
@@ -143,7 +143,7 @@ impl HealthChecks {
             self.suspend(key, None, now);
             return None;
         };
-        if cluster.paused || mhc.meta.has_annotation(PAUSED_ANNOTATION) {
+        if cluster.paused || crate::ownership::paused_for_us(&mhc.meta) {
             tracing::debug!(mhc = %key, "Reconciliation is paused for this object");
             self.suspend(key, None, now);
             return None;

@@ -65,15 +65,24 @@ impl SyncCx<'_> {
         };
         let mkey = ObjectKey::management(Kind::Machine, &m.meta.namespace, name);
         if let Some((conditions, summary)) = apply(&m.conditions, &writes.edits, self.now) {
-            let issued = cx.issue(
-                ControllerId::Health,
+            let target = capi_target(mkey.clone(), m.version);
+            // An adopted MHC's Machines are still CAPI's, which writes their other conditions:
+            // the lists as read, with their resourceVersion as a precondition.
+            let action = if crate::ownership::adopted(&self.mhc.meta) {
+                Action::SetOwnCondition {
+                    target,
+                    conditions,
+                    resource_version: m.meta.resource_version,
+                    summary,
+                }
+            } else {
                 Action::SetCondition {
-                    target: capi_target(mkey.clone(), m.version),
+                    target,
                     conditions,
                     summary,
-                },
-                why,
-            );
+                }
+            };
+            let issued = cx.issue(ControllerId::Health, action, why);
             if !matches!(issued, Issued::Queued(_)) {
                 memo.mark_dirty(name);
             }

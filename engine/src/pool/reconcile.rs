@@ -217,7 +217,7 @@ fn flow_facts<'a>(cx: &Ctx<'a>) -> FlowFacts<'a> {
             .finalizers
             .iter()
             .any(|f| f == MACHINE_POOL_FINALIZER),
-        paused: cluster.is_some_and(|c| c.paused) || mp.meta.has_annotation(PAUSED_ANNOTATION),
+        paused: cluster.is_some_and(|c| c.paused) || crate::ownership::paused_for_us(&mp.meta),
         cluster,
     }
 }

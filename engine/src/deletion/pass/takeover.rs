@@ -5,6 +5,7 @@
 use super::{Pass, PhaseFacts};
 use crate::command::Action;
 use crate::deletion::DeletionPhase;
+use crate::deletion::gates::NodeDeletionBlocked;
 use crate::deletion::pass::assess::Findings;
 use crate::deletion::status::{DELETING, reason};
 use crate::model::{Condition, ConditionStatus, DeletionTimes, Machine, set_condition};
@@ -54,7 +55,8 @@ impl Pass<'_, '_> {
             {
                 if drain_over {
                     self.hand_back(Hook::PreDrain, own_reason::DRAIN_HANDED_BACK, format!(
-                        "Drained and volumes detached: removing hook {OWN_PRE_DRAIN_HOOK}, so Cluster API's manager goes on to the pre-terminate hooks"
+                        "Drain and volume detach over ({}): removing hook {OWN_PRE_DRAIN_HOOK}, so Cluster API's manager goes on to the pre-terminate hooks",
+                        found.node_outcome()
                     ));
                 } else {
                     self.stop_after_volumes = true;
@@ -62,10 +64,19 @@ impl Pass<'_, '_> {
                 }
             }
             Some(CAPI_WAITING_FOR_PRE_TERMINATE_HOOK) if hooks.pre_terminate => {
+                let deleted = match &found.node {
+                    Ok(_) => "Infrastructure, bootstrap and Node deleted".to_string(),
+                    Err(NodeDeletionBlocked::NilNodeRef) => {
+                        "Infrastructure and bootstrap deleted (no Node)".to_string()
+                    }
+                    Err(blocked) => format!(
+                        "Infrastructure and bootstrap deleted, the Node left alone ({blocked})"
+                    ),
+                };
                 self.run_steps(facts, found);
                 if phase == DeletionPhase::RemovingFinalizer {
                     self.hand_back(Hook::PreTerminate, own_reason::RELEASED_TO_CLUSTER_API, format!(
-                        "Infrastructure, bootstrap and Node deleted: removing hook {OWN_PRE_TERMINATE_HOOK}, so Cluster API's manager removes the finalizer"
+                        "{deleted}: removing hook {OWN_PRE_TERMINATE_HOOK}, so Cluster API's manager removes the finalizer"
                     ));
                 }
             }

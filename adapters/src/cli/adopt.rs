@@ -1,0 +1,194 @@
+//! `lifecycle adopt mhc|pool NAMESPACE/NAME`: beside Cluster API's manager (`run --mode
+//! takeover`), hands one MachineHealthCheck or MachinePool to this controller by pausing it for
+//! CAPI (`cluster.x-k8s.io/paused`) with this controller's marker
+//! (`lifecycle.x-k8s.io/adopted: lifecycle`). `--give-back` removes both. `lifecycle release
+//! --all` gives every adopted object back.
+
+use super::release::served;
+use super::run::{RunFailure, management_client};
+use clap::{Args, ValueEnum};
+use engine::model::PAUSED_ANNOTATION;
+use engine::ownership::{ADOPTED_ANNOTATION, adopted, adoption_patch};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use std::path::PathBuf;
+
+const EXIT_INPUT: u8 = 2;
+const EXIT_UNABLE: u8 = 3;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Adoptable {
+    /// A MachineHealthCheck.
+    Mhc,
+    /// A MachinePool.
+    Pool,
+}
+
+impl Adoptable {
+    pub const ALL: [Adoptable; 2] = [Adoptable::Mhc, Adoptable::Pool];
+
+    pub fn kind(self) -> &'static str {
+        match self {
+            Adoptable::Mhc => "MachineHealthCheck",
+            Adoptable::Pool => "MachinePool",
+        }
+    }
+}
+
+#[derive(Args)]
+#[command(after_help = "\
+While adopted, CAPI's manager does not reconcile the object (it still writes its Paused
+condition) and `lifecycle run --mode takeover` does: health checks and remediation through the
+owner (OwnerRemediated=False, which CAPI's MachineSet acts on) or the external template; a
+MachinePool's status, nodeRefs, replicas and deletion. An object paused by someone else is not
+adopted. The Cluster's spec.paused pauses both managers. Anything that removes the pause gives
+the object back to CAPI.
+
+Exit codes: 0 adopted or given back (or already so); 2 bad input (not NAMESPACE/NAME, an object
+that does not exist, one paused by someone else); 3 the API refused or could not be reached.")]
+pub struct AdoptArgs {
+    #[arg(value_enum)]
+    kind: Adoptable,
+    /// The object, as NAMESPACE/NAME.
+    #[arg(value_name = "NAMESPACE/NAME")]
+    object: String,
+    /// Give it back to CAPI: remove the pause and the marker.
+    #[arg(long)]
+    give_back: bool,
+    /// The management cluster's kubeconfig (default: the usual lookup, in-cluster included).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+}
+
+pub fn main(args: AdoptArgs) -> u8 {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("lifecycle adopt: starting the runtime: {e}");
+            return EXIT_UNABLE;
+        }
+    };
+    match runtime.block_on(adopt(&args)) {
+        Ok(done) => {
+            println!("{done}");
+            0
+        }
+        Err(RunFailure::Input(e)) => {
+            eprintln!("lifecycle adopt: {e}");
+            EXIT_INPUT
+        }
+        Err(RunFailure::Unable(e)) => {
+            eprintln!("lifecycle adopt: {e}");
+            EXIT_UNABLE
+        }
+        Err(RunFailure::Restart) => EXIT_UNABLE,
+    }
+}
+
+fn meta_of(o: &DynamicObject) -> engine::model::ObjectMeta {
+    engine::model::ObjectMeta {
+        annotations: o
+            .metadata
+            .annotations
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect(),
+        ..Default::default()
+    }
+}
+
+async fn adopt(args: &AdoptArgs) -> Result<String, RunFailure> {
+    let (namespace, name) = match args.object.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => (ns, name),
+        _ => {
+            return Err(RunFailure::Input(format!(
+                "{:?} is not NAMESPACE/NAME (for example default/workers-mhc)",
+                args.object
+            )));
+        }
+    };
+    let kind = args.kind.kind();
+    let client = management_client(args.kubeconfig.as_ref()).await?;
+    let resource = served(&client, kind).await?;
+    let api: Api<DynamicObject> = Api::namespaced_with(client, namespace, &resource);
+    let object = match api.get_opt(name).await {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            return Err(RunFailure::Input(format!(
+                "{kind} {namespace}/{name} does not exist"
+            )));
+        }
+        Err(e) => {
+            return Err(RunFailure::Unable(format!(
+                "reading {kind} {namespace}/{name}: {e}"
+            )));
+        }
+    };
+    let meta = meta_of(&object);
+    let ours = adopted(&meta);
+    let subject = format!("{kind} {namespace}/{name}");
+    if args.give_back {
+        if !ours && !meta.has_annotation(ADOPTED_ANNOTATION) {
+            return Ok(format!("{subject} is not adopted: nothing to give back"));
+        }
+    } else if ours {
+        return Ok(format!("{subject} is adopted already"));
+    } else if meta.has_annotation(PAUSED_ANNOTATION) {
+        return Err(RunFailure::Input(format!(
+            "{subject} is paused by someone else ({PAUSED_ANNOTATION} without {ADOPTED_ANNOTATION}): it stays paused, for this controller too; remove the pause first if it should be adopted"
+        )));
+    }
+    let mut patch = adoption_patch(!args.give_back);
+    patch["metadata"]["resourceVersion"] = object.metadata.resource_version.clone().into();
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| RunFailure::Unable(format!("patching {subject}: {e}")))?;
+    Ok(if args.give_back {
+        format!(
+            "{subject}: {PAUSED_ANNOTATION} and {ADOPTED_ANNOTATION} removed; Cluster API's manager reconciles it again"
+        )
+    } else {
+        format!(
+            "{subject}: {PAUSED_ANNOTATION} and {ADOPTED_ANNOTATION} set; Cluster API's manager leaves it to `lifecycle run --mode takeover`"
+        )
+    })
+}
+
+/// Gives back every adopted MHC and MachinePool (`release --all`): what it did, one line each.
+pub(super) async fn give_back_all(
+    client: &kube::Client,
+    dry_run: bool,
+) -> Result<Vec<String>, RunFailure> {
+    let mut lines = Vec::new();
+    for adoptable in Adoptable::ALL {
+        let kind = adoptable.kind();
+        let resource = served(client, kind).await?;
+        let list = Api::<DynamicObject>::all_with(client.clone(), &resource)
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| RunFailure::Unable(format!("listing {kind}s: {e}")))?;
+        for o in list.items.iter().filter(|o| adopted(&meta_of(o))) {
+            let ns = o.metadata.namespace.clone().unwrap_or_default();
+            let name = o.metadata.name.clone().unwrap_or_default();
+            if dry_run {
+                lines.push(format!("{kind} {ns}/{name}: would give back"));
+                continue;
+            }
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+            api.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(adoption_patch(false)),
+            )
+            .await
+            .map_err(|e| RunFailure::Unable(format!("giving back {kind} {ns}/{name}: {e}")))?;
+            lines.push(format!(
+                "{kind} {ns}/{name}: given back; Cluster API's manager reconciles it again"
+            ));
+        }
+    }
+    Ok(lines)
+}
