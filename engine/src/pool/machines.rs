@@ -144,15 +144,29 @@ fn mark_machines_up_to_date(cx: &Ctx<'_>, plan: &mut Plan) {
         let mut conditions = m.conditions.clone();
         let condition = Condition::new(UP_TO_DATE, status, reason, message);
         cond::set(&mut conditions.current, condition, cx.now);
-        plan.issue(
-            Action::SetCondition {
-                target: Target::capi(
-                    ObjectKey::management(Kind::Machine, &m.meta.namespace, &m.meta.name),
-                    m.version,
-                ),
+        let target = Target::capi(
+            ObjectKey::management(Kind::Machine, &m.meta.namespace, &m.meta.name),
+            m.version,
+        );
+        let summary = format!("{UP_TO_DATE}={} ({reason})", status.as_str());
+        // An adopted pool's Machines are still CAPI's Machine controller's, which writes their
+        // other conditions: the lists as read, with their resourceVersion as a precondition.
+        let action = if crate::ownership::adopted(&cx.mp.meta) {
+            Action::SetOwnCondition {
+                target,
                 conditions,
-                summary: format!("{UP_TO_DATE}={} ({reason})", status.as_str()),
-            },
+                resource_version: m.meta.resource_version,
+                summary,
+            }
+        } else {
+            Action::SetCondition {
+                target,
+                conditions,
+                summary,
+            }
+        };
+        plan.issue(
+            action,
             format!(
                 "Machine {} belongs to MachinePool {}: {}",
                 m.meta.name,

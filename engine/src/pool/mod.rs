@@ -355,7 +355,10 @@ impl Controller for Pools {
             if planned.with_condition && !condition_queued {
                 continue;
             }
-            let is_condition = matches!(planned.action, Action::SetCondition { .. });
+            let is_condition = matches!(
+                planned.action,
+                Action::SetCondition { .. } | Action::SetOwnCondition { .. }
+            );
             let issued = cx.issue(ControllerId::Pool, planned.action, planned.reason);
             if is_condition {
                 condition_queued = matches!(issued, Issued::Queued(_));

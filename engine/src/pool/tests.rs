@@ -1449,3 +1449,67 @@ fn a_pool_waiting_for_an_unreachable_cluster_says_why_once_and_stops_once_it_con
         ["SetCondition MachinePool default/p1 WorkloadClusterReachable removed"]
     );
 }
+
+/// An adopted pool (beside CAPI's manager) writes its Machines' `UpToDate` with the Machine's
+/// resourceVersion as a precondition: CAPI's Machine controller writes their other conditions.
+#[test]
+fn an_adopted_pool_writes_its_machines_conditions_with_a_precondition() {
+    let mut mp = settled_pool(&["p1-0"]);
+    for (k, v) in [
+        (crate::model::PAUSED_ANNOTATION, ""),
+        (
+            crate::ownership::ADOPTED_ANNOTATION,
+            crate::ownership::HOOK_OWNER,
+        ),
+    ] {
+        mp.meta.annotations.insert(k.into(), v.into());
+    }
+    let mut objects = world(mp, &["p1-0"]);
+    infra_mut(&mut objects).infrastructure_machine_kind = Some("DockerMachinePoolMachine".into());
+    let mut m = machine("c1", "p1-0", Some("p1-0"));
+    m.meta.labels = labels(&[(POOL_NAME_LABEL, "p1"), (CLUSTER_NAME_LABEL, "c1")]);
+    m.meta.resource_version = 41;
+    objects.push((Scope::Management, Object::Machine(m)));
+    let mut engine = crate::Engine::new();
+    engine.handle(T0, Input::Ownership(crate::ownership::Ownership::Takeover));
+    let (_, commands) = crate::testing::synced(engine, T0, objects);
+    let write = find(&commands, "SetOwnCondition", "Machine default/p1-0");
+    let Action::SetOwnCondition {
+        resource_version,
+        conditions,
+        ..
+    } = &write.action
+    else {
+        unreachable!()
+    };
+    assert_eq!(*resource_version, 41);
+    assert!(conditions.current("UpToDate").is_some());
+    assert!(
+        !commands
+            .iter()
+            .any(|c| c.action.name() == "SetCondition"
+                && c.action.target().key.kind == Kind::Machine),
+        "{:?}",
+        lines(&commands)
+    );
+}
+
+/// In takeover a pool this controller has not adopted is CAPI's: nothing is written for it.
+#[test]
+fn a_pool_not_adopted_is_left_to_capi_in_takeover() {
+    let mut objects = world(settled_pool(&["p1-0"]), &["p1-0"]);
+    infra_mut(&mut objects).infrastructure_machine_kind = Some("DockerMachinePoolMachine".into());
+    let mut m = machine("c1", "p1-0", Some("p1-0"));
+    m.meta.labels = labels(&[(POOL_NAME_LABEL, "p1"), (CLUSTER_NAME_LABEL, "c1")]);
+    objects.push((Scope::Management, Object::Machine(m)));
+    let mut engine = crate::Engine::new();
+    engine.handle(T0, Input::Ownership(crate::ownership::Ownership::Takeover));
+    let (_, commands) = crate::testing::synced(engine, T0, objects.clone());
+    assert!(commands.is_empty(), "{:?}", lines(&commands));
+    let (_, alone) = crate::testing::synced(crate::Engine::new(), T0, objects);
+    assert!(
+        alone.iter().any(|c| c.action.name() == "SetCondition"),
+        "alone, the same world is reconciled: {:?}",
+        lines(&alone)
+    );
+}
