@@ -15,7 +15,10 @@
 //! | delete the Node (when allowed), then `DeletionCompleted` and the finalizer removed | §1.2 7, 8 |
 //!
 //! It acts as actor `capi` on the timeline: its writes are the world's, never the controller's.
-//! Not modelled: drain timeouts, MachineDrainRules, MHC marking, MachineSet scaling, KCP.
+//! Also KCP's one rule that matters beside this controller: it removes its `kcp-cleanup`
+//! pre-terminate hook from a deleting control-plane Machine only when no other pre-terminate
+//! hook is present (actor `kcp`). At its start it reconciles every Machine already deleting.
+//! Not modelled: drain timeouts, MachineDrainRules, MHC marking, MachineSet scaling.
 
 use crate::api::{ObjKey, Part, eviction, json};
 use crate::env::Env;
@@ -30,6 +33,10 @@ use std::collections::BTreeSet;
 
 /// The timeline's actor for CAPI's manager.
 pub const ACTOR: &str = "capi";
+/// The timeline's actor for the KubeadmControlPlane controller's part the model plays.
+pub const KCP_ACTOR: &str = "kcp";
+/// KCP's pre-terminate hook on its Machines.
+pub const KCP_CLEANUP_HOOK: &str = "pre-terminate.delete.hook.machine.cluster.x-k8s.io/kcp-cleanup";
 /// How soon it reconciles after a write it watches (controller-runtime's queue, a moment).
 const REACTION: Duration = Duration::from_millis(500);
 /// `drainRetryInterval` and `waitForVolumeDetachRetryInterval`.
@@ -136,6 +143,20 @@ impl CapiModel {
         let _ = store.create(deployment(), now);
         if store.create(lease, now).is_ok() {
             env.schedule_in(LEASE_RENEW, Event::CapiLeaseRenew);
+        }
+        // Its first list: every Machine already being deleted is reconciled at once.
+        let deleting: Vec<ObjKey> = env
+            .api
+            .store(&Scope::Management)
+            .map(|s| {
+                s.list("cluster.x-k8s.io", "Machine")
+                    .filter(|(_, m)| json::is_deleting(m))
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for machine in deleting {
+            self.queue(env, machine, REACTION);
         }
     }
 
@@ -273,6 +294,31 @@ impl CapiModel {
             }
         }
         let hooks = hooks(&annotations, PRE_TERMINATE_HOOK_PREFIX);
+        // KCP's rule (its reconcileDelete): it removes its own kcp-cleanup hook from a deleting
+        // control-plane Machine only when no other pre-terminate hook is present.
+        if hooks == [KCP_CLEANUP_HOOK] && machine_is_control_plane(machine) {
+            let patch = json!({"metadata": {"annotations": {KCP_CLEANUP_HOOK: null}}});
+            if let Ok(w) = env
+                .api
+                .store_mut(&Scope::Management)
+                .patch(key, &patch, Part::Main)
+            {
+                env.line(
+                    KCP_ACTOR,
+                    "RemoveHook",
+                    crate::api::describe(&Scope::Management, key),
+                    format!("{KCP_CLEANUP_HOOK}: no other pre-terminate hook is present"),
+                );
+                env.changed(&Scope::Management, w);
+            }
+            return Step::Wait {
+                reason: "WaitingForPreTerminateHook",
+                message: format!(
+                    "Waiting for pre-terminate hooks to succeed (hooks: {KCP_CLEANUP_HOOK})"
+                ),
+                retry: Some(REACTION),
+            };
+        }
         if !hooks.is_empty() {
             self.start_time(env, key, "waitForPreTerminateHookStartTime");
             return Step::Wait {
@@ -548,6 +594,10 @@ fn deployment() -> Value {
             },
         },
     })
+}
+
+fn machine_is_control_plane(machine: &Value) -> bool {
+    json::labels(machine).contains_key(CONTROL_PLANE_LABEL)
 }
 
 fn hooks(annotations: &std::collections::BTreeMap<String, String>, prefix: &str) -> Vec<String> {
