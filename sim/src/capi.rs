@@ -18,7 +18,8 @@
 //! Also KCP's one rule that matters beside this controller: it removes its `kcp-cleanup`
 //! pre-terminate hook from a deleting control-plane Machine only when no other pre-terminate
 //! hook is present (actor `kcp`). At its start it reconciles every Machine already deleting.
-//! Not modelled: drain timeouts, MachineDrainRules, MHC marking, MachineSet scaling.
+//! Its MachineSet controller (`spec.replicas`) is played by the world (`sim/src/machine_sets.rs`).
+//! Not modelled: drain timeouts, MachineDrainRules, MHC marking.
 
 use crate::api::{ObjKey, Part, eviction, json};
 use crate::env::Env;

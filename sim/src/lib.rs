@@ -25,6 +25,7 @@ pub mod invariants;
 pub mod journal_damage;
 pub mod journaling;
 pub mod live;
+mod machine_sets;
 mod network;
 mod pools;
 mod process;

@@ -86,8 +86,15 @@ impl WorldState {
                 self.schedule_pending_pods(env, scope);
             }
             (Some(m), "cluster.x-k8s.io", "Machine") if json::is_deleting(m) => {
-                self.replace_machine(env, key, m.clone())
+                self.replace_machine(env, key, m.clone());
+                if let Some(("MachineSet", ms)) =
+                    controller_of(m).as_ref().map(|(k, n)| (k.as_str(), n))
+                {
+                    let ms_key = ObjKey::new("cluster.x-k8s.io", "MachineSet", &key.namespace, ms);
+                    self.scale(env, &ms_key);
+                }
             }
+            (Some(_), "cluster.x-k8s.io", "MachineSet") => self.scale(env, key),
             (Some(obj), g, _) if crate::api::is_provider_group(g) && json::is_deleting(obj) => {
                 self.provider_deleting(env, key, obj)
             }
@@ -525,9 +532,10 @@ impl WorldState {
         }
     }
 
-    /// The fake MachineSet replaces a Machine it owns as soon as it starts deleting.
+    /// The fake MachineSet replaces a Machine it owns as soon as it starts deleting (with the
+    /// CAPI model, its MachineSet controller keeps the replicas instead: [`Self::scale`]).
     fn replace_machine(&mut self, env: &mut Env<'_>, key: &ObjKey, machine: Value) {
-        if self.knobs.machine_sets != MachineSetsMode::Replace {
+        if self.knobs.machine_sets != MachineSetsMode::Replace || self.capi.enabled {
             return;
         }
         if !self
@@ -552,49 +560,55 @@ impl WorldState {
         let n = self.replacements.entry(ms_key.clone()).or_insert(0);
         *n += 1;
         let name = format!("{ms_name}-r{n}");
-        let api_version = json::api_version(&ms).to_string();
-        let template = ms.pointer("/spec/template").cloned().unwrap_or(json!({}));
-        let mut spec = template.get("spec").cloned().unwrap_or(json!({}));
-        let cluster = json::str_at(&ms, "spec.clusterName")
-            .unwrap_or_default()
-            .to_string();
-        spec["clusterName"] = json!(cluster);
-        for (path, kind_suffix) in [
-            ("/infrastructureRef", "infra"),
-            ("/bootstrap/configRef", "bootstrap"),
-        ] {
-            let _ = kind_suffix;
-            if let Some(r) = spec.pointer_mut(path) {
-                r["name"] = json!(name);
-            }
-        }
-        let mut labels = template
-            .pointer("/metadata/labels")
-            .cloned()
-            .unwrap_or(json!({}));
-        labels["cluster.x-k8s.io/set-name"] = json!(ms_name);
-        let machine = json!({
-            "apiVersion": api_version,
-            "kind": "Machine",
-            "metadata": {
-                "name": name,
-                "namespace": key.namespace,
-                "labels": labels,
-                "finalizers": [engine::model::MACHINE_FINALIZER],
-                "ownerReferences": [{
-                    "apiVersion": api_version, "kind": "MachineSet", "name": ms_name,
-                    "uid": ms.pointer("/metadata/uid").cloned().unwrap_or(json!("")),
-                    "controller": true, "blockOwnerDeletion": true
-                }]
-            },
-            "spec": spec,
-            "status": {"phase": "Provisioning"}
-        });
+        let machine =
+            crate::machine_sets::machine_from_template(&ms, &key.namespace, &ms_name, &name);
         self.create_machine_for_provisioning(
             env,
             machine,
             &format!("replaces {} for MachineSet {ms_name}", key.name),
         );
+    }
+
+    /// With the CAPI model, its MachineSet controller: `spec.replicas` Machines not being
+    /// deleted, creating the missing ones (provisioned by the world) and deleting the newest
+    /// extra ones.
+    pub(crate) fn scale(&mut self, env: &mut Env<'_>, ms_key: &ObjKey) {
+        if !self.capi.enabled {
+            return;
+        }
+        let plan = crate::machine_sets::scaling(env.api, ms_key);
+        let now = env.clock.now;
+        for machine in plan.delete {
+            if let Ok(w) = env.api.store_mut(&Scope::Management).delete(&machine, now) {
+                let detail = format!("MachineSet {} scales down", ms_key.name);
+                env.line(
+                    crate::capi::ACTOR,
+                    "DeleteMachine",
+                    machine.to_string(),
+                    detail,
+                );
+                env.changed(&Scope::Management, w);
+            }
+        }
+        for _ in 0..plan.create {
+            let Some(ms) = env.api.get(&Scope::Management, ms_key).cloned() else {
+                return;
+            };
+            let n = self.replacements.entry(ms_key.clone()).or_insert(0);
+            *n += 1;
+            let name = format!("{}-r{n}", ms_key.name);
+            let machine = crate::machine_sets::machine_from_template(
+                &ms,
+                &ms_key.namespace,
+                &ms_key.name,
+                &name,
+            );
+            let why = format!(
+                "MachineSet {} has fewer Machines than spec.replicas",
+                ms_key.name
+            );
+            self.create_machine_for_provisioning(env, machine, &why);
+        }
     }
 
     /// Creates a Machine the world provisions: provider objects, then infrastructure, then Node.
