@@ -19,7 +19,7 @@
 //! pre-terminate hook from a deleting control-plane Machine only when no other pre-terminate
 //! hook is present (actor `kcp`). At its start it reconciles every Machine already deleting.
 //! Its MachineSet controller (`spec.replicas`) is played by the world (`sim/src/machine_sets.rs`).
-//! Not modelled: drain timeouts, MachineDrainRules, MHC marking.
+//! Its MHC marking is `sim/src/capi_health.rs`. Not modelled: drain timeouts, MachineDrainRules.
 
 use crate::api::{ObjKey, Part, eviction, json};
 use crate::env::Env;
@@ -60,6 +60,8 @@ pub struct CapiModel {
     /// Reconciles queued: a Machine once per instant (a work queue dedups keys; a requeue
     /// later does not hold back a reaction now).
     queued: BTreeSet<(ObjKey, Timestamp)>,
+    /// MachineHealthCheck reconciles queued, likewise.
+    health_queued: BTreeSet<(ObjKey, Timestamp)>,
 }
 
 /// Where one reconcile stopped.
@@ -86,6 +88,25 @@ impl CapiModel {
     pub(crate) fn react(&mut self, env: &mut Env<'_>, scope: &Scope, key: &ObjKey) {
         if !self.enabled {
             return;
+        }
+        // Its MHC controller watches MHCs, Machines, Clusters and the workload Nodes.
+        let health = match scope {
+            Scope::Management
+                if key.group == "cluster.x-k8s.io"
+                    && matches!(
+                        key.kind.as_str(),
+                        "MachineHealthCheck" | "Machine" | "Cluster"
+                    ) =>
+            {
+                crate::capi_health::mhcs_of(env, &key.namespace)
+            }
+            Scope::Workload(c) if key.kind == "Node" && key.group.is_empty() => {
+                crate::capi_health::mhcs_of(env, &c.namespace)
+            }
+            _ => Vec::new(),
+        };
+        for mhc in health {
+            self.queue_health(env, mhc, REACTION);
         }
         let machines: Vec<ObjKey> = match scope {
             Scope::Management => env
@@ -158,6 +179,36 @@ impl CapiModel {
             .unwrap_or_default();
         for machine in deleting {
             self.queue(env, machine, REACTION);
+        }
+        let namespaces: BTreeSet<String> = env
+            .api
+            .store(&Scope::Management)
+            .map(|s| {
+                s.list("cluster.x-k8s.io", "MachineHealthCheck")
+                    .map(|(k, _)| k.namespace.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for namespace in namespaces {
+            for mhc in crate::capi_health::mhcs_of(env, &namespace) {
+                self.queue_health(env, mhc, REACTION);
+            }
+        }
+    }
+
+    fn queue_health(&mut self, env: &mut Env<'_>, mhc: ObjKey, after: Duration) {
+        let at = env.clock.now + after;
+        if self.health_queued.insert((mhc.clone(), at)) {
+            env.schedule(at, Event::CapiHealthCheck { mhc });
+        }
+    }
+
+    /// One reconcile of a MachineHealthCheck by CAPI's manager; requeued at the next timeout.
+    pub(crate) fn check_health(&mut self, env: &mut Env<'_>, mhc: &ObjKey) {
+        self.health_queued.remove(&(mhc.clone(), env.clock.now));
+        if let Some(at) = crate::capi_health::reconcile(env, ACTOR, mhc) {
+            let after = at.since(env.clock.now);
+            self.queue_health(env, mhc.clone(), after);
         }
     }
 

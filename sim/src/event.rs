@@ -13,6 +13,8 @@ pub enum Event {
     Step(usize),
     /// CAPI's own manager reconciles a Machine (`capiManager: true`).
     CapiReconcile { machine: ObjKey },
+    /// CAPI's own manager checks a MachineHealthCheck's targets (`capiManager: true`).
+    CapiHealthCheck { mhc: ObjKey },
     /// CAPI's own manager renews its leader Lease.
     CapiLeaseRenew,
     /// The engine asked to be woken.

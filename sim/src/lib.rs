@@ -8,6 +8,7 @@
 
 pub mod api;
 mod capi;
+mod capi_health;
 mod checks;
 mod clock;
 pub mod defaults;

@@ -208,6 +208,7 @@ impl WorldState {
             Event::KubeletResume { scope, node } => self.kubelet(env, &scope, &node, true),
             Event::CapiReconcile { machine } => self.capi.reconcile(env, &machine),
             Event::CapiLeaseRenew => self.capi.renew_lease(env),
+            Event::CapiHealthCheck { mhc } => self.capi.check_health(env, &mhc),
             Event::FaultEnds { .. }
             | Event::CacheSynced { .. }
             | Event::Uncorrupt { .. }
