@@ -122,6 +122,9 @@ pub enum Issued {
     /// An event counted into its series' next write (its Event was written less than
     /// [`EVENT_WRITE_INTERVAL`] ago).
     Folded,
+    /// The same intent was decided and withheld (shadow) while its target was as it is now:
+    /// deciding it again would change nothing.
+    Withheld,
 }
 
 impl Issued {
@@ -173,6 +176,21 @@ fn backoff_after(action: &Action, failures: u32) -> Duration {
 
 /// Whether an answer means the call should be paced before it is tried again. A 404 is an
 /// answer (the object is gone), not a failure to reach the API.
+/// What an action decides, as a number (FNV-1a over its encoding): the same on every machine.
+fn fingerprint(action: &Action) -> u64 {
+    crate::codec::encode(action)
+        .unwrap_or_default()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325, |h: u64, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+        })
+}
+
+/// The resourceVersion of `key` as the cache holds it (0: not there).
+pub(crate) fn target_version(store: &Store, key: &ObjectKey) -> u64 {
+    store.get(key).map_or(0, |o| o.meta().resource_version)
+}
+
 fn is_failure(outcome: &ApiOutcome) -> bool {
     !matches!(outcome, ApiOutcome::Ok { .. } | ApiOutcome::NotFound)
 }
@@ -197,6 +215,11 @@ pub struct Effects {
     /// Commands not yet polled. Transient: not part of the state hash or snapshots.
     #[serde(skip)]
     outbox: Outbox,
+    /// Intents withheld (shadow), with their target's resourceVersion then and the action's
+    /// fingerprint: the same decision about the same object is not made again, so a
+    /// level-based controller that never sees its write land does not decide it for ever.
+    #[serde(deserialize_with = "crate::codec::added_in_7")]
+    withheld: BTreeMap<Intent, (u64, u64)>,
 }
 
 /// Commands not yet polled, with room for a burst reserved up front: one input can complete
@@ -306,6 +329,14 @@ impl Effects {
         Some((command, waiters))
     }
 
+    /// A command was withheld (shadow) while its target stood at `version`.
+    pub fn note_withheld(&mut self, command: &Command, version: u64) {
+        if let Some(intent) = Intent::of(&command.action) {
+            self.withheld
+                .insert(intent, (version, fingerprint(&command.action)));
+        }
+    }
+
     /// Forgets everything in flight (after a restart nothing is known to be running).
     pub fn forget_in_flight(&mut self) -> Vec<(ControllerId, ObjectKey)> {
         let owners = self
@@ -318,6 +349,7 @@ impl Effects {
         self.intents.clear();
         self.waiting.clear();
         self.backoffs.clear();
+        self.withheld.clear();
         self.retries = TimerTable::default();
         self.outbox.0.clear();
         owners
@@ -379,6 +411,14 @@ impl<'a> Cx<'a> {
         {
             self.wait_for(controller, intent.clone());
             return Issued::InFlight;
+        }
+        if let Some(intent) = &intent
+            && let Some(&(rv, print)) = self.effects.withheld.get(intent)
+        {
+            if rv == target_version(self.store, &intent.target) && print == fingerprint(&action) {
+                return Issued::Withheld;
+            }
+            self.effects.withheld.remove(intent);
         }
         let id = self.effects.next_command_id + 1;
         let series = match &action {
@@ -487,6 +527,53 @@ mod tests {
             effects,
         };
         cx.issue(ControllerId::Deletion, action, "test")
+    }
+
+    fn other_status_write(name: &str) -> Action {
+        Action::PatchStatus {
+            target: crate::command::Target {
+                key: key(name),
+                api_version: "cluster.x-k8s.io/v1beta2".into(),
+            },
+            merge: crate::command::JsonText(r#"{"status":{"phase":"Deleting"}}"#.into()),
+            summary: String::new(),
+        }
+    }
+
+    /// Shadow: a withheld decision is not made again while its target stands as it was; another
+    /// decision about it is, and so is the same one once the target changed.
+    #[test]
+    fn a_withheld_intent_is_not_decided_again_until_its_target_changes() {
+        let mut store = Store::default();
+        let mut m1 = crate::testing::machine("c1", "m1", None);
+        m1.meta.resource_version = 5;
+        store.upsert(&Scope::Management, crate::model::Object::Machine(m1.clone()));
+        let mut effects = Effects::default();
+        let now = Timestamp(0);
+        let withhold = |effects: &mut Effects, action: Action| {
+            let Issued::Queued(id) = issue_at(effects, &store, now, action) else {
+                panic!("decided");
+            };
+            let command = effects.poll().expect("polled");
+            effects.complete(id, &ApiOutcome::Ok { object: None }, now);
+            effects.note_withheld(&command, 5);
+        };
+        withhold(&mut effects, status_write("m1"));
+        assert_eq!(
+            issue_at(&mut effects, &store, now, status_write("m1")),
+            Issued::Withheld
+        );
+        withhold(&mut effects, other_status_write("m1"));
+        assert_eq!(
+            issue_at(&mut effects, &store, now, other_status_write("m1")),
+            Issued::Withheld
+        );
+        m1.meta.resource_version = 6;
+        store.upsert(&Scope::Management, crate::model::Object::Machine(m1));
+        assert!(matches!(
+            issue_at(&mut effects, &store, now, other_status_write("m1")),
+            Issued::Queued(_)
+        ));
     }
 
     #[test]

@@ -91,7 +91,7 @@ impl Dirty {
 ///    whose early records were retired behind one resumes.
 /// 6: the deletion controller's [`crate::ownership::Ownership`] (absent before: alone).
 /// 7: the deletion controller's `--own-machines` selector (absent before: none, a MachineSet's
-///    Machines).
+///    Machines), and the intents withheld in shadow mode (absent before: none).
 pub const STATE_VERSION: u16 = 7;
 /// The oldest state layout this build reads (and migrates to [`STATE_VERSION`]).
 pub const STATE_VERSION_OLDEST_READ: u16 = 4;
@@ -501,7 +501,18 @@ impl Engine {
             self.counters.failing[slot].insert(command.owner.clone());
         }
         self.controllers.all_mut()[slot].on_result(&command, outcome, self.now);
-        dirty.push(slot, command.owner.clone());
+        // A withheld command (shadow) changed nothing a decision reads: the same decision
+        // about the same object is not made again ([`crate::controller::Issued::Withheld`]),
+        // and a withheld Event (no intent to hold it) does not wake its owner at all, or the
+        // owner would decide it again at the same instant for ever.
+        let withheld = matches!(sent, ApiOutcome::NotSent { .. });
+        if withheld {
+            let version = crate::controller::target_version(&self.store, target);
+            self.effects.note_withheld(&command, version);
+        }
+        if !(withheld && matches!(command.action, Action::RecordEvent { .. })) {
+            dirty.push(slot, command.owner.clone());
+        }
         for (controller, owner) in waiters {
             dirty.push(controller.slot(), owner);
         }

@@ -1,6 +1,10 @@
 //! Shadow mode's comparison: what this controller decided (and did not send) against what the
 //! objects show someone else did, for each deleting Machine, step by step: cordon, each
-//! eviction, infrastructure, bootstrap and Node deletion, the finalizer's release.
+//! eviction, infrastructure, bootstrap and Node deletion, the finalizer's release; and for each
+//! Machine a MachineHealthCheck marks unhealthy (`HealthCheckSucceeded=False`).
+//!
+//! Where this product decides otherwise than upstream on purpose, a disagreement carries the
+//! decision as a [`Deviation`]: expected, not a surprise.
 //!
 //! Sans-IO and deterministic: it is fed the applied inputs (after the store took them) and the
 //! commands withheld, with their journal times, so `lifecycle run` (for its metric) and
@@ -11,9 +15,11 @@
 //! (noticed at the next input), one side took it alone. Evictions are seen only as a Pod's
 //! deletionTimestamp, so a refused eviction is invisible to both sides alike.
 
-use crate::command::{Action, Command};
+use crate::command::{Action, Command, ControllerId};
 use crate::input::Input;
-use crate::model::{ClusterName, Kind, MACHINE_FINALIZER, Object, ObjectKey, Scope};
+use crate::model::{
+    ClusterName, ConditionStatus, Kind, MACHINE_FINALIZER, Object, ObjectKey, Scope,
+};
 use crate::time::{Duration, Timestamp};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -30,6 +36,8 @@ pub enum Step {
     DeleteBootstrap,
     DeleteNode,
     RemoveFinalizer,
+    /// A MachineHealthCheck marks the Machine `HealthCheckSucceeded=False`.
+    MarkUnhealthy,
 }
 
 impl Step {
@@ -41,6 +49,40 @@ impl Step {
             Step::DeleteBootstrap => "DeleteBootstrap",
             Step::DeleteNode => "DeleteNode",
             Step::RemoveFinalizer => "RemoveFinalizer",
+            Step::MarkUnhealthy => "MarkUnhealthy",
+        }
+    }
+
+    /// The controller the step belongs to (the metric's `controller` label).
+    pub fn controller(self) -> &'static str {
+        match self {
+            Step::MarkUnhealthy => "machinehealthcheck",
+            _ => "machine",
+        }
+    }
+}
+
+/// A product decision that differs from upstream on purpose (the design's numbered decisions):
+/// a disagreement it explains is a known deviation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Deviation {
+    /// Decision 3: a Machine whose `failureReason` or `failureMessage` is set is unhealthy at
+    /// once (upstream HEAD no longer marks it).
+    MachineFailure,
+}
+
+impl Deviation {
+    pub fn decision(self) -> u8 {
+        match self {
+            Deviation::MachineFailure => 3,
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Deviation::MachineFailure => {
+                "a Machine's failureReason or failureMessage makes it unhealthy at once"
+            }
         }
     }
 }
@@ -78,11 +120,26 @@ pub struct Disagreement {
     pub theirs: Option<Timestamp>,
     /// The controller that decided it (`deletion`, `drain`), when ours.
     pub controller: &'static str,
+    /// The product decision that explains it, when one does.
+    pub deviation: Option<Deviation>,
 }
 
 impl Disagreement {
-    /// One line: `Machine default/m1: Cordon Node n1@c1 decided at … (not sent), not done by anyone within 30s`.
+    /// One line: `Machine default/m1: Cordon Node n1@c1 decided at … (not sent), not done by anyone within 30s`,
+    /// and the decision that explains it.
     pub fn describe(&self) -> String {
+        match self.deviation {
+            Some(d) => format!(
+                "{} (known deviation, decision {}: {})",
+                self.evidence(),
+                d.decision(),
+                d.describe()
+            ),
+            None => self.evidence(),
+        }
+    }
+
+    fn evidence(&self) -> String {
         let what = format!("{} {}", self.step.as_str(), self.target);
         let window = AGREEMENT_WINDOW.as_secs();
         match (self.side, self.ours, self.theirs) {
@@ -129,6 +186,8 @@ struct Sides {
     theirs: Option<Timestamp>,
     /// An eviction's Node.
     node: Option<ObjectKey>,
+    /// The product decision behind ours, when it is one that differs from upstream.
+    deviation: Option<Deviation>,
 }
 
 /// The comparison; see the module doc.
@@ -138,9 +197,11 @@ pub struct Comparator {
     /// Node, infrastructure and bootstrap keys → the Machine they belong to, and the step
     /// their deletion is.
     targets: BTreeMap<ObjectKey, (ObjectKey, Step)>,
-    /// Nodes seen schedulable, Pods seen not deleting: a change from there is someone's act.
+    /// Nodes seen schedulable, Pods seen not deleting, Machines seen not marked unhealthy: a
+    /// change from there is someone's act.
     schedulable: BTreeSet<ObjectKey>,
     running: BTreeSet<ObjectKey>,
+    unmarked: BTreeSet<ObjectKey>,
     steps: BTreeMap<(Step, ObjectKey), (ObjectKey, Sides)>,
     /// Steps judged, with their Machine (kept so a late sighting is not judged again).
     settled: BTreeMap<(Step, ObjectKey), ObjectKey>,
@@ -150,6 +211,40 @@ pub struct Comparator {
     found: Vec<Disagreement>,
 }
 
+const HEALTH_CHECK_SUCCEEDED: &str = "HealthCheckSucceeded";
+
+/// The Machine a health check's withheld decision marks unhealthy, and the product decision
+/// behind it when it differs from upstream. Its `MachineMarkedUnhealthy` event counts too: it is
+/// decided even when someone else wrote the condition first (the write is then not needed).
+fn marks_unhealthy(command: &Command) -> Option<(ObjectKey, Option<Deviation>)> {
+    if command.controller != ControllerId::Health {
+        return None;
+    }
+    let (target, conditions) = match &command.action {
+        Action::SetCondition {
+            target, conditions, ..
+        }
+        | Action::SetOwnCondition {
+            target, conditions, ..
+        } => (target, conditions),
+        Action::RecordEvent {
+            regarding, reason, ..
+        } if reason == "MachineMarkedUnhealthy" && regarding.key.kind == Kind::Machine => {
+            return Some((regarding.key.clone(), None));
+        }
+        _ => return None,
+    };
+    if target.key.kind != Kind::Machine {
+        return None;
+    }
+    let c = conditions.current(HEALTH_CHECK_SUCCEEDED)?;
+    (c.status == ConditionStatus::False).then(|| {
+        let deviation =
+            (c.reason == "MachineHasFailure").then_some(Deviation::MachineFailure);
+        (target.key.clone(), deviation)
+    })
+}
+
 impl Comparator {
     pub fn new() -> Self {
         Comparator::default()
@@ -157,6 +252,18 @@ impl Comparator {
 
     /// A command this controller decided and did not send.
     pub fn withheld(&mut self, at: Timestamp, command: &Command) {
+        if let Some((machine, deviation)) = marks_unhealthy(command) {
+            if self.settled.contains_key(&(Step::MarkUnhealthy, machine.clone())) {
+                return;
+            }
+            let entry = self
+                .steps
+                .entry((Step::MarkUnhealthy, machine.clone()))
+                .or_insert_with(|| (machine.clone(), Sides::default()));
+            entry.1.ours.get_or_insert((at, command.controller.as_str()));
+            entry.1.deviation = entry.1.deviation.or(deviation);
+            return;
+        }
         let step = match &command.action {
             Action::Cordon { node } => Some((Step::Cordon, &node.key)),
             Action::Evict { pod, .. } => Some((Step::Evict, &pod.key)),
@@ -231,6 +338,17 @@ impl Comparator {
     fn seen(&mut self, at: Timestamp, key: &ObjectKey, object: Option<&Object>) {
         match (key.kind.clone(), object) {
             (Kind::Machine, Some(Object::Machine(m))) => {
+                let marked = m
+                    .conditions
+                    .current(HEALTH_CHECK_SUCCEEDED)
+                    .is_some_and(|c| c.status == ConditionStatus::False);
+                if !marked {
+                    // Healthy again: a later spell is compared afresh.
+                    self.unmarked.insert(key.clone());
+                    self.settled.remove(&(Step::MarkUnhealthy, key.clone()));
+                } else if self.unmarked.remove(key) {
+                    self.theirs(at, Step::MarkUnhealthy, key, key);
+                }
                 let has_finalizer = m.meta.finalizers.iter().any(|f| f == MACHINE_FINALIZER);
                 if m.meta.deletion_timestamp.is_none() {
                     return;
@@ -263,6 +381,7 @@ impl Comparator {
                 }
             }
             (Kind::Machine, None) => {
+                self.unmarked.remove(key);
                 if self.machines.get(key).is_some_and(|w| w.had_finalizer) {
                     self.released(at, key);
                 }
@@ -421,6 +540,7 @@ impl Comparator {
                         ours: sides.ours.map(|(t, _)| t),
                         theirs: sides.theirs,
                         controller: sides.ours.map_or("", |(_, c)| c),
+                        deviation: sides.deviation.filter(|_| side == Side::OnlyOurs),
                     });
                 }
             }
@@ -657,5 +777,88 @@ mod tests {
         c.observe(at(11), &Input::Delete { key: m1() });
         c.finish(at(600));
         assert_eq!(c.take(), Vec::new());
+    }
+
+    fn health_mark(machine: &str, reason: &str) -> Command {
+        let mut conditions = crate::model::Conditions::default();
+        crate::model::set_condition(
+            &mut conditions.current,
+            crate::model::Condition::new(
+                HEALTH_CHECK_SUCCEEDED,
+                ConditionStatus::False,
+                reason,
+                "",
+            ),
+            T0,
+        );
+        Command {
+            controller: ControllerId::Health,
+            owner: ObjectKey::management(Kind::MachineHealthCheck, "default", "mhc"),
+            ..command(Action::SetCondition {
+                target: Target {
+                    key: ObjectKey::management(Kind::Machine, "default", machine),
+                    api_version: "cluster.x-k8s.io/v1beta2".into(),
+                },
+                conditions,
+                summary: String::new(),
+            })
+        }
+    }
+
+    fn w(name: &str, marked: bool) -> Input {
+        let mut m = machine("c1", name, Some(name));
+        if marked {
+            crate::model::set_condition(
+                &mut m.conditions.current,
+                crate::model::Condition::new(
+                    HEALTH_CHECK_SUCCEEDED,
+                    ConditionStatus::False,
+                    "NodeDeleted",
+                    "",
+                ),
+                T0,
+            );
+        }
+        upsert(Scope::Management, Object::Machine(m))
+    }
+
+    #[test]
+    fn a_machine_both_sides_mark_unhealthy_agrees_and_one_only_ours_is_tagged_when_a_decision_explains_it() {
+        let mut c = Comparator::new();
+        for name in ["w1", "w2", "w3"] {
+            c.observe(at(0), &w(name, false));
+        }
+        // w1: both mark it, CAPI a moment later.
+        c.withheld(at(10), &health_mark("w1", "NodeDeleted"));
+        c.observe(at(11), &w("w1", true));
+        // w2: CAPI marks it; this controller never decides so.
+        c.observe(at(12), &w("w2", true));
+        // w3: only this controller, for its failureReason (decision 3).
+        c.withheld(at(13), &health_mark("w3", "MachineHasFailure"));
+        c.finish(at(100));
+        let found: Vec<(String, Side, Option<Deviation>)> = c
+            .take()
+            .into_iter()
+            .map(|d| (d.machine.name.to_string(), d.side, d.deviation))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("w2".to_string(), Side::OnlyTheirs, None),
+                ("w3".to_string(), Side::OnlyOurs, Some(Deviation::MachineFailure)),
+            ]
+        );
+        let w3 = Disagreement {
+            machine: ObjectKey::management(Kind::Machine, "default", "w3"),
+            step: Step::MarkUnhealthy,
+            target: ObjectKey::management(Kind::Machine, "default", "w3"),
+            side: Side::OnlyOurs,
+            ours: Some(at(13)),
+            theirs: None,
+            controller: "health",
+            deviation: Some(Deviation::MachineFailure),
+        };
+        assert!(w3.describe().contains("known deviation, decision 3"), "{}", w3.describe());
+        assert_eq!(Step::MarkUnhealthy.controller(), "machinehealthcheck");
     }
 }

@@ -458,6 +458,10 @@ impl Sim {
     /// The MHC status differential, when the controller is idle and sees everything and the
     /// world has been quiet long enough (`at_end`: now, regardless of the quiet period).
     pub(crate) fn check_mhc_differential(&mut self, at_end: bool) {
+        // A shadow writes no status: there is nothing of its own to be stale.
+        if self.lp.options().mode.withholds().is_some() {
+            return;
+        }
         let now = self.clock.now;
         let idle = self.engine().in_flight_len() == 0
             && self.lp.commands_in_flight() == 0

@@ -267,8 +267,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
         let failed = appended.is_err();
         self.lp.appended(at, appended.clone());
         for d in self.lp.take_disagreements() {
-            self.metrics
-                .shadow_disagreement(d.step.as_str(), d.side.as_str());
+            self.metrics.shadow_disagreement(&d);
             tracing::warn!(machine = %d.machine, step = d.step.as_str(), side = d.side.as_str(), "shadow disagreement: {}", d.describe());
         }
         if failed {

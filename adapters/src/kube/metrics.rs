@@ -164,7 +164,7 @@ impl Metrics {
         );
         r.register(
             "lifecycle_shadow_disagreements",
-            "Shadow mode: steps of a Machine's deletion only this controller decided (side only-ours) or only someone else took (only-theirs) within 30 s, by controller, kind (the step) and side",
+            "Shadow mode: steps of a Machine's deletion, and Machines marked unhealthy, that only this controller decided (side only-ours) or only someone else took (only-theirs) within 30 s, by controller (machine, machinehealthcheck), kind (the step), side and deviation (the product decision that explains it, none for a surprise)",
             m.shadow_disagreements.clone(),
         );
         r.register(
@@ -228,12 +228,16 @@ impl Metrics {
     pub fn command(&self, action: &str) {
         self.commands.get_or_create(&label("action", action)).inc();
     }
-    pub fn shadow_disagreement(&self, step: &str, side: &str) {
+    pub fn shadow_disagreement(&self, d: &engine::shadow::Disagreement) {
+        let deviation = d
+            .deviation
+            .map_or("none".to_string(), |v| v.decision().to_string());
         self.shadow_disagreements
             .get_or_create(&vec![
-                ("controller", "machine".to_string()),
-                ("kind", step.to_string()),
-                ("side", side.to_string()),
+                ("controller", d.step.controller().to_string()),
+                ("kind", d.step.as_str().to_string()),
+                ("side", d.side.as_str().to_string()),
+                ("deviation", deviation),
             ])
             .inc();
     }
