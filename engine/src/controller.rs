@@ -329,11 +329,18 @@ impl Effects {
         Some((command, waiters))
     }
 
-    /// A command was withheld (shadow) while its target stood at `version`.
-    pub fn note_withheld(&mut self, command: &Command, version: u64) {
+    /// A command was withheld (shadow) while its target stood at `version`. Now and then
+    /// (at each power of two from 1024 entries, so amortised constant) the entries of targets
+    /// gone from `store` are dropped: a shadow run over weeks keeps no record of every pod it
+    /// would have evicted.
+    pub fn note_withheld(&mut self, command: &Command, version: u64, store: &Store) {
         if let Some(intent) = Intent::of(&command.action) {
             self.withheld
                 .insert(intent, (version, fingerprint(&command.action)));
+        }
+        let n = self.withheld.len();
+        if n >= 1024 && n.is_power_of_two() {
+            self.withheld.retain(|i, _| store.get(&i.target).is_some());
         }
     }
 
@@ -547,7 +554,10 @@ mod tests {
         let mut store = Store::default();
         let mut m1 = crate::testing::machine("c1", "m1", None);
         m1.meta.resource_version = 5;
-        store.upsert(&Scope::Management, crate::model::Object::Machine(m1.clone()));
+        store.upsert(
+            &Scope::Management,
+            crate::model::Object::Machine(m1.clone()),
+        );
         let mut effects = Effects::default();
         let now = Timestamp(0);
         let withhold = |effects: &mut Effects, action: Action| {
@@ -556,7 +566,7 @@ mod tests {
             };
             let command = effects.poll().expect("polled");
             effects.complete(id, &ApiOutcome::Ok { object: None }, now);
-            effects.note_withheld(&command, 5);
+            effects.note_withheld(&command, 5, &Store::default());
         };
         withhold(&mut effects, status_write("m1"));
         assert_eq!(
@@ -574,6 +584,42 @@ mod tests {
             issue_at(&mut effects, &store, now, other_status_write("m1")),
             Issued::Queued(_)
         ));
+    }
+
+    #[test]
+    fn withheld_intents_of_objects_gone_are_dropped_now_and_then() {
+        let mut store = Store::default();
+        let kept = crate::testing::machine("c1", "kept", None);
+        store.upsert(&Scope::Management, crate::model::Object::Machine(kept));
+        let mut effects = Effects::default();
+        for i in 0..1023 {
+            let command = Command {
+                id: i,
+                cause: 1,
+                controller: ControllerId::Deletion,
+                owner: key("m1"),
+                action: status_write(&format!("gone-{i}")),
+                reason: String::new(),
+                series: None,
+            };
+            effects.note_withheld(&command, 1, &store);
+        }
+        assert_eq!(effects.withheld.len(), 1023);
+        let kept = Command {
+            id: 2000,
+            cause: 1,
+            controller: ControllerId::Deletion,
+            owner: key("kept"),
+            action: status_write("kept"),
+            reason: String::new(),
+            series: None,
+        };
+        effects.note_withheld(&kept, 1, &store);
+        assert_eq!(
+            effects.withheld.len(),
+            1,
+            "only the one whose object is still there"
+        );
     }
 
     #[test]

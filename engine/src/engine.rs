@@ -508,7 +508,7 @@ impl Engine {
         let withheld = matches!(sent, ApiOutcome::NotSent { .. });
         if withheld {
             let version = crate::controller::target_version(&self.store, target);
-            self.effects.note_withheld(&command, version);
+            self.effects.note_withheld(&command, version, &self.store);
         }
         if !(withheld && matches!(command.action, Action::RecordEvent { .. })) {
             dirty.push(slot, command.owner.clone());

@@ -239,8 +239,7 @@ fn marks_unhealthy(command: &Command) -> Option<(ObjectKey, Option<Deviation>)> 
     }
     let c = conditions.current(HEALTH_CHECK_SUCCEEDED)?;
     (c.status == ConditionStatus::False).then(|| {
-        let deviation =
-            (c.reason == "MachineHasFailure").then_some(Deviation::MachineFailure);
+        let deviation = (c.reason == "MachineHasFailure").then_some(Deviation::MachineFailure);
         (target.key.clone(), deviation)
     })
 }
@@ -253,14 +252,20 @@ impl Comparator {
     /// A command this controller decided and did not send.
     pub fn withheld(&mut self, at: Timestamp, command: &Command) {
         if let Some((machine, deviation)) = marks_unhealthy(command) {
-            if self.settled.contains_key(&(Step::MarkUnhealthy, machine.clone())) {
+            if self
+                .settled
+                .contains_key(&(Step::MarkUnhealthy, machine.clone()))
+            {
                 return;
             }
             let entry = self
                 .steps
                 .entry((Step::MarkUnhealthy, machine.clone()))
                 .or_insert_with(|| (machine.clone(), Sides::default()));
-            entry.1.ours.get_or_insert((at, command.controller.as_str()));
+            entry
+                .1
+                .ours
+                .get_or_insert((at, command.controller.as_str()));
             entry.1.deviation = entry.1.deviation.or(deviation);
             return;
         }
@@ -823,7 +828,8 @@ mod tests {
     }
 
     #[test]
-    fn a_machine_both_sides_mark_unhealthy_agrees_and_one_only_ours_is_tagged_when_a_decision_explains_it() {
+    fn a_machine_both_sides_mark_unhealthy_agrees_and_one_only_ours_is_tagged_when_a_decision_explains_it()
+     {
         let mut c = Comparator::new();
         for name in ["w1", "w2", "w3"] {
             c.observe(at(0), &w(name, false));
@@ -845,7 +851,11 @@ mod tests {
             found,
             [
                 ("w2".to_string(), Side::OnlyTheirs, None),
-                ("w3".to_string(), Side::OnlyOurs, Some(Deviation::MachineFailure)),
+                (
+                    "w3".to_string(),
+                    Side::OnlyOurs,
+                    Some(Deviation::MachineFailure)
+                ),
             ]
         );
         let w3 = Disagreement {
@@ -858,7 +868,11 @@ mod tests {
             controller: "health",
             deviation: Some(Deviation::MachineFailure),
         };
-        assert!(w3.describe().contains("known deviation, decision 3"), "{}", w3.describe());
+        assert!(
+            w3.describe().contains("known deviation, decision 3"),
+            "{}",
+            w3.describe()
+        );
         assert_eq!(Step::MarkUnhealthy.controller(), "machinehealthcheck");
     }
 }
