@@ -147,6 +147,19 @@ fn alone_refuses_when_it_cannot_tell_and_writes_nothing() {
         "{err}"
     );
     assert!(!journal.exists(), "a refused start writes nothing");
+
+    // A takeover's preflight is as patient, then refuses the same way.
+    let started = std::time::Instant::now();
+    let takeover = ["--capi-lease-patience-seconds", "2", "--mode", "takeover"];
+    let (code, err) = run_once(&kubeconfig, &journal, &[], &takeover);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("preflight failed, not taking over"), "{err}");
+    assert!(err.contains("trying again"), "{err}");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_secs(1),
+        "{err}"
+    );
+    assert!(!journal.exists(), "a refused start writes nothing");
 }
 
 /// The shadow run over HTTP, recorded request by request: it reads (get, list, watch) and

@@ -95,8 +95,9 @@ pub struct RunArgs {
     /// start in `--mode alone`).
     #[arg(long, default_value = "capi-system")]
     pub capi_namespace: String,
-    /// Test only: how long (real seconds) `--mode alone` keeps trying to read CAPI's Lease
-    /// through transient failures (5xx, 429, no connection) before it refuses to start.
+    /// Test only: how long (real seconds) `--mode alone` keeps trying to read CAPI's Lease, and
+    /// `--mode takeover` its preflight, through transient failures (5xx, 429, no connection)
+    /// before it refuses to start.
     #[arg(long, hide = true, default_value_t = 30)]
     pub capi_lease_patience_seconds: u64,
     /// Act only while holding the coordination.k8s.io Lease.
@@ -330,7 +331,10 @@ async fn check_alone(args: &RunArgs, client: &Client) -> Result<(), RunFailure> 
     let mut pause = Duration::from_millis(200);
     let read = loop {
         match lease::capi_manager(&api, adapters::clock::wall_now()).await {
-            Err(e) if is_transient(&e) && started.elapsed() + pause < patience => {
+            Err(e)
+                if adapters::preflight::is_transient(&e)
+                    && started.elapsed() + pause < patience =>
+            {
                 tracing::warn!(lease = %lease, error = %e, "cannot read Cluster API's Lease yet: trying again");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(5));
@@ -355,7 +359,8 @@ async fn check_alone(args: &RunArgs, client: &Client) -> Result<(), RunFailure> 
 }
 
 /// A takeover acts beside CAPI's manager: it starts only when nothing `lifecycle preflight`
-/// checks fails (warnings are logged).
+/// checks fails (warnings are logged). A failure that may pass on its own (no connection, a
+/// 5xx) is asked again for `--capi-lease-patience-seconds`, as `--mode alone`'s Lease read is.
 async fn preflight(args: &RunArgs, client: &Client) -> Result<(), RunFailure> {
     use adapters::preflight::{Options, Verdict, examine};
     let options = Options {
@@ -364,7 +369,25 @@ async fn preflight(args: &RunArgs, client: &Client) -> Result<(), RunFailure> {
         capi_version: args.capi_version.clone(),
         namespace: args.namespace.clone(),
     };
-    let checks = examine(client, &options).await;
+    let patience = Duration::from_secs(args.capi_lease_patience_seconds);
+    let started = std::time::Instant::now();
+    let mut pause = Duration::from_millis(200);
+    let checks = loop {
+        let checks = examine(client, &options).await;
+        let failed: Vec<_> = checks
+            .iter()
+            .filter(|c| c.verdict == Verdict::Fail)
+            .collect();
+        let may_pass = !failed.is_empty() && failed.iter().all(|c| c.transient);
+        if !may_pass || started.elapsed() + pause >= patience {
+            break checks;
+        }
+        for c in failed {
+            tracing::warn!(check = c.name, "preflight: {}: trying again", c.detail);
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(5));
+    };
     for c in checks.iter().filter(|c| c.verdict == Verdict::Warn) {
         tracing::warn!(
             check = c.name,
@@ -393,14 +416,6 @@ async fn preflight(args: &RunArgs, client: &Client) -> Result<(), RunFailure> {
             "preflight failed, not taking over:\n  {}\n(`lifecycle preflight` prints every check)",
             failed.join("\n  ")
         )))
-    }
-}
-
-/// An answer that may change on its own: a server error, throttling, no connection.
-fn is_transient(e: &kube::Error) -> bool {
-    match e {
-        kube::Error::Api(status) => status.code >= 500 || status.code == 429,
-        _ => true,
     }
 }
 

@@ -48,6 +48,8 @@ pub struct Check {
     pub detail: String,
     /// What unblocks it, when it is not ok.
     pub fix: Option<String>,
+    /// The answer may change on its own (no connection, a 5xx, 429): worth asking again.
+    pub transient: bool,
 }
 
 impl Check {
@@ -57,6 +59,7 @@ impl Check {
             verdict: Verdict::Ok,
             detail,
             fix: None,
+            transient: false,
         }
     }
 
@@ -66,7 +69,13 @@ impl Check {
             verdict,
             detail,
             fix: Some(fix),
+            transient: false,
         }
+    }
+
+    fn transient(mut self, transient: bool) -> Check {
+        self.transient = transient;
+        self
     }
 
     pub fn to_json(&self) -> Value {
@@ -145,24 +154,37 @@ async fn api_versions(client: &Client) -> Check {
             Verdict::Fail,
             format!("cannot read the API group cluster.x-k8s.io: {e}"),
             "check the kubeconfig and that the API server answers".to_string(),
-        ),
+        )
+        .transient(is_transient(&e)),
     }
 }
 
-/// CAPI's manager Deployment as read, or why it could not be.
-type Manager = Result<Value, String>;
+/// An answer that may change on its own: a server error, throttling, no connection.
+pub fn is_transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(status) => status.code >= 500 || status.code == 429,
+        _ => true,
+    }
+}
+
+/// CAPI's manager Deployment as read, or why it could not be (and whether that may pass).
+type Manager = Result<Value, (String, bool)>;
 
 async fn read_manager(client: &Client, namespace: &str) -> Manager {
     let path = format!("/apis/apps/v1/namespaces/{namespace}/deployments/{CAPI_DEPLOYMENT}");
-    get_json(client, &path).await.map_err(|e| match e {
-        kube::Error::Api(s) if s.code == 404 => {
-            format!("there is no Deployment {namespace}/{CAPI_DEPLOYMENT}")
-        }
-        kube::Error::Api(s) if s.code == 403 => format!(
-            "reading Deployment {namespace}/{CAPI_DEPLOYMENT} is not allowed ({})",
-            s.message
-        ),
-        e => format!("reading Deployment {namespace}/{CAPI_DEPLOYMENT}: {e}"),
+    get_json(client, &path).await.map_err(|e| {
+        let transient = is_transient(&e);
+        let why = match e {
+            kube::Error::Api(s) if s.code == 404 => {
+                format!("there is no Deployment {namespace}/{CAPI_DEPLOYMENT}")
+            }
+            kube::Error::Api(s) if s.code == 403 => format!(
+                "reading Deployment {namespace}/{CAPI_DEPLOYMENT} is not allowed ({})",
+                s.message
+            ),
+            e => format!("reading Deployment {namespace}/{CAPI_DEPLOYMENT}: {e}"),
+        };
+        (why, transient)
     })
 }
 
@@ -187,8 +209,9 @@ fn release_check(options: &Options, manager: &Manager) -> Check {
         let ns = &options.capi_namespace;
         match Release::of_image(&image) {
             Some(r) => Ok((r, format!("the image {image} of {ns}/{CAPI_DEPLOYMENT}"))),
-            None => Err(format!(
-                "the image {image:?} of {ns}/{CAPI_DEPLOYMENT} names no release"
+            None => Err((
+                format!("the image {image:?} of {ns}/{CAPI_DEPLOYMENT} names no release"),
+                false,
             )),
         }
     });
@@ -224,7 +247,7 @@ fn release_check(options: &Options, manager: &Manager) -> Check {
                 "run --mode shadow beside it and read `lifecycle shadow report`; a takeover refuses a release it does not know".to_string(),
             ),
         },
-        Err(why) => Check::not_ok(
+        Err((why, transient)) => Check::not_ok(
             NAME,
             unknown_verdict,
             format!("the release of Cluster API's manager is unknown: {why}"),
@@ -232,7 +255,8 @@ fn release_check(options: &Options, manager: &Manager) -> Check {
                 "grant get on deployments {CAPI_DEPLOYMENT} in {} (pass --capi-namespace where it runs), or pass --capi-version with the release it runs",
                 options.capi_namespace
             ),
-        ),
+        )
+        .transient(transient),
     }
 }
 
