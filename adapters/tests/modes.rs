@@ -4,7 +4,7 @@
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, PostParams};
-use kube::{Api, Config};
+use kube::Api;
 use std::path::Path;
 
 mod common;
@@ -12,32 +12,12 @@ use common::{lifecycle, serve};
 
 /// `lifecycle run --run-for 0` with `extra`: its exit code and stderr.
 fn run_once(kubeconfig: &Path, journal: &Path, clock: &[String], extra: &[&str]) -> (i32, String) {
-    let out = lifecycle()
-        .args(["run", "--run-for", "0", "--metrics-addr", "127.0.0.1:0"])
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--journal")
-        .arg(journal)
-        .args(clock)
-        .args(extra)
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::run_controller(kubeconfig, journal, clock, 0, extra)
 }
 
 /// CAPI's manager's Lease in `capi-system`, renewed `ago` before now by `capi-manager-0`.
 async fn capi_lease(kubeconfig: &Path, ago: std::time::Duration) {
-    let kube = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
-    let config = Config::from_custom_kubeconfig(kube, &Default::default())
-        .await
-        .unwrap();
-    let client = adapters::kube::client_from_config(config).unwrap();
-    let api: Api<Lease> = Api::namespaced(client, "capi-system");
+    let api: Api<Lease> = Api::namespaced(common::client(kubeconfig).await, "capi-system");
     let renewed = adapters::clock::wall_now().as_millis() - ago.as_millis() as i64;
     let time = MicroTime(k8s_openapi::jiff::Timestamp::from_millisecond(renewed).unwrap());
     let lease = Lease {

@@ -2,7 +2,6 @@
 //! Deployment names release v1.12.0): what passes, and each failure or warning an operator
 //! must see before a takeover; `lifecycle run --mode takeover` refuses to start on a failure.
 
-use kube::Config;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use std::path::Path;
@@ -16,11 +15,7 @@ async fn api(
     plural: &str,
     ns: &str,
 ) -> Api<DynamicObject> {
-    let kube = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
-    let config = Config::from_custom_kubeconfig(kube, &Default::default())
-        .await
-        .unwrap();
-    let client = adapters::kube::client_from_config(config).unwrap();
+    let client = common::client(kubeconfig).await;
     Api::namespaced_with(client, ns, &ApiResource::from_gvk_with_plural(&gvk, plural))
 }
 

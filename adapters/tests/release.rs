@@ -1,7 +1,6 @@
 //! `lifecycle run --mode takeover` hooks the MachineSet's worker Machine (and not the control
 //! plane's) over HTTP; `lifecycle release` removes exactly those hooks and nothing else.
 
-use kube::Config;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use std::path::Path;
@@ -14,11 +13,7 @@ const PRE_TERMINATE: &str = "pre-terminate.delete.hook.machine.cluster.x-k8s.io/
 const OTHERS: &str = "pre-terminate.delete.hook.machine.cluster.x-k8s.io/backup";
 
 async fn machines(kubeconfig: &Path) -> Api<DynamicObject> {
-    let kube = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
-    let config = Config::from_custom_kubeconfig(kube, &Default::default())
-        .await
-        .unwrap();
-    let client = adapters::kube::client_from_config(config).unwrap();
+    let client = common::client(kubeconfig).await;
     let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine");
     Api::namespaced_with(
         client,
@@ -156,20 +151,7 @@ fn takeover_run(
     clock: &[String],
     extra: &[&str],
 ) -> (i32, String) {
-    let out = lifecycle()
-        .args(["run", "--run-for", "2", "--metrics-addr", "127.0.0.1:0"])
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--journal")
-        .arg(journal)
-        .args(clock)
-        .args(extra)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::run_controller(kubeconfig, journal, clock, 2, extra)
 }
 
 /// `--own-machines` chooses the Machines takeover hooks (a control plane's never), a narrower
@@ -261,11 +243,7 @@ fn adopt(kubeconfig: &Path, args: &[&str]) -> (i32, String) {
 async fn adopt_pauses_with_the_marker_and_release_all_gives_back() {
     let dir = tempfile::tempdir().unwrap();
     let (_server, kubeconfig, _) = serve(dir.path(), "takeover-adopted-mhc", 1);
-    let kube = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
-    let config = Config::from_custom_kubeconfig(kube, &Default::default())
-        .await
-        .unwrap();
-    let client = adapters::kube::client_from_config(config).unwrap();
+    let client = common::client(&kubeconfig).await;
     let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "MachineHealthCheck");
     let mhcs: Api<DynamicObject> = Api::namespaced_with(
         client,

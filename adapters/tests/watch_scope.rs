@@ -3,7 +3,6 @@
 //! management cluster (`tests/worlds/two-tenants.yaml`); both workers are deleted and nobody
 //! else acts, so whatever happens to a worker is the controller's doing.
 
-use kube::Config;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::GroupVersionKind;
 use std::path::Path;
@@ -13,14 +12,6 @@ mod common;
 use common::{lifecycle, serve_file};
 
 const WORLD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/worlds/two-tenants.yaml");
-
-async fn client(kubeconfig: &Path) -> kube::Client {
-    let kube = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
-    let config = Config::from_custom_kubeconfig(kube, &Default::default())
-        .await
-        .unwrap();
-    adapters::kube::client_from_config(config).unwrap()
-}
 
 async fn worker(client: &kube::Client, team: &str) -> Option<DynamicObject> {
     let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine");
@@ -34,29 +25,15 @@ async fn worker(client: &kube::Client, team: &str) -> Option<DynamicObject> {
 
 /// Runs the controller for `seconds` with `extra` flags; panics unless it exits 0.
 fn run(kubeconfig: &Path, journal: &Path, clock: &[String], seconds: u64, extra: &[&str]) {
-    let out = lifecycle()
-        .args(["run", "--metrics-addr", "127.0.0.1:0", "--run-for"])
-        .arg(seconds.to_string())
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--journal")
-        .arg(journal)
-        .args(clock)
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (code, err) = common::run_controller(kubeconfig, journal, clock, seconds, extra);
+    assert_eq!(code, 0, "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_acts_only_within_its_watch_filter_and_namespace() {
     let dir = tempfile::tempdir().unwrap();
     let (_server, kubeconfig, clock) = serve_file(dir.path(), WORLD, 10);
-    let client = client(&kubeconfig).await;
+    let client = common::client(&kubeconfig).await;
 
     // Both deleted at 5 s simulated; a deletion takes 25 s simulated, 2.5 s here.
     run(

@@ -90,31 +90,37 @@ pub fn decode_layout<T: DeserializeOwned>(bytes: &[u8], layout: u16) -> Result<T
     decode(bytes)
 }
 
-/// A field that state version 6 added: not in older layouts' bytes, so it decodes as its
-/// default there without reading any.
-pub fn added_in_6<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+/// A field that state version `VERSION` added: not in older layouts' bytes, so it decodes as
+/// its default there without reading any (`#[serde(deserialize_with = "added_in::<7, _, _>")]`
+/// reads oddly, hence the named wrappers).
+fn added_in<'de, const VERSION: u16, D, T>(deserializer: D) -> Result<T, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: serde::Deserialize<'de> + Default,
 {
-    if layout_before(6) {
+    if layout_before(VERSION) {
         Ok(T::default())
     } else {
         T::deserialize(deserializer)
     }
 }
 
-/// A field that state version 7 added (see [`added_in_6`]).
+/// A field that state version 6 added (see [`added_in`]).
+pub fn added_in_6<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de> + Default,
+{
+    added_in::<6, D, T>(deserializer)
+}
+
+/// A field that state version 7 added (see [`added_in`]).
 pub fn added_in_7<'de, D, T>(deserializer: D) -> Result<T, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: serde::Deserialize<'de> + Default,
 {
-    if layout_before(7) {
-        Ok(T::default())
-    } else {
-        T::deserialize(deserializer)
-    }
+    added_in::<7, D, T>(deserializer)
 }
 
 /// Whether the value being decoded was written with a state layout older than `version`.

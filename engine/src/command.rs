@@ -239,6 +239,30 @@ impl ActionKind {
 }
 
 impl Action {
+    /// A write of an object's condition lists: with `guard` (the resourceVersion read) a
+    /// [`Action::SetOwnCondition`] that a concurrent writer's change refuses, else a
+    /// [`Action::SetCondition`].
+    pub fn conditions_write(
+        target: Target,
+        conditions: crate::model::Conditions,
+        summary: String,
+        guard: Option<u64>,
+    ) -> Action {
+        match guard {
+            Some(resource_version) => Action::SetOwnCondition {
+                target,
+                conditions,
+                resource_version,
+                summary,
+            },
+            None => Action::SetCondition {
+                target,
+                conditions,
+                summary,
+            },
+        }
+    }
+
     /// The contract name (`Cordon`, `Evict`, ...).
     pub fn name(&self) -> &'static str {
         self.kind().as_str()

@@ -131,15 +131,7 @@ pub struct RunArgs {
 }
 
 fn namespace(s: &str) -> Result<String, String> {
-    let label = |b: &[u8]| {
-        !b.is_empty()
-            && b.len() <= 63
-            && b.iter()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-            && b[0] != b'-'
-            && b[b.len() - 1] != b'-'
-    };
-    if label(s.as_bytes()) {
+    if engine::model::is_dns_label(s) {
         Ok(s.to_string())
     } else {
         Err(format!(

@@ -144,3 +144,40 @@ pub fn required_tool(
     );
     path
 }
+
+/// A client of the served cluster `kubeconfig` names.
+pub async fn client(kubeconfig: &std::path::Path) -> kube::Client {
+    let kube = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kube, &Default::default())
+        .await
+        .unwrap();
+    adapters::kube::client_from_config(config).unwrap()
+}
+
+/// `lifecycle run --run-for SECONDS` against `kubeconfig` with `clock` and `extra` flags: its
+/// exit code and stderr.
+pub fn run_controller(
+    kubeconfig: &std::path::Path,
+    journal: &std::path::Path,
+    clock: &[String],
+    seconds: u64,
+    extra: &[&str],
+) -> (i32, String) {
+    let out = lifecycle()
+        .args(["run", "--metrics-addr", "127.0.0.1:0", "--run-for"])
+        .arg(seconds.to_string())
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--journal")
+        .arg(journal)
+        .args(clock)
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

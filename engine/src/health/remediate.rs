@@ -68,20 +68,9 @@ impl SyncCx<'_> {
             let target = capi_target(mkey.clone(), m.version);
             // An adopted MHC's Machines are still CAPI's, which writes their other conditions:
             // the lists as read, with their resourceVersion as a precondition.
-            let action = if crate::ownership::adopted(&self.mhc.meta) {
-                Action::SetOwnCondition {
-                    target,
-                    conditions,
-                    resource_version: m.meta.resource_version,
-                    summary,
-                }
-            } else {
-                Action::SetCondition {
-                    target,
-                    conditions,
-                    summary,
-                }
-            };
+            let guard =
+                crate::ownership::adopted(&self.mhc.meta).then_some(m.meta.resource_version);
+            let action = Action::conditions_write(target, conditions, summary, guard);
             let issued = cx.issue(ControllerId::Health, action, why);
             if !matches!(issued, Issued::Queued(_)) {
                 memo.mark_dirty(name);

@@ -35,21 +35,12 @@ pub fn label_key_problem(key: &str) -> Option<String> {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, key),
     };
-    if let Some(prefix) = prefix {
-        let label = |l: &str| {
-            let b = l.as_bytes();
-            !b.is_empty()
-                && b.len() <= 63
-                && b.iter()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-                && b[0] != b'-'
-                && b[b.len() - 1] != b'-'
-        };
-        if prefix.is_empty() || prefix.len() > 253 || !prefix.split('.').all(label) {
-            return Some(format!(
-                "{key:?}: prefix part must be a lowercase RFC 1123 subdomain of at most 253 characters"
-            ));
-        }
+    if let Some(prefix) = prefix
+        && (prefix.is_empty() || prefix.len() > 253 || !prefix.split('.').all(is_dns_label))
+    {
+        return Some(format!(
+            "{key:?}: prefix part must be a lowercase RFC 1123 subdomain of at most 253 characters"
+        ));
     }
     if name.is_empty() || !is_valid_label_value(name) {
         return Some(format!(
@@ -57,6 +48,18 @@ pub fn label_key_problem(key: &str) -> Option<String> {
         ));
     }
     None
+}
+
+/// An RFC 1123 label (a namespace's name, a part of a DNS subdomain): 1 to 63 lowercase
+/// alphanumerics or `-`, starting and ending with an alphanumeric.
+pub fn is_dns_label(l: &str) -> bool {
+    let b = l.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
 }
 
 fn fnv32a(bytes: &[u8]) -> u32 {

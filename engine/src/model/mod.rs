@@ -13,7 +13,7 @@ mod selector;
 
 pub use capi::*;
 pub use core::*;
-pub use label_value::{format_label_value, is_valid_label_value, label_key_problem};
+pub use label_value::{format_label_value, is_dns_label, is_valid_label_value, label_key_problem};
 pub use meta::*;
 pub use name::Name;
 pub use selector::*;

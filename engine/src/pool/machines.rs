@@ -151,20 +151,8 @@ fn mark_machines_up_to_date(cx: &Ctx<'_>, plan: &mut Plan) {
         let summary = format!("{UP_TO_DATE}={} ({reason})", status.as_str());
         // An adopted pool's Machines are still CAPI's Machine controller's, which writes their
         // other conditions: the lists as read, with their resourceVersion as a precondition.
-        let action = if crate::ownership::adopted(&cx.mp.meta) {
-            Action::SetOwnCondition {
-                target,
-                conditions,
-                resource_version: m.meta.resource_version,
-                summary,
-            }
-        } else {
-            Action::SetCondition {
-                target,
-                conditions,
-                summary,
-            }
-        };
+        let guard = crate::ownership::adopted(&cx.mp.meta).then_some(m.meta.resource_version);
+        let action = Action::conditions_write(target, conditions, summary, guard);
         plan.issue(
             action,
             format!(
