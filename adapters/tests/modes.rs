@@ -3,8 +3,8 @@
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{ObjectMeta, PostParams};
 use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
 use std::path::Path;
 
 mod common;
