@@ -218,8 +218,31 @@ pub struct Effects {
     /// Intents withheld (shadow), with their target's resourceVersion then and the action's
     /// fingerprint: the same decision about the same object is not made again, so a
     /// level-based controller that never sees its write land does not decide it for ever.
-    #[serde(deserialize_with = "crate::codec::added_in_7")]
-    withheld: BTreeMap<Intent, (u64, u64)>,
+    /// Per controller: two controllers deciding about one object (the health check's and the
+    /// remediation's conditions on a Machine) each keep theirs.
+    #[serde(deserialize_with = "withheld_of_layout")]
+    withheld: Withheld,
+}
+
+/// Per controller and intent: the target's resourceVersion when withheld, the action's
+/// fingerprint.
+type Withheld = BTreeMap<(ControllerId, Intent), (u64, u64)>;
+
+/// Version 7 kept one withheld entry per intent, which two controllers overwrote in turn;
+/// they are dropped on reading (a restart forgets them anyway: at worst a withheld decision
+/// is made once more).
+fn withheld_of_layout<'de, D>(d: D) -> Result<Withheld, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    if crate::codec::layout_before(7) {
+        return Ok(BTreeMap::new());
+    }
+    if crate::codec::layout_before(8) {
+        BTreeMap::<Intent, (u64, u64)>::deserialize(d)?;
+        return Ok(BTreeMap::new());
+    }
+    BTreeMap::deserialize(d)
 }
 
 /// Commands not yet polled, with room for a burst reserved up front: one input can complete
@@ -335,12 +358,15 @@ impl Effects {
     /// would have evicted.
     pub fn note_withheld(&mut self, command: &Command, version: u64, store: &Store) {
         if let Some(intent) = Intent::of(&command.action) {
-            self.withheld
-                .insert(intent, (version, fingerprint(&command.action)));
+            self.withheld.insert(
+                (command.controller, intent),
+                (version, fingerprint(&command.action)),
+            );
         }
         let n = self.withheld.len();
         if n >= 1024 && n.is_power_of_two() {
-            self.withheld.retain(|i, _| store.get(&i.target).is_some());
+            self.withheld
+                .retain(|(_, i), _| store.get(&i.target).is_some());
         }
     }
 
@@ -419,13 +445,15 @@ impl<'a> Cx<'a> {
             self.wait_for(controller, intent.clone());
             return Issued::InFlight;
         }
-        if let Some(intent) = &intent
-            && let Some(&(rv, print)) = self.effects.withheld.get(intent)
-        {
-            if rv == target_version(self.store, &intent.target) && print == fingerprint(&action) {
-                return Issued::Withheld;
+        if let Some(intent) = &intent {
+            let key = (controller, intent.clone());
+            if let Some(&(rv, print)) = self.effects.withheld.get(&key) {
+                if rv == target_version(self.store, &intent.target) && print == fingerprint(&action)
+                {
+                    return Issued::Withheld;
+                }
+                self.effects.withheld.remove(&key);
             }
-            self.effects.withheld.remove(intent);
         }
         let id = self.effects.next_command_id + 1;
         let series = match &action {
@@ -526,6 +554,16 @@ mod tests {
     }
 
     fn issue_at(effects: &mut Effects, store: &Store, now: Timestamp, action: Action) -> Issued {
+        issue_by(ControllerId::Deletion, effects, store, now, action)
+    }
+
+    fn issue_by(
+        controller: ControllerId,
+        effects: &mut Effects,
+        store: &Store,
+        now: Timestamp,
+        action: Action,
+    ) -> Issued {
         let mut cx = Cx {
             now,
             store,
@@ -533,7 +571,7 @@ mod tests {
             owner: key("m1"),
             effects,
         };
-        cx.issue(ControllerId::Deletion, action, "test")
+        cx.issue(controller, action, "test")
     }
 
     fn other_status_write(name: &str) -> Action {
@@ -584,6 +622,62 @@ mod tests {
             issue_at(&mut effects, &store, now, other_status_write("m1")),
             Issued::Queued(_)
         ));
+    }
+
+    /// Two controllers deciding one intent about one object (the health check's and the
+    /// remediation's conditions on a Machine) each keep their withheld decision: overwriting
+    /// each other's, they decided for ever at one instant (a shadow run with an MHC beside
+    /// CAPI's marking hung).
+    #[test]
+    fn two_controllers_withheld_decisions_about_one_object_both_hold() {
+        let mut store = Store::default();
+        let mut m1 = crate::testing::machine("c1", "m1", None);
+        m1.meta.resource_version = 5;
+        store.upsert(&Scope::Management, crate::model::Object::Machine(m1));
+        let mut effects = Effects::default();
+        let now = Timestamp(0);
+        let decide = |effects: &mut Effects, controller, action| {
+            let issued = issue_by(controller, effects, &store, now, action);
+            if let Issued::Queued(id) = issued {
+                let command = effects.poll().expect("polled");
+                effects.complete(id, &ApiOutcome::Ok { object: None }, now);
+                effects.note_withheld(&command, 5, &Store::default());
+            }
+            issued
+        };
+        for round in 0..2 {
+            let health = decide(&mut effects, ControllerId::Health, status_write("m1"));
+            let remediation = decide(
+                &mut effects,
+                ControllerId::Remediation,
+                other_status_write("m1"),
+            );
+            assert_eq!(
+                (
+                    matches!(health, Issued::Withheld),
+                    matches!(remediation, Issued::Withheld)
+                ),
+                (round > 0, round > 0),
+                "round {round}"
+            );
+        }
+    }
+
+    /// Version 7 bytes (one withheld entry per intent) are read and dropped; version 8 bytes
+    /// are read as written.
+    #[test]
+    fn withheld_intents_of_version_7_are_dropped_on_reading() {
+        #[derive(serde::Deserialize)]
+        struct Held(#[serde(deserialize_with = "withheld_of_layout")] Withheld);
+        let intent = Intent::of(&status_write("m1")).expect("an intent");
+        let v7: BTreeMap<Intent, (u64, u64)> = [(intent.clone(), (5, 9))].into();
+        let bytes = crate::codec::encode(&(v7,)).expect("encoded");
+        let Held(read) = crate::codec::decode_layout(&bytes, 7).expect("version 7 read");
+        assert!(read.is_empty());
+        let v8: Withheld = [((ControllerId::Health, intent), (5, 9))].into();
+        let bytes = crate::codec::encode(&(v8.clone(),)).expect("encoded");
+        let Held(read) = crate::codec::decode_layout(&bytes, 8).expect("version 8 read");
+        assert_eq!(read, v8);
     }
 
     #[test]

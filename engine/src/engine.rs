@@ -92,7 +92,8 @@ impl Dirty {
 /// 6: the deletion controller's [`crate::ownership::Ownership`] (absent before: alone).
 /// 7: the deletion controller's `--own-machines` selector (absent before: none, a MachineSet's
 ///    Machines), and the intents withheld in shadow mode (absent before: none).
-pub const STATE_VERSION: u16 = 7;
+/// 8: withheld intents kept per controller (7: one per intent, dropped on reading).
+pub const STATE_VERSION: u16 = 8;
 /// The oldest state layout this build reads (and migrates to [`STATE_VERSION`]).
 pub const STATE_VERSION_OLDEST_READ: u16 = 4;
 

@@ -38,6 +38,9 @@ pub enum Step {
     RemoveFinalizer,
     /// A MachineHealthCheck marks the Machine `HealthCheckSucceeded=False`.
     MarkUnhealthy,
+    /// A MachineHealthCheck asks for the Machine's remediation: `OwnerRemediated=False` for
+    /// its owner, or `ExternallyRemediated=False` with a request for an external controller.
+    RequestRemediation,
 }
 
 impl Step {
@@ -50,13 +53,14 @@ impl Step {
             Step::DeleteNode => "DeleteNode",
             Step::RemoveFinalizer => "RemoveFinalizer",
             Step::MarkUnhealthy => "MarkUnhealthy",
+            Step::RequestRemediation => "RequestRemediation",
         }
     }
 
     /// The controller the step belongs to (the metric's `controller` label).
     pub fn controller(self) -> &'static str {
         match self {
-            Step::MarkUnhealthy => "machinehealthcheck",
+            Step::MarkUnhealthy | Step::RequestRemediation => "machinehealthcheck",
             _ => "machine",
         }
     }
@@ -202,16 +206,91 @@ pub struct Comparator {
     schedulable: BTreeSet<ObjectKey>,
     running: BTreeSet<ObjectKey>,
     unmarked: BTreeSet<ObjectKey>,
+    /// Machines seen with no remediation asked of anyone.
+    unrequested: BTreeSet<ObjectKey>,
     steps: BTreeMap<(Step, ObjectKey), (ObjectKey, Sides)>,
     /// Steps judged, with their Machine (kept so a late sighting is not judged again).
     settled: BTreeMap<(Step, ObjectKey), ObjectKey>,
     /// When this controller decided each Node's deletion, and its cordon (kept once judged).
     node_deleted: BTreeMap<ObjectKey, Timestamp>,
     cordoned: BTreeMap<ObjectKey, Timestamp>,
+    /// When this controller decided each Machine's `DeletionCompleted` (its finalizer goes
+    /// once that write lands, which in shadow it never does).
+    completed: BTreeMap<ObjectKey, Timestamp>,
     found: Vec<Disagreement>,
 }
 
 const HEALTH_CHECK_SUCCEEDED: &str = "HealthCheckSucceeded";
+const DELETING: &str = "Deleting";
+
+/// The pods an unfinished drain's `Deleting` message says it failed to evict (upstream's
+/// `* Pod(s) <ns/name, …>: <failure>` lines): an eviction tried and refused, which a Pod alone
+/// never shows.
+fn refused_evictions(message: &str) -> impl Iterator<Item = (&str, &str)> {
+    message
+        .lines()
+        .filter_map(|line| {
+            let rest = line
+                .strip_prefix("* Pods ")
+                .or_else(|| line.strip_prefix("* Pod "))?;
+            let (pods, why) = rest.split_once(": ")?;
+            let refused =
+                why.starts_with("cannot evict pod") || why.starts_with("failed to evict Pod");
+            refused.then_some(pods)
+        })
+        .flat_map(|pods| pods.split(", "))
+        .filter_map(|pod| pod.split_once('/'))
+}
+
+const OWNER_REMEDIATED: &str = "OwnerRemediated";
+const EXTERNALLY_REMEDIATED: &str = "ExternallyRemediated";
+
+/// Whether the conditions ask for the Machine's remediation (of its owner or of an external
+/// controller).
+fn remediation_asked(conditions: &crate::model::Conditions) -> bool {
+    [OWNER_REMEDIATED, EXTERNALLY_REMEDIATED].iter().any(|t| {
+        conditions
+            .current(t)
+            .is_some_and(|c| c.status == ConditionStatus::False)
+    })
+}
+
+/// The Machine a health check's withheld condition write asks remediation for, and the
+/// product decision behind its verdict.
+fn requests_remediation(command: &Command) -> Option<(&ObjectKey, Option<Deviation>)> {
+    if command.controller != ControllerId::Health {
+        return None;
+    }
+    match &command.action {
+        Action::SetCondition {
+            target, conditions, ..
+        }
+        | Action::SetOwnCondition {
+            target, conditions, ..
+        } if target.key.kind == Kind::Machine && remediation_asked(conditions) => {
+            Some((&target.key, deviation_of(conditions)))
+        }
+        _ => None,
+    }
+}
+
+/// The Machine whose deletion this controller would finish with the finalizer's release.
+fn completes(command: &Command) -> Option<&ObjectKey> {
+    if command.controller != ControllerId::Deletion {
+        return None;
+    }
+    match &command.action {
+        Action::SetCondition {
+            target, conditions, ..
+        } if conditions
+            .current(DELETING)
+            .is_some_and(|c| c.reason == "DeletionCompleted") =>
+        {
+            Some(&target.key)
+        }
+        _ => None,
+    }
+}
 
 /// The Machine a health check's withheld decision marks unhealthy, and the product decision
 /// behind it when it differs from upstream. Its `MachineMarkedUnhealthy` event counts too: it is
@@ -238,10 +317,15 @@ fn marks_unhealthy(command: &Command) -> Option<(ObjectKey, Option<Deviation>)> 
         return None;
     }
     let c = conditions.current(HEALTH_CHECK_SUCCEEDED)?;
-    (c.status == ConditionStatus::False).then(|| {
-        let deviation = (c.reason == "MachineHasFailure").then_some(Deviation::MachineFailure);
-        (target.key.clone(), deviation)
-    })
+    (c.status == ConditionStatus::False).then(|| (target.key.clone(), deviation_of(conditions)))
+}
+
+/// The product decision behind a health check's verdict, when it differs from upstream.
+fn deviation_of(conditions: &crate::model::Conditions) -> Option<Deviation> {
+    conditions
+        .current(HEALTH_CHECK_SUCCEEDED)
+        .filter(|c| c.reason == "MachineHasFailure")
+        .map(|_| Deviation::MachineFailure)
 }
 
 impl Comparator {
@@ -251,22 +335,14 @@ impl Comparator {
 
     /// A command this controller decided and did not send.
     pub fn withheld(&mut self, at: Timestamp, command: &Command) {
+        if let Some(machine) = completes(command) {
+            self.completed.entry(machine.clone()).or_insert(at);
+        }
+        if let Some((machine, deviation)) = requests_remediation(command) {
+            self.ours(at, Step::RequestRemediation, machine, command, deviation);
+        }
         if let Some((machine, deviation)) = marks_unhealthy(command) {
-            if self
-                .settled
-                .contains_key(&(Step::MarkUnhealthy, machine.clone()))
-            {
-                return;
-            }
-            let entry = self
-                .steps
-                .entry((Step::MarkUnhealthy, machine.clone()))
-                .or_insert_with(|| (machine.clone(), Sides::default()));
-            entry
-                .1
-                .ours
-                .get_or_insert((at, command.controller.as_str()));
-            entry.1.deviation = entry.1.deviation.or(deviation);
+            self.ours(at, Step::MarkUnhealthy, &machine, command, deviation);
             return;
         }
         let step = match &command.action {
@@ -306,6 +382,29 @@ impl Comparator {
             .1
             .ours
             .get_or_insert((at, command.controller.as_str()));
+    }
+
+    /// This controller decided a health check's step about `machine`.
+    fn ours(
+        &mut self,
+        at: Timestamp,
+        step: Step,
+        machine: &ObjectKey,
+        command: &Command,
+        deviation: Option<Deviation>,
+    ) {
+        if self.settled.contains_key(&(step, machine.clone())) {
+            return;
+        }
+        let entry = self
+            .steps
+            .entry((step, machine.clone()))
+            .or_insert_with(|| (machine.clone(), Sides::default()));
+        entry
+            .1
+            .ours
+            .get_or_insert((at, command.controller.as_str()));
+        entry.1.deviation = entry.1.deviation.or(deviation);
     }
 
     /// An input was applied at `at`.
@@ -354,6 +453,13 @@ impl Comparator {
                 } else if self.unmarked.remove(key) {
                     self.theirs(at, Step::MarkUnhealthy, key, key);
                 }
+                if !remediation_asked(&m.conditions) {
+                    self.unrequested.insert(key.clone());
+                    self.settled
+                        .remove(&(Step::RequestRemediation, key.clone()));
+                } else if self.unrequested.remove(key) {
+                    self.theirs(at, Step::RequestRemediation, key, key);
+                }
                 let has_finalizer = m.meta.finalizers.iter().any(|f| f == MACHINE_FINALIZER);
                 if m.meta.deletion_timestamp.is_none() {
                     return;
@@ -369,6 +475,12 @@ impl Comparator {
                 }
                 let ns = &key.namespace;
                 let workload = Scope::Workload(ClusterName::new(ns.as_str(), &m.cluster_name));
+                if let Some(deleting) = m.conditions.current(DELETING) {
+                    for (namespace, name) in refused_evictions(&deleting.message) {
+                        let pod = ObjectKey::new(workload.clone(), Kind::Pod, namespace, name);
+                        self.theirs(at, Step::Evict, &pod, key);
+                    }
+                }
                 if let Some(node) = &m.node_ref {
                     let node = ObjectKey::new(workload, Kind::Node, "", node);
                     self.targets
@@ -387,6 +499,7 @@ impl Comparator {
             }
             (Kind::Machine, None) => {
                 self.unmarked.remove(key);
+                self.unrequested.remove(key);
                 if self.machines.get(key).is_some_and(|w| w.had_finalizer) {
                     self.released(at, key);
                 }
@@ -440,9 +553,9 @@ impl Comparator {
     /// could release it).
     fn released(&mut self, at: Timestamp, machine: &ObjectKey) {
         let node = self.machines.get(machine).and_then(|w| w.node.clone());
-        let on_track = node
-            .and_then(|n| self.node_deleted.get(&n).copied())
-            .is_some_and(|t| at.since(t) <= AGREEMENT_WINDOW);
+        let within = |t: Option<Timestamp>| t.is_some_and(|t| at.since(t) <= AGREEMENT_WINDOW);
+        let on_track = within(node.and_then(|n| self.node_deleted.get(&n).copied()))
+            || within(self.completed.get(machine).copied());
         if on_track {
             let entry = self
                 .steps
@@ -580,6 +693,7 @@ impl Comparator {
             .filter_map(|m| self.machines.get(m).and_then(|w| w.node.clone()))
             .collect();
         self.machines.retain(|k, _| !forget.contains(k));
+        self.completed.retain(|k, _| !forget.contains(k));
         self.targets.retain(|_, (m, _)| !forget.contains(m));
         for n in &nodes {
             self.node_deleted.remove(n);
@@ -874,5 +988,124 @@ mod tests {
             w3.describe()
         );
         assert_eq!(Step::MarkUnhealthy.controller(), "machinehealthcheck");
+    }
+
+    fn with_condition(
+        mut m: crate::model::Machine,
+        type_: &str,
+        reason: &str,
+        message: &str,
+    ) -> crate::model::Machine {
+        crate::model::set_condition(
+            &mut m.conditions.current,
+            crate::model::Condition::new(type_, ConditionStatus::False, reason, message),
+            T0,
+        );
+        m
+    }
+
+    /// The remediation a health check asks (its owner's, here) is compared like its mark:
+    /// both sides agree on w1; only this controller asks for w2's.
+    #[test]
+    fn remediation_requests_are_compared_per_machine() {
+        let mut c = Comparator::new();
+        for name in ["w1", "w2"] {
+            c.observe(at(0), &w(name, false));
+        }
+        let ask = |name: &str| {
+            let mut command = health_mark(name, "NodeDeleted");
+            if let Action::SetCondition { conditions, .. } = &mut command.action {
+                crate::model::set_condition(
+                    &mut conditions.current,
+                    crate::model::Condition::new(
+                        OWNER_REMEDIATED,
+                        ConditionStatus::False,
+                        "WaitingForRemediation",
+                        "",
+                    ),
+                    T0,
+                );
+            }
+            command
+        };
+        c.withheld(at(10), &ask("w1"));
+        c.withheld(at(10), &ask("w2"));
+        let w1 = machine("c1", "w1", Some("w1"));
+        let w1 = with_condition(w1, HEALTH_CHECK_SUCCEEDED, "NodeDeleted", "");
+        let w1 = with_condition(w1, OWNER_REMEDIATED, "WaitingForRemediation", "");
+        c.observe(at(12), &upsert(Scope::Management, Object::Machine(w1)));
+        c.observe(at(12), &w("w2", true));
+        c.finish(at(100));
+        let found: Vec<(String, Step, Side)> = c
+            .take()
+            .into_iter()
+            .map(|d| (d.machine.name.to_string(), d.step, d.side))
+            .collect();
+        assert_eq!(
+            found,
+            [("w2".to_string(), Step::RequestRemediation, Side::OnlyOurs)]
+        );
+    }
+
+    /// An eviction the API refused shows on no Pod, but upstream's drain names it in its
+    /// `Deleting` message: that is someone else's eviction tried, agreeing with this
+    /// controller's.
+    #[test]
+    fn an_eviction_upstream_names_as_refused_agrees() {
+        let mut c = watching();
+        c.withheld(
+            at(0),
+            &command(Action::Evict {
+                pod: Target {
+                    key: ObjectKey::new(workload("c1"), Kind::Pod, "app", "web-0"),
+                    api_version: "v1".into(),
+                },
+                grace_period_seconds: None,
+            }),
+        );
+        let Object::Machine(m) = deleting_m1() else {
+            unreachable!()
+        };
+        let m = with_condition(
+            m,
+            DELETING,
+            "DrainingNode",
+            "Drain not completed yet (started at 2024-01-01T00:00:00Z):\n* Pod app/web-0: cannot evict pod as it would violate the pod's disruption budget.",
+        );
+        c.observe(at(1), &upsert(Scope::Management, Object::Machine(m)));
+        c.finish(at(600));
+        assert_eq!(c.take(), Vec::new());
+    }
+
+    /// With no Node to delete, this controller's last decision is `DeletionCompleted` (the
+    /// finalizer goes once that write lands, which in shadow it never does): someone releasing
+    /// the finalizer then agrees.
+    #[test]
+    fn a_release_after_this_controller_completed_the_deletion_agrees() {
+        let mut c = Comparator::new();
+        let mut m = machine("c1", "m1", None);
+        m.meta.deletion_timestamp = Some(T0);
+        c.observe(T0, &upsert(Scope::Management, Object::Machine(m.clone())));
+        let mut conditions = crate::model::Conditions::default();
+        crate::model::set_condition(
+            &mut conditions.current,
+            crate::model::Condition::new(DELETING, ConditionStatus::True, "DeletionCompleted", ""),
+            T0,
+        );
+        c.withheld(
+            at(5),
+            &command(Action::SetCondition {
+                target: Target {
+                    key: m1(),
+                    api_version: "cluster.x-k8s.io/v1beta2".into(),
+                },
+                conditions,
+                summary: String::new(),
+            }),
+        );
+        m.meta.finalizers.clear();
+        c.observe(at(6), &upsert(Scope::Management, Object::Machine(m)));
+        c.finish(at(600));
+        assert_eq!(c.take(), Vec::new());
     }
 }

@@ -8,8 +8,8 @@
 //! | paused Cluster or Machine: nothing | `reconcile`: paused check before the deletion branch |
 //! | node operations only when `isDeleteNodeAllowed` (Cluster not deleting, a nodeRef, an active control-plane Machine) | §1.3 |
 //! | pre-drain hooks hold: `WaitingForPreDrainHook` | §1.2 3a |
-//! | drain (unless excluded, pre-terminate started, infrastructure gone or deleting): cordon, evict every pod but DaemonSet and mirror pods, requeue 20 s: `DrainingNode`; a Node that is gone is drained | §1.2 3b, §1.4, §1.5 |
-//! | volume detach (unless excluded): `status.volumesAttached` empty, requeue 20 s: `WaitingForVolumeDetach` | §1.2 3c, §1.7 |
+//! | drain (unless excluded, pre-terminate started, infrastructure gone or deleting, or its timeout, `nodeDrainTimeoutSeconds` or v1beta1 `nodeDrainTimeout`, passed): cordon, evict every pod but those of a DaemonSet that exists and mirror pods, on an unreachable Node with a 1 s grace period and skipping pods deleting for over 1 s; the next reconcile deferred 20 s; `DrainingNode` with upstream's message (pods deleting, refusals); a Node that is gone is drained | §1.2 3b, §1.4, §1.5, §1.6 |
+//! | volume detach (unless excluded or timed out): `status.volumesAttached` empty, requeue 20 s: `WaitingForVolumeDetach` | §1.2 3c, §1.7 |
 //! | pre-terminate hooks hold (even when node operations are not allowed): `WaitingForPreTerminateHook` | §1.2 4 |
 //! | delete the infrastructure, then the bootstrap config, waiting for each to go | §1.2 5, 6 |
 //! | delete the Node (when allowed), then `DeletionCompleted` and the finalizer removed | §1.2 7, 8 |
@@ -19,7 +19,8 @@
 //! pre-terminate hook from a deleting control-plane Machine only when no other pre-terminate
 //! hook is present (actor `kcp`). At its start it reconciles every Machine already deleting.
 //! Its MachineSet controller (`spec.replicas`) is played by the world (`sim/src/machine_sets.rs`).
-//! Its MHC marking is `sim/src/capi_health.rs`. Not modelled: drain timeouts, MachineDrainRules.
+//! Its MachineHealthCheck controller is `sim/src/capi_health.rs`. Not modelled: MachineDrainRules,
+//! the drain label.
 
 use crate::api::{ObjKey, Part, eviction, json};
 use crate::env::Env;
@@ -30,7 +31,7 @@ use engine::model::{
 };
 use engine::time::{Duration, Timestamp};
 use serde_json::{Value, json};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The timeline's actor for CAPI's manager.
 pub const ACTOR: &str = "capi";
@@ -62,6 +63,9 @@ pub struct CapiModel {
     queued: BTreeSet<(ObjKey, Timestamp)>,
     /// MachineHealthCheck reconciles queued, likewise.
     health_queued: BTreeSet<(ObjKey, Timestamp)>,
+    /// Machines whose unfinished drain deferred their next reconcile to this time
+    /// (`DeferNextReconcileForObject`): a reconcile sooner (its own status write) returns.
+    deferred: BTreeMap<ObjKey, Timestamp>,
 }
 
 /// Where one reconcile stopped.
@@ -245,6 +249,10 @@ impl CapiModel {
         {
             return;
         }
+        if self.deferred.get(key).is_some_and(|&t| env.clock.now < t) {
+            return;
+        }
+        self.deferred.remove(key);
         match self.delete_step(env, key, &machine) {
             Step::Wait {
                 reason,
@@ -310,22 +318,43 @@ impl CapiModel {
             }
             let node = node_name.as_deref().unwrap_or_default();
             let infra_present = infra_obj.as_ref().is_some_and(|o| !json::is_deleting(o));
+            let v1beta1 = json::api_version(machine).ends_with("v1beta1");
+            let drain_timeout = if v1beta1 {
+                json::str_at(machine, "spec.nodeDrainTimeout").and_then(json::go_duration)
+            } else {
+                seconds_at(machine, "/spec/deletion/nodeDrainTimeoutSeconds")
+            };
             if !annotations.contains_key(EXCLUDE_DRAIN_ANNOTATION)
                 && !pre_terminate_started
                 && infra_present
+                && !timed_out(machine, "nodeDrainStartTime", drain_timeout, env.clock.now)
             {
                 let started = self.start_time(env, key, "nodeDrainStartTime");
-                if !self.drain(env, &scope, node) {
+                if let Some(unfinished) = self.drain(env, &scope, node) {
+                    self.deferred.insert(key.clone(), env.clock.now + RETRY);
                     return Step::Wait {
                         reason: "DrainingNode",
-                        message: format!("Drain not completed yet (started at {started}):"),
+                        message: format!(
+                            "Drain not completed yet (started at {started}):{unfinished}"
+                        ),
                         retry: Some(RETRY),
                     };
                 }
             }
+            let detach_timeout = if v1beta1 {
+                json::str_at(machine, "spec.nodeVolumeDetachTimeout").and_then(json::go_duration)
+            } else {
+                seconds_at(machine, "/spec/deletion/nodeVolumeDetachTimeoutSeconds")
+            };
             if !annotations.contains_key(EXCLUDE_VOLUME_DETACH_ANNOTATION)
                 && !pre_terminate_started
                 && infra_present
+                && !timed_out(
+                    machine,
+                    "waitForNodeVolumeDetachStartTime",
+                    detach_timeout,
+                    env.clock.now,
+                )
             {
                 let attached = env
                     .api
@@ -450,13 +479,12 @@ impl CapiModel {
         })
     }
 
-    /// Cordons the Node and evicts what a drain evicts; true once nothing is left to wait for
-    /// (or the Node is gone).
-    fn drain(&mut self, env: &mut Env<'_>, scope: &Scope, node: &str) -> bool {
+    /// Cordons the Node and evicts what a drain evicts; `None` once nothing is left to wait for
+    /// (or the Node is gone), else the lines upstream's condition message lists
+    /// (`EvictionResult.ConditionMessage`: pods deleting, then each failure's pods).
+    fn drain(&mut self, env: &mut Env<'_>, scope: &Scope, node: &str) -> Option<String> {
         let node_key = ObjKey::new("", "Node", "", node);
-        let Some(node_obj) = env.api.get(scope, &node_key).cloned() else {
-            return true;
-        };
+        let node_obj = env.api.get(scope, &node_key).cloned()?;
         if node_obj
             .pointer("/spec/unschedulable")
             .and_then(Value::as_bool)
@@ -475,23 +503,36 @@ impl CapiModel {
             );
             env.changed(scope, w);
         }
+        // An unreachable Node (Ready Unknown): pods deleting for over a second are skipped and
+        // evictions ask a one-second grace period.
+        let unreachable = node_obj
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "Unknown");
+        let now = env.clock.now;
         let pods: Vec<(ObjKey, bool)> = env
             .api
             .store(scope)
             .map(|s| {
                 s.list("", "Pod")
                     .filter(|(_, p)| json::str_at(p, "spec.nodeName") == Some(node))
-                    .filter(|(_, p)| !is_daemonset_or_mirror(p))
+                    .filter(|(_, p)| !skipped(s, p, unreachable, now))
                     .map(|(k, p)| (k.clone(), json::is_deleting(p)))
                     .collect()
             })
             .unwrap_or_default();
+        let grace = unreachable.then_some(1);
+        let mut deleting_pods: Vec<String> = Vec::new();
+        let mut failed: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (pod, deleting) in &pods {
+            let named = format!("{}/{}", pod.namespace, pod.name);
             if *deleting {
+                deleting_pods.push(named);
                 continue;
             }
-            let now = env.clock.now;
-            match eviction::evict(env.api.store_mut(scope), pod, None, now) {
+            match eviction::evict(env.api.store_mut(scope), pod, grace, now) {
                 Ok(eviction::Evicted::Deleting(w)) => {
                     env.line(
                         ACTOR,
@@ -500,6 +541,7 @@ impl CapiModel {
                         format!("draining Node {node}"),
                     );
                     env.changed(scope, w);
+                    deleting_pods.push(named);
                 }
                 Err(e) => {
                     let why = match &e {
@@ -515,10 +557,14 @@ impl CapiModel {
                         crate::api::describe(scope, pod),
                         detail,
                     );
+                    failed.entry(failure_message(&e)).or_default().push(named);
                 }
             }
         }
-        pods.is_empty()
+        if pods.is_empty() {
+            return None;
+        }
+        Some(condition_lines(&deleting_pods, &failed))
     }
 
     /// Deletes an object as CAPI's manager does (NotFound is fine).
@@ -660,16 +706,119 @@ fn hooks(annotations: &std::collections::BTreeMap<String, String>, prefix: &str)
         .collect()
 }
 
-fn is_daemonset_or_mirror(pod: &Value) -> bool {
-    let mirror = json::annotations(pod).contains_key("kubernetes.io/config.mirror");
+/// A refused eviction as upstream's drain words it in the condition message.
+fn failure_message(e: &crate::api::ApiError) -> String {
+    const PDB: &str = "Cannot evict pod as it would violate the pod's disruption budget.";
+    match e {
+        crate::api::ApiError::TooManyRequests { message, causes } => {
+            let full = if causes.is_empty() {
+                message.clone()
+            } else {
+                format!("{message} {}", causes.join(","))
+            };
+            let full = full.replace(PDB, &PDB.to_lowercase());
+            if full.starts_with(&PDB.to_lowercase()) {
+                full
+            } else {
+                format!("failed to evict Pod, {full}")
+            }
+        }
+        crate::api::ApiError::Forbidden {
+            namespace_terminating: true,
+            ..
+        } => "failed to evict Pod, Cannot evict pod from terminating namespace: unable to create eviction (kube-controller-manager should set deletionTimestamp)".into(),
+        other => format!("failed to evict Pod, {other:?}"),
+    }
+}
+
+/// The lines after the header of an unfinished drain's message (§1.6): pods deleting, then at
+/// most five failures sorted by message.
+fn condition_lines(deleting: &[String], failed: &BTreeMap<String, Vec<String>>) -> String {
+    let pods = |names: &[String]| {
+        let word = if names.len() == 1 { "Pod" } else { "Pods" };
+        format!("{word} {}", names.join(", "))
+    };
+    let mut out = String::new();
+    if !deleting.is_empty() {
+        out.push_str(&format!(
+            "\n* {}: deletionTimestamp set, but still not removed from the Node",
+            pods(deleting)
+        ));
+    }
+    for (message, names) in failed.iter().take(5) {
+        out.push_str(&format!("\n* {}: {message}", pods(names)));
+    }
+    let others: usize = failed.values().skip(5).map(Vec::len).sum();
+    if others > 0 {
+        let word = if others == 1 { "Pod" } else { "Pods" };
+        out.push_str(&format!("\n* {others} {word} with other issues"));
+    }
+    out
+}
+
+/// Whether upstream's drain filters leave the pod alone: deleting for over a second on an
+/// unreachable Node (skipDeleted), managed by a DaemonSet that exists while it runs
+/// (daemonSet; an orphan is evicted), a static pod (mirrorPod).
+fn skipped(
+    store: &crate::api::ClusterStore,
+    pod: &Value,
+    unreachable: bool,
+    now: Timestamp,
+) -> bool {
+    let deleting_since = json::str_at(pod, "metadata.deletionTimestamp")
+        .and_then(|t| Timestamp::parse_rfc3339(t).ok());
+    if unreachable && deleting_since.is_some_and(|t| now.since(t) > Duration::from_secs(1)) {
+        return true;
+    }
+    if json::annotations(pod).contains_key("kubernetes.io/config.mirror") {
+        return true;
+    }
+    let finished = matches!(
+        json::str_at(pod, "status.phase"),
+        Some("Succeeded" | "Failed")
+    );
     let daemonset = pod
         .pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
-        .is_some_and(|refs| {
-            refs.iter().any(|r| {
-                r.get("kind").and_then(Value::as_str) == Some("DaemonSet")
-                    && r.get("controller").and_then(Value::as_bool) == Some(true)
-            })
-        });
-    mirror || daemonset
+        .into_iter()
+        .flatten()
+        .find(|r| r["kind"] == "DaemonSet" && r["controller"] == true)
+        .and_then(|r| r["name"].as_str());
+    daemonset.is_some_and(|name| {
+        !finished
+            && store
+                .get(&ObjKey::new(
+                    "apps",
+                    "DaemonSet",
+                    json::namespace(pod),
+                    name,
+                ))
+                .is_some()
+    })
+}
+
+/// `spec.deletion.*Seconds` as a duration (nil or 0: no limit).
+fn seconds_at(machine: &Value, pointer: &str) -> Option<Duration> {
+    machine
+        .pointer(pointer)
+        .and_then(Value::as_i64)
+        .filter(|s| *s > 0)
+        .map(Duration::from_secs)
+}
+
+/// Upstream's timeout rule: exceeded when the start time is set and `now - start >= timeout`.
+fn timed_out(
+    machine: &Value,
+    start_field: &str,
+    timeout: Option<Duration>,
+    now: Timestamp,
+) -> bool {
+    let start = machine
+        .pointer(&format!("/status/deletion/{start_field}"))
+        .and_then(Value::as_str)
+        .and_then(|t| Timestamp::parse_rfc3339(t).ok());
+    match (start, timeout) {
+        (Some(start), Some(timeout)) => now.since(start) >= timeout,
+        _ => false,
+    }
 }

@@ -148,6 +148,26 @@ pub fn ref_target(r: &Value, namespace: &str) -> Option<(super::ObjKey, String)>
     Some((key, api_version))
 }
 
+/// A v1beta1 Go duration (`1m`, `90s`, `1h30m`) as a duration (0: no limit).
+pub fn go_duration(text: &str) -> Option<engine::time::Duration> {
+    let mut total = 0i64;
+    let mut number = String::new();
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            continue;
+        }
+        let n: i64 = std::mem::take(&mut number).parse().ok()?;
+        total += n * match c {
+            'h' => 3600,
+            'm' => 60,
+            's' => 1,
+            _ => return None,
+        };
+    }
+    (number.is_empty() && total > 0).then(|| engine::time::Duration::from_secs(total))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,5 +206,15 @@ mod tests {
             Some(&json!("v"))
         );
         assert_eq!(get_path(&doc, "spec.missing"), None);
+    }
+
+    #[test]
+    fn go_durations_read_as_upstream_writes_them() {
+        let secs = |t: &str| go_duration(t).map(|d| d.as_millis() / 1000);
+        assert_eq!(secs("1m"), Some(60));
+        assert_eq!(secs("1h30m5s"), Some(5405));
+        assert_eq!(secs("0s"), None, "0 is no limit");
+        assert_eq!(secs("-1s"), None, "a negative timeout judges nothing");
+        assert_eq!(secs("10"), None, "a unit is required");
     }
 }
