@@ -41,6 +41,9 @@ pub enum Step {
     /// A MachineHealthCheck asks for the Machine's remediation: `OwnerRemediated=False` for
     /// its owner, or `ExternallyRemediated=False` with a request for an external controller.
     RequestRemediation,
+    /// A MachineHealthCheck's counts (`expectedMachines`, `currentHealthy`,
+    /// `remediationsAllowed`): this controller would write values the object does not show.
+    StatusCounts,
 }
 
 impl Step {
@@ -54,13 +57,16 @@ impl Step {
             Step::RemoveFinalizer => "RemoveFinalizer",
             Step::MarkUnhealthy => "MarkUnhealthy",
             Step::RequestRemediation => "RequestRemediation",
+            Step::StatusCounts => "StatusCounts",
         }
     }
 
     /// The controller the step belongs to (the metric's `controller` label).
     pub fn controller(self) -> &'static str {
         match self {
-            Step::MarkUnhealthy | Step::RequestRemediation => "machinehealthcheck",
+            Step::MarkUnhealthy | Step::RequestRemediation | Step::StatusCounts => {
+                "machinehealthcheck"
+            }
             _ => "machine",
         }
     }
@@ -73,12 +79,16 @@ pub enum Deviation {
     /// Decision 3: a Machine whose `failureReason` or `failureMessage` is set is unhealthy at
     /// once (upstream HEAD no longer marks it).
     MachineFailure,
+    /// Decision 14: a negative or too short timeout is an invalid spec (upstream's webhook
+    /// rejects it): nothing is remediated and what it would time is not judged healthy.
+    InvalidTimeout,
 }
 
 impl Deviation {
     pub fn decision(self) -> u8 {
         match self {
             Deviation::MachineFailure => 3,
+            Deviation::InvalidTimeout => 14,
         }
     }
 
@@ -86,6 +96,9 @@ impl Deviation {
         match self {
             Deviation::MachineFailure => {
                 "a Machine's failureReason or failureMessage makes it unhealthy at once"
+            }
+            Deviation::InvalidTimeout => {
+                "an invalid timeout makes the MachineHealthCheck's spec invalid: nothing is remediated"
             }
         }
     }
@@ -126,6 +139,10 @@ pub struct Disagreement {
     pub controller: &'static str,
     /// The product decision that explains it, when one does.
     pub deviation: Option<Deviation>,
+    /// For values compared (status counts): what this controller would write, and what the
+    /// object showed when the window closed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub values: Option<(String, String)>,
 }
 
 impl Disagreement {
@@ -146,6 +163,12 @@ impl Disagreement {
     fn evidence(&self) -> String {
         let what = format!("{} {}", self.step.as_str(), self.target);
         let window = AGREEMENT_WINDOW.as_secs();
+        if let (Some((ours, theirs)), Some(at)) = (&self.values, self.ours) {
+            return format!(
+                "{what}: this controller would write {ours} since {} (not sent); the object shows {theirs} {window}s on",
+                at.to_rfc3339()
+            );
+        }
         match (self.side, self.ours, self.theirs) {
             (Side::OnlyOurs, Some(ours), theirs) => format!(
                 "{what}: this controller decided it at {} (not sent); {}",
@@ -217,7 +240,81 @@ pub struct Comparator {
     /// When this controller decided each Machine's `DeletionCompleted` (its finalizer goes
     /// once that write lands, which in shadow it never does).
     completed: BTreeMap<ObjectKey, Timestamp>,
+    /// Each MHC's counts as observed, and those this controller would write (since when).
+    counts_seen: BTreeMap<ObjectKey, Counts>,
+    counts_wanted: BTreeMap<ObjectKey, (Timestamp, Counts)>,
+    /// Why this controller's counts of an MHC differ from upstream's on purpose: Machines it
+    /// marks for their failure, or its spec's invalid timeout.
+    failed_targets: BTreeMap<ObjectKey, BTreeSet<ObjectKey>>,
+    invalid_timeout: BTreeSet<ObjectKey>,
     found: Vec<Disagreement>,
+}
+
+/// An MHC's `RemediationAllowed` a health check's withheld write sets: whether its reason is an
+/// invalid timeout.
+fn invalid_timeout_of(command: &Command) -> Option<(&ObjectKey, bool)> {
+    match &command.action {
+        Action::SetCondition {
+            target, conditions, ..
+        } if command.controller == ControllerId::Health
+            && target.key.kind == Kind::MachineHealthCheck =>
+        {
+            let c = conditions.current("RemediationAllowed")?;
+            let invalid = c.status == ConditionStatus::False
+                && matches!(
+                    c.reason.as_str(),
+                    "InvalidNodeStartupTimeout" | "InvalidUnhealthyConditionTimeout"
+                );
+            Some((&target.key, invalid))
+        }
+        _ => None,
+    }
+}
+
+/// An MHC's status counts by field name (only those known).
+type Counts = BTreeMap<&'static str, i64>;
+
+const COUNT_FIELDS: [&str; 3] = ["expectedMachines", "currentHealthy", "remediationsAllowed"];
+
+fn counts_of(status: &crate::model::MachineHealthCheckStatus) -> Counts {
+    [
+        status.expected_machines,
+        status.current_healthy,
+        status.remediations_allowed,
+    ]
+    .into_iter()
+    .zip(COUNT_FIELDS)
+    .filter_map(|(v, f)| Some((f, i64::from(v?))))
+    .collect()
+}
+
+fn describe_counts(counts: &Counts) -> String {
+    let shown: Vec<String> = COUNT_FIELDS
+        .iter()
+        .map(|f| match counts.get(f) {
+            Some(v) => format!("{f}={v}"),
+            None => format!("{f}=unset"),
+        })
+        .collect();
+    shown.join(" ")
+}
+
+/// The counts a health check's withheld status write sets on its MHC.
+fn writes_counts(command: &Command) -> Option<(&ObjectKey, Counts)> {
+    match &command.action {
+        Action::PatchStatus { target, merge, .. }
+            if command.controller == ControllerId::Health
+                && target.key.kind == Kind::MachineHealthCheck =>
+        {
+            let merge = merge.to_value();
+            let counts: Counts = COUNT_FIELDS
+                .iter()
+                .filter_map(|f| Some((*f, merge.get("status")?.get(*f)?.as_i64()?)))
+                .collect();
+            (!counts.is_empty()).then_some((&target.key, counts))
+        }
+        _ => None,
+    }
 }
 
 const HEALTH_CHECK_SUCCEEDED: &str = "HealthCheckSucceeded";
@@ -335,6 +432,24 @@ impl Comparator {
 
     /// A command this controller decided and did not send.
     pub fn withheld(&mut self, at: Timestamp, command: &Command) {
+        if let Some((mhc, invalid)) = invalid_timeout_of(command) {
+            if invalid {
+                self.invalid_timeout.insert(mhc.clone());
+            } else {
+                self.invalid_timeout.remove(mhc);
+            }
+        }
+        if let Some((mhc, counts)) = writes_counts(command) {
+            let mut wanted = self.counts_seen.get(mhc).cloned().unwrap_or_default();
+            wanted.extend(counts);
+            match self.counts_wanted.get_mut(mhc) {
+                Some((_, values)) => *values = wanted,
+                None => {
+                    self.counts_wanted.insert(mhc.clone(), (at, wanted));
+                }
+            }
+            return;
+        }
         if let Some(machine) = completes(command) {
             self.completed.entry(machine.clone()).or_insert(at);
         }
@@ -342,6 +457,12 @@ impl Comparator {
             self.ours(at, Step::RequestRemediation, machine, command, deviation);
         }
         if let Some((machine, deviation)) = marks_unhealthy(command) {
+            if deviation == Some(Deviation::MachineFailure) {
+                self.failed_targets
+                    .entry(command.owner.clone())
+                    .or_default()
+                    .insert(machine.clone());
+            }
             self.ours(at, Step::MarkUnhealthy, &machine, command, deviation);
             return;
         }
@@ -448,6 +569,9 @@ impl Comparator {
                     .is_some_and(|c| c.status == ConditionStatus::False);
                 if !marked {
                     // Healthy again: a later spell is compared afresh.
+                    for failed in self.failed_targets.values_mut() {
+                        failed.remove(key);
+                    }
                     self.unmarked.insert(key.clone());
                     self.settled.remove(&(Step::MarkUnhealthy, key.clone()));
                 } else if self.unmarked.remove(key) {
@@ -541,6 +665,23 @@ impl Comparator {
             (Kind::Pod, None) => {
                 self.running.remove(key);
             }
+            (Kind::MachineHealthCheck, Some(Object::MachineHealthCheck(mhc))) => {
+                let seen = counts_of(&mhc.status);
+                if self
+                    .counts_wanted
+                    .get(key)
+                    .is_some_and(|(_, wanted)| *wanted == seen)
+                {
+                    self.counts_wanted.remove(key);
+                }
+                self.counts_seen.insert(key.clone(), seen);
+            }
+            (Kind::MachineHealthCheck, None) => {
+                self.counts_seen.remove(key);
+                self.counts_wanted.remove(key);
+                self.failed_targets.remove(key);
+                self.invalid_timeout.remove(key);
+            }
             (_, Some(o)) if o.meta().deletion_timestamp.is_some() => self.target_gone(at, key),
             (_, None) => self.target_gone(at, key),
             _ => {}
@@ -571,12 +712,12 @@ impl Comparator {
         self.steps
             .values()
             .filter_map(|(_, s)| match (s.ours, s.theirs) {
-                (Some((t, _)), None) | (None, Some(t)) => {
-                    Some(t + AGREEMENT_WINDOW + Duration::from_millis(1))
-                }
+                (Some((t, _)), None) | (None, Some(t)) => Some(t),
                 _ => None,
             })
+            .chain(self.counts_wanted.values().map(|(t, _)| *t))
             .min()
+            .map(|t| t + AGREEMENT_WINDOW + Duration::from_millis(1))
     }
 
     fn machine_of_node(&self, node: &ObjectKey) -> Option<ObjectKey> {
@@ -659,6 +800,7 @@ impl Comparator {
                         theirs: sides.theirs,
                         controller: sides.ours.map_or("", |(_, c)| c),
                         deviation: sides.deviation.filter(|_| side == Side::OnlyOurs),
+                        values: None,
                     });
                 }
             }
@@ -666,6 +808,36 @@ impl Comparator {
         for (key, machine) in done {
             self.steps.remove(&key);
             self.settled.insert(key, machine);
+        }
+        let late: Vec<ObjectKey> = self
+            .counts_wanted
+            .iter()
+            .filter(|(_, (t, _))| now.since(*t) > AGREEMENT_WINDOW)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for mhc in late {
+            let Some((since, wanted)) = self.counts_wanted.remove(&mhc) else {
+                continue;
+            };
+            let seen = self.counts_seen.get(&mhc).cloned().unwrap_or_default();
+            let deviation = if self.invalid_timeout.contains(&mhc) {
+                Some(Deviation::InvalidTimeout)
+            } else if self.failed_targets.get(&mhc).is_some_and(|f| !f.is_empty()) {
+                Some(Deviation::MachineFailure)
+            } else {
+                None
+            };
+            self.found.push(Disagreement {
+                machine: mhc.clone(),
+                step: Step::StatusCounts,
+                target: mhc,
+                side: Side::OnlyOurs,
+                ours: Some(since),
+                theirs: None,
+                controller: "health",
+                deviation,
+                values: Some((describe_counts(&wanted), describe_counts(&seen))),
+            });
         }
         self.forget_gone(now);
     }
@@ -981,6 +1153,7 @@ mod tests {
             theirs: None,
             controller: "health",
             deviation: Some(Deviation::MachineFailure),
+            values: None,
         };
         assert!(
             w3.describe().contains("known deviation, decision 3"),
@@ -1107,5 +1280,66 @@ mod tests {
         c.observe(at(6), &upsert(Scope::Management, Object::Machine(m)));
         c.finish(at(600));
         assert_eq!(c.take(), Vec::new());
+    }
+
+    fn mhc_key() -> ObjectKey {
+        ObjectKey::management(Kind::MachineHealthCheck, "default", "mhc")
+    }
+
+    fn mhc_seen(healthy: i32) -> Input {
+        let mut mhc = crate::testing::machine_health_check("c1", "mhc");
+        mhc.status.expected_machines = Some(3);
+        mhc.status.current_healthy = Some(healthy);
+        mhc.status.remediations_allowed = Some(3);
+        upsert(Scope::Management, Object::MachineHealthCheck(mhc))
+    }
+
+    fn counts_write(healthy: i64) -> Command {
+        Command {
+            controller: ControllerId::Health,
+            owner: mhc_key(),
+            ..command(Action::PatchStatus {
+                target: Target {
+                    key: mhc_key(),
+                    api_version: "cluster.x-k8s.io/v1beta2".into(),
+                },
+                merge: crate::command::JsonText(format!(
+                    r#"{{"status":{{"currentHealthy":{healthy}}}}}"#
+                )),
+                summary: String::new(),
+            })
+        }
+    }
+
+    /// An MHC's counts agree when the object shows this controller's values within the
+    /// window; otherwise both values are reported.
+    #[test]
+    fn status_counts_are_compared_by_value() {
+        let mut c = Comparator::new();
+        c.observe(at(0), &mhc_seen(3));
+        c.withheld(at(1), &counts_write(2));
+        c.observe(at(20), &mhc_seen(2));
+        c.finish(at(100));
+        assert_eq!(c.take(), Vec::new(), "shown within the window");
+        c.withheld(at(200), &counts_write(1));
+        c.finish(at(300));
+        let found = c.take();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            (found[0].step, found[0].deviation),
+            (Step::StatusCounts, None)
+        );
+        assert_eq!(
+            found[0].values,
+            Some((
+                "expectedMachines=3 currentHealthy=1 remediationsAllowed=3".to_string(),
+                "expectedMachines=3 currentHealthy=2 remediationsAllowed=3".to_string()
+            ))
+        );
+        assert!(
+            found[0]
+                .describe()
+                .contains("would write expectedMachines=3 currentHealthy=1")
+        );
     }
 }

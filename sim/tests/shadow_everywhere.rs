@@ -59,21 +59,34 @@ fn every_deletion_and_health_scenario_in_shadow_has_no_surprise() {
             .join("\n")
     );
     // Decision 3 (a failed Machine is unhealthy at once) shows as what it is: this controller
-    // marks it and asks its remediation, upstream does neither.
+    // marks it, asks its remediation and counts it unhealthy; upstream does none of these.
     let failure: Vec<&String> = found
         .iter()
         .filter(|l| l.starts_with("mhc-machine-failure-reason: "))
         .collect();
-    assert_eq!(failure.len(), 2, "{failure:#?}");
+    assert_eq!(failure.len(), 3, "{failure:#?}");
     assert!(failure.iter().all(|l| l.contains("decision 3")));
+    for step in [
+        "MarkUnhealthy Machine default/w2",
+        "RequestRemediation Machine default/w2",
+        "StatusCounts MachineHealthCheck default/md-0-unhealthy",
+    ] {
+        assert!(
+            failure.iter().any(|l| l.contains(step)),
+            "{step}: {failure:#?}"
+        );
+    }
+    // Decision 14 (an invalid timeout is an invalid spec): this controller's counts allow no
+    // remediation where upstream, ignoring the value, allows one.
+    let invalid: Vec<&String> = found
+        .iter()
+        .filter(|l| l.starts_with("mhc-invalid-timeouts: "))
+        .collect();
+    assert!(!invalid.is_empty());
     assert!(
-        failure
+        invalid
             .iter()
-            .any(|l| l.contains("MarkUnhealthy Machine default/w2"))
-    );
-    assert!(
-        failure
-            .iter()
-            .any(|l| l.contains("RequestRemediation Machine default/w2"))
+            .all(|l| l.contains("StatusCounts") && l.contains("decision 14")),
+        "{invalid:#?}"
     );
 }
