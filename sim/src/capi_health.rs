@@ -458,22 +458,14 @@ fn judge(
     let mut soonest = |due: Timestamp| {
         recheck = Some(recheck.map_or(due, |r: Timestamp| r.min(due)));
     };
-    for c in conditions(machine) {
-        for (type_, status, timeout) in &checks.machine_conditions {
-            if c["type"] != type_.as_str() || c["status"] != status.as_str() {
-                continue;
-            }
-            let due = transition(c, now) + *timeout;
-            if due < now {
-                messages.push(format!(
-                    "Condition {type_} on Machine is reporting status {status} for more than {}",
-                    go_duration(*timeout)
-                ));
-            } else {
-                soonest(due + Duration::from_secs(1));
-            }
-        }
-    }
+    check_conditions(
+        conditions(machine),
+        &checks.machine_conditions,
+        "Machine",
+        now,
+        &mut messages,
+        &mut soonest,
+    );
     let machine_unhealthy = !messages.is_empty();
     let node_name = json::str_at(machine, "status.nodeRef.name");
     let node = node_name.and_then(|n| env.api.get(workload, &ObjKey::new("", "Node", "", n)));
@@ -517,27 +509,19 @@ fn judge(
             }
         }
         (Some(_), Some(node)) => {
-            for c in node
+            let node_conditions = node
                 .pointer("/status/conditions")
                 .and_then(Value::as_array)
                 .into_iter()
-                .flatten()
-            {
-                for (type_, status, timeout) in &checks.node_conditions {
-                    if c["type"] != type_.as_str() || c["status"] != status.as_str() {
-                        continue;
-                    }
-                    let due = transition(c, now) + *timeout;
-                    if due < now {
-                        messages.push(format!(
-                            "Condition {type_} on Node is reporting status {status} for more than {}",
-                            go_duration(*timeout)
-                        ));
-                    } else {
-                        soonest(due + Duration::from_secs(1));
-                    }
-                }
-            }
+                .flatten();
+            check_conditions(
+                node_conditions,
+                &checks.node_conditions,
+                "Node",
+                now,
+                &mut messages,
+                &mut soonest,
+            );
         }
     }
     if messages.is_empty() {
@@ -564,6 +548,34 @@ fn unhealthy(node_reason: &'static str, machine_unhealthy: bool, messages: &[Str
             node_reason
         },
         message,
+    }
+}
+
+/// One object's conditions against the MHC's `(type, status, timeout)` checks: a message for
+/// each held strictly past its timeout, else when to look again (a second after it).
+fn check_conditions<'a>(
+    observed: impl Iterator<Item = &'a Value>,
+    checks: &[(String, String, Duration)],
+    subject: &str,
+    now: Timestamp,
+    messages: &mut Vec<String>,
+    soonest: &mut impl FnMut(Timestamp),
+) {
+    for c in observed {
+        for (type_, status, timeout) in checks {
+            if c["type"] != type_.as_str() || c["status"] != status.as_str() {
+                continue;
+            }
+            let due = transition(c, now) + *timeout;
+            if due < now {
+                messages.push(format!(
+                    "Condition {type_} on {subject} is reporting status {status} for more than {}",
+                    go_duration(*timeout)
+                ));
+            } else {
+                soonest(due + Duration::from_secs(1));
+            }
+        }
     }
 }
 
