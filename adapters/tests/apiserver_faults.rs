@@ -1,5 +1,5 @@
 //! The faults a served world injects, as the fake API server plays them to an unmodified kube-rs
-//! client over HTTP: one test per behaviour (`adapters/src/apiserver/faults.rs`, `watch.rs`;
+//! client over HTTP: one test per behaviour (`adapters/fakeapi/src/apiserver/faults.rs`, `watch.rs`;
 //! the draws themselves are `sim::wire`'s, tested there). Fault windows are on the clock the
 //! server reads (`adapters::clock`, real time here), a few hundred milliseconds long.
 

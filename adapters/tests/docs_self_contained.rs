@@ -188,7 +188,7 @@ fn no_file_refers_outside_the_repository() {
         offences.is_empty(),
         "files refer outside the repository (cite the repository's own docs instead: \
          sim/docs/scenario-format.md, adapters/docs/cli.md, engine/docs/design.md, \
-         engine/docs/capi.md, adapters/src/apiserver/crds/):\n  {}",
+         engine/docs/capi.md, adapters/fakeapi/src/apiserver/crds/):\n  {}",
         offences.join("\n  ")
     );
 }
@@ -239,7 +239,7 @@ fn the_check_catches_each_kind_of_outside_reference() {
             format!("//! ({} §2.3)", notes[0]),
         ),
         (
-            "adapters/src/kube/client.rs",
+            "adapters/controller/src/kube/client.rs",
             format!("// {} §1.4", notes[1]),
         ),
         (

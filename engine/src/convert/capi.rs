@@ -1,5 +1,5 @@
 //! The core CAPI kinds (`cluster.x-k8s.io`), in both API versions. Field paths follow
-//! `engine/docs/capi.md` §1.8, §2.8, §3.9 and the CRDs vendored in `adapters/src/apiserver/crds/`.
+//! `engine/docs/capi.md` §1.8, §2.8, §3.9 and the CRDs vendored in `adapters/fakeapi/src/apiserver/crds/`.
 
 use super::ConvertError;
 use super::common::{

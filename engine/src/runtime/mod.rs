@@ -1,6 +1,6 @@
 //! The controller's loop, sans-IO: everything between what reaches the controller (watch
 //! events, answers) and what it does (journal appends, requests, watches), but the I/O itself.
-//! `lifecycle run` drives it with tokio and HTTP (`adapters/src/kube/adapter.rs`); the
+//! `lifecycle run` drives it with tokio and HTTP (`adapters/controller/src/kube/adapter.rs`); the
 //! simulator drives the same loop against its fake clusters, so a sweep exercises the batching,
 //! the journal-before-apply rule, the in-flight caps, the priority order, the eviction order
 //! and the tick spacing production runs.

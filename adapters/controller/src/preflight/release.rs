@@ -130,7 +130,7 @@ mod readme {
     /// The README's table names the supported releases this build checks against.
     #[test]
     fn the_readmes_table_is_the_supported_list() {
-        let readme = include_str!("../../../README.md");
+        let readme = include_str!("../../../../README.md");
         let section = readme
             .split("### Supported Cluster API versions")
             .nth(1)

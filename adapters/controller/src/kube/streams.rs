@@ -369,7 +369,7 @@ pub async fn watch_provider(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apiserver::{ApiServer, ServerOptions, SharedCluster};
+    use fakeapi::apiserver::{ApiServer, ServerOptions, SharedCluster};
     use sim::api::ClusterStore;
     use std::time::Duration;
 

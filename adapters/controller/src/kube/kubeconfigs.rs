@@ -220,8 +220,8 @@ pub async fn connect(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apiserver::{ApiServer, ServerOptions, SharedCluster, kubeconfig_yaml};
-    use crate::serve::kubeconfig_secret;
+    use fakeapi::apiserver::{ApiServer, ServerOptions, SharedCluster, kubeconfig_yaml};
+    use fakeapi::serve::kubeconfig_secret;
     use serde_json::json;
     use sim::api::ClusterStore;
     use std::sync::Arc;

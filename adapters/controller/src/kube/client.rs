@@ -90,7 +90,7 @@ mod tests {
             "{:?}",
             empty.map(|_| ())
         );
-        let good = crate::apiserver::kubeconfig_yaml("c1", "http://127.0.0.1:1");
+        let good = fakeapi::apiserver::kubeconfig_yaml("c1", "http://127.0.0.1:1");
         assert!(client_from_kubeconfig(&good).await.is_ok());
     }
 
