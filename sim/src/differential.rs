@@ -118,9 +118,12 @@ fn mhc_status_writes(
 fn listed(api: &FakeApi, scope: &Scope) -> Vec<Object> {
     api.store(scope)
         .into_iter()
-        .flat_map(|s| s.iter())
-        .filter(|(k, _)| !drain_only(k))
-        .filter_map(|(_, v)| engine::convert::object_or_unreadable(scope, v))
+        .flat_map(|s| s.iter_read())
+        .filter(|(k, _, _)| !drain_only(k))
+        .filter_map(|(_, value, read)| match read {
+            Ok(object) => object.clone(),
+            Err(e) => engine::convert::unreadable_of_json(scope, value, e),
+        })
         .collect()
 }
 

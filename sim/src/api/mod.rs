@@ -131,6 +131,34 @@ mod tests {
         );
     }
 
+    /// What the engine reads of an object is converted once and follows every write: a
+    /// reading kept across a write would feed the differential a stale world.
+    #[test]
+    fn the_reading_of_an_object_follows_its_writes() {
+        let mut s = store_with_pdb(json!(1));
+        let pod = ObjKey::new("", "Pod", "app", "web-0");
+        let ready = |s: &ClusterStore| {
+            let (_, value, read) = s.iter_read().find(|(k, _, _)| **k == pod).unwrap();
+            assert_eq!(read, &engine::convert::object_from_json(value));
+            match read {
+                Ok(Some(engine::model::Object::Pod(p))) => p.ready,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert!(ready(&s));
+        s.patch(
+            &pod,
+            &json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
+            Part::Status,
+        )
+        .unwrap();
+        assert!(!ready(&s), "the write's reading, not the first one");
+        s.patch(&pod, &json!({"spec": {"nodeName": 7}}), Part::Whole)
+            .unwrap();
+        let (_, _, read) = s.iter_read().find(|(k, _, _)| **k == pod).unwrap();
+        assert!(read.is_err(), "an unreadable write reads as unreadable");
+    }
+
     #[test]
     fn eviction_refused_by_pdb_answers_429_with_the_budget_cause() {
         let mut s = store_with_pdb(json!(3));

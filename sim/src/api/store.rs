@@ -2,9 +2,12 @@
 //! generation, `deletionTimestamp` + finalizers, status subresource, merge patch.
 
 use super::json::{self, group_of};
+use engine::convert::ConvertError;
+use engine::model::Object;
 use engine::time::Timestamp;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::OnceLock;
 
 /// `(group, kind, namespace, name)`; namespace is empty for cluster-scoped kinds.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -156,9 +159,27 @@ struct ChangeLog {
     compacted_rv: u64,
 }
 
+/// A stored object and what the engine reads of it, converted once, on first use (every write
+/// stores a new entry): the simulator's MHC differential lists every cluster again and again.
+#[derive(Clone, Debug)]
+struct Stored {
+    value: Value,
+    read: OnceLock<Read>,
+}
+
+/// What `engine::convert::object_from_json` makes of a stored object.
+pub type Read = Result<Option<Object>, ConvertError>;
+
+impl Stored {
+    fn read(&self) -> &Read {
+        self.read
+            .get_or_init(|| engine::convert::object_from_json(&self.value))
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct ClusterStore {
-    objects: BTreeMap<ObjKey, Value>,
+    objects: BTreeMap<ObjKey, Stored>,
     /// How many objects of each (group, kind) are stored at each version: what a served
     /// type's versions are, without a walk over every object per request.
     versions: BTreeMap<(String, String), BTreeMap<String, usize>>,
@@ -178,7 +199,7 @@ impl ClusterStore {
     }
 
     pub fn get(&self, key: &ObjKey) -> Option<&Value> {
-        self.objects.get(key)
+        self.objects.get(key).map(|s| &s.value)
     }
 
     pub fn resource_version(&self) -> u64 {
@@ -194,7 +215,12 @@ impl ClusterStore {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&ObjKey, &Value)> {
-        self.objects.iter()
+        self.objects.iter().map(|(k, s)| (k, &s.value))
+    }
+
+    /// Every object with what the engine reads of it.
+    pub fn iter_read(&self) -> impl Iterator<Item = (&ObjKey, &Value, &Read)> {
+        self.objects.iter().map(|(k, s)| (k, &s.value, s.read()))
     }
 
     /// Every (group, version, kind) some stored object has, in order.
@@ -208,7 +234,7 @@ impl ClusterStore {
 
     fn put(&mut self, key: ObjKey, obj: Value) {
         let version = json::api_version(&obj);
-        match self.objects.get(&key).map(json::api_version) {
+        match self.objects.get(&key).map(|s| json::api_version(&s.value)) {
             // Only a create or a change of apiVersion moves a count, not every write.
             Some(stored) if stored == version => {}
             stored => {
@@ -219,11 +245,17 @@ impl ClusterStore {
                 }
             }
         }
-        self.objects.insert(key, obj);
+        self.objects.insert(
+            key,
+            Stored {
+                value: obj,
+                read: OnceLock::new(),
+            },
+        );
     }
 
     fn take(&mut self, key: &ObjKey) -> Option<Value> {
-        let old = self.objects.remove(key)?;
+        let old = self.objects.remove(key)?.value;
         self.count_version(key, json::api_version(&old), false);
         Some(old)
     }
@@ -261,6 +293,7 @@ impl ClusterStore {
         self.objects
             .range(start..)
             .take_while(move |(k, _)| k.group == group && k.kind == kind)
+            .map(|(k, s)| (k, &s.value))
     }
 
     /// Starts keeping the last `capacity` writes for watches (the fake API server's change
@@ -366,7 +399,7 @@ impl ClusterStore {
     /// Creates or replaces (a scenario `apply`): a replacement keeps uid and creation time.
     pub fn apply(&mut self, mut obj: Value, now: Timestamp) -> Result<Written, ApiError> {
         let key = ObjKey::of(&obj);
-        let Some(existing) = self.objects.get(&key) else {
+        let Some(existing) = self.get(&key) else {
             return self.create(obj, now);
         };
         for field in ["uid", "creationTimestamp", "deletionTimestamp"] {
@@ -381,7 +414,7 @@ impl ClusterStore {
 
     /// A JSON merge patch on `part` of the object.
     pub fn patch(&mut self, key: &ObjKey, patch: &Value, part: Part) -> Result<Written, ApiError> {
-        let current = self.objects.get(key).ok_or_else(|| not_found(key))?;
+        let current = self.get(key).ok_or_else(|| not_found(key))?;
         // A patch naming a resourceVersion is a precondition, as the API server holds it.
         if let Some(rv) = patch
             .pointer("/metadata/resourceVersion")
@@ -456,7 +489,7 @@ impl ClusterStore {
     /// Deletes: with finalizers the object stays with a `deletionTimestamp`; otherwise it is
     /// removed at once. Graceful pod deletion is the world's business (see `mark_deleting`).
     pub fn delete(&mut self, key: &ObjKey, now: Timestamp) -> Result<Written, ApiError> {
-        let current = self.objects.get(key).ok_or_else(|| not_found(key))?;
+        let current = self.get(key).ok_or_else(|| not_found(key))?;
         if json::is_deleting(current) {
             return Ok(Written {
                 key: key.clone(),
@@ -477,7 +510,7 @@ impl ClusterStore {
         now: Timestamp,
         grace_seconds: Option<i64>,
     ) -> Result<Written, ApiError> {
-        let mut next = self.objects.get(key).ok_or_else(|| not_found(key))?.clone();
+        let mut next = self.get(key).ok_or_else(|| not_found(key))?.clone();
         if json::is_deleting(&next) {
             return Ok(Written {
                 key: key.clone(),
