@@ -75,7 +75,7 @@ fn list(intake: &mut Intake, streams: &mut Streams, scope: &Scope, stream: Strin
     };
     push(StreamEvent::Init);
     for o in objects {
-        push(StreamEvent::InitApply(o));
+        push(StreamEvent::InitApply(o.into()));
     }
     push(StreamEvent::InitDone);
 }

@@ -25,7 +25,7 @@ use crate::scenario::{FaultKind, FaultSpec, StepAction};
 use crate::timeline::Timeline;
 use crate::world::WorldState;
 use engine::intake::Arrival;
-use engine::intake::mirror::StreamEvent;
+use engine::intake::mirror::{Delivered, StreamEvent};
 use engine::intake::streams::stream_id;
 use engine::model::{ClusterName, ObjectKey, Scope};
 use engine::runtime::{Loop, LoopOptions, Output};
@@ -535,11 +535,17 @@ impl Sim {
         // The manifests are needed only here: take them rather than copy a large fleet.
         let management = std::mem::take(&mut self.scenario.management);
         let workload = std::mem::take(&mut self.scenario.workload);
+        // The first Cluster of each name, as a search per workload cluster found it (one pass:
+        // a search per cluster over every manifest was quadratic in the fleet's size).
+        let mut cluster_namespaces = std::collections::BTreeMap::new();
+        for m in management.iter().filter(|m| m.kind() == "Cluster") {
+            cluster_namespaces.entry(m.name()).or_insert(m.namespace());
+        }
         for name in workload.keys() {
-            let namespace = management
-                .iter()
-                .find(|m| m.kind() == "Cluster" && m.name() == name)
-                .and_then(|m| m.namespace())
+            let namespace = cluster_namespaces
+                .get(name.as_str())
+                .copied()
+                .flatten()
                 .unwrap_or("default")
                 .to_string();
             self.api.workloads.insert(
@@ -880,10 +886,14 @@ impl Sim {
     /// One stream's list, as kube's `watcher` reports it.
     pub(crate) fn list_stream(&mut self, scope: &Scope, stream: &str) {
         let (group, kind) = stream.split_once('/').unwrap_or(("", stream));
-        let objects: Vec<Value> = self
+        let objects: Vec<Delivered> = self
             .api
             .store(scope)
-            .map(|s| s.list(group, kind).map(|(_, v)| v.clone()).collect())
+            .map(|s| {
+                s.list_read(group, kind)
+                    .map(|(v, read)| Delivered::read(v.clone(), read.clone()))
+                    .collect()
+            })
             .unwrap_or_default();
         let push = |sim: &mut Sim, event| {
             sim.lp.push(Arrival::Watch {
@@ -930,8 +940,18 @@ impl Sim {
             return;
         }
         let event = match (written.object, written.removed) {
-            (Some(object), _) => StreamEvent::Apply(object),
-            (None, Some(last)) => StreamEvent::Delete(last),
+            (Some(object), _) => {
+                let reading = self
+                    .api
+                    .store(scope)
+                    .and_then(|s| s.reading_of(&written.key, &object))
+                    .cloned();
+                StreamEvent::Apply(match reading {
+                    Some(reading) => Delivered::read(object, reading),
+                    None => object.into(),
+                })
+            }
+            (None, Some(last)) => StreamEvent::Delete(last.into()),
             (None, None) => return,
         };
         self.lp.push(Arrival::Watch {

@@ -42,7 +42,7 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// Measured at ad40f07 (10 clusters: 1 062 per input; 50 clusters: 1 010), with headroom
+/// Measured at this commit (10 clusters: 1 033 per input; 50 clusters: 986), with headroom
 /// for noise between compilers, not for new work.
 const ALLOCATIONS_PER_INPUT_MAX: u64 = 1_200;
 

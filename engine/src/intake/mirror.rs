@@ -15,7 +15,7 @@
 //! removes it by key); relist contents are sorted by key, so they are deterministic.
 
 use crate::Input;
-use crate::convert::{object_from_json, object_key_of_json, unreadable_of_json};
+use crate::convert::{ConvertError, object_from_json, object_key_of_json, unreadable_of_json};
 use crate::model::{Kind, Object, ObjectKey, Scope};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -24,14 +24,45 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug)]
 pub enum StreamEvent {
     Init,
-    InitApply(Value),
+    InitApply(Delivered),
     InitDone,
-    Apply(Value),
-    Delete(Value),
+    Apply(Delivered),
+    Delete(Delivered),
     /// The stream cannot list its kind: the API does not serve it or refuses us (404, 403).
     /// The stream counts as listed, so the rest of its cluster is not held back, and its kind
     /// is unknown there until a list succeeds.
     Unavailable(String),
+}
+
+/// What `object_from_json` makes of an object.
+pub type Reading = Result<Option<Object>, ConvertError>;
+
+/// An object a stream delivered: its JSON as the API sent it and, when the sender has already
+/// read it, that reading. The simulator's fake API reads each write once, for its own checks as
+/// well; a watch over HTTP delivers JSON only, read here.
+#[derive(Clone, Debug)]
+pub struct Delivered {
+    pub value: Value,
+    reading: Option<Box<Reading>>,
+}
+
+impl Delivered {
+    /// `value` with what `object_from_json(&value)` returned for it.
+    pub fn read(value: Value, reading: Reading) -> Self {
+        Delivered {
+            value,
+            reading: Some(Box::new(reading)),
+        }
+    }
+}
+
+impl From<Value> for Delivered {
+    fn from(value: Value) -> Self {
+        Delivered {
+            value,
+            reading: None,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -72,10 +103,15 @@ pub struct Unreadable {
 
 fn convert(
     scope: &Scope,
-    value: &Value,
+    delivered: Delivered,
     unreadable: &mut Vec<Unreadable>,
 ) -> Option<(ObjectKey, Object)> {
-    match object_from_json(value) {
+    let reading = match delivered.reading {
+        Some(reading) => *reading,
+        None => object_from_json(&delivered.value),
+    };
+    let value = &delivered.value;
+    match reading {
         Ok(Some(object)) => Some((object.key(scope), object)),
         Ok(None) => None,
         Err(e) => {
@@ -203,7 +239,7 @@ impl Mirror {
                 Vec::new()
             }
             StreamEvent::InitApply(v) => {
-                if let Some((key, object)) = convert(scope, &v, &mut self.unreadable) {
+                if let Some((key, object)) = convert(scope, v, &mut self.unreadable) {
                     s.pending
                         .get_or_insert_with(BTreeMap::new)
                         .insert(key, object);
@@ -244,7 +280,7 @@ impl Mirror {
                 inputs
             }
             StreamEvent::Apply(v) => {
-                let Some((key, object)) = convert(scope, &v, &mut self.unreadable) else {
+                let Some((key, object)) = convert(scope, v, &mut self.unreadable) else {
                     return Vec::new();
                 };
                 if mirror.relisted {
@@ -257,7 +293,7 @@ impl Mirror {
                 Vec::new()
             }
             StreamEvent::Delete(v) => {
-                let key = match object_key_of_json(scope, &v) {
+                let key = match object_key_of_json(scope, &v.value) {
                     Ok(Some(key)) => key,
                     Ok(None) => return Vec::new(),
                     Err(e) => {
@@ -308,30 +344,30 @@ mod tests {
         m.register(&scope, NODES);
         m.register(&scope, PODS);
         assert!(m.on_event(&scope, NODES, StreamEvent::Init).is_empty());
-        m.on_event(&scope, NODES, StreamEvent::InitApply(node("n1")));
+        m.on_event(&scope, NODES, StreamEvent::InitApply(node("n1").into()));
         assert!(m.on_event(&scope, NODES, StreamEvent::InitDone).is_empty());
         // Not relisted yet: an event only updates the mirror.
         assert!(
-            m.on_event(&scope, NODES, StreamEvent::Apply(node("n2")))
+            m.on_event(&scope, NODES, StreamEvent::Apply(node("n2").into()))
                 .is_empty()
         );
         m.on_event(&scope, PODS, StreamEvent::Init);
-        m.on_event(&scope, PODS, StreamEvent::InitApply(pod("p1")));
+        m.on_event(&scope, PODS, StreamEvent::InitApply(pod("p1").into()));
         let inputs = m.on_event(&scope, PODS, StreamEvent::InitDone);
         assert_eq!(relist_names(&inputs), ["n1", "n2", "p1"]);
         // Now events flow; a secret (not modelled) never reaches the engine.
         assert!(matches!(
-            m.on_event(&scope, PODS, StreamEvent::Apply(pod("p2")))
+            m.on_event(&scope, PODS, StreamEvent::Apply(pod("p2").into()))
                 .as_slice(),
             [Input::Upsert { .. }]
         ));
         let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "a"}});
         assert!(
-            m.on_event(&scope, PODS, StreamEvent::Apply(secret))
+            m.on_event(&scope, PODS, StreamEvent::Apply(secret.into()))
                 .is_empty()
         );
         assert!(matches!(
-            m.on_event(&scope, NODES, StreamEvent::Delete(node("n2")))
+            m.on_event(&scope, NODES, StreamEvent::Delete(node("n2").into()))
                 .as_slice(),
             [Input::Delete { .. }]
         ));
@@ -343,7 +379,7 @@ mod tests {
                 .all(|s| s.objects.is_empty())
         );
         m.on_event(&scope, NODES, StreamEvent::Init);
-        m.on_event(&scope, NODES, StreamEvent::InitApply(node("n3")));
+        m.on_event(&scope, NODES, StreamEvent::InitApply(node("n3").into()));
         let inputs = m.on_event(&scope, NODES, StreamEvent::InitDone);
         match inputs.as_slice() {
             [Input::RelistKind { kind, objects, .. }] => {
@@ -363,8 +399,8 @@ mod tests {
         let mut bad = node("n2");
         bad["status"] = json!({"conditions": [{"type": 17, "status": "True"}]});
         m.on_event(&scope, "nodes", StreamEvent::Init);
-        m.on_event(&scope, "nodes", StreamEvent::InitApply(node("n1")));
-        m.on_event(&scope, "nodes", StreamEvent::InitApply(bad.clone()));
+        m.on_event(&scope, "nodes", StreamEvent::InitApply(node("n1").into()));
+        m.on_event(&scope, "nodes", StreamEvent::InitApply(bad.clone().into()));
         let inputs = m.on_event(&scope, "nodes", StreamEvent::InitDone);
         assert_eq!(relist_names(&inputs), ["n1", "n2"]);
         let [Input::Relist { objects, .. }] = inputs.as_slice() else {
@@ -382,7 +418,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(m.take_unreadable().len(), 1);
-        let inputs = m.on_event(&scope, "nodes", StreamEvent::Apply(bad));
+        let inputs = m.on_event(&scope, "nodes", StreamEvent::Apply(bad.into()));
         assert!(
             matches!(inputs.as_slice(), [Input::Upsert { object, .. }] if matches!(**object, Object::Unreadable(_))),
             "{inputs:?}"

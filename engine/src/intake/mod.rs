@@ -112,7 +112,7 @@ impl Deleting {
             }
             StreamEvent::InitApply(machine) => {
                 if let (Some(listing), Some((scope, name, true))) =
-                    (self.listing.as_mut(), machine_deletion(machine))
+                    (self.listing.as_mut(), machine_deletion(&machine.value))
                 {
                     listing.entry(scope).or_default().insert(name);
                 }
@@ -127,7 +127,7 @@ impl Deleting {
                     .collect()
             }
             StreamEvent::Apply(machine) | StreamEvent::Delete(machine) => {
-                let Some((scope, name, deleting)) = machine_deletion(machine) else {
+                let Some((scope, name, deleting)) = machine_deletion(&machine.value) else {
                     return Vec::new();
                 };
                 let gone = matches!(event, StreamEvent::Delete(_));
@@ -350,8 +350,8 @@ impl Intake {
     /// Provider watches and workload connections for what a management object names.
     fn follow_references(&mut self, event: &StreamEvent) {
         let (object, deleted) = match event {
-            StreamEvent::InitApply(o) | StreamEvent::Apply(o) => (o, false),
-            StreamEvent::Delete(o) => (o, true),
+            StreamEvent::InitApply(o) | StreamEvent::Apply(o) => (&o.value, false),
+            StreamEvent::Delete(o) => (&o.value, true),
             StreamEvent::Init | StreamEvent::InitDone | StreamEvent::Unavailable(_) => return,
         };
         if object.get("kind").and_then(Value::as_str) == Some("Cluster") {

@@ -48,7 +48,10 @@ fn list_management(intake: &mut Intake, objects: &[serde_json::Value]) -> Option
         intake.push(management(StreamEvent::Init, &key.id()));
         for o in objects {
             if o["kind"] == key.kind.as_str() {
-                intake.push(management(StreamEvent::InitApply(o.clone()), &key.id()));
+                intake.push(management(
+                    StreamEvent::InitApply(o.clone().into()),
+                    &key.id(),
+                ));
             }
         }
         intake.push(management(StreamEvent::InitDone, &key.id()));
@@ -97,14 +100,14 @@ fn a_cluster_is_connected_then_watched_and_commands_before_that_are_unreachable(
     assert_eq!(intake.dispatch(&cordon(8)), None);
     // Seen again (a relist, an update): no second connection.
     intake.push(management(
-        StreamEvent::Apply(cluster()),
+        StreamEvent::Apply(cluster().into()),
         "cluster.x-k8s.io/Cluster",
     ));
     intake.next_input(BATCH_INPUTS_MAX);
     assert!(outputs(&mut intake).is_empty());
     // The Cluster goes: so does the connection.
     intake.push(management(
-        StreamEvent::Delete(cluster()),
+        StreamEvent::Delete(cluster().into()),
         "cluster.x-k8s.io/Cluster",
     ));
     intake.next_input(BATCH_INPUTS_MAX);
@@ -186,7 +189,10 @@ fn workload_event(stream: &str, event: StreamEvent) -> Arrival {
 fn list_c1(intake: &mut Intake, stream: &str, objects: &[serde_json::Value]) -> Vec<Input> {
     intake.push(workload_event(stream, StreamEvent::Init));
     for o in objects {
-        intake.push(workload_event(stream, StreamEvent::InitApply(o.clone())));
+        intake.push(workload_event(
+            stream,
+            StreamEvent::InitApply(o.clone().into()),
+        ));
     }
     intake.push(workload_event(stream, StreamEvent::InitDone));
     flat(intake.next_input(BATCH_INPUTS_MAX))
@@ -249,7 +255,7 @@ fn a_clusters_drain_kinds_are_watched_while_one_of_its_machines_is_being_deleted
     );
     // m1 is being deleted: c1's drain kinds are watched; each list relists its kind.
     intake.push(management(
-        StreamEvent::Apply(machine("m1", true)),
+        StreamEvent::Apply(machine("m1", true).into()),
         MACHINES,
     ));
     intake.next_input(BATCH_INPUTS_MAX);
@@ -263,18 +269,18 @@ fn a_clusters_drain_kinds_are_watched_while_one_of_its_machines_is_being_deleted
     );
     // A second deletion in c1 watches nothing more; the first one ending unwatches nothing.
     intake.push(management(
-        StreamEvent::Apply(machine("m2", true)),
+        StreamEvent::Apply(machine("m2", true).into()),
         MACHINES,
     ));
     intake.push(management(
-        StreamEvent::Delete(machine("m1", true)),
+        StreamEvent::Delete(machine("m1", true).into()),
         MACHINES,
     ));
     intake.next_input(BATCH_INPUTS_MAX);
     assert_eq!(drain_outputs(&outputs(&mut intake)), (0, 0));
     // The last one gone: the drain kinds are unwatched and forgotten, after its deletion.
     intake.push(management(
-        StreamEvent::Delete(machine("m2", true)),
+        StreamEvent::Delete(machine("m2", true).into()),
         MACHINES,
     ));
     let inputs = flat(intake.next_input(BATCH_INPUTS_MAX));
@@ -289,12 +295,12 @@ fn a_clusters_drain_kinds_are_watched_while_one_of_its_machines_is_being_deleted
         .collect();
     assert_eq!(forgotten, Kind::DRAIN_ONLY.iter().collect::<Vec<_>>());
     // What a stopped stream still delivers is dropped.
-    intake.push(workload_event("/Pod", StreamEvent::Apply(pod)));
+    intake.push(workload_event("/Pod", StreamEvent::Apply(pod.into())));
     assert_eq!(intake.next_input(BATCH_INPUTS_MAX), None);
     // A relist of the Machines that shows one being deleted watches them again.
     intake.push(management(StreamEvent::Init, MACHINES));
     intake.push(management(
-        StreamEvent::InitApply(machine("m3", true)),
+        StreamEvent::InitApply(machine("m3", true).into()),
         MACHINES,
     ));
     intake.push(management(StreamEvent::InitDone, MACHINES));
@@ -431,7 +437,7 @@ fn a_long_error_is_bounded_and_a_cluster_no_longer_named_is_forgotten() {
     };
     assert!(error.len() <= crate::connection::ERROR_CHARS_MAX + 3);
     intake.push(management(
-        StreamEvent::Delete(cluster()),
+        StreamEvent::Delete(cluster().into()),
         "cluster.x-k8s.io/Cluster",
     ));
     intake.next_input(BATCH_INPUTS_MAX);

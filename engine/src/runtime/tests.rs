@@ -415,7 +415,7 @@ fn a_loop_over_a_rebuilt_engine_starts_from_what_it_knew_of_each_connection() {
         };
         push(&mut lp, StreamEvent::Init);
         if key.kind == "Cluster" {
-            push(&mut lp, StreamEvent::InitApply(cluster.clone()));
+            push(&mut lp, StreamEvent::InitApply(cluster.clone().into()));
         }
         push(&mut lp, StreamEvent::InitDone);
     }

@@ -146,6 +146,7 @@ mod tests {
             }
         };
         assert!(ready(&s));
+        let before = s.get(&pod).unwrap().clone();
         s.patch(
             &pod,
             &json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
@@ -153,6 +154,13 @@ mod tests {
         )
         .unwrap();
         assert!(!ready(&s), "the write's reading, not the first one");
+        // A watch event still carrying the object as it was is not given the new reading.
+        assert_eq!(s.reading_of(&pod, &before), None);
+        let now = s.get(&pod).unwrap();
+        assert_eq!(
+            s.reading_of(&pod, now),
+            Some(&engine::convert::object_from_json(now))
+        );
         s.patch(&pod, &json!({"spec": {"nodeName": 7}}), Part::Whole)
             .unwrap();
         let (_, _, read) = s.iter_read().find(|(k, _, _)| **k == pod).unwrap();

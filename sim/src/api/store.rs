@@ -2,8 +2,7 @@
 //! generation, `deletionTimestamp` + finalizers, status subresource, merge patch.
 
 use super::json::{self, group_of};
-use engine::convert::ConvertError;
-use engine::model::Object;
+use engine::intake::mirror::Reading;
 use engine::time::Timestamp;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, VecDeque};
@@ -164,14 +163,11 @@ struct ChangeLog {
 #[derive(Clone, Debug)]
 struct Stored {
     value: Value,
-    read: OnceLock<Read>,
+    read: OnceLock<Reading>,
 }
 
-/// What `engine::convert::object_from_json` makes of a stored object.
-pub type Read = Result<Option<Object>, ConvertError>;
-
 impl Stored {
-    fn read(&self) -> &Read {
+    fn read(&self) -> &Reading {
         self.read
             .get_or_init(|| engine::convert::object_from_json(&self.value))
     }
@@ -219,7 +215,7 @@ impl ClusterStore {
     }
 
     /// Every object with what the engine reads of it.
-    pub fn iter_read(&self) -> impl Iterator<Item = (&ObjKey, &Value, &Read)> {
+    pub fn iter_read(&self) -> impl Iterator<Item = (&ObjKey, &Value, &Reading)> {
         self.objects.iter().map(|(k, s)| (k, &s.value, s.read()))
     }
 
@@ -278,12 +274,33 @@ impl ClusterStore {
         }
     }
 
-    /// Objects of one kind (any group with that kind name when `group` is None).
-    pub fn list<'a>(
+    /// What the stored object reads as, when `value` is that object: the same resourceVersion
+    /// (every write that changes an object gives it a new one).
+    pub fn reading_of(&self, key: &ObjKey, value: &Value) -> Option<&Reading> {
+        let stored = self.objects.get(key)?;
+        let version = |v: &Value| {
+            v.pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        (version(&stored.value)? == version(value)?).then(|| stored.read())
+    }
+
+    /// Objects of one kind with what each reads as (see [`ClusterStore::list`]).
+    pub fn list_read<'a>(
         &'a self,
         group: &'a str,
         kind: &'a str,
-    ) -> impl Iterator<Item = (&'a ObjKey, &'a Value)> + 'a {
+    ) -> impl Iterator<Item = (&'a Value, &'a Reading)> + 'a {
+        self.list_stored(group, kind)
+            .map(|(_, s)| (&s.value, s.read()))
+    }
+
+    fn list_stored<'a>(
+        &'a self,
+        group: &'a str,
+        kind: &'a str,
+    ) -> impl Iterator<Item = (&'a ObjKey, &'a Stored)> + 'a {
         let start = ObjKey {
             group: group.to_string(),
             kind: kind.to_string(),
@@ -293,7 +310,15 @@ impl ClusterStore {
         self.objects
             .range(start..)
             .take_while(move |(k, _)| k.group == group && k.kind == kind)
-            .map(|(k, s)| (k, &s.value))
+    }
+
+    /// Objects of one kind (any group with that kind name when `group` is None).
+    pub fn list<'a>(
+        &'a self,
+        group: &'a str,
+        kind: &'a str,
+    ) -> impl Iterator<Item = (&'a ObjKey, &'a Value)> + 'a {
+        self.list_stored(group, kind).map(|(k, s)| (k, &s.value))
     }
 
     /// Starts keeping the last `capacity` writes for watches (the fake API server's change

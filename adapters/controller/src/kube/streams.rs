@@ -247,10 +247,10 @@ pub async fn run_stream(
         }
         let event = match item {
             Ok(watcher::Event::Init) => StreamEvent::Init,
-            Ok(watcher::Event::InitApply(o)) => StreamEvent::InitApply(to_json(&spec, o)),
+            Ok(watcher::Event::InitApply(o)) => StreamEvent::InitApply(to_json(&spec, o).into()),
             Ok(watcher::Event::InitDone) => StreamEvent::InitDone,
-            Ok(watcher::Event::Apply(o)) => StreamEvent::Apply(to_json(&spec, o)),
-            Ok(watcher::Event::Delete(o)) => StreamEvent::Delete(to_json(&spec, o)),
+            Ok(watcher::Event::Apply(o)) => StreamEvent::Apply(to_json(&spec, o).into()),
+            Ok(watcher::Event::Delete(o)) => StreamEvent::Delete(to_json(&spec, o).into()),
             Err(watcher::Error::InitialListFailed(e)) if refusal(&e).is_some() => {
                 let problem = list_refused(&spec, &e);
                 tracing::warn!(stream = %stream, scope = ?spec.scope, "{problem}");
@@ -501,7 +501,7 @@ mod tests {
         let mut seen = Vec::new();
         while seen.len() < 2 {
             match next_event(&mut rx, Duration::from_secs(10)).await {
-                Some(StreamEvent::Apply(o)) => seen.push(o),
+                Some(StreamEvent::Apply(o)) => seen.push(o.value),
                 other => panic!("an Apply, not {other:?}"),
             }
         }
