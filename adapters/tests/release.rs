@@ -1,5 +1,7 @@
 //! `lifecycle run --mode takeover` hooks the MachineSet's worker Machine (and not the control
-//! plane's) over HTTP; `lifecycle release` removes exactly those hooks and nothing else.
+//! plane's) over HTTP; `lifecycle release` removes exactly those hooks and nothing else; a
+//! controller killed mid-takeover leaves the Machine waiting at its hooks until a release hands
+//! it back to CAPI's manager, which finishes it.
 
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
@@ -290,4 +292,120 @@ async fn adopt_pauses_with_the_marker_and_release_all_gives_back() {
     let (code, out) = adopt(&kubeconfig, &["pool", "default/nope"]);
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("does not exist"), "{out}");
+}
+
+/// The value of the unlabelled metric `name` served on `port`; `None` when nothing answers
+/// there (what Prometheus sees of a process that is gone).
+fn metric(port: u16, name: &str) -> Option<f64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let mut page = String::new();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .and_then(|()| s.read_to_string(&mut page))
+        .ok()?;
+    page.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// The reason of Machine `name`'s condition `type_`, if it has one.
+async fn reason(api: &Api<DynamicObject>, name: &str, type_: &str) -> Option<String> {
+    let machine = api.get_opt(name).await.unwrap()?;
+    machine.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .and_then(|c| c["reason"].as_str())
+        .map(str::to_string)
+}
+
+/// The controller killed mid-takeover: Cluster API's manager (the simulator's model of it) waits
+/// at this controller's hooks while no controller runs. That is what `LifecycleHookHeld` alerts
+/// on: the gauge counted the Machine, and once the process is gone nothing serves it.
+/// `lifecycle release --all` hands the Machine back, and CAPI's manager finishes the deletion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_takeover_the_machine_waits_at_the_hooks_until_release_then_capi_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    // m1 is deleted 1 min in (12 s here); its pods take 30 s to shut down (6 s here), the
+    // window in which the controller is killed.
+    const SPEED: u32 = 5;
+    let (_server, kubeconfig, clock) =
+        serve(dir.path(), "takeover-controller-killed-mid-drain", SPEED);
+    assert!(clock.join(" ").contains("--mode takeover"), "{clock:?}");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut controller = common::Child(
+        lifecycle()
+            .args(["run", "--metrics-addr", &format!("127.0.0.1:{port}")])
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--journal")
+            .arg(dir.path().join("journal"))
+            .args(&clock)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let api = machines(&kubeconfig).await;
+    let started = std::time::Instant::now();
+    // Mid-drain, and counted by the gauge (`/metrics` reads the engine once a second).
+    while reason(&api, "m1", "LifecycleDeleting").await.as_deref() != Some("DrainingNode")
+        || metric(port, "lifecycle_takeover_held_machines") != Some(1.0)
+    {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "never mid-drain and counted: {:?}, gauge {:?}",
+            reason(&api, "m1", "LifecycleDeleting").await,
+            metric(port, "lifecycle_takeover_held_machines")
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        reason(&api, "m1", "LifecycleDeleting").await.as_deref(),
+        Some("DrainingNode"),
+        "killed mid-drain"
+    );
+    controller.0.kill().unwrap();
+    controller.0.wait().unwrap();
+    assert_eq!(
+        metric(port, "lifecycle_takeover_held_machines"),
+        None,
+        "nothing serves the gauge: the alert's `unless count(...)` holds"
+    );
+
+    // A minute later (simulated) nothing moved: CAPI's manager waits at the pre-drain hook.
+    tokio::time::sleep(std::time::Duration::from_secs(60 / u64::from(SPEED))).await;
+    let hooks = annotations(&api, "m1").await;
+    assert!(
+        hooks.contains(&PRE_DRAIN.to_string()) && hooks.contains(&PRE_TERMINATE.to_string()),
+        "{hooks:?}"
+    );
+    assert_eq!(
+        reason(&api, "m1", "Deleting").await.as_deref(),
+        Some("WaitingForPreDrainHook")
+    );
+
+    let (code, stdout, stderr) = release(&kubeconfig, &["--all"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(&format!("default/m1: removed {PRE_DRAIN}, {PRE_TERMINATE}")),
+        "{stdout}"
+    );
+    let released = std::time::Instant::now();
+    while api.get_opt("m1").await.unwrap().is_some() {
+        assert!(
+            released.elapsed() < std::time::Duration::from_secs(60),
+            "CAPI's manager did not finish: {:?}",
+            reason(&api, "m1", "Deleting").await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    println!(
+        "m1 gone {:.1} s after the release ({:.0} s simulated)",
+        released.elapsed().as_secs_f64(),
+        released.elapsed().as_secs_f64() * f64::from(SPEED)
+    );
 }
