@@ -44,6 +44,9 @@ pub enum Step {
     /// A MachineHealthCheck's counts (`expectedMachines`, `currentHealthy`,
     /// `remediationsAllowed`): this controller would write values the object does not show.
     StatusCounts,
+    /// A MachinePool's status (`replicas`, the ready, available and up-to-date counts, the
+    /// `nodeRefs`, `phase`): this controller would write values the object does not show.
+    PoolStatus,
 }
 
 impl Step {
@@ -58,6 +61,7 @@ impl Step {
             Step::MarkUnhealthy => "MarkUnhealthy",
             Step::RequestRemediation => "RequestRemediation",
             Step::StatusCounts => "StatusCounts",
+            Step::PoolStatus => "PoolStatus",
         }
     }
 
@@ -67,6 +71,7 @@ impl Step {
             Step::MarkUnhealthy | Step::RequestRemediation | Step::StatusCounts => {
                 "machinehealthcheck"
             }
+            Step::PoolStatus => "machinepool",
             _ => "machine",
         }
     }
@@ -82,6 +87,12 @@ pub enum Deviation {
     /// Decision 14: a negative or too short timeout is an invalid spec (upstream's webhook
     /// rejects it): nothing is remediated and what it would time is not judged healthy.
     InvalidTimeout,
+    /// Decision 5: once a MachinePool's provider failure fields are set its phase is `Failed`
+    /// and stays so (upstream HEAD never sets it).
+    PoolFailed,
+    /// Decision 16: a MachinePool is reconciled when one of its Machines changes (upstream's
+    /// controller does not watch Machines, so its counts of them wait for another event).
+    PoolMachinesWatched,
 }
 
 impl Deviation {
@@ -89,6 +100,8 @@ impl Deviation {
         match self {
             Deviation::MachineFailure => 3,
             Deviation::InvalidTimeout => 14,
+            Deviation::PoolFailed => 5,
+            Deviation::PoolMachinesWatched => 16,
         }
     }
 
@@ -99,6 +112,10 @@ impl Deviation {
             }
             Deviation::InvalidTimeout => {
                 "an invalid timeout makes the MachineHealthCheck's spec invalid: nothing is remediated"
+            }
+            Deviation::PoolFailed => "a MachinePool whose provider failed is Failed for good",
+            Deviation::PoolMachinesWatched => {
+                "a MachinePool's counts of its Machines follow every change of them"
             }
         }
     }
@@ -247,6 +264,8 @@ pub struct Comparator {
     /// marks for their failure, or its spec's invalid timeout.
     failed_targets: BTreeMap<ObjectKey, BTreeSet<ObjectKey>>,
     invalid_timeout: BTreeSet<ObjectKey>,
+    /// MachinePools seen controlling a Machine (MachinePool Machines).
+    pools_with_machines: BTreeSet<ObjectKey>,
     found: Vec<Disagreement>,
 }
 
@@ -271,10 +290,26 @@ fn invalid_timeout_of(command: &Command) -> Option<(&ObjectKey, bool)> {
     }
 }
 
-/// An MHC's status counts by field name (only those known).
-type Counts = BTreeMap<&'static str, i64>;
+/// The status values compared of an MHC or a MachinePool, by field name (only those known).
+type Counts = BTreeMap<&'static str, String>;
 
 const COUNT_FIELDS: [&str; 3] = ["expectedMachines", "currentHealthy", "remediationsAllowed"];
+const POOL_FIELDS: [&str; 6] = [
+    "replicas",
+    "readyReplicas",
+    "availableReplicas",
+    "upToDateReplicas",
+    "nodeRefs",
+    "phase",
+];
+
+/// The fields compared of an object of `kind`.
+fn fields_of(kind: &Kind) -> &'static [&'static str] {
+    match kind {
+        Kind::MachinePool => &POOL_FIELDS,
+        _ => &COUNT_FIELDS,
+    }
+}
 
 fn counts_of(status: &crate::model::MachineHealthCheckStatus) -> Counts {
     [
@@ -284,12 +319,32 @@ fn counts_of(status: &crate::model::MachineHealthCheckStatus) -> Counts {
     ]
     .into_iter()
     .zip(COUNT_FIELDS)
-    .filter_map(|(v, f)| Some((f, i64::from(v?))))
+    .filter_map(|(v, f)| Some((f, v?.to_string())))
     .collect()
 }
 
-fn describe_counts(counts: &Counts) -> String {
-    let shown: Vec<String> = COUNT_FIELDS
+fn pool_values_of(status: &crate::model::MachinePoolStatus) -> Counts {
+    let counts = [
+        status.replicas,
+        status.ready_replicas,
+        status.available_replicas,
+        status.up_to_date_replicas,
+    ];
+    let mut values: Counts = counts
+        .into_iter()
+        .zip(POOL_FIELDS)
+        .filter_map(|(v, f)| Some((f, v?.to_string())))
+        .collect();
+    let refs: Vec<&str> = status.node_refs.iter().map(|r| r.name.as_str()).collect();
+    values.insert("nodeRefs", format!("[{}]", refs.join(",")));
+    if let Some(phase) = &status.phase {
+        values.insert("phase", phase.clone());
+    }
+    values
+}
+
+fn describe_counts(kind: &Kind, counts: &Counts) -> String {
+    let shown: Vec<String> = fields_of(kind)
         .iter()
         .map(|f| match counts.get(f) {
             Some(v) => format!("{f}={v}"),
@@ -299,22 +354,59 @@ fn describe_counts(counts: &Counts) -> String {
     shown.join(" ")
 }
 
-/// The counts a health check's withheld status write sets on its MHC.
-fn writes_counts(command: &Command) -> Option<(&ObjectKey, Counts)> {
-    match &command.action {
-        Action::PatchStatus { target, merge, .. }
-            if command.controller == ControllerId::Health
-                && target.key.kind == Kind::MachineHealthCheck =>
-        {
-            let merge = merge.to_value();
-            let counts: Counts = COUNT_FIELDS
-                .iter()
-                .filter_map(|f| Some((*f, merge.get("status")?.get(*f)?.as_i64()?)))
-                .collect();
-            (!counts.is_empty()).then_some((&target.key, counts))
-        }
-        _ => None,
+/// Why a MachinePool's status differs from upstream's on purpose: its `Failed` phase, or counts
+/// of its Machines upstream has not caught up with.
+fn pool_deviation(wanted: &Counts, seen: &Counts, has_machines: bool) -> Option<Deviation> {
+    const MACHINE_COUNTS: [&str; 3] = ["readyReplicas", "availableReplicas", "upToDateReplicas"];
+    let differs: Vec<&str> = POOL_FIELDS
+        .iter()
+        .copied()
+        .filter(|f| wanted.get(f) != seen.get(f))
+        .collect();
+    if wanted.get("phase").map(String::as_str) == Some("Failed") && differs.contains(&"phase") {
+        return Some(Deviation::PoolFailed);
     }
+    (has_machines && differs.iter().all(|f| MACHINE_COUNTS.contains(f)))
+        .then_some(Deviation::PoolMachinesWatched)
+}
+
+/// The values a withheld status write sets: a health check's on its MHC, a pool's on its
+/// MachinePool (either API version's layout: v1beta1 keeps the new counters in `v1beta2`).
+fn writes_counts(command: &Command) -> Option<(&ObjectKey, Counts)> {
+    let Action::PatchStatus { target, merge, .. } = &command.action else {
+        return None;
+    };
+    let merge = merge.to_value();
+    let status = merge.get("status")?;
+    let counts: Counts = match (command.controller, &target.key.kind) {
+        (ControllerId::Health, Kind::MachineHealthCheck) => COUNT_FIELDS
+            .iter()
+            .filter_map(|f| Some((*f, status.get(*f)?.as_i64()?.to_string())))
+            .collect(),
+        (ControllerId::Pool, Kind::MachinePool) => {
+            let newer = status.get("v1beta2");
+            let mut values: Counts = POOL_FIELDS[..4]
+                .iter()
+                .filter_map(|f| {
+                    let v = match (*f, newer) {
+                        ("replicas", _) | (_, None) => status.get(*f),
+                        (_, Some(n)) => n.get(*f),
+                    };
+                    Some((*f, v?.as_i64()?.to_string()))
+                })
+                .collect();
+            if let Some(refs) = status.get("nodeRefs").and_then(|r| r.as_array()) {
+                let names: Vec<&str> = refs.iter().filter_map(|r| r["name"].as_str()).collect();
+                values.insert("nodeRefs", format!("[{}]", names.join(",")));
+            }
+            if let Some(phase) = status.get("phase").and_then(|p| p.as_str()) {
+                values.insert("phase", phase.to_string());
+            }
+            values
+        }
+        _ => return None,
+    };
+    (!counts.is_empty()).then_some((&target.key, counts))
 }
 
 const HEALTH_CHECK_SUCCEEDED: &str = "HealthCheckSucceeded";
@@ -563,6 +655,13 @@ impl Comparator {
     fn seen(&mut self, at: Timestamp, key: &ObjectKey, object: Option<&Object>) {
         match (key.kind.clone(), object) {
             (Kind::Machine, Some(Object::Machine(m))) => {
+                if let Some(owner) = m.meta.controller().filter(|c| c.kind == "MachinePool") {
+                    self.pools_with_machines.insert(ObjectKey::management(
+                        Kind::MachinePool,
+                        &m.meta.namespace,
+                        &owner.name,
+                    ));
+                }
                 let marked = m
                     .conditions
                     .current(HEALTH_CHECK_SUCCEEDED)
@@ -675,6 +774,21 @@ impl Comparator {
                     self.counts_wanted.remove(key);
                 }
                 self.counts_seen.insert(key.clone(), seen);
+            }
+            (Kind::MachinePool, Some(Object::MachinePool(pool))) => {
+                let seen = pool_values_of(&pool.status);
+                if self
+                    .counts_wanted
+                    .get(key)
+                    .is_some_and(|(_, wanted)| *wanted == seen)
+                {
+                    self.counts_wanted.remove(key);
+                }
+                self.counts_seen.insert(key.clone(), seen);
+            }
+            (Kind::MachinePool, None) => {
+                self.counts_seen.remove(key);
+                self.counts_wanted.remove(key);
             }
             (Kind::MachineHealthCheck, None) => {
                 self.counts_seen.remove(key);
@@ -820,23 +934,33 @@ impl Comparator {
                 continue;
             };
             let seen = self.counts_seen.get(&mhc).cloned().unwrap_or_default();
-            let deviation = if self.invalid_timeout.contains(&mhc) {
+            let deviation = if mhc.kind == Kind::MachinePool {
+                pool_deviation(&wanted, &seen, self.pools_with_machines.contains(&mhc))
+            } else if self.invalid_timeout.contains(&mhc) {
                 Some(Deviation::InvalidTimeout)
             } else if self.failed_targets.get(&mhc).is_some_and(|f| !f.is_empty()) {
                 Some(Deviation::MachineFailure)
             } else {
                 None
             };
+            let (step, controller) = match mhc.kind {
+                Kind::MachinePool => (Step::PoolStatus, "pool"),
+                _ => (Step::StatusCounts, "health"),
+            };
+            let values = (
+                describe_counts(&mhc.kind, &wanted),
+                describe_counts(&mhc.kind, &seen),
+            );
             self.found.push(Disagreement {
                 machine: mhc.clone(),
-                step: Step::StatusCounts,
+                step,
                 target: mhc,
                 side: Side::OnlyOurs,
                 ours: Some(since),
                 theirs: None,
-                controller: "health",
+                controller,
                 deviation,
-                values: Some((describe_counts(&wanted), describe_counts(&seen))),
+                values: Some(values),
             });
         }
         self.forget_gone(now);
@@ -1341,5 +1465,30 @@ mod tests {
                 .describe()
                 .contains("would write expectedMachines=3 currentHealthy=1")
         );
+    }
+
+    #[test]
+    fn a_pools_status_is_a_known_deviation_only_where_a_decision_explains_it() {
+        let values = |phase: &str, up_to_date: &str| -> Counts {
+            [
+                ("replicas", "2"),
+                ("upToDateReplicas", up_to_date),
+                ("phase", phase),
+            ]
+            .into_iter()
+            .map(|(f, v)| (f, v.to_string()))
+            .collect()
+        };
+        let seen = values("Running", "2");
+        assert_eq!(
+            pool_deviation(&values("Failed", "2"), &seen, false),
+            Some(Deviation::PoolFailed)
+        );
+        assert_eq!(
+            pool_deviation(&values("Running", "1"), &seen, true),
+            Some(Deviation::PoolMachinesWatched)
+        );
+        assert_eq!(pool_deviation(&values("Running", "1"), &seen, false), None);
+        assert_eq!(pool_deviation(&values("ScalingUp", "1"), &seen, true), None);
     }
 }

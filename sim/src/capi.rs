@@ -19,7 +19,8 @@
 //! pre-terminate hook from a deleting control-plane Machine only when no other pre-terminate
 //! hook is present (actor `kcp`). At its start it reconciles every Machine already deleting.
 //! Its MachineSet controller (`spec.replicas`) is played by the world (`sim/src/machine_sets.rs`).
-//! Its MachineHealthCheck controller is `sim/src/capi_health.rs`. Not modelled: MachineDrainRules,
+//! Its MachineHealthCheck controller is `sim/src/capi_health.rs`, its MachinePool controller
+//! `sim/src/capi_pools.rs`. Not modelled: MachineDrainRules,
 //! the drain label.
 
 use crate::api::{ObjKey, Part, eviction, json};
@@ -63,6 +64,8 @@ pub struct CapiModel {
     queued: BTreeSet<(ObjKey, Timestamp)>,
     /// MachineHealthCheck reconciles queued, likewise.
     health_queued: BTreeSet<(ObjKey, Timestamp)>,
+    /// MachinePool reconciles queued, likewise.
+    pools_queued: BTreeSet<(ObjKey, Timestamp)>,
     /// Machines whose unfinished drain deferred their next reconcile to this time
     /// (`DeferNextReconcileForObject`): a reconcile sooner (its own status write) returns.
     deferred: BTreeMap<ObjKey, Timestamp>,
@@ -111,6 +114,27 @@ impl CapiModel {
         };
         for mhc in health {
             self.queue_health(env, mhc, REACTION);
+        }
+        // Its MachinePool controller watches MachinePools, their Cluster, bootstrap and
+        // infrastructure objects, and the workload Nodes.
+        let pools = match scope {
+            Scope::Management
+                if key.kind == "MachinePool"
+                    || key.kind == "Cluster"
+                    || crate::api::is_provider_group(&key.group) =>
+            {
+                crate::capi_pools::pools(env)
+                    .into_iter()
+                    .filter(|p| p.namespace == key.namespace)
+                    .collect()
+            }
+            Scope::Workload(_) if key.kind == "Node" && key.group.is_empty() => {
+                crate::capi_pools::pools_of(env, scope)
+            }
+            _ => Vec::new(),
+        };
+        for pool in pools {
+            self.queue_pool(env, pool, REACTION);
         }
         let machines: Vec<ObjKey> = match scope {
             Scope::Management => env
@@ -197,6 +221,24 @@ impl CapiModel {
             for mhc in crate::capi_health::mhcs_of(env, &namespace) {
                 self.queue_health(env, mhc, REACTION);
             }
+        }
+        for pool in crate::capi_pools::pools(env) {
+            self.queue_pool(env, pool, REACTION);
+        }
+    }
+
+    fn queue_pool(&mut self, env: &mut Env<'_>, pool: ObjKey, after: Duration) {
+        let at = env.clock.now + after;
+        if self.pools_queued.insert((pool.clone(), at)) {
+            env.schedule(at, Event::CapiPoolReconcile { pool });
+        }
+    }
+
+    /// One reconcile of a MachinePool by CAPI's manager; requeued when upstream requeues.
+    pub(crate) fn reconcile_pool(&mut self, env: &mut Env<'_>, pool: &ObjKey) {
+        self.pools_queued.remove(&(pool.clone(), env.clock.now));
+        if let Some(after) = crate::capi_pools::reconcile(env, ACTOR, pool) {
+            self.queue_pool(env, pool.clone(), after.max(REACTION));
         }
     }
 

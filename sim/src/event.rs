@@ -15,6 +15,8 @@ pub enum Event {
     CapiReconcile { machine: ObjKey },
     /// CAPI's own manager checks a MachineHealthCheck's targets (`capiManager: true`).
     CapiHealthCheck { mhc: ObjKey },
+    /// CAPI's manager reconciles a MachinePool (`sim/src/capi_pools.rs`).
+    CapiPoolReconcile { pool: ObjKey },
     /// CAPI's own manager renews its leader Lease.
     CapiLeaseRenew,
     /// The engine asked to be woken.

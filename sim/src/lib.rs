@@ -9,6 +9,7 @@
 pub mod api;
 mod capi;
 mod capi_health;
+mod capi_pools;
 mod checks;
 mod clock;
 pub mod defaults;

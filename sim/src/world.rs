@@ -209,6 +209,7 @@ impl WorldState {
             Event::CapiReconcile { machine } => self.capi.reconcile(env, &machine),
             Event::CapiLeaseRenew => self.capi.renew_lease(env),
             Event::CapiHealthCheck { mhc } => self.capi.check_health(env, &mhc),
+            Event::CapiPoolReconcile { pool } => self.capi.reconcile_pool(env, &pool),
             Event::FaultEnds { .. }
             | Event::CacheSynced { .. }
             | Event::Uncorrupt { .. }

@@ -23,17 +23,13 @@ fn disagreements(stem: &str) -> Vec<String> {
         .collect()
 }
 
-fn deletion_and_health_scenarios() -> Vec<String> {
+fn scenarios(prefixes: &[&str]) -> Vec<String> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
     let mut stems: Vec<String> = std::fs::read_dir(&dir)
         .expect("scenarios/ exists")
         .map(|e| e.expect("readable entry").path())
         .filter_map(|p| Some(p.file_stem()?.to_string_lossy().into_owned()))
-        .filter(|s| {
-            ["deletion-", "mhc-", "pre-drain-hook"]
-                .iter()
-                .any(|p| s.starts_with(p))
-        })
+        .filter(|s| prefixes.iter().any(|p| s.starts_with(p)))
         .collect();
     stems.sort();
     stems
@@ -41,7 +37,7 @@ fn deletion_and_health_scenarios() -> Vec<String> {
 
 #[test]
 fn every_deletion_and_health_scenario_in_shadow_has_no_surprise() {
-    let stems = deletion_and_health_scenarios();
+    let stems = scenarios(&["deletion-", "mhc-", "pre-drain-hook"]);
     assert!(stems.len() > 30, "found only {} scenarios", stems.len());
     let found: Vec<String> = stems.iter().flat_map(|s| disagreements(s)).collect();
     let surprises: Vec<&String> = found
@@ -89,4 +85,45 @@ fn every_deletion_and_health_scenario_in_shadow_has_no_surprise() {
             .all(|l| l.contains("StatusCounts") && l.contains("decision 14")),
         "{invalid:#?}"
     );
+}
+
+/// Every MachinePool scenario in shadow beside the CAPI model's MachinePool controller: the
+/// status this controller would write (replicas, ready, available and up-to-date counts,
+/// nodeRefs, phase) is what upstream writes, or a known deviation.
+#[test]
+fn every_pool_scenario_in_shadow_has_no_surprise() {
+    let stems = scenarios(&["pool-"]);
+    assert!(stems.len() >= 10, "found only {} scenarios", stems.len());
+    let found: Vec<String> = stems.iter().flat_map(|s| disagreements(s)).collect();
+    let surprises: Vec<&String> = found
+        .iter()
+        .filter(|l| !l.contains("(known deviation, decision "))
+        .collect();
+    assert!(
+        surprises.is_empty(),
+        "{} disagreement(s) no product decision explains:\n{}",
+        surprises.len(),
+        surprises
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // Decision 5 (a failed provider makes the pool Failed for good) and decision 16 (a pool
+    // follows its Machines) are what they are; nothing else differs.
+    for (stem, decision) in [
+        ("pool-infrastructure-failure-is-terminal", "decision 5"),
+        ("pool-machines-drained-on-scale-down", "decision 16"),
+    ] {
+        let lines: Vec<&String> = found
+            .iter()
+            .filter(|l| l.starts_with(&format!("{stem}: ")))
+            .collect();
+        assert!(
+            !lines.is_empty() && lines.iter().all(|l| l.contains("PoolStatus MachinePool")),
+            "{stem}: {lines:#?}"
+        );
+        assert!(lines.iter().all(|l| l.contains(decision)), "{lines:#?}");
+    }
+    assert_eq!(found.len(), 2, "{found:#?}");
 }
