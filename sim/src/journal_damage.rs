@@ -165,7 +165,7 @@ fn apply(dir: &Path, kind: &str, roll: u64) -> std::io::Result<(&'static str, St
     let (kind, file) = match kind {
         "truncate" => ("truncate", pick(&files, roll)),
         "flip" => ("flip", pick(&files, roll)),
-        // The file to lose does not exist (simulation journals use 8 MiB segments, so batches
+        // The file to lose does not exist (simulation journals use 1 MiB segments, so batches
         // stay in sled's log and blob files are rare): counted apart, never as the kind asked.
         _ => ("flip-instead", Some(PathBuf::from("db"))),
     };

@@ -63,7 +63,7 @@ fn two_thousand_seeded_runs_with_random_faults_break_no_invariant() {
         );
     }
     // Journal damage at restarts: every kind that has its file in a simulation journal, and
-    // both outcomes (lose-blob has no blob file to lose with 8 MiB segments; the engine's
+    // both outcomes (lose-blob has no blob file to lose with 1 MiB segments; the engine's
     // damage matrix covers blob files on a controller journal).
     for counter in [
         "journal-damage:flip",
