@@ -765,26 +765,10 @@ impl Comparator {
                 self.running.remove(key);
             }
             (Kind::MachineHealthCheck, Some(Object::MachineHealthCheck(mhc))) => {
-                let seen = counts_of(&mhc.status);
-                if self
-                    .counts_wanted
-                    .get(key)
-                    .is_some_and(|(_, wanted)| *wanted == seen)
-                {
-                    self.counts_wanted.remove(key);
-                }
-                self.counts_seen.insert(key.clone(), seen);
+                self.values_seen(key, counts_of(&mhc.status));
             }
             (Kind::MachinePool, Some(Object::MachinePool(pool))) => {
-                let seen = pool_values_of(&pool.status);
-                if self
-                    .counts_wanted
-                    .get(key)
-                    .is_some_and(|(_, wanted)| *wanted == seen)
-                {
-                    self.counts_wanted.remove(key);
-                }
-                self.counts_seen.insert(key.clone(), seen);
+                self.values_seen(key, pool_values_of(&pool.status));
             }
             (Kind::MachinePool, None) => {
                 self.counts_seen.remove(key);
@@ -800,6 +784,19 @@ impl Comparator {
             (_, None) => self.target_gone(at, key),
             _ => {}
         }
+    }
+
+    /// An MHC's or a MachinePool's status values as observed: what this controller wanted of
+    /// them is settled once they show it.
+    fn values_seen(&mut self, key: &ObjectKey, seen: Counts) {
+        if self
+            .counts_wanted
+            .get(key)
+            .is_some_and(|(_, wanted)| *wanted == seen)
+        {
+            self.counts_wanted.remove(key);
+        }
+        self.counts_seen.insert(key.clone(), seen);
     }
 
     /// Someone released the Machine's finalizer. Upstream releases it in the pass that deletes

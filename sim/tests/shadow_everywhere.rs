@@ -23,6 +23,21 @@ fn disagreements(stem: &str) -> Vec<String> {
         .collect()
 }
 
+/// Every disagreement found is tagged with the product decision that explains it.
+fn assert_no_surprise(found: &[String]) {
+    let surprises: Vec<&str> = found
+        .iter()
+        .filter(|l| !l.contains("(known deviation, decision "))
+        .map(String::as_str)
+        .collect();
+    assert!(
+        surprises.is_empty(),
+        "{} disagreement(s) no product decision explains:\n{}",
+        surprises.len(),
+        surprises.join("\n")
+    );
+}
+
 fn scenarios(prefixes: &[&str]) -> Vec<String> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
     let mut stems: Vec<String> = std::fs::read_dir(&dir)
@@ -40,20 +55,7 @@ fn every_deletion_and_health_scenario_in_shadow_has_no_surprise() {
     let stems = scenarios(&["deletion-", "mhc-", "pre-drain-hook"]);
     assert!(stems.len() > 30, "found only {} scenarios", stems.len());
     let found: Vec<String> = stems.iter().flat_map(|s| disagreements(s)).collect();
-    let surprises: Vec<&String> = found
-        .iter()
-        .filter(|l| !l.contains("(known deviation, decision "))
-        .collect();
-    assert!(
-        surprises.is_empty(),
-        "{} disagreement(s) no product decision explains:\n{}",
-        surprises.len(),
-        surprises
-            .iter()
-            .map(|s| s.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    assert_no_surprise(&found);
     // Decision 3 (a failed Machine is unhealthy at once) shows as what it is: this controller
     // marks it, asks its remediation and counts it unhealthy; upstream does none of these.
     let failure: Vec<&String> = found
@@ -95,20 +97,7 @@ fn every_pool_scenario_in_shadow_has_no_surprise() {
     let stems = scenarios(&["pool-"]);
     assert!(stems.len() >= 10, "found only {} scenarios", stems.len());
     let found: Vec<String> = stems.iter().flat_map(|s| disagreements(s)).collect();
-    let surprises: Vec<&String> = found
-        .iter()
-        .filter(|l| !l.contains("(known deviation, decision "))
-        .collect();
-    assert!(
-        surprises.is_empty(),
-        "{} disagreement(s) no product decision explains:\n{}",
-        surprises.len(),
-        surprises
-            .iter()
-            .map(|s| s.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    assert_no_surprise(&found);
     // Decision 5 (a failed provider makes the pool Failed for good) and decision 16 (a pool
     // follows its Machines) are what they are; nothing else differs.
     for (stem, decision) in [
