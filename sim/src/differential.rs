@@ -118,8 +118,7 @@ fn mhc_status_writes(
 fn listed(api: &FakeApi, scope: &Scope) -> Vec<Object> {
     api.store(scope)
         .into_iter()
-        .flat_map(|s| s.iter_read())
-        .filter(|(k, _, _)| !drain_only(k))
+        .flat_map(|s| s.iter_read(|k| !drain_only(k)))
         .filter_map(|(_, value, read)| match read {
             Ok(object) => object.clone(),
             Err(e) => engine::convert::unreadable_of_json(scope, value, e),

@@ -9,7 +9,6 @@ use crate::model::IntOrString;
 use crate::time::{Duration, Timestamp, parse_go_duration};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::rc::Rc;
 
 /// A position in a JSON document: the value there (if any) and its path.
 #[derive(Clone, Debug)]
@@ -19,40 +18,48 @@ pub(crate) struct At<'a> {
 }
 
 /// The path to a position, spelled out only when an error names it: a read descends through
-/// many fields per object, and most objects have no error.
-#[derive(Clone, Debug, Default)]
-struct Path(Option<Rc<Step>>);
-
-#[derive(Debug)]
-struct Step {
-    parent: Path,
-    to: To,
+/// many fields per object and most objects have no error, so the steps are kept inline (no
+/// allocation per step) and joined only for a message.
+#[derive(Clone, Copy, Debug)]
+struct Path {
+    len: u8,
+    /// Steps below [`MAX_DEPTH`] are counted but not kept (the message ends in `…`).
+    steps: [To; MAX_DEPTH],
 }
 
-#[derive(Debug)]
+/// Deeper than any field this crate reads (`spec.template.spec.…` is six).
+const MAX_DEPTH: usize = 12;
+
+#[derive(Clone, Copy, Debug)]
 enum To {
     Key(&'static str),
     Index(usize),
 }
 
+impl Default for Path {
+    fn default() -> Self {
+        Path {
+            len: 0,
+            steps: [To::Index(0); MAX_DEPTH],
+        }
+    }
+}
+
 impl Path {
     fn then(&self, to: To) -> Path {
-        Path(Some(Rc::new(Step {
-            parent: self.clone(),
-            to,
-        })))
+        let mut next = *self;
+        if let Some(slot) = next.steps.get_mut(usize::from(self.len)) {
+            *slot = to;
+        }
+        next.len = self.len.saturating_add(1);
+        next
     }
 
     /// `spec.deletion.nodeDrainTimeoutSeconds`, `status.conditions[2].status`.
     fn spelled(&self) -> String {
-        let mut steps = Vec::new();
-        let mut at = &self.0;
-        while let Some(step) = at {
-            steps.push(&step.to);
-            at = &step.parent.0;
-        }
+        let kept = usize::from(self.len).min(MAX_DEPTH);
         let mut out = String::new();
-        for to in steps.into_iter().rev() {
+        for to in &self.steps[..kept] {
             match to {
                 To::Key(name) => {
                     if !out.is_empty() {
@@ -66,6 +73,9 @@ impl Path {
                     out.push(']');
                 }
             }
+        }
+        if kept < usize::from(self.len) {
+            out.push('…');
         }
         out
     }
@@ -292,4 +302,29 @@ pub(crate) fn canonical_json(value: &Value) -> String {
         }
     }
     sorted(value).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_error_names_the_path_with_indexes() {
+        let doc = json!({"status": {"conditions": [{}, {"status": 5}]}});
+        let items = At::root(&doc).at("status.conditions").items().unwrap();
+        let err = items[1].get("status").opt_str().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "status.conditions[1].status: expected a string, got 5"
+        );
+    }
+
+    #[test]
+    fn a_path_deeper_than_kept_ends_in_an_ellipsis() {
+        let doc = json!({});
+        let deep = (0..MAX_DEPTH + 2).fold(At::root(&doc), |at, _| at.get("a"));
+        let kept = vec!["a"; MAX_DEPTH].join(".");
+        assert_eq!(deep.path(), format!("{kept}…"));
+    }
 }

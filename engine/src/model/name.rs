@@ -12,7 +12,7 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::ops::Deref;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 #[derive(Clone)]
 pub struct Name(Arc<str>);
@@ -20,6 +20,12 @@ pub struct Name(Arc<str>);
 impl Name {
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The empty name (every cluster-scoped key's namespace), shared rather than allocated.
+    fn empty() -> Name {
+        static EMPTY: LazyLock<Name> = LazyLock::new(|| Name(Arc::from("")));
+        EMPTY.clone()
     }
 }
 
@@ -91,12 +97,18 @@ impl fmt::Display for Name {
 
 impl From<&str> for Name {
     fn from(s: &str) -> Self {
+        if s.is_empty() {
+            return Name::empty();
+        }
         Name(Arc::from(s))
     }
 }
 
 impl From<String> for Name {
     fn from(s: String) -> Self {
+        if s.is_empty() {
+            return Name::empty();
+        }
         Name(Arc::from(s))
     }
 }

@@ -667,13 +667,16 @@ impl Store {
         objects: Vec<Object>,
     ) -> Vec<Replaced> {
         let covered = |k: &ObjectKey| k.scope == *scope && kind.is_none_or(|kind| k.kind == *kind);
-        let incoming: BTreeSet<ObjectKey> = objects.iter().map(|o| o.key(scope)).collect();
+        let keyed: Vec<(ObjectKey, Object)> =
+            objects.into_iter().map(|o| (o.key(scope), o)).collect();
+        let incoming: BTreeSet<&ObjectKey> = keyed.iter().map(|(k, _)| k).collect();
         let stale: Vec<ObjectKey> = self
             .iter_scope(scope)
             .map(|(k, _)| k)
-            .filter(|k| covered(k) && !incoming.contains(*k))
+            .filter(|k| covered(k) && !incoming.contains(k))
             .cloned()
             .collect();
+        drop(incoming);
         let mut changes: Vec<Replaced> = stale.iter().filter_map(|k| self.remove(k)).collect();
         let marked: Vec<ObjectKey> = self
             .unreadable
@@ -682,13 +685,12 @@ impl Store {
             .cloned()
             .collect();
         let mut still_marked = BTreeSet::new();
-        for object in objects {
+        for (key, object) in keyed {
             if let Object::Unreadable(u) = object {
-                let key = ObjectKey::new(scope.clone(), u.kind, &u.meta.namespace, &u.meta.name);
                 still_marked.insert(key.clone());
                 changes.extend(self.mark_unreadable(key, u.problem));
             } else {
-                changes.extend(self.upsert_unordered(scope, object));
+                changes.extend(self.upsert_unordered(key, object));
             }
         }
         for key in marked.iter().filter(|k| !still_marked.contains(*k)) {
@@ -710,8 +712,7 @@ impl Store {
     }
 
     /// A relist answer is authoritative: it replaces the cached object whatever its version.
-    fn upsert_unordered(&mut self, scope: &Scope, object: Object) -> Option<Replaced> {
-        let key = object.key(scope);
+    fn upsert_unordered(&mut self, key: ObjectKey, object: Object) -> Option<Replaced> {
         if self.objects.get(&key) == Some(&object) {
             return None;
         }

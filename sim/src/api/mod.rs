@@ -138,7 +138,7 @@ mod tests {
         let mut s = store_with_pdb(json!(1));
         let pod = ObjKey::new("", "Pod", "app", "web-0");
         let ready = |s: &ClusterStore| {
-            let (_, value, read) = s.iter_read().find(|(k, _, _)| **k == pod).unwrap();
+            let (_, value, read) = s.iter_read(|k| *k == pod).next().unwrap();
             assert_eq!(read, &engine::convert::object_from_json(value));
             match read {
                 Ok(Some(engine::model::Object::Pod(p))) => p.ready,
@@ -163,7 +163,7 @@ mod tests {
         );
         s.patch(&pod, &json!({"spec": {"nodeName": 7}}), Part::Whole)
             .unwrap();
-        let (_, _, read) = s.iter_read().find(|(k, _, _)| **k == pod).unwrap();
+        let (_, _, read) = s.iter_read(|k| *k == pod).next().unwrap();
         assert!(read.is_err(), "an unreadable write reads as unreadable");
     }
 

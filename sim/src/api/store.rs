@@ -214,9 +214,16 @@ impl ClusterStore {
         self.objects.iter().map(|(k, s)| (k, &s.value))
     }
 
-    /// Every object with what the engine reads of it.
-    pub fn iter_read(&self) -> impl Iterator<Item = (&ObjKey, &Value, &Reading)> {
-        self.objects.iter().map(|(k, s)| (k, &s.value, s.read()))
+    /// The objects whose key `keep` keeps, with what the engine reads of each (only those are
+    /// read).
+    pub fn iter_read(
+        &self,
+        keep: impl Fn(&ObjKey) -> bool,
+    ) -> impl Iterator<Item = (&ObjKey, &Value, &Reading)> {
+        self.objects
+            .iter()
+            .filter(move |(k, _)| keep(k))
+            .map(|(k, s)| (k, &s.value, s.read()))
     }
 
     /// Every (group, version, kind) some stored object has, in order.
