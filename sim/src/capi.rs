@@ -8,7 +8,7 @@
 //! | paused Cluster or Machine: nothing | `reconcile`: paused check before the deletion branch |
 //! | node operations only when `isDeleteNodeAllowed` (Cluster not deleting, a nodeRef, an active control-plane Machine) | §1.3 |
 //! | pre-drain hooks hold: `WaitingForPreDrainHook` | §1.2 3a |
-//! | drain (unless excluded, pre-terminate started, infrastructure gone or deleting, or its timeout, `nodeDrainTimeoutSeconds` or v1beta1 `nodeDrainTimeout`, passed): cordon, evict every pod but those of a DaemonSet that exists and mirror pods, on an unreachable Node with a 1 s grace period and skipping pods deleting for over 1 s; the next reconcile deferred 20 s; `DrainingNode` with upstream's message (pods deleting, refusals); a Node that is gone is drained | §1.2 3b, §1.4, §1.5, §1.6 |
+//! | drain (unless excluded, pre-terminate started, infrastructure gone or deleting, or its timeout, `nodeDrainTimeoutSeconds` or v1beta1 `nodeDrainTimeout`, passed): cordon, evict the pods of the lowest drain order (`capi_drain`: not those of a DaemonSet that exists, mirror pods, the drain label's or a MachineDrainRule's Skip and WaitCompleted), on an unreachable Node with a 1 s grace period and skipping pods deleting for over 1 s; a drain error shows as upstream's `Error draining Node` message; the next reconcile deferred 20 s; `DrainingNode` with upstream's message (pods deleting, refusals); a Node that is gone is drained | §1.2 3b, §1.4, §1.5, §1.6 |
 //! | volume detach (unless excluded or timed out): `status.volumesAttached` empty, requeue 20 s: `WaitingForVolumeDetach` | §1.2 3c, §1.7 |
 //! | pre-terminate hooks hold (even when node operations are not allowed): `WaitingForPreTerminateHook` | §1.2 4 |
 //! | delete the infrastructure, then the bootstrap config, waiting for each to go | §1.2 5, 6 |
@@ -20,10 +20,11 @@
 //! hook is present (actor `kcp`). At its start it reconciles every Machine already deleting.
 //! Its MachineSet controller (`spec.replicas`) is played by the world (`sim/src/machine_sets.rs`).
 //! Its MachineHealthCheck controller is `sim/src/capi_health.rs`, its MachinePool controller
-//! `sim/src/capi_pools.rs`. Not modelled: MachineDrainRules,
-//! the drain label.
+//! `sim/src/capi_pools.rs`. Which pods its drain evicts, waits for or leaves alone (the drain
+//! label, MachineDrainRules and their order) is `sim/src/capi_drain.rs`.
 
 use crate::api::{ObjKey, Part, eviction, json};
+use crate::capi_drain;
 use crate::env::Env;
 use crate::event::Event;
 use engine::model::{
@@ -372,15 +373,32 @@ impl CapiModel {
                 && !timed_out(machine, "nodeDrainStartTime", drain_timeout, env.clock.now)
             {
                 let started = self.start_time(env, key, "nodeDrainStartTime");
-                if let Some(unfinished) = self.drain(env, &scope, node) {
-                    self.deferred.insert(key.clone(), env.clock.now + RETRY);
-                    return Step::Wait {
-                        reason: "DrainingNode",
-                        message: format!(
-                            "Drain not completed yet (started at {started}):{unfinished}"
-                        ),
-                        retry: Some(RETRY),
-                    };
+                match self.drain(env, machine, &scope, node) {
+                    Drain::Finished => {}
+                    Drain::Unfinished(lines) => {
+                        self.deferred.insert(key.clone(), env.clock.now + RETRY);
+                        return Step::Wait {
+                            reason: "DrainingNode",
+                            message: format!(
+                                "Drain not completed yet (started at {started}):{lines}"
+                            ),
+                            retry: Some(RETRY),
+                        };
+                    }
+                    Drain::Failed(error) => {
+                        env.line(
+                            ACTOR,
+                            "DrainFailed",
+                            crate::api::describe(&Scope::Management, key),
+                            error,
+                        );
+                        return Step::Wait {
+                            reason: "DrainingNode",
+                            message: "Error draining Node, please check controller logs for errors"
+                                .into(),
+                            retry: Some(RETRY),
+                        };
+                    }
                 }
             }
             let detach_timeout = if v1beta1 {
@@ -521,12 +539,14 @@ impl CapiModel {
         })
     }
 
-    /// Cordons the Node and evicts what a drain evicts; `None` once nothing is left to wait for
-    /// (or the Node is gone), else the lines upstream's condition message lists
-    /// (`EvictionResult.ConditionMessage`: pods deleting, then each failure's pods).
-    fn drain(&mut self, env: &mut Env<'_>, scope: &Scope, node: &str) -> Option<String> {
+    /// Cordons the Node and evicts what a drain evicts now (`capi_drain`): finished once
+    /// nothing is left to wait for (or the Node is gone), else the lines upstream's condition
+    /// message lists (`EvictionResult.ConditionMessage`, §1.6).
+    fn drain(&mut self, env: &mut Env<'_>, machine: &Value, scope: &Scope, node: &str) -> Drain {
         let node_key = ObjKey::new("", "Node", "", node);
-        let node_obj = env.api.get(scope, &node_key).cloned()?;
+        let Some(node_obj) = env.api.get(scope, &node_key).cloned() else {
+            return Drain::Finished;
+        };
         if node_obj
             .pointer("/spec/unschedulable")
             .and_then(Value::as_bool)
@@ -545,6 +565,27 @@ impl CapiModel {
             );
             env.changed(scope, w);
         }
+        let cluster_labels = env
+            .api
+            .get(
+                &Scope::Management,
+                &ObjKey::new(
+                    "cluster.x-k8s.io",
+                    "Cluster",
+                    json::namespace(machine),
+                    json::str_at(machine, "spec.clusterName").unwrap_or_default(),
+                ),
+            )
+            .map(json::labels)
+            .unwrap_or_default();
+        let management = env.api.store(&Scope::Management);
+        let rules = match management
+            .map(|m| capi_drain::Rules::for_machine(m, machine, &cluster_labels))
+            .transpose()
+        {
+            Ok(rules) => rules,
+            Err(e) => return Drain::Failed(e),
+        };
         // An unreachable Node (Ready Unknown): pods deleting for over a second are skipped and
         // evictions ask a one-second grace period.
         let unreachable = node_obj
@@ -554,59 +595,101 @@ impl CapiModel {
             .flatten()
             .any(|c| c["type"] == "Ready" && c["status"] == "Unknown");
         let now = env.clock.now;
-        let pods: Vec<(ObjKey, bool)> = env
-            .api
-            .store(scope)
-            .map(|s| {
-                s.list("", "Pod")
-                    .filter(|(_, p)| json::str_at(p, "spec.nodeName") == Some(node))
-                    .filter(|(_, p)| !skipped(s, p, unreachable, now))
-                    .map(|(k, p)| (k.clone(), json::is_deleting(p)))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut waited: Vec<(ObjKey, capi_drain::Behavior, i32, bool)> = Vec::new();
+        let mut errors: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        if let (Some(s), Some(rules)) = (env.api.store(scope), &rules) {
+            for (key, pod) in s.list("", "Pod") {
+                if json::str_at(pod, "spec.nodeName") != Some(node) {
+                    continue;
+                }
+                match capi_drain::classify(s, pod, rules, unreachable, now) {
+                    capi_drain::Verdict::Decided {
+                        behavior: capi_drain::Behavior::Skip,
+                        ..
+                    } => {}
+                    capi_drain::Verdict::Decided { behavior, order } => {
+                        waited.push((key.clone(), behavior, order, json::is_deleting(pod)))
+                    }
+                    capi_drain::Verdict::Error(e) => errors
+                        .entry(e)
+                        .or_default()
+                        .push(format!("{}/{}", key.namespace, key.name)),
+                }
+            }
+        }
+        if !errors.is_empty() {
+            let pods: Vec<String> = errors
+                .iter()
+                .map(|(e, pods)| format!("Pods with error {e:?}: {}", pods.join(", ")))
+                .collect();
+            return Drain::Failed(format!(
+                "failed to get Pods for eviction: {}",
+                pods.join(", ")
+            ));
+        }
+        let Some(min_order) = waited.iter().map(|(_, _, order, _)| *order).min() else {
+            return Drain::Finished;
+        };
         let grace = unreachable.then_some(1);
-        let mut deleting_pods: Vec<String> = Vec::new();
-        let mut failed: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for (pod, deleting) in &pods {
+        let mut lines = Unfinished::default();
+        for (pod, behavior, order, deleting) in &waited {
             let named = format!("{}/{}", pod.namespace, pod.name);
-            if *deleting {
-                deleting_pods.push(named);
-                continue;
-            }
-            match eviction::evict(env.api.store_mut(scope), pod, grace, now) {
-                Ok(eviction::Evicted::Deleting(w)) => {
-                    env.line(
-                        ACTOR,
-                        "Evict",
-                        crate::api::describe(scope, pod),
-                        format!("draining Node {node}"),
-                    );
-                    env.changed(scope, w);
-                    deleting_pods.push(named);
-                }
-                Err(e) => {
-                    let why = match &e {
-                        crate::api::ApiError::TooManyRequests { message, causes } => {
-                            format!("{message} {}", causes.join(","))
-                        }
-                        other => format!("{other:?}"),
-                    };
-                    let detail = format!("draining Node {node}: {} {why}", e.code());
-                    env.line(
-                        ACTOR,
-                        "EvictRefused",
-                        crate::api::describe(scope, pod),
-                        detail,
-                    );
-                    failed.entry(failure_message(&e)).or_default().push(named);
-                }
+            let now_turn = *order == min_order;
+            match behavior {
+                capi_drain::Behavior::WaitCompleted if now_turn => lines.wait_now.push(named),
+                capi_drain::Behavior::WaitCompleted => lines.wait_later.push(named),
+                _ if *deleting => lines.deleting.push(named),
+                _ if !now_turn => lines.evict_later.push(named),
+                _ => self.evict(env, scope, pod, node, grace, named, &mut lines),
             }
         }
-        if pods.is_empty() {
-            return None;
+        Drain::Unfinished(lines.message())
+    }
+
+    /// Evicts one pod of the drain; its line goes where upstream's message puts it.
+    #[allow(clippy::too_many_arguments)]
+    fn evict(
+        &mut self,
+        env: &mut Env<'_>,
+        scope: &Scope,
+        pod: &ObjKey,
+        node: &str,
+        grace: Option<i64>,
+        named: String,
+        lines: &mut Unfinished,
+    ) {
+        match eviction::evict(env.api.store_mut(scope), pod, grace, env.clock.now) {
+            Ok(eviction::Evicted::Deleting(w)) => {
+                env.line(
+                    ACTOR,
+                    "Evict",
+                    crate::api::describe(scope, pod),
+                    format!("draining Node {node}"),
+                );
+                env.changed(scope, w);
+                lines.deleting.push(named);
+            }
+            Err(e) => {
+                let why = match &e {
+                    crate::api::ApiError::TooManyRequests { message, causes } => {
+                        format!("{message} {}", causes.join(","))
+                    }
+                    other => format!("{other:?}"),
+                };
+                let detail = format!("draining Node {node}: {} {why}", e.code());
+                env.line(
+                    ACTOR,
+                    "EvictRefused",
+                    crate::api::describe(scope, pod),
+                    detail,
+                );
+                lines
+                    .failed
+                    .entry(failure_message(&e))
+                    .or_default()
+                    .push(named);
+            }
         }
-        Some(condition_lines(&deleting_pods, &failed))
     }
 
     /// Deletes an object as CAPI's manager does (NotFound is fine).
@@ -773,70 +856,78 @@ fn failure_message(e: &crate::api::ApiError) -> String {
     }
 }
 
-/// The lines after the header of an unfinished drain's message (§1.6): pods deleting, then at
-/// most five failures sorted by message.
-fn condition_lines(deleting: &[String], failed: &BTreeMap<String, Vec<String>>) -> String {
-    let pods = |names: &[String]| {
-        let word = if names.len() == 1 { "Pod" } else { "Pods" };
-        format!("{word} {}", names.join(", "))
-    };
-    let mut out = String::new();
-    if !deleting.is_empty() {
-        out.push_str(&format!(
-            "\n* {}: deletionTimestamp set, but still not removed from the Node",
-            pods(deleting)
-        ));
-    }
-    for (message, names) in failed.iter().take(5) {
-        out.push_str(&format!("\n* {}: {message}", pods(names)));
-    }
-    let others: usize = failed.values().skip(5).map(Vec::len).sum();
-    if others > 0 {
-        let word = if others == 1 { "Pod" } else { "Pods" };
-        out.push_str(&format!("\n* {others} {word} with other issues"));
-    }
-    out
+/// How a drain pass ended.
+enum Drain {
+    /// Nothing left to wait for, or the Node is gone.
+    Finished,
+    /// The lines after the header of upstream's message.
+    Unfinished(String),
+    /// Upstream's drain returned this error.
+    Failed(String),
 }
 
-/// Whether upstream's drain filters leave the pod alone: deleting for over a second on an
-/// unreachable Node (skipDeleted), managed by a DaemonSet that exists while it runs
-/// (daemonSet; an orphan is evicted), a static pod (mirrorPod).
-fn skipped(
-    store: &crate::api::ClusterStore,
-    pod: &Value,
-    unreachable: bool,
-    now: Timestamp,
-) -> bool {
-    let deleting_since = json::str_at(pod, "metadata.deletionTimestamp")
-        .and_then(|t| Timestamp::parse_rfc3339(t).ok());
-    if unreachable && deleting_since.is_some_and(|t| now.since(t) > Duration::from_secs(1)) {
-        return true;
+/// The pods of an unfinished drain, as upstream's condition message groups them (§1.6).
+#[derive(Default)]
+struct Unfinished {
+    deleting: Vec<String>,
+    failed: BTreeMap<String, Vec<String>>,
+    wait_now: Vec<String>,
+    evict_later: Vec<String>,
+    wait_later: Vec<String>,
+}
+
+impl Unfinished {
+    /// Pods deleting, at most five failures sorted by message, pods waited for, then what
+    /// comes after them; lists of more than three pods are cut (`ListToString`, n = 3).
+    fn message(&self) -> String {
+        let list = |names: &[String]| {
+            let mut shown: Vec<&str> = names.iter().take(3).map(String::as_str).collect();
+            let more = names.len().saturating_sub(3);
+            let more = format!("... ({more} more)");
+            if names.len() > 3 {
+                shown.push(&more);
+            }
+            shown.join(", ")
+        };
+        let pods = |names: &[String]| {
+            let word = if names.len() == 1 { "Pod" } else { "Pods" };
+            format!("{word} {}", list(names))
+        };
+        let mut out = String::new();
+        if !self.deleting.is_empty() {
+            out.push_str(&format!(
+                "\n* {}: deletionTimestamp set, but still not removed from the Node",
+                pods(&self.deleting)
+            ));
+        }
+        for (message, names) in self.failed.iter().take(5) {
+            out.push_str(&format!("\n* {}: {message}", pods(names)));
+        }
+        let others: usize = self.failed.values().skip(5).map(Vec::len).sum();
+        if others > 0 {
+            let word = if others == 1 { "Pod" } else { "Pods" };
+            out.push_str(&format!("\n* {others} {word} with other issues"));
+        }
+        if !self.wait_now.is_empty() {
+            out.push_str(&format!(
+                "\n* {}: waiting for completion",
+                pods(&self.wait_now)
+            ));
+        }
+        if !self.evict_later.is_empty() {
+            out.push_str(&format!(
+                "\nAfter above Pods have been removed from the Node, the following Pods will be evicted: {}",
+                list(&self.evict_later)
+            ));
+        }
+        if !self.wait_later.is_empty() {
+            out.push_str(&format!(
+                "\nAfter above Pods have been removed from the Node, waiting for the following Pods to complete without eviction: {}",
+                list(&self.wait_later)
+            ));
+        }
+        out
     }
-    if json::annotations(pod).contains_key("kubernetes.io/config.mirror") {
-        return true;
-    }
-    let finished = matches!(
-        json::str_at(pod, "status.phase"),
-        Some("Succeeded" | "Failed")
-    );
-    let daemonset = pod
-        .pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .find(|r| r["kind"] == "DaemonSet" && r["controller"] == true)
-        .and_then(|r| r["name"].as_str());
-    daemonset.is_some_and(|name| {
-        !finished
-            && store
-                .get(&ObjKey::new(
-                    "apps",
-                    "DaemonSet",
-                    json::namespace(pod),
-                    name,
-                ))
-                .is_some()
-    })
 }
 
 /// `spec.deletion.*Seconds` as a duration (nil or 0: no limit).

@@ -8,6 +8,7 @@
 
 pub mod api;
 mod capi;
+mod capi_drain;
 mod capi_health;
 mod capi_pools;
 mod checks;
