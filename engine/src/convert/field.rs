@@ -324,7 +324,7 @@ mod tests {
     fn a_path_deeper_than_kept_ends_in_an_ellipsis() {
         let doc = json!({});
         let deep = (0..MAX_DEPTH + 2).fold(At::root(&doc), |at, _| at.get("a"));
-        let kept = vec!["a"; MAX_DEPTH].join(".");
+        let kept = ["a"; MAX_DEPTH].join(".");
         assert_eq!(deep.path(), format!("{kept}…"));
     }
 }
