@@ -16,10 +16,12 @@
 //! deletionTimestamp, so a refused eviction is invisible to both sides alike.
 
 use crate::command::{Action, Command, ControllerId};
+use crate::drain;
 use crate::input::Input;
 use crate::model::{
     ClusterName, ConditionStatus, Kind, MACHINE_FINALIZER, Object, ObjectKey, Scope,
 };
+use crate::store::Store;
 use crate::time::{Duration, Timestamp};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -228,7 +230,8 @@ struct Watched {
 struct Sides {
     ours: Option<(Timestamp, &'static str)>,
     theirs: Option<Timestamp>,
-    /// An eviction's Node.
+    /// An eviction's Node, unless this controller's drain leaves the pod alone by someone's
+    /// choice (not known: assumed not).
     node: Option<ObjectKey>,
     /// The product decision behind ours, when it is one that differs from upstream.
     deviation: Option<Deviation>,
@@ -620,21 +623,24 @@ impl Comparator {
         entry.1.deviation = entry.1.deviation.or(deviation);
     }
 
-    /// An input was applied at `at`.
-    pub fn observe(&mut self, at: Timestamp, input: &Input) {
+    /// An input was applied at `at`; `store` is the engine's after it (what tells whether this
+    /// controller's drain would evict a pod someone else evicted).
+    pub fn observe(&mut self, at: Timestamp, input: &Input, store: &Store) {
         match input {
-            Input::Upsert { scope, object } => self.seen(at, &object.key(scope), Some(object)),
-            Input::Delete { key } => self.seen(at, key, None),
+            Input::Upsert { scope, object } => {
+                self.seen(at, &object.key(scope), Some(object), store)
+            }
+            Input::Delete { key } => self.seen(at, key, None, store),
             Input::Batch { inputs } => {
                 for i in inputs {
-                    self.observe(at, i);
+                    self.observe(at, i, store);
                 }
                 return;
             }
             other => {
                 if let Some(relist) = other.as_relist() {
                     for o in relist.objects {
-                        self.seen(at, &o.key(relist.scope), Some(o));
+                        self.seen(at, &o.key(relist.scope), Some(o), store);
                     }
                 }
             }
@@ -652,7 +658,7 @@ impl Comparator {
         self.expire(at);
     }
 
-    fn seen(&mut self, at: Timestamp, key: &ObjectKey, object: Option<&Object>) {
+    fn seen(&mut self, at: Timestamp, key: &ObjectKey, object: Option<&Object>, store: &Store) {
         match (key.kind.clone(), object) {
             (Kind::Machine, Some(Object::Machine(m))) => {
                 if let Some(owner) = m.meta.controller().filter(|c| c.kind == "MachinePool") {
@@ -755,7 +761,19 @@ impl Comparator {
                         && let Some(machine) = self.machine_of_node(&node)
                     {
                         self.theirs(at, Step::Evict, key, &machine);
-                        if let Some((_, sides)) = self.steps.get_mut(&(Step::Evict, key.clone())) {
+                        // A pod this controller's drain leaves alone by someone's choice (the
+                        // drain label, a MachineDrainRule) is not one it waits for in place of
+                        // evicting. A pod it waits to complete is deleted by its own end, every
+                        // pod of a Node going away by the garbage collector.
+                        let node_going = !matches!(
+                            store.get(&node),
+                            Some(Object::Node(n)) if n.meta.deletion_timestamp.is_none()
+                        );
+                        let ours_too = node_going
+                            || drain::skipped_by_choice(store, &machine, key, at) != Some(true);
+                        if let Some((_, sides)) = self.steps.get_mut(&(Step::Evict, key.clone()))
+                            && ours_too
+                        {
                             sides.node = Some(node);
                         }
                     }
@@ -858,8 +876,9 @@ impl Comparator {
         entry.1.theirs.get_or_insert(at);
     }
 
-    /// Someone else evicted a pod of a Node this controller was draining: its drain would
-    /// have evicted it too, and waits for a pod already being deleted rather than evicting it.
+    /// Someone else evicted a pod of a Node this controller was draining, one its drain does
+    /// not leave alone by choice ([`Sides::node`]): it waits for a pod already being deleted
+    /// rather than evicting it.
     fn drained_by_us(&self, sides: &Sides, theirs: Timestamp) -> bool {
         sides
             .node
@@ -1000,6 +1019,12 @@ impl Comparator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Observes `input` with nothing in the engine's store (no pod can be classified: every
+    /// pod another party evicts counts as one this controller's drain evicts too).
+    fn see(c: &mut Comparator, at: Timestamp, input: &Input) {
+        c.observe(at, input, &Store::default());
+    }
     use crate::command::{ControllerId, Target};
     use crate::testing::{machine, node, pod, workload};
 
@@ -1064,12 +1089,17 @@ mod tests {
     /// The deleting Machine m1 on schedulable n1 with pod app/web-0 running, as observed.
     fn watching() -> Comparator {
         let mut c = Comparator::new();
-        c.observe(T0, &upsert(workload("c1"), Object::Node(node("n1"))));
-        c.observe(
+        see(
+            &mut c,
+            T0,
+            &upsert(workload("c1"), Object::Node(node("n1"))),
+        );
+        see(
+            &mut c,
             T0,
             &upsert(workload("c1"), Object::Pod(pod("app", "web-0", "n1"))),
         );
-        c.observe(T0, &upsert(Scope::Management, deleting_m1()));
+        see(&mut c, T0, &upsert(Scope::Management, deleting_m1()));
         c
     }
 
@@ -1084,7 +1114,7 @@ mod tests {
     fn a_step_both_sides_take_within_the_window_agrees() {
         let mut c = watching();
         c.withheld(at(0), &cordon());
-        c.observe(at(20), &cordoned(20));
+        see(&mut c, at(20), &cordoned(20));
         c.finish(at(600));
         assert_eq!(c.take(), Vec::new());
     }
@@ -1094,9 +1124,9 @@ mod tests {
         let mut c = watching();
         c.withheld(at(0), &cordon());
         assert_eq!(c.next_deadline(), Some(at(30) + Duration::from_millis(1)));
-        c.observe(at(30), &Input::Tick);
+        see(&mut c, at(30), &Input::Tick);
         assert_eq!(c.take(), Vec::new(), "30 s is still within the window");
-        c.observe(at(31), &Input::Tick);
+        see(&mut c, at(31), &Input::Tick);
         let found = c.take();
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(
@@ -1109,7 +1139,7 @@ mod tests {
             "{}",
             found[0].describe()
         );
-        c.observe(at(90), &cordoned(90));
+        see(&mut c, at(90), &cordoned(90));
         c.finish(at(600));
         assert_eq!(c.take(), Vec::new(), "a step is judged once");
     }
@@ -1120,7 +1150,7 @@ mod tests {
         let mut c = watching();
         let mut evicted = pod("app", "web-0", "n1");
         evicted.meta.deletion_timestamp = Some(at(5));
-        c.observe(at(5), &upsert(workload("c1"), Object::Pod(evicted)));
+        see(&mut c, at(5), &upsert(workload("c1"), Object::Pod(evicted)));
         c.finish(at(60));
         let found = c.take();
         assert_eq!(found.len(), 1, "{found:?}");
@@ -1143,12 +1173,60 @@ mod tests {
     fn an_eviction_by_someone_else_on_a_node_this_controller_drains_agrees() {
         let mut c = watching();
         c.withheld(at(0), &cordon());
-        c.observe(at(1), &cordoned(1));
+        see(&mut c, at(1), &cordoned(1));
         let mut evicted = pod("app", "web-0", "n1");
         evicted.meta.deletion_timestamp = Some(at(1));
-        c.observe(at(1), &upsert(workload("c1"), Object::Pod(evicted)));
+        see(&mut c, at(1), &upsert(workload("c1"), Object::Pod(evicted)));
         c.finish(at(600));
         assert_eq!(c.take(), Vec::new());
+    }
+
+    /// What the comparison finds when someone else deletes the pod app/web-0, labelled
+    /// `cluster.x-k8s.io/drain: skip`, of n1 while this controller drains it (`node_deleting`:
+    /// n1 is being deleted by then).
+    fn skip_labelled_pod_deleted(node_deleting: bool) -> Vec<Disagreement> {
+        let mut c = watching();
+        c.withheld(at(0), &cordon());
+        see(&mut c, at(1), &cordoned(1));
+        let mut evicted = pod("app", "web-0", "n1");
+        evicted.meta.deletion_timestamp = Some(at(1));
+        evicted
+            .meta
+            .labels
+            .insert(crate::model::DRAIN_LABEL.into(), "skip".into());
+        let mut n1 = node("n1");
+        n1.meta.deletion_timestamp = node_deleting.then_some(at(1));
+        let mut store = Store::default();
+        store.upsert(&workload("c1"), Object::Node(n1));
+        store.upsert(
+            &Scope::Management,
+            Object::Cluster(crate::testing::cluster("c1")),
+        );
+        store.upsert(&Scope::Management, deleting_m1());
+        store.upsert(
+            &workload("c1"),
+            Object::Namespace(crate::testing::namespace("app")),
+        );
+        let input = upsert(workload("c1"), Object::Pod(evicted.clone()));
+        store.upsert(&workload("c1"), Object::Pod(evicted));
+        c.observe(at(1), &input, &store);
+        c.finish(at(600));
+        c.take()
+    }
+
+    /// A pod this controller's drain leaves alone by choice, evicted by someone else, is
+    /// theirs alone: its drain would never have evicted it (an unlabelled one agrees, above).
+    /// Once its Node is being deleted, the garbage collector deletes every pod of it: nobody's
+    /// eviction.
+    #[test]
+    fn an_eviction_by_someone_else_of_a_pod_this_drain_skips_disagrees() {
+        let found = skip_labelled_pod_deleted(false);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            (found[0].step, found[0].side),
+            (Step::Evict, Side::OnlyTheirs)
+        );
+        assert_eq!(skip_labelled_pod_deleted(true), Vec::new());
     }
 
     /// Also found over HTTP: the Machine's deletion reaches the controller before its Node's,
@@ -1158,8 +1236,8 @@ mod tests {
         let mut c = watching();
         let node_key = n1();
         c.withheld(at(10), &delete_node());
-        c.observe(at(11), &Input::Delete { key: m1() });
-        c.observe(at(12), &Input::Delete { key: node_key });
+        see(&mut c, at(11), &Input::Delete { key: m1() });
+        see(&mut c, at(12), &Input::Delete { key: node_key });
         c.finish(at(40));
         assert_eq!(c.take(), Vec::new());
         c.finish(at(600));
@@ -1169,13 +1247,14 @@ mod tests {
     #[test]
     fn pods_of_machines_not_deleting_are_nobodys_step() {
         let mut c = Comparator::new();
-        c.observe(
+        see(
+            &mut c,
             T0,
             &upsert(workload("c1"), Object::Pod(pod("app", "web-0", "n1"))),
         );
         let mut gone = pod("app", "web-0", "n1");
         gone.meta.deletion_timestamp = Some(at(5));
-        c.observe(at(5), &upsert(workload("c1"), Object::Pod(gone)));
+        see(&mut c, at(5), &upsert(workload("c1"), Object::Pod(gone)));
         c.finish(at(600));
         assert_eq!(c.take(), Vec::new());
     }
@@ -1185,8 +1264,8 @@ mod tests {
         let mut c = watching();
         let node_key = n1();
         c.withheld(at(10), &delete_node());
-        c.observe(at(11), &Input::Delete { key: node_key });
-        c.observe(at(11), &Input::Delete { key: m1() });
+        see(&mut c, at(11), &Input::Delete { key: node_key });
+        see(&mut c, at(11), &Input::Delete { key: m1() });
         c.finish(at(600));
         assert_eq!(c.take(), Vec::new());
     }
@@ -1239,13 +1318,13 @@ mod tests {
      {
         let mut c = Comparator::new();
         for name in ["w1", "w2", "w3"] {
-            c.observe(at(0), &w(name, false));
+            see(&mut c, at(0), &w(name, false));
         }
         // w1: both mark it, CAPI a moment later.
         c.withheld(at(10), &health_mark("w1", "NodeDeleted"));
-        c.observe(at(11), &w("w1", true));
+        see(&mut c, at(11), &w("w1", true));
         // w2: CAPI marks it; this controller never decides so.
-        c.observe(at(12), &w("w2", true));
+        see(&mut c, at(12), &w("w2", true));
         // w3: only this controller, for its failureReason (decision 3).
         c.withheld(at(13), &health_mark("w3", "MachineHasFailure"));
         c.finish(at(100));
@@ -1304,7 +1383,7 @@ mod tests {
     fn remediation_requests_are_compared_per_machine() {
         let mut c = Comparator::new();
         for name in ["w1", "w2"] {
-            c.observe(at(0), &w(name, false));
+            see(&mut c, at(0), &w(name, false));
         }
         let ask = |name: &str| {
             let mut command = health_mark(name, "NodeDeleted");
@@ -1327,8 +1406,12 @@ mod tests {
         let w1 = machine("c1", "w1", Some("w1"));
         let w1 = with_condition(w1, HEALTH_CHECK_SUCCEEDED, "NodeDeleted", "");
         let w1 = with_condition(w1, OWNER_REMEDIATED, "WaitingForRemediation", "");
-        c.observe(at(12), &upsert(Scope::Management, Object::Machine(w1)));
-        c.observe(at(12), &w("w2", true));
+        see(
+            &mut c,
+            at(12),
+            &upsert(Scope::Management, Object::Machine(w1)),
+        );
+        see(&mut c, at(12), &w("w2", true));
         c.finish(at(100));
         let found: Vec<(String, Step, Side)> = c
             .take()
@@ -1366,7 +1449,11 @@ mod tests {
             "DrainingNode",
             "Drain not completed yet (started at 2024-01-01T00:00:00Z):\n* Pod app/web-0: cannot evict pod as it would violate the pod's disruption budget.",
         );
-        c.observe(at(1), &upsert(Scope::Management, Object::Machine(m)));
+        see(
+            &mut c,
+            at(1),
+            &upsert(Scope::Management, Object::Machine(m)),
+        );
         c.finish(at(600));
         assert_eq!(c.take(), Vec::new());
     }
@@ -1379,7 +1466,11 @@ mod tests {
         let mut c = Comparator::new();
         let mut m = machine("c1", "m1", None);
         m.meta.deletion_timestamp = Some(T0);
-        c.observe(T0, &upsert(Scope::Management, Object::Machine(m.clone())));
+        see(
+            &mut c,
+            T0,
+            &upsert(Scope::Management, Object::Machine(m.clone())),
+        );
         let mut conditions = crate::model::Conditions::default();
         crate::model::set_condition(
             &mut conditions.current,
@@ -1398,7 +1489,11 @@ mod tests {
             }),
         );
         m.meta.finalizers.clear();
-        c.observe(at(6), &upsert(Scope::Management, Object::Machine(m)));
+        see(
+            &mut c,
+            at(6),
+            &upsert(Scope::Management, Object::Machine(m)),
+        );
         c.finish(at(600));
         assert_eq!(c.take(), Vec::new());
     }
@@ -1437,9 +1532,9 @@ mod tests {
     #[test]
     fn status_counts_are_compared_by_value() {
         let mut c = Comparator::new();
-        c.observe(at(0), &mhc_seen(3));
+        see(&mut c, at(0), &mhc_seen(3));
         c.withheld(at(1), &counts_write(2));
-        c.observe(at(20), &mhc_seen(2));
+        see(&mut c, at(20), &mhc_seen(2));
         c.finish(at(100));
         assert_eq!(c.take(), Vec::new(), "shown within the window");
         c.withheld(at(200), &counts_write(1));

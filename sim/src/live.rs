@@ -248,9 +248,14 @@ impl Live {
             return;
         }
         let mut comparator = engine::shadow::Comparator::new();
+        // The controller's store after each record, replayed as `lifecycle shadow report` does
+        // (what the records leave out reads as unknown there: no pod is then classified).
+        let mut replayed = engine::Engine::new();
         let mut found = Vec::new();
         for r in records {
-            comparator.observe(r.at, &r.input);
+            replayed.handle(r.at, r.input.clone());
+            while replayed.poll_command().is_some() {}
+            comparator.observe(r.at, &r.input, replayed.store());
             for c in r.commands.iter().filter(|c| r.withheld.contains_key(&c.id)) {
                 comparator.withheld(r.at, c);
             }

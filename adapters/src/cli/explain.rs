@@ -81,11 +81,11 @@ fn run(args: ExplainArgs) -> Result<u8, Failure> {
     };
     let subject = Subject::management(&kind, &args.name).map_err(Failure::Invalid)?;
     let mut explainer = explain::Explainer::new(subject);
-    super::log::replay_records(&args.journal, |r| {
+    super::log::replay_records(&args.journal, |r, store| {
         if args.until.is_some_and(|u| r.seq > u) || args.at.is_some_and(|at| r.at > at) {
             return ControlFlow::Break(());
         }
-        explainer.record(&r);
+        explainer.record(&r, store);
         ControlFlow::Continue(())
     })?;
     let story = explainer.finish(args.at).map_err(|e| match e {

@@ -382,6 +382,7 @@ fn replay(
         Vec<engine::Command>,
         Vec<engine::FiredTimer>,
         Withheld,
+        &engine::store::Store,
     ) -> ControlFlow<()>,
 ) -> Result<(), Failure> {
     let copy = open(dir)?;
@@ -422,6 +423,7 @@ fn replay(
                 commands,
                 engine.fired_timers().to_vec(),
                 not_sent,
+                engine.store(),
             )
         })
         .map_err(|e| Failure::Damage(e.to_string()))?;
@@ -461,7 +463,7 @@ fn withheld_commands(journal: &engine::journal::Journal, from: u64) -> Result<Wi
 /// (the controller may still hold the journal). An error says what is wrong and where.
 pub fn controller_records(dir: &Path) -> Result<Vec<sim::live::ControllerRecord>, String> {
     let mut out = Vec::new();
-    replay(dir, |r, input, commands, fired, withheld| {
+    replay(dir, |r, input, commands, fired, withheld, _| {
         out.push(sim::live::ControllerRecord {
             seq: r.seq,
             at: r.at,
@@ -482,17 +484,20 @@ pub fn controller_records(dir: &Path) -> Result<Vec<sim::live::ControllerRecord>
 /// (which may stop the replay); a failure carries its exit code.
 pub fn replay_records(
     dir: &Path,
-    mut each: impl FnMut(sim::live::ControllerRecord) -> ControlFlow<()>,
+    mut each: impl FnMut(sim::live::ControllerRecord, &engine::store::Store) -> ControlFlow<()>,
 ) -> Result<(), Failure> {
-    replay(dir, |r, input, commands, fired, withheld| {
-        each(sim::live::ControllerRecord {
-            seq: r.seq,
-            at: r.at,
-            input: input.clone(),
-            commands,
-            fired,
-            withheld,
-        })
+    replay(dir, |r, input, commands, fired, withheld, store| {
+        each(
+            sim::live::ControllerRecord {
+                seq: r.seq,
+                at: r.at,
+                input: input.clone(),
+                commands,
+                fired,
+                withheld,
+            },
+            store,
+        )
     })
 }
 
@@ -505,7 +510,7 @@ fn show(dir: &Path, format: Format, from: u64, object: Option<&str>) -> Result<u
     let mut issued = std::collections::BTreeMap::new();
     let mut shown = 0u64;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    replay(dir, |r, input, mut commands, fired, withheld| {
+    replay(dir, |r, input, mut commands, fired, withheld, _| {
         use std::io::Write;
         let described = match input {
             engine::Input::Tick => engine::timer::describe_fired(&fired),

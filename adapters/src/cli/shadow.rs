@@ -48,8 +48,8 @@ fn report(args: &ReportArgs) -> Result<u8, Failure> {
     let mut found: Vec<Disagreement> = Vec::new();
     let mut last = None;
     let mut withheld_any = false;
-    super::log::replay_records(&args.journal, |r| {
-        comparator.observe(r.at, &r.input);
+    super::log::replay_records(&args.journal, |r, store| {
+        comparator.observe(r.at, &r.input, store);
         for c in &r.commands {
             if r.withheld.contains_key(&c.id) {
                 withheld_any = true;

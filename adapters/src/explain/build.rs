@@ -332,8 +332,9 @@ impl Explainer {
         }
     }
 
-    /// Reads the next record (its input and the commands it caused).
-    pub fn record(&mut self, r: &ControllerRecord) {
+    /// Reads the next record (its input and the commands it caused) with the engine's store
+    /// after it.
+    pub fn record(&mut self, r: &ControllerRecord, store: &engine::store::Store) {
         let t = &mut self.t;
         let chapter = &mut self.chapter;
         t.first.get_or_insert((r.seq, r.at));
@@ -416,7 +417,7 @@ impl Explainer {
             };
             chapter.command(t, r, c, &changed);
         }
-        self.shadow.observe(r.at, &r.input);
+        self.shadow.observe(r.at, &r.input, store);
         self.shadow_run |= !r.withheld.is_empty();
         for c in r.commands.iter().filter(|c| r.withheld.contains_key(&c.id)) {
             self.shadow.withheld(r.at, c);

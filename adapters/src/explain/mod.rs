@@ -280,7 +280,7 @@ mod tests {
         let mut explainer =
             super::Explainer::new(Subject::management(&Kind::Machine, name).unwrap());
         for r in records {
-            explainer.record(r);
+            explainer.record(r, &engine::store::Store::default());
         }
         explainer.finish(None)
     }

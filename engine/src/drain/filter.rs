@@ -198,6 +198,47 @@ impl<'a> DrainContext<'a> {
     }
 }
 
+/// Whether this controller's drain of `machine`'s Node leaves `pod` alone because someone
+/// chose so (its `cluster.x-k8s.io/drain: skip` label or a MachineDrainRule's `Skip`), as the
+/// objects read in `store` now. `None` when that cannot be told (the pod, the Machine or its
+/// Cluster not stored, the rules failing).
+pub fn skipped_by_choice(
+    store: &Store,
+    machine: &ObjectKey,
+    pod: &ObjectKey,
+    now: Timestamp,
+) -> Option<bool> {
+    let Some(Object::Pod(p)) = store.get(pod) else {
+        return None;
+    };
+    let Some(Object::Machine(m)) = store.get(machine) else {
+        return None;
+    };
+    let cluster = match store.get_parts(
+        &Scope::Management,
+        &Kind::Cluster,
+        &machine.namespace,
+        &m.cluster_name,
+    ) {
+        Some((_, Object::Cluster(c))) => c,
+        _ => return None,
+    };
+    let rules = store
+        .iter_kind(&Scope::Management, &Kind::MachineDrainRule)
+        .filter_map(|(k, o)| match o {
+            Object::MachineDrainRule(r) if k.namespace == machine.namespace => Some(r),
+            _ => None,
+        });
+    let rules = matching_drain_rules(rules, &m.meta.labels, &cluster.meta.labels).ok()?;
+    let cx = DrainContext::new(store, &pod.scope, now, 0, &rules);
+    let chosen: [Filter; 2] = [drain_label, machine_drain_rules];
+    Some(
+        chosen
+            .iter()
+            .any(|f| f(p, &cx).is_some_and(|s| s.behavior == DrainBehavior::Skip)),
+    )
+}
+
 /// One of upstream's filters: `None` is its `MakePodDeleteStatusOkay()` (the common answer,
 /// returned without building a status: classifying is per pod and per pass).
 type Filter = fn(&Pod, &DrainContext<'_>) -> Option<PodDeleteStatus>;

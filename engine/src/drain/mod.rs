@@ -17,7 +17,7 @@ mod refusal;
 
 pub use filter::{
     DrainBehavior, DrainContext, DrainRuleError, PodDeleteStatus, StatusReason, classify,
-    matching_drain_rules,
+    matching_drain_rules, skipped_by_choice,
 };
 pub use message::{
     blocked_by_disruption_budget, condition_header, condition_message, condition_message_after,

@@ -552,7 +552,15 @@ impl<C: Core> Loop<C> {
         let observed = self.comparator.is_some().then(|| input.clone());
         self.core.handle(at, input);
         if let (Some(c), Some(input)) = (&mut self.comparator, observed) {
-            c.observe(at, &input);
+            let stand_in;
+            let store = match self.core.engine() {
+                Some(engine) => engine.store(),
+                None => {
+                    stand_in = crate::store::Store::default();
+                    &stand_in
+                }
+            };
+            c.observe(at, &input, store);
         }
         while let Some(command) = self.core.poll_command() {
             if let Some(c) = &mut self.comparator {
