@@ -943,9 +943,8 @@ impl Sim {
             (Some(object), _) => {
                 let reading = self
                     .api
-                    .store(scope)
-                    .and_then(|s| s.reading_of(&written.key, &object))
-                    .cloned();
+                    .store_mut(scope)
+                    .take_reading(&written.key, &object);
                 StreamEvent::Apply(match reading {
                     Some(reading) => Delivered::read(object, reading),
                     None => object.into(),

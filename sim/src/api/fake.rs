@@ -50,14 +50,17 @@ impl FakeApi {
         self.clusters.get(scope)
     }
 
+    /// The store of `scope`, made empty on first use (the write path: no key built per call).
     pub fn store_mut(&mut self, scope: &Scope) -> &mut ClusterStore {
-        let prefix = match scope {
-            Scope::Management => "mgmt".to_string(),
-            Scope::Workload(c) => c.name.to_string(),
-        };
-        self.clusters
-            .entry(scope.clone())
-            .or_insert_with(|| ClusterStore::new(&prefix))
+        if !self.clusters.contains_key(scope) {
+            let prefix = match scope {
+                Scope::Management => "mgmt",
+                Scope::Workload(c) => c.name.as_str(),
+            };
+            let store = ClusterStore::new(prefix);
+            self.clusters.insert(scope.clone(), store);
+        }
+        self.clusters.get_mut(scope).expect("inserted above")
     }
 
     pub fn get(&self, scope: &Scope, key: &ObjKey) -> Option<&Value> {

@@ -131,6 +131,31 @@ mod tests {
         );
     }
 
+    /// A reading a list made is handed over once to a watch event of that same object, never
+    /// to one of an older state; with none made, the receiver reads the object itself.
+    #[test]
+    fn a_reading_is_handed_over_once_and_only_for_its_version() {
+        let mut s = store_with_pdb(json!(1));
+        let pod = ObjKey::new("", "Pod", "app", "web-0");
+        let now = s.get(&pod).unwrap().clone();
+        assert_eq!(s.take_reading(&pod, &now), None, "nothing read yet");
+        let listed = s.iter_read(|k| *k == pod).next().unwrap().2.clone();
+        let older = now.clone();
+        s.patch(
+            &pod,
+            &json!({"metadata": {"labels": {"a": "b"}}}),
+            Part::Main,
+        )
+        .unwrap();
+        let _ = s.iter_read(|k| *k == pod).count();
+        assert_eq!(s.take_reading(&pod, &older), None, "not an older state's");
+        let now = s.get(&pod).unwrap().clone();
+        let taken = s.take_reading(&pod, &now).expect("the list's reading");
+        assert_eq!(taken, engine::convert::object_from_json(&now));
+        assert_ne!(taken, listed);
+        assert_eq!(s.take_reading(&pod, &now), None, "handed over once");
+    }
+
     /// What the engine reads of an object is converted once and follows every write: a
     /// reading kept across a write would feed the differential a stale world.
     #[test]

@@ -285,12 +285,18 @@ impl ClusterStore {
     /// (every write that changes an object gives it a new one).
     pub fn reading_of(&self, key: &ObjKey, value: &Value) -> Option<&Reading> {
         let stored = self.objects.get(key)?;
-        let version = |v: &Value| {
-            v.pointer("/metadata/resourceVersion")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        };
-        (version(&stored.value)? == version(value)?).then(|| stored.read())
+        same_version(&stored.value, value).then(|| stored.read())
+    }
+
+    /// The reading of the stored object already made (by a list), handed over rather than
+    /// copied, when `value` is that object; `None` when none was made: reading it is then the
+    /// receiver's work, done once either way. A later list reads it again.
+    pub fn take_reading(&mut self, key: &ObjKey, value: &Value) -> Option<Reading> {
+        let stored = self.objects.get_mut(key)?;
+        if !same_version(&stored.value, value) {
+            return None;
+        }
+        stored.read.take()
     }
 
     /// Objects of one kind with what each reads as (see [`ClusterStore::list`]).
@@ -598,6 +604,16 @@ impl ClusterStore {
             removed: None,
         })
     }
+}
+
+/// Whether two states of an object have the same resourceVersion.
+fn same_version(a: &Value, b: &Value) -> bool {
+    let version = |v: &Value| {
+        v.pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    version(a).is_some_and(|a| Some(a) == version(b))
 }
 
 /// Whether anything outside `metadata` and `status` differs (what bumps `generation`).
