@@ -888,13 +888,15 @@ impl Sim {
         let (group, kind) = stream.split_once('/').unwrap_or(("", stream));
         let objects: Vec<Delivered> = self
             .api
-            .store(scope)
-            .map(|s| {
-                s.list_read(group, kind)
-                    .map(|(v, read)| Delivered::read(v.clone(), read.clone()))
-                    .collect()
+            .existing_store_mut(scope)
+            .map(|s| s.list_handed(group, kind))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(value, reading)| match reading {
+                Some(reading) => Delivered::read(value, reading),
+                None => value.into(),
             })
-            .unwrap_or_default();
+            .collect();
         let push = |sim: &mut Sim, event| {
             sim.lp.push(Arrival::Watch {
                 scope: scope.clone(),

@@ -50,6 +50,11 @@ impl FakeApi {
         self.clusters.get(scope)
     }
 
+    /// The store of `scope`, when it has one.
+    pub fn existing_store_mut(&mut self, scope: &Scope) -> Option<&mut ClusterStore> {
+        self.clusters.get_mut(scope)
+    }
+
     /// The store of `scope`, made empty on first use (the write path: no key built per call).
     pub fn store_mut(&mut self, scope: &Scope) -> &mut ClusterStore {
         if !self.clusters.contains_key(scope) {

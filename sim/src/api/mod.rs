@@ -154,6 +154,21 @@ mod tests {
         assert_eq!(taken, engine::convert::object_from_json(&now));
         assert_ne!(taken, listed);
         assert_eq!(s.take_reading(&pod, &now), None, "handed over once");
+        let _ = s.iter_read(|k| *k == pod).count();
+        let listed = s.list_handed("", "Pod");
+        let web0 = listed.iter().find(|(v, _)| *v == now).expect("listed");
+        assert_eq!(web0.1, Some(taken), "the reading the first list made");
+        assert!(
+            listed
+                .iter()
+                .filter(|(v, _)| *v != now)
+                .all(|(_, r)| r.is_none()),
+            "the others were never read"
+        );
+        assert!(
+            s.list_handed("", "Pod").iter().all(|(_, r)| r.is_none()),
+            "a list hands it over once too"
+        );
     }
 
     /// What the engine reads of an object is converted once and follows every write: a

@@ -299,14 +299,20 @@ impl ClusterStore {
         stored.read.take()
     }
 
-    /// Objects of one kind with what each reads as (see [`ClusterStore::list`]).
-    pub fn list_read<'a>(
-        &'a self,
-        group: &'a str,
-        kind: &'a str,
-    ) -> impl Iterator<Item = (&'a Value, &'a Reading)> + 'a {
-        self.list_stored(group, kind)
-            .map(|(_, s)| (&s.value, s.read()))
+    /// Objects of one kind as a list hands them out: each one's JSON and, when a list of the
+    /// simulator already read it, that reading, handed over (see [`ClusterStore::take_reading`]).
+    pub fn list_handed(&mut self, group: &str, kind: &str) -> Vec<(Value, Option<Reading>)> {
+        let start = ObjKey {
+            group: group.to_string(),
+            kind: kind.to_string(),
+            namespace: String::new(),
+            name: String::new(),
+        };
+        self.objects
+            .range_mut(start..)
+            .take_while(|(k, _)| k.group == group && k.kind == kind)
+            .map(|(_, s)| (s.value.clone(), s.read.take()))
+            .collect()
     }
 
     fn list_stored<'a>(
