@@ -13,7 +13,9 @@
 //! A step agrees when both sides take it within [`AGREEMENT_WINDOW`] of each other, at least
 //! CAPI's own pacing (its drain is requeued every 20 s). Otherwise, once the window has passed
 //! (noticed at the next input), one side took it alone. Evictions are seen only as a Pod's
-//! deletionTimestamp, so a refused eviction is invisible to both sides alike.
+//! deletionTimestamp, so a refused eviction is invisible to both sides alike, and a pod someone
+//! else deletes on a Node this controller drains counts as its eviction too (its drain waits
+//! for a pod already going), unless its drain leaves that pod alone by choice.
 
 use crate::command::{Action, Command, ControllerId};
 use crate::drain;
