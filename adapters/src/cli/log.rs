@@ -463,15 +463,8 @@ fn withheld_commands(journal: &engine::journal::Journal, from: u64) -> Result<Wi
 /// (the controller may still hold the journal). An error says what is wrong and where.
 pub fn controller_records(dir: &Path) -> Result<Vec<sim::live::ControllerRecord>, String> {
     let mut out = Vec::new();
-    replay(dir, |r, input, commands, fired, withheld, _| {
-        out.push(sim::live::ControllerRecord {
-            seq: r.seq,
-            at: r.at,
-            input: input.clone(),
-            commands,
-            fired,
-            withheld,
-        });
+    replay_records(dir, |r, _| {
+        out.push(r);
         ControlFlow::Continue(())
     })
     .map_err(|f| match f {

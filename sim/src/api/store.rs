@@ -32,6 +32,16 @@ impl ObjKey {
         }
     }
 
+    /// The smallest key of a (group, kind): where a range over its objects starts.
+    fn first_of(group: &str, kind: &str) -> Self {
+        ObjKey {
+            group: group.to_string(),
+            kind: kind.to_string(),
+            namespace: String::new(),
+            name: String::new(),
+        }
+    }
+
     pub fn of(obj: &Value) -> Self {
         ObjKey::new(
             group_of(json::api_version(obj)),
@@ -302,12 +312,7 @@ impl ClusterStore {
     /// Objects of one kind as a list hands them out: each one's JSON and, when a list of the
     /// simulator already read it, that reading, handed over (see [`ClusterStore::take_reading`]).
     pub fn list_handed(&mut self, group: &str, kind: &str) -> Vec<(Value, Option<Reading>)> {
-        let start = ObjKey {
-            group: group.to_string(),
-            kind: kind.to_string(),
-            namespace: String::new(),
-            name: String::new(),
-        };
+        let start = ObjKey::first_of(group, kind);
         self.objects
             .range_mut(start..)
             .take_while(|(k, _)| k.group == group && k.kind == kind)
@@ -320,12 +325,7 @@ impl ClusterStore {
         group: &'a str,
         kind: &'a str,
     ) -> impl Iterator<Item = (&'a ObjKey, &'a Stored)> + 'a {
-        let start = ObjKey {
-            group: group.to_string(),
-            kind: kind.to_string(),
-            namespace: String::new(),
-            name: String::new(),
-        };
+        let start = ObjKey::first_of(group, kind);
         self.objects
             .range(start..)
             .take_while(move |(k, _)| k.group == group && k.kind == kind)
