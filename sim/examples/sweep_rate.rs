@@ -13,12 +13,7 @@ fn main() {
         .next()
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios")));
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("the scenario directory reads")
-        .map(|e| e.expect("an entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    paths.sort();
+    let paths = sim::scenario::files(&dir).expect("the scenario directory reads");
     let scenarios: Vec<_> = paths
         .iter()
         .map(|p| sim::scenario::load(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))

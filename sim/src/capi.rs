@@ -640,56 +640,10 @@ impl CapiModel {
                 capi_drain::Behavior::WaitCompleted => lines.wait_later.push(named),
                 _ if *deleting => lines.deleting.push(named),
                 _ if !now_turn => lines.evict_later.push(named),
-                _ => self.evict(env, scope, pod, node, grace, named, &mut lines),
+                _ => evict(env, (scope, node, grace), pod, named, &mut lines),
             }
         }
         Drain::Unfinished(lines.message())
-    }
-
-    /// Evicts one pod of the drain; its line goes where upstream's message puts it.
-    #[allow(clippy::too_many_arguments)]
-    fn evict(
-        &mut self,
-        env: &mut Env<'_>,
-        scope: &Scope,
-        pod: &ObjKey,
-        node: &str,
-        grace: Option<i64>,
-        named: String,
-        lines: &mut Unfinished,
-    ) {
-        match eviction::evict(env.api.store_mut(scope), pod, grace, env.clock.now) {
-            Ok(eviction::Evicted::Deleting(w)) => {
-                env.line(
-                    ACTOR,
-                    "Evict",
-                    crate::api::describe(scope, pod),
-                    format!("draining Node {node}"),
-                );
-                env.changed(scope, w);
-                lines.deleting.push(named);
-            }
-            Err(e) => {
-                let why = match &e {
-                    crate::api::ApiError::TooManyRequests { message, causes } => {
-                        format!("{message} {}", causes.join(","))
-                    }
-                    other => format!("{other:?}"),
-                };
-                let detail = format!("draining Node {node}: {} {why}", e.code());
-                env.line(
-                    ACTOR,
-                    "EvictRefused",
-                    crate::api::describe(scope, pod),
-                    detail,
-                );
-                lines
-                    .failed
-                    .entry(failure_message(&e))
-                    .or_default()
-                    .push(named);
-            }
-        }
     }
 
     /// Deletes an object as CAPI's manager does (NotFound is fine).
@@ -853,6 +807,49 @@ fn failure_message(e: &crate::api::ApiError) -> String {
             ..
         } => "failed to evict Pod, Cannot evict pod from terminating namespace: unable to create eviction (kube-controller-manager should set deletionTimestamp)".into(),
         other => format!("failed to evict Pod, {other:?}"),
+    }
+}
+
+/// Evicts one pod of the drain of a Node (its cluster, name and the eviction grace period);
+/// its line goes where upstream's message puts it.
+fn evict(
+    env: &mut Env<'_>,
+    (scope, node, grace): (&Scope, &str, Option<i64>),
+    pod: &ObjKey,
+    named: String,
+    lines: &mut Unfinished,
+) {
+    match eviction::evict(env.api.store_mut(scope), pod, grace, env.clock.now) {
+        Ok(eviction::Evicted::Deleting(w)) => {
+            env.line(
+                ACTOR,
+                "Evict",
+                crate::api::describe(scope, pod),
+                format!("draining Node {node}"),
+            );
+            env.changed(scope, w);
+            lines.deleting.push(named);
+        }
+        Err(e) => {
+            let why = match &e {
+                crate::api::ApiError::TooManyRequests { message, causes } => {
+                    format!("{message} {}", causes.join(","))
+                }
+                other => format!("{other:?}"),
+            };
+            let detail = format!("draining Node {node}: {} {why}", e.code());
+            env.line(
+                ACTOR,
+                "EvictRefused",
+                crate::api::describe(scope, pod),
+                detail,
+            );
+            lines
+                .failed
+                .entry(failure_message(&e))
+                .or_default()
+                .push(named);
+        }
     }
 }
 

@@ -63,13 +63,7 @@ pub(crate) fn reconcile(env: &mut Env<'_>, actor: &str, key: &ObjKey) -> Option<
     if !json::is_deleting(&pool) && !has_finalizer {
         let mut finalizers = json::finalizers(&pool);
         finalizers.push(MACHINE_POOL_FINALIZER.to_string());
-        write(
-            env,
-            actor,
-            key,
-            json!({"metadata": {"finalizers": finalizers}}),
-            Part::Main,
-        );
+        write_finalizers(env, actor, key, finalizers);
         return Some(Duration::ZERO);
     }
     if paused(env, &pool) {
@@ -254,6 +248,11 @@ fn write(env: &mut Env<'_>, actor: &str, key: &ObjKey, patch: Value, part: Part)
         env.line(actor, "PatchMachinePool", key.to_string(), String::new());
         env.changed(&Scope::Management, w);
     }
+}
+
+fn write_finalizers(env: &mut Env<'_>, actor: &str, key: &ObjKey, finalizers: Vec<String>) {
+    let patch = json!({"metadata": {"finalizers": finalizers}});
+    write(env, actor, key, patch, Part::Main);
 }
 
 /// The object a template reference of `pool` names, with its key.
@@ -741,11 +740,5 @@ fn delete(env: &mut Env<'_>, actor: &str, key: &ObjKey, pool: &Value, scope: &Sc
         .into_iter()
         .filter(|f| f != MACHINE_POOL_FINALIZER)
         .collect();
-    write(
-        env,
-        actor,
-        key,
-        json!({"metadata": {"finalizers": finalizers}}),
-        Part::Main,
-    );
+    write_finalizers(env, actor, key, finalizers);
 }

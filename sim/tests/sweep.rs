@@ -14,13 +14,8 @@ const RUNS_MIN: u64 = 2000;
 
 fn all_scenarios() -> Vec<Scenario> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
-    let mut paths: Vec<_> = std::fs::read_dir(&dir)
-        .expect("scenarios/ exists")
-        .map(|e| e.expect("readable entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    paths.sort();
-    paths
+    scenario::files(&dir)
+        .expect("scenarios/ reads")
         .iter()
         .map(|p| scenario::load(p).unwrap_or_else(|e| panic!("{e}")))
         .collect()

@@ -14,7 +14,7 @@ pub mod yaml;
 
 pub use error::ScenarioError;
 pub use model::*;
-pub use parse::{load, parse};
+pub use parse::{files, load, parse};
 pub use write::to_yaml;
 
 #[cfg(test)]

@@ -56,6 +56,19 @@ const PATCH_KEYS: &[&str] = &[
 const CHECK_KEYS: &[&str] = &["condition", "fields", "present", "absent"];
 const COUNT_KEYS: &[&str] = &["count", "atLeast", "atMost"];
 
+/// The scenario files (`*.yaml`) of a directory, sorted.
+pub fn files(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let mut paths = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            paths.push(path);
+        }
+    }
+    paths.sort();
+    Ok(paths)
+}
+
 /// Reads and parses a scenario file; errors name the path as given.
 pub fn load(path: &Path) -> Result<Scenario> {
     let file = path.display().to_string();
