@@ -6,7 +6,8 @@
 //! the Machines it counts changed is what a stale cache or a lost update looks like.
 
 use crate::api::FakeApi;
-use engine::model::{Kind, Object, Scope};
+use engine::model::{GroupKind, Kind, Object, Scope};
+use engine::remediation::external;
 use engine::time::{Duration, Timestamp};
 use engine::{Action, Engine, Input};
 
@@ -65,11 +66,12 @@ impl Differential {
         now: Timestamp,
         ownership: engine::ownership::Ownership,
     ) -> Vec<(String, String)> {
+        let reads = HealthReads::of(api);
         let listed: Vec<(Scope, Vec<Object>)> = api
             .scopes()
             .into_iter()
             .map(|scope| {
-                let objects = listed(api, &scope);
+                let objects = listed(api, &scope, &reads);
                 (scope, objects)
             })
             .collect();
@@ -112,13 +114,12 @@ fn mhc_status_writes(
     writes
 }
 
-/// Every object of `scope` the health checks may read, as a list would return them: not the
-/// kinds only a drain reads (`Kind::DRAIN_ONLY`: pods and what decides their eviction), the
-/// bulk of a workload cluster, whose conversion was most of a check's cost.
-fn listed(api: &FakeApi, scope: &Scope) -> Vec<Object> {
+/// Every object of `scope` the health checks may read ([`HealthReads`]), as a list would
+/// return them.
+fn listed(api: &FakeApi, scope: &Scope, reads: &HealthReads) -> Vec<Object> {
     api.store(scope)
         .into_iter()
-        .flat_map(|s| s.iter_read(|k| !drain_only(k)))
+        .flat_map(|s| s.iter_read(|k| reads.keeps(k)))
         .filter_map(|(_, value, read)| match read {
             Ok(object) => object.clone(),
             Err(e) => engine::convert::unreadable_of_json(scope, value, e),
@@ -126,8 +127,47 @@ fn listed(api: &FakeApi, scope: &Scope) -> Vec<Object> {
         .collect()
 }
 
-fn drain_only(key: &crate::api::ObjKey) -> bool {
-    Kind::known(&key.group, &key.kind).is_some_and(|k| Kind::DRAIN_ONLY.contains(&k))
+/// The kinds the health checks read. Not those only a drain reads (`Kind::DRAIN_ONLY`: pods
+/// and what decides their eviction, the bulk of a workload cluster), and of the kinds the
+/// engine does not model, only remediation templates and requests: not the infrastructure
+/// and bootstrap objects, a third of the management cluster. Each one left out was most of a
+/// check's cost.
+struct HealthReads {
+    /// The template and request kinds of every MHC's `remediationTemplate`.
+    remediation: Vec<GroupKind>,
+}
+
+impl HealthReads {
+    fn of(api: &FakeApi) -> Self {
+        let mhc = Kind::MachineHealthCheck;
+        let remediation = api
+            .store(&Scope::Management)
+            .into_iter()
+            .flat_map(|s| s.iter_read(|k| k.kind == mhc.name() && k.group == mhc.group()))
+            .filter_map(|(_, _, read)| match read {
+                Ok(Some(Object::MachineHealthCheck(m))) => m.remediation_template.as_ref(),
+                _ => None,
+            })
+            .flat_map(|t| {
+                let template = GroupKind {
+                    group: external::ref_group(t),
+                    kind: t.kind.clone(),
+                };
+                [template, external::request_group_kind(t)]
+            })
+            .collect();
+        HealthReads { remediation }
+    }
+
+    fn keeps(&self, key: &crate::api::ObjKey) -> bool {
+        match Kind::known(&key.group, &key.kind) {
+            Some(kind) => !Kind::DRAIN_ONLY.contains(&kind),
+            None => self
+                .remediation
+                .iter()
+                .any(|gk| gk.group == key.group && gk.kind == key.kind),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -162,10 +202,11 @@ mod tests {
             .collect()
     }
 
-    /// Leaving out the kinds only a drain reads changes no MHC status a fresh controller
-    /// computes: on every scenario with an MHC, halfway and at its end.
+    /// Leaving out the kinds the health checks do not read (those only a drain reads, the
+    /// provider objects that are not remediation templates or requests) changes no MHC status
+    /// a fresh controller computes: on every scenario with an MHC, halfway and at its end.
     #[test]
-    fn the_drain_kinds_change_no_mhc_status_a_fresh_controller_computes() {
+    fn the_kinds_left_out_change_no_mhc_status_a_fresh_controller_computes() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
         let mut entries: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()
@@ -189,8 +230,9 @@ mod tests {
                 let now = sim.clock.now;
                 let everything =
                     mhc_status_writes(listing(&sim.api, |_| true), now, Default::default());
+                let reads = HealthReads::of(&sim.api);
                 let health_kinds = mhc_status_writes(
-                    listing(&sim.api, |k| !drain_only(k)),
+                    listing(&sim.api, |k| reads.keeps(k)),
                     now,
                     Default::default(),
                 );
