@@ -650,7 +650,7 @@ fn annotate(env: &mut Env<'_>, actor: &str, pool: &Value, scope: &Scope, node: &
         "spec": {"taints": if taints.is_empty() { Value::Null } else { json!(taints) }},
     });
     if let Ok(w) = env.api.store_mut(scope).patch(&key, &patch, Part::Main)
-        && w.object.as_ref() != Some(&current)
+        && w.object.as_deref() != Some(&current)
     {
         env.line(actor, "PatchNode", key.to_string(), String::new());
         env.changed(scope, w);

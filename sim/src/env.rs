@@ -61,7 +61,7 @@ impl Env<'_> {
         if written.key.group == "cluster.x-k8s.io" && written.key.kind == "Machine" {
             self.checks.invariants.release.machine_changed(
                 &written.key,
-                written.object.as_ref(),
+                written.object.as_deref(),
                 self.clock.now,
             );
         }

@@ -16,7 +16,12 @@ impl WorldState {
     }
 
     /// Called on every MachinePool write: schedule a resize when `spec.replicas` changed.
-    pub(crate) fn follow_pool(&mut self, env: &mut Env<'_>, pool_key: &ObjKey, pool: Value) {
+    pub(crate) fn follow_pool(
+        &mut self,
+        env: &mut Env<'_>,
+        pool_key: &ObjKey,
+        pool: std::sync::Arc<Value>,
+    ) {
         if json::is_deleting(&pool) {
             return;
         }

@@ -34,6 +34,7 @@ use engine::{ApiOutcome, Command, Withheld};
 use engine::{Engine, Input};
 use serde_json::Value;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 /// The [`Env`] of a `Sim`'s parts, borrowing only the fields it names (so the world, the
 /// faults or the network can be borrowed beside it).
@@ -570,11 +571,11 @@ impl Sim {
             let (world, mut env) = self.world_env();
             world.implied_namespaces(&mut env, &scope);
         }
-        let machines: Vec<Value> = self
+        let machines: Vec<Arc<Value>> = self
             .api
             .store(&Scope::Management)
             .map(|s| {
-                s.list("cluster.x-k8s.io", "Machine")
+                s.list_shared("cluster.x-k8s.io", "Machine")
                     .map(|(_, v)| v.clone())
                     .collect()
             })
@@ -583,11 +584,11 @@ impl Sim {
             let (world, mut env) = self.world_env();
             world.ensure_provider_objects(&mut env, &machine, true);
         }
-        let pools: Vec<(ObjKey, Value)> = self
+        let pools: Vec<(ObjKey, Arc<Value>)> = self
             .api
             .store(&Scope::Management)
             .map(|s| {
-                s.list("cluster.x-k8s.io", "MachinePool")
+                s.list_shared("cluster.x-k8s.io", "MachinePool")
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect()
             })
@@ -597,12 +598,12 @@ impl Sim {
             world.ensure_pool_objects(&mut env, &pool);
             world.follow_pool(&mut env, &key, pool);
         }
-        let machines: Vec<(ObjKey, Value)> = self
+        let machines: Vec<(ObjKey, Arc<Value>)> = self
             .api
             .store(&Scope::Management)
             .map(|s| {
-                s.list("cluster.x-k8s.io", "Machine")
-                    .chain(s.list("cluster.x-k8s.io", "MachineHealthCheck"))
+                s.list_shared("cluster.x-k8s.io", "Machine")
+                    .chain(s.list_shared("cluster.x-k8s.io", "MachineHealthCheck"))
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect()
             })
@@ -1071,7 +1072,7 @@ impl Sim {
     /// The watch after a relist repeats the current state of recently changed objects.
     fn duplicates(&mut self, scope: &Scope) {
         for key in self.net.recent(scope) {
-            let Some(value) = self.api.get(scope, &key).cloned() else {
+            let Some(value) = self.api.get_shared(scope, &key).cloned() else {
                 continue;
             };
             self.faults.fire(FaultKind::RelistDuplicates);

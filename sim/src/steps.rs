@@ -84,7 +84,7 @@ impl WorldState {
                             None => "deleted".to_string(),
                             Some(_) if key.kind == "Pod" => format!(
                                 "terminating (grace period {}s)",
-                                grace_of(w.object.as_ref())
+                                grace_of(w.object.as_deref())
                             ),
                             Some(o) => format!(
                                 "deletionTimestamp set; finalizers {:?} hold it",
@@ -136,7 +136,7 @@ impl WorldState {
             }
             ("cluster.x-k8s.io", "MachinePool") => {
                 self.ensure_pool_objects(env, obj);
-                self.follow_pool(env, key, obj.clone());
+                self.follow_pool(env, key, std::sync::Arc::new(obj.clone()));
             }
             _ => {}
         }

@@ -11,6 +11,7 @@ use engine::model::Scope;
 use engine::time::{Duration, parse_go_duration};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 pub const POD_GC_DELAY: Duration = Duration::from_secs(40);
 pub const SHUTDOWN_ANNOTATION: &str = "sim.lifecycle.x-k8s.io/shutdown";
@@ -72,7 +73,7 @@ impl WorldState {
             (Some(pod), "", "Pod") if json::is_deleting(pod) => {
                 self.pod_deleting(env, scope, key, pod.clone())
             }
-            (None, "", "Pod") => self.pod_gone(env, scope, key, written.removed.as_ref()),
+            (None, "", "Pod") => self.pod_gone(env, scope, key, written.removed.as_deref()),
             (None, "", "Node") => {
                 env.schedule_in(
                     POD_GC_DELAY,
@@ -223,7 +224,7 @@ impl WorldState {
         }
     }
 
-    fn pod_deleting(&mut self, env: &mut Env<'_>, scope: &Scope, key: &ObjKey, pod: Value) {
+    fn pod_deleting(&mut self, env: &mut Env<'_>, scope: &Scope, key: &ObjKey, pod: Arc<Value>) {
         if !self.shutting_down.insert((scope.clone(), key.clone())) {
             return;
         }
@@ -508,11 +509,11 @@ impl WorldState {
                 Some("KubeletReady"),
                 Some("kubelet is posting ready status"),
             );
-            let terminating: Vec<(ObjKey, Value)> = env
+            let terminating: Vec<(ObjKey, Arc<Value>)> = env
                 .api
                 .store(scope)
                 .map(|s| {
-                    s.list("", "Pod")
+                    s.list_shared("", "Pod")
                         .filter(|(_, p)| {
                             json::str_at(p, "spec.nodeName") == Some(node) && json::is_deleting(p)
                         })
@@ -536,7 +537,7 @@ impl WorldState {
 
     /// The fake MachineSet replaces a Machine it owns as soon as it starts deleting (with the
     /// CAPI model, its MachineSet controller keeps the replicas instead: [`Self::scale`]).
-    fn replace_machine(&mut self, env: &mut Env<'_>, key: &ObjKey, machine: Value) {
+    fn replace_machine(&mut self, env: &mut Env<'_>, key: &ObjKey, machine: Arc<Value>) {
         if self.knobs.machine_sets != MachineSetsMode::Replace || self.capi.enabled {
             return;
         }

@@ -19,6 +19,7 @@ use crate::convert::{ConvertError, object_from_json, object_key_of_json, unreada
 use crate::model::{Kind, Object, ObjectKey, Scope};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// One event of one watch stream, as kube's `watcher` reports it.
 #[derive(Clone, Debug)]
@@ -39,16 +40,17 @@ pub type Reading = Result<Option<Object>, ConvertError>;
 
 /// An object a stream delivered: its JSON as the API sent it and, when the sender has already
 /// read it, that reading. The simulator's fake API reads each write once, for its own checks as
-/// well; a watch over HTTP delivers JSON only, read here.
+/// well; a watch over HTTP delivers JSON only, read here. The JSON is shared, not copied, with
+/// the sender that keeps it (the fake API's stored object).
 #[derive(Clone, Debug)]
 pub struct Delivered {
-    pub value: Value,
+    pub value: Arc<Value>,
     reading: Option<Box<Reading>>,
 }
 
 impl Delivered {
     /// `value` with what `object_from_json(&value)` returned for it.
-    pub fn read(value: Value, reading: Reading) -> Self {
+    pub fn read(value: Arc<Value>, reading: Reading) -> Self {
         Delivered {
             value,
             reading: Some(Box::new(reading)),
@@ -58,6 +60,12 @@ impl Delivered {
 
 impl From<Value> for Delivered {
     fn from(value: Value) -> Self {
+        Arc::new(value).into()
+    }
+}
+
+impl From<Arc<Value>> for Delivered {
+    fn from(value: Arc<Value>) -> Self {
         Delivered {
             value,
             reading: None,
@@ -122,7 +130,7 @@ fn convert(
             tracing::warn!(object = name, "cannot read object: {e}");
             unreadable.push(Unreadable {
                 scope: scope.clone(),
-                object: value.clone(),
+                object: Value::clone(value),
                 error: e.to_string(),
             });
             // Unknown, not absent: the engine keeps the object's last good reading and holds

@@ -72,6 +72,11 @@ impl FakeApi {
         self.clusters.get(scope).and_then(|s| s.get(key))
     }
 
+    /// The object, shared (kept without copying its JSON).
+    pub fn get_shared(&self, scope: &Scope, key: &ObjKey) -> Option<&std::sync::Arc<Value>> {
+        self.clusters.get(scope).and_then(|s| s.get_shared(key))
+    }
+
     /// Finds an object by a scenario reference (kind, name, namespace), any API group.
     pub fn find(
         &self,

@@ -156,12 +156,12 @@ mod tests {
         assert_eq!(s.take_reading(&pod, &now), None, "handed over once");
         let _ = s.iter_read(|k| *k == pod).count();
         let listed = s.list_handed("", "Pod");
-        let web0 = listed.iter().find(|(v, _)| *v == now).expect("listed");
+        let web0 = listed.iter().find(|(v, _)| **v == now).expect("listed");
         assert_eq!(web0.1, Some(taken), "the reading the first list made");
         assert!(
             listed
                 .iter()
-                .filter(|(v, _)| *v != now)
+                .filter(|(v, _)| **v != now)
                 .all(|(_, r)| r.is_none()),
             "the others were never read"
         );

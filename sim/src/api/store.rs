@@ -6,7 +6,7 @@ use engine::intake::mirror::Reading;
 use engine::time::Timestamp;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// `(group, kind, namespace, name)`; namespace is empty for cluster-scoped kinds.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -111,14 +111,15 @@ pub enum Part {
     Whole,
 }
 
-/// What a write did, as a watch would report it.
+/// What a write did, as a watch would report it. The objects are shared with the store, not
+/// copied: a write's answer, its watch events and later lists hand out the one stored JSON.
 #[derive(Clone, Debug)]
 pub struct Written {
     pub key: ObjKey,
     /// The object now, or `None` when the write removed it.
-    pub object: Option<Value>,
+    pub object: Option<Arc<Value>>,
     /// The object as it was last, when the write removed it.
-    pub removed: Option<Value>,
+    pub removed: Option<Arc<Value>>,
 }
 
 /// The type of a watch event.
@@ -147,7 +148,7 @@ pub struct Change {
     pub resource_version: u64,
     pub type_: ChangeType,
     pub key: ObjKey,
-    pub object: Value,
+    pub object: Arc<Value>,
 }
 
 /// A watch asked for changes after a resourceVersion the change log no longer holds.
@@ -172,7 +173,7 @@ struct ChangeLog {
 /// stores a new entry): the simulator's MHC differential lists every cluster again and again.
 #[derive(Clone, Debug)]
 struct Stored {
-    value: Value,
+    value: Arc<Value>,
     read: OnceLock<Reading>,
 }
 
@@ -205,6 +206,11 @@ impl ClusterStore {
     }
 
     pub fn get(&self, key: &ObjKey) -> Option<&Value> {
+        self.objects.get(key).map(|s| &*s.value)
+    }
+
+    /// The stored object, shared (the caller keeps it without copying the JSON).
+    pub fn get_shared(&self, key: &ObjKey) -> Option<&Arc<Value>> {
         self.objects.get(key).map(|s| &s.value)
     }
 
@@ -221,7 +227,7 @@ impl ClusterStore {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&ObjKey, &Value)> {
-        self.objects.iter().map(|(k, s)| (k, &s.value))
+        self.objects.iter().map(|(k, s)| (k, &*s.value))
     }
 
     /// The objects whose key `keep` keeps, with what the engine reads of each (only those are
@@ -233,7 +239,7 @@ impl ClusterStore {
         self.objects
             .iter()
             .filter(move |(k, _)| keep(k))
-            .map(|(k, s)| (k, &s.value, s.read()))
+            .map(|(k, s)| (k, &*s.value, s.read()))
     }
 
     /// Every (group, version, kind) some stored object has, in order.
@@ -245,7 +251,7 @@ impl ClusterStore {
         })
     }
 
-    fn put(&mut self, key: ObjKey, obj: Value) {
+    fn put(&mut self, key: ObjKey, obj: Arc<Value>) {
         let version = json::api_version(&obj);
         match self.objects.get(&key).map(|s| json::api_version(&s.value)) {
             // Only a create or a change of apiVersion moves a count, not every write.
@@ -267,7 +273,7 @@ impl ClusterStore {
         );
     }
 
-    fn take(&mut self, key: &ObjKey) -> Option<Value> {
+    fn take(&mut self, key: &ObjKey) -> Option<Arc<Value>> {
         let old = self.objects.remove(key)?.value;
         self.count_version(key, json::api_version(&old), false);
         Some(old)
@@ -311,7 +317,7 @@ impl ClusterStore {
 
     /// Objects of one kind as a list hands them out: each one's JSON and, when a list of the
     /// simulator already read it, that reading, handed over (see [`ClusterStore::take_reading`]).
-    pub fn list_handed(&mut self, group: &str, kind: &str) -> Vec<(Value, Option<Reading>)> {
+    pub fn list_handed(&mut self, group: &str, kind: &str) -> Vec<(Arc<Value>, Option<Reading>)> {
         let start = ObjKey::first_of(group, kind);
         self.objects
             .range_mut(start..)
@@ -337,6 +343,15 @@ impl ClusterStore {
         group: &'a str,
         kind: &'a str,
     ) -> impl Iterator<Item = (&'a ObjKey, &'a Value)> + 'a {
+        self.list_stored(group, kind).map(|(k, s)| (k, &*s.value))
+    }
+
+    /// Objects of one kind, shared (see [`ClusterStore::get_shared`]).
+    pub fn list_shared<'a>(
+        &'a self,
+        group: &'a str,
+        kind: &'a str,
+    ) -> impl Iterator<Item = (&'a ObjKey, &'a Arc<Value>)> + 'a {
         self.list_stored(group, kind).map(|(k, s)| (k, &s.value))
     }
 
@@ -379,7 +394,7 @@ impl ClusterStore {
         Ok(log.entries.range(start..))
     }
 
-    fn log_change(&mut self, type_: ChangeType, key: &ObjKey, object: &Value) {
+    fn log_change(&mut self, type_: ChangeType, key: &ObjKey, object: &Arc<Value>) {
         let rv = self.resource_version;
         let Some(log) = &mut self.changes else {
             return;
@@ -431,6 +446,7 @@ impl ClusterStore {
             meta.remove("namespace");
         }
         self.stamp(&mut obj);
+        let obj = Arc::new(obj);
         self.log_change(ChangeType::Added, &key, &obj);
         self.put(key.clone(), obj.clone());
         Ok(Written {
@@ -473,7 +489,7 @@ impl ClusterStore {
                 key.kind, key.name
             )));
         }
-        let mut next = current.clone();
+        let mut next = Value::clone(current);
         match part {
             Part::Whole => json::merge_patch(&mut next, patch),
             Part::Main => {
@@ -511,7 +527,7 @@ impl ClusterStore {
         if &next == current {
             return Ok(Written {
                 key: key.clone(),
-                object: Some(next),
+                object: self.get_shared(key).cloned(),
                 removed: None,
             });
         }
@@ -533,7 +549,7 @@ impl ClusterStore {
     /// Deletes: with finalizers the object stays with a `deletionTimestamp`; otherwise it is
     /// removed at once. Graceful pod deletion is the world's business (see `mark_deleting`).
     pub fn delete(&mut self, key: &ObjKey, now: Timestamp) -> Result<Written, ApiError> {
-        let current = self.get(key).ok_or_else(|| not_found(key))?;
+        let current = self.get_shared(key).ok_or_else(|| not_found(key))?;
         if json::is_deleting(current) {
             return Ok(Written {
                 key: key.clone(),
@@ -554,14 +570,15 @@ impl ClusterStore {
         now: Timestamp,
         grace_seconds: Option<i64>,
     ) -> Result<Written, ApiError> {
-        let mut next = self.get(key).ok_or_else(|| not_found(key))?.clone();
-        if json::is_deleting(&next) {
+        let current = self.get_shared(key).ok_or_else(|| not_found(key))?;
+        if json::is_deleting(current) {
             return Ok(Written {
                 key: key.clone(),
-                object: Some(next),
+                object: Some(current.clone()),
                 removed: None,
             });
         }
+        let mut next = Value::clone(current);
         let meta = json::object_at(&mut next, &["metadata"]);
         meta.insert("deletionTimestamp".into(), json!(now.to_rfc3339()));
         meta.insert(
@@ -576,7 +593,7 @@ impl ClusterStore {
         let mut removed = self.take(key);
         if let Some(last) = &mut removed {
             // The deletion is a change of its own: the last state carries its version.
-            self.stamp(last);
+            self.stamp(Arc::make_mut(last));
             if self.changes.is_some() {
                 self.log_change(ChangeType::Deleted, key, last);
             }
@@ -598,10 +615,11 @@ impl ClusterStore {
         if had_finalizers && json::is_deleting(&next) && json::finalizers(&next).is_empty() {
             // Gone with its last finalizer; the write's answer and the watch's DELETED event
             // carry this last state.
-            self.put(key.clone(), next);
+            self.put(key.clone(), Arc::new(next));
             return Ok(self.remove(&key));
         }
         self.stamp(&mut next);
+        let next = Arc::new(next);
         self.log_change(ChangeType::Modified, &key, &next);
         self.put(key.clone(), next.clone());
         Ok(Written {

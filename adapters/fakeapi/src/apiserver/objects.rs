@@ -112,7 +112,9 @@ fn parse_body(body: &[u8]) -> Result<Value, Failure> {
 }
 
 fn written_object(w: Written) -> Value {
-    w.object.or(w.removed).unwrap_or(Value::Null)
+    w.object
+        .or(w.removed)
+        .map_or(Value::Null, std::sync::Arc::unwrap_or_clone)
 }
 
 /// Which part of the object a write to the main resource or `/status` may change.

@@ -265,7 +265,7 @@ struct Held {
     type_: &'static str,
     resource_version: u64,
     key: sim::api::ObjKey,
-    object: Value,
+    object: std::sync::Arc<Value>,
 }
 
 /// Whether the stream goes on.
