@@ -850,16 +850,15 @@ impl Sim {
     }
 
     /// Journals what the loop hands out (after a test's filter, if any), then lets it apply it.
-    fn append(&mut self, at: Timestamp, input: Input) {
-        let input = match self.process.feeder.filter {
-            Some(filter) => self.lp.rewrite_appending(filter),
-            None => input,
-        };
+    fn append(&mut self, at: Timestamp, mut input: Input) {
+        if let Some(filter) = self.process.feeder.filter {
+            filter(&mut input);
+        }
         self.note_synced(&input);
         let seq = self.process.feeder.inputs + 1;
         self.checks.invariants.repeats.observe(&input, seq);
         let described = self.process.feeder.journal(at, &input);
-        self.lp.appended(at, Ok(()));
+        self.lp.appended(at, input, Ok(()));
         self.process.feeder.applied(self.lp.core(), described);
         self.note_disagreements();
     }

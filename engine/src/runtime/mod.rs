@@ -9,8 +9,8 @@
 //! finds several waiting pushes them all before polling: they become one batch), call
 //! [`Loop::handle_timeout`] when the last [`Output::Wait`] deadline passes, then call
 //! [`Loop::poll_output`] until it returns [`Output::Wait`]:
-//! * [`Output::Append`]: journal the input durably, then report with [`Loop::appended`] before
-//!   polling again (the input is applied only once journaled);
+//! * [`Output::Append`]: journal the input durably, then hand it back with [`Loop::appended`]
+//!   before polling again (the input is applied only once journaled; the loop keeps no copy);
 //! * [`Output::Reopen`]: the journal failed; try to reopen it, report with [`Loop::reopened`];
 //! * [`Output::Send`]: send the command (it holds one of its cluster's slots until its answer
 //!   is pushed as [`Arrival::Result`]);
@@ -210,8 +210,9 @@ impl std::fmt::Display for Mode {
 #[derive(Debug)]
 enum Journal {
     Writable,
-    /// An [`Output::Append`] was handed out; [`Loop::appended`] has not answered yet.
-    Appending(Timestamp, Input),
+    /// An [`Output::Append`] was handed out at this time; [`Loop::appended`] has not answered
+    /// yet. The driver holds the input meanwhile.
+    Appending(Timestamp),
     /// It cannot be written: nothing is applied until it is reopened.
     Down(Down),
 }
@@ -401,7 +402,7 @@ impl<C: Core> Loop<C> {
             #[cfg(feature = "testing")]
             let next = self.plant(next);
             if let Some(input) = next {
-                self.journal = Journal::Appending(now, input.clone());
+                self.journal = Journal::Appending(now);
                 return Output::Append { at: now, input };
             }
             // Reading what arrived may have asked for watches (a provider kind referred to):
@@ -454,12 +455,12 @@ impl<C: Core> Loop<C> {
         }
     }
 
-    /// The answer to the last [`Output::Append`]: `Ok` once the input is durable (it is then
-    /// applied and its commands dispatched), `Err` when it could not be journaled (the loop
-    /// then holds it, and everything after it, until the journal is reopened).
-    pub fn appended(&mut self, now: Timestamp, result: Result<(), String>) {
-        let Journal::Appending(at, input) = std::mem::replace(&mut self.journal, Journal::Writable)
-        else {
+    /// The answer to the last [`Output::Append`], with its input handed back: `Ok` once the
+    /// input is durable (it is then applied and its commands dispatched), `Err` when it could
+    /// not be journaled (the loop then holds it, and everything after it, until the journal is
+    /// reopened).
+    pub fn appended(&mut self, now: Timestamp, input: Input, result: Result<(), String>) {
+        let Journal::Appending(at) = std::mem::replace(&mut self.journal, Journal::Writable) else {
             debug_assert!(false, "appended() without an Append");
             return;
         };
@@ -470,16 +471,6 @@ impl<C: Core> Loop<C> {
                 self.journal_failed(now, error);
             }
         }
-    }
-
-    /// Between an [`Output::Append`] and [`Loop::appended`]: changes the input the loop is about
-    /// to apply (a test planting a bug from the outside) and returns it, to be journaled.
-    pub fn rewrite_appending(&mut self, change: impl FnOnce(&mut Input)) -> Input {
-        let Journal::Appending(_, input) = &mut self.journal else {
-            panic!("rewrite_appending() without an Append");
-        };
-        change(input);
-        input.clone()
     }
 
     /// The journal failed after an input was applied (a snapshot could not be written): stop

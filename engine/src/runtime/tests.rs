@@ -115,8 +115,8 @@ fn run(lp: &mut Loop<Script>, now: Timestamp) -> (Vec<u64>, Vec<Input>) {
     for _ in 0..10_000 {
         match lp.poll_output(now) {
             Output::Append { input, .. } => {
-                appended.push(input);
-                lp.appended(now, Ok(()));
+                appended.push(input.clone());
+                lp.appended(now, input, Ok(()));
             }
             Output::Send(c) => sent.push(c.id),
             Output::Wait(_) => return (sent, appended),
@@ -174,7 +174,7 @@ fn an_input_is_applied_only_once_journaled() {
         lp.core().fed.is_empty(),
         "not applied before it is journaled"
     );
-    lp.appended(at(1), Ok(()));
+    lp.appended(at(1), input.clone(), Ok(()));
     assert_eq!(lp.core().fed, [input]);
 }
 
@@ -190,7 +190,7 @@ fn a_journal_that_fails_holds_every_input_and_command_until_it_is_reopened() {
         let Output::Append { at: t, input } = lp.poll_output(at(2)) else {
             panic!("an append");
         };
-        lp.appended(at(2), Err("No space left on device".into()));
+        lp.appended(at(2), input.clone(), Err("No space left on device".into()));
         assert_eq!(lp.journal_down(), Some("No space left on device"));
         lp.push(result(3));
         lp.handle_timeout(at(5));
@@ -231,10 +231,10 @@ fn a_journal_that_fails_holds_every_input_and_command_until_it_is_reopened() {
 fn a_reopened_journal_holding_an_input_never_fed_is_refused() {
     let mut lp = new_loop(8);
     lp.push(result(1));
-    let Output::Append { .. } = lp.poll_output(at(1)) else {
+    let Output::Append { input, .. } = lp.poll_output(at(1)) else {
         panic!()
     };
-    lp.appended(at(1), Err("full".into()));
+    lp.appended(at(1), input, Err("full".into()));
     assert_eq!(lp.poll_output(at(1001)), Output::Reopen);
     let stranger = vec![(at(1), Input::Tick)];
     assert!(lp.reopened(at(1001), Ok(stranger)).is_err());
@@ -357,8 +357,8 @@ fn appended_by(lp: &mut Loop<Engine>, now: Timestamp) -> Vec<Input> {
     for _ in 0..10_000 {
         match lp.poll_output(now) {
             Output::Append { input, .. } => {
-                appended.push(input);
-                lp.appended(now, Ok(()));
+                appended.push(input.clone());
+                lp.appended(now, input, Ok(()));
             }
             Output::Wait(_) => return appended,
             _ => {}

@@ -265,7 +265,14 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
     fn append(&mut self, at: Timestamp, input: Input) {
         let appended = self.log.append(at, &input).map(|_| ());
         let failed = appended.is_err();
-        self.lp.appended(at, appended.clone());
+        let inputs = match &input {
+            Input::Batch { inputs } => inputs.len(),
+            _ => 1,
+        };
+        if !failed {
+            tracing::debug!(input = %input.describe(), "input");
+        }
+        self.lp.appended(at, input, appended);
         for d in self.lp.take_disagreements() {
             self.metrics.shadow_disagreement(&d);
             tracing::warn!(machine = %d.machine, step = d.step.as_str(), side = d.side.as_str(), "shadow disagreement: {}", d.describe());
@@ -274,11 +281,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             self.metrics.journal_unwritable(true);
             return;
         }
-        self.metrics.record(match &input {
-            Input::Batch { inputs } => inputs.len(),
-            _ => 1,
-        });
-        tracing::debug!(input = %input.describe(), "input");
+        self.metrics.record(inputs);
         for sent in self.queued_at.drain(..) {
             self.metrics.queued_for(sent.elapsed());
         }
