@@ -171,6 +171,28 @@ mod tests {
         );
     }
 
+    /// A write's answer, a list and the stored object are one JSON, shared and not copied;
+    /// the next write stores a new one and leaves what was handed out as it was.
+    #[test]
+    fn what_a_write_and_a_list_hand_out_is_the_stored_object_itself() {
+        let mut s = store_with_pdb(json!(1));
+        let pod = ObjKey::new("", "Pod", "app", "web-0");
+        let labels = json!({"metadata": {"labels": {"a": "b"}}});
+        let written = s.patch(&pod, &labels, Part::Main).unwrap().object.unwrap();
+        let stored = s.get_shared(&pod).unwrap().clone();
+        assert!(std::sync::Arc::ptr_eq(&written, &stored), "the answer");
+        let listed = s.list_handed("", "Pod");
+        let web0 = listed.iter().find(|(v, _)| **v == *written).unwrap();
+        assert!(std::sync::Arc::ptr_eq(&web0.0, &stored), "the list");
+        let relabel = json!({"metadata": {"labels": {"a": "c"}}});
+        s.patch(&pod, &relabel, Part::Main).unwrap();
+        assert_eq!(json::str_at(&written, "metadata.labels.a"), Some("b"));
+        assert_eq!(
+            json::str_at(s.get(&pod).unwrap(), "metadata.labels.a"),
+            Some("c")
+        );
+    }
+
     /// What the engine reads of an object is converted once and follows every write: a
     /// reading kept across a write would feed the differential a stale world.
     #[test]
