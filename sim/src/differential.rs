@@ -59,19 +59,21 @@ impl Differential {
     /// would write, reported once each. Nothing while an object does not read: a fresh
     /// controller has no last good reading of it, so it legitimately counts differently.
     /// The stale MHCs among those a controller in `ownership` reconciles (in takeover, the
-    /// adopted ones only).
+    /// adopted ones only). `last`: no list follows (the end of the run), so what is read is
+    /// not kept for the next check.
     pub(crate) fn check(
         &mut self,
-        api: &FakeApi,
+        api: &mut FakeApi,
         now: Timestamp,
         ownership: engine::ownership::Ownership,
+        last: bool,
     ) -> Vec<(String, String)> {
         let reads = HealthReads::of(api);
         let listed: Vec<(Scope, Vec<Object>)> = api
             .scopes()
             .into_iter()
             .map(|scope| {
-                let objects = listed(api, &scope, &reads);
+                let objects = listed(api, &scope, &reads, last);
                 (scope, objects)
             })
             .collect();
@@ -115,16 +117,27 @@ fn mhc_status_writes(
 }
 
 /// Every object of `scope` the health checks may read ([`HealthReads`]), as a list would
-/// return them.
-fn listed(api: &FakeApi, scope: &Scope, reads: &HealthReads) -> Vec<Object> {
-    api.store(scope)
-        .into_iter()
-        .flat_map(|s| s.iter_read(|k| reads.keeps(k)))
-        .filter_map(|(_, value, read)| match read {
-            Ok(object) => object.clone(),
-            Err(e) => engine::convert::unreadable_of_json(scope, value, e),
-        })
-        .collect()
+/// return them. What is read is kept for the next check (a copy goes to the fresh
+/// controller), unless this is the `last`.
+fn listed(api: &mut FakeApi, scope: &Scope, reads: &HealthReads, last: bool) -> Vec<Object> {
+    let Some(store) = api.existing_store_mut(scope) else {
+        return Vec::new();
+    };
+    let object = |value: &serde_json::Value, read: engine::intake::mirror::Reading| match read {
+        Ok(object) => object,
+        Err(e) => engine::convert::unreadable_of_json(scope, value, &e),
+    };
+    if last {
+        store
+            .read_owned(|k| reads.keeps(k))
+            .filter_map(|(_, value, read)| object(value, read))
+            .collect()
+    } else {
+        store
+            .iter_read(|k| reads.keeps(k))
+            .filter_map(|(_, value, read)| object(value, read.clone()))
+            .collect()
+    }
 }
 
 /// The kinds the health checks read. Not those only a drain reads (`Kind::DRAIN_ONLY`: pods

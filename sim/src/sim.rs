@@ -475,11 +475,11 @@ impl Sim {
             return;
         }
         let ownership = self.engine().controllers().deletion.ownership();
-        let stale = self
-            .checks
-            .invariants
-            .differential
-            .check(&self.api, now, ownership);
+        let stale =
+            self.checks
+                .invariants
+                .differential
+                .check(&mut self.api, now, ownership, at_end);
         for (mhc, detail) in stale {
             let message = format!(
                 "stale MHC status: {mhc} is not what a controller freshly listing the API computes ({detail})"

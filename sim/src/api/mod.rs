@@ -171,6 +171,26 @@ mod tests {
         );
     }
 
+    /// A last list owns what it reads: the reading a list made is taken, any other is made,
+    /// and none is left behind.
+    #[test]
+    fn a_last_list_takes_the_readings_and_keeps_none() {
+        let mut s = store_with_pdb(json!(1));
+        let pod = ObjKey::new("", "Pod", "app", "web-0");
+        let made = s.iter_read(|k| *k == pod).next().unwrap().2.clone();
+        let owned: Vec<_> = s
+            .read_owned(|k| k.kind == "Pod")
+            .map(|(k, v, r)| (k.clone(), v.clone(), r))
+            .collect();
+        assert_eq!(owned.len(), 3);
+        for (key, value, read) in &owned {
+            assert_eq!(*read, engine::convert::object_from_json(value), "{key}");
+        }
+        assert_eq!(owned.iter().find(|(k, ..)| *k == pod).unwrap().2, made);
+        let now = s.get(&pod).unwrap().clone();
+        assert_eq!(s.take_reading(&pod, &now), None, "none kept");
+    }
+
     /// A write's answer, a list and the stored object are one JSON, shared and not copied;
     /// the next write stores a new one and leaves what was handed out as it was.
     #[test]

@@ -242,6 +242,24 @@ impl ClusterStore {
             .map(|(k, s)| (k, &*s.value, s.read()))
     }
 
+    /// The objects whose key `keep` keeps, each with what the engine reads of it, owned: a
+    /// reading already made is taken, any other is made and not kept (a list no other follows).
+    pub fn read_owned(
+        &mut self,
+        keep: impl Fn(&ObjKey) -> bool,
+    ) -> impl Iterator<Item = (&ObjKey, &Value, Reading)> {
+        self.objects
+            .iter_mut()
+            .filter(move |(k, _)| keep(k))
+            .map(|(k, s)| {
+                let read = s
+                    .read
+                    .take()
+                    .unwrap_or_else(|| engine::convert::object_from_json(&s.value));
+                (k, &*s.value, read)
+            })
+    }
+
     /// Every (group, version, kind) some stored object has, in order.
     pub fn versions_stored(&self) -> impl Iterator<Item = (&str, &str, &str)> {
         self.versions.iter().flat_map(|((group, kind), versions)| {
