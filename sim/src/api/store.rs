@@ -317,6 +317,7 @@ impl ClusterStore {
 
     /// What the stored object reads as, when `value` is that object: the same resourceVersion
     /// (every write that changes an object gives it a new one).
+    #[cfg(test)]
     pub fn reading_of(&self, key: &ObjKey, value: &Value) -> Option<&Reading> {
         let stored = self.objects.get(key)?;
         same_version(&stored.value, value).then(|| stored.read())
@@ -650,11 +651,10 @@ impl ClusterStore {
 
 /// Whether two states of an object have the same resourceVersion.
 fn same_version(a: &Value, b: &Value) -> bool {
-    let version = |v: &Value| {
+    fn version(v: &Value) -> Option<&str> {
         v.pointer("/metadata/resourceVersion")
             .and_then(Value::as_str)
-            .map(str::to_string)
-    };
+    }
     version(a).is_some_and(|a| Some(a) == version(b))
 }
 
