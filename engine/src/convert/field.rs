@@ -110,7 +110,7 @@ impl<'a> At<'a> {
     /// reads, so that `spec: 5` reports `spec`, not a child).
     pub(crate) fn get(&self, name: &'static str) -> At<'a> {
         At {
-            value: self.value().and_then(|v| v.get(name)),
+            value: self.value().and_then(|v| super::member(v, name)),
             path: self.path.then(To::Key(name)),
         }
     }

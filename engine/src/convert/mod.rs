@@ -37,6 +37,66 @@ use field::At;
 use serde_json::Value;
 use std::fmt;
 
+/// Up to how many members an object is searched by a scan rather than through its index.
+const SCAN_UP_TO: usize = 16;
+
+/// The member `name` of a JSON object (`None` when absent or not an object). Kubernetes
+/// objects are small maps, a handful of members per level: comparing lengths and then bytes
+/// along their entries is cheaper than hashing `name` (SipHash) and three dependent loads
+/// through the map's index.
+pub fn member<'a>(value: &'a Value, name: &str) -> Option<&'a Value> {
+    let map = value.as_object()?;
+    if map.len() <= SCAN_UP_TO {
+        map.iter().find(|(k, _)| k.as_str() == name).map(|(_, v)| v)
+    } else {
+        map.get(name)
+    }
+}
+
+/// [`member`], to change.
+pub fn member_mut<'a>(value: &'a mut Value, name: &str) -> Option<&'a mut Value> {
+    let map = value.as_object_mut()?;
+    if map.len() <= SCAN_UP_TO {
+        map.iter_mut()
+            .find(|(k, _)| k.as_str() == name)
+            .map(|(_, v)| v)
+    } else {
+        map.get_mut(name)
+    }
+}
+
+/// The value a JSON pointer (RFC 6901: `/spec/infrastructureRef/kind`, `/items/0`) refers
+/// to, as [`Value::pointer`] finds it, with members found by [`member`] and no allocation for
+/// a token without escapes.
+pub fn pointer<'a>(value: &'a Value, pointer: &str) -> Option<&'a Value> {
+    if pointer.is_empty() {
+        return Some(value);
+    }
+    pointer
+        .strip_prefix('/')?
+        .split('/')
+        .try_fold(value, |target, token| {
+            let token: std::borrow::Cow<str> = if token.contains('~') {
+                token.replace("~1", "/").replace("~0", "~").into()
+            } else {
+                token.into()
+            };
+            match target {
+                Value::Object(_) => member(target, &token),
+                Value::Array(items) => array_index(&token).and_then(|i| items.get(i)),
+                _ => None,
+            }
+        })
+}
+
+/// An array index as a JSON pointer spells it: digits, no sign, no leading zero.
+fn array_index(token: &str) -> Option<usize> {
+    if token.starts_with('+') || (token.starts_with('0') && token.len() != 1) {
+        return None;
+    }
+    token.parse().ok()
+}
+
 /// A field of an object that cannot be read: `spec.nodeDrainTimeout: "10x" is not a duration`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConvertError {

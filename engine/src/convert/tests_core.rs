@@ -478,3 +478,111 @@ mod never_panics {
         }
     }
 }
+
+mod members {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A member is found as the map's own lookup finds it, in small objects (scanned) and
+        /// large ones (looked up), present or not; keys of one length are common here.
+        #[test]
+        fn a_member_is_what_the_map_holds_under_that_name(
+            names in prop::collection::vec("[ab]{1,5}", 0..40),
+            probe in "[ab]{1,5}",
+        ) {
+            let object: serde_json::Map<String, Value> = names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.clone(), json!(i)))
+                .collect();
+            let value = Value::Object(object);
+            for name in names.iter().chain([&probe]) {
+                prop_assert_eq!(member(&value, name), value.get(name.as_str()));
+                let mut changed = value.clone();
+                if let Some(v) = member_mut(&mut changed, name) {
+                    *v = json!("changed");
+                }
+                let mut expected = value.clone();
+                if let Some(v) = expected.get_mut(name.as_str()) {
+                    *v = json!("changed");
+                }
+                prop_assert_eq!(changed, expected);
+            }
+        }
+    }
+
+    #[test]
+    fn what_is_not_an_object_has_no_members() {
+        for value in [
+            json!(null),
+            json!("metadata"),
+            json!(["metadata"]),
+            json!(3),
+        ] {
+            assert_eq!(member(&value, "metadata"), None);
+        }
+    }
+}
+
+mod pointers {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Nested objects and arrays whose keys hold the characters a pointer escapes.
+    fn document() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![Just(Value::Null), any::<u8>().prop_map(|n| json!(n))];
+        leaf.prop_recursive(4, 40, 5, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map("[a~/01]{0,3}", inner, 0..5)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// The pointer to every value in `doc`, its keys escaped.
+    fn every_pointer(doc: &Value, at: String, out: &mut Vec<String>) {
+        match doc {
+            Value::Object(map) => {
+                for (key, value) in map {
+                    let escaped = key.replace('~', "~0").replace('/', "~1");
+                    every_pointer(value, format!("{at}/{escaped}"), out);
+                }
+            }
+            Value::Array(items) => {
+                for (i, value) in items.iter().enumerate() {
+                    every_pointer(value, format!("{at}/{i}"), out);
+                }
+            }
+            _ => {}
+        }
+        out.push(at);
+    }
+
+    proptest! {
+        /// Every pointer, escaped or not, to a member, an index or nothing, finds what
+        /// `Value::pointer` finds: those to each value of the document, and random ones.
+        #[test]
+        fn a_pointer_finds_what_serde_json_finds(
+            doc in document(),
+            tokens in prop::collection::vec("[a~/01+]{0,3}|~0|~1|0|1|01|\\+1", 0..4),
+            leading_slash in any::<bool>(),
+        ) {
+            let joined = tokens.join("/");
+            let mut paths = vec![if leading_slash { format!("/{joined}") } else { joined }];
+            every_pointer(&doc, String::new(), &mut paths);
+            for path in &paths {
+                prop_assert_eq!(pointer(&doc, path), doc.pointer(path), "{}", path);
+            }
+        }
+    }
+
+    #[test]
+    fn escaped_tokens_name_members_with_slashes_and_tildes() {
+        let doc = json!({"a/b": {"c~d": [10, 11]}});
+        assert_eq!(pointer(&doc, "/a~1b/c~0d/1"), Some(&json!(11)));
+        assert_eq!(pointer(&doc, ""), Some(&doc));
+        assert_eq!(pointer(&doc, "/a~1b/c~0d/01"), None);
+    }
+}

@@ -153,12 +153,11 @@ impl Deleting {
 
 /// A Machine's workload cluster, `namespace/name`, and whether it is being deleted.
 fn machine_deletion(machine: &Value) -> Option<(Scope, String, bool)> {
-    let text = |pointer: &str| machine.pointer(pointer).and_then(Value::as_str);
+    let text = |pointer: &str| crate::convert::pointer(machine, pointer).and_then(Value::as_str);
     let namespace = text("/metadata/namespace").unwrap_or_default();
     let cluster = text("/spec/clusterName")?;
     let name = text("/metadata/name")?;
-    let deleting = machine
-        .pointer("/metadata/deletionTimestamp")
+    let deleting = crate::convert::pointer(machine, "/metadata/deletionTimestamp")
         .is_some_and(|t| !t.is_null());
     Some((
         Scope::Workload(ClusterName::new(namespace, cluster)),

@@ -15,13 +15,15 @@ pub fn provider_refs(object: &Value) -> Vec<(String, Option<String>, String)> {
     ];
     let mut out = Vec::new();
     for path in paths {
-        let Some(r) = object.pointer(path) else {
+        let Some(r) = crate::convert::pointer(object, path) else {
             continue;
         };
-        let kind = r.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let kind = crate::convert::member(r, "kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let (group, version) = match (
-            r.get("apiVersion").and_then(Value::as_str),
-            r.get("apiGroup").and_then(Value::as_str),
+            crate::convert::member(r, "apiVersion").and_then(Value::as_str),
+            crate::convert::member(r, "apiGroup").and_then(Value::as_str),
         ) {
             (Some(av), _) => match av.split_once('/') {
                 Some((g, v)) => (g.to_string(), Some(v.to_string())),
@@ -42,9 +44,8 @@ pub fn provider_refs(object: &Value) -> Vec<(String, Option<String>, String)> {
         }
     }
     // An InfraMachinePool names the kind of its instances (MachinePool Machines, §3.7).
-    if let Some(kind) = object
-        .pointer("/status/infrastructureMachineKind")
-        .and_then(Value::as_str)
+    if let Some(kind) =
+        crate::convert::pointer(object, "/status/infrastructureMachineKind").and_then(Value::as_str)
         && let Some((group, version)) = object
             .get("apiVersion")
             .and_then(Value::as_str)

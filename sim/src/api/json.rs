@@ -11,12 +11,17 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     if !target.is_object() {
         *target = Value::Object(Map::new());
     }
-    let map = target.as_object_mut().expect("made an object above");
     for (k, v) in patch_map {
         if v.is_null() {
-            map.remove(k);
+            target.as_object_mut().map(|map| map.remove(k));
+        } else if let Some(existing) = engine::convert::member_mut(target, k) {
+            merge_patch(existing, v);
         } else {
-            merge_patch(map.entry(k.clone()).or_insert(Value::Null), v);
+            let mut added = Value::Null;
+            merge_patch(&mut added, v);
+            target
+                .as_object_mut()
+                .map(|map| map.insert(k.clone(), added));
         }
     }
 }
@@ -25,12 +30,12 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 /// (`/metadata/annotations/a~1b`).
 pub fn get_path<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
     if path.starts_with('/') {
-        return value.pointer(path);
+        return engine::convert::pointer(value, path);
     }
     let mut cur = value;
     for seg in path.split('.') {
         cur = match cur {
-            Value::Object(m) => m.get(seg)?,
+            Value::Object(_) => engine::convert::member(cur, seg)?,
             Value::Array(a) => a.get(seg.parse::<usize>().ok()?)?,
             _ => return None,
         };
