@@ -419,7 +419,12 @@ impl Engine {
 
     /// A stable hash of the canonical encoding of the whole state (FNV-1a, 64 bits).
     pub fn state_hash(&self) -> u64 {
-        fnv1a(&self.encode_state())
+        Engine::hash_of_state(&self.encode_state())
+    }
+
+    /// [`Engine::state_hash`] of a state already encoded by [`Engine::encode_state`].
+    pub fn hash_of_state(encoded: &[u8]) -> u64 {
+        fnv1a(encoded)
     }
 
     /// The canonical encoding (for snapshots).

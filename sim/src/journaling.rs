@@ -17,7 +17,7 @@ use std::path::Path;
 /// 8 MiB that was a quarter of a sweep's time; sweep runs per second doubled at 1 MiB).
 pub const SIM_SEGMENT_BYTES: usize = 1 << 20;
 /// How simulation journals are opened.
-fn sim_options() -> JournalOptions {
+pub(crate) fn sim_options() -> JournalOptions {
     JournalOptions {
         durability: Durability::Buffered,
         segment_bytes: SIM_SEGMENT_BYTES,
@@ -51,11 +51,7 @@ impl SimJournal {
             ),
         };
         let path = dir.unwrap_or_else(|| temp.as_ref().expect("set above").path());
-        let options = JournalOptions {
-            durability: Durability::Buffered,
-            segment_bytes: SIM_SEGMENT_BYTES,
-            ..Default::default()
-        };
+        let options = sim_options();
         let (journal, report) =
             Journal::open(path, options).map_err(|e| format!("journal {}: {e}", path.display()))?;
         let dir = path.to_path_buf();
@@ -141,11 +137,7 @@ impl SimJournal {
         } = self;
         // sled holds the directory lock until the journal is dropped.
         drop(journal);
-        let options = JournalOptions {
-            durability: Durability::Buffered,
-            segment_bytes: SIM_SEGMENT_BYTES,
-            ..Default::default()
-        };
+        let options = sim_options();
         let (journal, report) =
             Journal::open(&dir, options).map_err(|e| format!("journal {}: {e}", dir.display()))?;
         let reopened = SimJournal {
@@ -193,15 +185,16 @@ impl SimJournal {
         Ok((reopened, report))
     }
 
-    /// Commits and flushes; a kept journal is then complete on disk.
-    pub fn finish(&mut self, engine: &Engine) -> Result<(), String> {
+    /// Commits and flushes; a kept journal is then complete on disk. `state`: the engine's
+    /// state as [`Engine::encode_state`] encoded it, for the last snapshot.
+    pub fn finish(&mut self, engine: &Engine, state: &[u8]) -> Result<(), String> {
         self.commit();
         if let Some(e) = &self.error {
             return Err(e.clone());
         }
         if engine.applied_seq() > self.last_snapshot {
             self.journal
-                .write_snapshot(engine.applied_seq(), engine.now(), &engine.encode_state())
+                .write_snapshot(engine.applied_seq(), engine.now(), state)
                 .map_err(|e| e.to_string())?;
         }
         self.journal.flush().map_err(|e| e.to_string())
