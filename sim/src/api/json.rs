@@ -4,26 +4,53 @@ use serde_json::{Map, Value};
 
 /// RFC 7386 JSON merge patch: objects merge, `null` deletes, anything else replaces.
 pub fn merge_patch(target: &mut Value, patch: &Value) {
+    merge_patch_changed(target, patch);
+}
+
+/// [`merge_patch`], telling whether `target` changed.
+pub fn merge_patch_changed(target: &mut Value, patch: &Value) -> bool {
     let Value::Object(patch_map) = patch else {
+        if target == patch {
+            return false;
+        }
         *target = patch.clone();
-        return;
+        return true;
     };
+    let mut changed = false;
     if !target.is_object() {
         *target = Value::Object(Map::new());
+        changed = true;
     }
     for (k, v) in patch_map {
-        if v.is_null() {
-            target.as_object_mut().map(|map| map.remove(k));
-        } else if let Some(existing) = engine::convert::member_mut(target, k) {
-            merge_patch(existing, v);
-        } else {
-            let mut added = Value::Null;
-            merge_patch(&mut added, v);
-            target
-                .as_object_mut()
-                .map(|map| map.insert(k.clone(), added));
-        }
+        changed |= merge_member(target, k, v);
     }
+    changed
+}
+
+/// Merges the member `k` of a merge patch into `target` (made an object when it is not):
+/// whether `target` changed.
+pub fn merge_member(target: &mut Value, k: &str, v: &Value) -> bool {
+    let mut changed = false;
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+        changed = true;
+    }
+    if v.is_null() {
+        changed |= target
+            .as_object_mut()
+            .and_then(|map| map.remove(k))
+            .is_some();
+    } else if let Some(existing) = engine::convert::member_mut(target, k) {
+        changed |= merge_patch_changed(existing, v);
+    } else {
+        let mut added = Value::Null;
+        merge_patch_changed(&mut added, v);
+        target
+            .as_object_mut()
+            .map(|map| map.insert(k.to_string(), added));
+        changed = true;
+    }
+    changed
 }
 
 /// The value at a dotted path (`status.phase`, `spec.providerIDList.0`) or a JSON Pointer
@@ -126,6 +153,13 @@ pub fn finalizers(obj: &Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Whether `finalizers` would be non-empty, without collecting them.
+pub fn has_finalizers(obj: &Value) -> bool {
+    get_path(obj, "metadata.finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().any(Value::is_string))
 }
 
 pub fn is_deleting(obj: &Value) -> bool {

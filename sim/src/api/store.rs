@@ -438,7 +438,7 @@ impl ClusterStore {
 
     fn stamp(&mut self, obj: &mut Value) {
         let rv = self.bump();
-        json::set_path(obj, &["metadata", "resourceVersion"], json!(rv.to_string()));
+        set_resource_version(obj, rv);
     }
 
     /// Creates an object; 409 when it exists.
@@ -491,45 +491,68 @@ impl ClusterStore {
         self.finish_write(key, obj, false)
     }
 
-    /// A JSON merge patch on `part` of the object.
+    /// A JSON merge patch on `part` of the object. Unless the write may be refused (a change
+    /// to the metadata of an object being deleted), the object is changed where it is stored,
+    /// copied first only when a watch event or a list still holds it; the merge tells what
+    /// changed.
     pub fn patch(&mut self, key: &ObjKey, patch: &Value, part: Part) -> Result<Written, ApiError> {
         let current = self.get(key).ok_or_else(|| not_found(key))?;
-        // A patch naming a resourceVersion is a precondition, as the API server holds it.
-        if let Some(rv) = patch
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str)
-            && current
-                .pointer("/metadata/resourceVersion")
-                .and_then(Value::as_str)
-                != Some(rv)
-        {
-            return Err(ApiError::Conflict(format!(
-                "Operation cannot be fulfilled on {} {:?}: the object has been modified; please apply your changes to the latest version and try again",
-                key.kind, key.name
-            )));
+        check_precondition(key, current, patch)?;
+        // On an object being deleted, only a change of its metadata can be refused.
+        let refusable = json::is_deleting(current)
+            && part != Part::Status
+            && engine::convert::member(patch, "metadata").is_some();
+        let in_place = !refusable
+            && current.is_object()
+            && patch.is_object()
+            && engine::convert::member(patch, "apiVersion").is_none();
+        if !in_place {
+            return self.patch_copy(key, patch, part);
         }
+        let had_finalizers = json::has_finalizers(current);
+        let stored = self.objects.get_mut(key).expect("read above");
+        let value = Arc::make_mut(&mut stored.value);
+        let (changed, spec_changed) = merge_part(value, patch, part);
+        if !changed {
+            return Ok(Written {
+                key: key.clone(),
+                object: Some(stored.value.clone()),
+                removed: None,
+            });
+        }
+        stored.read = OnceLock::new();
+        if spec_changed {
+            bump_generation(value);
+        }
+        if had_finalizers && json::is_deleting(value) && !json::has_finalizers(value) {
+            return Ok(self.remove(key));
+        }
+        let rv = self.bump();
+        let stored = self.objects.get_mut(key).expect("read above");
+        set_resource_version(Arc::make_mut(&mut stored.value), rv);
+        let object = stored.value.clone();
+        self.log_change(ChangeType::Modified, key, &object);
+        Ok(Written {
+            key: key.clone(),
+            object: Some(object),
+            removed: None,
+        })
+    }
+
+    /// [`ClusterStore::patch`] on a copy of the stored object, checked before it replaces it.
+    fn patch_copy(&mut self, key: &ObjKey, patch: &Value, part: Part) -> Result<Written, ApiError> {
+        let current = self.get(key).ok_or_else(|| not_found(key))?;
         let mut next = Value::clone(current);
-        match part {
-            Part::Whole => json::merge_patch(&mut next, patch),
-            Part::Main => {
-                let mut p = patch.clone();
-                if let Some(m) = p.as_object_mut() {
-                    m.remove("status");
-                }
-                json::merge_patch(&mut next, &p);
-            }
-            Part::Status => {
-                if let Some(status) = patch.get("status") {
-                    json::merge_patch(
-                        next.as_object_mut()
-                            .expect("stored objects are objects")
-                            .entry("status")
-                            .or_insert(Value::Null),
-                        status,
-                    );
-                }
-            }
-        }
+        let (changed, spec_changed) = if current.is_object() && patch.is_object() {
+            merge_part(&mut next, patch, part)
+        } else if part == Part::Status {
+            // A patch that is no object has no status to merge.
+            (false, false)
+        } else {
+            // A patch that is no object replaces the whole object, status included.
+            json::merge_patch(&mut next, patch);
+            (&next != current, spec_changed(current, &next))
+        };
         if json::is_deleting(current) && !json::is_deleting(&next) {
             return Err(ApiError::Invalid(
                 "metadata.deletionTimestamp: field is immutable".into(),
@@ -543,25 +566,17 @@ impl ClusterStore {
                 ));
             }
         }
-        if &next == current {
+        if !changed {
             return Ok(Written {
                 key: key.clone(),
                 object: self.get_shared(key).cloned(),
                 removed: None,
             });
         }
-        if part != Part::Status && spec_changed(current, &next) {
-            let generation = current
-                .pointer("/metadata/generation")
-                .and_then(Value::as_i64)
-                .unwrap_or(1);
-            json::set_path(
-                &mut next,
-                &["metadata", "generation"],
-                json!(generation + 1),
-            );
+        if spec_changed {
+            bump_generation(&mut next);
         }
-        let had_finalizers = !json::finalizers(current).is_empty();
+        let had_finalizers = json::has_finalizers(current);
         self.finish_write(key.clone(), next, had_finalizers)
     }
 
@@ -663,8 +678,77 @@ fn spec_changed(a: &Value, b: &Value) -> bool {
     let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
         return a != b;
     };
-    let outside = |(k, _): &(&String, &Value)| k.as_str() != "metadata" && k.as_str() != "status";
-    !a.iter().filter(outside).eq(b.iter().filter(outside))
+    let outside = |k: &str| k != "metadata" && k != "status";
+    let count = |m: &serde_json::Map<String, Value>| m.keys().filter(|k| outside(k)).count();
+    count(a) != count(b)
+        || a.iter()
+            .filter(|(k, _)| outside(k))
+            .any(|(k, v)| b.get(k) != Some(v))
+}
+
+/// Merges `patch` into `part` of `object` (both objects): whether the object changed, and
+/// whether what changed lies outside `metadata` and `status` (what bumps `generation`).
+fn merge_part(object: &mut Value, patch: &Value, part: Part) -> (bool, bool) {
+    let Some(members) = patch.as_object() else {
+        return (false, false);
+    };
+    if part == Part::Status {
+        let Some(status) = members.get("status") else {
+            return (false, false);
+        };
+        let changed = match engine::convert::member_mut(object, "status") {
+            Some(stored) => json::merge_patch_changed(stored, status),
+            None => {
+                let mut added = Value::Null;
+                json::merge_patch_changed(&mut added, status);
+                object
+                    .as_object_mut()
+                    .map(|o| o.insert("status".to_string(), added));
+                true
+            }
+        };
+        return (changed, false);
+    }
+    let (mut changed, mut spec) = (false, false);
+    for (k, v) in members {
+        if part == Part::Main && k == "status" {
+            continue;
+        }
+        let member_changed = json::merge_member(object, k, v);
+        changed |= member_changed;
+        spec |= member_changed && k != "metadata" && k != "status";
+    }
+    (changed, spec)
+}
+
+/// `metadata.generation` one higher (from 1 when unset): the spec changed.
+fn bump_generation(object: &mut Value) {
+    let generation = engine::convert::pointer(object, "/metadata/generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    json::set_path(object, &["metadata", "generation"], json!(generation + 1));
+}
+
+fn set_resource_version(object: &mut Value, rv: u64) {
+    json::set_path(
+        object,
+        &["metadata", "resourceVersion"],
+        json!(rv.to_string()),
+    );
+}
+
+/// A patch naming a resourceVersion is a precondition, as the API server holds it.
+fn check_precondition(key: &ObjKey, current: &Value, patch: &Value) -> Result<(), ApiError> {
+    fn version(v: &Value) -> Option<&str> {
+        engine::convert::pointer(v, "/metadata/resourceVersion").and_then(Value::as_str)
+    }
+    match version(patch) {
+        Some(rv) if version(current) != Some(rv) => Err(ApiError::Conflict(format!(
+            "Operation cannot be fulfilled on {} {:?}: the object has been modified; please apply your changes to the latest version and try again",
+            key.kind, key.name
+        ))),
+        _ => Ok(()),
+    }
 }
 
 pub fn not_found(key: &ObjKey) -> ApiError {
@@ -673,4 +757,196 @@ pub fn not_found(key: &ObjKey) -> ApiError {
         super::plural(&key.kind),
         key.name
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const NOW: Timestamp = Timestamp(1_704_067_200_000);
+
+    /// Values of a merge patch or an object: members named as Kubernetes objects name them
+    /// (so that patches meet what is stored), `null` among them.
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            (0u8..3).prop_map(|n| json!(n)),
+            prop::sample::select(vec!["a", "b"]).prop_map(|s| json!(s)),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop::sample::select(vec!["x", "y", "spec", "status", "labels"]),
+                    inner,
+                    0..4
+                )
+                .prop_map(|m| Value::Object(
+                    m.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+                )),
+            ]
+        })
+    }
+
+    /// A stored object, its finalizers and spec drawn, and a patch on any part of it.
+    fn object_and_patch() -> impl Strategy<Value = (Value, Value, Part)> {
+        let finalizers = prop::collection::vec(prop::sample::select(vec!["f1", "f2"]), 0..3);
+        let deleting = any::<bool>();
+        let patch_meta = prop_oneof![
+            Just(None),
+            Just(Some(json!({"finalizers": null}))),
+            Just(Some(json!({"finalizers": ["f1"]}))),
+            Just(Some(json!({"labels": {"l": "v"}}))),
+            Just(Some(json!({"deletionTimestamp": "2024-01-01T00:00:00Z"}))),
+            Just(Some(
+                json!({"deletionTimestamp": "2024-01-01T00:00:00Z", "finalizers": []})
+            )),
+            Just(Some(Value::Null)),
+        ];
+        let part = prop::sample::select(vec![Part::Main, Part::Status, Part::Whole]);
+        (
+            finalizers,
+            deleting,
+            value(),
+            value(),
+            value(),
+            patch_meta,
+            part,
+        )
+            .prop_map(
+                |(finalizers, deleting, spec, status, patch, patch_meta, part)| {
+                    let mut object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "o", "namespace": "ns", "finalizers": finalizers},
+                    "spec": spec, "status": status});
+                    if deleting {
+                        object["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
+                    }
+                    let mut patch = match patch {
+                        Value::Object(m) => Value::Object(m),
+                        other => json!({"spec": other}),
+                    };
+                    if let Some(meta) = patch_meta {
+                        patch["metadata"] = meta;
+                    }
+                    (object, patch, part)
+                },
+            )
+    }
+
+    /// The patch as the API server's semantics read: the whole object copied, merged, checked
+    /// and compared with what is stored.
+    fn reference_patch(
+        store: &mut ClusterStore,
+        key: &ObjKey,
+        patch: &Value,
+        part: Part,
+    ) -> Result<Written, ApiError> {
+        let current = store.get(key).ok_or_else(|| not_found(key))?;
+        check_precondition(key, current, patch)?;
+        let mut next = Value::clone(current);
+        match part {
+            Part::Whole => json::merge_patch(&mut next, patch),
+            Part::Main => {
+                let mut p = patch.clone();
+                if let Some(m) = p.as_object_mut() {
+                    m.remove("status");
+                }
+                json::merge_patch(&mut next, &p);
+            }
+            Part::Status => {
+                if let Some(status) = patch.get("status") {
+                    let slot = next.as_object_mut().unwrap().entry("status");
+                    json::merge_patch(slot.or_insert(Value::Null), status);
+                }
+            }
+        }
+        let deleting = json::is_deleting(current);
+        if deleting && !json::is_deleting(&next) {
+            return Err(ApiError::Invalid(
+                "metadata.deletionTimestamp: field is immutable".into(),
+            ));
+        }
+        let before = json::finalizers(current);
+        if deleting && json::finalizers(&next).iter().any(|f| !before.contains(f)) {
+            return Err(ApiError::Invalid(
+                "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted".into(),
+            ));
+        }
+        if &next == current {
+            return Ok(Written {
+                key: key.clone(),
+                object: store.get_shared(key).cloned(),
+                removed: None,
+            });
+        }
+        if part != Part::Status && spec_changed(current, &next) {
+            bump_generation(&mut next);
+        }
+        let had_finalizers = !before.is_empty();
+        store.finish_write(key.clone(), next, had_finalizers)
+    }
+
+    proptest! {
+        /// A patch applied in place leaves the store, the answer and the watch's change as
+        /// the reference semantics do.
+        #[test]
+        fn a_patch_is_what_the_reference_semantics_make_of_it((object, patch, part) in object_and_patch()) {
+            let mut store = ClusterStore::new("t");
+            store.record_changes(8);
+            let key = store.create(object, NOW).expect("creates").key;
+            let mut copied = store.clone();
+            let in_place = store.patch(&key, &patch, part);
+            let by_copy = reference_patch(&mut copied, &key, &patch, part);
+            match (&in_place, &by_copy) {
+                (Ok(a), Ok(b)) => {
+                    prop_assert_eq!(a.object.as_deref(), b.object.as_deref());
+                    prop_assert_eq!(a.removed.as_deref(), b.removed.as_deref());
+                }
+                (Err(a), Err(b)) => prop_assert_eq!(a, b),
+                _ => prop_assert!(false, "{:?} against {:?}", in_place, by_copy),
+            }
+            prop_assert_eq!(store.get(&key), copied.get(&key));
+            prop_assert_eq!(store.resource_version(), copied.resource_version());
+            let changes = |s: &ClusterStore| -> Vec<(u64, Value)> {
+                s.changes_since(0).expect("kept").map(|c| (c.resource_version, Value::clone(&c.object))).collect()
+            };
+            prop_assert_eq!(changes(&store), changes(&copied));
+        }
+    }
+
+    /// What the engine reads of an object follows a patch made in place.
+    #[test]
+    fn a_patch_in_place_renews_what_the_object_reads_as() {
+        let mut store = ClusterStore::new("t");
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+                          "spec": {"unschedulable": false}});
+        let key = store.create(node, NOW).expect("creates").key;
+        let unschedulable = |store: &ClusterStore| match store.iter_read(|_| true).next() {
+            Some((_, _, Ok(Some(engine::model::Object::Node(n))))) => n.unschedulable,
+            other => panic!("{other:?}"),
+        };
+        assert!(!unschedulable(&store));
+        store
+            .patch(&key, &json!({"spec": {"unschedulable": true}}), Part::Main)
+            .expect("patches");
+        assert!(unschedulable(&store));
+    }
+
+    /// An object nothing else holds is patched where it is stored, not copied.
+    #[test]
+    fn a_patch_of_an_object_nothing_else_holds_copies_nothing() {
+        let mut store = ClusterStore::new("t");
+        let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": "o", "namespace": "ns"}, "spec": {"a": 1}});
+        let key = store.create(object, NOW).expect("creates").key;
+        let before = Arc::as_ptr(store.get_shared(&key).expect("stored"));
+        let written = store
+            .patch(&key, &json!({"spec": {"a": 2}}), Part::Main)
+            .expect("patches");
+        let after = written.object.expect("kept");
+        assert_eq!(Arc::as_ptr(&after), before);
+        assert_eq!(after["spec"]["a"], 2);
+        assert_eq!(after["metadata"]["generation"], 2);
+    }
 }
