@@ -129,12 +129,27 @@ impl Timestamp {
         let days = secs.div_euclid(86_400);
         let rem = secs.rem_euclid(86_400);
         let (y, m, d) = civil_from_days(days);
-        format!(
-            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-            rem / 3600,
-            (rem % 3600) / 60,
-            rem % 60
-        )
+        let (hh, mm, ss) = (rem / 3600, (rem % 3600) / 60, rem % 60);
+        if !(0..=9999).contains(&y) {
+            return format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}Z");
+        }
+        // Every write stamps a time: digits into place, not through the formatting machinery.
+        let mut out = *b"0000-00-00T00:00:00Z";
+        for (at, width, value) in [
+            (0, 4, y),
+            (5, 2, m),
+            (8, 2, d),
+            (11, 2, hh),
+            (14, 2, mm),
+            (17, 2, ss),
+        ] {
+            let mut value = value;
+            for slot in out[at..at + width].iter_mut().rev() {
+                *slot = b'0' + (value % 10) as u8;
+                value /= 10;
+            }
+        }
+        out.iter().map(|&b| char::from(b)).collect()
     }
 }
 
@@ -367,6 +382,31 @@ mod tests {
             Some(t.to_api_precision()),
             "what is written reads back as the API-precision time"
         );
+    }
+
+    #[test]
+    fn rfc3339_is_written_as_the_formatter_writes_it() {
+        let formatted = |t: Timestamp| {
+            let secs = t.0.div_euclid(1000);
+            let rem = secs.rem_euclid(86_400);
+            let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+            let (hh, mm, ss) = (rem / 3600, (rem % 3600) / 60, rem % 60);
+            format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}Z")
+        };
+        let mut t: i64 = -62_167_219_200_000 - 86_400_000; // a day before 0000-01-01
+        while t < 253_402_300_800_000 + 86_400_000 {
+            assert_eq!(Timestamp(t).to_rfc3339(), formatted(Timestamp(t)), "{t}");
+            t += 7_919_999_999; // about three months, never on a boundary twice
+        }
+        for t in [
+            0,
+            999,
+            1_704_067_199_999,
+            253_402_300_799_999,
+            253_402_300_800_000,
+        ] {
+            assert_eq!(Timestamp(t).to_rfc3339(), formatted(Timestamp(t)), "{t}");
+        }
     }
 
     #[test]
