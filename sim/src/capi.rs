@@ -23,6 +23,7 @@
 //! `sim/src/capi_pools.rs`. Which pods its drain evicts, waits for or leaves alone (the drain
 //! label, MachineDrainRules and their order) is `sim/src/capi_drain.rs`.
 
+use crate::api::json::Pointer as _;
 use crate::api::{ObjKey, Part, eviction, json};
 use crate::capi_drain;
 use crate::env::Env;
@@ -325,7 +326,7 @@ impl CapiModel {
         let annotations = json::annotations(machine);
         let paused = cluster
             .as_ref()
-            .is_some_and(|c| c.pointer("/spec/paused").and_then(Value::as_bool) == Some(true))
+            .is_some_and(|c| c.at_pointer("/spec/paused").and_then(Value::as_bool) == Some(true))
             || annotations.contains_key(PAUSED_ANNOTATION);
         if paused {
             return Step::Done;
@@ -336,7 +337,7 @@ impl CapiModel {
             && node_name.is_some()
             && self.active_control_planes(env, &key.namespace, &cluster_name) > 0;
         let infra = machine
-            .pointer("/spec/infrastructureRef")
+            .at_pointer("/spec/infrastructureRef")
             .and_then(|r| json::ref_target(r, &key.namespace))
             .map(|(k, _)| k);
         let infra_obj = infra
@@ -344,7 +345,7 @@ impl CapiModel {
             .and_then(|k| env.api.get(&Scope::Management, k))
             .cloned();
         let pre_terminate_started = machine
-            .pointer("/status/deletion/waitForPreTerminateHookStartTime")
+            .at_pointer("/status/deletion/waitForPreTerminateHookStartTime")
             .is_some_and(|v| !v.is_null());
         if node_allowed {
             let hooks = hooks(&annotations, PRE_DRAIN_HOOK_PREFIX);
@@ -419,7 +420,7 @@ impl CapiModel {
                 let attached = env
                     .api
                     .get(&scope, &ObjKey::new("", "Node", "", node))
-                    .and_then(|n| n.pointer("/status/volumesAttached"))
+                    .and_then(|n| n.at_pointer("/status/volumesAttached"))
                     .and_then(Value::as_array)
                     .is_some_and(|v| !v.is_empty());
                 if attached {
@@ -472,7 +473,7 @@ impl CapiModel {
             };
         }
         let bootstrap = machine
-            .pointer("/spec/bootstrap/configRef")
+            .at_pointer("/spec/bootstrap/configRef")
             .and_then(|r| json::ref_target(r, &key.namespace))
             .map(|(k, _)| k);
         for (target, action, reason) in [
@@ -548,7 +549,7 @@ impl CapiModel {
             return Drain::Finished;
         };
         if node_obj
-            .pointer("/spec/unschedulable")
+            .at_pointer("/spec/unschedulable")
             .and_then(Value::as_bool)
             != Some(true)
             && let Ok(w) = env.api.store_mut(scope).patch(
@@ -589,7 +590,7 @@ impl CapiModel {
         // An unreachable Node (Ready Unknown): pods deleting for over a second are skipped and
         // evictions ask a one-second grace period.
         let unreachable = node_obj
-            .pointer("/status/conditions")
+            .at_pointer("/status/conditions")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -667,7 +668,7 @@ impl CapiModel {
             return now;
         };
         if let Some(set) = machine
-            .pointer(&format!("/status/deletion/{field}"))
+            .at_pointer(&format!("/status/deletion/{field}"))
             .and_then(Value::as_str)
         {
             return set.to_string();
@@ -701,7 +702,7 @@ impl CapiModel {
             "/status/conditions"
         };
         let mut conditions: Vec<Value> = current
-            .pointer(path)
+            .at_pointer(path)
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
@@ -930,7 +931,7 @@ impl Unfinished {
 /// `spec.deletion.*Seconds` as a duration (nil or 0: no limit).
 fn seconds_at(machine: &Value, pointer: &str) -> Option<Duration> {
     machine
-        .pointer(pointer)
+        .at_pointer(pointer)
         .and_then(Value::as_i64)
         .filter(|s| *s > 0)
         .map(Duration::from_secs)
@@ -944,7 +945,7 @@ fn timed_out(
     now: Timestamp,
 ) -> bool {
     let start = machine
-        .pointer(&format!("/status/deletion/{start_field}"))
+        .at_pointer(&format!("/status/deletion/{start_field}"))
         .and_then(Value::as_str)
         .and_then(|t| Timestamp::parse_rfc3339(t).ok());
     match (start, timeout) {

@@ -14,6 +14,7 @@
 //! | the lowest order among pods waited for is evicted (or waited for) now, the others later | `EvictPods` `minOrder` |
 //! | an invalid selector in any rule of the namespace fails the drain | `GetMachineDrainRules` |
 
+use crate::api::json::Pointer as _;
 use crate::api::{ClusterStore, ObjKey, json};
 use engine::model::DRAIN_LABEL;
 use engine::time::{Duration, Timestamp};
@@ -168,7 +169,7 @@ pub(crate) fn classify(
         Some("Succeeded" | "Failed")
     );
     let daemonset = pod
-        .pointer("/metadata/ownerReferences")
+        .at_pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()

@@ -16,6 +16,7 @@
 //!
 //! Not modelled: matchExpressions selectors, the MHC's own conditions and events.
 
+use crate::api::json::Pointer as _;
 use crate::api::{ObjKey, Part, json};
 use crate::env::Env;
 use engine::model::{
@@ -75,7 +76,7 @@ impl Checks {
     fn read(mhc: &Value) -> Checks {
         let v1beta1 = json::api_version(mhc).ends_with("v1beta1");
         let entries = |pointer: &str, timeout: &dyn Fn(&Value) -> Option<Duration>| {
-            mhc.pointer(pointer)
+            mhc.at_pointer(pointer)
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
@@ -105,7 +106,7 @@ impl Checks {
                 },
                 trigger: match json::str_at(mhc, "spec.unhealthyRange") {
                     Some(r) if !r.is_empty() => Trigger::Range(r.to_string()),
-                    _ => Trigger::MaxUnhealthy(int_or_string(mhc.pointer("/spec/maxUnhealthy"))),
+                    _ => Trigger::MaxUnhealthy(int_or_string(mhc.at_pointer("/spec/maxUnhealthy"))),
                 },
             }
         } else {
@@ -113,7 +114,7 @@ impl Checks {
                 node_conditions: entries("/spec/checks/unhealthyNodeConditions", &seconds),
                 machine_conditions: entries("/spec/checks/unhealthyMachineConditions", &seconds),
                 startup: match mhc
-                    .pointer("/spec/checks/nodeStartupTimeoutSeconds")
+                    .at_pointer("/spec/checks/nodeStartupTimeoutSeconds")
                     .and_then(Value::as_i64)
                 {
                     Some(s) if s > 0 => Some(Duration::from_secs(s)),
@@ -123,7 +124,7 @@ impl Checks {
                 trigger: match json::str_at(mhc, "spec.remediation.triggerIf.unhealthyInRange") {
                     Some(r) if !r.is_empty() => Trigger::Range(r.to_string()),
                     _ => Trigger::MaxUnhealthy(int_or_string(
-                        mhc.pointer("/spec/remediation/triggerIf/unhealthyLessThanOrEqualTo"),
+                        mhc.at_pointer("/spec/remediation/triggerIf/unhealthyLessThanOrEqualTo"),
                     )),
                 },
             }
@@ -176,7 +177,7 @@ fn conditions(obj: &Value) -> impl Iterator<Item = &Value> {
     };
     [current, legacy]
         .into_iter()
-        .filter_map(|p| obj.pointer(p).and_then(Value::as_array))
+        .filter_map(|p| obj.at_pointer(p).and_then(Value::as_array))
         .flatten()
 }
 
@@ -207,12 +208,12 @@ pub(crate) fn reconcile(env: &mut Env<'_>, actor: &str, mhc_key: &ObjKey) -> Opt
     let cluster = env.api.get(&Scope::Management, &cluster_key).cloned();
     let cluster_paused = cluster
         .as_ref()
-        .is_some_and(|c| c.pointer("/spec/paused").and_then(Value::as_bool) == Some(true));
+        .is_some_and(|c| c.at_pointer("/spec/paused").and_then(Value::as_bool) == Some(true));
     if cluster_paused || json::annotations(&mhc).contains_key(PAUSED_ANNOTATION) {
         return None;
     }
     let selector: Vec<(String, String)> = mhc
-        .pointer("/spec/selector/matchLabels")
+        .at_pointer("/spec/selector/matchLabels")
         .and_then(Value::as_object)
         .map(|m| {
             m.iter()
@@ -271,7 +272,7 @@ pub(crate) fn reconcile(env: &mut Env<'_>, actor: &str, mhc_key: &ObjKey) -> Opt
     }
     let expected = targets.len() as u64;
     let allowed = checks.allowed(expected, expected - healthy);
-    let template = mhc.pointer("/spec/remediation/templateRef").cloned();
+    let template = mhc.at_pointer("/spec/remediation/templateRef").cloned();
     // Unhealthy targets first, then the healthy ones (§2.5, §2.6).
     verdicts.sort_by_key(|(_, _, h)| !matches!(h, Health::Unhealthy { .. }));
     let mut unhealthy_pass_over = false;
@@ -339,7 +340,7 @@ pub(crate) fn reconcile(env: &mut Env<'_>, actor: &str, mhc_key: &ObjKey) -> Opt
         "remediationsAllowed": allowed.unwrap_or(0)});
     let unchanged = ["expectedMachines", "currentHealthy", "remediationsAllowed"]
         .iter()
-        .all(|f| mhc.pointer(&format!("/status/{f}")) == counts.get(*f));
+        .all(|f| mhc.at_pointer(&format!("/status/{f}")) == counts.get(*f));
     if unchanged {
         return next;
     }
@@ -388,7 +389,7 @@ fn request(
     let spec = env
         .api
         .get(&Scope::Management, &template_key)
-        .and_then(|t| t.pointer("/spec/template/spec").cloned())
+        .and_then(|t| t.at_pointer("/spec/template/spec").cloned())
         .unwrap_or_else(|| json!({}));
     let object = json!({
         "apiVersion": template["apiVersion"], "kind": request.kind,
@@ -510,7 +511,7 @@ fn judge(
         }
         (Some(_), Some(node)) => {
             let node_conditions = node
-                .pointer("/status/conditions")
+                .at_pointer("/status/conditions")
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten();
@@ -614,7 +615,7 @@ fn set_conditions(
 ) {
     let v1beta1 = json::api_version(machine).ends_with("v1beta1");
     let mut list: Vec<Value> = machine
-        .pointer(if v1beta1 {
+        .at_pointer(if v1beta1 {
             "/status/v1beta2/conditions"
         } else {
             "/status/conditions"

@@ -14,6 +14,7 @@
 //!
 //! Not modelled: MachinePool Machines (§3.7), owner references, conditions, `versions`, events.
 
+use crate::api::json::Pointer as _;
 use crate::api::{ObjKey, Part, json};
 use crate::env::Env;
 use engine::model::{MACHINE_POOL_FINALIZER, PAUSED_ANNOTATION, Scope, UNINITIALIZED_TAINT};
@@ -108,7 +109,7 @@ pub(crate) fn reconcile(env: &mut Env<'_>, actor: &str, key: &ObjKey) -> Option<
         } else {
             status.ready = status.replicas;
             status.available = status.replicas;
-            status.up_to_date = pool.pointer("/spec/replicas").and_then(Value::as_i64);
+            status.up_to_date = pool.at_pointer("/spec/replicas").and_then(Value::as_i64);
         }
     }
     status.phase = phase(&pool, &status);
@@ -141,7 +142,7 @@ fn paused(env: &Env<'_>, pool: &Value) -> bool {
     );
     env.api
         .get(&Scope::Management, &key)
-        .and_then(|c| c.pointer("/spec/paused"))
+        .and_then(|c| c.at_pointer("/spec/paused"))
         .and_then(Value::as_bool)
         .unwrap_or(false)
 }
@@ -379,7 +380,7 @@ fn machines_of(env: &Env<'_>, pool: &Value) -> Vec<Value> {
                 })
                 .filter(|m| {
                     let controller = m
-                        .pointer("/metadata/ownerReferences")
+                        .at_pointer("/metadata/ownerReferences")
                         .and_then(Value::as_array)
                         .and_then(|rs| rs.iter().find(|r| r["controller"] == true));
                     controller
@@ -449,7 +450,7 @@ fn pool_machines(
             "metadata": {"name": name, "namespace": namespace, "labels": labels,
                 "annotations": json::get_path(pool, "spec.template.metadata.annotations"),
                 "ownerReferences": [{"apiVersion": json::api_version(pool), "kind": "MachinePool",
-                    "name": json::name(pool), "uid": pool.pointer("/metadata/uid"),
+                    "name": json::name(pool), "uid": pool.at_pointer("/metadata/uid"),
                     "controller": true, "blockOwnerDeletion": true}]},
             "spec": {"clusterName": cluster, "bootstrap": {"dataSecretName": ""},
                 "infrastructureRef": {"apiGroup": group, "kind": kind, "name": name},
@@ -547,7 +548,7 @@ fn node_refs(
         nodes.iter().any(|n| {
             !provider_id(n).is_empty()
                 && Some(json::name(n)) == r["name"].as_str()
-                && n.pointer("/metadata/uid") == r.get("uid")
+                && n.at_pointer("/metadata/uid") == r.get("uid")
         })
     };
     let ready_count = status.legacy_ready.unwrap_or(0);
@@ -557,7 +558,7 @@ fn node_refs(
     {
         return None;
     }
-    let spec_replicas = pool.pointer("/spec/replicas").and_then(Value::as_i64);
+    let spec_replicas = pool.at_pointer("/spec/replicas").and_then(Value::as_i64);
     if ids.is_empty() && spec_replicas != Some(0) {
         return None;
     }
@@ -576,8 +577,8 @@ fn node_refs(
         }
     }
     let min_ready = pool
-        .pointer("/spec/template/spec/minReadySeconds")
-        .or_else(|| pool.pointer("/spec/minReadySeconds"))
+        .at_pointer("/spec/template/spec/minReadySeconds")
+        .or_else(|| pool.at_pointer("/spec/minReadySeconds"))
         .and_then(Value::as_i64)
         .unwrap_or(0);
     let (mut refs, mut ready, mut available) = (Vec::new(), 0, 0);
@@ -587,10 +588,10 @@ fn node_refs(
         };
         refs.push(
             json!({"apiVersion": "v1", "kind": "Node", "name": json::name(node),
-                         "uid": node.pointer("/metadata/uid")}),
+                         "uid": node.at_pointer("/metadata/uid")}),
         );
         let condition = node
-            .pointer("/status/conditions")
+            .at_pointer("/status/conditions")
             .and_then(Value::as_array)
             .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"));
         if condition.is_some_and(|c| c["status"] == "True") {
@@ -631,7 +632,7 @@ fn annotate(env: &mut Env<'_>, actor: &str, pool: &Value, scope: &Scope, node: &
         return;
     };
     let taints: Vec<Value> = current
-        .pointer("/spec/taints")
+        .at_pointer("/spec/taints")
         .and_then(Value::as_array)
         .map(|ts| {
             ts.iter()
@@ -674,7 +675,7 @@ fn phase(pool: &Value, status: &Status) -> Option<String> {
     let managed = json::annotations(pool)
         .get("cluster.x-k8s.io/replicas-managed-by")
         .is_some_and(|v| v != "false");
-    if infra && let Some(want) = pool.pointer("/spec/replicas").and_then(Value::as_i64) {
+    if infra && let Some(want) = pool.at_pointer("/spec/replicas").and_then(Value::as_i64) {
         if want == ready {
             phase = Some("Running".into());
         } else if want > ready {

@@ -1,6 +1,7 @@
 //! Defaults the API server (and CAPI's webhooks, per the product decisions) apply on create.
 
 use crate::api::json;
+use crate::api::json::Pointer as _;
 use serde_json::{Value, json};
 
 pub const PROVIDER_FINALIZER: &str = "sim.lifecycle.x-k8s.io/provider";
@@ -17,7 +18,9 @@ pub fn apply_defaults(obj: &mut Value) {
             let spec = json::object_at(obj, &["spec"]);
             spec.entry("terminationGracePeriodSeconds")
                 .or_insert(json!(30));
-            if obj.pointer("/status/phase").is_none() && obj.pointer("/spec/nodeName").is_some() {
+            if obj.at_pointer("/status/phase").is_none()
+                && obj.at_pointer("/spec/nodeName").is_some()
+            {
                 let status = json::object_at(obj, &["status"]);
                 status.insert("phase".into(), json!("Running"));
                 status
@@ -69,7 +72,7 @@ pub fn apply_defaults(obj: &mut Value) {
 
 fn cluster_name_label(obj: &mut Value, path: &str) {
     let Some(cluster) = obj
-        .pointer(path)
+        .at_pointer(path)
         .and_then(Value::as_str)
         .map(str::to_string)
     else {
@@ -90,10 +93,10 @@ mod tests {
                              "spec": {"nodeName": "n1"}});
         apply_defaults(&mut pod);
         assert_eq!(
-            pod.pointer("/spec/terminationGracePeriodSeconds"),
+            pod.at_pointer("/spec/terminationGracePeriodSeconds"),
             Some(&json!(30))
         );
-        assert_eq!(pod.pointer("/status/phase"), Some(&json!("Running")));
+        assert_eq!(pod.at_pointer("/status/phase"), Some(&json!("Running")));
     }
 
     #[test]
@@ -101,9 +104,12 @@ mod tests {
         let mut v1 = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
                             "metadata": {"name": "m"}, "spec": {"clusterName": "c1"}});
         apply_defaults(&mut v1);
-        assert_eq!(v1.pointer("/spec/nodeDeletionTimeout"), Some(&json!("10s")));
         assert_eq!(
-            v1.pointer("/metadata/labels/cluster.x-k8s.io~1cluster-name"),
+            v1.at_pointer("/spec/nodeDeletionTimeout"),
+            Some(&json!("10s"))
+        );
+        assert_eq!(
+            v1.at_pointer("/metadata/labels/cluster.x-k8s.io~1cluster-name"),
             Some(&json!("c1"))
         );
         let mut v2 = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
@@ -111,7 +117,7 @@ mod tests {
                             "deletion": {"nodeDeletionTimeoutSeconds": 0}}});
         apply_defaults(&mut v2);
         assert_eq!(
-            v2.pointer("/spec/deletion/nodeDeletionTimeoutSeconds"),
+            v2.at_pointer("/spec/deletion/nodeDeletionTimeoutSeconds"),
             Some(&json!(0))
         );
     }

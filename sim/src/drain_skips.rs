@@ -4,6 +4,7 @@
 //! objects (it does not ask the engine); where a rule is too rich to judge here (expressions,
 //! namespace selectors) it assumes the pod may be skipped, so it never reports a false breach.
 
+use crate::api::json::Pointer as _;
 use crate::api::{FakeApi, json};
 use engine::model::Scope;
 use serde_json::Value;
@@ -87,11 +88,15 @@ pub(crate) fn drain_rule_may_skip(api: &FakeApi, machine: &Value, pod: &Value) -
         .any(|(_, rule)| {
             json::str_at(rule, "spec.drain.behavior") == Some("Skip")
                 && terms_may_match(
-                    rule.pointer("/spec/machines"),
+                    rule.at_pointer("/spec/machines"),
                     "clusterSelector",
                     &machine_labels,
                 )
-                && terms_may_match(rule.pointer("/spec/pods"), "namespaceSelector", &pod_labels)
+                && terms_may_match(
+                    rule.at_pointer("/spec/pods"),
+                    "namespaceSelector",
+                    &pod_labels,
+                )
         })
 }
 

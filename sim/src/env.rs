@@ -1,6 +1,7 @@
 //! What the world's parts act through ([`Env`]): the clock, the fake API, the timeline, and
 //! what follows every write (its watch event queued, the indexes and checks told).
 
+use crate::api::json::Pointer as _;
 use crate::api::{FakeApi, ObjKey, Part, Written};
 use crate::checks::Checks;
 use crate::clock::Clock;
@@ -84,7 +85,7 @@ impl Env<'_> {
             return;
         };
         let mut conditions: Vec<Value> = current
-            .pointer("/status/conditions")
+            .at_pointer("/status/conditions")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();

@@ -1,5 +1,6 @@
 //! Evaluating a scenario's `expect` entries against the run.
 
+use crate::api::json::Pointer as _;
 use crate::api::{FakeApi, json};
 use crate::clock::Clock;
 use crate::scenario::{Check, ExpectKind, ObjRef, Scenario};
@@ -544,7 +545,7 @@ fn find_condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
         "/status/deprecated/v1beta1/conditions",
     ]
     .iter()
-    .filter_map(|p| obj.pointer(p).and_then(Value::as_array))
+    .filter_map(|p| obj.at_pointer(p).and_then(Value::as_array))
     .flatten()
     .find(|c| c.get("type").and_then(Value::as_str) == Some(type_))
 }

@@ -6,6 +6,7 @@
 //! Machines are never remediated, and remediation respects maxInFlight and a short-circuited MHC.
 //! Liveness is checked at the end: a Machine still deleting long after it started must say why.
 
+use crate::api::json::Pointer as _;
 use crate::api::{FakeApi, ObjKey, json};
 use engine::model::{
     CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, DRAIN_LABEL, EXCLUDE_DRAIN_ANNOTATION, Kind,
@@ -74,11 +75,11 @@ fn uid(obj: Option<&Value>) -> String {
 }
 
 fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
-    obj.pointer("/status/conditions")
+    obj.at_pointer("/status/conditions")
         .and_then(Value::as_array)
         .into_iter()
         .chain(
-            obj.pointer("/status/v1beta2/conditions")
+            obj.at_pointer("/status/v1beta2/conditions")
                 .and_then(Value::as_array),
         )
         .flatten()
@@ -217,7 +218,7 @@ impl Checker {
             .flat_map(|s| s.list("cluster.x-k8s.io", "Machine"))
         {
             let Some(since) = m
-                .pointer("/metadata/deletionTimestamp")
+                .at_pointer("/metadata/deletionTimestamp")
                 .and_then(Value::as_str)
                 .and_then(|t| engine::Timestamp::parse_rfc3339(t).ok())
             else {
@@ -228,7 +229,7 @@ impl Checker {
             }
             let deleting = ["/status/conditions", "/status/v1beta2/conditions"]
                 .iter()
-                .filter_map(|p| m.pointer(p).and_then(Value::as_array))
+                .filter_map(|p| m.at_pointer(p).and_then(Value::as_array))
                 .flatten()
                 .find(|c| c.get("type").and_then(Value::as_str) == Some("Deleting"));
             let reason = deleting
@@ -402,7 +403,7 @@ impl Seen<'_> {
         if self
             .api
             .get(&Scope::Management, &cluster_key)
-            .and_then(|c| c.pointer("/spec/paused"))
+            .and_then(|c| c.at_pointer("/spec/paused"))
             .and_then(Value::as_bool)
             == Some(true)
         {
@@ -412,7 +413,7 @@ impl Seen<'_> {
         for mhc in self.api.mhcs_of(ns, cluster) {
             let selects = json::namespace(mhc) == ns
                 && mhc
-                    .pointer("/spec/selector/matchLabels")
+                    .at_pointer("/spec/selector/matchLabels")
                     .and_then(Value::as_object)
                     .is_some_and(|m| {
                         m.iter()
@@ -460,7 +461,7 @@ impl Seen<'_> {
     /// `maxInFlight` of the MachineDeployment that owns the Machine's MachineSet, as a count.
     fn max_in_flight(&self, machine: &Value) -> Option<usize> {
         let owner = |o: &Value, kind: &str| -> Option<String> {
-            o.pointer("/metadata/ownerReferences")?
+            o.at_pointer("/metadata/ownerReferences")?
                 .as_array()?
                 .iter()
                 .find(|r| r.get("kind").and_then(Value::as_str) == Some(kind))
@@ -479,10 +480,10 @@ impl Seen<'_> {
             &ObjKey::new("cluster.x-k8s.io", "MachineDeployment", ns, &md),
         )?;
         let limit = md
-            .pointer("/spec/remediation/maxInFlight")
-            .or_else(|| md.pointer("/spec/strategy/remediation/maxInFlight"))?;
+            .at_pointer("/spec/remediation/maxInFlight")
+            .or_else(|| md.at_pointer("/spec/strategy/remediation/maxInFlight"))?;
         let replicas = md
-            .pointer("/spec/replicas")
+            .at_pointer("/spec/replicas")
             .and_then(Value::as_i64)
             .unwrap_or(1);
         match limit {
@@ -513,9 +514,9 @@ impl Seen<'_> {
     /// (not excluded, no timeout configured, an active control-plane Machine exists).
     fn undrained_pods(&self, machine: &Value) -> Option<Vec<String>> {
         if json::annotations(machine).contains_key(EXCLUDE_DRAIN_ANNOTATION)
-            || machine.pointer("/spec/nodeDrainTimeout").is_some()
+            || machine.at_pointer("/spec/nodeDrainTimeout").is_some()
             || machine
-                .pointer("/spec/deletion/nodeDrainTimeoutSeconds")
+                .at_pointer("/spec/deletion/nodeDrainTimeoutSeconds")
                 .and_then(Value::as_i64)
                 .is_some_and(|s| s > 0)
         {
@@ -525,7 +526,7 @@ impl Seen<'_> {
         let ns = json::namespace(machine);
         let active_cp = self.api.machines_of(ns, cluster).into_iter().any(|m| {
             !json::is_deleting(m)
-                && m.pointer("/metadata/labels")
+                && m.at_pointer("/metadata/labels")
                     .and_then(Value::as_object)
                     .is_some_and(|l| l.contains_key(CONTROL_PLANE_LABEL))
         });
@@ -569,7 +570,7 @@ impl Seen<'_> {
             })
             .filter(|(_, p)| !crate::drain_skips::drain_rule_may_skip(self.api, machine, p))
             .filter(|(_, p)| {
-                !p.pointer("/metadata/ownerReferences")
+                !p.at_pointer("/metadata/ownerReferences")
                     .and_then(Value::as_array)
                     .is_some_and(|o| {
                         o.iter()
@@ -595,7 +596,7 @@ fn cluster_paused_for(api: &FakeApi, machine: &ObjKey) -> bool {
         &Scope::Management,
         &ObjKey::new("cluster.x-k8s.io", "Cluster", &machine.namespace, &cluster),
     )
-    .and_then(|c| c.pointer("/spec/paused"))
+    .and_then(|c| c.at_pointer("/spec/paused"))
     .and_then(Value::as_bool)
         == Some(true)
 }

@@ -8,6 +8,7 @@
 //! commands (replayed from its journal by the driver) become the run's actions, so the same
 //! expectations and invariants as in-process are checked.
 
+use crate::api::json::Pointer as _;
 use crate::api::store::ChangeType;
 use crate::api::{ClusterStore, Written, json};
 use crate::event::Event;
@@ -300,7 +301,7 @@ impl Live {
         };
         let (machine, action) = match (scope, key.group.as_str(), key.kind.as_str()) {
             (Scope::Workload(cluster), "", "Node")
-                if obj.pointer("/spec/unschedulable") == Some(&Value::Bool(true)) =>
+                if obj.at_pointer("/spec/unschedulable") == Some(&Value::Bool(true)) =>
             {
                 let machine = self.machine_on_node(cluster, &key.name);
                 (machine, engine::Action::Cordon { node: target("v1") })
@@ -874,15 +875,15 @@ mod tests {
         ]}, "metadata": {"name": "2024-01-01T00:00:00"}});
         rebase(&mut v, Duration::from_secs(90));
         assert_eq!(
-            v.pointer("/status/conditions/0/lastTransitionTime"),
+            v.at_pointer("/status/conditions/0/lastTransitionTime"),
             Some(&json!("2024-01-01T00:01:30Z"))
         );
         assert_eq!(
-            v.pointer("/status/conditions/0/reason"),
+            v.at_pointer("/status/conditions/0/reason"),
             Some(&json!("2024"))
         );
         assert_eq!(
-            v.pointer("/metadata/name"),
+            v.at_pointer("/metadata/name"),
             Some(&json!("2024-01-01T00:00:00"))
         );
     }

@@ -2,6 +2,7 @@
 //! model of CAPI's manager (`capiManager: true`), what its MachineSet controller does about
 //! `spec.replicas` (so `kubectl scale machineset` works against `sim serve`).
 
+use crate::api::json::Pointer as _;
 use crate::api::{FakeApi, ObjKey, json};
 use engine::model::Scope;
 use serde_json::{Value, json};
@@ -15,7 +16,10 @@ pub(crate) fn machine_from_template(
     name: &str,
 ) -> Value {
     let api_version = json::api_version(ms).to_string();
-    let template = ms.pointer("/spec/template").cloned().unwrap_or(json!({}));
+    let template = ms
+        .at_pointer("/spec/template")
+        .cloned()
+        .unwrap_or(json!({}));
     let mut spec = template.get("spec").cloned().unwrap_or(json!({}));
     spec["clusterName"] = json!(json::str_at(ms, "spec.clusterName").unwrap_or_default());
     for path in ["/infrastructureRef", "/bootstrap/configRef"] {
@@ -24,7 +28,7 @@ pub(crate) fn machine_from_template(
         }
     }
     let mut labels = template
-        .pointer("/metadata/labels")
+        .at_pointer("/metadata/labels")
         .cloned()
         .unwrap_or(json!({}));
     labels["cluster.x-k8s.io/set-name"] = json!(ms_name);
@@ -38,7 +42,7 @@ pub(crate) fn machine_from_template(
             "finalizers": [engine::model::MACHINE_FINALIZER],
             "ownerReferences": [{
                 "apiVersion": api_version, "kind": "MachineSet", "name": ms_name,
-                "uid": ms.pointer("/metadata/uid").cloned().unwrap_or(json!("")),
+                "uid": ms.at_pointer("/metadata/uid").cloned().unwrap_or(json!("")),
                 "controller": true, "blockOwnerDeletion": true
             }]
         },
@@ -63,7 +67,7 @@ pub(crate) fn scaling(api: &FakeApi, ms_key: &ObjKey) -> Scaling {
     let Some(ms) = api.get(&Scope::Management, ms_key) else {
         return Scaling::default();
     };
-    let replicas = ms.pointer("/spec/replicas").and_then(Value::as_u64);
+    let replicas = ms.at_pointer("/spec/replicas").and_then(Value::as_u64);
     let Some(replicas) = replicas.filter(|_| !json::is_deleting(ms)) else {
         return Scaling::default();
     };
@@ -102,7 +106,7 @@ pub(crate) fn scaling(api: &FakeApi, ms_key: &ObjKey) -> Scaling {
 
 fn owned_by(machine: &Value, ms_name: &str) -> bool {
     machine
-        .pointer("/metadata/ownerReferences")
+        .at_pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
         .is_some_and(|refs| {
             refs.iter().any(|o| {

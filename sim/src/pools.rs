@@ -1,5 +1,6 @@
 //! The fake pool provider: an InfraMachinePool that follows its MachinePool's `spec.replicas`.
 
+use crate::api::json::Pointer as _;
 use crate::api::{ObjKey, Part, json};
 use crate::env::Env;
 use crate::event::Event;
@@ -10,7 +11,7 @@ use serde_json::{Value, json};
 impl WorldState {
     /// The InfraMachinePool a MachinePool references, when the fake provider plays it.
     fn managed_infra_of(&self, pool: &Value) -> Option<ObjKey> {
-        let r = pool.pointer("/spec/template/spec/infrastructureRef")?;
+        let r = pool.at_pointer("/spec/template/spec/infrastructureRef")?;
         let (key, _) = json::ref_target(r, json::namespace(pool))?;
         self.managed_pools.contains_key(&key).then_some(key)
     }
@@ -29,13 +30,13 @@ impl WorldState {
             return;
         };
         let want = pool
-            .pointer("/spec/replicas")
+            .at_pointer("/spec/replicas")
             .and_then(Value::as_i64)
             .unwrap_or(1);
         let have = env
             .api
             .get(&Scope::Management, &infra)
-            .and_then(|i| i.pointer("/status/replicas"))
+            .and_then(|i| i.at_pointer("/status/replicas"))
             .and_then(Value::as_i64);
         let pending = self.pool_targets.get(pool_key).copied();
         if have == Some(want) && pending.is_none() || pending == Some(want) {
@@ -70,7 +71,7 @@ impl WorldState {
         let have = env
             .api
             .get(&Scope::Management, &infra)
-            .and_then(|i| i.pointer("/status/replicas"))
+            .and_then(|i| i.at_pointer("/status/replicas"))
             .and_then(Value::as_i64)
             .unwrap_or(0);
         let ids: Vec<String> = (0..want)
@@ -106,7 +107,7 @@ impl WorldState {
         let replicas = env
             .api
             .get(&Scope::Management, &infra)
-            .and_then(|i| i.pointer("/status/replicas"))
+            .and_then(|i| i.at_pointer("/status/replicas"))
             .and_then(Value::as_i64)
             .unwrap_or(0);
         if i64::from(index) >= replicas || json::is_deleting(&pool) {

@@ -4,6 +4,7 @@
 //! its watch was blind (a partition, injected errors, a slow API, conflicts, timeouts, a
 //! watch gap) does not count: the controller retries, or relists when the watch returns.
 
+use crate::api::json::Pointer as _;
 use crate::api::{ObjKey, json};
 use crate::scenario::FaultKind;
 use engine::model::MACHINE_FINALIZER;
@@ -32,7 +33,7 @@ pub struct Release {
 fn deletion_completed(machine: &Value) -> bool {
     ["/status/conditions", "/status/v1beta2/conditions"]
         .iter()
-        .filter_map(|p| machine.pointer(p).and_then(Value::as_array))
+        .filter_map(|p| machine.at_pointer(p).and_then(Value::as_array))
         .flatten()
         .any(|c| {
             c.get("type").and_then(Value::as_str) == Some("Deleting")

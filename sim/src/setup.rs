@@ -1,6 +1,7 @@
 //! Building the starting world from a scenario: its manifests, the namespaces its pods imply,
 //! and the provider objects of its MachinePools.
 
+use crate::api::json::Pointer as _;
 use crate::api::{ObjKey, json};
 use crate::defaults::{PROVIDER_FINALIZER, apply_defaults};
 use crate::env::Env;
@@ -64,7 +65,7 @@ impl WorldState {
             ("/spec/template/spec/infrastructureRef", true),
             ("/spec/template/spec/bootstrap/configRef", false),
         ] {
-            let Some(r) = pool.pointer(path) else {
+            let Some(r) = pool.at_pointer(path) else {
                 continue;
             };
             let Some((key, api_version)) = json::ref_target(r, &ns) else {

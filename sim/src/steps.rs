@@ -1,5 +1,6 @@
 //! Timeline steps: the scenario playing users, providers and hook controllers.
 
+use crate::api::json::Pointer as _;
 use crate::api::{ObjKey, Part, json};
 use crate::env::Env;
 use crate::scenario::{KubeletState, ObjRef, Step, StepAction};
@@ -72,7 +73,7 @@ impl WorldState {
                     let grace = env
                         .api
                         .get(&scope, &key)
-                        .and_then(|p| p.pointer("/spec/terminationGracePeriodSeconds"))
+                        .and_then(|p| p.at_pointer("/spec/terminationGracePeriodSeconds"))
                         .and_then(Value::as_i64);
                     env.api.store_mut(&scope).mark_deleting(&key, now, grace)
                 } else {
@@ -144,7 +145,7 @@ impl WorldState {
 }
 
 fn grace_of(pod: Option<&Value>) -> i64 {
-    pod.and_then(|p| p.pointer("/metadata/deletionGracePeriodSeconds"))
+    pod.and_then(|p| p.at_pointer("/metadata/deletionGracePeriodSeconds"))
         .and_then(Value::as_i64)
         .unwrap_or(0)
 }

@@ -1,6 +1,7 @@
 //! The fake world's duties: kubelet, node lifecycle, volumes, rescheduling, pod GC, providers,
 //! the fake MachineSet and the provisioning half of the Machine controller.
 
+use crate::api::json::Pointer as _;
 use crate::api::{ObjKey, Part, Written, json};
 use crate::defaults::PROVIDER_FINALIZER;
 use crate::env::Env;
@@ -43,7 +44,7 @@ pub struct WorldState {
 }
 
 fn controller_of(obj: &Value) -> Option<(String, String)> {
-    obj.pointer("/metadata/ownerReferences")
+    obj.at_pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)?
         .iter()
         .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))
@@ -240,7 +241,7 @@ impl WorldState {
             .and_then(|d| parse_go_duration(d).ok())
             .unwrap_or_else(|| {
                 let grace = pod
-                    .pointer("/metadata/deletionGracePeriodSeconds")
+                    .at_pointer("/metadata/deletionGracePeriodSeconds")
                     .and_then(Value::as_i64)
                     .unwrap_or(30);
                 self.knobs.pod_shutdown.min(Duration::from_secs(grace))
@@ -282,14 +283,14 @@ impl WorldState {
         for (_, n) in store.list("", "Node") {
             let name = json::name(n).to_string();
             let attached = n
-                .pointer("/status/volumesAttached")
+                .at_pointer("/status/volumesAttached")
                 .and_then(Value::as_array)
                 .is_some_and(|a| !a.is_empty());
             let va = store
                 .list("storage.k8s.io", "VolumeAttachment")
                 .any(|(_, v)| {
                     json::str_at(v, "spec.nodeName") == Some(name.as_str())
-                        && v.pointer("/status/attached").and_then(Value::as_bool) == Some(true)
+                        && v.at_pointer("/status/attached").and_then(Value::as_bool) == Some(true)
                 });
             if (attached || va) && !busy.contains(&name) {
                 to_detach.push(name);
@@ -323,7 +324,7 @@ impl WorldState {
         ));
         let node_key = ObjKey::new("", "Node", "", node);
         if let Some(n) = env.api.get(scope, &node_key)
-            && n.pointer("/status/volumesAttached")
+            && n.at_pointer("/status/volumesAttached")
                 .and_then(Value::as_array)
                 .is_some_and(|a| !a.is_empty())
             && let Ok(w) = env.api.store_mut(scope).patch(
@@ -457,7 +458,7 @@ impl WorldState {
         avoid: Option<&str>,
     ) -> Option<String> {
         let tolerations: Vec<String> = pod
-            .pointer("/spec/tolerations")
+            .at_pointer("/spec/tolerations")
             .and_then(Value::as_array)
             .map(|a| {
                 a.iter()
@@ -467,7 +468,7 @@ impl WorldState {
             .unwrap_or_default();
         env.api.store(scope)?.list("", "Node").find_map(|(_, n)| {
             let ready = n
-                .pointer("/status/conditions")
+                .at_pointer("/status/conditions")
                 .and_then(Value::as_array)
                 .and_then(|c| {
                     c.iter()
@@ -476,9 +477,9 @@ impl WorldState {
                 .and_then(|c| c.get("status").and_then(Value::as_str))
                 == Some("True");
             let unschedulable =
-                n.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true);
+                n.at_pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true);
             let tainted = n
-                .pointer("/spec/taints")
+                .at_pointer("/spec/taints")
                 .and_then(Value::as_array)
                 .is_some_and(|ts| {
                     ts.iter().any(|t| {
@@ -666,7 +667,7 @@ impl WorldState {
             ("/spec/infrastructureRef", true),
             ("/spec/bootstrap/configRef", false),
         ] {
-            let Some(r) = machine.pointer(path) else {
+            let Some(r) = machine.at_pointer(path) else {
                 continue;
             };
             let Some((key, api_version)) = json::ref_target(r, &ns) else {
@@ -753,7 +754,7 @@ impl WorldState {
         };
         let provider_id = format!("sim://{cluster}/{}", machine_key.name);
         let infra = machine
-            .pointer("/spec/infrastructureRef")
+            .at_pointer("/spec/infrastructureRef")
             .and_then(|r| json::ref_target(r, &machine_key.namespace));
         let ready = json!({"spec": {"providerID": provider_id},
                            "status": {"ready": true, "initialization": {"provisioned": true}}});

@@ -2,6 +2,7 @@
 
 use super::json;
 use super::store::{ApiError, ClusterStore, ObjKey, Written, not_found};
+use crate::api::json::Pointer as _;
 use engine::time::Timestamp;
 use serde_json::Value;
 
@@ -68,7 +69,7 @@ fn pod_is_healthy(pod: &Value) -> bool {
     !json::is_deleting(pod)
         && json::str_at(pod, "status.phase") == Some("Running")
         && pod
-            .pointer("/status/conditions")
+            .at_pointer("/status/conditions")
             .and_then(Value::as_array)
             .is_none_or(|conds| {
                 conds
@@ -92,7 +93,7 @@ fn scaled(v: &Value, total: i64) -> i64 {
 
 pub fn pdb_status(store: &ClusterStore, pdb: &Value) -> PdbStatus {
     let ns = json::namespace(pdb);
-    let selector = pdb.pointer("/spec/selector");
+    let selector = pdb.at_pointer("/spec/selector");
     let pods: Vec<&Value> = store
         .list("", "Pod")
         .filter(|(k, _)| k.namespace == ns)
@@ -101,9 +102,9 @@ pub fn pdb_status(store: &ClusterStore, pdb: &Value) -> PdbStatus {
         .collect();
     let expected = pods.len() as i64;
     let healthy = pods.iter().filter(|p| pod_is_healthy(p)).count() as i64;
-    let desired = if let Some(min) = pdb.pointer("/spec/minAvailable") {
+    let desired = if let Some(min) = pdb.at_pointer("/spec/minAvailable") {
         scaled(min, expected)
-    } else if let Some(max) = pdb.pointer("/spec/maxUnavailable") {
+    } else if let Some(max) = pdb.at_pointer("/spec/maxUnavailable") {
         (expected - scaled(max, expected)).max(0)
     } else {
         0
@@ -140,7 +141,7 @@ pub fn evict(
         });
     }
     let grace = grace_seconds.or_else(|| {
-        pod.pointer("/spec/terminationGracePeriodSeconds")
+        pod.at_pointer("/spec/terminationGracePeriodSeconds")
             .and_then(Value::as_i64)
     });
     let phase = json::str_at(&pod, "status.phase").unwrap_or("Pending");
@@ -150,7 +151,7 @@ pub fn evict(
         let pdbs: Vec<Value> = store
             .list("policy", "PodDisruptionBudget")
             .filter(|(k, _)| k.namespace == pod_key.namespace)
-            .filter(|(_, p)| selector_matches(p.pointer("/spec/selector"), &labels))
+            .filter(|(_, p)| selector_matches(p.at_pointer("/spec/selector"), &labels))
             .map(|(_, p)| p.clone())
             .collect();
         if pdbs.len() > 1 {

@@ -2,6 +2,18 @@
 
 use serde_json::{Map, Value};
 
+/// JSON pointers read without an allocation per token ([`engine::convert::pointer`]; each token
+/// of `Value::pointer` allocates): the simulator reads them on every write.
+pub trait Pointer {
+    fn at_pointer(&self, pointer: &str) -> Option<&Value>;
+}
+
+impl Pointer for Value {
+    fn at_pointer(&self, pointer: &str) -> Option<&Value> {
+        engine::convert::pointer(self, pointer)
+    }
+}
+
 /// RFC 7386 JSON merge patch: objects merge, `null` deletes, anything else replaces.
 pub fn merge_patch(target: &mut Value, patch: &Value) {
     merge_patch_changed(target, patch);

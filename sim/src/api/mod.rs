@@ -53,6 +53,7 @@ pub fn engine_key(scope: &Scope, key: &ObjKey) -> ObjectKey {
 #[cfg(test)]
 mod tests {
     use super::eviction::{self, PDB_VIOLATION};
+    use super::json::Pointer as _;
     use super::*;
     use engine::time::Timestamp;
     use serde_json::json;
@@ -278,7 +279,7 @@ mod tests {
         let pod = s.get(&key).unwrap();
         assert!(json::is_deleting(pod));
         assert_eq!(
-            pod.pointer("/metadata/deletionGracePeriodSeconds"),
+            pod.at_pointer("/metadata/deletionGracePeriodSeconds"),
             Some(&json!(30))
         );
         // 2 of 3 healthy left, 50% of 3 rounds up to 2: no more disruptions allowed.
@@ -378,8 +379,8 @@ mod tests {
         )
         .unwrap();
         let n = s.get(&key).unwrap();
-        assert_eq!(n.pointer("/status/x"), Some(&json!(1)));
-        assert_eq!(n.pointer("/spec/unschedulable"), None);
+        assert_eq!(n.at_pointer("/status/x"), Some(&json!(1)));
+        assert_eq!(n.at_pointer("/spec/unschedulable"), None);
         s.patch(
             &key,
             &json!({"spec": {"unschedulable": true}, "status": {"x": 2}}),
@@ -387,9 +388,9 @@ mod tests {
         )
         .unwrap();
         let n = s.get(&key).unwrap();
-        assert_eq!(n.pointer("/status/x"), Some(&json!(1)));
-        assert_eq!(n.pointer("/spec/unschedulable"), Some(&json!(true)));
-        assert_eq!(n.pointer("/metadata/generation"), Some(&json!(2)));
+        assert_eq!(n.at_pointer("/status/x"), Some(&json!(1)));
+        assert_eq!(n.at_pointer("/spec/unschedulable"), Some(&json!(true)));
+        assert_eq!(n.at_pointer("/metadata/generation"), Some(&json!(2)));
     }
 
     #[test]

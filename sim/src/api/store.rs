@@ -2,6 +2,7 @@
 //! generation, `deletionTimestamp` + finalizers, status subresource, merge patch.
 
 use super::json::{self, group_of};
+use crate::api::json::Pointer as _;
 use engine::intake::mirror::Reading;
 use engine::time::Timestamp;
 use serde_json::{Value, json};
@@ -482,7 +483,7 @@ impl ClusterStore {
             return self.create(obj, now);
         };
         for field in ["uid", "creationTimestamp", "deletionTimestamp"] {
-            if let Some(v) = existing.pointer(&format!("/metadata/{field}")).cloned() {
+            if let Some(v) = existing.at_pointer(&format!("/metadata/{field}")).cloned() {
                 json::object_at(&mut obj, &["metadata"])
                     .entry(field)
                     .or_insert(v);
@@ -667,7 +668,7 @@ impl ClusterStore {
 /// Whether two states of an object have the same resourceVersion.
 fn same_version(a: &Value, b: &Value) -> bool {
     fn version(v: &Value) -> Option<&str> {
-        v.pointer("/metadata/resourceVersion")
+        v.at_pointer("/metadata/resourceVersion")
             .and_then(Value::as_str)
     }
     version(a).is_some_and(|a| Some(a) == version(b))
