@@ -242,6 +242,12 @@ impl Engine {
         &self.store
     }
 
+    /// The engine's store, the engine taken apart (see [`Store::into_objects`]).
+    #[cfg(feature = "testing")]
+    pub fn into_store(self) -> Store {
+        self.store
+    }
+
     /// Reconciles and reconcile errors per controller since this process started.
     pub fn counters(&self) -> &crate::metrics::Counters {
         &self.counters

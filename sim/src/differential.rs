@@ -59,8 +59,8 @@ impl Differential {
     /// would write, reported once each. Nothing while an object does not read: a fresh
     /// controller has no last good reading of it, so it legitimately counts differently.
     /// The stale MHCs among those a controller in `ownership` reconciles (in takeover, the
-    /// adopted ones only). `last`: no list follows (the end of the run), so what is read is
-    /// not kept for the next check.
+    /// adopted ones only). What is read is lent to the fresh controller and given back for
+    /// the next check, unless this is the `last` (the end of the run).
     pub(crate) fn check(
         &mut self,
         api: &mut FakeApi,
@@ -73,7 +73,7 @@ impl Differential {
             .scopes()
             .into_iter()
             .map(|scope| {
-                let objects = listed(api, &scope, &reads, last);
+                let objects = listed(api, &scope, &reads);
                 (scope, objects)
             })
             .collect();
@@ -81,22 +81,33 @@ impl Differential {
             .iter()
             .any(|(_, objects)| objects.iter().any(|o| matches!(o, Object::Unreadable(_))));
         if unreadable {
+            if !last {
+                let keyed = listed.into_iter().flat_map(|(scope, objects)| {
+                    objects.into_iter().map(move |o| (o.key(&scope), o))
+                });
+                give_back(api, keyed);
+            }
             return Vec::new();
         }
         self.last_check = Some(now);
-        mhc_status_writes(listed, now, ownership)
+        let (writes, fresh) = mhc_status_writes(listed, now, ownership);
+        if !last {
+            give_back(api, fresh.into_store().into_objects());
+        }
+        writes
             .into_iter()
             .filter(|(mhc, _)| self.reported.insert(mhc.clone()))
             .collect()
     }
 }
 
-/// The MHC status a controller freshly listing `listed` at `now` writes: `(MHC, what)`.
+/// The MHC status a controller freshly listing `listed` at `now` writes: `(MHC, what)`, and
+/// that controller.
 fn mhc_status_writes(
     listed: Vec<(Scope, Vec<Object>)>,
     now: Timestamp,
     ownership: engine::ownership::Ownership,
-) -> Vec<(String, String)> {
+) -> (Vec<(String, String)>, Engine) {
     let mut fresh = Engine::new();
     fresh.handle(now, Input::Ownership(ownership));
     for (scope, objects) in listed {
@@ -113,31 +124,41 @@ fn mhc_status_writes(
             writes.push((target.to_string(), summary.clone()));
         }
     }
-    writes
+    (writes, fresh)
+}
+
+/// Gives the readings a fresh controller borrowed back to the API's stores: the next check
+/// lists them without reading or copying them again.
+fn give_back(api: &mut FakeApi, objects: impl Iterator<Item = (engine::model::ObjectKey, Object)>) {
+    for (key, object) in objects {
+        if matches!(object, Object::Unreadable(_)) {
+            continue;
+        }
+        if let Some(store) = api.existing_store_mut(&key.scope) {
+            let stored = crate::api::ObjKey::new(
+                key.kind.group(),
+                key.kind.name(),
+                &key.namespace,
+                &key.name,
+            );
+            store.give_back_reading(&stored, object);
+        }
+    }
 }
 
 /// Every object of `scope` the health checks may read ([`HealthReads`]), as a list would
-/// return them. What is read is kept for the next check (a copy goes to the fresh
-/// controller), unless this is the `last`.
-fn listed(api: &mut FakeApi, scope: &Scope, reads: &HealthReads, last: bool) -> Vec<Object> {
+/// return them: the readings already made are taken (see [`give_back`]).
+fn listed(api: &mut FakeApi, scope: &Scope, reads: &HealthReads) -> Vec<Object> {
     let Some(store) = api.existing_store_mut(scope) else {
         return Vec::new();
     };
-    let object = |value: &serde_json::Value, read: engine::intake::mirror::Reading| match read {
-        Ok(object) => object,
-        Err(e) => engine::convert::unreadable_of_json(scope, value, &e),
-    };
-    if last {
-        store
-            .read_owned(|k| reads.keeps(k))
-            .filter_map(|(_, value, read)| object(value, read))
-            .collect()
-    } else {
-        store
-            .iter_read(|k| reads.keeps(k))
-            .filter_map(|(_, value, read)| object(value, read.clone()))
-            .collect()
-    }
+    store
+        .read_owned(|k| reads.keeps(k))
+        .filter_map(|(_, value, read)| match read {
+            Ok(object) => object,
+            Err(e) => engine::convert::unreadable_of_json(scope, value, &e),
+        })
+        .collect()
 }
 
 /// The kinds the health checks read. Not those only a drain reads (`Kind::DRAIN_ONLY`: pods
@@ -215,6 +236,37 @@ mod tests {
             .collect()
     }
 
+    /// A check lends what it reads to the fresh controller and gets it back: afterwards every
+    /// object it read keeps its reading, which is what the object reads as (the next check
+    /// converts and copies none of them again).
+    #[test]
+    fn a_check_gives_back_the_readings_it_lent() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../scenarios/mhc-external-remediation.yaml");
+        let scenario = crate::scenario::load(&path).expect("loads");
+        let half = scenario.world.start + Duration(scenario.duration.as_millis() / 2);
+        let mut sim = Sim::new(scenario, 0, crate::feed::Feeder::new(None));
+        sim.setup();
+        sim.run_until(half);
+        let mut differential = Differential::default();
+        differential.check(&mut sim.api, sim.clock.now, Default::default(), false);
+        let reads = HealthReads::of(&sim.api);
+        let mut kept = 0;
+        for scope in sim.api.scopes() {
+            let store = sim.api.store(&scope).expect("listed");
+            for (key, value) in store.iter().filter(|(k, _)| reads.keeps(k)) {
+                let reading = store.kept_reading(key);
+                assert_eq!(
+                    reading,
+                    Some(&engine::convert::object_from_json(value)),
+                    "{key}"
+                );
+                kept += 1;
+            }
+        }
+        assert!(kept >= 10, "only {kept} objects read");
+    }
+
     /// Leaving out the kinds the health checks do not read (those only a drain reads, the
     /// provider objects that are not remediation templates or requests) changes no MHC status
     /// a fresh controller computes: on every scenario with an MHC, halfway and at its end.
@@ -241,10 +293,10 @@ mod tests {
             for until in [half, sim.clock.end] {
                 sim.run_until(until);
                 let now = sim.clock.now;
-                let everything =
+                let (everything, _) =
                     mhc_status_writes(listing(&sim.api, |_| true), now, Default::default());
                 let reads = HealthReads::of(&sim.api);
-                let health_kinds = mhc_status_writes(
+                let (health_kinds, _) = mhc_status_writes(
                     listing(&sim.api, |k| reads.keeps(k)),
                     now,
                     Default::default(),

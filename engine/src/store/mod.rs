@@ -196,6 +196,15 @@ impl MachinesByLabel {
 }
 
 impl Store {
+    /// The stored objects, taken apart: a simulator gives back what a throwaway engine read
+    /// instead of copying it for the engine and dropping the engine's copies.
+    #[cfg(feature = "testing")]
+    pub fn into_objects(self) -> impl Iterator<Item = (ObjectKey, Object)> {
+        self.objects
+            .into_entries()
+            .map(|(key, object)| (key, *object))
+    }
+
     pub fn get(&self, key: &ObjectKey) -> Option<&Object> {
         self.objects.get(key)
     }

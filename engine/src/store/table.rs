@@ -197,6 +197,14 @@ impl Table {
         (slot, None)
     }
 
+    /// The entries, taken apart.
+    pub fn into_entries(self) -> impl Iterator<Item = Entry> {
+        self.slots.into_iter().filter_map(|slot| match slot {
+            Slot::Filled(entry) => Some(entry),
+            Slot::Free(_) => None,
+        })
+    }
+
     pub fn remove(&mut self, key: &ObjectKey) -> Option<Box<Object>> {
         let slot = self.by_key.remove(key)?;
         let freed = std::mem::replace(&mut self.slots[slot as usize], Slot::Free(self.free));

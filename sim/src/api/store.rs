@@ -244,7 +244,8 @@ impl ClusterStore {
     }
 
     /// The objects whose key `keep` keeps, each with what the engine reads of it, owned: a
-    /// reading already made is taken, any other is made and not kept (a list no other follows).
+    /// reading already made is taken, any other is made; neither is kept (a list that only
+    /// lends them gives them back with [`ClusterStore::give_back_reading`]).
     pub fn read_owned(
         &mut self,
         keep: impl Fn(&ObjKey) -> bool,
@@ -324,6 +325,12 @@ impl ClusterStore {
         same_version(&stored.value, value).then(|| stored.read())
     }
 
+    /// The reading of the stored object, if one is made and kept.
+    #[cfg(test)]
+    pub fn kept_reading(&self, key: &ObjKey) -> Option<&Reading> {
+        self.objects.get(key)?.read.get()
+    }
+
     /// The reading of the stored object already made (by a list), handed over rather than
     /// copied, when `value` is that object; `None` when none was made: reading it is then the
     /// receiver's work, done once either way. A later list reads it again.
@@ -333,6 +340,22 @@ impl ClusterStore {
             return None;
         }
         stored.read.take()
+    }
+
+    /// Gives back the reading of the stored object that [`ClusterStore::read_owned`] took, once
+    /// its borrower is done with it: the next list need not read the object again. Kept only
+    /// while the object is still the one read (the same resourceVersion) and no reading was
+    /// made since.
+    pub fn give_back_reading(&mut self, key: &ObjKey, object: engine::model::Object) {
+        let Some(stored) = self.objects.get_mut(key) else {
+            return;
+        };
+        let stored_version = engine::convert::pointer(&stored.value, "/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .and_then(|v| v.parse::<u64>().ok());
+        if stored_version == Some(object.meta().resource_version) {
+            let _ = stored.read.set(Ok(Some(object)));
+        }
     }
 
     /// Objects of one kind as a list hands them out: each one's JSON and, when a list of the
@@ -932,6 +955,28 @@ mod tests {
             .patch(&key, &json!({"spec": {"unschedulable": true}}), Part::Main)
             .expect("patches");
         assert!(unschedulable(&store));
+    }
+
+    /// A reading given back is kept only for the object it was read from, not for a later
+    /// state of it.
+    #[test]
+    fn a_reading_given_back_is_kept_only_for_the_state_it_read() {
+        let mut store = ClusterStore::new("t");
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}});
+        let key = store.create(node, NOW).expect("creates").key;
+        let lent = |store: &mut ClusterStore| {
+            let (_, _, read) = store.read_owned(|_| true).next().expect("stored");
+            read.expect("reads").expect("a Node")
+        };
+        let before = lent(&mut store);
+        store
+            .patch(&key, &json!({"spec": {"unschedulable": true}}), Part::Main)
+            .expect("patches");
+        store.give_back_reading(&key, before);
+        assert_eq!(store.kept_reading(&key), None, "an earlier state's reading");
+        let now = lent(&mut store);
+        store.give_back_reading(&key, now.clone());
+        assert_eq!(store.kept_reading(&key), Some(&Ok(Some(now))));
     }
 
     /// An object nothing else holds is patched where it is stored, not copied.
