@@ -190,7 +190,10 @@ pub fn hooks_patch(pre_drain: Option<bool>, pre_terminate: Option<bool>) -> serd
             None => None,
         };
     }
-    serde_json::json!({"metadata": {"annotations": annotations}})
+    crate::convert::object([(
+        "metadata",
+        crate::convert::object([("annotations", serde_json::Value::Object(annotations))]),
+    )])
 }
 
 #[cfg(test)]

@@ -37,6 +37,17 @@ use field::At;
 use serde_json::Value;
 use std::fmt;
 
+/// A JSON object of `members`, in their order, the values moved in: `json!` would copy each
+/// value it is given through `serde_json::to_value` (a whole condition list, twice per write).
+pub fn object<const N: usize>(members: [(&str, Value); N]) -> Value {
+    Value::Object(
+        members
+            .into_iter()
+            .map(|(name, value)| (name.to_string(), value))
+            .collect(),
+    )
+}
+
 /// Up to how many members an object is searched by a scan rather than through its index.
 const SCAN_UP_TO: usize = 16;
 

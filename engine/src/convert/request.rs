@@ -163,9 +163,10 @@ pub fn request_for(command: &Command) -> ApiRequest {
         } => ApiRequest::MergePatch {
             target: target.clone(),
             subresource: Some(Subresource::Status),
-            patch: json!({
-                "status": conditions_json(capi_version_of(&target.api_version), conditions)
-            }),
+            patch: super::object([(
+                "status",
+                conditions_json(capi_version_of(&target.api_version), conditions),
+            )]),
         },
         Action::SetOwnCondition {
             target,
@@ -175,10 +176,19 @@ pub fn request_for(command: &Command) -> ApiRequest {
         } => ApiRequest::MergePatch {
             target: target.clone(),
             subresource: Some(Subresource::Status),
-            patch: json!({
-                "metadata": {"resourceVersion": resource_version.to_string()},
-                "status": conditions_json(capi_version_of(&target.api_version), conditions)
-            }),
+            patch: super::object([
+                (
+                    "metadata",
+                    super::object([(
+                        "resourceVersion",
+                        Value::String(resource_version.to_string()),
+                    )]),
+                ),
+                (
+                    "status",
+                    conditions_json(capi_version_of(&target.api_version), conditions),
+                ),
+            ]),
         },
         Action::PatchStatus { target, merge, .. } => ApiRequest::MergePatch {
             target: target.clone(),

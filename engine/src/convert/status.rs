@@ -1,7 +1,8 @@
 //! Condition lists written back where the object's API version keeps them.
 
+use super::object;
 use crate::model::{ApiVersion, Condition, Conditions, Severity};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 /// The CAPI API version of a `Target::api_version` such as `cluster.x-k8s.io/v1beta1`
 /// (v1beta2 for anything else: it is the storage version and the engine's default).
@@ -19,19 +20,22 @@ pub fn capi_version_of(api_version: &str) -> ApiVersion {
 /// v1beta1-type ones (whose schema wants at least one character).
 pub fn condition_json(c: &Condition, with_severity: bool) -> Value {
     let mut out = Map::new();
-    out.insert("type".to_string(), json!(c.type_));
-    out.insert("status".to_string(), json!(c.status.as_str()));
+    out.insert("type".to_string(), Value::from(c.type_.as_str()));
+    out.insert("status".to_string(), Value::from(c.status.as_str()));
     if with_severity && c.severity != Severity::None {
-        out.insert("severity".to_string(), json!(c.severity.as_str()));
+        out.insert("severity".to_string(), Value::from(c.severity.as_str()));
     }
     if let Some(t) = c.last_transition_time {
-        out.insert("lastTransitionTime".to_string(), json!(t.to_rfc3339()));
+        out.insert(
+            "lastTransitionTime".to_string(),
+            Value::String(t.to_rfc3339()),
+        );
     }
     if !c.reason.is_empty() {
-        out.insert("reason".to_string(), json!(c.reason));
+        out.insert("reason".to_string(), Value::from(c.reason.as_str()));
     }
     if !with_severity || !c.message.is_empty() {
-        out.insert("message".to_string(), json!(c.message));
+        out.insert("message".to_string(), Value::from(c.message.as_str()));
     }
     Value::Object(out)
 }
@@ -51,13 +55,16 @@ fn list(conditions: &[Condition], with_severity: bool) -> Value {
 /// Lists are always written whole: a merge patch replaces arrays.
 pub fn conditions_json(version: ApiVersion, c: &Conditions) -> Value {
     match version {
-        ApiVersion::V1Beta1 => json!({
-            "conditions": list(&c.legacy, true),
-            "v1beta2": {"conditions": list(&c.current, false)},
-        }),
-        ApiVersion::V1Beta2 => json!({
-            "conditions": list(&c.current, false),
-            "deprecated": {"v1beta1": {"conditions": list(&c.legacy, true)}},
-        }),
+        ApiVersion::V1Beta1 => object([
+            ("conditions", list(&c.legacy, true)),
+            ("v1beta2", object([("conditions", list(&c.current, false))])),
+        ]),
+        ApiVersion::V1Beta2 => object([
+            ("conditions", list(&c.current, false)),
+            (
+                "deprecated",
+                object([("v1beta1", object([("conditions", list(&c.legacy, true))]))]),
+            ),
+        ]),
     }
 }

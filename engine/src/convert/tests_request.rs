@@ -561,3 +561,25 @@ fn event_names_stay_valid_for_long_object_names() {
     assert_eq!(name.len(), 253);
     assert!(name.starts_with("mmm") && name.as_bytes()[236] == b'.');
 }
+
+/// A condition patch is written in one member order (the order a reader of the wire or a
+/// timeline sees): `status` holds the version's own list first, each condition `type`,
+/// `status`, `severity`, `lastTransitionTime`, `reason`, `message`.
+#[test]
+fn condition_patches_keep_their_member_order() {
+    let body = request(Action::SetCondition {
+        target: machine_target("v1beta1"),
+        conditions: conditions(),
+        summary: String::new(),
+    })
+    .body()
+    .expect("a merge patch");
+    assert_eq!(
+        serde_json::to_string(&body).unwrap(),
+        concat!(
+            r#"{"status":{"conditions":[{"type":"Ready","status":"True"},"#,
+            r#"{"type":"DrainingSucceeded","status":"False","severity":"Info","lastTransitionTime":"2024-01-01T00:01:00Z","reason":"Draining"}],"#,
+            r#""v1beta2":{"conditions":[{"type":"Deleting","status":"True","lastTransitionTime":"2024-01-01T00:01:00Z","reason":"DrainingNode","message":"Drain not completed yet"}]}}}"#
+        )
+    );
+}

@@ -494,7 +494,10 @@ fn ensure_cluster_owner(
         ControllerId::Health,
         Action::SetOwnerReference {
             target: capi_target(key.clone(), mhc.version),
-            merge: JsonText::from_value(&json!({ "metadata": meta })),
+            merge: JsonText::from_value(&crate::convert::object([(
+                "metadata",
+                Value::Object(meta),
+            )])),
             summary: summary.join(", "),
         },
         format!(

@@ -113,7 +113,10 @@ impl SyncCx<'_> {
             ControllerId::Health,
             Action::PatchStatus {
                 target: target.clone(),
-                merge: JsonText::from_value(&json!({ "status": status })),
+                merge: JsonText::from_value(&crate::convert::object([(
+                    "status",
+                    serde_json::Value::Object(status),
+                )])),
                 summary: summary.clone(),
             },
             format!("MachineHealthCheck {}: {summary}", self.mhc_name()),

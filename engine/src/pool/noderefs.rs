@@ -121,7 +121,10 @@ pub fn node_patch(node: &Node, cluster: &str, namespace: &str, pool: &str) -> Op
             .iter()
             .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
             .collect();
-        patch.insert("metadata".into(), json!({ "annotations": annotations }));
+        patch.insert(
+            "metadata".into(),
+            crate::convert::object([("annotations", Value::Object(annotations))]),
+        );
     }
     if tainted {
         let kept: Vec<Value> = node
