@@ -365,13 +365,25 @@ impl MhcMemo {
     }
 }
 
+/// `namespace/name`, written only when a log line is.
+struct NamespacedName<'a>(&'a str, &'a str);
+
+impl std::fmt::Display for NamespacedName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.0, self.1)
+    }
+}
+
 fn log_transition(mhc: &ObjectKey, e: &Evaluated<'_>, now: Timestamp) {
     let m = e.machine;
-    let machine = format!("{}/{}", m.meta.namespace, m.meta.name);
+    // Written only when logged: a reconcile judges every target of its MHC.
+    let machine = tracing::field::display(NamespacedName(&m.meta.namespace, &m.meta.name));
     match e.class {
         TargetClass::Unhealthy => {
-            let why: Vec<String> = e.verdict.findings.iter().map(|f| f.message()).collect();
-            tracing::info!(mhc = %mhc, machine, "Target is unhealthy: {}", why.join("; "));
+            if tracing::enabled!(tracing::Level::INFO) {
+                let why: Vec<String> = e.verdict.findings.iter().map(|f| f.message()).collect();
+                tracing::info!(mhc = %mhc, machine, "Target is unhealthy: {}", why.join("; "));
+            }
         }
         TargetClass::Pending => {
             let next = e

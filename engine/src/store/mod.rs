@@ -529,7 +529,7 @@ impl Store {
     ) -> impl Iterator<Item = &ObjectKey> {
         self.indexes
             .machines_by_cluster
-            .get(&(Scope::Management, format!("{namespace}/{cluster}")))
+            .get(&cluster_slot(namespace, cluster))
             .into_iter()
             .flatten()
     }
@@ -556,7 +556,7 @@ impl Store {
     ) -> impl Iterator<Item = &ObjectKey> {
         self.indexes
             .health_checks_by_cluster
-            .get(&(Scope::Management, format!("{namespace}/{cluster}")))
+            .get(&cluster_slot(namespace, cluster))
             .into_iter()
             .flatten()
     }
@@ -565,7 +565,7 @@ impl Store {
     pub fn active_control_plane_machines(&self, namespace: &str, cluster: &str) -> usize {
         self.indexes
             .active_control_plane_by_cluster
-            .get(&(Scope::Management, format!("{namespace}/{cluster}")))
+            .get(&cluster_slot(namespace, cluster))
             .map_or(0, BTreeSet::len)
     }
 
@@ -742,6 +742,16 @@ impl Store {
     }
 }
 
+/// The key of the per-Cluster indexes, `(management, "<namespace>/<cluster>")`, built without
+/// the formatting machinery: every Machine change looks one up.
+fn cluster_slot(namespace: &str, cluster: &str) -> (Scope, String) {
+    let mut slot = String::with_capacity(namespace.len() + 1 + cluster.len());
+    slot.push_str(namespace);
+    slot.push('/');
+    slot.push_str(cluster);
+    (Scope::Management, slot)
+}
+
 impl Indexes {
     /// Moves `key` from where `before` sat to where `after` sits.
     /// Keeps the tombstone of a Node or provider object: set while it is seen gone.
@@ -810,10 +820,7 @@ impl Indexes {
                         self.node_ref_since.remove(key);
                     }
                 }
-                let at = (
-                    Scope::Management,
-                    format!("{}/{}", m.meta.namespace, m.cluster_name),
-                );
+                let at = cluster_slot(&m.meta.namespace, &m.cluster_name);
                 if is_active_control_plane(m) {
                     set_membership(
                         &mut self.active_control_plane_by_cluster,
@@ -829,10 +836,7 @@ impl Indexes {
                 self.referrer_since.entry(key.clone()).or_insert(change);
             }
             Object::MachineHealthCheck(h) => {
-                let at = (
-                    Scope::Management,
-                    format!("{}/{}", h.meta.namespace, h.cluster_name),
-                );
+                let at = cluster_slot(&h.meta.namespace, &h.cluster_name);
                 set_membership(&mut self.health_checks_by_cluster, at, key, add);
             }
             _ => {}

@@ -198,6 +198,7 @@ impl Table {
     }
 
     /// The entries, taken apart.
+    #[cfg(feature = "testing")]
     pub fn into_entries(self) -> impl Iterator<Item = Entry> {
         self.slots.into_iter().filter_map(|slot| match slot {
             Slot::Filled(entry) => Some(entry),
