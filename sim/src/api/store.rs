@@ -350,9 +350,7 @@ impl ClusterStore {
         let Some(stored) = self.objects.get_mut(key) else {
             return;
         };
-        let stored_version = engine::convert::pointer(&stored.value, "/metadata/resourceVersion")
-            .and_then(Value::as_str)
-            .and_then(|v| v.parse::<u64>().ok());
+        let stored_version = resource_version(&stored.value).and_then(|v| v.parse::<u64>().ok());
         if stored_version == Some(object.meta().resource_version) {
             let _ = stored.read.set(Ok(Some(object)));
         }
@@ -551,9 +549,9 @@ impl ClusterStore {
         if had_finalizers && json::is_deleting(value) && !json::has_finalizers(value) {
             return Ok(self.remove(key));
         }
-        let rv = self.bump();
-        let stored = self.objects.get_mut(key).expect("read above");
-        set_resource_version(Arc::make_mut(&mut stored.value), rv);
+        // `stored` borrows the objects only: the version counter moves beside it.
+        self.resource_version += 1;
+        set_resource_version(value, self.resource_version);
         let object = stored.value.clone();
         self.log_change(ChangeType::Modified, key, &object);
         Ok(Written {
@@ -690,11 +688,14 @@ impl ClusterStore {
 
 /// Whether two states of an object have the same resourceVersion.
 fn same_version(a: &Value, b: &Value) -> bool {
-    fn version(v: &Value) -> Option<&str> {
-        v.at_pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str)
-    }
-    version(a).is_some_and(|a| Some(a) == version(b))
+    resource_version(a).is_some_and(|a| Some(a) == resource_version(b))
+}
+
+/// `metadata.resourceVersion`, as stored.
+fn resource_version(object: &Value) -> Option<&str> {
+    object
+        .at_pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
 }
 
 /// Whether anything outside `metadata` and `status` differs (what bumps `generation`).
@@ -763,11 +764,8 @@ fn set_resource_version(object: &mut Value, rv: u64) {
 
 /// A patch naming a resourceVersion is a precondition, as the API server holds it.
 fn check_precondition(key: &ObjKey, current: &Value, patch: &Value) -> Result<(), ApiError> {
-    fn version(v: &Value) -> Option<&str> {
-        engine::convert::pointer(v, "/metadata/resourceVersion").and_then(Value::as_str)
-    }
-    match version(patch) {
-        Some(rv) if version(current) != Some(rv) => Err(ApiError::Conflict(format!(
+    match resource_version(patch) {
+        Some(rv) if resource_version(current) != Some(rv) => Err(ApiError::Conflict(format!(
             "Operation cannot be fulfilled on {} {:?}: the object has been modified; please apply your changes to the latest version and try again",
             key.kind, key.name
         ))),
