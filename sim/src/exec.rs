@@ -3,7 +3,7 @@
 
 use crate::api::{ApiError, FakeApi, ObjKey, Part, Written, eviction, json};
 use crate::timeline::{ActionRecord, EventRecord, Line, Timeline};
-use engine::convert::{ApiRequest, Subresource, request_for};
+use engine::convert::{ApiRequest, Subresource};
 use engine::model::Scope;
 use engine::outcome::{CAUSE_DISRUPTION_BUDGET, CAUSE_NAMESPACE_TERMINATING, Cause};
 use engine::time::Timestamp;
@@ -127,12 +127,12 @@ impl Timeline {
 pub(crate) fn apply(
     api: &mut FakeApi,
     scope: &Scope,
-    command: &Command,
+    request: ApiRequest,
     now: Timestamp,
 ) -> Result<(Option<Written>, bool), ApiOutcome> {
-    let request = request_for(command);
     let key = obj_key(request.target());
-    let result: Result<Option<Written>, ApiError> = match &request {
+    let answers_removed = !matches!(request, ApiRequest::Delete { .. });
+    let result: Result<Option<Written>, ApiError> = match request {
         ApiRequest::MergePatch {
             subresource, patch, ..
         } => {
@@ -140,10 +140,9 @@ pub(crate) fn apply(
                 Some(Subresource::Status) => Part::Status,
                 _ => Part::Main,
             };
-            api.store_mut(scope).patch(&key, patch, part).map(Some)
+            api.store_mut(scope).patch(&key, &patch, part).map(Some)
         }
-        ApiRequest::Create { body, .. } => {
-            let mut body = body.clone();
+        ApiRequest::Create { mut body, .. } => {
             crate::defaults::apply_defaults(&mut body);
             if json::kind(&body) == "Event" {
                 Ok(None)
@@ -163,34 +162,41 @@ pub(crate) fn apply(
         ApiRequest::Evict {
             grace_period_seconds,
             ..
-        } => eviction::evict(api.store_mut(scope), &key, *grace_period_seconds, now)
+        } => eviction::evict(api.store_mut(scope), &key, grace_period_seconds, now)
             .map(|eviction::Evicted::Deleting(w)| Some(w)),
-        ApiRequest::AddFinalizer { finalizer, .. }
-        | ApiRequest::RemoveFinalizer { finalizer, .. } => {
-            let add = matches!(request, ApiRequest::AddFinalizer { .. });
-            match api.get(scope, &key) {
-                None => Err(crate::api::store::not_found(&key)),
-                Some(obj) => {
-                    let mut list = json::finalizers(obj);
-                    let has = list.contains(finalizer);
-                    if add == has {
-                        Ok(None)
-                    } else {
-                        if add {
-                            list.push(finalizer.clone());
-                        } else {
-                            list.retain(|f| f != finalizer);
-                        }
-                        api.store_mut(scope)
-                            .patch(&key, &json!({"metadata": {"finalizers": list}}), Part::Main)
-                            .map(Some)
-                    }
-                }
-            }
+        ApiRequest::AddFinalizer { finalizer, .. } => {
+            set_finalizer(api, scope, &key, finalizer, true)
+        }
+        ApiRequest::RemoveFinalizer { finalizer, .. } => {
+            set_finalizer(api, scope, &key, finalizer, false)
         }
     };
-    let answers_removed = !matches!(request, ApiRequest::Delete { .. });
     result
         .map(|written| (written, answers_removed))
         .map_err(outcome_of)
+}
+
+/// Adds (`add`) or removes a finalizer: no write when the list already says so.
+fn set_finalizer(
+    api: &mut FakeApi,
+    scope: &Scope,
+    key: &ObjKey,
+    finalizer: String,
+    add: bool,
+) -> Result<Option<Written>, ApiError> {
+    let Some(obj) = api.get(scope, key) else {
+        return Err(crate::api::store::not_found(key));
+    };
+    let mut list = json::finalizers(obj);
+    if add == list.contains(&finalizer) {
+        return Ok(None);
+    }
+    if add {
+        list.push(finalizer);
+    } else {
+        list.retain(|f| *f != finalizer);
+    }
+    api.store_mut(scope)
+        .patch(key, &json!({"metadata": {"finalizers": list}}), Part::Main)
+        .map(Some)
 }

@@ -24,6 +24,7 @@ use crate::scenario::Scenario;
 use crate::scenario::{FaultKind, FaultSpec, StepAction};
 use crate::timeline::Timeline;
 use crate::world::WorldState;
+use engine::convert::ApiRequest;
 use engine::intake::Arrival;
 use engine::intake::mirror::{Delivered, StreamEvent};
 use engine::intake::streams::stream_id;
@@ -677,14 +678,15 @@ impl Sim {
     fn carry_out(&mut self, command: Command, delayed: bool) {
         let target = command.action.target().clone();
         let scope = target.key.scope.clone();
-        let hit = crate::wire::Hit::of_request(&engine::convert::request_for(&command));
+        let request = engine::convert::request_for(&command);
+        let hit = crate::wire::Hit::of_request(&request);
         let attempt = self.faults.attempt(&scope, &hit, delayed);
         let intercept = self
             .faults
             .intercept(&scope, &hit, attempt, self.clock.now, delayed);
         let (outcome, wrote) = match intercept {
             crate::faults::Intercept::Pass => {
-                let outcome = self.apply_request(&scope, &command);
+                let outcome = self.apply_request(&scope, &command, request);
                 let wrote = outcome.is_success();
                 (outcome, wrote)
             }
@@ -749,9 +751,14 @@ impl Sim {
     }
 
     /// Executes the request; returns the outcome, queuing the watch events of what it wrote.
-    fn apply_request(&mut self, scope: &Scope, command: &Command) -> ApiOutcome {
+    fn apply_request(
+        &mut self,
+        scope: &Scope,
+        command: &Command,
+        request: ApiRequest,
+    ) -> ApiOutcome {
         let now = self.clock.now;
-        match crate::exec::apply(&mut self.api, scope, command, now) {
+        match crate::exec::apply(&mut self.api, scope, request, now) {
             Ok((written, answers_removed)) => {
                 let request_key = crate::exec::obj_key(command.action.target());
                 let answered = written.as_ref().and_then(|w| {
