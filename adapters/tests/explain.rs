@@ -58,8 +58,8 @@ fn ok(args: &[&str], journal: &Path) -> String {
 fn a_drain_blocked_by_a_pdb_names_the_pdb_its_numbers_and_the_retry() {
     let tmp = tempfile::tempdir().unwrap();
     let j = journal(tmp.path(), "deletion-pdb-blocks-until-rescheduled");
-    // Record 23: web-0 is gone, web-1's eviction was refused and waits for its retry.
-    let held = ok(&["explain", "machine", "default/m1", "--until", "23"], &j);
+    // Record 16: web-0 is gone, web-1's eviction was refused and waits for its retry.
+    let held = ok(&["explain", "machine", "default/m1", "--until", "16"], &j);
     insta::assert_snapshot!("pdb_blocked_drain_held", held);
     let readme =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
@@ -147,14 +147,14 @@ fn a_pool_story_has_its_phases_and_replicas() {
 fn json_tells_the_same_story_as_text() {
     let tmp = tempfile::tempdir().unwrap();
     let j = journal(tmp.path(), "deletion-pdb-blocks-until-rescheduled");
-    let text = ok(&["explain", "machine", "default/m1", "--until", "23"], &j);
+    let text = ok(&["explain", "machine", "default/m1", "--until", "16"], &j);
     let json = ok(
         &[
             "explain",
             "machine",
             "default/m1",
             "--until",
-            "23",
+            "16",
             "--format",
             "json",
         ],
@@ -162,7 +162,7 @@ fn json_tells_the_same_story_as_text() {
     );
     let story: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(story["object"], "Machine default/m1");
-    assert_eq!(story["journal"]["last_seq"], 23);
+    assert_eq!(story["journal"]["last_seq"], 16);
     let phases = story["phases"].as_array().unwrap();
     assert_eq!(phases.len(), 1, "{phases:?}");
     assert_eq!(phases[0]["reason"], "DrainingNode");
@@ -332,8 +332,8 @@ fn a_paused_cluster_and_a_finished_deletion_say_what_is_left() {
     );
     let tmp = tempfile::tempdir().unwrap();
     let j = journal(tmp.path(), "deletion-pdb-blocks-until-rescheduled");
-    // Record 51: DeletionCompleted written, the finalizer not yet released.
-    let done = ok(&["explain", "machine", "default/m1", "--until", "51"], &j);
+    // Record 36: DeletionCompleted written, the finalizer not yet released.
+    let done = ok(&["explain", "machine", "default/m1", "--until", "36"], &j);
     insta::assert_snapshot!(
         "deletion_completed_not_gone_now",
         &done[done.find("\nNow ").unwrap() + 1..]
@@ -404,7 +404,7 @@ fn explain_reads_a_journal_a_controller_holds_open_and_changes_nothing() {
     );
     let story = ok(&["explain", "machine", "default/m1"], &j);
     assert!(
-        story.contains("gone since 2024-01-01T00:08:20Z (record #42)"),
+        story.contains("gone since 2024-01-01T00:08:20Z (record #28)"),
         "{story}"
     );
     assert_eq!(files(&j), before);
@@ -434,14 +434,14 @@ fn an_mhc_with_an_invalid_spec_says_to_fix_the_spec() {
 fn a_missing_kubeconfig_secret_is_told_in_the_story_and_in_what_would_unblock_it() {
     let tmp = tempfile::tempdir().unwrap();
     let j = journal(tmp.path(), "faults-kubeconfig-missing");
-    // Record 30, 02:10: the Secret is still missing.
-    let held = ok(&["explain", "machine", "default/m1", "--until", "30"], &j);
+    // Record 23, 02:10: the Secret is still missing.
+    let held = ok(&["explain", "machine", "default/m1", "--until", "23"], &j);
     assert!(
         held.contains("    - create Secret default/c1-kubeconfig (type cluster.x-k8s.io/secret)"),
         "{held}"
     );
     insta::assert_snapshot!("kubeconfig_missing_machine_held", held);
-    let mhc = ok(&["explain", "mhc", "default/workers", "--until", "30"], &j);
+    let mhc = ok(&["explain", "mhc", "default/workers", "--until", "23"], &j);
     insta::assert_snapshot!("kubeconfig_missing_mhc_held", mhc);
     let whole = ok(&["explain", "machine", "default/m1"], &j);
     assert!(

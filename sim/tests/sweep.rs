@@ -280,8 +280,10 @@ fn batched_feeding_breaks_no_invariant_and_stays_deterministic() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // Without batching the two counts are equal; with it, about 1.7x fewer records (2x before
+    // the watch events of the controllers' own writes stopped being journaled at all).
     assert!(
-        batched_records * 2 < plain_records,
+        batched_records * 3 < plain_records * 2,
         "batching happened: {batched_records} journal records batched vs {plain_records} one by one"
     );
 }

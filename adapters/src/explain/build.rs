@@ -376,8 +376,15 @@ impl Explainer {
                 }
                 Input::Delete { key } => observe(t, chapter.as_mut(), r, key.clone(), None),
                 Input::ApiResult { command, outcome } => {
+                    let issued = t.issued.remove(command);
+                    // The answer brings the written object into the cache as a watch event would
+                    // (whose event, of the same version, is then not journaled).
+                    if let (Some(c), ApiOutcome::Ok { object: Some(o) }) = (&issued, outcome) {
+                        let key = o.key(&c.action.target().key.scope);
+                        observe(t, chapter.as_mut(), r, key, Some(o));
+                    }
                     // A command not sent was told as such when decided; its answer is no refusal.
-                    if let Some(c) = t.issued.remove(command)
+                    if let Some(c) = issued
                         && !matches!(outcome, ApiOutcome::Ok { .. } | ApiOutcome::NotSent { .. })
                     {
                         chapter.refused(t, r, &c, &outcome.summary());

@@ -33,7 +33,7 @@ pub(crate) fn object_meta(root: &At) -> Result<ObjectMeta, ConvertError> {
 
 /// `metadata.resourceVersion` is opaque to clients; the fake API and etcd both use decimal
 /// counters, so a number is kept and anything else reads as 0 (never an error: it only orders).
-fn resource_version(at: &At) -> u64 {
+pub(super) fn resource_version(at: &At) -> u64 {
     match at.value() {
         Some(serde_json::Value::String(s)) => s.parse().unwrap_or(0),
         Some(serde_json::Value::Number(n)) => n.as_u64().unwrap_or(0),

@@ -300,6 +300,38 @@ pub fn unreadable_of_json(scope: &Scope, value: &Value, problem: &ConvertError) 
     }))
 }
 
+/// Which object a JSON object is and at which resourceVersion, read without converting it:
+/// `None` for what [`object_from_json`] would not model or could not name, and for a
+/// resourceVersion that is not a number (it then orders nothing).
+pub struct Identity<'a> {
+    pub kind: Kind,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub resource_version: u64,
+}
+
+pub fn identity(value: &Value) -> Option<Identity<'_>> {
+    let root = At::root(value).object().ok()?;
+    let info = type_info(&root).ok()?;
+    if !info.is_modelled() {
+        return None;
+    }
+    let metadata = root.get("metadata").object().ok()?;
+    let resource_version = common::resource_version(&metadata.get("resourceVersion"));
+    if resource_version == 0 {
+        return None;
+    }
+    Some(Identity {
+        namespace: metadata
+            .get("namespace")
+            .value()
+            .map_or(Some(""), Value::as_str)?,
+        name: metadata.get("name").value()?.as_str()?,
+        kind: info.kind,
+        resource_version,
+    })
+}
+
 /// The key an object would be stored under in `scope`, read from `apiVersion`, `kind` and
 /// `metadata` only, so a watch DELETE of an object whose body no longer converts can still
 /// remove it. `Ok(None)` for kinds the engine does not model.

@@ -17,6 +17,7 @@
 use crate::Input;
 use crate::convert::{ConvertError, object_from_json, object_key_of_json, unreadable_of_json};
 use crate::model::{Kind, Object, ObjectKey, Scope};
+use crate::store::Store;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -234,7 +235,13 @@ impl Mirror {
     /// Applies one event; returns the inputs to feed (in order).
     /// Events of a stream that is not registered (stopped, or its cluster forgotten) are
     /// dropped: they would bring back what was forgotten.
-    pub fn on_event(&mut self, scope: &Scope, stream: &str, event: StreamEvent) -> Vec<Input> {
+    pub fn on_event(
+        &mut self,
+        scope: &Scope,
+        stream: &str,
+        event: StreamEvent,
+        cache: Option<&Store>,
+    ) -> Vec<Input> {
         let Some(mirror) = self.scopes.get_mut(scope) else {
             return Vec::new();
         };
@@ -288,6 +295,9 @@ impl Mirror {
                 inputs
             }
             StreamEvent::Apply(v) => {
+                if mirror.relisted && cache.is_some_and(|c| c.holds(scope, &v.value)) {
+                    return Vec::new();
+                }
                 let Some((key, object)) = convert(scope, v, &mut self.unreadable) else {
                     return Vec::new();
                 };
@@ -351,31 +361,42 @@ mod tests {
         let mut m = Mirror::default();
         m.register(&scope, NODES);
         m.register(&scope, PODS);
-        assert!(m.on_event(&scope, NODES, StreamEvent::Init).is_empty());
-        m.on_event(&scope, NODES, StreamEvent::InitApply(node("n1").into()));
-        assert!(m.on_event(&scope, NODES, StreamEvent::InitDone).is_empty());
-        // Not relisted yet: an event only updates the mirror.
         assert!(
-            m.on_event(&scope, NODES, StreamEvent::Apply(node("n2").into()))
+            m.on_event(&scope, NODES, StreamEvent::Init, None)
                 .is_empty()
         );
-        m.on_event(&scope, PODS, StreamEvent::Init);
-        m.on_event(&scope, PODS, StreamEvent::InitApply(pod("p1").into()));
-        let inputs = m.on_event(&scope, PODS, StreamEvent::InitDone);
+        m.on_event(
+            &scope,
+            NODES,
+            StreamEvent::InitApply(node("n1").into()),
+            None,
+        );
+        assert!(
+            m.on_event(&scope, NODES, StreamEvent::InitDone, None)
+                .is_empty()
+        );
+        // Not relisted yet: an event only updates the mirror.
+        assert!(
+            m.on_event(&scope, NODES, StreamEvent::Apply(node("n2").into()), None)
+                .is_empty()
+        );
+        m.on_event(&scope, PODS, StreamEvent::Init, None);
+        m.on_event(&scope, PODS, StreamEvent::InitApply(pod("p1").into()), None);
+        let inputs = m.on_event(&scope, PODS, StreamEvent::InitDone, None);
         assert_eq!(relist_names(&inputs), ["n1", "n2", "p1"]);
         // Now events flow; a secret (not modelled) never reaches the engine.
         assert!(matches!(
-            m.on_event(&scope, PODS, StreamEvent::Apply(pod("p2").into()))
+            m.on_event(&scope, PODS, StreamEvent::Apply(pod("p2").into()), None)
                 .as_slice(),
             [Input::Upsert { .. }]
         ));
         let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "a"}});
         assert!(
-            m.on_event(&scope, PODS, StreamEvent::Apply(secret.into()))
+            m.on_event(&scope, PODS, StreamEvent::Apply(secret.into()), None)
                 .is_empty()
         );
         assert!(matches!(
-            m.on_event(&scope, NODES, StreamEvent::Delete(node("n2").into()))
+            m.on_event(&scope, NODES, StreamEvent::Delete(node("n2").into()), None)
                 .as_slice(),
             [Input::Delete { .. }]
         ));
@@ -386,9 +407,14 @@ mod tests {
                 .values()
                 .all(|s| s.objects.is_empty())
         );
-        m.on_event(&scope, NODES, StreamEvent::Init);
-        m.on_event(&scope, NODES, StreamEvent::InitApply(node("n3").into()));
-        let inputs = m.on_event(&scope, NODES, StreamEvent::InitDone);
+        m.on_event(&scope, NODES, StreamEvent::Init, None);
+        m.on_event(
+            &scope,
+            NODES,
+            StreamEvent::InitApply(node("n3").into()),
+            None,
+        );
+        let inputs = m.on_event(&scope, NODES, StreamEvent::InitDone, None);
         match inputs.as_slice() {
             [Input::RelistKind { kind, objects, .. }] => {
                 assert_eq!(*kind, Kind::Node);
@@ -406,10 +432,20 @@ mod tests {
         m.register(&scope, "nodes");
         let mut bad = node("n2");
         bad["status"] = json!({"conditions": [{"type": 17, "status": "True"}]});
-        m.on_event(&scope, "nodes", StreamEvent::Init);
-        m.on_event(&scope, "nodes", StreamEvent::InitApply(node("n1").into()));
-        m.on_event(&scope, "nodes", StreamEvent::InitApply(bad.clone().into()));
-        let inputs = m.on_event(&scope, "nodes", StreamEvent::InitDone);
+        m.on_event(&scope, "nodes", StreamEvent::Init, None);
+        m.on_event(
+            &scope,
+            "nodes",
+            StreamEvent::InitApply(node("n1").into()),
+            None,
+        );
+        m.on_event(
+            &scope,
+            "nodes",
+            StreamEvent::InitApply(bad.clone().into()),
+            None,
+        );
+        let inputs = m.on_event(&scope, "nodes", StreamEvent::InitDone, None);
         assert_eq!(relist_names(&inputs), ["n1", "n2"]);
         let [Input::Relist { objects, .. }] = inputs.as_slice() else {
             unreachable!()
@@ -426,7 +462,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(m.take_unreadable().len(), 1);
-        let inputs = m.on_event(&scope, "nodes", StreamEvent::Apply(bad.into()));
+        let inputs = m.on_event(&scope, "nodes", StreamEvent::Apply(bad.into()), None);
         assert!(
             matches!(inputs.as_slice(), [Input::Upsert { object, .. }] if matches!(**object, Object::Unreadable(_))),
             "{inputs:?}"
@@ -439,14 +475,19 @@ mod tests {
         let mut m = Mirror::default();
         m.register(&scope, "cluster.x-k8s.io/Machine");
         m.register(&scope, "infrastructure.cluster.x-k8s.io/FooMachine");
-        m.on_event(&scope, "cluster.x-k8s.io/Machine", StreamEvent::Init);
+        m.on_event(&scope, "cluster.x-k8s.io/Machine", StreamEvent::Init, None);
         assert!(
-            m.on_event(&scope, "cluster.x-k8s.io/Machine", StreamEvent::InitDone)
-                .is_empty()
+            m.on_event(
+                &scope,
+                "cluster.x-k8s.io/Machine",
+                StreamEvent::InitDone,
+                None
+            )
+            .is_empty()
         );
         let foo = "infrastructure.cluster.x-k8s.io/FooMachine";
         let refused = || StreamEvent::Unavailable("404".to_string());
-        let inputs = m.on_event(&scope, foo, refused());
+        let inputs = m.on_event(&scope, foo, refused(), None);
         let kind = Kind::from_group_kind("infrastructure.cluster.x-k8s.io", "FooMachine");
         assert!(
             matches!(inputs.as_slice(), [
@@ -456,10 +497,10 @@ mod tests {
             "{inputs:?}"
         );
         // The same refusal again (kube's watcher retries) is no news.
-        assert!(m.on_event(&scope, foo, refused()).is_empty());
+        assert!(m.on_event(&scope, foo, refused(), None).is_empty());
         // A list that succeeds clears the mark, then relists the kind with its objects.
-        m.on_event(&scope, foo, StreamEvent::Init);
-        let inputs = m.on_event(&scope, foo, StreamEvent::InitDone);
+        m.on_event(&scope, foo, StreamEvent::Init, None);
+        let inputs = m.on_event(&scope, foo, StreamEvent::InitDone, None);
         assert!(
             matches!(
                 inputs.as_slice(),

@@ -26,6 +26,7 @@ use crate::command::Command;
 use crate::connection::Unreachable;
 use crate::input::{ApiOutcome, Input};
 use crate::model::{ClusterName, Kind, Scope};
+use crate::store::Store;
 use mirror::{Mirror, StreamEvent};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -220,17 +221,23 @@ impl Intake {
     /// What has arrived, up to `max` inputs, as one input (`None` when nothing arrived that
     /// the engine must see).
     pub fn next_input(&mut self, max: usize) -> Option<Input> {
+        self.next_input_for(max, None)
+    }
+
+    /// [`Intake::next_input`] for an engine whose store is `cache`: what it already holds at
+    /// the version a watch event reports is left out ([`Store::holds`]).
+    pub fn next_input_for(&mut self, max: usize, cache: Option<&Store>) -> Option<Input> {
         let mut inputs = Vec::new();
         while inputs.len() < max.max(1) {
             let Some(arrival) = self.backlog.pop_front() else {
                 break;
             };
-            self.read(arrival, &mut inputs);
+            self.read(arrival, cache, &mut inputs);
         }
         (!inputs.is_empty()).then(|| Input::batch(inputs))
     }
 
-    fn read(&mut self, arrival: Arrival, inputs: &mut Vec<Input>) {
+    fn read(&mut self, arrival: Arrival, cache: Option<&Store>, inputs: &mut Vec<Input>) {
         match arrival {
             Arrival::Result { command, outcome } => {
                 inputs.push(Input::ApiResult { command, outcome })
@@ -279,7 +286,7 @@ impl Intake {
                 if scope == Scope::Management {
                     self.follow_references(&event);
                 }
-                inputs.extend(self.mirror.on_event(&scope, &stream, event));
+                inputs.extend(self.mirror.on_event(&scope, &stream, event, cache));
                 for scope in changed {
                     self.watch_drain_kinds(&scope, inputs);
                 }

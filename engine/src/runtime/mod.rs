@@ -397,7 +397,10 @@ impl<C: Core> Loop<C> {
             }
             let next = match self.own.pop_front() {
                 Some(input) => Some(input),
-                None => self.intake.next_input(self.options.batch_inputs_max),
+                None => self.intake.next_input_for(
+                    self.options.batch_inputs_max,
+                    self.core.engine().map(Engine::store),
+                ),
             };
             #[cfg(feature = "testing")]
             let next = self.plant(next);

@@ -589,6 +589,28 @@ impl Store {
         }
     }
 
+    /// Whether the cache already holds `value`'s object at its resourceVersion or a later one:
+    /// then a watch event of it can change nothing (most often it reports the controllers' own
+    /// write, whose answer brought the object), so it need not be read, journaled nor applied.
+    /// Resource versions are the API server's, so one version is one content. Never while an
+    /// object is unreadable: a readable event then must reach [`Store::upsert`].
+    pub fn holds(&self, scope: &Scope, value: &serde_json::Value) -> bool {
+        if !self.unreadable.is_empty() {
+            return false;
+        }
+        let Some(id) = crate::convert::identity(value) else {
+            return false;
+        };
+        let namespace = if id.kind.is_cluster_scoped() {
+            ""
+        } else {
+            id.namespace
+        };
+        self.objects
+            .find(scope, &id.kind, namespace, id.name)
+            .is_some_and(|(_, stored)| stored.meta().resource_version >= id.resource_version)
+    }
+
     /// Inserts or replaces an object. Returns what it replaced, or `None` when nothing changed
     /// or the update is older than what is cached.
     pub fn upsert(&mut self, scope: &Scope, object: impl Into<Box<Object>>) -> Option<Replaced> {
