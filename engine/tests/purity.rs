@@ -35,7 +35,7 @@ struct ProbeOnly {
     why: &'static str,
 }
 
-const PROBE_ONLY: [ProbeOnly; 4] = [
+const PROBE_ONLY: [ProbeOnly; 5] = [
     ProbeOnly {
         file: "store/table.rs",
         declared: &["by_key: HashMap<ObjectKey, u32"],
@@ -59,6 +59,12 @@ const PROBE_ONLY: [ProbeOnly; 4] = [
         declared: &["pub type FnvSet<'a> = HashSet<"],
         handles: &[],
         why: "membership of providerIDs in a pool's list (see the FnvSet bindings)",
+    },
+    ProbeOnly {
+        file: "model/name.rs",
+        declared: &["shared: std::collections::HashSet<Name>"],
+        handles: &["self.shared"],
+        why: "the shared name of a text, looked up or added; never listed",
     },
     ProbeOnly {
         file: "pool/replicas.rs",

@@ -215,7 +215,7 @@ impl CapiModel {
             .store(&Scope::Management)
             .map(|s| {
                 s.list("cluster.x-k8s.io", "MachineHealthCheck")
-                    .map(|(k, _)| k.namespace.clone())
+                    .map(|(k, _)| k.namespace.to_string())
                     .collect()
             })
             .unwrap_or_default();

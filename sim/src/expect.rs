@@ -440,7 +440,7 @@ impl View<'_> {
             .or_else(|| {
                 self.api
                     .find(&scope, &r.kind, &r.namespace, &r.name)
-                    .map(|(k, _)| k.group)
+                    .map(|(k, _)| k.group.to_string())
             })
             .unwrap_or_else(|| crate::api::default_group(&r.kind).to_string());
         ObjectKey::new(

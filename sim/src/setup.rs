@@ -39,7 +39,7 @@ impl WorldState {
             .store(scope)
             .map(|s| {
                 s.list("", "Pod")
-                    .map(|(k, _)| k.namespace.clone())
+                    .map(|(k, _)| k.namespace.to_string())
                     .collect()
             })
             .unwrap_or_default();

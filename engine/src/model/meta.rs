@@ -316,7 +316,7 @@ impl ObjectKey {
         ObjectKey(Arc::new(KeyParts {
             scope,
             kind,
-            namespace: Name::from(namespace),
+            namespace: Name::interned(namespace),
             name: Name::from(name),
             hash,
         }))

@@ -27,6 +27,43 @@ impl Name {
         static EMPTY: LazyLock<Name> = LazyLock::new(|| Name(Arc::from("")));
         EMPTY.clone()
     }
+
+    /// `s` as a name shared with every other `interned` one of the same text on this thread:
+    /// for the few values most keys repeat (namespaces, kinds, API groups). Equal shared
+    /// names compare by pointer, so a key comparison reads no bytes of them (in a large map,
+    /// each read was a cache miss, one heap copy per key). Past [`INTERNED_MAX`] distinct
+    /// texts a name is allocated as `Name::from` would: the table never grows without bound.
+    pub fn interned(s: &str) -> Name {
+        if s.is_empty() {
+            return Name::empty();
+        }
+        INTERNED.with_borrow_mut(|interner| interner.share(s))
+    }
+}
+
+/// Distinct texts [`Name::interned`] shares per thread.
+pub const INTERNED_MAX: usize = 4096;
+
+#[derive(Default)]
+struct Interner {
+    shared: std::collections::HashSet<Name>,
+}
+
+impl Interner {
+    fn share(&mut self, s: &str) -> Name {
+        if let Some(name) = self.shared.get(s) {
+            return name.clone();
+        }
+        let name = Name(Arc::from(s));
+        if self.shared.len() < INTERNED_MAX {
+            self.shared.insert(name.clone());
+        }
+        name
+    }
+}
+
+thread_local! {
+    static INTERNED: std::cell::RefCell<Interner> = std::cell::RefCell::default();
 }
 
 impl Deref for Name {
@@ -182,6 +219,25 @@ impl<'de> Deserialize<'de> for Name {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn interned_names_are_shared_until_the_table_is_full() {
+        let a = Name::interned("default");
+        let b = Name::interned(&String::from("default"));
+        assert!(Arc::ptr_eq(&a.0, &b.0));
+        assert_eq!(a, Name::from("default"));
+        assert!(Arc::ptr_eq(&Name::interned("").0, &Name::from("").0));
+        for i in 0..INTERNED_MAX {
+            Name::interned(&format!("ns-{i}"));
+        }
+        let late = Name::interned("late");
+        assert_eq!(late, Name::interned("late"));
+        assert!(
+            !Arc::ptr_eq(&late.0, &Name::interned("late").0),
+            "the table is full"
+        );
+        assert!(Arc::ptr_eq(&a.0, &Name::interned("default").0));
+    }
 
     #[test]
     fn order_and_equality_are_the_strings_whether_or_not_shared() {

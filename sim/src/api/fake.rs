@@ -118,7 +118,7 @@ impl FakeApi {
             .and_then(|o| json::str_at(o, "spec.clusterName"))
             .unwrap_or_default()
             .to_string();
-        let slot = (key.namespace.clone(), cluster);
+        let slot = (key.namespace.to_string(), cluster);
         if written.object.is_some() {
             index.entry(slot).or_default().insert(key.clone());
         } else if let Some(set) = index.get_mut(&slot) {

@@ -4,6 +4,7 @@
 use super::json::{self, group_of};
 use crate::api::json::Pointer as _;
 use engine::intake::mirror::Reading;
+use engine::model::Name;
 use engine::time::Timestamp;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, VecDeque};
@@ -12,9 +13,11 @@ use std::sync::{Arc, OnceLock};
 /// `(group, kind, namespace, name)`; namespace is empty for cluster-scoped kinds.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ObjKey {
-    pub group: String,
-    pub kind: String,
-    pub namespace: String,
+    /// Group, kind and namespace repeat across most keys: shared ([`Name::interned`]), they
+    /// compare by pointer in the store's map instead of reading a heap copy per key.
+    pub group: Name,
+    pub kind: Name,
+    pub namespace: Name,
     pub name: String,
 }
 
@@ -26,21 +29,16 @@ impl ObjKey {
             namespace
         };
         ObjKey {
-            group: group.to_string(),
-            kind: kind.to_string(),
-            namespace: namespace.to_string(),
+            group: Name::interned(group),
+            kind: Name::interned(kind),
+            namespace: Name::interned(namespace),
             name: name.to_string(),
         }
     }
 
     /// The smallest key of a (group, kind): where a range over its objects starts.
     fn first_of(group: &str, kind: &str) -> Self {
-        ObjKey {
-            group: group.to_string(),
-            kind: kind.to_string(),
-            namespace: String::new(),
-            name: String::new(),
-        }
+        ObjKey::new(group, kind, "", "")
     }
 
     pub fn of(obj: &Value) -> Self {
@@ -190,7 +188,7 @@ pub struct ClusterStore {
     objects: BTreeMap<ObjKey, Stored>,
     /// How many objects of each (group, kind) are stored at each version: what a served
     /// type's versions are, without a walk over every object per request.
-    versions: BTreeMap<(String, String), BTreeMap<String, usize>>,
+    versions: BTreeMap<(Name, Name), BTreeMap<String, usize>>,
     resource_version: u64,
     uid_counter: u64,
     /// Prefix of generated uids, so uids differ between clusters.

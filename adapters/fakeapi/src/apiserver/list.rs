@@ -154,9 +154,9 @@ pub fn list(
     let candidates = store
         .list(&t.group, &t.kind)
         .filter(|(k, _)| {
-            after
-                .as_ref()
-                .is_none_or(|(ns, name)| (&k.namespace, &k.name) > (ns, name))
+            after.as_ref().is_none_or(|(ns, name)| {
+                (k.namespace.as_str(), k.name.as_str()) > (ns.as_str(), name.as_str())
+            })
         })
         .filter(|(k, o)| filter.matches(k, o));
     for (key, object) in candidates {
