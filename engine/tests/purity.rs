@@ -62,7 +62,7 @@ const PROBE_ONLY: [ProbeOnly; 5] = [
     },
     ProbeOnly {
         file: "model/name.rs",
-        declared: &["shared: std::collections::HashSet<Name>"],
+        declared: &["shared: HashSet<Name, BuildHasherDefault<crate::fnv::Fnv>>"],
         handles: &["self.shared"],
         why: "the shared name of a text, looked up or added; never listed",
     },

@@ -51,10 +51,10 @@ pub struct Delivered {
 
 impl Delivered {
     /// `value` with what `object_from_json(&value)` returned for it.
-    pub fn read(value: Arc<Value>, reading: Reading) -> Self {
+    pub fn read(value: Arc<Value>, reading: impl Into<Box<Reading>>) -> Self {
         Delivered {
             value,
-            reading: Some(Box::new(reading)),
+            reading: Some(reading.into()),
         }
     }
 }

@@ -9,8 +9,9 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::borrow::Borrow;
 use std::cmp::Ordering;
+use std::collections::HashSet;
 use std::fmt;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::ops::Deref;
 use std::sync::{Arc, LazyLock};
 
@@ -46,7 +47,7 @@ pub const INTERNED_MAX: usize = 4096;
 
 #[derive(Default)]
 struct Interner {
-    shared: std::collections::HashSet<Name>,
+    shared: HashSet<Name, BuildHasherDefault<crate::fnv::Fnv>>,
 }
 
 impl Interner {

@@ -5,33 +5,12 @@
 //! cluster's Nodes into hash maps with a fixed (deterministic) hasher is an order of magnitude
 //! cheaper. Maps are only probed, never iterated, so their order cannot leak into decisions.
 
+use crate::fnv::Fnv;
 use crate::model::{Kind, Node, Object, Scope};
 use crate::store::Store;
 use std::cell::OnceCell;
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
-
-/// FNV-1a: deterministic and fast on short keys.
-#[derive(Default)]
-pub struct Fnv(u64);
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        let mut hash = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
-        for b in bytes {
-            hash ^= u64::from(*b);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = hash;
-    }
-}
+use std::hash::BuildHasherDefault;
 
 type FnvMap<'a> = HashMap<&'a str, &'a Node, BuildHasherDefault<Fnv>>;
 /// A set of strings for membership tests only (never iterated).

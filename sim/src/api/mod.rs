@@ -151,14 +151,18 @@ mod tests {
         let _ = s.iter_read(|k| *k == pod).count();
         assert_eq!(s.take_reading(&pod, &older), None, "not an older state's");
         let now = s.get(&pod).unwrap().clone();
-        let taken = s.take_reading(&pod, &now).expect("the list's reading");
+        let taken = *s.take_reading(&pod, &now).expect("the list's reading");
         assert_eq!(taken, engine::convert::object_from_json(&now));
         assert_ne!(taken, listed);
         assert_eq!(s.take_reading(&pod, &now), None, "handed over once");
         let _ = s.iter_read(|k| *k == pod).count();
         let listed = s.list_handed("", "Pod");
         let web0 = listed.iter().find(|(v, _)| **v == now).expect("listed");
-        assert_eq!(web0.1, Some(taken), "the reading the first list made");
+        assert_eq!(
+            web0.1.as_deref(),
+            Some(&taken),
+            "the reading the first list made"
+        );
         assert!(
             listed
                 .iter()

@@ -173,13 +173,14 @@ struct ChangeLog {
 #[derive(Clone, Debug)]
 struct Stored {
     value: Arc<Value>,
-    read: OnceLock<Reading>,
+    /// Boxed: a reading is 850 bytes, and the store's map moves its values on every insert.
+    read: OnceLock<Box<Reading>>,
 }
 
 impl Stored {
     fn read(&self) -> &Reading {
         self.read
-            .get_or_init(|| engine::convert::object_from_json(&self.value))
+            .get_or_init(|| Box::new(engine::convert::object_from_json(&self.value)))
     }
 }
 
@@ -255,7 +256,7 @@ impl ClusterStore {
                 let read = s
                     .read
                     .take()
-                    .unwrap_or_else(|| engine::convert::object_from_json(&s.value));
+                    .map_or_else(|| engine::convert::object_from_json(&s.value), |read| *read);
                 (k, &*s.value, read)
             })
     }
@@ -326,13 +327,13 @@ impl ClusterStore {
     /// The reading of the stored object, if one is made and kept.
     #[cfg(test)]
     pub fn kept_reading(&self, key: &ObjKey) -> Option<&Reading> {
-        self.objects.get(key)?.read.get()
+        self.objects.get(key)?.read.get().map(|read| &**read)
     }
 
     /// The reading of the stored object already made (by a list), handed over rather than
     /// copied, when `value` is that object; `None` when none was made: reading it is then the
     /// receiver's work, done once either way. A later list reads it again.
-    pub fn take_reading(&mut self, key: &ObjKey, value: &Value) -> Option<Reading> {
+    pub fn take_reading(&mut self, key: &ObjKey, value: &Value) -> Option<Box<Reading>> {
         let stored = self.objects.get_mut(key)?;
         if !same_version(&stored.value, value) {
             return None;
@@ -350,13 +351,17 @@ impl ClusterStore {
         };
         let stored_version = resource_version(&stored.value).and_then(|v| v.parse::<u64>().ok());
         if stored_version == Some(object.meta().resource_version) {
-            let _ = stored.read.set(Ok(Some(object)));
+            let _ = stored.read.set(Box::new(Ok(Some(object))));
         }
     }
 
     /// Objects of one kind as a list hands them out: each one's JSON and, when a list of the
     /// simulator already read it, that reading, handed over (see [`ClusterStore::take_reading`]).
-    pub fn list_handed(&mut self, group: &str, kind: &str) -> Vec<(Arc<Value>, Option<Reading>)> {
+    pub fn list_handed(
+        &mut self,
+        group: &str,
+        kind: &str,
+    ) -> Vec<(Arc<Value>, Option<Box<Reading>>)> {
         let start = ObjKey::first_of(group, kind);
         self.objects
             .range_mut(start..)
