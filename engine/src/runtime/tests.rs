@@ -379,13 +379,30 @@ fn unreachable_of(inputs: &[Input]) -> Vec<Option<crate::connection::Unreachable
     out
 }
 
+/// Every management stream lists: the Cluster stream with `cluster`, the others nothing.
+fn list_management_with(lp: &mut Loop<Engine>, cluster: serde_json::Value) {
+    use crate::intake::mirror::StreamEvent;
+    for key in crate::intake::streams::management_streams() {
+        let mut push = |event| {
+            lp.push(Arrival::Watch {
+                scope: Scope::Management,
+                stream: key.id(),
+                event,
+            })
+        };
+        push(StreamEvent::Init);
+        if key.kind == "Cluster" {
+            push(StreamEvent::InitApply(cluster.clone().into()));
+        }
+        push(StreamEvent::InitDone);
+    }
+}
+
 /// A restarted process: the engine rebuilt from its journal knows c1 could not be reached.
 /// Its connector failing the same way again is not news; connecting clears it.
 #[test]
 fn a_loop_over_a_rebuilt_engine_starts_from_what_it_knew_of_each_connection() {
     use crate::connection::Unreachable;
-    use crate::intake::mirror::StreamEvent;
-    use crate::intake::streams::management_streams;
     let c1 = Scope::Workload(ClusterName::new("default", "c1"));
     let mut engine = Engine::new();
     engine.handle(
@@ -405,20 +422,7 @@ fn a_loop_over_a_rebuilt_engine_starts_from_what_it_knew_of_each_connection() {
     let mut lp = Loop::new(engine, LoopOptions::default());
     let cluster = serde_json::json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
         "metadata": {"name": "c1", "namespace": "default", "uid": "uid-default-c1", "resourceVersion": "1"}});
-    for key in management_streams() {
-        let push = |lp: &mut Loop<Engine>, event| {
-            lp.push(Arrival::Watch {
-                scope: Scope::Management,
-                stream: key.id(),
-                event,
-            })
-        };
-        push(&mut lp, StreamEvent::Init);
-        if key.kind == "Cluster" {
-            push(&mut lp, StreamEvent::InitApply(cluster.clone().into()));
-        }
-        push(&mut lp, StreamEvent::InitDone);
-    }
+    list_management_with(&mut lp, cluster);
     appended_by(&mut lp, at(1));
     let failed = |reason| Arrival::ConnectFailed {
         scope: c1.clone(),
@@ -545,20 +549,7 @@ fn a_watch_event_of_a_version_the_cache_holds_is_not_journaled() {
             .unwrap()
             .id()
     };
-    for key in management_streams() {
-        let push = |lp: &mut Loop<Engine>, event| {
-            lp.push(Arrival::Watch {
-                scope: Scope::Management,
-                stream: key.id(),
-                event,
-            })
-        };
-        push(&mut lp, StreamEvent::Init);
-        if key.kind == "Cluster" {
-            push(&mut lp, StreamEvent::InitApply(cluster("5").into()));
-        }
-        push(&mut lp, StreamEvent::InitDone);
-    }
+    list_management_with(&mut lp, cluster("5"));
     appended_by(&mut lp, at(1));
     let event = |lp: &mut Loop<Engine>, value: serde_json::Value| {
         lp.push(Arrival::Watch {
