@@ -297,6 +297,12 @@ pub(crate) fn name_store_damage(dir: &Path, e: JournalError) -> JournalError {
                 path: dir.join(BLOBS_DIR),
                 reason: format!("a blob file sled refers to is missing (while {op})"),
             },
+            None if io.kind() == std::io::ErrorKind::UnexpectedEof => JournalError::StoreDamaged {
+                path: dir.join(DB_FILE),
+                reason: format!(
+                    "ends before what sled's log says is there: it is cut short (while {op}: {io})"
+                ),
+            },
             None => JournalError::Storage {
                 op,
                 source: sled::Error::Io(io),

@@ -422,9 +422,12 @@ impl Journal {
             db.open_tree(name)
                 .map_err(JournalError::storage("opening a tree"))
         };
-        let chunks = Chunks::load(&db)?;
-        let snapshots = tree(TREE_SNAPSHOTS)?;
-        let meta = tree(TREE_META)?;
+        // sled's writable open recovers its log anew: what it reads may fail where the
+        // read-only inspection did not, and is named as the inspection's would be.
+        let named = |e| inspect::name_store_damage(dir, e);
+        let chunks = Chunks::load(&db).map_err(named)?;
+        let snapshots = tree(TREE_SNAPSHOTS).map_err(named)?;
+        let meta = tree(TREE_META).map_err(named)?;
         let committed = commits.committed_through();
         let retired_through = commits.retired_through();
         let trusted = commits.loaded.clone().unwrap_or_default();

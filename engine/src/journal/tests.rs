@@ -1017,4 +1017,18 @@ fn a_log_cut_short_names_the_file() {
         }
         other => panic!("{other:?}"),
     }
+    // The same end met while reading after the open (counting a chunk's batches).
+    let eof = std::io::Error::new(
+        std::io::ErrorKind::UnexpectedEof,
+        "failed to fill whole buffer",
+    );
+    let read = JournalError::storage("counting a chunk's batches")(sled::Error::Io(eof));
+    match inspect::name_store_damage(tmp.path(), read) {
+        JournalError::StoreDamaged { path, reason } => {
+            assert_eq!(path, tmp.path().join("db"));
+            assert!(reason.contains("cut short"), "{reason}");
+            assert!(reason.contains("counting a chunk's batches"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
 }
