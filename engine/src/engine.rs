@@ -642,7 +642,11 @@ fn is_deletion(action: &Action) -> bool {
     )
 }
 
-fn keeps_answer(action: &Action, object: &Object, cached: bool) -> bool {
+/// Whether the cache takes a write's answer as the object's new state: not an object the
+/// write released (its last finalizer removed while it is being deleted: it is gone), and
+/// only for an object it holds, unless the write created it. `lifecycle explain` reads
+/// answers by the same rule.
+pub fn keeps_answer(action: &Action, object: &Object, cached: bool) -> bool {
     let meta = object.meta();
     let released = matches!(action, Action::RemoveFinalizer { .. })
         && meta.is_deleting()

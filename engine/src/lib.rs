@@ -43,7 +43,7 @@ pub mod timer;
 pub mod work;
 
 pub use command::{Action, ActionKind, Command, ControllerId, EventSeries, EventType, Target};
-pub use engine::{Controllers, Engine};
+pub use engine::{Controllers, Engine, keeps_answer};
 pub use input::{BATCH_INPUTS_MAX, Input};
 pub use outcome::{ApiOutcome, Refusal, Withheld};
 pub use time::{Duration, Timestamp};

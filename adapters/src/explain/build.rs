@@ -381,7 +381,10 @@ impl Explainer {
                     // (whose event, of the same version, is then not journaled).
                     if let (Some(c), ApiOutcome::Ok { object: Some(o) }) = (&issued, outcome) {
                         let key = o.key(&c.action.target().key.scope);
-                        observe(t, chapter.as_mut(), r, key, Some(o));
+                        let cached = t.objects.get(&key).is_some_and(Option::is_some);
+                        if engine::keeps_answer(&c.action, o, cached) {
+                            observe(t, chapter.as_mut(), r, key, Some(o));
+                        }
                     }
                     // A command not sent was told as such when decided; its answer is no refusal.
                     if let Some(c) = issued

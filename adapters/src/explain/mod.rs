@@ -385,4 +385,85 @@ mod tests {
         let durations: Vec<i64> = told.phases.iter().map(|p| p.duration_ms).collect();
         assert_eq!(durations, [700]);
     }
+
+    /// Found on a real run over HTTP: one batch held the Machine's deletion, then the answer
+    /// to the write that released its last finalizer. The engine does not take that answer
+    /// back into its cache (`engine::keeps_answer`), and the story did not either: it told the
+    /// Machine "seen again". The answer to a DELETE of a held object is an observation.
+    #[test]
+    fn an_answer_is_an_observation_as_the_engine_keeps_it() {
+        use engine::model::Object;
+        let key = ObjectKey::management(Kind::Machine, "default", "m1");
+        let target = engine::Target {
+            key: key.clone(),
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+        };
+        let command = |id: u64, action: engine::Action| engine::Command {
+            id,
+            cause: 1,
+            controller: engine::ControllerId::Deletion,
+            owner: key.clone(),
+            action,
+            reason: String::new(),
+            series: None,
+        };
+        let deleting = |finalizers: &[&str]| {
+            let mut m1 = engine::testing::machine("c1", "m1", None);
+            m1.meta.deletion_timestamp = Some(engine::Timestamp(2_000));
+            m1.meta.finalizers = finalizers.iter().map(|f| f.to_string()).collect();
+            Box::new(Object::Machine(m1))
+        };
+        let answer = |command: u64, object| engine::Input::ApiResult {
+            command,
+            outcome: engine::ApiOutcome::Ok {
+                object: Some(object),
+            },
+        };
+        let mut first = record(
+            1,
+            engine::Input::Upsert {
+                scope: Scope::Management,
+                object: Box::new(Object::Machine(engine::testing::machine("c1", "m1", None))),
+            },
+        );
+        first.commands = vec![
+            command(
+                1,
+                engine::Action::DeleteMachine {
+                    target: target.clone(),
+                },
+            ),
+            command(
+                2,
+                engine::Action::RemoveFinalizer {
+                    target: target.clone(),
+                    finalizer: "machine.cluster.x-k8s.io".into(),
+                },
+            ),
+        ];
+        let records = [
+            first,
+            record(2, answer(1, deleting(&["machine.cluster.x-k8s.io"]))),
+            record(
+                3,
+                engine::Input::Batch {
+                    inputs: vec![
+                        engine::Input::Delete { key: key.clone() },
+                        answer(2, deleting(&[])),
+                    ],
+                },
+            ),
+        ];
+        let told = story(&records, "default/m1").unwrap();
+        let lines: Vec<&str> = told.entries.iter().map(|e| e.text.as_str()).collect();
+        assert_eq!(
+            lines[3..],
+            [
+                "deletion requested (deletionTimestamp 1970-01-01T00:00:02Z)",
+                "gone: no longer in the API (deleted)"
+            ],
+            "{lines:?}"
+        );
+        assert!(told.gone.is_some());
+    }
 }
