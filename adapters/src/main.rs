@@ -7,6 +7,11 @@ use std::process::ExitCode;
 
 mod cli;
 
+/// jemalloc instead of the C library's malloc (BENCHMARKS.md, "The allocator"): glibc's spent
+/// a fifth of a large replay merging its fast bins, and musl's (the static image) is slower.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "lifecycle",

@@ -3,6 +3,10 @@
 //! (defaults: 1000 clusters x 10 machines, 5% deleted, 5% of nodes failing, one simulated hour).
 
 use engine::time::Duration;
+
+/// The `lifecycle` binary's allocator: this measures the simulator as `lifecycle sim run` runs it.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 use sim::generate::{FleetSpec, fleet};
 
 fn peak_rss_mib() -> Option<f64> {

@@ -6,6 +6,10 @@
 use sim::sweep::{FaultChoice, Feeding, sweep};
 use std::path::PathBuf;
 
+/// The `lifecycle` binary's allocator: this measures the simulator as `lifecycle sim run` runs it.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let seeds: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
