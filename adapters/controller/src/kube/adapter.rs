@@ -105,13 +105,21 @@ struct Tasks {
     commands: Vec<JoinHandle<()>>,
 }
 
-impl Drop for Tasks {
-    fn drop(&mut self) {
-        let all = self.providers.iter().chain(&self.commands);
-        let all = all.chain(self.streams.values());
-        for t in all.chain(self.connectors.values()) {
+impl Tasks {
+    /// Aborts the tasks that bring inputs in: watches, connectors and provider discovery.
+    fn abort_inputs(&mut self) {
+        let streams = std::mem::take(&mut self.streams).into_values();
+        let connectors = std::mem::take(&mut self.connectors).into_values();
+        for t in self.providers.drain(..).chain(streams).chain(connectors) {
             t.abort();
         }
+    }
+}
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        self.abort_inputs();
+        self.commands.iter().for_each(JoinHandle::abort);
     }
 }
 
@@ -343,16 +351,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
     /// sees what they did), then flushes and closes the journal.
     pub async fn shutdown(&mut self, bound: Duration) -> Result<Shutdown, String> {
         let dropped = self.lp.close();
-        let tasks = &mut self.tasks;
-        for task in tasks.providers.drain(..) {
-            task.abort();
-        }
-        for (_, task) in std::mem::take(&mut tasks.streams) {
-            task.abort();
-        }
-        for (_, task) in std::mem::take(&mut tasks.connectors) {
-            task.abort();
-        }
+        self.tasks.abort_inputs();
         self.rx.close();
         for (_, throttle) in self.clients.values() {
             throttle.close();
@@ -412,13 +411,10 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
         if let Some(task) = self.tasks.connectors.remove(scope) {
             task.abort();
         }
-        self.tasks.streams.retain(|(s, _), task| {
-            let keep = s != scope;
-            if !keep {
-                task.abort();
-            }
-            keep
-        });
+        let streams = std::mem::take(&mut self.tasks.streams);
+        let (gone, kept) = streams.into_iter().partition(|((s, _), _)| s == scope);
+        self.tasks.streams = kept;
+        gone.into_values().for_each(|t: JoinHandle<()>| t.abort());
         self.clients.remove(scope);
     }
 
