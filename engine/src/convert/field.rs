@@ -117,9 +117,7 @@ impl<'a> At<'a> {
 
     /// Walks a dotted path of object keys: `at.at("spec.deletion.nodeDrainTimeoutSeconds")`.
     pub(crate) fn at(&self, dotted: &'static str) -> At<'a> {
-        dotted
-            .split('.')
-            .fold(self.clone(), |at, name| at.get(name))
+        super::split_ascii(dotted, b'.').fold(self.clone(), |at, name| at.get(name))
     }
 
     /// Checks that this is an object (or absent) before reading children of it.

@@ -89,21 +89,42 @@ pub fn pointer<'a>(value: &'a Value, pointer: &str) -> Option<&'a Value> {
     if pointer.is_empty() {
         return Some(value);
     }
-    pointer
-        .strip_prefix('/')?
-        .split('/')
-        .try_fold(value, |target, token| {
-            let token: std::borrow::Cow<str> = if token.contains('~') {
-                token.replace("~1", "/").replace("~0", "~").into()
-            } else {
-                token.into()
-            };
-            match target {
-                Value::Object(_) => member(target, &token),
-                Value::Array(items) => array_index(&token).and_then(|i| items.get(i)),
-                _ => None,
+    split_ascii(pointer.strip_prefix('/')?, b'/').try_fold(value, |target, token| {
+        let token: std::borrow::Cow<str> = if token.as_bytes().contains(&b'~') {
+            token.replace("~1", "/").replace("~0", "~").into()
+        } else {
+            token.into()
+        };
+        match target {
+            Value::Object(_) => member(target, &token),
+            Value::Array(items) => array_index(&token).and_then(|i| items.get(i)),
+            _ => None,
+        }
+    })
+}
+
+/// `s` split at every `separator` (an ASCII byte) as `str::split` splits it, by a byte scan:
+/// the paths split here are a few short tokens, for which `split(char)`'s searcher (set up per
+/// token, then `memchr`) cost several times the scan.
+pub fn split_ascii(s: &str, separator: u8) -> impl Iterator<Item = &str> {
+    debug_assert!(
+        separator.is_ascii(),
+        "a byte of a multi-byte character is no boundary"
+    );
+    let mut rest = Some(s);
+    std::iter::from_fn(move || {
+        let r = rest?;
+        match r.bytes().position(|b| b == separator) {
+            Some(i) => {
+                rest = Some(&r[i + 1..]);
+                Some(&r[..i])
             }
-        })
+            None => {
+                rest = None;
+                Some(r)
+            }
+        }
+    })
 }
 
 /// An array index as a JSON pointer spells it: digits, no sign, no leading zero.

@@ -578,6 +578,18 @@ mod pointers {
         }
     }
 
+    proptest! {
+        /// Splitting at an ASCII byte gives the pieces `str::split` gives, beside multi-byte
+        /// characters and with empty pieces at either end or between two separators.
+        #[test]
+        fn split_ascii_splits_as_str_split(s in "[./a\u{e9}\u{2f}\u{1f600}]{0,12}", dot in any::<bool>()) {
+            let separator = if dot { b'.' } else { b'/' };
+            let ours: Vec<&str> = split_ascii(&s, separator).collect();
+            let std: Vec<&str> = s.split(separator as char).collect();
+            prop_assert_eq!(ours, std);
+        }
+    }
+
     #[test]
     fn escaped_tokens_name_members_with_slashes_and_tildes() {
         let doc = json!({"a/b": {"c~d": [10, 11]}});
