@@ -72,7 +72,7 @@ pub fn get_path<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
         return engine::convert::pointer(value, path);
     }
     let mut cur = value;
-    for seg in path.split('.') {
+    for seg in engine::convert::split_ascii(path, b'.') {
         cur = match cur {
             Value::Object(_) => engine::convert::member(cur, seg)?,
             Value::Array(a) => a.get(seg.parse::<usize>().ok()?)?,
@@ -88,26 +88,40 @@ pub fn str_at<'a>(value: &'a Value, path: &str) -> Option<&'a str> {
 
 /// The object at `path`, created (as `{}`) along the way when missing.
 pub fn object_at<'a>(value: &'a mut Value, path: &[&str]) -> &'a mut Map<String, Value> {
-    let mut cur = value;
-    for seg in path {
-        if !cur.is_object() {
-            *cur = Value::Object(Map::new());
-        }
-        cur = cur
-            .as_object_mut()
-            .expect("made an object above")
-            .entry(seg.to_string())
-            .or_insert_with(|| Value::Object(Map::new()));
-    }
-    if !cur.is_object() {
-        *cur = Value::Object(Map::new());
-    }
-    cur.as_object_mut().expect("made an object above")
+    let cur = path.iter().fold(value, |cur, seg| {
+        member_entry(cur, seg, || Value::Object(Map::new()))
+    });
+    as_object(cur)
 }
 
 pub fn set_path(value: &mut Value, path: &[&str], v: Value) {
     let (last, parents) = path.split_last().expect("non-empty path");
-    object_at(value, parents).insert(last.to_string(), v);
+    let parent = parents.iter().fold(value, |cur, seg| {
+        member_entry(cur, seg, || Value::Object(Map::new()))
+    });
+    *member_entry(parent, last, || Value::Null) = v;
+}
+
+/// `value` as an object, made one (`{}`) when it is not.
+fn as_object(value: &mut Value) -> &mut Map<String, Value> {
+    if !value.is_object() {
+        *value = Value::Object(Map::new());
+    }
+    value.as_object_mut().expect("made an object above")
+}
+
+/// The member `name` of `value` (made an object when it is not), inserted as `new()` at the
+/// end when missing. Found by a scan: `Map::entry` allocates the key and hashes it on every
+/// call, present or not, and most calls find the member.
+fn member_entry<'a>(
+    value: &'a mut Value,
+    name: &str,
+    new: impl FnOnce() -> Value,
+) -> &'a mut Value {
+    if engine::convert::member(value, name).is_none() {
+        as_object(value).insert(name.to_string(), new());
+    }
+    engine::convert::member_mut(value, name).expect("present, or inserted above")
 }
 
 pub fn name(obj: &Value) -> &str {
