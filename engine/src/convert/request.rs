@@ -359,48 +359,58 @@ pub fn finalizer_json_patch(
 /// The resource name of a kind: lower case, plural by English rules (`Node` → `nodes`,
 /// `Policy` → `policies`, `Ingress` → `ingresses`, `Gateway` → `gateways`).
 pub fn plural(kind: &str) -> String {
-    let lower = kind.to_ascii_lowercase();
+    let mut out = String::with_capacity(kind.len() + 3);
+    push_plural(&mut out, kind);
+    out
+}
+
+/// Appends [`plural`] of `kind` to `out`: a request path is built in one string.
+fn push_plural(out: &mut String, kind: &str) {
+    let start = out.len();
+    out.extend(kind.chars().map(|c| c.to_ascii_lowercase()));
+    let lower = &out[start..];
     let consonant_y = lower.strip_suffix('y').is_some_and(|stem| {
         stem.chars()
             .last()
             .is_some_and(|c| !matches!(c, 'a' | 'e' | 'i' | 'o' | 'u'))
     });
     if consonant_y {
-        format!("{}ies", &lower[..lower.len() - 1])
+        out.pop();
+        out.push_str("ies");
     } else if ["s", "x", "z", "ch", "sh"]
         .iter()
         .any(|suffix| lower.ends_with(suffix))
     {
-        format!("{lower}es")
+        out.push_str("es");
     } else {
-        format!("{lower}s")
-    }
-}
-
-/// `/api/v1` for the core group, `/apis/{group}/{version}` otherwise.
-fn group_prefix(api_version: &str) -> String {
-    match api_version.split_once('/') {
-        Some((group, version)) => format!("/apis/{group}/{version}"),
-        None => format!("/api/{api_version}"),
+        out.push('s');
     }
 }
 
 /// The path of the target's collection: `/api/v1/namespaces/{ns}/pods`, `/api/v1/nodes`,
 /// `/apis/{group}/{version}/namespaces/{ns}/{plural}`. An empty namespace means cluster-scoped.
+/// Built in one string (every request builds one).
 pub fn collection_path(target: &Target) -> String {
-    let prefix = group_prefix(&target.api_version);
-    let resource = plural(target.key.kind.name());
-    if target.key.namespace.is_empty() {
-        format!("{prefix}/{resource}")
-    } else {
-        format!("{prefix}/namespaces/{}/{resource}", target.key.namespace)
+    let key = &target.key;
+    let mut path = String::with_capacity(64 + key.namespace.len() + key.name.len());
+    match target.api_version.split_once('/') {
+        Some((group, version)) => path.extend(["/apis/", group, "/", version]),
+        None => path.extend(["/api/", &target.api_version]),
     }
+    if !key.namespace.is_empty() {
+        path.extend(["/namespaces/", &key.namespace]);
+    }
+    path.push('/');
+    push_plural(&mut path, key.kind.name());
+    path
 }
 
 /// The path of the target object, optionally of one of its subresources:
 /// `/apis/cluster.x-k8s.io/v1beta2/namespaces/default/machines/m1/status`.
 pub fn api_path(target: &Target, subresource: Option<&str>) -> String {
-    let mut path = format!("{}/{}", collection_path(target), target.key.name);
+    let mut path = collection_path(target);
+    path.push('/');
+    path.push_str(&target.key.name);
     if let Some(sub) = subresource {
         path.push('/');
         path.push_str(sub);

@@ -19,7 +19,8 @@ pub fn capi_version_of(api_version: &str) -> ApiVersion {
 /// (`metav1.Condition`, whose schema requires it, empty or not) and left out when empty for
 /// v1beta1-type ones (whose schema wants at least one character).
 pub fn condition_json(c: &Condition, with_severity: bool) -> Value {
-    let mut out = Map::new();
+    // Sized for every member: the map would otherwise grow (and rehash) twice on the way.
+    let mut out = Map::with_capacity(6);
     out.insert("type".to_string(), Value::from(c.type_.as_str()));
     out.insert("status".to_string(), Value::from(c.status.as_str()));
     if with_severity && c.severity != Severity::None {

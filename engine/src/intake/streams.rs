@@ -29,7 +29,7 @@ impl StreamKey {
 }
 
 pub fn stream_id(group: &str, kind: &str) -> String {
-    format!("{group}/{kind}")
+    [group, "/", kind].concat()
 }
 
 /// The CAPI kinds the engine reads from the management cluster (v1beta2, the storage version).
