@@ -301,18 +301,29 @@ impl ClusterStore {
     fn count_version(&mut self, key: &ObjKey, api_version: &str, added: bool) {
         let version = api_version.rsplit_once('/').map_or(api_version, |(_, v)| v);
         let kind = (key.group.clone(), key.kind.clone());
-        let versions = self.versions.entry(kind.clone()).or_default();
-        let count = versions.entry(version.to_string()).or_default();
         if added {
-            *count += 1;
-        } else {
+            // Looked up before inserting: most objects of a kind share one version, and
+            // `entry` would allocate its name on every create.
+            let versions = self.versions.entry(kind).or_default();
+            match versions.get_mut(version) {
+                Some(count) => *count += 1,
+                None => {
+                    versions.insert(version.to_string(), 1);
+                }
+            }
+            return;
+        }
+        let Some(versions) = self.versions.get_mut(&kind) else {
+            return;
+        };
+        if let Some(count) = versions.get_mut(version) {
             *count = count.saturating_sub(1);
             if *count == 0 {
                 versions.remove(version);
-                if versions.is_empty() {
-                    self.versions.remove(&kind);
-                }
             }
+        }
+        if versions.is_empty() {
+            self.versions.remove(&kind);
         }
     }
 
