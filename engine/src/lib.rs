@@ -19,7 +19,7 @@ pub mod convert;
 pub mod deletion;
 pub mod drain;
 mod engine;
-mod fnv;
+pub mod fnv;
 pub mod health;
 pub mod input;
 pub mod intake;
