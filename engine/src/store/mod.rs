@@ -735,10 +735,18 @@ impl Store {
             Some(kind) => {
                 self.listed_kinds.insert((scope.clone(), kind.clone()));
             }
-            None => self.listed_kinds.retain(|(s, _)| s != scope),
+            None => remove_scope(
+                &mut self.listed_kinds,
+                (scope.clone(), Kind::Cluster),
+                |(s, _)| s == scope,
+            ),
         }
         self.indexes.relisted_at.insert(scope.clone(), self.changes);
-        self.indexes.tombstones.retain(|k| k.scope != *scope);
+        remove_scope(
+            &mut self.indexes.tombstones,
+            ObjectKey::new(scope.clone(), Kind::Cluster, "", ""),
+            |k| k.scope == *scope,
+        );
         changes
     }
 
@@ -761,6 +769,21 @@ impl Store {
     /// The key of the object a write concerned.
     pub fn replaced_key<'a>(&'a self, replaced: &'a Replaced) -> &'a ObjectKey {
         self.change(replaced).key
+    }
+}
+
+/// Removes the members of `set` from `first` on while they are `in_scope`: the members of one
+/// scope, which sort together (by scope first) from `first`, the least of them. A relist of a
+/// cluster reads those alone, not every other cluster's.
+fn remove_scope<T: Ord + Clone>(set: &mut BTreeSet<T>, first: T, in_scope: impl Fn(&T) -> bool) {
+    debug_assert!(set.iter().take_while(|t| **t < first).all(|t| !in_scope(t)));
+    let gone: Vec<T> = set
+        .range(first..)
+        .take_while(|t| in_scope(t))
+        .cloned()
+        .collect();
+    for t in &gone {
+        set.remove(t);
     }
 }
 
@@ -983,7 +1006,7 @@ pub fn scope_name(scope: &Scope) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{control_plane_machine, machine};
+    use crate::testing::{control_plane_machine, machine, workload};
     use crate::time::Timestamp;
 
     fn labelled(store: &Store, cluster: &str) -> Vec<String> {
@@ -991,6 +1014,38 @@ mod tests {
             .machines_labelled_for_cluster("default", cluster)
             .map(|k| k.name.to_string())
             .collect()
+    }
+
+    /// A relist of a cluster ends what was known of that cluster alone: its tombstones (of
+    /// every kind, provider objects sorting before Nodes) and, for a whole relist, its listed
+    /// kinds; those of the clusters sorting before and after it stay.
+    #[test]
+    fn a_relist_clears_the_tombstones_and_listed_kinds_of_its_cluster_only() {
+        let mut store = Store::default();
+        let (c1, c2, c3) = (workload("c1"), workload("c2"), workload("c3"));
+        let infra = crate::testing::infra_machine("m1");
+        let gone = [
+            ObjectKey::new(c1.clone(), Kind::Node, "", "n1"),
+            Object::External(infra.clone()).key(&c2),
+            ObjectKey::new(c2.clone(), Kind::Node, "", "n2"),
+            ObjectKey::new(c3.clone(), Kind::Node, "", "n3"),
+        ];
+        for key in &gone {
+            store.note_gone(key);
+        }
+        for scope in [&c1, &c2, &c3] {
+            store.replace(scope, Some(&Kind::Node), Vec::new());
+        }
+        for key in &gone {
+            store.note_gone(key);
+        }
+        assert_eq!(store.indexes.tombstones.len(), 4);
+
+        store.replace(&c2, None, Vec::new());
+        let left: Vec<&ObjectKey> = store.indexes.tombstones.iter().collect();
+        assert_eq!(left, [&gone[0], &gone[3]]);
+        assert!(!store.kind_listed(&c2, &Kind::Node));
+        assert!(store.kind_listed(&c1, &Kind::Node) && store.kind_listed(&c3, &Kind::Node));
     }
 
     #[test]
