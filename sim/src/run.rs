@@ -200,7 +200,10 @@ mod tests {
             }
         }
         assert!(lines.contains("|Machine default/cp-1|false"), "{lines}");
-        assert_eq!(final_world(&sim), engine::Engine::hash_of_state(lines.as_bytes()));
+        assert_eq!(
+            final_world(&sim),
+            engine::Engine::hash_of_state(lines.as_bytes())
+        );
     }
 
     /// A kept journal ends with the state the report hashes: a controller restarted on it
