@@ -334,6 +334,14 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    impl Mirror {
+        /// [`Mirror::on_event`] with no engine cache to hold events against: every readable
+        /// event is read, as before the cache was consulted.
+        fn event(&mut self, scope: &Scope, stream: &str, event: StreamEvent) -> Vec<Input> {
+            self.on_event(scope, stream, event, None)
+        }
+    }
+
     fn node(name: &str) -> Value {
         json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
     }
@@ -361,42 +369,31 @@ mod tests {
         let mut m = Mirror::default();
         m.register(&scope, NODES);
         m.register(&scope, PODS);
-        assert!(
-            m.on_event(&scope, NODES, StreamEvent::Init, None)
-                .is_empty()
-        );
-        m.on_event(
-            &scope,
-            NODES,
-            StreamEvent::InitApply(node("n1").into()),
-            None,
-        );
-        assert!(
-            m.on_event(&scope, NODES, StreamEvent::InitDone, None)
-                .is_empty()
-        );
+        assert!(m.event(&scope, NODES, StreamEvent::Init).is_empty());
+        m.event(&scope, NODES, StreamEvent::InitApply(node("n1").into()));
+        assert!(m.event(&scope, NODES, StreamEvent::InitDone).is_empty());
         // Not relisted yet: an event only updates the mirror.
         assert!(
-            m.on_event(&scope, NODES, StreamEvent::Apply(node("n2").into()), None)
+            m.event(&scope, NODES, StreamEvent::Apply(node("n2").into()))
                 .is_empty()
         );
-        m.on_event(&scope, PODS, StreamEvent::Init, None);
-        m.on_event(&scope, PODS, StreamEvent::InitApply(pod("p1").into()), None);
-        let inputs = m.on_event(&scope, PODS, StreamEvent::InitDone, None);
+        m.event(&scope, PODS, StreamEvent::Init);
+        m.event(&scope, PODS, StreamEvent::InitApply(pod("p1").into()));
+        let inputs = m.event(&scope, PODS, StreamEvent::InitDone);
         assert_eq!(relist_names(&inputs), ["n1", "n2", "p1"]);
         // Now events flow; a secret (not modelled) never reaches the engine.
         assert!(matches!(
-            m.on_event(&scope, PODS, StreamEvent::Apply(pod("p2").into()), None)
+            m.event(&scope, PODS, StreamEvent::Apply(pod("p2").into()))
                 .as_slice(),
             [Input::Upsert { .. }]
         ));
         let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "a"}});
         assert!(
-            m.on_event(&scope, PODS, StreamEvent::Apply(secret.into()), None)
+            m.event(&scope, PODS, StreamEvent::Apply(secret.into()))
                 .is_empty()
         );
         assert!(matches!(
-            m.on_event(&scope, NODES, StreamEvent::Delete(node("n2").into()), None)
+            m.event(&scope, NODES, StreamEvent::Delete(node("n2").into()))
                 .as_slice(),
             [Input::Delete { .. }]
         ));
@@ -407,14 +404,9 @@ mod tests {
                 .values()
                 .all(|s| s.objects.is_empty())
         );
-        m.on_event(&scope, NODES, StreamEvent::Init, None);
-        m.on_event(
-            &scope,
-            NODES,
-            StreamEvent::InitApply(node("n3").into()),
-            None,
-        );
-        let inputs = m.on_event(&scope, NODES, StreamEvent::InitDone, None);
+        m.event(&scope, NODES, StreamEvent::Init);
+        m.event(&scope, NODES, StreamEvent::InitApply(node("n3").into()));
+        let inputs = m.event(&scope, NODES, StreamEvent::InitDone);
         match inputs.as_slice() {
             [Input::RelistKind { kind, objects, .. }] => {
                 assert_eq!(*kind, Kind::Node);
@@ -432,20 +424,10 @@ mod tests {
         m.register(&scope, "nodes");
         let mut bad = node("n2");
         bad["status"] = json!({"conditions": [{"type": 17, "status": "True"}]});
-        m.on_event(&scope, "nodes", StreamEvent::Init, None);
-        m.on_event(
-            &scope,
-            "nodes",
-            StreamEvent::InitApply(node("n1").into()),
-            None,
-        );
-        m.on_event(
-            &scope,
-            "nodes",
-            StreamEvent::InitApply(bad.clone().into()),
-            None,
-        );
-        let inputs = m.on_event(&scope, "nodes", StreamEvent::InitDone, None);
+        m.event(&scope, "nodes", StreamEvent::Init);
+        m.event(&scope, "nodes", StreamEvent::InitApply(node("n1").into()));
+        m.event(&scope, "nodes", StreamEvent::InitApply(bad.clone().into()));
+        let inputs = m.event(&scope, "nodes", StreamEvent::InitDone);
         assert_eq!(relist_names(&inputs), ["n1", "n2"]);
         let [Input::Relist { objects, .. }] = inputs.as_slice() else {
             unreachable!()
@@ -462,7 +444,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(m.take_unreadable().len(), 1);
-        let inputs = m.on_event(&scope, "nodes", StreamEvent::Apply(bad.into()), None);
+        let inputs = m.event(&scope, "nodes", StreamEvent::Apply(bad.into()));
         assert!(
             matches!(inputs.as_slice(), [Input::Upsert { object, .. }] if matches!(**object, Object::Unreadable(_))),
             "{inputs:?}"
@@ -475,19 +457,14 @@ mod tests {
         let mut m = Mirror::default();
         m.register(&scope, "cluster.x-k8s.io/Machine");
         m.register(&scope, "infrastructure.cluster.x-k8s.io/FooMachine");
-        m.on_event(&scope, "cluster.x-k8s.io/Machine", StreamEvent::Init, None);
+        m.event(&scope, "cluster.x-k8s.io/Machine", StreamEvent::Init);
         assert!(
-            m.on_event(
-                &scope,
-                "cluster.x-k8s.io/Machine",
-                StreamEvent::InitDone,
-                None
-            )
-            .is_empty()
+            m.event(&scope, "cluster.x-k8s.io/Machine", StreamEvent::InitDone)
+                .is_empty()
         );
         let foo = "infrastructure.cluster.x-k8s.io/FooMachine";
         let refused = || StreamEvent::Unavailable("404".to_string());
-        let inputs = m.on_event(&scope, foo, refused(), None);
+        let inputs = m.event(&scope, foo, refused());
         let kind = Kind::from_group_kind("infrastructure.cluster.x-k8s.io", "FooMachine");
         assert!(
             matches!(inputs.as_slice(), [
@@ -497,10 +474,10 @@ mod tests {
             "{inputs:?}"
         );
         // The same refusal again (kube's watcher retries) is no news.
-        assert!(m.on_event(&scope, foo, refused(), None).is_empty());
+        assert!(m.event(&scope, foo, refused()).is_empty());
         // A list that succeeds clears the mark, then relists the kind with its objects.
-        m.on_event(&scope, foo, StreamEvent::Init, None);
-        let inputs = m.on_event(&scope, foo, StreamEvent::InitDone, None);
+        m.event(&scope, foo, StreamEvent::Init);
+        let inputs = m.event(&scope, foo, StreamEvent::InitDone);
         assert!(
             matches!(
                 inputs.as_slice(),
