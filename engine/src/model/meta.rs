@@ -191,6 +191,16 @@ impl Kind {
         )
     }
 
+    /// The namespace an object of this kind is keyed by: none when the kind is cluster-scoped,
+    /// whatever its metadata says.
+    pub fn key_namespace<'a>(&self, namespace: &'a str) -> &'a str {
+        if self.is_cluster_scoped() {
+            ""
+        } else {
+            namespace
+        }
+    }
+
     /// The kind named by `kind` in `group`, as a known kind when it is one.
     pub fn from_group_kind(group: &str, kind: &str) -> Kind {
         Kind::known(group, kind).unwrap_or_else(|| {
@@ -307,11 +317,7 @@ impl KeyHasher {
 
 impl ObjectKey {
     pub fn new(scope: Scope, kind: Kind, namespace: &str, name: &str) -> Self {
-        let namespace = if kind.is_cluster_scoped() {
-            ""
-        } else {
-            namespace
-        };
+        let namespace = kind.key_namespace(namespace);
         let hash = key_hash(&scope, &kind, namespace, name);
         ObjectKey(Arc::new(KeyParts {
             scope,

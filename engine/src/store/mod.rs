@@ -218,12 +218,8 @@ impl Store {
         namespace: &str,
         name: &str,
     ) -> Option<(&ObjectKey, &Object)> {
-        let namespace = if kind.is_cluster_scoped() {
-            ""
-        } else {
-            namespace
-        };
-        self.objects.find(scope, kind, namespace, name)
+        self.objects
+            .find(scope, kind, kind.key_namespace(namespace), name)
     }
 
     /// The problem that keeps `key` unknown: the API shows the object, but not in a form the
@@ -601,11 +597,7 @@ impl Store {
         let Some(id) = crate::convert::identity(value) else {
             return false;
         };
-        let namespace = if id.kind.is_cluster_scoped() {
-            ""
-        } else {
-            id.namespace
-        };
+        let namespace = id.kind.key_namespace(id.namespace);
         self.objects
             .find(scope, &id.kind, namespace, id.name)
             .is_some_and(|(_, stored)| stored.meta().resource_version >= id.resource_version)
@@ -626,11 +618,7 @@ impl Store {
         };
         let kind = object.kind();
         let meta = object.meta();
-        let namespace = if kind.is_cluster_scoped() {
-            ""
-        } else {
-            meta.namespace.as_str()
-        };
+        let namespace = kind.key_namespace(&meta.namespace);
         let Some((slot, (stored, existing))) =
             self.objects.entry_mut(scope, &kind, namespace, &meta.name)
         else {
