@@ -6,7 +6,8 @@
 //! after the last record hashes to `7e7d608b401f5449`.
 
 use engine::journal::{
-    COMMITS_MIRROR_FILE, JOURNAL_FORMAT_VERSION_NO_MIRROR, Journal, JournalOptions,
+    COMMITS_MIRROR_FILE, IDENTITY_FILE, JOURNAL_FORMAT_VERSION_NO_IDENTITY,
+    JOURNAL_FORMAT_VERSION_NO_MIRROR, Journal, JournalOptions,
 };
 use engine::{Input, Timestamp, recovery};
 use std::path::{Path, PathBuf};
@@ -68,6 +69,7 @@ fn a_journal_written_by_5b02b81_with_retired_records_resumes_without_refusing() 
         dir.join(COMMITS_MIRROR_FILE).exists(),
         "the second copy is written"
     );
+    assert!(dir.join(IDENTITY_FILE).exists(), "the identity is written");
     let restored = recovery::restore(&j).unwrap();
     assert_eq!(restored.snapshot_seq, Some(300));
     assert_eq!(restored.engine.state_hash(), FIXTURE_STATE_HASH);
@@ -178,7 +180,17 @@ fn a_state_version_4_journal_with_retired_records_resumes_from_its_migrated_snap
         let dir = tmp.path().join("journal");
         copy(&state_v4_fixture(scenario).join("journal"), &dir);
         let records = state_v4_records(scenario);
+        assert!(!dir.join(IDENTITY_FILE).exists(), "{scenario}: format 4");
         let (j, report) = Journal::open(&dir, retaining()).unwrap();
+        assert_eq!(
+            report.upgraded_from,
+            Some(JOURNAL_FORMAT_VERSION_NO_IDENTITY),
+            "{scenario}"
+        );
+        assert!(
+            dir.join(IDENTITY_FILE).exists(),
+            "{scenario}: upgraded to 5"
+        );
         assert!(
             report.retired_through > 0,
             "{scenario}: records were retired"

@@ -9,7 +9,9 @@
 
 use adapters::kube::journal_log::{Access, JOURNAL_OPEN_TIMEOUT_S, OpenFailure, open_bounded};
 use clap::{Subcommand, ValueEnum};
-use engine::journal::{COMMIT_COPIES, COMMITS_FILE, JournalError, RecordRef, RepairMode};
+use engine::journal::{
+    COMMIT_COPIES, COMMITS_FILE, IDENTITY_FILE, JournalError, RecordRef, RepairMode,
+};
 use engine::journal::{Journal, JournalOptions};
 use engine::recovery;
 use std::ops::ControlFlow;
@@ -20,14 +22,17 @@ pub const EXIT_OK: u8 = 0;
 pub const EXIT_DAMAGE: u8 = 1;
 pub const EXIT_INVALID: u8 = 2;
 pub const EXIT_UNUSABLE: u8 = 3;
-const EXIT_CODES_HELP: &str = "Exit codes: 0 ok; 1 the journal is damaged (records missing or failing their checks); 3 the tool could not do its job (no journal, copy failed, journal unusable, open timed out).";
-const SHOW_EXIT_CODES_HELP: &str = "Exit codes: 0 ok; 1 the journal is damaged (records missing or failing their checks); 2 invalid input (a bad --object, or no record concerns it); 3 the tool could not do its job (no journal, copy failed, journal unusable, open timed out).";
+/// The journal's creation was cut short: it holds no record and the next start creates it.
+pub const EXIT_CREATION_CUT_SHORT: u8 = 4;
+const EXIT_CODES_HELP: &str = "Exit codes: 0 ok; 1 the journal is damaged (records missing or failing their checks); 3 the tool could not do its job (no journal, locked, copy failed, journal unusable, open timed out); 4 the journal's creation was cut short (it holds no record; the next start creates it again).";
+const SHOW_EXIT_CODES_HELP: &str = "Exit codes: 0 ok; 1 the journal is damaged (records missing or failing their checks); 2 invalid input (a bad --object, or no record concerns it); 3 the tool could not do its job (no journal, locked, copy failed, journal unusable, open timed out); 4 the journal's creation was cut short (it holds no record; the next start creates it again).";
 
 /// Why a command failed, deciding the exit code.
 pub enum Failure {
     Damage(String),
     Invalid(String),
     Unusable(String),
+    CreationCutShort(String),
 }
 
 impl Failure {
@@ -37,6 +42,7 @@ impl Failure {
             Failure::Damage(e) => (e, EXIT_DAMAGE),
             Failure::Invalid(e) => (e, EXIT_INVALID),
             Failure::Unusable(e) => (e, EXIT_UNUSABLE),
+            Failure::CreationCutShort(e) => (e, EXIT_CREATION_CUT_SHORT),
         };
         eprintln!("{message}");
         code
@@ -207,7 +213,11 @@ fn copy_consistent_with(
 /// in place, or a private copy when a running controller holds it; within
 /// [`JOURNAL_OPEN_TIMEOUT_S`].
 fn open(dir: &Path) -> Result<JournalCopy, Failure> {
-    if !dir.join("conf").exists() && !dir.join("db").exists() {
+    if !dir.join("conf").exists()
+        && !dir.join("db").exists()
+        && !dir.join(IDENTITY_FILE).exists()
+        && !COMMIT_COPIES.iter().any(|c| dir.join(c).exists())
+    {
         return Err(Failure::Unusable(format!(
             "{}: no journal here",
             dir.display()
@@ -287,10 +297,10 @@ fn open_at(path: &Path, shown: &Path) -> Result<(Journal, u64), OpenError> {
         Ok(opened) => Ok(opened),
     };
     let (journal, report) = opened.map_err(|e| {
-        OpenError::Failed(if e.is_damage() {
-            Failure::Damage(name(&e))
-        } else {
-            Failure::Unusable(name(&e))
+        OpenError::Failed(match &e {
+            JournalError::CreationCutShort { .. } => Failure::CreationCutShort(name(&e)),
+            e if e.is_damage() => Failure::Damage(name(e)),
+            e => Failure::Unusable(name(e)),
         })
     })?;
     if let Some(t) = report.truncated_tail {
@@ -468,7 +478,10 @@ pub fn controller_records(dir: &Path) -> Result<Vec<sim::live::ControllerRecord>
         ControlFlow::Continue(())
     })
     .map_err(|f| match f {
-        Failure::Damage(e) | Failure::Invalid(e) | Failure::Unusable(e) => e,
+        Failure::Damage(e)
+        | Failure::Invalid(e)
+        | Failure::Unusable(e)
+        | Failure::CreationCutShort(e) => e,
     })?;
     Ok(out)
 }
@@ -633,6 +646,7 @@ fn stats(dir: &Path) -> Result<u8, Failure> {
 fn repair(dir: &Path, mode: RepairMode) -> Result<u8, Failure> {
     if !dir.join("conf").exists()
         && !dir.join("db").exists()
+        && !dir.join(IDENTITY_FILE).exists()
         && !COMMIT_COPIES.iter().any(|c| dir.join(c).exists())
     {
         return Err(Failure::Unusable(format!(

@@ -2,11 +2,16 @@
 //!
 //! ```text
 //! batch  = header record*                      (all integers little-endian)
-//! header = format_version u16 | reserved u16 (0) | first_seq u64 | record_count u32
+//! header = format_version u16 | flags u16 | first_seq u64 | record_count u32
 //!        | body_bytes u32 | header_crc u32     (crc32 of the 20 bytes before it)
 //! record = payload_bytes u32 | at i64 | record_crc u32 | payload
 //! record_crc = crc32(format_version u16 | seq u64 | at i64 | payload_bytes u32 | payload)
 //! ```
+//!
+//! `flags` (journal format 5; 0 before): bit 0 marks the last value of one
+//! `Journal::append_batch` (an append split into several values sets it on the last only),
+//! bit 1 a value written by a buffered writer (acknowledged before it was durable). Other bits
+//! are damage. They bound what a crash can leave beyond the commit record: one append.
 //!
 //! A record's sequence number is not stored: it is `first_seq + index`, and it is part of the
 //! record's checksum, so a record read at the wrong position fails its check. The batch's sled
@@ -24,6 +29,31 @@ pub(crate) const RECORD_HEADER_BYTES: usize = 16;
 pub(crate) const BATCH_RECORDS_LIMIT: u32 = 1 << 20;
 pub(crate) const RECORD_BYTES_LIMIT: usize = 64 << 20;
 pub(crate) const BATCH_BYTES_LIMIT: usize = 256 << 20;
+
+/// What a batch's header says of the append that wrote it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct BatchFlags {
+    /// The last value of its append.
+    pub append_end: bool,
+    /// Written by a writer that acknowledges appends before they are durable.
+    pub buffered: bool,
+}
+
+const FLAG_APPEND_END: u16 = 1;
+const FLAG_BUFFERED: u16 = 2;
+
+impl BatchFlags {
+    fn encode(self) -> u16 {
+        u16::from(self.append_end) * FLAG_APPEND_END + u16::from(self.buffered) * FLAG_BUFFERED
+    }
+
+    fn decode(bits: u16) -> Option<BatchFlags> {
+        (bits & !(FLAG_APPEND_END | FLAG_BUFFERED) == 0).then_some(BatchFlags {
+            append_end: bits & FLAG_APPEND_END != 0,
+            buffered: bits & FLAG_BUFFERED != 0,
+        })
+    }
+}
 
 /// One record as stored, borrowed from the batch that holds it (no allocation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,13 +142,13 @@ impl<'b> BatchEncoder<'b> {
     }
 
     /// Writes the header; returns the number of records in the batch.
-    pub(crate) fn finish(self) -> u32 {
+    pub(crate) fn finish(self, flags: BatchFlags) -> u32 {
         assert!(self.count >= 1, "a batch holds at least one record");
         assert!(self.buf.len() <= BATCH_BYTES_LIMIT);
         let body_bytes = (self.buf.len() - BATCH_HEADER_BYTES) as u32;
         let h = &mut self.buf[..BATCH_HEADER_BYTES];
         h[0..2].copy_from_slice(&self.version.to_le_bytes());
-        h[2..4].copy_from_slice(&0u16.to_le_bytes());
+        h[2..4].copy_from_slice(&flags.encode().to_le_bytes());
         h[4..12].copy_from_slice(&self.first_seq.to_le_bytes());
         h[12..16].copy_from_slice(&self.count.to_le_bytes());
         h[16..20].copy_from_slice(&body_bytes.to_le_bytes());
@@ -132,6 +162,7 @@ impl<'b> BatchEncoder<'b> {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct BatchView<'a> {
     pub first_seq: u64,
+    pub flags: BatchFlags,
     pub count: u32,
     pub body: &'a [u8],
 }
@@ -161,9 +192,12 @@ impl<'a> BatchView<'a> {
                 seq: Some(key_seq),
             });
         }
-        if u16_at(bytes, 2) != 0 {
-            return Err(corrupt("batch header reserved bytes are not zero".into()));
-        }
+        let Some(flags) = BatchFlags::decode(u16_at(bytes, 2)) else {
+            return Err(corrupt(format!(
+                "batch header flags {:#06x} name bits no build writes",
+                u16_at(bytes, 2)
+            )));
+        };
         let first_seq = u64_at(bytes, 4);
         let count = u32_at(bytes, 12);
         let body_bytes = u32_at(bytes, 16) as usize;
@@ -195,6 +229,7 @@ impl<'a> BatchView<'a> {
         }
         Ok(BatchView {
             first_seq,
+            flags,
             count,
             body,
         })
@@ -332,7 +367,7 @@ mod tests {
         for (at, p) in records {
             enc.push(Timestamp(*at), p);
         }
-        enc.finish();
+        enc.finish(BatchFlags::default());
         buf
     }
 

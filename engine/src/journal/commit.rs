@@ -453,6 +453,9 @@ pub(crate) fn reconcile(
             }],
         },
         (Some(p), Some(m)) => {
+            if format >= SEQUENTIAL_COPIES_FORMAT {
+                one_crash_at_most(dir, &p, &m)?;
+            }
             let p_ahead = (p.committed_through(), p.retired_through())
                 >= (m.committed_through(), m.retired_through());
             let (ahead, behind, behind_file) = if p_ahead {
@@ -475,7 +478,10 @@ pub(crate) fn reconcile(
             let lag = ahead.entries.len() as i64 - behind.entries.len() as i64;
             let mut stale = Vec::new();
             if ahead.valid_bytes != behind.valid_bytes || ahead.retired != behind.retired {
-                let benign = lag == 1 && ahead.retired == behind.retired;
+                // From format 5 on the mirror is written after `commits`: only it may lag.
+                let benign = lag == 1
+                    && ahead.retired == behind.retired
+                    && (format < SEQUENTIAL_COPIES_FORMAT || behind_file == COMMITS_MIRROR_FILE);
                 stale.push(StaleCopy {
                     file: behind_file,
                     why: format!(
@@ -493,6 +499,39 @@ pub(crate) fn reconcile(
         }
     };
     Ok(chosen)
+}
+
+/// The journal format from which the copies are written one after the other (each fsynced
+/// before the next is touched); before it both were written, then both fsynced.
+pub(crate) const SEQUENTIAL_COPIES_FORMAT: u16 = 5;
+
+/// Refuses two readable copies that no single crash can leave: both ending in a torn entry, or
+/// the mirror torn at an entry `commits` (written first) does not hold.
+fn one_crash_at_most(dir: &Path, primary: &Loaded, mirror: &Loaded) -> Result<(), JournalError> {
+    let corrupt = |file: &str, offset: u64, reason: String| JournalError::CommitCorrupt {
+        path: dir.join(file),
+        offset,
+        reason,
+    };
+    if primary.torn_bytes > 0 && mirror.torn_bytes > 0 {
+        return Err(corrupt(
+            COMMITS_FILE,
+            primary.valid_bytes,
+            format!(
+                "it and {COMMITS_MIRROR_FILE} both end in an entry that fails its checks: the copies are written one after the other, so a crash tears at most one; this is damage, not a torn write"
+            ),
+        ));
+    }
+    if mirror.torn_bytes > 0 && primary.valid_bytes <= mirror.valid_bytes {
+        return Err(corrupt(
+            COMMITS_MIRROR_FILE,
+            mirror.valid_bytes,
+            format!(
+                "it ends in an entry that fails its checks and {COMMITS_FILE}, written before it, does not hold that entry: {COMMITS_FILE} was cut back"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn clone_error(e: &JournalError) -> JournalError {
@@ -553,6 +592,14 @@ impl CommitLog {
             Ok((path, file))
         };
         let torn = trusted.torn_bytes > 0;
+        if torn {
+            tracing::warn!(
+                dir = %dir.display(),
+                bytes = trusted.torn_bytes,
+                after_record = trusted.committed_through(),
+                "dropping a commit entry torn by a crash while it was written: the other copy does not hold it, so its append was never acknowledged"
+            );
+        }
         let files = [
             open(
                 COMMITS_FILE,
@@ -602,18 +649,15 @@ impl CommitLog {
             chain: chain_next(prev_chain, first, last, digest),
         };
         let encoded = entry.encode();
+        // One copy is durable before the other is touched: a crash tears at most one, so the
+        // same damage in both is never taken for a torn write (see [`reconcile`]).
         for (path, file) in &mut self.files {
-            file.write_all(&encoded)
-                .map_err(|source| JournalError::CommitIo {
-                    path: path.clone(),
-                    source,
-                })?;
-        }
-        for (path, file) in &self.files {
-            file.sync_data().map_err(|source| JournalError::CommitIo {
+            let io = |source| JournalError::CommitIo {
                 path: path.clone(),
                 source,
-            })?;
+            };
+            file.write_all(&encoded).map_err(io)?;
+            file.sync_data().map_err(io)?;
         }
         self.last = Some(entry);
         Ok(())

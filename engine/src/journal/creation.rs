@@ -83,7 +83,9 @@ pub(crate) fn interrupted(
 }
 
 /// Removes what an interrupted creation left, sled's data file first: a kill part way leaves
-/// `conf` alone (or nothing), which [`interrupted`] still recognises.
+/// `conf` alone (or nothing), which [`interrupted`] still recognises (a journal of format 5
+/// keeps its identity file, stage `Creating`, throughout). The commit record's copies, sled's
+/// snapshot and blob files exist only when the identity file vouches for the creation.
 pub(crate) fn clear(dir: &Path) -> Result<(), JournalError> {
     let remove = |path: &Path| match std::fs::remove_file(path) {
         Ok(()) => Ok(()),
@@ -97,8 +99,15 @@ pub(crate) fn clear(dir: &Path) -> Result<(), JournalError> {
     for p in inspect::unfinished_store_snapshots(dir)? {
         remove(&p)?;
     }
+    for p in inspect::files(dir)? {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.starts_with("snap.") || p.parent().is_some_and(|d| d.ends_with(BLOBS_DIR)) {
+            remove(&p)?;
+        }
+    }
     for name in commit::COMMIT_COPIES {
         remove(&dir.join(format!("{name}.new")))?;
+        remove(&dir.join(name))?;
     }
     remove(&dir.join(CONF_FILE))
 }

@@ -1,18 +1,36 @@
 //! A creation cut short is created again; anything that may hold a record is still refused.
+//! From format 5 on a creation cut short is known by its identity file (stage `Creating`);
+//! a journal whose identity says `Created` is never created again over, whatever is gone.
 
 use super::commit::{COMMITS_FILE, COMMITS_MIRROR_FILE};
 use super::tests::{append_n, dir_state, open, read_all};
 use super::*;
+use identity::IDENTITY_FILE;
 
 /// A named change to a journal directory.
 type Cut = (&'static str, Box<dyn Fn(&Path)>);
 
+/// Who created the journal whose creation a kill cut short.
+#[derive(Clone, Copy, Debug)]
+enum Creator {
+    /// This build: the identity file, written first, still says `Creating`.
+    ThisBuild,
+    /// A release before format 5: no identity file.
+    Legacy,
+}
+
 /// A journal created in `dir` and closed, then changed by `cut` into what a kill during its
 /// creation leaves.
-fn created_then(dir: &Path, cut: impl FnOnce(&Path)) {
+fn created_then(dir: &Path, creator: Creator, cut: impl FnOnce(&Path)) {
     drop(open(dir));
     for name in [COMMITS_FILE, COMMITS_MIRROR_FILE] {
         std::fs::remove_file(dir.join(name)).unwrap();
+    }
+    match creator {
+        Creator::ThisBuild => {
+            identity::write(dir, JOURNAL_FORMAT_VERSION, Stage::Creating).unwrap()
+        }
+        Creator::Legacy => std::fs::remove_file(dir.join(IDENTITY_FILE)).unwrap(),
     }
     cut(dir);
 }
@@ -49,14 +67,18 @@ fn kill_points() -> Vec<Cut> {
 
 #[test]
 fn a_creation_cut_short_at_any_point_is_created_again_and_survives_restarts() {
-    for (point, cut) in kill_points() {
+    let cases = [Creator::ThisBuild, Creator::Legacy]
+        .into_iter()
+        .flat_map(|c| kill_points().into_iter().map(move |k| (c, k)));
+    for (creator, (point, cut)) in cases {
+        let point = format!("{creator:?}, {point}");
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("j");
-        created_then(&dir, cut);
+        created_then(&dir, creator, cut);
         let before = dir_state(&dir);
         let err = Journal::open_read_only(&dir, JournalOptions::default()).unwrap_err();
         assert!(
-            matches!(err, JournalError::NoJournal { .. }),
+            matches!(err, JournalError::CreationCutShort { .. }),
             "{point}: {err}"
         );
         assert_eq!(
@@ -79,7 +101,54 @@ fn a_creation_cut_short_at_any_point_is_created_again_and_survives_restarts() {
             assert!(j.verify().is_clean(), "{point}");
         }
         assert!(!dir.join("commits.new").exists(), "{point}: leftovers go");
+        assert!(
+            matches!(
+                identity::load(&dir),
+                identity::Found::Read {
+                    stage: Stage::Created,
+                    ..
+                }
+            ),
+            "{point}: the identity says the creation finished"
+        );
     }
+}
+
+/// Two damages at once on a journal of this format with no blob or `snap.*` file (every
+/// ordinary `sim run` journal): `db` and both commit copies deleted, emptied or zeroed. Before
+/// the identity file, each was taken for a creation cut short and created again over: every
+/// record lost with a WARN.
+fn created_journal_losses() -> Vec<Cut> {
+    let mut cases: Vec<Cut> = Vec::new();
+    for (form, damage) in [("deleted", 0u8), ("emptied", 1), ("zeroed", 2)] {
+        let what: &'static str =
+            Box::leak(format!("db and both commit copies {form}").into_boxed_str());
+        cases.push((
+            what,
+            Box::new(move |d: &Path| {
+                let (mut j, _) = open(d);
+                append_n(&mut j, 40, 1);
+                drop(j);
+                let blobs = std::fs::read_dir(d.join("blobs"));
+                assert!(
+                    blobs.is_err() || blobs.unwrap().next().is_none(),
+                    "no blob file"
+                );
+                for name in ["db", COMMITS_FILE, COMMITS_MIRROR_FILE] {
+                    let path = d.join(name);
+                    match damage {
+                        0 => std::fs::remove_file(&path).unwrap(),
+                        1 => set_len(&path, 0),
+                        _ => {
+                            let len = std::fs::metadata(&path).unwrap().len();
+                            set_len(&path, len)
+                        }
+                    }
+                }
+            }),
+        ));
+    }
+    cases
 }
 
 /// Each case: what damage leaves, which must be refused by every start, unchanged.
@@ -108,7 +177,9 @@ fn files_that_may_hold_a_record_are_never_taken_for_a_cut_short_creation() {
         (
             "garbage in db, no commit record",
             Box::new(|d: &Path| {
-                created_then(d, |d| std::fs::write(d.join("db"), [0x5au8; 4096]).unwrap())
+                created_then(d, Creator::Legacy, |d| {
+                    std::fs::write(d.join("db"), [0x5au8; 4096]).unwrap()
+                })
             }),
         ),
         (
@@ -125,6 +196,7 @@ fn files_that_may_hold_a_record_are_never_taken_for_a_cut_short_creation() {
             }),
         ),
     ];
+    let cases = cases.into_iter().chain(created_journal_losses());
     for (what, make) in cases {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("j");

@@ -89,6 +89,25 @@ pub enum JournalError {
     ReadOnly { dir: PathBuf },
     /// The directory holds no journal (a read-only open never creates one).
     NoJournal { dir: PathBuf },
+    /// Records `committed + 1..=stored_last` are stored but not committed, written by more
+    /// appends than a crash leaves uncommitted: the commit record was cut back.
+    UncommittedAppends {
+        committed: u64,
+        stored_last: u64,
+        appends: u64,
+    },
+    /// The journal's identity file could not be written.
+    IdentityIo {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The journal's identity file fails its checks.
+    IdentityDamaged { path: PathBuf, reason: String },
+    /// The identity file says a journal was created here, but sled's files are gone.
+    CreatedButGone { dir: PathBuf, missing: String },
+    /// The journal's creation was cut short (its identity file still says so): nothing was
+    /// ever committed; a writable open creates it again.
+    CreationCutShort { dir: PathBuf },
     /// A repair would discard records from `first` on and was not allowed to.
     RepairDiscards {
         dir: PathBuf,
@@ -116,6 +135,8 @@ impl JournalError {
             | JournalError::OtherStateVersion { .. }
             | JournalError::FileUnreadable { .. }
             | JournalError::ReadOnly { .. }
+            | JournalError::IdentityIo { .. }
+            | JournalError::CreationCutShort { .. }
             | JournalError::NoJournal { .. } => false,
             JournalError::RepairDiscards { .. } => true,
             JournalError::UnknownFormat { .. }
@@ -128,6 +149,9 @@ impl JournalError {
             | JournalError::StorePanicked { .. }
             | JournalError::ConfDamaged { .. }
             | JournalError::StoreSnapshotDamaged { .. }
+            | JournalError::IdentityDamaged { .. }
+            | JournalError::UncommittedAppends { .. }
+            | JournalError::CreatedButGone { .. }
             | JournalError::StoreDamaged { .. } => true,
         }
     }
@@ -162,9 +186,8 @@ impl fmt::Display for JournalError {
                 ),
                 None => write!(
                     f,
-                    "journal has format version {found}; this build reads format {} (upgrading it), {} and {supported}",
-                    super::JOURNAL_FORMAT_VERSION_LEGACY,
-                    super::JOURNAL_FORMAT_VERSION_NO_RETENTION
+                    "journal has format version {found}; this build reads formats {} to {supported} (upgrading older ones)",
+                    super::JOURNAL_FORMAT_VERSION_LEGACY
                 ),
             },
             JournalError::Corrupt { seq, reason } => {
@@ -267,6 +290,33 @@ impl fmt::Display for JournalError {
                 write!(f, "journal file {} is damaged: {reason}", path.display())
             }
             JournalError::NoJournal { dir } => write!(f, "{}: no journal here", dir.display()),
+            JournalError::UncommittedAppends {
+                committed,
+                stored_last,
+                appends,
+            } => write!(
+                f,
+                "records {}..{stored_last} are stored, but the commit record ({} and {}) vouches only for 1..{committed}: they were written by {appends} appends, and a crash leaves at most one uncommitted, so the commit record was cut back and committed records may be lost (see `lifecycle log repair --dry-run`)",
+                committed + 1,
+                super::commit::COMMITS_FILE,
+                super::commit::COMMITS_MIRROR_FILE
+            ),
+            JournalError::IdentityIo { path, source } => {
+                write!(f, "journal identity file {}: {source}", path.display())
+            }
+            JournalError::IdentityDamaged { path, reason } => {
+                write!(f, "journal identity file {} {reason}", path.display())
+            }
+            JournalError::CreatedButGone { dir, missing } => write!(
+                f,
+                "journal {}: its identity file says a journal was created here, but {missing}: its records are gone (restore the directory from a backup, or move it aside to start a new journal)",
+                dir.display()
+            ),
+            JournalError::CreationCutShort { dir } => write!(
+                f,
+                "journal {}: its creation was cut short (a kill or crash while it was created); it holds no record, and the next start creates it again",
+                dir.display()
+            ),
             JournalError::RepairDiscards { dir, first, reason } => write!(
                 f,
                 "repairing journal {} would discard records from {first} on ({reason}): run `lifecycle log repair --dry-run` to see what, then `--truncate` to do it",
@@ -287,6 +337,7 @@ impl std::error::Error for JournalError {
             JournalError::CreateDir { source, .. } => Some(source),
             JournalError::Storage { source, .. } => Some(source),
             JournalError::CommitIo { source, .. } => Some(source),
+            JournalError::IdentityIo { source, .. } => Some(source),
             JournalError::FileUnreadable { source, .. } => Some(source),
             _ => None,
         }

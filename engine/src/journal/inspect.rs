@@ -14,9 +14,9 @@ use super::TruncatedTail;
 use super::chunks::Chunks;
 use super::commit::{self, Reconciled};
 use super::{
-    JOURNAL_FORMAT_VERSION, JOURNAL_FORMAT_VERSION_LEGACY, JOURNAL_FORMAT_VERSION_NO_MIRROR,
-    JOURNAL_FORMAT_VERSION_NO_RETENTION, JournalError, JournalOptions, TREE_META, TREE_SNAPSHOTS,
-    batch::BatchView, read_meta_version,
+    JOURNAL_FORMAT_VERSION, JOURNAL_FORMAT_VERSION_LEGACY, JOURNAL_FORMAT_VERSION_NO_IDENTITY,
+    JOURNAL_FORMAT_VERSION_NO_MIRROR, JOURNAL_FORMAT_VERSION_NO_RETENTION, JournalError,
+    JournalOptions, TREE_META, TREE_SNAPSHOTS, batch::BatchView, read_meta_version,
 };
 use std::path::{Path, PathBuf};
 
@@ -341,6 +341,11 @@ fn inspect_store(
         None
     };
     let copies = commit::load_copies(dir);
+    // From format 5 on a journal is created with both copies before its identity says so.
+    let copies_gone = super::identity::load(dir).says_created()
+        && copies
+            .iter()
+            .all(|c| matches!(c, commit::CopyState::Absent));
     let format = match format {
         Some(f) => f,
         None if chunks.starts().is_empty() => {
@@ -368,6 +373,7 @@ fn inspect_store(
         JOURNAL_FORMAT_VERSION_LEGACY
         | JOURNAL_FORMAT_VERSION_NO_RETENTION
         | JOURNAL_FORMAT_VERSION_NO_MIRROR
+        | JOURNAL_FORMAT_VERSION_NO_IDENTITY
         | JOURNAL_FORMAT_VERSION => {}
         found => {
             return Err(JournalError::UnknownFormat {
@@ -377,7 +383,18 @@ fn inspect_store(
             });
         }
     }
-    let (commits, commit_problem) = match commit::reconcile(dir, &copies, format) {
+    let reconciled = match copies_gone {
+        true => Err(JournalError::CreatedButGone {
+            dir: dir.to_path_buf(),
+            missing: format!(
+                "both copies of its commit record ({} and {}) are missing",
+                commit::COMMITS_FILE,
+                commit::COMMITS_MIRROR_FILE
+            ),
+        }),
+        false => commit::reconcile(dir, &copies, format),
+    };
+    let (commits, commit_problem) = match reconciled {
         Ok(c) => (c, None),
         Err(e) if strictness == Strictness::Read => (Reconciled::default(), Some(e.to_string())),
         Err(e) => return Err(e),
@@ -398,6 +415,15 @@ fn inspect_store(
             (committed, None)
         }
         other => other?,
+    };
+    let uncommitted = match format >= JOURNAL_FORMAT_VERSION {
+        true => check_uncommitted(&chunks, committed, stored_last),
+        false => Ok(()),
+    };
+    let (commits, commit_problem) = match uncommitted {
+        Ok(()) => (commits, commit_problem),
+        Err(e) if strictness == Strictness::Read => (Reconciled::default(), Some(e.to_string())),
+        Err(e) => return Err(e),
     };
     let kept_first = chunks
         .starts()
@@ -498,6 +524,44 @@ pub(crate) fn check_engine_snapshots(dir: &Path, tree: &sled::Tree) -> Result<()
         }
     }
     Ok(())
+}
+
+/// Records stored after the last committed one are what a crash between sled's flush and the
+/// commit record's leaves: one append (each append of a writer that waits for durability has
+/// its commit entry before the next begins), or appends a buffered writer acknowledged before
+/// they were durable. More appends than that mean the commit record was cut back: refused,
+/// never committed over. Batches of formats before 5 carry no flags and pass.
+fn check_uncommitted(
+    chunks: &Chunks,
+    committed: u64,
+    stored_last: u64,
+) -> Result<(), JournalError> {
+    if stored_last <= committed {
+        return Ok(());
+    }
+    let mut appends = 0u64;
+    let mut expected = committed + 1;
+    for entry in chunks.iter_from(expected)? {
+        let (_, value) = entry?;
+        let Ok(view) = BatchView::parse(expected, &value) else {
+            break;
+        };
+        if view.first_seq > stored_last {
+            break;
+        }
+        if view.flags.append_end && !view.flags.buffered && view.last_seq() < stored_last {
+            appends += 1;
+        }
+        expected = view.last_seq() + 1;
+    }
+    match appends {
+        0 => Ok(()),
+        n => Err(JournalError::UncommittedAppends {
+            committed,
+            stored_last,
+            appends: n + 1,
+        }),
+    }
 }
 
 /// Whether the chunk starting at `start` holds records after `retired_through` (a crash

@@ -32,8 +32,11 @@ mod creation_tests;
 #[cfg(any(test, feature = "testing"))]
 #[cfg(any(test, feature = "testing"))]
 mod damage;
+#[cfg(test)]
+mod double_fault_tests;
 mod durable;
 mod error;
+mod identity;
 mod inspect;
 mod read;
 mod repair;
@@ -50,13 +53,14 @@ pub use commit::{COMMIT_COPIES, COMMITS_FILE, COMMITS_MIRROR_FILE};
 #[cfg(any(test, feature = "testing"))]
 pub use damage::Damage;
 pub use error::JournalError;
+pub use identity::{IDENTITY_FILE, Stage};
 pub use read::Records;
 pub use repair::{DISCARDED_DIR, RepairMode, RepairReport};
 pub use retention::Retired;
 pub use snapshot::{SNAPSHOTS_KEPT_LIMIT, SNAPSHOTS_KEPT_MAX, Snapshot, SnapshotProblem};
 
 use crate::time::Timestamp;
-use batch::{BatchEncoder, BatchView, key_seq, seq_key};
+use batch::{BatchEncoder, BatchFlags, BatchView, key_seq, seq_key};
 use chunks::Chunks;
 use inspect::StoreMode;
 use std::ops::{ControlFlow, RangeInclusive};
@@ -68,9 +72,13 @@ const META_FORMAT_VERSION: &str = "format_version";
 const META_CREATED_BY: &str = "created_by";
 /// The journal's format (in `meta`): 2 adds the commit record, 3 retention entries in it
 /// (records retired; a build that reads only 2 would take them for damage), 4 keeps the
-/// commit record in two copies, each starting with a header. Batches keep [`FORMAT_VERSION`].
-/// Older journals are read as they are and upgraded to 4 by the first writable open.
-pub const JOURNAL_FORMAT_VERSION: u16 = 4;
+/// commit record in two copies, each starting with a header, 5 adds the identity file
+/// (`identity.rs`: a creation cut short is known by evidence written first) and writes the
+/// two copies one after the other. Batches keep [`FORMAT_VERSION`]. Older journals are read
+/// as they are and upgraded to 5 by the first writable open.
+pub const JOURNAL_FORMAT_VERSION: u16 = 5;
+/// The format before the identity file.
+pub const JOURNAL_FORMAT_VERSION_NO_IDENTITY: u16 = 4;
 /// The format before the second copy of the commit record.
 pub const JOURNAL_FORMAT_VERSION_NO_MIRROR: u16 = 3;
 /// The format before retention: read as is.
@@ -329,14 +337,25 @@ impl Journal {
         opts: JournalOptions,
         mode: StoreMode,
     ) -> Result<(Journal, OpenReport), JournalError> {
-        if creation::interrupted(dir, &opts)?.is_some() {
-            return Err(JournalError::NoJournal {
+        let identity = identity::load(dir);
+        identity.check_format(JOURNAL_FORMAT_VERSION)?;
+        if identity.is_creating() {
+            return Err(JournalError::CreationCutShort {
+                dir: dir.to_path_buf(),
+            });
+        }
+        if matches!(identity, identity::Found::Absent)
+            && let Some(why) = creation::interrupted(dir, &opts)?
+        {
+            tracing::debug!(dir = %dir.display(), %why, "a creation cut short by a release before format 5");
+            return Err(JournalError::CreationCutShort {
                 dir: dir.to_path_buf(),
             });
         }
         match inspect::presence(dir) {
             Ok(inspect::Presence::Store) => {}
             Ok(inspect::Presence::Fresh) => {
+                refuse_fresh_if_created(dir, identity)?;
                 check_fresh(dir)?;
                 return Err(JournalError::NoJournal {
                     dir: dir.to_path_buf(),
@@ -386,8 +405,17 @@ impl Journal {
         dir: &Path,
         opts: JournalOptions,
     ) -> Result<(Journal, OpenReport), JournalError> {
-        if let Some(why) = creation::interrupted(dir, &opts)? {
-            tracing::warn!(dir = %dir.display(), %why, "the journal's creation was cut short (a kill or crash while it was created): creating it again");
+        let identity = identity::load(dir);
+        identity.check_format(JOURNAL_FORMAT_VERSION)?;
+        if identity.is_creating() {
+            tracing::warn!(dir = %dir.display(), "the journal's creation was cut short (its identity file still says so): it holds no record; creating it again");
+            creation::clear(dir)?;
+            return Journal::create(dir, opts, None);
+        }
+        if matches!(identity, identity::Found::Absent)
+            && let Some(why) = creation::interrupted(dir, &opts)?
+        {
+            tracing::warn!(dir = %dir.display(), %why, "the journal's creation was cut short (a kill or crash while a release before format 5 created it): creating it again");
             creation::clear(dir)?;
             return Journal::create(dir, opts, None);
         }
@@ -397,8 +425,10 @@ impl Journal {
             inspect::Presence::Fresh
         };
         if presence == inspect::Presence::Fresh {
+            refuse_fresh_if_created(dir, identity)?;
             check_fresh(dir)?;
             create_private_dir(dir)?;
+            identity::remove_unfinished(dir)?;
             return Journal::create(dir, opts, None);
         }
         let found = inspect::inspect(dir, &opts, StoreMode::Inspect, inspect::Strictness::Start)?;
@@ -432,7 +462,7 @@ impl Journal {
         let retired_through = commits.retired_through();
         let trusted = commits.loaded.clone().unwrap_or_default();
         let upgrading = format < JOURNAL_FORMAT_VERSION;
-        let rewrite: Vec<&'static str> = if upgrading {
+        let rewrite: Vec<&'static str> = if format < JOURNAL_FORMAT_VERSION_NO_IDENTITY {
             commit::COMMIT_COPIES.to_vec()
         } else {
             commits.stale.iter().map(|c| c.file).collect()
@@ -495,13 +525,26 @@ impl Journal {
         if truncated_tail.is_some() || upgrading || stored_last > committed || finished > 0 {
             journal.flush()?;
         }
+        if identity.needs_writing(JOURNAL_FORMAT_VERSION) {
+            match &identity {
+                identity::Found::Damaged(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "the journal's identity file is damaged: writing it again (the store and the commit record passed their checks)");
+                }
+                identity::Found::Absent if !upgrading => {
+                    tracing::warn!(dir = %dir.display(), "the journal's identity file is missing: writing it again (the store and the commit record passed their checks)");
+                }
+                _ => {}
+            }
+            identity::remove_unfinished(dir)?;
+            identity::write(dir, JOURNAL_FORMAT_VERSION, identity::Stage::Created)?;
+        }
         if upgrading {
             write_meta(&meta, false)?;
             journal
                 .db
                 .flush()
                 .map_err(JournalError::storage("flushing after an upgrade"))?;
-            tracing::info!(dir = %dir.display(), from = format, to = JOURNAL_FORMAT_VERSION, "upgraded the journal's format (the commit record is now kept in two copies)");
+            tracing::info!(dir = %dir.display(), from = format, to = JOURNAL_FORMAT_VERSION, "upgraded the journal's format (an identity file; the commit record kept in two copies written one after the other)");
         }
         let report = OpenReport {
             created: false,
@@ -526,6 +569,7 @@ impl Journal {
         opts: JournalOptions,
         retired: Option<commit::CommitEntry>,
     ) -> Result<(Journal, OpenReport), JournalError> {
+        identity::write(dir, JOURNAL_FORMAT_VERSION, identity::Stage::Creating)?;
         let db = open_sled(
             dir,
             &inspect::sled_config(dir, &opts, opts.segment_bytes, StoreMode::Write),
@@ -544,6 +588,7 @@ impl Journal {
         db.flush()
             .map_err(JournalError::storage("flushing a new journal"))?;
         commit::replace(dir, retired, &[])?;
+        identity::write(dir, JOURNAL_FORMAT_VERSION, identity::Stage::Created)?;
         let trusted = commit::Loaded {
             retired,
             ..commit::Loaded::default()
@@ -671,6 +716,15 @@ impl Journal {
             #[allow(clippy::reversed_empty_ranges)]
             return Ok(first_seq..=first_seq - 1);
         }
+        // What a failed append stored is committed before anything more is written, so a crash
+        // leaves at most one append beyond the commit record (the rule `inspect` holds it to).
+        let writer = self.writer()?;
+        if self.opts.durability == Durability::Flush
+            && writer.pending_dirty
+            && first_seq - 1 > writer.commits.committed_through()
+        {
+            self.flush()?;
+        }
         match self
             .write_values(entries)
             .and_then(|()| self.flush_per_durability())
@@ -767,7 +821,10 @@ impl Journal {
                 enc.push(*at, payload);
                 taken += 1;
             }
-            let count = enc.finish();
+            let count = enc.finish(BatchFlags {
+                append_end: taken == rest.len(),
+                buffered: self.opts.durability == Durability::Buffered,
+            });
             debug_assert!(
                 BatchView::parse(first_seq, &buf).is_ok_and(|v| v.records().all(|r| r.is_ok())),
                 "a batch must decode as it was encoded"
@@ -1147,6 +1204,26 @@ impl Journal {
             None => Ok(1),
             Some((_, seq, value)) => Ok(BatchView::parse(seq, &value)?.last_seq() + 1),
         }
+    }
+}
+
+/// Refuses a directory without sled's files whose identity says a journal was created there
+/// (or cannot be read): its records are gone, and creating a journal over it would hide that.
+fn refuse_fresh_if_created(dir: &Path, identity: identity::Found) -> Result<(), JournalError> {
+    match identity {
+        identity::Found::Damaged(e) => Err(e),
+        identity::Found::Read {
+            stage: identity::Stage::Created,
+            ..
+        } => Err(JournalError::CreatedButGone {
+            dir: dir.to_path_buf(),
+            missing: format!(
+                "sled's files {} and {} are missing",
+                inspect::CONF_FILE,
+                inspect::DB_FILE
+            ),
+        }),
+        _ => Ok(()),
     }
 }
 

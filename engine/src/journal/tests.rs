@@ -603,15 +603,48 @@ fn a_torn_commit_entry_is_unacknowledged_and_a_lost_copy_is_recovered_from_the_o
         "a header and two entries"
     );
     assert_eq!(std::fs::read(&copies[1]).unwrap(), bytes);
-    // A torn last entry in both copies: its batch was flushed by sled but never
-    // acknowledged; it is committed again on open (it passes its checks).
-    for c in &copies {
-        std::fs::write(c, &bytes[..bytes.len() - 3]).unwrap();
+    // A torn last entry in `commits`, which the mirror (written after it) does not hold yet:
+    // its batch was flushed by sled but never acknowledged; it is committed again on open
+    // (it passes its checks). The same with the mirror torn and `commits` whole.
+    let entry = commit::ENTRY_BYTES;
+    for (primary, mirror) in [
+        (bytes.len() - 3, bytes.len() - entry),
+        (bytes.len(), bytes.len() - 3),
+    ] {
+        std::fs::write(&copies[0], &bytes[..primary]).unwrap();
+        std::fs::write(&copies[1], &bytes[..mirror]).unwrap();
+        let (j, report) = open(tmp.path());
+        assert_eq!((report.next_seq, report.committed_through), (21, 20));
+        assert!(report.recovered_commit_copies.is_empty(), "{report:?}");
+        drop(j);
+        assert_eq!(std::fs::read(&copies[0]).unwrap(), bytes);
+        assert_eq!(std::fs::read(&copies[1]).unwrap(), bytes);
     }
-    let (j, report) = open(tmp.path());
-    assert_eq!((report.next_seq, report.committed_through), (21, 20));
-    assert!(report.recovered_commit_copies.is_empty());
-    drop(j);
+    // No single crash leaves these: the same torn entry in both copies, or the mirror torn
+    // at an entry `commits` does not hold. Refused, nothing written.
+    for (primary, mirror) in [
+        (bytes.len() - 3, bytes.len() - 3),
+        (bytes.len() - entry, bytes.len() - 3),
+    ] {
+        std::fs::write(&copies[0], &bytes[..primary]).unwrap();
+        std::fs::write(&copies[1], &bytes[..mirror]).unwrap();
+        let before = dir_state(tmp.path());
+        for _ in 0..2 {
+            let err = Journal::open(tmp.path(), JournalOptions::default()).unwrap_err();
+            assert!(
+                matches!(err, JournalError::CommitCorrupt { .. }) && err.is_damage(),
+                "{primary}/{mirror}: {err:?}"
+            );
+            assert_eq!(
+                dir_state(tmp.path()),
+                before,
+                "a refused start writes nothing"
+            );
+        }
+    }
+    for c in &copies {
+        std::fs::write(c, &bytes).unwrap();
+    }
     // Either copy lost, emptied or cut short: the other vouches for every record, and the
     // open writes the lost one again.
     for (i, damage) in [0, 1]
@@ -644,7 +677,7 @@ fn a_torn_commit_entry_is_unacknowledged_and_a_lost_copy_is_recovered_from_the_o
     }
     let err = Journal::open(tmp.path(), JournalOptions::default()).unwrap_err();
     assert!(
-        matches!(err, JournalError::CommitMissing { last_seq: 20, .. }),
+        matches!(err, JournalError::CreatedButGone { .. }) && err.is_damage(),
         "{err:?}"
     );
 }

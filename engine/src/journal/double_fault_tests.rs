@@ -1,0 +1,137 @@
+//! Two damages at once: what no single crash leaves is refused with nothing written, never
+//! read back shorter with `ok`; a single damage to the identity file is repaired.
+
+use super::commit::{COMMITS_FILE, COMMITS_MIRROR_FILE, ENTRY_BYTES};
+use super::identity::{self, IDENTITY_FILE};
+use super::tests::{append_n, dir_state, open};
+use super::*;
+
+fn cut_both_copies_to(dir: &Path, whole: &[u8], len: usize) {
+    for name in [COMMITS_FILE, COMMITS_MIRROR_FILE] {
+        std::fs::write(dir.join(name), &whole[..len]).unwrap();
+    }
+}
+
+fn refused_twice_unchanged(dir: &Path) -> JournalError {
+    let before = dir_state(dir);
+    let mut last = None;
+    for start in 0..2 {
+        let err = Journal::open(dir, JournalOptions::default()).unwrap_err();
+        assert!(err.is_damage(), "start {start}: {err:?}");
+        assert_eq!(dir_state(dir), before, "a refused start writes nothing");
+        last = Some(err);
+    }
+    last.unwrap()
+}
+
+/// Both copies cut back the same way: one entry is what a crash between sled's flush and the
+/// commit record leaves (committed again on open); more is damage, refused, and `verify`
+/// says so too.
+#[test]
+fn both_commit_copies_cut_back_by_more_than_one_append_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 10, 1);
+    drop(j);
+    let whole = std::fs::read(tmp.path().join(COMMITS_FILE)).unwrap();
+    cut_both_copies_to(tmp.path(), &whole, whole.len() - ENTRY_BYTES);
+    let (j, report) = open(tmp.path());
+    assert_eq!((report.committed_through, report.next_seq), (10, 11));
+    drop(j);
+
+    for kept_entries in [0usize, 8] {
+        cut_both_copies_to(tmp.path(), &whole, ENTRY_BYTES * (1 + kept_entries));
+        let err = refused_twice_unchanged(tmp.path());
+        assert!(
+            matches!(err, JournalError::UncommittedAppends { committed, stored_last: 10, .. } if committed == kept_entries as u64),
+            "{err:?}"
+        );
+        let (ro, _) = Journal::open_read_only(tmp.path(), JournalOptions::default()).unwrap();
+        assert!(!ro.verify().is_clean(), "verify predicts the refusal");
+    }
+}
+
+/// A buffered writer acknowledges appends before they are durable: whatever of them sled
+/// holds beyond the commit record is kept on the next open, not taken for damage.
+#[test]
+fn a_buffered_writers_uncommitted_appends_are_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = JournalOptions {
+        durability: Durability::Buffered,
+        ..JournalOptions::default()
+    };
+    let (mut j, _) = Journal::open(tmp.path(), opts.clone()).unwrap();
+    append_n(&mut j, 10, 1);
+    drop(j);
+    let (j, report) = Journal::open(tmp.path(), opts).unwrap();
+    assert_eq!(report.next_seq, 11);
+    assert!(j.verify().is_clean());
+}
+
+/// The identity file is the one witness of a finished creation: lost or damaged beside an
+/// intact store and commit record, it is written again; a newer format is refused.
+#[test]
+fn a_lost_or_damaged_identity_beside_an_intact_journal_is_written_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 5, 1);
+    drop(j);
+    let path = tmp.path().join(IDENTITY_FILE);
+    let good = std::fs::read(&path).unwrap();
+    let damages: [&dyn Fn(); 3] = [
+        &|| std::fs::remove_file(&path).unwrap(),
+        &|| std::fs::write(&path, b"").unwrap(),
+        &|| {
+            let mut b = good.clone();
+            b[6] ^= 1;
+            std::fs::write(&path, b).unwrap()
+        },
+    ];
+    for (i, damage) in damages.iter().enumerate() {
+        damage();
+        let (ro, _) = Journal::open_read_only(tmp.path(), JournalOptions::default()).unwrap();
+        assert!(
+            ro.verify().is_clean(),
+            "damage {i}: the records are all there"
+        );
+        drop(ro);
+        let (j, report) = open(tmp.path());
+        assert_eq!(report.committed_through, 5, "damage {i}");
+        drop(j);
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            good,
+            "damage {i}: written again"
+        );
+    }
+    identity::write(tmp.path(), JOURNAL_FORMAT_VERSION + 1, Stage::Created).unwrap();
+    let before = dir_state(tmp.path());
+    let err = Journal::open(tmp.path(), JournalOptions::default()).unwrap_err();
+    assert!(
+        matches!(err, JournalError::UnknownFormat { found, .. } if found == JOURNAL_FORMAT_VERSION + 1),
+        "{err:?}"
+    );
+    assert_eq!(dir_state(tmp.path()), before);
+}
+
+/// Every file of the journal deleted but the identity: its records are gone, said loudly.
+#[test]
+fn a_journal_whose_identity_outlived_its_files_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 5, 1);
+    drop(j);
+    for name in ["db", "conf", COMMITS_FILE, COMMITS_MIRROR_FILE] {
+        std::fs::remove_file(tmp.path().join(name)).unwrap();
+    }
+    let err = refused_twice_unchanged(tmp.path());
+    assert!(
+        matches!(err, JournalError::CreatedButGone { .. }),
+        "{err:?}"
+    );
+    let err = Journal::open_read_only(tmp.path(), JournalOptions::default()).unwrap_err();
+    assert!(
+        matches!(err, JournalError::CreatedButGone { .. }),
+        "{err:?}"
+    );
+}

@@ -1,0 +1,190 @@
+//! The journal's identity file: evidence, written before anything else, that a journal was
+//! created here, and whether its creation finished.
+//!
+//! ```text
+//! identity = tag "LJI1" | format u16 | stage u8 | reserved [u8; 5] (0) | crc u32
+//! crc      = crc32 of the 12 bytes before it                      (integers little-endian)
+//! ```
+//!
+//! A creation writes it first, stage [`Stage::Creating`], durable before any sled file exists;
+//! once both copies of the commit record are durable it is replaced (new file, fsync, rename)
+//! by stage [`Stage::Created`]. So a creation cut short is known by what was written, never by
+//! what is missing: files of a journal whose identity says `Created` are never created again
+//! over, whatever else is gone. Journals of formats 1–4 have no identity file; the first
+//! writable open of this build writes one.
+
+use super::JournalError;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+
+pub const IDENTITY_FILE: &str = "identity";
+const IDENTITY_BYTES: usize = 16;
+const TAG: [u8; 4] = *b"LJI1";
+
+/// How far the journal's creation got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Written before any other file: the creation may have been cut short.
+    Creating,
+    /// Written once the commit record's copies were durable.
+    Created,
+}
+
+/// The identity file as found on disk.
+#[derive(Debug)]
+pub(crate) enum Found {
+    /// No identity file: a fresh directory, or a journal of format 1–4.
+    Absent,
+    Read {
+        format: u16,
+        stage: Stage,
+    },
+    /// Unreadable or failing its checks: the stage is unknown (never taken for `Creating`).
+    Damaged(JournalError),
+}
+
+impl Found {
+    /// A journal was created here for sure (a damaged identity counts: something wrote it).
+    pub(crate) fn says_created(&self) -> bool {
+        matches!(
+            self,
+            Found::Read {
+                stage: Stage::Created,
+                ..
+            } | Found::Damaged(_)
+        )
+    }
+
+    pub(crate) fn is_creating(&self) -> bool {
+        matches!(
+            self,
+            Found::Read {
+                stage: Stage::Creating,
+                ..
+            }
+        )
+    }
+
+    /// Whether a writable open must (re)write it as `Created` at `format`.
+    pub(crate) fn needs_writing(&self, format: u16) -> bool {
+        !matches!(self, Found::Read { format: f, stage: Stage::Created } if *f == format)
+    }
+
+    /// A newer build's journal is refused before anything else is read.
+    pub(crate) fn check_format(&self, supported: u16) -> Result<(), JournalError> {
+        match self {
+            Found::Read { format, .. } if *format > supported => Err(JournalError::UnknownFormat {
+                found: *format,
+                supported,
+                seq: None,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+pub(crate) fn load(dir: &Path) -> Found {
+    let path = dir.join(IDENTITY_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Found::Absent,
+        Err(source) => return Found::Damaged(JournalError::FileUnreadable { path, source }),
+    };
+    let damaged = |reason: String| {
+        Found::Damaged(JournalError::IdentityDamaged {
+            path: path.clone(),
+            reason,
+        })
+    };
+    if bytes.len() != IDENTITY_BYTES {
+        return damaged(format!(
+            "is {} bytes long, not {IDENTITY_BYTES}",
+            bytes.len()
+        ));
+    }
+    if bytes[0..4] != TAG {
+        return damaged("does not start with its tag LJI1".into());
+    }
+    if crc32fast::hash(&bytes[..12]).to_le_bytes() != bytes[12..16] {
+        return damaged("fails its checksum".into());
+    }
+    let format = u16::from_le_bytes([bytes[4], bytes[5]]);
+    let stage = match bytes[6] {
+        0 => Stage::Creating,
+        1 => Stage::Created,
+        other => return damaged(format!("names stage {other}, which no build writes")),
+    };
+    if bytes[7..12].iter().any(|&b| b != 0) {
+        return damaged("has reserved bytes that are not zero".into());
+    }
+    Found::Read { format, stage }
+}
+
+/// Writes the identity durably: a new file, fsynced, renamed over the old one, the directory
+/// fsynced (a crash leaves the old or the new identity, never a mix).
+pub(crate) fn write(dir: &Path, format: u16, stage: Stage) -> Result<(), JournalError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(IDENTITY_FILE);
+    let fresh = dir.join(format!("{IDENTITY_FILE}.new"));
+    let io = |source| JournalError::IdentityIo {
+        path: path.clone(),
+        source,
+    };
+    let mut bytes = [0u8; IDENTITY_BYTES];
+    bytes[0..4].copy_from_slice(&TAG);
+    bytes[4..6].copy_from_slice(&format.to_le_bytes());
+    bytes[6] = match stage {
+        Stage::Creating => 0,
+        Stage::Created => 1,
+    };
+    let crc = crc32fast::hash(&bytes[..12]);
+    bytes[12..16].copy_from_slice(&crc.to_le_bytes());
+    let mut file = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&fresh)
+        .map_err(io)?;
+    file.write_all(&bytes).map_err(io)?;
+    file.sync_all().map_err(io)?;
+    std::fs::rename(&fresh, &path).map_err(io)?;
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io)
+}
+
+/// Removes an identity write cut short before its rename (it never counted).
+pub(crate) fn remove_unfinished(dir: &Path) -> Result<(), JournalError> {
+    let path = dir.join(format!("{IDENTITY_FILE}.new"));
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(JournalError::IdentityIo { path, source }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_identity_reads_back_as_written_and_any_flipped_bit_is_damage() {
+        let tmp = tempfile::tempdir().unwrap();
+        for stage in [Stage::Creating, Stage::Created] {
+            write(tmp.path(), 5, stage).unwrap();
+            assert!(matches!(load(tmp.path()), Found::Read { format: 5, stage: s } if s == stage));
+        }
+        let path = tmp.path().join(IDENTITY_FILE);
+        let good = std::fs::read(&path).unwrap();
+        for bit in 0..IDENTITY_BYTES * 8 {
+            let mut bytes = good.clone();
+            bytes[bit / 8] ^= 1 << (bit % 8);
+            std::fs::write(&path, &bytes).unwrap();
+            assert!(matches!(load(tmp.path()), Found::Damaged(_)), "bit {bit}");
+        }
+        std::fs::write(&path, &good[..15]).unwrap();
+        assert!(matches!(load(tmp.path()), Found::Damaged(_)));
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(load(tmp.path()), Found::Absent));
+    }
+}
