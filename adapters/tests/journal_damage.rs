@@ -566,3 +566,239 @@ fn a_controller_killed_while_creating_its_journal_starts_again() {
     }
     eprintln!("{cut_short} of 30 kills cut the journal's creation short");
 }
+
+/// The pair sweep's name for both commit copies damaged the same way.
+const BOTH_COPIES: &str = "commits*";
+
+/// A damage of the pair sweep: a single-file form, or one only a commit copy has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum PairForm {
+    Single(Form),
+    /// Cut back to its header entry: nothing committed.
+    CutToHeader,
+    /// Its last entry removed whole.
+    DropLastEntry,
+}
+
+impl PairForm {
+    /// Chmod is the operator's to fix and root reads through it in process: left to the
+    /// single-file sweep, which runs the restarts as `nobody`.
+    fn for_file(file: &Path) -> Vec<PairForm> {
+        let mut forms: Vec<PairForm> = Form::ALL
+            .into_iter()
+            .filter(|f| *f != Form::Chmod000)
+            .map(PairForm::Single)
+            .collect();
+        if file.to_string_lossy().starts_with("commits") {
+            forms.extend([PairForm::CutToHeader, PairForm::DropLastEntry]);
+        }
+        forms
+    }
+
+    fn name(self) -> String {
+        match self {
+            PairForm::Single(f) => f.name(),
+            PairForm::CutToHeader => "header-only".into(),
+            PairForm::DropLastEntry => "drop-last-entry".into(),
+        }
+    }
+
+    /// Applies to `file` in `journal`, or to both commit copies for [`BOTH_COPIES`].
+    fn apply_to(self, journal: &Path, file: &Path) {
+        if file == Path::new(BOTH_COPIES) {
+            self.apply(&journal.join("commits"));
+            self.apply(&journal.join("commits.mirror"));
+        } else {
+            self.apply(&journal.join(file));
+        }
+    }
+
+    fn apply(self, path: &Path) {
+        const ENTRY_BYTES: usize = 40;
+        let cut = |keep: fn(usize) -> usize| {
+            let bytes = std::fs::read(path).unwrap();
+            std::fs::write(path, &bytes[..keep(bytes.len()).min(bytes.len())]).unwrap();
+        };
+        match self {
+            PairForm::Single(f) => f.apply(path),
+            PairForm::CutToHeader => cut(|_| ENTRY_BYTES),
+            PairForm::DropLastEntry => cut(|n| n.saturating_sub(ENTRY_BYTES).max(ENTRY_BYTES)),
+        }
+    }
+}
+
+/// `f` on a thread of its own, given at most a minute: sled spins on some damage, and a
+/// sweep case that never ends is a finding, not a hung CI.
+fn bounded<T: Send + 'static>(
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .map_err(|_| format!("{what} did not finish within 60 s"))
+}
+
+/// What a start in process (the path `lifecycle run` takes: [`SledLog::open`]) did.
+fn start_in_process(journal: &Path) -> Result<(), String> {
+    adapters::kube::journal_log::SledLog::open(journal)
+        .map(drop)
+        .map_err(|e| e.replace(&journal.display().to_string(), "<journal>"))
+}
+
+/// What `log verify` would say: `Ok` only when the journal opens read-only, verifies clean
+/// and every record it holds reads back.
+fn verify_in_process(journal: &Path) -> Result<(), String> {
+    let dir = journal.to_path_buf();
+    let report = bounded("verify", move || {
+        Journal::open_read_only(&dir, JournalOptions::default()).map(|(j, _)| j.verify())
+    })?
+    .map_err(|e| e.to_string())?;
+    if !report.is_clean() {
+        return Err(format!("{:?}", report.problems.first()));
+    }
+    if report.committed_through > report.last_seq.unwrap_or(0) {
+        return Err("committed records missing".into());
+    }
+    Ok(())
+}
+
+/// The journals the pair sweep damages: one `sim run` writes (buffered, small) and one a
+/// controller wrote (durable, with blob and `snap.*` files and an engine snapshot).
+fn pair_sources(root: &Path, runner: &Runner) -> Vec<(&'static str, PathBuf)> {
+    let sim = root.join("sim-run");
+    let run = Command::new(&runner.binary)
+        .args(["sim", "run"])
+        .arg(format!(
+            "{}/../scenarios/deletion-pdb-blocks-until-rescheduled.yaml",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .arg("--journal")
+        .arg(&sim)
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{run:?}");
+    vec![
+        ("sim run", sim),
+        ("lifecycle run", controller_journal(root, runner)),
+    ]
+}
+
+/// Two damages at once, in process. The property, per case: both starts recover every
+/// committed record, or both refuse with the same error and every file byte-identical (size
+/// and mode included); and `verify` predicts the start (`ok` never where the start refuses or
+/// comes back shorter). Pairs: both commit copies, a commit copy with `db`, with a blob, with
+/// `snap.*`, and `db` with `snap.*`, every form on each side.
+#[test]
+fn every_pair_of_damages_recovers_every_record_or_refuses_without_writing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runner = Runner::new(tmp.path());
+    let mut table: BTreeMap<(String, String), Tally> = BTreeMap::new();
+    let mut cases_run = 0;
+    for (source_name, source) in pair_sources(tmp.path(), &runner) {
+        let committed = fingerprints(&source).unwrap();
+        let files = journal_files(&source);
+        let find =
+            |p: &dyn Fn(&str) -> bool| files.iter().find(|f| p(&f.to_string_lossy())).cloned();
+        let commits = PathBuf::from("commits");
+        let mirror = PathBuf::from("commits.mirror");
+        let db = PathBuf::from("db");
+        let blob = find(&|f| f.starts_with("blobs/"));
+        let snap = find(&|f| f.starts_with("snap."));
+        // `commits*`: the same damage to both copies (one mistake, a script or a bad restore,
+        // cut both back alike), beside a second damage.
+        let both = PathBuf::from(BOTH_COPIES);
+        let mut pairs = vec![
+            (commits.clone(), mirror.clone()),
+            (commits.clone(), db.clone()),
+            (mirror, db.clone()),
+            (both.clone(), db.clone()),
+        ];
+        pairs.extend(blob.clone().map(|b| (commits.clone(), b)));
+        pairs.extend(blob.map(|b| (both.clone(), b)));
+        pairs.extend(snap.clone().map(|s| (commits.clone(), s)));
+        pairs.extend(snap.clone().map(|s| (both.clone(), s)));
+        pairs.extend(snap.map(|s| (db.clone(), s)));
+        for (a, b) in pairs {
+            for fa in PairForm::for_file(&a) {
+                for fb in PairForm::for_file(&b) {
+                    let what = format!(
+                        "{source_name}: {} {} + {} {}",
+                        fa.name(),
+                        a.display(),
+                        fb.name(),
+                        b.display()
+                    );
+                    let row = (
+                        format!("{source_name}: {} + {}", kind(&a), kind(&b)),
+                        String::new(),
+                    );
+                    let tally = table.entry(row).or_default();
+                    let case = tmp.path().join(format!("pair-{cases_run}"));
+                    cases_run += 1;
+                    copy_dir(&source, &case);
+                    fa.apply_to(&case, &a);
+                    fb.apply_to(&case, &b);
+                    let predicted = verify_in_process(&case);
+                    let before = state(&case);
+                    let first = start_in_process(&case);
+                    let after_first = state(&case);
+                    let second = start_in_process(&case);
+                    let after_second = state(&case);
+                    match (&first, &second) {
+                        (Ok(()), Ok(())) => match bounded("reading back", {
+                            let case = case.clone();
+                            move || fingerprints(&case)
+                        })
+                        .and_then(|r| r)
+                        {
+                            Ok(read) if read.len() >= committed.len() && read[..committed.len()] == committed[..] => {
+                                tally.recovered += 1
+                            }
+                            other => tally.violations.push(format!(
+                                "{what}: silent loss: {:?} of {} committed records read back after two starts",
+                                other.map(|r| r.len()),
+                                committed.len()
+                            )),
+                        },
+                        (Err(e1), Err(e2)) => {
+                            if before != after_first || before != after_second {
+                                tally.violations.push(format!("{what}: a refusing start changed the journal's files: {e1}"));
+                            } else if e1 != e2 {
+                                tally.violations.push(format!("{what}: two refusals differ: {e1} / {e2}"));
+                            } else if predicted.is_ok() {
+                                tally.violations.push(format!("{what}: verify said ok but the start refused: {e1}"));
+                            } else {
+                                if std::env::var_os("JOURNAL_PAIRS_VERBOSE").is_some() {
+                                    println!("{what}: refused: {e1}");
+                                }
+                                tally.refused += 1;
+                            }
+                        }
+                        (first, second) => tally.violations.push(format!(
+                            "{what}: the two starts disagree: {first:?} then {second:?}"
+                        )),
+                    }
+                    std::fs::remove_dir_all(&case).unwrap();
+                }
+            }
+        }
+    }
+    let mut report = String::from(
+        "pair                                        recovered  refused  violations\n",
+    );
+    let mut violations = Vec::new();
+    for ((pair, _), t) in &table {
+        report.push_str(&format!(
+            "{pair:<43} {:>9} {:>8} {:>11}\n",
+            t.recovered,
+            t.refused,
+            t.violations.len()
+        ));
+        violations.extend(t.violations.iter().cloned());
+    }
+    println!("{cases_run} cases\n{report}");
+    assert!(violations.is_empty(), "{report}\n{}", violations.join("\n"));
+}

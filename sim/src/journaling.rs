@@ -197,6 +197,6 @@ impl SimJournal {
                 .write_snapshot(engine.applied_seq(), engine.now(), state)
                 .map_err(|e| e.to_string())?;
         }
-        self.journal.flush().map_err(|e| e.to_string())
+        self.journal.seal().map_err(|e| e.to_string())
     }
 }

@@ -28,7 +28,7 @@ fn created_then(dir: &Path, creator: Creator, cut: impl FnOnce(&Path)) {
     }
     match creator {
         Creator::ThisBuild => {
-            identity::write(dir, JOURNAL_FORMAT_VERSION, Stage::Creating).unwrap()
+            identity::write(dir, JOURNAL_FORMAT_VERSION, Stage::Creating, 0).unwrap()
         }
         Creator::Legacy => std::fs::remove_file(dir.join(IDENTITY_FILE)).unwrap(),
     }

@@ -96,6 +96,9 @@ pub enum JournalError {
         stored_last: u64,
         appends: u64,
     },
+    /// Both copies of the commit record vouch for less than the identity file saw them reach
+    /// when the journal was last closed cleanly: they were cut back.
+    CommitCutBack { witnessed: u64, committed: u64 },
     /// The journal's identity file could not be written.
     IdentityIo {
         path: PathBuf,
@@ -151,6 +154,7 @@ impl JournalError {
             | JournalError::StoreSnapshotDamaged { .. }
             | JournalError::IdentityDamaged { .. }
             | JournalError::UncommittedAppends { .. }
+            | JournalError::CommitCutBack { .. }
             | JournalError::CreatedButGone { .. }
             | JournalError::StoreDamaged { .. } => true,
         }
@@ -298,6 +302,15 @@ impl fmt::Display for JournalError {
                 f,
                 "records {}..{stored_last} are stored, but the commit record ({} and {}) vouches only for 1..{committed}: they were written by {appends} appends, and a crash leaves at most one uncommitted, so the commit record was cut back and committed records may be lost (see `lifecycle log repair --dry-run`)",
                 committed + 1,
+                super::commit::COMMITS_FILE,
+                super::commit::COMMITS_MIRROR_FILE
+            ),
+            JournalError::CommitCutBack {
+                witnessed,
+                committed,
+            } => write!(
+                f,
+                "the commit record ({} and {}) vouches for records 1..{committed}, but when the journal was last closed it reached 1..{witnessed} (its identity file says so): both copies were cut back, and committed records may be lost (see `lifecycle log repair --dry-run`)",
                 super::commit::COMMITS_FILE,
                 super::commit::COMMITS_MIRROR_FILE
             ),

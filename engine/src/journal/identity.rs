@@ -2,8 +2,9 @@
 //! created here, and whether its creation finished.
 //!
 //! ```text
-//! identity = tag "LJI1" | format u16 | stage u8 | reserved [u8; 5] (0) | crc u32
-//! crc      = crc32 of the 12 bytes before it                      (integers little-endian)
+//! identity = tag "LJI1" | format u16 | stage u8 | reserved [u8; 5] (0)
+//!          | committed_through u64 | crc u32
+//! crc      = crc32 of the 20 bytes before it                      (integers little-endian)
 //! ```
 //!
 //! A creation writes it first, stage [`Stage::Creating`], durable before any sled file exists;
@@ -12,6 +13,11 @@
 //! what is missing: files of a journal whose identity says `Created` are never created again
 //! over, whatever else is gone. Journals of formats 1–4 have no identity file; the first
 //! writable open of this build writes one.
+//!
+//! `committed_through` witnesses the commit record outside it and outside sled: a writer that
+//! closes cleanly (or writes an engine snapshot) records how far the commit record reached.
+//! Both copies of the commit record cut back below it, with the store cut back too, are then
+//! refused rather than read back shorter.
 
 use super::JournalError;
 use std::fs::{File, OpenOptions};
@@ -19,7 +25,7 @@ use std::io::Write;
 use std::path::Path;
 
 pub const IDENTITY_FILE: &str = "identity";
-const IDENTITY_BYTES: usize = 16;
+const IDENTITY_BYTES: usize = 24;
 const TAG: [u8; 4] = *b"LJI1";
 
 /// How far the journal's creation got.
@@ -39,6 +45,7 @@ pub(crate) enum Found {
     Read {
         format: u16,
         stage: Stage,
+        committed_through: u64,
     },
     /// Unreadable or failing its checks: the stage is unknown (never taken for `Creating`).
     Damaged(JournalError),
@@ -68,7 +75,17 @@ impl Found {
 
     /// Whether a writable open must (re)write it as `Created` at `format`.
     pub(crate) fn needs_writing(&self, format: u16) -> bool {
-        !matches!(self, Found::Read { format: f, stage: Stage::Created } if *f == format)
+        !matches!(self, Found::Read { format: f, stage: Stage::Created, .. } if *f == format)
+    }
+
+    /// How far a clean close saw the commit record reach (0: never witnessed).
+    pub(crate) fn committed_through(&self) -> u64 {
+        match self {
+            Found::Read {
+                committed_through, ..
+            } => *committed_through,
+            _ => 0,
+        }
     }
 
     /// A newer build's journal is refused before anything else is read.
@@ -106,7 +123,7 @@ pub(crate) fn load(dir: &Path) -> Found {
     if bytes[0..4] != TAG {
         return damaged("does not start with its tag LJI1".into());
     }
-    if crc32fast::hash(&bytes[..12]).to_le_bytes() != bytes[12..16] {
+    if crc32fast::hash(&bytes[..20]).to_le_bytes() != bytes[20..24] {
         return damaged("fails its checksum".into());
     }
     let format = u16::from_le_bytes([bytes[4], bytes[5]]);
@@ -118,12 +135,23 @@ pub(crate) fn load(dir: &Path) -> Found {
     if bytes[7..12].iter().any(|&b| b != 0) {
         return damaged("has reserved bytes that are not zero".into());
     }
-    Found::Read { format, stage }
+    let mut witness = [0u8; 8];
+    witness.copy_from_slice(&bytes[12..20]);
+    Found::Read {
+        format,
+        stage,
+        committed_through: u64::from_le_bytes(witness),
+    }
 }
 
 /// Writes the identity durably: a new file, fsynced, renamed over the old one, the directory
 /// fsynced (a crash leaves the old or the new identity, never a mix).
-pub(crate) fn write(dir: &Path, format: u16, stage: Stage) -> Result<(), JournalError> {
+pub(crate) fn write(
+    dir: &Path,
+    format: u16,
+    stage: Stage,
+    committed_through: u64,
+) -> Result<(), JournalError> {
     use std::os::unix::fs::OpenOptionsExt;
     let path = dir.join(IDENTITY_FILE);
     let fresh = dir.join(format!("{IDENTITY_FILE}.new"));
@@ -138,8 +166,9 @@ pub(crate) fn write(dir: &Path, format: u16, stage: Stage) -> Result<(), Journal
         Stage::Creating => 0,
         Stage::Created => 1,
     };
-    let crc = crc32fast::hash(&bytes[..12]);
-    bytes[12..16].copy_from_slice(&crc.to_le_bytes());
+    bytes[12..20].copy_from_slice(&committed_through.to_le_bytes());
+    let crc = crc32fast::hash(&bytes[..20]);
+    bytes[20..24].copy_from_slice(&crc.to_le_bytes());
     let mut file = OpenOptions::new()
         .create(true)
         .write(true)
@@ -171,8 +200,11 @@ mod tests {
     fn an_identity_reads_back_as_written_and_any_flipped_bit_is_damage() {
         let tmp = tempfile::tempdir().unwrap();
         for stage in [Stage::Creating, Stage::Created] {
-            write(tmp.path(), 5, stage).unwrap();
-            assert!(matches!(load(tmp.path()), Found::Read { format: 5, stage: s } if s == stage));
+            write(tmp.path(), 5, stage, 77).unwrap();
+            assert!(matches!(
+                load(tmp.path()),
+                Found::Read { format: 5, stage: s, committed_through: 77 } if s == stage
+            ));
         }
         let path = tmp.path().join(IDENTITY_FILE);
         let good = std::fs::read(&path).unwrap();
@@ -182,7 +214,7 @@ mod tests {
             std::fs::write(&path, &bytes).unwrap();
             assert!(matches!(load(tmp.path()), Found::Damaged(_)), "bit {bit}");
         }
-        std::fs::write(&path, &good[..15]).unwrap();
+        std::fs::write(&path, &good[..IDENTITY_BYTES - 1]).unwrap();
         assert!(matches!(load(tmp.path()), Found::Damaged(_)));
         std::fs::remove_file(&path).unwrap();
         assert!(matches!(load(tmp.path()), Found::Absent));

@@ -342,7 +342,8 @@ fn inspect_store(
     };
     let copies = commit::load_copies(dir);
     // From format 5 on a journal is created with both copies before its identity says so.
-    let copies_gone = super::identity::load(dir).says_created()
+    let identity = super::identity::load(dir);
+    let copies_gone = identity.says_created()
         && copies
             .iter()
             .all(|c| matches!(c, commit::CopyState::Absent));
@@ -392,7 +393,16 @@ fn inspect_store(
                 commit::COMMITS_MIRROR_FILE
             ),
         }),
-        false => commit::reconcile(dir, &copies, format),
+        false => commit::reconcile(dir, &copies, format).and_then(|c| {
+            let witnessed = identity.committed_through();
+            match c.committed_through() < witnessed {
+                true => Err(JournalError::CommitCutBack {
+                    witnessed,
+                    committed: c.committed_through(),
+                }),
+                false => Ok(c),
+            }
+        }),
     };
     let (commits, commit_problem) = match reconciled {
         Ok(c) => (c, None),

@@ -536,7 +536,12 @@ impl Journal {
                 _ => {}
             }
             identity::remove_unfinished(dir)?;
-            identity::write(dir, JOURNAL_FORMAT_VERSION, identity::Stage::Created)?;
+            identity::write(
+                dir,
+                JOURNAL_FORMAT_VERSION,
+                identity::Stage::Created,
+                committed.max(identity.committed_through()),
+            )?;
         }
         if upgrading {
             write_meta(&meta, false)?;
@@ -569,7 +574,7 @@ impl Journal {
         opts: JournalOptions,
         retired: Option<commit::CommitEntry>,
     ) -> Result<(Journal, OpenReport), JournalError> {
-        identity::write(dir, JOURNAL_FORMAT_VERSION, identity::Stage::Creating)?;
+        identity::write(dir, JOURNAL_FORMAT_VERSION, identity::Stage::Creating, 0)?;
         let db = open_sled(
             dir,
             &inspect::sled_config(dir, &opts, opts.segment_bytes, StoreMode::Write),
@@ -588,7 +593,13 @@ impl Journal {
         db.flush()
             .map_err(JournalError::storage("flushing a new journal"))?;
         commit::replace(dir, retired, &[])?;
-        identity::write(dir, JOURNAL_FORMAT_VERSION, identity::Stage::Created)?;
+        let witnessed = retired.map_or(0, |r| r.last_seq);
+        identity::write(
+            dir,
+            JOURNAL_FORMAT_VERSION,
+            identity::Stage::Created,
+            witnessed,
+        )?;
         let trusted = commit::Loaded {
             retired,
             ..commit::Loaded::default()
@@ -766,6 +777,20 @@ impl Journal {
         }
         self.db.flush().map_err(JournalError::storage("flushing"))?;
         self.commit_durable()
+    }
+
+    /// Makes everything appended durable ([`Journal::flush`]), then records in the identity
+    /// file how far the commit record reaches: a later open refuses a commit record cut back
+    /// below it. Call it on a clean close and now and then (it costs two fsyncs and a rename).
+    pub fn seal(&mut self) -> Result<(), JournalError> {
+        self.flush()?;
+        let committed = self.writer()?.commits.committed_through();
+        identity::write(
+            &self.dir,
+            JOURNAL_FORMAT_VERSION,
+            identity::Stage::Created,
+            committed,
+        )
     }
 
     /// Writes the commit entry for the records sled has just made durable.
@@ -1081,10 +1106,15 @@ impl Journal {
                         });
                     }
                 }
-                Err(e) => report.snapshot_problems.push(SnapshotProblem {
-                    through_seq: 0,
-                    reason: e.to_string(),
-                }),
+                Err(e) => {
+                    // sled's iterator yields the same error forever (a blob file it refers to
+                    // is gone): one problem, then stop.
+                    report.snapshot_problems.push(SnapshotProblem {
+                        through_seq: 0,
+                        reason: e.to_string(),
+                    });
+                    break;
+                }
             }
         }
         report

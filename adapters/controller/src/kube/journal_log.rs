@@ -201,6 +201,9 @@ impl SledLog {
             &engine.encode_state(),
         );
         written.map_err(|e| self.failed(e))?;
+        // The identity file witnesses how far the commit record reached (see `Journal::seal`).
+        let sealed = self.journal_mut()?.seal();
+        sealed.map_err(|e| self.failed(e))?;
         self.since_snapshot = 0;
         Ok(())
     }
@@ -258,7 +261,7 @@ impl InputLog for SledLog {
 
     fn close(&mut self) -> Result<(), String> {
         if let Some(mut journal) = self.journal.take() {
-            journal.flush().map_err(|e| self.failed(e))?;
+            journal.seal().map_err(|e| self.failed(e))?;
         }
         Ok(())
     }
