@@ -96,8 +96,22 @@ fn start_in_a_full_tmpfs() {
     while std::io::Write::write_all(&mut filler, &chunk).is_ok() {}
     let _ = filler.sync_all();
     drop(filler);
+    let before = files_with_sizes(&dir);
     let first = SledLog::open(&dir).map(|_| ());
     println!("start on a full disk: {first:?}");
+    // Refused before sled's writable open, which zero-extended `db` before failing.
+    let refusal = first
+        .as_ref()
+        .expect_err("a start on a full disk is refused");
+    assert!(
+        refusal.contains("cannot be written") && refusal.contains(&*dir.to_string_lossy()),
+        "{refusal}"
+    );
+    assert_eq!(
+        files_with_sizes(&dir),
+        before,
+        "a refused start grows nothing"
+    );
     let unfinished: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|e| e.ok())
@@ -114,6 +128,25 @@ fn start_in_a_full_tmpfs() {
         "FULL START CHECKED: the first start {}",
         if first.is_ok() { "started" } else { "failed" }
     );
+}
+
+/// Every file under `dir` with its size and bytes.
+fn files_with_sizes(dir: &Path) -> Vec<(PathBuf, u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                dirs.push(e.path());
+            } else {
+                let bytes = std::fs::read(e.path()).unwrap();
+                out.push((e.path(), bytes.len() as u64, bytes));
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 /// The body, run by the test above inside the tmpfs.

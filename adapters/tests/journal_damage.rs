@@ -802,3 +802,46 @@ fn every_pair_of_damages_recovers_every_record_or_refuses_without_writing() {
     println!("{cases_run} cases\n{report}");
     assert!(violations.is_empty(), "{report}\n{}", violations.join("\n"));
 }
+
+/// A journal the controller's user can read but not write (a volume mounted with the wrong
+/// owner): the start is refused naming the path, and nothing grows (sled's writable open once
+/// zero-extended `db` from 15 741 to 1 048 575 bytes before failing without a path).
+#[test]
+fn a_journal_the_controller_cannot_write_is_refused_unchanged() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let runner = Runner::new(tmp.path());
+    if !runner.as_nobody {
+        eprintln!("not root: the journal's own user can always write it; nothing to check");
+        return;
+    }
+    let journal = controller_journal(tmp.path(), &runner);
+    let chown = Command::new("chown")
+        .args(["-R", "0:0"])
+        .arg(&journal)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    for (path, mode, _) in state(&journal) {
+        let readable = if mode & 0o170000 == 0o040000 {
+            0o755
+        } else {
+            0o644
+        };
+        std::fs::set_permissions(
+            journal.join(path),
+            std::fs::Permissions::from_mode(readable),
+        )
+        .unwrap();
+    }
+    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let before = state(&journal);
+    for start in 0..2 {
+        let err = runner.restart(&journal).expect_err("refused");
+        assert!(
+            err.contains("cannot be written") && err.contains(&*journal.to_string_lossy()),
+            "start {start}: {err}"
+        );
+        assert_eq!(state(&journal), before, "start {start}: nothing grows");
+    }
+}

@@ -99,6 +99,12 @@ pub enum JournalError {
     /// Both copies of the commit record vouch for less than the identity file saw them reach
     /// when the journal was last closed cleanly: they were cut back.
     CommitCutBack { witnessed: u64, committed: u64 },
+    /// A start cannot write to the journal (its mode, its owner, a full disk): refused before
+    /// anything was written.
+    NotWritable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// The journal's identity file could not be written.
     IdentityIo {
         path: PathBuf,
@@ -139,6 +145,7 @@ impl JournalError {
             | JournalError::FileUnreadable { .. }
             | JournalError::ReadOnly { .. }
             | JournalError::IdentityIo { .. }
+            | JournalError::NotWritable { .. }
             | JournalError::CreationCutShort { .. }
             | JournalError::NoJournal { .. } => false,
             JournalError::RepairDiscards { .. } => true,
@@ -314,6 +321,11 @@ impl fmt::Display for JournalError {
                 super::commit::COMMITS_FILE,
                 super::commit::COMMITS_MIRROR_FILE
             ),
+            JournalError::NotWritable { path, source } => write!(
+                f,
+                "journal {} cannot be written by this process: {source} (its owner, its mode or a full disk; nothing was written)",
+                path.display()
+            ),
             JournalError::IdentityIo { path, source } => {
                 write!(f, "journal identity file {}: {source}", path.display())
             }
@@ -351,6 +363,7 @@ impl std::error::Error for JournalError {
             JournalError::Storage { source, .. } => Some(source),
             JournalError::CommitIo { source, .. } => Some(source),
             JournalError::IdentityIo { source, .. } => Some(source),
+            JournalError::NotWritable { source, .. } => Some(source),
             JournalError::FileUnreadable { source, .. } => Some(source),
             _ => None,
         }

@@ -46,6 +46,7 @@ mod retention_tests;
 mod snapshot;
 #[cfg(test)]
 mod tests;
+mod writable;
 
 pub use batch::{FORMAT_VERSION, RecordRef};
 pub use commit::{COMMIT_COPIES, COMMITS_FILE, COMMITS_MIRROR_FILE};
@@ -439,6 +440,7 @@ impl Journal {
         // sled's lock: the read-only view must be gone before the writable open.
         drop((found.db, found.chunks, found.snapshots));
         let segment_bytes = inspect::read_conf(dir)?;
+        writable::check(dir)?;
         let db = open_sled(
             dir,
             &inspect::sled_config(dir, &opts, segment_bytes, StoreMode::Write),

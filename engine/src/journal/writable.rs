@@ -1,0 +1,52 @@
+//! Whether a start can write, asked before sled's writable open: sled zero-extends `db` and
+//! writes its `snap.*` file as it opens, so a journal it then cannot finish opening (a
+//! directory the controller's user cannot write, a full disk) was grown by a start that
+//! refused. Every file is opened for writing (nothing written), and a probe file of
+//! [`WRITE_PROBE_BYTES`] is written, fsynced and removed: only then may sled open.
+
+use super::JournalError;
+use super::inspect;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// What the probe writes: more than sled grows a controller's journal by on open (a
+/// [`super::SLED_SEGMENT_BYTES`] segment and its snapshot file); as much as the controller's
+/// own probe for space after a full disk.
+pub(crate) const WRITE_PROBE_BYTES: usize = 64 << 10;
+const WRITE_PROBE_FILE: &str = ".write-probe";
+
+pub(crate) fn check(dir: &Path) -> Result<(), JournalError> {
+    let refused = |path: PathBuf, source| JournalError::NotWritable { path, source };
+    for path in inspect::files(dir)? {
+        if let Err(source) = std::fs::OpenOptions::new().write(true).open(&path) {
+            return Err(refused(path, source));
+        }
+    }
+    let blobs = dir.join(inspect::BLOBS_DIR);
+    for d in [dir.to_path_buf(), blobs] {
+        if d.is_dir() {
+            probe(&d).map_err(|source| refused(d.clone(), source))?;
+        }
+    }
+    Ok(())
+}
+
+fn probe(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(WRITE_PROBE_FILE);
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut f| {
+            f.write_all(&vec![0u8; WRITE_PROBE_BYTES])?;
+            f.sync_all()
+        });
+    let removed = match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    };
+    written.and(removed)
+}
