@@ -641,6 +641,16 @@ fn bounded<T: Send + 'static>(
         .map_err(|_| format!("{what} did not finish within 60 s"))
 }
 
+/// A start: in process, or with `JOURNAL_PAIRS_THROUGH_BINARY=1` through `lifecycle run`
+/// itself as the controller's user (the full matrix, minutes: its table goes in a note).
+fn start(runner: &Runner, journal: &Path) -> Result<(), String> {
+    if std::env::var_os("JOURNAL_PAIRS_THROUGH_BINARY").is_some() {
+        runner.own(journal);
+        return runner.restart(journal);
+    }
+    start_in_process(journal)
+}
+
 /// What a start in process (the path `lifecycle run` takes: [`SledLog::open`]) did.
 fn start_in_process(journal: &Path) -> Result<(), String> {
     adapters::kube::journal_log::SledLog::open(journal)
@@ -694,6 +704,7 @@ fn pair_sources(root: &Path, runner: &Runner) -> Vec<(&'static str, PathBuf)> {
 #[test]
 fn every_pair_of_damages_recovers_every_record_or_refuses_without_writing() {
     let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let runner = Runner::new(tmp.path());
     let mut table: BTreeMap<(String, String), Tally> = BTreeMap::new();
     let mut cases_run = 0;
@@ -743,9 +754,9 @@ fn every_pair_of_damages_recovers_every_record_or_refuses_without_writing() {
                     fb.apply_to(&case, &b);
                     let predicted = verify_in_process(&case);
                     let before = state(&case);
-                    let first = start_in_process(&case);
+                    let first = start(&runner, &case);
                     let after_first = state(&case);
-                    let second = start_in_process(&case);
+                    let second = start(&runner, &case);
                     let after_second = state(&case);
                     match (&first, &second) {
                         (Ok(()), Ok(())) => match bounded("reading back", {

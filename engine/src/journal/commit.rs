@@ -826,20 +826,6 @@ fn write_copy(
     retired: Option<CommitEntry>,
     entries: &[CommitEntry],
 ) -> Result<(), JournalError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = dir.join(name);
-    let fresh = dir.join(format!("{name}.new"));
-    let io = |source| JournalError::CommitIo {
-        path: path.clone(),
-        source,
-    };
-    let mut file = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&fresh)
-        .map_err(io)?;
     let mut bytes = Vec::with_capacity((entries.len() + 2) * ENTRY_BYTES);
     bytes.extend_from_slice(&CommitEntry::header());
     if let Some(r) = retired {
@@ -848,8 +834,8 @@ fn write_copy(
     for e in entries {
         bytes.extend_from_slice(&e.encode());
     }
-    file.write_all(&bytes).map_err(io)?;
-    file.sync_all().map_err(io)?;
-    std::fs::rename(&fresh, &path).map_err(io)?;
-    File::open(dir).and_then(|d| d.sync_all()).map_err(io)
+    super::durable::replace_file(dir, name, &bytes).map_err(|source| JournalError::CommitIo {
+        path: dir.join(name),
+        source,
+    })
 }

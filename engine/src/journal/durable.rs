@@ -92,3 +92,44 @@ impl BlobSync {
         Ok(fresh)
     }
 }
+
+/// Replaces `dir/name` with `bytes` durably: written to `name.new` (mode 0600), fsynced,
+/// renamed over `name`, the directory fsynced. A crash leaves the old file or the new one.
+pub(crate) fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let fresh = dir.join(format!("{name}.new"));
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&fresh)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&fresh, dir.join(name))?;
+    File::open(dir).and_then(|d| d.sync_all())
+}
+
+/// Whether `dir` takes `bytes` more: a probe file written, fsynced and removed.
+pub fn probe_space(dir: &Path, bytes: usize) -> io::Result<()> {
+    const PROBE_FILE: &str = ".write-probe";
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(PROBE_FILE);
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut f| {
+            f.write_all(&vec![0u8; bytes])?;
+            f.sync_all()
+        });
+    let removed = match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    };
+    written.and(removed)
+}

@@ -20,8 +20,6 @@
 //! refused rather than read back shorter.
 
 use super::JournalError;
-use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::path::Path;
 
 pub const IDENTITY_FILE: &str = "identity";
@@ -152,9 +150,7 @@ pub(crate) fn write(
     stage: Stage,
     committed_through: u64,
 ) -> Result<(), JournalError> {
-    use std::os::unix::fs::OpenOptionsExt;
     let path = dir.join(IDENTITY_FILE);
-    let fresh = dir.join(format!("{IDENTITY_FILE}.new"));
     let io = |source| JournalError::IdentityIo {
         path: path.clone(),
         source,
@@ -169,17 +165,7 @@ pub(crate) fn write(
     bytes[12..20].copy_from_slice(&committed_through.to_le_bytes());
     let crc = crc32fast::hash(&bytes[..20]);
     bytes[20..24].copy_from_slice(&crc.to_le_bytes());
-    let mut file = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&fresh)
-        .map_err(io)?;
-    file.write_all(&bytes).map_err(io)?;
-    file.sync_all().map_err(io)?;
-    std::fs::rename(&fresh, &path).map_err(io)?;
-    File::open(dir).and_then(|d| d.sync_all()).map_err(io)
+    super::durable::replace_file(dir, IDENTITY_FILE, &bytes).map_err(io)
 }
 
 /// Removes an identity write cut short before its rename (it never counted).

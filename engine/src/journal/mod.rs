@@ -53,6 +53,7 @@ pub use commit::{COMMIT_COPIES, COMMITS_FILE, COMMITS_MIRROR_FILE};
 #[cfg(any(test, feature = "testing"))]
 #[cfg(any(test, feature = "testing"))]
 pub use damage::Damage;
+pub use durable::probe_space;
 pub use error::JournalError;
 pub use identity::{IDENTITY_FILE, Stage};
 pub use read::Records;

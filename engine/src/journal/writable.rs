@@ -6,14 +6,12 @@
 
 use super::JournalError;
 use super::inspect;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// What the probe writes: more than sled grows a controller's journal by on open (a
 /// [`super::SLED_SEGMENT_BYTES`] segment and its snapshot file); as much as the controller's
 /// own probe for space after a full disk.
 pub(crate) const WRITE_PROBE_BYTES: usize = 64 << 10;
-const WRITE_PROBE_FILE: &str = ".write-probe";
 
 pub(crate) fn check(dir: &Path) -> Result<(), JournalError> {
     let refused = |path: PathBuf, source| JournalError::NotWritable { path, source };
@@ -25,28 +23,9 @@ pub(crate) fn check(dir: &Path) -> Result<(), JournalError> {
     let blobs = dir.join(inspect::BLOBS_DIR);
     for d in [dir.to_path_buf(), blobs] {
         if d.is_dir() {
-            probe(&d).map_err(|source| refused(d.clone(), source))?;
+            super::durable::probe_space(&d, WRITE_PROBE_BYTES)
+                .map_err(|source| refused(d.clone(), source))?;
         }
     }
     Ok(())
-}
-
-fn probe(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = dir.join(WRITE_PROBE_FILE);
-    let written = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&path)
-        .and_then(|mut f| {
-            f.write_all(&vec![0u8; WRITE_PROBE_BYTES])?;
-            f.sync_all()
-        });
-    let removed = match std::fs::remove_file(&path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    };
-    written.and(removed)
 }

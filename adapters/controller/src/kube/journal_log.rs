@@ -90,25 +90,10 @@ pub struct SledLog {
 const WEDGED_CHECKS_MIN: u32 = 3;
 /// Bytes written (and removed) to see whether the journal's filesystem has space again.
 const SPACE_PROBE_BYTES: usize = 64 << 10;
-const SPACE_PROBE_FILE: &str = ".space-probe";
 
 /// Whether `dir` can take [`SPACE_PROBE_BYTES`] more (written, fsynced and removed).
 fn has_space(dir: &Path) -> bool {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = dir.join(SPACE_PROBE_FILE);
-    let written = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&path)
-        .and_then(|mut f| {
-            f.write_all(&[0u8; SPACE_PROBE_BYTES])?;
-            f.sync_all()
-        });
-    let _ = std::fs::remove_file(&path);
-    written.is_ok()
+    engine::journal::probe_space(dir, SPACE_PROBE_BYTES).is_ok()
 }
 
 impl SledLog {
