@@ -486,14 +486,17 @@ fn inspect_store(
                     return Err(JournalError::RecordsDamaged {
                         first: e.first_seq,
                         last: e.last_seq,
-                        reason: "they differ from what the commit record says was written".into(),
+                        reason: format!(
+                            "they differ from what the commit record says was written ({})",
+                            where_damaged(dir)
+                        ),
                     });
                 }
                 Err(reason) => {
                     return Err(JournalError::RecordsDamaged {
                         first: e.first_seq,
                         last: e.last_seq,
-                        reason,
+                        reason: format!("{reason} ({})", where_damaged(dir)),
                     });
                 }
             }
@@ -618,6 +621,15 @@ fn stored_end(
             }),
         )),
         Err(other) => Err(other),
+    }
+}
+
+/// Where damaged records lie, for an error that names records: the first blob that fails
+/// sled's own check, else sled's data file.
+fn where_damaged(dir: &Path) -> String {
+    match damaged_blob(dir) {
+        Some((path, why)) => format!("in {}: {why}", path.display()),
+        None => format!("in {}", dir.join(DB_FILE).display()),
     }
 }
 

@@ -15,7 +15,12 @@ pub(crate) const WRITE_PROBE_BYTES: usize = 64 << 10;
 
 pub(crate) fn check(dir: &Path) -> Result<(), JournalError> {
     let refused = |path: PathBuf, source| JournalError::NotWritable { path, source };
-    for path in inspect::files(dir)? {
+    let unfinished = inspect::unfinished_store_snapshots(dir)?;
+    // An unfinished sled snapshot file is removed, never written: its own mode does not matter.
+    for path in inspect::files(dir)?
+        .into_iter()
+        .filter(|p| !unfinished.contains(p))
+    {
         if let Err(source) = std::fs::OpenOptions::new().write(true).open(&path) {
             return Err(refused(path, source));
         }
