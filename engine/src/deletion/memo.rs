@@ -219,4 +219,47 @@ pub struct Memo {
     pub phase: Option<Phase>,
     /// The latest eviction attempt a `DrainBlocked` event reported.
     pub drain_blocked_reported: Option<Timestamp>,
+    /// Conditions a pass decided that the Machine does not show yet (a write held back by one
+    /// in flight, refused, or lost): each pass starts from them, since the step that decided
+    /// one (a drain's success) may never be reached again to decide it anew.
+    #[serde(deserialize_with = "crate::codec::added_in_9")]
+    pub unobserved: Conditions,
+}
+
+impl Memo {
+    /// A condition write landed: what it carried is no longer unobserved (the API may store
+    /// it in its own form, which must not have it written again and again).
+    pub fn written(&mut self, action: &crate::command::Action) {
+        let (crate::command::Action::SetCondition { conditions, .. }
+        | crate::command::Action::SetOwnCondition { conditions, .. }) = action
+        else {
+            return;
+        };
+        let unobserved = &mut self.unobserved;
+        unobserved
+            .current
+            .retain(|c| conditions.current(&c.type_) != Some(c));
+        unobserved
+            .legacy
+            .retain(|c| conditions.legacy(&c.type_) != Some(c));
+    }
+
+    /// A restart: the answers of the writes the old process sent never come, so they stand
+    /// for nothing; the relist shows whether they landed.
+    pub fn forget_unanswered(&mut self) {
+        if self
+            .pending_conditions
+            .as_ref()
+            .is_some_and(|p| p.landing == Landing::Unanswered)
+        {
+            self.pending_conditions = None;
+        }
+        if self
+            .pending_status
+            .as_ref()
+            .is_some_and(|p| p.landing == Landing::Unanswered)
+        {
+            self.pending_status = None;
+        }
+    }
 }

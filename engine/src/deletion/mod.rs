@@ -551,12 +551,13 @@ impl Controller for MachineDeletion {
             }
             Action::SetCondition { .. } | Action::SetOwnCondition { .. } => match failure {
                 // Not written after all (or not known to be): the next pass compares with what
-                // is observed.
+                // is observed, and what it decided still stands in `unobserved`.
                 Some(_) => memo.pending_conditions = None,
                 None => {
                     if let Some(p) = &mut memo.pending_conditions {
                         p.answered(written_resource_version(outcome));
                     }
+                    memo.written(&command.action);
                 }
             },
             Action::PatchStatus { .. } => match failure {
@@ -589,6 +590,12 @@ impl Controller for MachineDeletion {
 
     fn next_deadline(&self) -> Option<Timestamp> {
         self.timers.next_deadline()
+    }
+
+    fn on_restarted(&mut self) {
+        for tracked in self.machines.values_mut() {
+            tracked.memo.forget_unanswered();
+        }
     }
 }
 
