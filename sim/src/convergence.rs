@@ -65,9 +65,10 @@ impl Convergence {
                 (List::Current, &d.conditions.current),
                 (List::Legacy, &d.conditions.legacy),
             ];
-            let set = set
-                .into_iter()
-                .flat_map(|(list, cs)| cs.iter().map(move |c| (list, c.type_.clone(), Some(c.clone()))));
+            let set = set.into_iter().flat_map(|(list, cs)| {
+                cs.iter()
+                    .map(move |c| (list, c.type_.clone(), Some(c.clone())))
+            });
             let removed = [
                 (List::Current, &d.removed.current),
                 (List::Legacy, &d.removed.legacy),
@@ -173,8 +174,8 @@ impl Served {
         for kind in ["Machine", "MachineHealthCheck", "MachinePool", "Cluster"] {
             for (key, value) in store.list("cluster.x-k8s.io", kind) {
                 let key = crate::api::engine_key(&engine::model::Scope::Management, key);
-                let version = crate::api::json::str_at(value, "metadata.resourceVersion")
-                    .unwrap_or_default();
+                let version =
+                    crate::api::json::str_at(value, "metadata.resourceVersion").unwrap_or_default();
                 present.insert(key.clone());
                 if self.versions.get(&key).map(String::as_str) == Some(version) {
                     continue;
