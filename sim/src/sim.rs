@@ -522,7 +522,7 @@ impl Sim {
                 &key.name,
             );
             api.get(&key.scope, &obj)
-                .map(|v| crate::convergence::conditions_of_json(v))
+                .map(crate::convergence::conditions_of_json)
         };
         let found = self.checks.invariants.convergence.check(served);
         for (object, message) in found {
