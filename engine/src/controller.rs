@@ -503,14 +503,6 @@ impl<'a> Cx<'a> {
         if let Some(intent) = intent {
             self.effects.intents.insert(intent, id);
         }
-        let observed = self
-            .store
-            .get(&command.action.target().key)
-            .and_then(crate::decision::conditions_of);
-        if let Some((set, removed)) = crate::decision::of_write(&command.action, observed) {
-            let target = command.action.target().key.clone();
-            self.decide_removing(controller, target, set, removed);
-        }
         let command = Box::new(command);
         self.effects.in_flight.insert(id, command.clone());
         self.effects.outbox.0.push_back(command);
@@ -520,25 +512,13 @@ impl<'a> Cx<'a> {
     /// Reports conditions this controller decided for `target`, sent or not (see
     /// [`crate::decision`]).
     pub fn decide(&mut self, controller: ControllerId, target: ObjectKey, conditions: Conditions) {
-        self.decide_removing(controller, target, conditions, Default::default());
-    }
-
-    /// [`Cx::decide`], with condition types decided absent.
-    pub fn decide_removing(
-        &mut self,
-        controller: ControllerId,
-        target: ObjectKey,
-        conditions: Conditions,
-        removed: crate::decision::Removed,
-    ) {
-        if conditions.current.is_empty() && conditions.legacy.is_empty() && removed.is_empty() {
+        if conditions.current.is_empty() && conditions.legacy.is_empty() {
             return;
         }
         self.effects.decided.0.push(crate::decision::Decision {
             controller,
             target,
             conditions,
-            removed,
         });
     }
 

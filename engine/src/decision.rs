@@ -1,68 +1,19 @@
 //! What the controllers decided an object's conditions should be, whether or not the write
 //! went out: a report of each input (like the timers it fired), not state. The simulator folds
-//! them into what the controllers last decided and checks the API converges on it.
+//! them into what the controllers last decided and checks the API converges on it. The
+//! deletion reports every pass's (its conditions include ones a step decides once, at its
+//! end); the health check and the MachinePool, whose conditions each reconcile derives anew
+//! from what they observe, report none yet.
 
-use crate::command::{Action, ControllerId};
+use crate::command::ControllerId;
 use crate::model::{Condition, Conditions, Object, ObjectKey};
 
-/// Conditions one controller set on one object in one reconcile (only those it set), and the
-/// types it removed.
+/// Conditions one controller set on one object in one reconcile (only those it set).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
     pub controller: ControllerId,
     pub target: ObjectKey,
     pub conditions: Conditions,
-    pub removed: Removed,
-}
-
-/// Condition types decided absent, per list.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Removed {
-    pub current: Vec<String>,
-    pub legacy: Vec<String>,
-}
-
-impl Removed {
-    pub fn is_empty(&self) -> bool {
-        self.current.is_empty() && self.legacy.is_empty()
-    }
-}
-
-/// The types of `observed` that `written` leaves out.
-fn removed(written: &[Condition], observed: &[Condition]) -> Vec<String> {
-    observed
-        .iter()
-        .filter(|c| crate::model::find_condition(written, &c.type_).is_none())
-        .map(|c| c.type_.clone())
-        .collect()
-}
-
-/// What a condition write decides: its conditions that differ from `observed`, and the types
-/// of `observed` it leaves out.
-pub fn of_write(action: &Action, observed: Option<&Conditions>) -> Option<(Conditions, Removed)> {
-    let written = match action {
-        Action::SetCondition { conditions, .. } | Action::SetOwnCondition { conditions, .. } => {
-            conditions
-        }
-        _ => return None,
-    };
-    let empty = Conditions::default();
-    let observed = observed.unwrap_or(&empty);
-    let changed = |list: &[Condition], seen: &[Condition]| -> Vec<Condition> {
-        list.iter()
-            .filter(|c| crate::model::find_condition(seen, &c.type_) != Some(*c))
-            .cloned()
-            .collect()
-    };
-    let set = Conditions {
-        current: changed(&written.current, &observed.current),
-        legacy: changed(&written.legacy, &observed.legacy),
-    };
-    let gone = Removed {
-        current: removed(&written.current, &observed.current),
-        legacy: removed(&written.legacy, &observed.legacy),
-    };
-    Some((set, gone))
 }
 
 /// The conditions of an object that has them.

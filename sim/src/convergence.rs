@@ -1,10 +1,11 @@
 //! Status converges: once nothing the controller sent is pending (no request in flight, no
 //! refused condition write waiting to be tried again) for [`QUIET_FOR`], every condition it
 //! sends in its mode shows what the controllers last decided. Alone, that is every condition
-//! a controller decided; in takeover only its own `LifecycleDeleting` (the rest are CAPI's
-//! manager's); in shadow nothing (it sends nothing). A decision is what a reconcile set,
-//! written or not ([`engine::decision`]): a step's condition decided once and never written
-//! (a drain's success while another write was out) is what this catches.
+//! a controller reported deciding (the deletion's, [`engine::decision`]); in takeover only its
+//! own `LifecycleDeleting` (the rest are CAPI's manager's); in shadow nothing (it sends
+//! nothing). A decision is what a reconcile set, written or not: a step's condition decided
+//! once and never written (a drain's success while another write was out) is what this
+//! catches. An object decided absent is not modelled (the deletion never removes one).
 //!
 //! In process the rule is checked at the quiet moments the MHC differential uses; over HTTP
 //! from the controller's journal (its decisions and when its commands were answered) against
@@ -37,8 +38,8 @@ impl List {
     }
 }
 
-/// Per condition (its list and type): the condition decided, or `None` decided absent.
-type Decided = BTreeMap<(List, String), Option<Condition>>;
+/// Per condition (its list and type): the condition decided.
+type Decided = BTreeMap<(List, String), Condition>;
 
 /// What the controllers last decided, per object and condition, in the controller's mode.
 #[derive(Clone, Debug, Default)]
@@ -61,25 +62,14 @@ impl Convergence {
     /// Folds in one input's decisions.
     pub fn note(&mut self, mode: Mode, decisions: &[Decision]) {
         for d in decisions {
-            let set = [
+            let lists = [
                 (List::Current, &d.conditions.current),
                 (List::Legacy, &d.conditions.legacy),
             ];
-            let set = set.into_iter().flat_map(|(list, cs)| {
-                cs.iter()
-                    .map(move |c| (list, c.type_.clone(), Some(c.clone())))
-            });
-            let removed = [
-                (List::Current, &d.removed.current),
-                (List::Legacy, &d.removed.legacy),
-            ];
-            let removed = removed
-                .into_iter()
-                .flat_map(|(list, ts)| ts.iter().map(move |t| (list, t.clone(), None)));
-            for (list, type_, c) in set.chain(removed) {
-                if sent_in(mode, list, &type_) {
+            for (list, conditions) in lists {
+                for c in conditions.iter().filter(|c| sent_in(mode, list, &c.type_)) {
                     let entry = self.decided.entry(d.target.clone()).or_default();
-                    entry.insert((list, type_), c);
+                    entry.insert((list, c.type_.clone()), c.clone());
                 }
             }
         }
@@ -105,20 +95,15 @@ impl Convergence {
             };
             for ((list, type_), want) in wanted {
                 let seen = engine::model::find_condition(list.of(&have), type_);
-                if seen == want.as_ref() || self.reported.contains(&(key.clone(), type_.clone())) {
+                if seen == Some(want) || self.reported.contains(&(key.clone(), type_.clone())) {
                     continue;
                 }
                 self.reported.insert((key.clone(), type_.clone()));
-                let shows = match (seen, want) {
-                    (None, _) => format!("no {type_} condition"),
-                    (Some(s), Some(w)) => describe(s, w),
-                    (Some(s), None) => describe(s, s),
+                let shows = match seen {
+                    None => format!("no {type_} condition"),
+                    Some(s) => describe(s, want),
                 };
-                let decided = match (want, seen) {
-                    (None, _) => format!("no {type_} condition"),
-                    (Some(w), Some(s)) => describe(w, s),
-                    (Some(w), None) => describe(w, w),
-                };
+                let decided = describe(want, seen.unwrap_or(want));
                 found.push((
                     key.to_string(),
                     format!(

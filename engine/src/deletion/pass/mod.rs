@@ -319,7 +319,8 @@ impl<'p, 'a> Pass<'p, 'a> {
             .legacy
             .retain(|c| observed.legacy(&c.type_) != Some(c));
         let set = std::mem::take(&mut self.set);
-        self.cx.decide(ControllerId::Deletion, self.key.clone(), set);
+        self.cx
+            .decide(ControllerId::Deletion, self.key.clone(), set);
     }
 
     fn legacy_exists(&self, type_: &str) -> bool {
