@@ -227,32 +227,42 @@ pub struct Memo {
 }
 
 impl Memo {
-    /// A condition write landed: what it carried is no longer unobserved (the API may store
-    /// it in its own form, which must not have it written again and again).
-    pub fn written(&mut self, action: &crate::command::Action) {
-        let (crate::command::Action::SetCondition { conditions, .. }
-        | crate::command::Action::SetOwnCondition { conditions, .. }) = action
-        else {
-            return;
-        };
+    /// The conditions `written` carries are no longer unobserved: a write carries them (or
+    /// carried them and landed; the API may store them in its own form, which must not have
+    /// them written again and again).
+    pub fn carried(&mut self, written: &Conditions) {
         let unobserved = &mut self.unobserved;
         unobserved
             .current
-            .retain(|c| conditions.current(&c.type_) != Some(c));
+            .retain(|c| written.current(&c.type_) != Some(c));
         unobserved
             .legacy
-            .retain(|c| conditions.legacy(&c.type_) != Some(c));
+            .retain(|c| written.legacy(&c.type_) != Some(c));
+    }
+
+    /// A condition write that did not land (refused, or lost with the process that sent it):
+    /// the deletion's conditions in it stand until the Machine shows them.
+    pub fn not_written(&mut self, conditions: &Conditions) {
+        let unobserved = &mut self.unobserved;
+        let ours = |current| {
+            move |c: &&crate::model::Condition| super::status::is_deletions(current, &c.type_)
+        };
+        for c in conditions.current.iter().filter(ours(true)) {
+            crate::decision::put(&mut unobserved.current, c.clone());
+        }
+        for c in conditions.legacy.iter().filter(ours(false)) {
+            crate::decision::put(&mut unobserved.legacy, c.clone());
+        }
     }
 
     /// A restart: the answers of the writes the old process sent never come, so they stand
     /// for nothing; the relist shows whether they landed.
     pub fn forget_unanswered(&mut self) {
-        if self
+        if let Some(p) = self
             .pending_conditions
-            .as_ref()
-            .is_some_and(|p| p.landing == Landing::Unanswered)
+            .take_if(|p| p.landing == Landing::Unanswered)
         {
-            self.pending_conditions = None;
+            self.not_written(&p.value);
         }
         if self
             .pending_status

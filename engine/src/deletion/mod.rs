@@ -552,12 +552,19 @@ impl Controller for MachineDeletion {
             Action::SetCondition { .. } | Action::SetOwnCondition { .. } => match failure {
                 // Not written after all (or not known to be): the next pass compares with what
                 // is observed, and what it decided still stands in `unobserved`.
-                Some(_) => memo.pending_conditions = None,
+                Some(_) => {
+                    memo.pending_conditions = None;
+                    if let Action::SetCondition { conditions, .. } = &command.action {
+                        memo.not_written(conditions);
+                    }
+                }
                 None => {
                     if let Some(p) = &mut memo.pending_conditions {
                         p.answered(written_resource_version(outcome));
                     }
-                    memo.written(&command.action);
+                    if let Action::SetCondition { conditions, .. } = &command.action {
+                        memo.carried(conditions);
+                    }
                 }
             },
             Action::PatchStatus { .. } => match failure {

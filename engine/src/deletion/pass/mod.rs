@@ -318,6 +318,8 @@ impl<'p, 'a> Pass<'p, 'a> {
         unobserved
             .legacy
             .retain(|c| observed.legacy(&c.type_) != Some(c));
+        // What a write in flight carries is not waiting on this pass.
+        self.tracked.memo.carried(&self.base_conditions);
         let set = std::mem::take(&mut self.set);
         self.cx
             .decide(ControllerId::Deletion, self.key.clone(), set);
@@ -378,7 +380,12 @@ impl<'p, 'a> Pass<'p, 'a> {
         if let Some((reason, message)) = &self.deleting {
             let c = Condition::new(DELETING, ConditionStatus::True, reason, message);
             set_condition(&mut self.conditions.current, c, self.now);
-            if let Some(c) = self.conditions.current(DELETING) {
+            // With a condition write out, its message was not built: no decision of this pass.
+            if let Some(c) = self
+                .conditions
+                .current(DELETING)
+                .filter(|_| !self.conditions_in_flight)
+            {
                 crate::decision::put(&mut self.set.current, c.clone());
             }
         }
@@ -411,6 +418,8 @@ impl<'p, 'a> Pass<'p, 'a> {
                 self.tracked.memo.pending_conditions = Some(Pending::new(self.conditions.clone()));
             }
         }
+        // Observed, or carried by the write just queued or one in flight.
+        self.tracked.memo.carried(&self.base_conditions);
     }
 
     /// Records a Kubernetes Event once per deletion (events mark transitions).
