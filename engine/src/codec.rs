@@ -123,6 +123,15 @@ where
     added_in::<7, D, T>(deserializer)
 }
 
+/// A field that state version 9 added (see [`added_in`]).
+pub fn added_in_9<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de> + Default,
+{
+    added_in::<9, D, T>(deserializer)
+}
+
 /// Whether the value being decoded was written with a state layout older than `version`.
 pub fn layout_before(version: u16) -> bool {
     LAYOUT

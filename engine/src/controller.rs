@@ -2,7 +2,7 @@
 
 use crate::command::{Action, ActionKind, Command, ControllerId, EventSeries};
 use crate::input::ApiOutcome;
-use crate::model::{ObjectKey, Scope};
+use crate::model::{Conditions, ObjectKey, Scope};
 use crate::store::{Change, Store};
 use crate::time::{Duration, Timestamp};
 use crate::timer::{FiredTimer, TimerKind, TimerTable};
@@ -39,6 +39,8 @@ pub trait Controller {
     fn on_reachability(&self, store: &Store, scope: &Scope, out: &mut Vec<ObjectKey>) {
         self.on_synced(store, scope, out);
     }
+    /// The process restarted: no answer to a command it sent before will ever come.
+    fn on_restarted(&mut self) {}
 }
 
 /// What keeps two commands from doing the same thing at once: the action and its target.
@@ -222,6 +224,9 @@ pub struct Effects {
     /// remediation's conditions on a Machine) each keep theirs.
     #[serde(deserialize_with = "withheld_of_layout")]
     withheld: Withheld,
+    /// The conditions decided since the engine's input began. Transient, as the outbox.
+    #[serde(skip)]
+    decided: crate::decision::Decided,
 }
 
 /// Per controller and intent: the target's resourceVersion when withheld, the action's
@@ -388,6 +393,20 @@ impl Effects {
         owners
     }
 
+    /// Whether a failed write waits for its backoff to end before it is tried again.
+    pub fn retries_pending(&self) -> bool {
+        self.retries.next_deadline().is_some()
+    }
+
+    /// The conditions decided since [`Effects::clear_decisions`].
+    pub fn decisions(&self) -> &[crate::decision::Decision] {
+        &self.decided.0
+    }
+
+    pub fn clear_decisions(&mut self) {
+        self.decided.0.clear();
+    }
+
     /// When the earliest backoff ends.
     pub fn next_retry(&self) -> Option<Timestamp> {
         self.retries.next_deadline()
@@ -488,6 +507,19 @@ impl<'a> Cx<'a> {
         self.effects.in_flight.insert(id, command.clone());
         self.effects.outbox.0.push_back(command);
         Issued::Queued(id)
+    }
+
+    /// Reports conditions this controller decided for `target`, sent or not (see
+    /// [`crate::decision`]).
+    pub fn decide(&mut self, controller: ControllerId, target: ObjectKey, conditions: Conditions) {
+        if conditions.current.is_empty() && conditions.legacy.is_empty() {
+            return;
+        }
+        self.effects.decided.0.push(crate::decision::Decision {
+            controller,
+            target,
+            conditions,
+        });
     }
 
     /// What [`Cx::issue`] does for a non-destructive action whose intent is in flight, without

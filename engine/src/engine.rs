@@ -93,7 +93,8 @@ impl Dirty {
 /// 7: the deletion controller's `--own-machines` selector (absent before: none, a MachineSet's
 ///    Machines), and the intents withheld in shadow mode (absent before: none).
 /// 8: withheld intents kept per controller (7: one per intent, dropped on reading).
-pub const STATE_VERSION: u16 = 8;
+/// 9: the deletion memo's conditions decided and not observed yet (absent before: none).
+pub const STATE_VERSION: u16 = 9;
 /// The oldest state layout this build reads (and migrates to [`STATE_VERSION`]).
 pub const STATE_VERSION_OLDEST_READ: u16 = 4;
 
@@ -269,6 +270,17 @@ impl Engine {
         self.effects.in_flight_len()
     }
 
+    /// Whether a command is in flight or a failed write waits to be tried again.
+    pub fn writes_pending(&self) -> bool {
+        self.effects.in_flight_len() > 0 || self.effects.retries_pending()
+    }
+
+    /// The conditions the controllers decided while handling the last input, written or not
+    /// ([`crate::decision`]).
+    pub fn decisions(&self) -> &[crate::decision::Decision] {
+        self.effects.decisions()
+    }
+
     /// Applies one input at time `now` (a clock that goes backwards is held at its maximum),
     /// then reconciles every key it affected, each once.
     pub fn handle(&mut self, now: Timestamp, input: Input) {
@@ -277,6 +289,7 @@ impl Engine {
         self.now = self.now.max(now);
         self.applied_seq += 1;
         self.fired.0.clear();
+        self.effects.clear_decisions();
         let mut dirty = Dirty {
             slots: std::mem::take(&mut self.carried),
             ..Default::default()
@@ -349,6 +362,9 @@ impl Engine {
             Input::Restarted => {
                 for (id, owner) in self.effects.forget_in_flight() {
                     dirty.push(id.slot(), owner);
+                }
+                for controller in self.controllers.all_mut() {
+                    controller.on_restarted();
                 }
                 self.store.mark_unsynced_all();
             }

@@ -16,6 +16,7 @@ pub mod command;
 pub mod connection;
 pub mod controller;
 pub mod convert;
+pub mod decision;
 pub mod deletion;
 pub mod drain;
 mod engine;

@@ -47,6 +47,8 @@ pub struct Checker {
     pub(crate) release: crate::release::Release,
     /// When the API changed, for the MHC status differential.
     pub(crate) differential: crate::differential::Differential,
+    /// What the controllers last decided, for the status convergence rule.
+    pub(crate) convergence: crate::convergence::Convergence,
     /// Clusters whose cache the controller has listed since it last started.
     pub synced: BTreeSet<Scope>,
     /// Each MHC's latest `RemediationAllowed` decision as the controller wrote it (whether or

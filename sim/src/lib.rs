@@ -13,6 +13,7 @@ mod capi_health;
 mod capi_pools;
 mod checks;
 mod clock;
+pub mod convergence;
 pub mod defaults;
 mod differential;
 mod drain_skips;

@@ -33,6 +33,8 @@ pub struct ControllerRecord {
     pub fired: Vec<engine::FiredTimer>,
     /// Those of `commands` never sent (their answer, journaled later, is `NotSent`).
     pub withheld: BTreeMap<u64, engine::Withheld>,
+    /// The conditions the controllers decided handling the input, written or not.
+    pub decisions: Vec<engine::decision::Decision>,
 }
 
 impl ControllerRecord {
@@ -61,6 +63,8 @@ pub struct Live {
     restarts_reported: u32,
     /// Objects whose drain or deletion write was already checked as it landed.
     landed: std::collections::BTreeSet<(Scope, crate::api::ObjKey)>,
+    /// The management objects' conditions over the run, for the status convergence rule.
+    served: crate::convergence::Served,
 }
 
 impl Live {
@@ -85,6 +89,7 @@ impl Live {
             seen: BTreeMap::new(),
             restarts_reported: 0,
             landed: Default::default(),
+            served: Default::default(),
         }
     }
 
@@ -158,6 +163,9 @@ impl Live {
             self.sim.clock.now = now;
         }
         self.ingest_external_writes(&external);
+        if let Some(store) = self.sim.api.clusters.get(&Scope::Management) {
+            self.served.sample(self.sim.clock.now, store);
+        }
         self.sim.check_release();
         for (scope, store) in stores.iter_mut() {
             if let Some(slot) = self.sim.api.clusters.get_mut(scope) {
@@ -234,6 +242,7 @@ impl Live {
         self.note_disagreements(records);
         self.note_refusals(records);
         self.check_repeats(records);
+        self.check_convergence(records);
         self.sim.timeline.lines.sort_by_key(|l| l.at_ms);
         self.sim.finish_run();
         let inputs = records.last().map_or(0, |r| r.seq);
@@ -422,6 +431,32 @@ impl Live {
             for command in &record.commands {
                 issued.insert(command.id, command);
             }
+        }
+    }
+
+    /// The status convergence rule over the controller's journal ([`crate::convergence`]).
+    fn check_convergence(&mut self, records: &[ControllerRecord]) {
+        let found = crate::convergence::judge_journal(
+            self.sim.scenario.mode,
+            records,
+            &self.served,
+            self.sim.clock.end,
+        );
+        for (at, object, message) in found {
+            self.sim.checks.invariants.checks += 1;
+            self.sim.timeline.push(crate::timeline::Line {
+                at_ms: at
+                    .max(self.sim.clock.start)
+                    .since(self.sim.clock.start)
+                    .as_millis(),
+                actor: "invariant".into(),
+                action: "Violation".into(),
+                object,
+                detail: message.clone(),
+                cause: None,
+                command: None,
+            });
+            self.sim.checks.invariants.violate(message);
         }
     }
 
@@ -714,6 +749,7 @@ mod tests {
             commands,
             fired: Vec::new(),
             withheld: Default::default(),
+            decisions: Vec::new(),
         }
     }
 

@@ -199,6 +199,7 @@ impl Sim {
             self.note_disagreements();
         }
         self.check_release();
+        self.check_convergence();
         // A controller in another process may be mid-update at the end: judged only when quiet.
         self.check_mhc_differential(self.process.external.is_none());
         self.check_liveness();
@@ -432,6 +433,7 @@ impl Sim {
         let now = self.clock.now;
         if let Some(quiet_at) = self.checks.invariants.differential.quiet_before(now, next) {
             self.clock.now = quiet_at;
+            self.check_convergence();
             self.check_mhc_differential(false);
         }
     }
@@ -486,6 +488,45 @@ impl Sim {
                 "stale MHC status: {mhc} is not what a controller freshly listing the API computes ({detail})"
             );
             self.line("invariant", "Violation", mhc, message.clone());
+            self.checks.invariants.violate(message);
+        }
+    }
+
+    /// The status convergence rule ([`crate::convergence`]), in process: when nothing is in
+    /// flight or waits for a retry, the world has been quiet for its period and the
+    /// controller sees everything.
+    pub(crate) fn check_convergence(&mut self) {
+        if self.process.external.is_some() {
+            return;
+        }
+        let now = self.clock.now;
+        let quiet = self
+            .checks
+            .invariants
+            .differential
+            .last_change
+            .is_none_or(|t| now.since(t) >= crate::convergence::QUIET_FOR);
+        let idle = !self.engine().writes_pending()
+            && self.lp.commands_in_flight() == 0
+            && self.lp.commands_waiting() == 0
+            && !self.net.busy();
+        if !quiet || !idle || !self.controller_sees_everything() {
+            return;
+        }
+        let api = &self.api;
+        let served = |key: &ObjectKey| {
+            let obj = crate::api::ObjKey::new(
+                key.kind.group(),
+                key.kind.name(),
+                &key.namespace,
+                &key.name,
+            );
+            api.get(&key.scope, &obj)
+                .map(crate::convergence::conditions_of_json)
+        };
+        let found = self.checks.invariants.convergence.check(served);
+        for (object, message) in found {
+            self.line("invariant", "Violation", object, message.clone());
             self.checks.invariants.violate(message);
         }
     }
@@ -866,6 +907,9 @@ impl Sim {
         self.checks.invariants.repeats.observe(&input, seq);
         let described = self.process.feeder.journal(at, &input);
         self.lp.appended(at, input, Ok(()));
+        let mode = self.lp.options().mode;
+        let decisions = self.lp.core().decisions();
+        self.checks.invariants.convergence.note(mode, decisions);
         self.process.feeder.applied(self.lp.core(), described);
         self.note_disagreements();
     }

@@ -392,7 +392,7 @@ fn replay(
         Vec<engine::Command>,
         Vec<engine::FiredTimer>,
         Withheld,
-        &engine::store::Store,
+        &engine::Engine,
     ) -> ControlFlow<()>,
 ) -> Result<(), Failure> {
     let copy = open(dir)?;
@@ -433,7 +433,7 @@ fn replay(
                 commands,
                 engine.fired_timers().to_vec(),
                 not_sent,
-                engine.store(),
+                &engine,
             )
         })
         .map_err(|e| Failure::Damage(e.to_string()))?;
@@ -492,7 +492,7 @@ pub fn replay_records(
     dir: &Path,
     mut each: impl FnMut(sim::live::ControllerRecord, &engine::store::Store) -> ControlFlow<()>,
 ) -> Result<(), Failure> {
-    replay(dir, |r, input, commands, fired, withheld, store| {
+    replay(dir, |r, input, commands, fired, withheld, engine| {
         each(
             sim::live::ControllerRecord {
                 seq: r.seq,
@@ -501,8 +501,9 @@ pub fn replay_records(
                 commands,
                 fired,
                 withheld,
+                decisions: engine.decisions().to_vec(),
             },
-            store,
+            engine.store(),
         )
     })
 }
@@ -537,6 +538,7 @@ fn show(dir: &Path, format: Format, from: u64, object: Option<&str>) -> Result<u
                 commands,
                 fired,
                 withheld: withheld.clone(),
+                decisions: Vec::new(),
             };
             let concerns = adapters::explain::concerns(&record, subject, &issued);
             // Only commands about the object: all an answer needs to be matched.

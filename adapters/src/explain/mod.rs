@@ -270,6 +270,7 @@ mod tests {
             commands: Vec::new(),
             fired: Vec::new(),
             withheld: Default::default(),
+            decisions: Vec::new(),
         }
     }
 
@@ -371,6 +372,7 @@ mod tests {
                 commands: vec![complete],
                 fired: Vec::new(),
                 withheld: Default::default(),
+                decisions: Vec::new(),
             },
             super::ControllerRecord {
                 seq: 2,
@@ -379,6 +381,7 @@ mod tests {
                 commands: Vec::new(),
                 fired: Vec::new(),
                 withheld: Default::default(),
+                decisions: Vec::new(),
             },
         ];
         let told = story(&records, "default/m1").unwrap();

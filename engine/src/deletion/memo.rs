@@ -219,4 +219,57 @@ pub struct Memo {
     pub phase: Option<Phase>,
     /// The latest eviction attempt a `DrainBlocked` event reported.
     pub drain_blocked_reported: Option<Timestamp>,
+    /// Conditions a pass decided that the Machine does not show yet (a write held back by one
+    /// in flight, refused, or lost): each pass starts from them, since the step that decided
+    /// one (a drain's success) may never be reached again to decide it anew.
+    #[serde(deserialize_with = "crate::codec::added_in_9")]
+    pub unobserved: Conditions,
+}
+
+impl Memo {
+    /// The conditions `written` carries are no longer unobserved: a write carries them (or
+    /// carried them and landed; the API may store them in its own form, which must not have
+    /// them written again and again).
+    pub fn carried(&mut self, written: &Conditions) {
+        let unobserved = &mut self.unobserved;
+        unobserved
+            .current
+            .retain(|c| written.current(&c.type_) != Some(c));
+        unobserved
+            .legacy
+            .retain(|c| written.legacy(&c.type_) != Some(c));
+    }
+
+    /// A condition write that did not land (refused, or lost with the process that sent it):
+    /// the deletion's conditions in it stand until the Machine shows them.
+    pub fn not_written(&mut self, conditions: &Conditions) {
+        let unobserved = &mut self.unobserved;
+        let ours = |current| {
+            move |c: &&crate::model::Condition| super::status::is_deletions(current, &c.type_)
+        };
+        for c in conditions.current.iter().filter(ours(true)) {
+            crate::decision::put(&mut unobserved.current, c.clone());
+        }
+        for c in conditions.legacy.iter().filter(ours(false)) {
+            crate::decision::put(&mut unobserved.legacy, c.clone());
+        }
+    }
+
+    /// A restart: the answers of the writes the old process sent never come, so they stand
+    /// for nothing; the relist shows whether they landed.
+    pub fn forget_unanswered(&mut self) {
+        if let Some(p) = self
+            .pending_conditions
+            .take_if(|p| p.landing == Landing::Unanswered)
+        {
+            self.not_written(&p.value);
+        }
+        if self
+            .pending_status
+            .as_ref()
+            .is_some_and(|p| p.landing == Landing::Unanswered)
+        {
+            self.pending_status = None;
+        }
+    }
 }

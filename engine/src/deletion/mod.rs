@@ -551,11 +551,19 @@ impl Controller for MachineDeletion {
             }
             Action::SetCondition { .. } | Action::SetOwnCondition { .. } => match failure {
                 // Not written after all (or not known to be): the next pass compares with what
-                // is observed.
-                Some(_) => memo.pending_conditions = None,
+                // is observed, and what it decided still stands in `unobserved`.
+                Some(_) => {
+                    memo.pending_conditions = None;
+                    if let Action::SetCondition { conditions, .. } = &command.action {
+                        memo.not_written(conditions);
+                    }
+                }
                 None => {
                     if let Some(p) = &mut memo.pending_conditions {
                         p.answered(written_resource_version(outcome));
+                    }
+                    if let Action::SetCondition { conditions, .. } = &command.action {
+                        memo.carried(conditions);
                     }
                 }
             },
@@ -589,6 +597,12 @@ impl Controller for MachineDeletion {
 
     fn next_deadline(&self) -> Option<Timestamp> {
         self.timers.next_deadline()
+    }
+
+    fn on_restarted(&mut self) {
+        for tracked in self.machines.values_mut() {
+            tracked.memo.forget_unanswered();
+        }
     }
 }
 

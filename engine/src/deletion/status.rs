@@ -46,6 +46,23 @@ pub mod legacy {
 }
 
 pub use crate::model::set_condition;
+
+/// Whether the deletion writes this condition (in `current`: the v1beta2 list).
+pub fn is_deletions(current: bool, type_: &str) -> bool {
+    if current {
+        return type_ == DELETING;
+    }
+    [
+        legacy::PRE_DRAIN_DELETE_HOOK_SUCCEEDED,
+        legacy::DRAINING_SUCCEEDED,
+        legacy::VOLUME_DETACH_SUCCEEDED,
+        legacy::PRE_TERMINATE_DELETE_HOOK_SUCCEEDED,
+        legacy::INFRASTRUCTURE_READY,
+        legacy::BOOTSTRAP_READY,
+        legacy::NODE_HEALTHY,
+    ]
+    .contains(&type_)
+}
 #[cfg(test)]
 use crate::time::Timestamp;
 

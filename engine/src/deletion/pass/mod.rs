@@ -42,6 +42,8 @@ pub(super) struct Pass<'p, 'a> {
     /// What is observed (borrowed from the Machine) or stands for it (a write in flight).
     base_conditions: Cow<'a, Conditions>,
     conditions: Conditions,
+    /// The conditions this pass set (a report of what it decided, [`crate::decision`]).
+    set: Conditions,
     base_status: StatusFields,
     status: StatusFields,
     /// The `Deleting` reason and message; `None` keeps what is observed (a Node deletion in
@@ -132,6 +134,16 @@ impl<'p, 'a> Pass<'p, 'a> {
         d.wait_for_pre_terminate_hook_start = d
             .wait_for_pre_terminate_hook_start
             .or(memo.wait_for_pre_terminate_hook_start);
+        let mut conditions = Conditions::clone(&base_conditions);
+        if !takeover {
+            let unobserved = &tracked.memo.unobserved;
+            for c in &unobserved.current {
+                crate::decision::put(&mut conditions.current, c.clone());
+            }
+            for c in &unobserved.legacy {
+                crate::decision::put(&mut conditions.legacy, c.clone());
+            }
+        }
         // Another controller's condition write (the MHC's) brings this Machine back too.
         let conditions_in_flight =
             cx.wait_if_in_flight(ControllerId::Deletion, crate::ActionKind::SetCondition, key);
@@ -145,7 +157,8 @@ impl<'p, 'a> Pass<'p, 'a> {
             cx,
             now,
             target: Target::capi(key.clone(), m.version),
-            conditions: Conditions::clone(&base_conditions),
+            conditions,
+            set: Conditions::default(),
             base_conditions,
             base_status,
             status,
@@ -281,7 +294,35 @@ impl<'p, 'a> Pass<'p, 'a> {
     }
 
     fn set_legacy(&mut self, c: Condition) {
+        let type_ = c.type_.clone();
         set_condition(&mut self.conditions.legacy, c, self.now);
+        if let Some(c) = self.conditions.legacy(&type_) {
+            crate::decision::put(&mut self.set.legacy, c.clone());
+        }
+    }
+
+    /// Reports what this pass decided and keeps what the Machine does not show yet, for the
+    /// passes after it.
+    fn decided(&mut self) {
+        let observed = &self.m.conditions;
+        let unobserved = &mut self.tracked.memo.unobserved;
+        for c in &self.set.current {
+            crate::decision::put(&mut unobserved.current, c.clone());
+        }
+        for c in &self.set.legacy {
+            crate::decision::put(&mut unobserved.legacy, c.clone());
+        }
+        unobserved
+            .current
+            .retain(|c| observed.current(&c.type_) != Some(c));
+        unobserved
+            .legacy
+            .retain(|c| observed.legacy(&c.type_) != Some(c));
+        // What a write in flight carries is not waiting on this pass.
+        self.tracked.memo.carried(&self.base_conditions);
+        let set = std::mem::take(&mut self.set);
+        self.cx
+            .decide(ControllerId::Deletion, self.key.clone(), set);
     }
 
     fn legacy_exists(&self, type_: &str) -> bool {
@@ -339,7 +380,16 @@ impl<'p, 'a> Pass<'p, 'a> {
         if let Some((reason, message)) = &self.deleting {
             let c = Condition::new(DELETING, ConditionStatus::True, reason, message);
             set_condition(&mut self.conditions.current, c, self.now);
+            // With a condition write out, its message was not built: no decision of this pass.
+            if let Some(c) = self
+                .conditions
+                .current(DELETING)
+                .filter(|_| !self.conditions_in_flight)
+            {
+                crate::decision::put(&mut self.set.current, c.clone());
+            }
         }
+        self.decided();
         if self.conditions != *self.base_conditions {
             // Same outcome as `issue` answering `InFlight`, without the summary and the clone.
             if self.cx.wait_if_in_flight(
@@ -368,6 +418,8 @@ impl<'p, 'a> Pass<'p, 'a> {
                 self.tracked.memo.pending_conditions = Some(Pending::new(self.conditions.clone()));
             }
         }
+        // Observed, or carried by the write just queued or one in flight.
+        self.tracked.memo.carried(&self.base_conditions);
     }
 
     /// Records a Kubernetes Event once per deletion (events mark transitions).

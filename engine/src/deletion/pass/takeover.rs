@@ -127,6 +127,14 @@ impl Pass<'_, '_> {
             c.last_transition_time = None;
         }
         set_condition(&mut desired.current, c, self.now);
+        if let Some(own) = desired.current(OWN_CONDITION) {
+            let decided = crate::model::Conditions {
+                current: vec![own.clone()],
+                legacy: Vec::new(),
+            };
+            self.cx
+                .decide(ControllerId::Deletion, self.key.clone(), decided);
+        }
         if desired == *self.base_conditions
             || self.cx.wait_if_in_flight(
                 ControllerId::Deletion,
