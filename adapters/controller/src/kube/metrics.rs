@@ -724,6 +724,9 @@ mod tests {
             "lifecycle_machines_deleting{phase=\"DrainingNode\"} 0",
             "lifecycle_drain_blocked_pods{reason=\"PodDisruptionBudget\"} 0",
             "lifecycle_reconcile_budget_exhausted_total 0",
+            "lifecycle_unreadable_objects_total{kind=\"Node\"} 0",
+            "lifecycle_unreadable_objects_total{kind=\"MachineHealthCheck\"} 0",
+            "lifecycle_unreadable_objects_dropped_total 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
         }
@@ -747,6 +750,31 @@ mod tests {
             "process_cpu_seconds",
         ] {
             assert!(described.contains_key(name), "{name} missing:\n{text}");
+        }
+    }
+
+    /// Each unreadable object counts under its stream's kind; the loop's dropped total is
+    /// carried over as it grows, never counted twice.
+    #[test]
+    fn unreadable_objects_are_counted_by_kind_and_drops_once() {
+        let metrics = Metrics::default();
+        let kind =
+            engine::model::Kind::from_group_kind("infrastructure.cluster.x-k8s.io", "FooMachine");
+        let u = engine::intake::mirror::Unreadable {
+            scope: engine::model::Scope::Management,
+            kind,
+            object: Arc::new(serde_json::json!({})),
+            error: engine::convert::ConvertError::new("spec", "missing"),
+        };
+        metrics.unreadable(&u, 3);
+        metrics.unreadable(&u, 3);
+        metrics.unreadable(&u, 5);
+        let text = metrics.render();
+        for line in [
+            "lifecycle_unreadable_objects_total{kind=\"FooMachine\"} 3",
+            "lifecycle_unreadable_objects_dropped_total 5",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
         }
     }
 
