@@ -50,6 +50,8 @@ pub use commit::{COMMIT_COPIES, COMMITS_FILE, COMMITS_MIRROR_FILE};
 #[cfg(any(test, feature = "testing"))]
 pub use damage::Damage;
 pub use error::JournalError;
+/// sled's files: a directory holding either holds a journal, or the start of one.
+pub use inspect::{CONF_FILE, DB_FILE};
 pub use read::Records;
 pub use repair::{DISCARDED_DIR, RepairMode, RepairReport};
 pub use retention::Retired;
