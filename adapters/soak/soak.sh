@@ -6,7 +6,7 @@
 # appends the controller's RSS, open descriptors, threads, tokio tasks, journal size and the
 # records the journal retains to OUT/samples.csv, and at the end prints the RSS slope after
 # the warm-up (the first WARMUP minutes) by least squares, per wall hour and per simulated
-# hour (DESIGN.md property 9: flat for months).
+# hour: memory, descriptors, tasks and the journal must stay flat for months.
 #
 #   cargo build --release -p adapters --bin lifecycle
 #   adapters/soak/soak.sh [--minutes 30] [--speed 60] [--interval 30] [--warmup 5] [--out DIR]
@@ -78,8 +78,14 @@ while :; do
     threads=$(awk '/^Threads/ { print $2 }' "/proc/$run_pid/status")
     fds=$(ls "/proc/$run_pid/fd" | wc -l)
     journal_bytes=$( (du -sb "$out/journal" 2>/dev/null || true) | cut -f1)
-    retained=$( (nice -n 19 "$bin" log stats --journal "$out/journal" 2>/dev/null || true) \
-        | awk '/^records/ { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+$/) { print $i; exit } }')
+    # `log stats` copies a journal in use, and the copy can miss what sled wrote meanwhile (it
+    # then reports damage): once more, else the cell stays empty.
+    retained=
+    for _ in 1 2; do
+        retained=$( (nice -n 19 "$bin" log stats --journal "$out/journal" 2>/dev/null || true) \
+            | awk '/^records/ { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+$/) { print $i; exit } }')
+        [ -n "$retained" ] && break
+    done
     page=$(curl -sf "127.0.0.1:$metrics_port/metrics" || true)
     wall=$((now - start))
     simulated=$(python3 -c "print(round($wall * $speed / 3600, 2))")
