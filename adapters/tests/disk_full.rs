@@ -275,3 +275,63 @@ fn check_journal(dir: &Path, inputs: &[Input]) {
         .unwrap();
     assert_eq!(read, inputs);
 }
+
+/// `lifecycle sim run --journal <root>/<journal>` in a 1 MiB tmpfs already full (`user_dir`:
+/// the user made `<root>/<user_dir>` beforehand): its exit code, stderr and every path left
+/// under the root, relative to it.
+fn sim_run_on_a_full_disk(user_dir: Option<&str>, journal: &str) -> (i32, String, Vec<String>) {
+    assert!(
+        Command::new("unshare")
+            .args(["-rm", "true"])
+            .status()
+            .is_ok_and(|s| s.success()),
+        "`unshare -rm` is not allowed here: this test needs an unprivileged user and mount namespace"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let script = r#"mount -t tmpfs -o size=1m tmpfs "$0" || exit 90
+cd "$0" || exit 91
+if [ -n "$2" ]; then mkdir -p "$2" || exit 92; fi
+head -c 2000000 /dev/zero > filler 2>/dev/null
+timeout 120 "$1" sim run --journal "$0/$3" >/dev/null
+echo "exit $?"
+find . -mindepth 1 ! -name filler | sort"#;
+    let out = Command::new("unshare")
+        .args(["-rm", "sh", "-c", script])
+        .arg(tmp.path())
+        .arg(env!("CARGO_BIN_EXE_lifecycle"))
+        .arg(user_dir.unwrap_or(""))
+        .arg(journal)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let mut lines = stdout.lines();
+    let code = lines
+        .next()
+        .and_then(|l| l.strip_prefix("exit "))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no exit code: {stdout}{stderr}"));
+    let left = lines
+        .map(|l| l.trim_start_matches("./").to_string())
+        .collect();
+    (code, stderr, left)
+}
+
+/// A full disk fails `sim run`; the directory the user gave it is left as found (empty), not
+/// with the 0-byte `conf` sled began with.
+#[test]
+fn a_sim_run_that_fails_on_a_full_disk_leaves_the_users_directory_as_found() {
+    let (code, stderr, left) = sim_run_on_a_full_disk(Some("mine"), "mine");
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(left, ["mine"], "{stderr}");
+}
+
+/// A full disk fails `sim run`; the journal directory it created, and the parent it created
+/// for it, are removed.
+#[test]
+fn a_sim_run_that_fails_on_a_full_disk_removes_the_directory_it_created() {
+    let (code, stderr, left) = sim_run_on_a_full_disk(None, "new/journal");
+    assert_eq!(code, 1, "{stderr}");
+    assert!(left.is_empty(), "left behind: {left:?}\n{stderr}");
+}

@@ -9,7 +9,9 @@ use engine::journal::{Damage, Durability, Journal, JournalOptions};
 use engine::recovery;
 use engine::time::Timestamp;
 use engine::{Engine, Input};
-use std::path::Path;
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 
 /// sled segments for simulation journals: large enough that the many small per-instant batches
 /// stay in sled's log rather than each becoming a file, and no larger: sled zeroes a segment's
@@ -29,6 +31,76 @@ pub(crate) fn sim_options() -> JournalOptions {
 pub const COMMIT_RECORDS_MAX: usize = 4096;
 /// A state snapshot is written after this many records.
 pub const SNAPSHOT_EVERY_RECORDS: u64 = 50_000;
+
+/// What a `--journal` directory was before a run, so that a run that fails removes only what
+/// it made: the directory when the run creates it (with the parents it creates), else the
+/// entries it adds. A directory that already held a journal is left as it is: sled may have
+/// rewritten its files, and they are not the run's to remove.
+#[derive(Debug)]
+pub(crate) struct JournalDirBefore {
+    dir: PathBuf,
+    /// The outermost directory the run creates (`None`: `dir` exists).
+    created: Option<PathBuf>,
+    /// What an existing `dir` held (`None`: a journal, or it could not be listed).
+    entries: Option<BTreeSet<OsString>>,
+}
+
+impl JournalDirBefore {
+    pub(crate) fn note(dir: &Path) -> JournalDirBefore {
+        let created = dir
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty() && d.symlink_metadata().is_err())
+            .last()
+            .map(Path::to_path_buf);
+        let journal_files = [engine::journal::CONF_FILE, engine::journal::DB_FILE];
+        let entries = match &created {
+            Some(_) => None,
+            None => std::fs::read_dir(dir)
+                .ok()
+                .and_then(|list| {
+                    list.map(|e| e.ok().map(|e| e.file_name()))
+                        .collect::<Option<BTreeSet<_>>>()
+                })
+                .filter(|names| {
+                    !journal_files
+                        .iter()
+                        .any(|f| names.contains(&OsString::from(f)))
+                }),
+        };
+        JournalDirBefore {
+            dir: dir.to_path_buf(),
+            created,
+            entries,
+        }
+    }
+
+    /// Removes what the run made (call once its journal is closed).
+    pub(crate) fn remove_created(&self) -> Result<(), String> {
+        let failed =
+            |path: &Path, e: std::io::Error| format!("cannot remove {}: {e}", path.display());
+        if let Some(root) = &self.created {
+            return match std::fs::remove_dir_all(root) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(failed(root, e)),
+                _ => Ok(()),
+            };
+        }
+        let (Some(before), Ok(now)) = (&self.entries, std::fs::read_dir(&self.dir)) else {
+            return Ok(());
+        };
+        for entry in now.flatten() {
+            if before.contains(&entry.file_name()) {
+                continue;
+            }
+            let path = entry.path();
+            let removed = match entry.file_type() {
+                Ok(t) if t.is_dir() => std::fs::remove_dir_all(&path),
+                _ => std::fs::remove_file(&path),
+            };
+            removed.map_err(|e| failed(&path, e))?;
+        }
+        Ok(())
+    }
+}
 
 pub struct SimJournal {
     journal: Journal,

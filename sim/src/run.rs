@@ -78,8 +78,25 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report, String> 
 }
 
 /// Runs `scenario` once, consuming it: its manifests become the starting world instead of
-/// being copied (a large generated fleet is then held once, not twice).
+/// being copied (a large generated fleet is then held once, not twice). A run that fails
+/// removes what it made in [`RunOptions::journal_dir`], and only that.
 pub fn run_owned(scenario: Scenario, options: &RunOptions) -> Result<Report, String> {
+    let dir = options
+        .journal_dir
+        .as_deref()
+        .filter(|_| !options.no_journal);
+    let before = dir.map(crate::journaling::JournalDirBefore::note);
+    match (run_journaled(scenario, options), before) {
+        (Err(e), Some(before)) => Err(match before.remove_created() {
+            Ok(()) => e,
+            Err(cleanup) => format!("{e}; {cleanup}"),
+        }),
+        (result, _) => result,
+    }
+}
+
+/// [`run_owned`]; its journal is closed when it returns.
+fn run_journaled(scenario: Scenario, options: &RunOptions) -> Result<Report, String> {
     let seed = options.seed.unwrap_or(scenario.seed);
     let journal = if options.no_journal {
         None
@@ -204,6 +221,49 @@ mod tests {
             final_world(&sim),
             engine::Engine::hash_of_state(lines.as_bytes())
         );
+    }
+
+    /// A second run on a kept journal fails (it holds records) and removes nothing: the
+    /// directory held a journal, not the run's to clear (sled's recovery on open may have
+    /// written to it).
+    #[test]
+    fn a_run_refused_by_a_kept_journal_leaves_it_whole() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../scenarios/deletion-order-of-actions.yaml");
+        let scenario = crate::scenario::load(&path).expect("loads");
+        let dir = tempfile::tempdir().unwrap();
+        let options = RunOptions {
+            journal_dir: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        };
+        let first = run(&scenario, &options).expect("runs");
+        let listing = |d: &std::path::Path| {
+            let mut names: Vec<_> = std::fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            names.sort();
+            names
+        };
+        // What opening the journal alone leaves (sled's recovery adds a `snap.*` file).
+        let copy = tempfile::tempdir().unwrap();
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_file() {
+                std::fs::copy(entry.path(), copy.path().join(entry.file_name())).unwrap();
+            } else {
+                std::fs::create_dir(copy.path().join(entry.file_name())).unwrap();
+            }
+        }
+        drop(crate::journaling::SimJournal::open(Some(copy.path())).err());
+        let error = run(&scenario, &options).err().expect("refused");
+        assert!(error.contains("already holds"), "{error}");
+        assert_eq!(listing(dir.path()), listing(copy.path()));
+        let (journal, _) =
+            engine::journal::Journal::open_read_only(dir.path(), crate::journaling::sim_options())
+                .expect("opens");
+        let restored = engine::recovery::restore(&journal).expect("restores");
+        assert_eq!(restored.engine.state_hash(), first.engine_state_hash);
     }
 
     /// A kept journal ends with the state the report hashes: a controller restarted on it

@@ -847,7 +847,6 @@ impl Sim {
             return;
         }
         loop {
-            self.report_unreadable();
             match self.lp.poll_output(self.clock.now) {
                 Output::Wait(_) => break,
                 Output::Append { at, input } => self.append(at, input),
@@ -878,6 +877,10 @@ impl Sim {
                     self.process.connecting.remove(&scope);
                     self.process.watched.retain(|(s, _)| *s != scope);
                     self.process.deferred_watches.retain(|(s, _)| *s != scope);
+                }
+                Output::Unreadable(u) => {
+                    let key = ObjKey::of(&u.object);
+                    self.report_malformed(&u.scope, &key, &u.error.to_string());
                 }
             }
         }
@@ -1016,13 +1019,6 @@ impl Sim {
     /// A command's answer.
     pub(crate) fn push_result(&mut self, command: u64, outcome: ApiOutcome) {
         self.lp.push(Arrival::Result { command, outcome });
-    }
-
-    fn report_unreadable(&mut self) {
-        for u in self.lp.intake_mut().take_unreadable() {
-            let key = ObjKey::of(&u.object);
-            self.report_malformed(&u.scope, &key, &u.error);
-        }
     }
 
     /// Marks the clusters an input relists as listed since the controller started.

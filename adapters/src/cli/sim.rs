@@ -31,7 +31,8 @@ pub enum SimCommand {
         /// phases as bars, actions as marks; no network needed to view it).
         #[arg(long, value_name = "OUT.html")]
         html: Option<PathBuf>,
-        /// Keep the run's sled journal in this directory.
+        /// Keep the run's sled journal in this directory (a run that fails removes what it
+        /// created there, the directory too if it made it).
         #[arg(long)]
         journal: Option<PathBuf>,
         /// Inject the faults a sweep draws for this seed (`all`, `none` or `kind,kind`):

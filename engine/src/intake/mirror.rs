@@ -19,7 +19,7 @@ use crate::convert::{ConvertError, object_from_json, object_key_of_json, unreada
 use crate::model::{Kind, Object, ObjectKey, Scope};
 use crate::store::Store;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 /// One event of one watch stream, as kube's `watcher` reports it.
@@ -94,26 +94,52 @@ struct ScopeMirror {
     relisted: bool,
 }
 
+/// Unreadable objects kept for the driver between two [`Mirror::take_unreadable`]: one list
+/// of a cluster full of them is read in one go, and only its newest are kept.
+pub const UNREADABLE_OBJECTS_RETAINED_MAX: usize = 1024;
+
 /// The adapter's view of what every stream last reported.
 #[derive(Debug, Default)]
 pub struct Mirror {
     scopes: BTreeMap<Scope, ScopeMirror>,
-    /// Objects that did not convert since the last [`Mirror::take_unreadable`].
-    unreadable: Vec<Unreadable>,
+    /// Objects that did not convert since the last [`Mirror::take_unreadable`], newest last
+    /// (at most [`UNREADABLE_OBJECTS_RETAINED_MAX`]).
+    unreadable: Unreadables,
+}
+
+#[derive(Debug, Default)]
+struct Unreadables {
+    retained: VecDeque<Unreadable>,
+    /// Dropped, oldest first, because the consumer did not take them in time.
+    dropped: u64,
+}
+
+impl Unreadables {
+    fn push(&mut self, u: Unreadable) {
+        if self.retained.len() >= UNREADABLE_OBJECTS_RETAINED_MAX {
+            self.retained.pop_front();
+            self.dropped += 1;
+        }
+        self.retained.push_back(u);
+    }
 }
 
 /// An object a watch or list delivered that the controllers cannot read.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Unreadable {
     pub scope: Scope,
-    pub object: Value,
-    pub error: String,
+    /// The stream's kind.
+    pub kind: Kind,
+    /// As delivered (shared with the delivery, not copied).
+    pub object: Arc<Value>,
+    pub error: ConvertError,
 }
 
 fn convert(
     scope: &Scope,
+    stream: &str,
     delivered: Delivered,
-    unreadable: &mut Vec<Unreadable>,
+    unreadable: &mut Unreadables,
 ) -> Option<(ObjectKey, Object)> {
     let reading = match delivered.reading {
         Some(reading) => *reading,
@@ -129,14 +155,16 @@ fn convert(
                 .and_then(Value::as_str)
                 .unwrap_or("?");
             tracing::warn!(object = name, "cannot read object: {e}");
-            unreadable.push(Unreadable {
-                scope: scope.clone(),
-                object: Value::clone(value),
-                error: e.to_string(),
-            });
             // Unknown, not absent: the engine keeps the object's last good reading and holds
             // back the decisions that depend on it.
-            let object = unreadable_of_json(scope, value, &e)?;
+            let object = unreadable_of_json(scope, value, &e);
+            unreadable.push(Unreadable {
+                scope: scope.clone(),
+                kind: stream_kind(stream),
+                object: delivered.value,
+                error: e,
+            });
+            let object = object?;
             Some((object.key(scope), object))
         }
     }
@@ -223,9 +251,20 @@ impl Mirror {
         self.scopes.remove(scope);
     }
 
-    /// The objects that did not convert since the last call.
-    pub fn take_unreadable(&mut self) -> Vec<Unreadable> {
-        std::mem::take(&mut self.unreadable)
+    /// The objects that did not convert since the last call, oldest first.
+    pub fn take_unreadable(&mut self) -> VecDeque<Unreadable> {
+        std::mem::take(&mut self.unreadable.retained)
+    }
+
+    /// Objects not taken yet.
+    pub fn unreadable_retained(&self) -> usize {
+        self.unreadable.retained.len()
+    }
+
+    /// Objects dropped since the start because [`UNREADABLE_OBJECTS_RETAINED_MAX`] were
+    /// waiting already.
+    pub fn unreadable_dropped(&self) -> u64 {
+        self.unreadable.dropped
     }
 
     pub fn is_relisted(&self, scope: &Scope) -> bool {
@@ -254,7 +293,7 @@ impl Mirror {
                 Vec::new()
             }
             StreamEvent::InitApply(v) => {
-                if let Some((key, object)) = convert(scope, v, &mut self.unreadable) {
+                if let Some((key, object)) = convert(scope, stream, v, &mut self.unreadable) {
                     s.pending
                         .get_or_insert_with(BTreeMap::new)
                         .insert(key, object);
@@ -298,7 +337,7 @@ impl Mirror {
                 if mirror.relisted && cache.is_some_and(|c| c.holds(scope, &v.value)) {
                     return Vec::new();
                 }
-                let Some((key, object)) = convert(scope, v, &mut self.unreadable) else {
+                let Some((key, object)) = convert(scope, stream, v, &mut self.unreadable) else {
                     return Vec::new();
                 };
                 if mirror.relisted {
@@ -449,6 +488,29 @@ mod tests {
             matches!(inputs.as_slice(), [Input::Upsert { object, .. }] if matches!(**object, Object::Unreadable(_))),
             "{inputs:?}"
         );
+    }
+
+    /// A consumer that takes nothing keeps the newest unreadable objects only, and the rest
+    /// are counted.
+    #[test]
+    fn unreadable_objects_not_taken_are_bounded_dropping_the_oldest() {
+        let scope = Scope::Management;
+        let mut m = Mirror::default();
+        m.register(&scope, NODES);
+        m.event(&scope, NODES, StreamEvent::Init);
+        m.event(&scope, NODES, StreamEvent::InitDone);
+        let extra = 5;
+        for i in 0..UNREADABLE_OBJECTS_RETAINED_MAX + extra {
+            let mut bad = node(&format!("n{i}"));
+            bad["metadata"]["creationTimestamp"] = json!("yesterday");
+            m.event(&scope, NODES, StreamEvent::Apply(bad.into()));
+        }
+        assert_eq!(m.unreadable_retained(), UNREADABLE_OBJECTS_RETAINED_MAX);
+        assert_eq!(m.unreadable_dropped(), extra as u64);
+        let taken = m.take_unreadable();
+        assert_eq!(taken[0].object["metadata"]["name"], format!("n{extra}"));
+        assert_eq!(taken[0].kind, Kind::Node);
+        assert_eq!(m.unreadable_retained(), 0);
     }
 
     #[test]

@@ -348,9 +348,20 @@ impl Intake {
         !self.outputs.is_empty()
     }
 
-    /// Objects delivered that the controllers cannot read, since the last call.
-    pub fn take_unreadable(&mut self) -> Vec<mirror::Unreadable> {
+    /// Objects delivered that the controllers cannot read, since the last call, oldest first
+    /// (the newest [`mirror::UNREADABLE_OBJECTS_RETAINED_MAX`]).
+    pub fn take_unreadable(&mut self) -> VecDeque<mirror::Unreadable> {
         self.mirror.take_unreadable()
+    }
+
+    /// Unreadable objects not taken yet.
+    pub fn unreadable_retained(&self) -> usize {
+        self.mirror.unreadable_retained()
+    }
+
+    /// Unreadable objects dropped untaken since the start.
+    pub fn unreadable_dropped(&self) -> u64 {
+        self.mirror.unreadable_dropped()
     }
 
     /// Provider watches and workload connections for what a management object names.

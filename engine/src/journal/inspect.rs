@@ -21,8 +21,8 @@ use super::{
 use std::path::{Path, PathBuf};
 
 /// sled's settings file and data file.
-pub(crate) const CONF_FILE: &str = "conf";
-pub(crate) const DB_FILE: &str = "db";
+pub const CONF_FILE: &str = "conf";
+pub const DB_FILE: &str = "db";
 pub(crate) const BLOBS_DIR: &str = "blobs";
 
 /// What is in a journal directory, before anything is opened.

@@ -56,6 +56,8 @@ pub use damage::Damage;
 pub use durable::probe_space;
 pub use error::JournalError;
 pub use identity::{IDENTITY_FILE, Stage};
+/// sled's files: a directory holding either holds a journal, or the start of one.
+pub use inspect::{CONF_FILE, DB_FILE};
 pub use read::Records;
 pub use repair::{DISCARDED_DIR, RepairMode, RepairReport};
 pub use retention::Retired;

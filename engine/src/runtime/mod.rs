@@ -15,6 +15,8 @@
 //! * [`Output::Send`]: send the command (it holds one of its cluster's slots until its answer
 //!   is pushed as [`Arrival::Result`]);
 //! * watch, unwatch, connect, disconnect: the intake's (see [`crate::intake`]);
+//! * [`Output::Unreadable`]: an object delivered that does not read, to report and drop (the
+//!   engine already holds it as unknown);
 //! * [`Output::Wait`]: nothing more to do until an arrival or the deadline it names.
 //!
 //! *Guarantees:* no input is applied unless journaled first; while the journal cannot be
@@ -34,6 +36,7 @@ pub use priority::Priority;
 use crate::command::Command;
 use crate::engine::Engine;
 use crate::input::{ApiOutcome, BATCH_INPUTS_MAX, Input, Withheld};
+use crate::intake::mirror::Unreadable;
 use crate::intake::streams::StreamKey;
 use crate::intake::{Arrival, Intake};
 use crate::model::Scope;
@@ -95,6 +98,9 @@ pub enum Output {
     Connect(Scope),
     /// Stop connecting to and watching a workload cluster.
     Disconnect(Scope),
+    /// An object a watch or list delivered that the controllers cannot read, handed out once
+    /// as it is read (the loop keeps no copy; see [`Loop::unreadable_dropped`]).
+    Unreadable(Unreadable),
     /// Nothing to do until an arrival, or until this instant (`None`: only an arrival).
     Wait(Option<Timestamp>),
 }
@@ -310,10 +316,6 @@ impl<C: Core> Loop<C> {
         &self.intake
     }
 
-    pub fn intake_mut(&mut self) -> &mut Intake {
-        &mut self.intake
-    }
-
     /// Something reached the controller. An answer frees its command's slot at once (the
     /// answer itself is applied in turn, journaled first).
     pub fn push(&mut self, arrival: Arrival) {
@@ -404,13 +406,17 @@ impl<C: Core> Loop<C> {
             };
             #[cfg(feature = "testing")]
             let next = self.plant(next);
+            // Handed out after the append of what they were read for, before its commands.
+            let unreadable = self.intake.take_unreadable();
+            self.outputs
+                .extend(unreadable.into_iter().map(Output::Unreadable));
             if let Some(input) = next {
                 self.journal = Journal::Appending(now);
                 return Output::Append { at: now, input };
             }
             // Reading what arrived may have asked for watches (a provider kind referred to):
             // the first list waits for them.
-            if !self.intake.has_outputs() {
+            if !self.intake.has_outputs() && self.outputs.is_empty() {
                 return Output::Wait(self.tick_due());
             }
         }
@@ -608,6 +614,21 @@ impl<C: Core> Loop<C> {
     /// Arrivals not turned into inputs yet.
     pub fn backlog_len(&self) -> usize {
         self.intake.backlog_len()
+    }
+
+    /// Unreadable objects read and not handed out yet.
+    pub fn unreadable_retained(&self) -> usize {
+        let queued = self.outputs.iter();
+        self.intake.unreadable_retained()
+            + queued
+                .filter(|o| matches!(o, Output::Unreadable(_)))
+                .count()
+    }
+
+    /// Unreadable objects dropped unreported since the start: more than
+    /// [`crate::intake::mirror::UNREADABLE_OBJECTS_RETAINED_MAX`] were read at once.
+    pub fn unreadable_dropped(&self) -> u64 {
+        self.intake.unreadable_dropped()
     }
 }
 

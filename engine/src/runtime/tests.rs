@@ -585,3 +585,40 @@ fn a_watch_event_of_a_version_the_cache_holds_is_not_journaled() {
         [("c1".to_string(), 0)]
     );
 }
+
+/// An object that does not read is handed out once, right after the append of the input that
+/// read it (before the commands that input causes), and the loop keeps nothing of it.
+#[test]
+fn an_unreadable_object_is_handed_out_once_after_the_append_that_read_it() {
+    use crate::intake::mirror::StreamEvent;
+    let cluster = serde_json::json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "c1", "namespace": "default", "uid": "u1", "resourceVersion": "5"}});
+    let mut lp = Loop::new(Engine::new(), LoopOptions::default());
+    list_management_with(&mut lp, cluster.clone());
+    appended_by(&mut lp, at(1));
+    let mut bad = cluster;
+    bad["metadata"]["resourceVersion"] = "6".into();
+    bad["spec"] = serde_json::json!({"paused": "yes"});
+    lp.push(Arrival::Watch {
+        scope: Scope::Management,
+        stream: crate::intake::streams::stream_id(crate::convert::CAPI_GROUP, "Cluster"),
+        event: StreamEvent::Apply(bad.into()),
+    });
+    let Output::Append { input, .. } = lp.poll_output(at(2)) else {
+        panic!("the event is journaled first");
+    };
+    assert_eq!(lp.unreadable_retained(), 1);
+    lp.appended(at(2), input, Ok(()));
+    match lp.poll_output(at(2)) {
+        Output::Unreadable(u) => {
+            assert_eq!(
+                (u.kind, u.error.path.as_str()),
+                (Kind::Cluster, "spec.paused")
+            );
+            assert_eq!(u.object["metadata"]["resourceVersion"], "6");
+        }
+        other => panic!("expected the unreadable Cluster, got {other:?}"),
+    }
+    assert!(matches!(lp.poll_output(at(2)), Output::Wait(_)));
+    assert_eq!(lp.unreadable_retained(), 0);
+}

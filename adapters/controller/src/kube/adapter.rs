@@ -265,6 +265,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
                 }
                 Output::Connect(scope) => self.connect(scope),
                 Output::Disconnect(scope) => self.disconnect(&scope),
+                Output::Unreadable(u) => self.metrics.unreadable(&u, self.lp.unreadable_dropped()),
             }
         }
     }

@@ -1,6 +1,7 @@
 //! The driver over a scripted core: what it takes, journals and applies.
 
 use super::*;
+use engine::intake::mirror::StreamEvent;
 
 /// Records what it is fed.
 #[derive(Default)]
@@ -134,6 +135,82 @@ async fn an_unwritable_journal_is_not_ready_until_it_reopens() {
     assert_eq!(a.metrics.readiness(), (200, "ok\n"));
     assert_eq!(a.log.stored, a.core().0, "journal and core agree");
     assert_eq!(a.core().0.len(), 2);
+}
+
+fn watch_event(scope: &Scope, stream: &str, event: StreamEvent) -> Queued {
+    let stream = stream.to_string();
+    let scope = scope.clone();
+    Event::Arrival(Arrival::Watch {
+        scope,
+        stream,
+        event,
+    })
+    .into()
+}
+
+/// A Node whose status stays malformed while its kubelet updates it: every update is an
+/// unreadable object the loop hands out once and the driver counts and drops, so what the loop
+/// retains stays flat however many updates come (it once kept a copy of each for good).
+#[tokio::test]
+async fn a_malformed_node_updated_10_000_times_leaves_nothing_retained() {
+    use engine::intake::streams::{management_streams, stream_id};
+    use engine::model::ClusterName;
+    use serde_json::json;
+    let mut a = Adapter::new(
+        engine::Engine::new(),
+        crate::kube::MemoryLog::new(16),
+        crate::kube::client_for_url("http://127.0.0.1:9").unwrap(),
+        Arc::new(Metrics::default()),
+        AdapterOptions::default(),
+    );
+    a.step().unwrap();
+    let cluster = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "c1", "namespace": "default", "uid": "u1", "resourceVersion": "1"}});
+    for key in management_streams() {
+        let id = key.id();
+        a.take(watch_event(&Scope::Management, &id, StreamEvent::Init));
+        if key.kind == "Cluster" {
+            let apply = StreamEvent::InitApply(cluster.clone().into());
+            a.take(watch_event(&Scope::Management, &id, apply));
+        }
+        a.take(watch_event(&Scope::Management, &id, StreamEvent::InitDone));
+    }
+    a.step().unwrap();
+    let c1 = Scope::Workload(ClusterName::new("default", "c1"));
+    let client = crate::kube::client_for_url("http://127.0.0.1:9").unwrap();
+    a.take(
+        Event::Connected {
+            scope: c1.clone(),
+            client,
+        }
+        .into(),
+    );
+    let nodes = stream_id("", "Node");
+    a.take(watch_event(&c1, &nodes, StreamEvent::Init));
+    a.take(watch_event(&c1, &nodes, StreamEvent::InitDone));
+    a.step().unwrap();
+    let updates = 10_000;
+    let mut retained = Vec::new();
+    for rv in 1..=updates {
+        let node = json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "n1", "uid": "n1", "resourceVersion": rv.to_string()},
+            "status": {"conditions": [{"type": 17, "status": "True"}]}});
+        a.take(watch_event(&c1, &nodes, StreamEvent::Apply(node.into())));
+        if rv % 100 == 0 {
+            a.step().unwrap();
+            retained.push(a.lp.unreadable_retained());
+        }
+    }
+    let samples: Vec<_> = retained.iter().skip(9).step_by(10).collect();
+    println!("retained every 1 000 updates: {samples:?}");
+    assert!(
+        retained.iter().all(|&n| n == 0),
+        "the loop retains unreadable objects after {updates} updates of a malformed Node: {samples:?} (every 1 000)"
+    );
+    assert_eq!(a.lp.unreadable_dropped(), 0);
+    let metrics = a.metrics.render();
+    let counted = format!("lifecycle_unreadable_objects_total{{kind=\"Node\"}} {updates}\n");
+    assert!(metrics.contains(&counted), "{metrics}");
 }
 
 /// The driver stays a thin tokio shell of `engine::runtime::Loop` (at most 450 lines, about

@@ -3,6 +3,7 @@
 //! answers. The servers are in [`super::serving`].
 
 use super::serving::exposition::{Format, text_from_openmetrics};
+use engine::intake::streams::{management_streams, workload_streams};
 use engine::metrics::{CONTROLLER_NAMES, DRAIN_BLOCKED_REASONS, ReconcileObserver};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -64,6 +65,10 @@ pub struct Metrics {
     commands_withheld: Family<Labels, Counter>,
     /// Shadow mode's disagreements with what was done, by controller, step and side.
     shadow_disagreements: Family<Labels, Counter>,
+    /// Objects delivered that the controllers cannot read, by kind (each delivery counted).
+    unreadable_objects: Family<Labels, Counter>,
+    /// Of those, dropped unreported: more arrived at once than the loop keeps.
+    unreadable_dropped: Counter,
     /// Non-2xx answers and unreachable clusters, by code (`429`, `unreachable`).
     api_errors: Family<Labels, Counter>,
     /// Requests sent to the clusters, through their throttles.
@@ -124,6 +129,8 @@ impl Metrics {
             commands: Family::default(),
             commands_withheld: Family::default(),
             shadow_disagreements: Family::default(),
+            unreadable_objects: Family::default(),
+            unreadable_dropped: Counter::default(),
             api_errors: Family::default(),
             api_requests: Counter::default(),
             api_throttled: Counter::default(),
@@ -140,6 +147,17 @@ impl Metrics {
         drop(m.queue_duration.get_or_create(&label("name", QUEUE)));
         for name in CONTROLLER_NAMES {
             drop(m.reconcile_time.get_or_create(&label("controller", name)));
+        }
+        // The kinds every run watches (the management cluster's, and Nodes).
+        let any_cluster = engine::model::Scope::Workload(engine::model::ClusterName::new("", ""));
+        let always = management_streams()
+            .into_iter()
+            .chain(workload_streams(&any_cluster));
+        for key in always {
+            drop(
+                m.unreadable_objects
+                    .get_or_create(&label("kind", &key.kind)),
+            );
         }
         let r = &mut m.registry;
         r.register(
@@ -171,6 +189,16 @@ impl Metrics {
             "lifecycle_commands_withheld",
             "Commands the controllers decided and did not send (--mode shadow), by action",
             m.commands_withheld.clone(),
+        );
+        r.register(
+            "lifecycle_unreadable_objects",
+            "Objects the API delivered (watch events, list items) that the controllers cannot read, by kind: each is held as unknown, its last good reading kept",
+            m.unreadable_objects.clone(),
+        );
+        r.register(
+            "lifecycle_unreadable_objects_dropped",
+            "Unreadable objects not counted by kind nor reported: more were read at once than the loop keeps for its driver",
+            m.unreadable_dropped.clone(),
         );
         r.register(
             "lifecycle_api_errors",
@@ -245,6 +273,16 @@ impl Metrics {
         self.commands_withheld
             .get_or_create(&label("action", action))
             .inc();
+    }
+    /// An object that does not read was delivered; `dropped_total`: those dropped unreported
+    /// since the start, as the loop counts them.
+    pub fn unreadable(&self, object: &engine::intake::mirror::Unreadable, dropped_total: u64) {
+        self.unreadable_objects
+            .get_or_create(&label("kind", object.kind.name()))
+            .inc();
+        let counted = self.unreadable_dropped.get();
+        self.unreadable_dropped
+            .inc_by(dropped_total.saturating_sub(counted));
     }
     pub fn api_error(&self, code: &str) {
         self.api_errors.get_or_create(&label("code", code)).inc();
@@ -686,6 +724,9 @@ mod tests {
             "lifecycle_machines_deleting{phase=\"DrainingNode\"} 0",
             "lifecycle_drain_blocked_pods{reason=\"PodDisruptionBudget\"} 0",
             "lifecycle_reconcile_budget_exhausted_total 0",
+            "lifecycle_unreadable_objects_total{kind=\"Node\"} 0",
+            "lifecycle_unreadable_objects_total{kind=\"MachineHealthCheck\"} 0",
+            "lifecycle_unreadable_objects_dropped_total 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
         }
@@ -709,6 +750,31 @@ mod tests {
             "process_cpu_seconds",
         ] {
             assert!(described.contains_key(name), "{name} missing:\n{text}");
+        }
+    }
+
+    /// Each unreadable object counts under its stream's kind; the loop's dropped total is
+    /// carried over as it grows, never counted twice.
+    #[test]
+    fn unreadable_objects_are_counted_by_kind_and_drops_once() {
+        let metrics = Metrics::default();
+        let kind =
+            engine::model::Kind::from_group_kind("infrastructure.cluster.x-k8s.io", "FooMachine");
+        let u = engine::intake::mirror::Unreadable {
+            scope: engine::model::Scope::Management,
+            kind,
+            object: Arc::new(serde_json::json!({})),
+            error: engine::convert::ConvertError::new("spec", "missing"),
+        };
+        metrics.unreadable(&u, 3);
+        metrics.unreadable(&u, 3);
+        metrics.unreadable(&u, 5);
+        let text = metrics.render();
+        for line in [
+            "lifecycle_unreadable_objects_total{kind=\"FooMachine\"} 3",
+            "lifecycle_unreadable_objects_dropped_total 5",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
         }
     }
 

@@ -68,11 +68,37 @@ pub fn families() -> Vec<super::metrics::ScrapedFamily> {
             vec![(Vec::new(), fds)],
         ));
     }
+    // Scraped from a task of the runtime it counts.
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        out.push((
+            "lifecycle_tokio_alive_tasks",
+            MetricType::Gauge,
+            "Tasks alive in the process's tokio runtime (watches, connectors, commands in flight, servers).",
+            vec![(Vec::new(), runtime.metrics().num_alive_tasks() as f64)],
+        ));
+    }
     out
 }
 
 #[cfg(test)]
 mod tests {
+    /// A task spawned and not finished is counted; outside a runtime there is no series.
+    #[tokio::test]
+    async fn the_runtime_reports_its_alive_tasks() {
+        let tasks = || {
+            super::families()
+                .into_iter()
+                .find(|f| f.0 == "lifecycle_tokio_alive_tasks")
+                .map(|f| f.3[0].1)
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move { drop(rx.await) });
+        assert!(tasks().is_some_and(|n| n >= 1.0), "{:?}", tasks());
+        drop(tx);
+        task.await.unwrap();
+        assert!(std::thread::spawn(tasks).join().unwrap().is_none());
+    }
+
     #[test]
     fn this_process_reports_cpu_memory_and_descriptors() {
         super::start_time();
