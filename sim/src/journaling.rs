@@ -52,7 +52,13 @@ impl JournalDirBefore {
             .take_while(|d| !d.as_os_str().is_empty() && d.symlink_metadata().is_err())
             .last()
             .map(Path::to_path_buf);
-        let journal_files = [engine::journal::CONF_FILE, engine::journal::DB_FILE];
+        let journal_files = [
+            engine::journal::CONF_FILE,
+            engine::journal::DB_FILE,
+            engine::journal::IDENTITY_FILE,
+            engine::journal::COMMITS_FILE,
+            engine::journal::COMMITS_MIRROR_FILE,
+        ];
         let entries = match &created {
             Some(_) => None,
             None => std::fs::read_dir(dir)
