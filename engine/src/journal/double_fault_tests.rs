@@ -223,3 +223,38 @@ fn both_copies_cut_back_below_what_a_clean_close_witnessed_are_refused() {
     let (ro, _) = Journal::open_read_only(tmp.path(), opts).unwrap();
     assert!(!ro.verify().is_clean(), "verify predicts the refusal");
 }
+
+/// The way out of a commit record cut back: a dry run says what is lost, a repair that keeps
+/// everything refuses, `--truncate` rewrites the commit record over the records the store
+/// holds, and the next start accepts it.
+#[test]
+fn a_commit_record_cut_back_is_repaired_with_truncate_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 10, 1);
+    j.seal().unwrap();
+    drop(j);
+    let whole = std::fs::read(tmp.path().join(COMMITS_FILE)).unwrap();
+    cut_both_copies_to(tmp.path(), &whole, ENTRY_BYTES);
+    refused_twice_unchanged(tmp.path());
+    let before = dir_state(tmp.path());
+    let dry = Journal::repair(tmp.path(), JournalOptions::default(), RepairMode::DryRun).unwrap();
+    assert!(dry.discards_records(), "{dry:?}");
+    assert!(
+        dry.first_problem
+            .as_deref()
+            .is_some_and(|p| p.contains("1..10")),
+        "{dry:?}"
+    );
+    assert_eq!(dir_state(tmp.path()), before, "a dry run changes nothing");
+    let err = Journal::repair(tmp.path(), JournalOptions::default(), RepairMode::Keep).unwrap_err();
+    assert!(
+        matches!(err, JournalError::RepairDiscards { .. }),
+        "{err:?}"
+    );
+    let done = Journal::repair_truncate(tmp.path(), JournalOptions::default()).unwrap();
+    assert_eq!(done.kept_through, 10);
+    let (j, report) = open(tmp.path());
+    assert_eq!(report.committed_through, 10);
+    assert_eq!(super::tests::read_all(&j, 1).0.len(), 10);
+}

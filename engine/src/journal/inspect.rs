@@ -432,7 +432,11 @@ fn inspect_store(
     };
     let (commits, commit_problem) = match uncommitted {
         Ok(()) => (commits, commit_problem),
-        Err(e) if strictness == Strictness::Read => (Reconciled::default(), Some(e.to_string())),
+        // The first problem is the one a start meets.
+        Err(e) if strictness == Strictness::Read => (
+            Reconciled::default(),
+            commit_problem.or(Some(e.to_string())),
+        ),
         Err(e) => return Err(e),
     };
     let kept_first = chunks
@@ -544,7 +548,7 @@ pub(crate) fn check_engine_snapshots(dir: &Path, tree: &sled::Tree) -> Result<()
 /// its commit entry before the next begins), or appends a buffered writer acknowledged before
 /// they were durable. More appends than that mean the commit record was cut back: refused,
 /// never committed over. Batches of formats before 5 carry no flags and pass.
-fn check_uncommitted(
+pub(crate) fn check_uncommitted(
     chunks: &Chunks,
     committed: u64,
     stored_last: u64,

@@ -366,6 +366,33 @@ fn salvage(
             kept_through + 1
         ));
     }
+    // Both copies of the commit record cut back: every record the store holds passed its
+    // checks and is kept, the commit record rewritten to vouch for them; what the identity
+    // witnessed beyond them is gone.
+    let committed = committed_before.unwrap_or(0);
+    let witnessed = super::identity::load(dir).committed_through();
+    let cut_back = match first_problem {
+        Some(_) => None,
+        None if witnessed > committed => Some(
+            JournalError::CommitCutBack {
+                witnessed,
+                committed,
+            }
+            .to_string(),
+        ),
+        None if format >= Some(JOURNAL_FORMAT_VERSION) => {
+            inspect::check_uncommitted(&chunks, committed, kept_through)
+                .err()
+                .map(|e| e.to_string())
+        }
+        None => None,
+    };
+    if let Some(why) = cut_back {
+        first_problem = Some(match witnessed > kept_through {
+            true => format!("{why}; records {}..{witnessed} are lost", kept_through + 1),
+            false => why,
+        });
+    }
     // A torn, unacknowledged last batch is discarded by any writable open: not a loss.
     if let Some(problem) = &first_problem
         && committed_before.is_some_and(|c| c <= kept_through)
