@@ -11,7 +11,7 @@
 //! from the controller's journal (its decisions and when its commands were answered) against
 //! the conditions the served world showed over time.
 
-use crate::live::ControllerRecord;
+use crate::controller_record::ControllerRecord;
 use engine::decision::Decision;
 use engine::model::{Condition, Conditions, ObjectKey};
 use engine::runtime::Mode;

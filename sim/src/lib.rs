@@ -13,6 +13,7 @@ mod capi_health;
 mod capi_pools;
 mod checks;
 mod clock;
+pub mod controller_record;
 pub mod convergence;
 pub mod defaults;
 mod differential;

@@ -22,30 +22,7 @@ use engine::{Command, Input};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// One journal record of the controller: the input and the commands it caused.
-#[derive(Clone, Debug)]
-pub struct ControllerRecord {
-    pub seq: u64,
-    pub at: Timestamp,
-    pub input: Input,
-    pub commands: Vec<Command>,
-    /// The timers the input fired (a tick's; empty for other inputs).
-    pub fired: Vec<engine::FiredTimer>,
-    /// Those of `commands` never sent (their answer, journaled later, is `NotSent`).
-    pub withheld: BTreeMap<u64, engine::Withheld>,
-    /// The conditions the controllers decided handling the input, written or not.
-    pub decisions: Vec<engine::decision::Decision>,
-}
-
-impl ControllerRecord {
-    /// The input as a cause: a tick names the timers it fired.
-    pub fn describe(&self) -> String {
-        match self.input {
-            Input::Tick => engine::timer::describe_fired(&self.fired),
-            _ => self.input.describe(),
-        }
-    }
-}
+use crate::controller_record::ControllerRecord;
 
 /// What the world asks of the driver after a step.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -471,7 +471,9 @@ fn withheld_commands(journal: &engine::journal::Journal, from: u64) -> Result<Wi
 
 /// Every journaled input of a controller with the commands it caused, replayed from a copy
 /// (the controller may still hold the journal). An error says what is wrong and where.
-pub fn controller_records(dir: &Path) -> Result<Vec<sim::live::ControllerRecord>, String> {
+pub fn controller_records(
+    dir: &Path,
+) -> Result<Vec<sim::controller_record::ControllerRecord>, String> {
     let mut out = Vec::new();
     replay_records(dir, |r, _| {
         out.push(r);
@@ -490,11 +492,14 @@ pub fn controller_records(dir: &Path) -> Result<Vec<sim::live::ControllerRecord>
 /// (which may stop the replay); a failure carries its exit code.
 pub fn replay_records(
     dir: &Path,
-    mut each: impl FnMut(sim::live::ControllerRecord, &engine::store::Store) -> ControlFlow<()>,
+    mut each: impl FnMut(
+        sim::controller_record::ControllerRecord,
+        &engine::store::Store,
+    ) -> ControlFlow<()>,
 ) -> Result<(), Failure> {
     replay(dir, |r, input, commands, fired, withheld, engine| {
         each(
-            sim::live::ControllerRecord {
+            sim::controller_record::ControllerRecord {
                 seq: r.seq,
                 at: r.at,
                 input: input.clone(),
@@ -531,7 +536,7 @@ fn show(dir: &Path, format: Format, from: u64, object: Option<&str>) -> Result<u
             })
             .collect();
         if let Some(subject) = &subject {
-            let record = sim::live::ControllerRecord {
+            let record = sim::controller_record::ControllerRecord {
                 seq: r.seq,
                 at: r.at,
                 input: input.clone(),

@@ -20,7 +20,7 @@ mod unblock;
 pub use build::Explainer;
 use engine::model::{Kind, ObjectKey, Scope};
 use serde::Serialize;
-pub use sim::live::ControllerRecord;
+pub use sim::controller_record::ControllerRecord;
 
 /// An object as the command line names it: `Kind/namespace/name`, or `Kind/name` for a
 /// cluster-scoped kind, with `@cluster` appended for a workload cluster's object
