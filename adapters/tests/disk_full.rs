@@ -41,9 +41,8 @@ fn a_start_on_a_full_disk_leaves_nothing_that_blocks_the_next_one() {
     println!("{text}");
 }
 
-/// Runs the ignored test `inner` inside a 1 MiB tmpfs; returns its output.
-fn in_tmpfs(inner: &str) -> String {
-    // A test whose tool is missing fails; it never skips (.ci/run runs where unshare works).
+/// A test whose tool is missing fails; it never skips (.ci/run runs where unshare works).
+fn assert_unshare_works() {
     assert!(
         Command::new("unshare")
             .args(["-rm", "true"])
@@ -51,6 +50,11 @@ fn in_tmpfs(inner: &str) -> String {
             .is_ok_and(|s| s.success()),
         "`unshare -rm` is not allowed here: this test needs an unprivileged user and mount namespace"
     );
+}
+
+/// Runs the ignored test `inner` inside a 1 MiB tmpfs; returns its output.
+fn in_tmpfs(inner: &str) -> String {
+    assert_unshare_works();
     let tmp = tempfile::tempdir().unwrap();
     let exe = std::env::current_exe().unwrap();
     let out = Command::new("unshare")
@@ -280,13 +284,7 @@ fn check_journal(dir: &Path, inputs: &[Input]) {
 /// the user made `<root>/<user_dir>` beforehand): its exit code, stderr and every path left
 /// under the root, relative to it.
 fn sim_run_on_a_full_disk(user_dir: Option<&str>, journal: &str) -> (i32, String, Vec<String>) {
-    assert!(
-        Command::new("unshare")
-            .args(["-rm", "true"])
-            .status()
-            .is_ok_and(|s| s.success()),
-        "`unshare -rm` is not allowed here: this test needs an unprivileged user and mount namespace"
-    );
+    assert_unshare_works();
     let tmp = tempfile::tempdir().unwrap();
     let script = r#"mount -t tmpfs -o size=1m tmpfs "$0" || exit 90
 cd "$0" || exit 91

@@ -223,11 +223,8 @@ mod tests {
         );
     }
 
-    /// A second run on a kept journal fails (it holds records) and removes nothing: the
-    /// directory held a journal, not the run's to clear (sled's recovery on open may have
-    /// written to it).
-    #[test]
-    fn a_run_refused_by_a_kept_journal_leaves_it_whole() {
+    /// `deletion-order-of-actions` with its journal kept in a new directory.
+    fn kept_journal_run() -> (crate::scenario::Scenario, tempfile::TempDir, RunOptions) {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../scenarios/deletion-order-of-actions.yaml");
         let scenario = crate::scenario::load(&path).expect("loads");
@@ -236,6 +233,15 @@ mod tests {
             journal_dir: Some(dir.path().to_path_buf()),
             ..Default::default()
         };
+        (scenario, dir, options)
+    }
+
+    /// A second run on a kept journal fails (it holds records) and removes nothing: the
+    /// directory held a journal, not the run's to clear (sled's recovery on open may have
+    /// written to it).
+    #[test]
+    fn a_run_refused_by_a_kept_journal_leaves_it_whole() {
+        let (scenario, dir, options) = kept_journal_run();
         let first = run(&scenario, &options).expect("runs");
         let listing = |d: &std::path::Path| {
             let mut names: Vec<_> = std::fs::read_dir(d)
@@ -270,14 +276,7 @@ mod tests {
     /// rebuilds exactly the engine the run ended with.
     #[test]
     fn a_kept_journal_rebuilds_the_state_the_report_hashes() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../scenarios/deletion-order-of-actions.yaml");
-        let scenario = crate::scenario::load(&path).expect("loads");
-        let dir = tempfile::tempdir().unwrap();
-        let options = RunOptions {
-            journal_dir: Some(dir.path().to_path_buf()),
-            ..Default::default()
-        };
+        let (scenario, dir, options) = kept_journal_run();
         let report = run(&scenario, &options).expect("runs");
         let (journal, _) =
             engine::journal::Journal::open_read_only(dir.path(), crate::journaling::sim_options())
