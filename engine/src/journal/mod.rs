@@ -527,6 +527,15 @@ impl Journal {
                 }
             }
         }
+        if stored_last > committed && !legacy {
+            // Passed the check: one append of a durable writer, or a buffered writer's appends.
+            tracing::warn!(
+                dir = %dir.display(),
+                first = committed + 1,
+                last = stored_last,
+                "records were stored but never committed (a crash between sled's flush and the commit record, or a buffered writer's background flush): they pass their checks and are committed now"
+            );
+        }
         if truncated_tail.is_some() || upgrading || stored_last > committed || finished > 0 {
             journal.flush()?;
         }
