@@ -256,18 +256,13 @@ impl Live {
                 .map(|d| (self.sim.clock.end, d)),
         );
         for (at, d) in found {
-            self.sim.timeline.push(crate::timeline::Line {
-                at_ms: at
-                    .max(self.sim.clock.start)
-                    .since(self.sim.clock.start)
-                    .as_millis(),
-                actor: "shadow".into(),
-                action: "Disagreement".into(),
-                object: d.machine.to_string(),
-                detail: d.describe(),
-                cause: None,
-                command: None,
-            });
+            self.push_line(
+                at,
+                "shadow",
+                "Disagreement",
+                d.machine.to_string(),
+                d.describe(),
+            );
         }
     }
 
@@ -421,20 +416,30 @@ impl Live {
         );
         for (at, object, message) in found {
             self.sim.checks.invariants.checks += 1;
-            self.sim.timeline.push(crate::timeline::Line {
-                at_ms: at
-                    .max(self.sim.clock.start)
-                    .since(self.sim.clock.start)
-                    .as_millis(),
-                actor: "invariant".into(),
-                action: "Violation".into(),
-                object,
-                detail: message.clone(),
-                cause: None,
-                command: None,
-            });
+            self.push_line(at, "invariant", "Violation", object, message.clone());
             self.sim.checks.invariants.violate(message);
         }
+    }
+
+    /// A timeline line at `at` (held at the run's start) that no command caused.
+    fn push_line(
+        &mut self,
+        at: Timestamp,
+        actor: &str,
+        action: &str,
+        object: String,
+        detail: String,
+    ) {
+        let start = self.sim.clock.start;
+        self.sim.timeline.push(crate::timeline::Line {
+            at_ms: at.max(start).since(start).as_millis(),
+            actor: actor.into(),
+            action: action.into(),
+            object,
+            detail,
+            cause: None,
+            command: None,
+        });
     }
 
     /// The "never twice" rule over the controller's journal: the inputs show what it observed,
