@@ -110,7 +110,8 @@ impl Scripted {
             | Input::Unwatched { .. }
             | Input::ClusterUnreachable { .. }
             | Input::Ownership(_)
-            | Input::OwnMachines(_) => {}
+            | Input::OwnMachines(_)
+            | Input::Overridden { .. } => {}
         }
     }
 }

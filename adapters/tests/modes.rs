@@ -1,6 +1,7 @@
 //! `lifecycle run --mode`: `alone` refuses to start beside an active CAPI manager (and when it
 //! cannot tell), writing nothing; `shadow` starts there, and sends nothing but reads.
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Api;
@@ -81,14 +82,37 @@ async fn alone_refuses_beside_an_active_capi_manager_and_writes_nothing() {
         );
         assert!(!journal.exists(), "a refused start writes nothing");
     }
-    // Where CAPI runs elsewhere, its Lease is looked for there.
+    // A mistyped --capi-namespace hides nothing: the Lease is looked for in every namespace.
     let (code, err) = run_once(
         &kubeconfig,
         &journal,
         &clock,
-        &["--capi-namespace", "other"],
+        &["--capi-namespace", "cluster-api"],
     );
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("capi-system/controller-leader-election-capi"),
+        "{err}"
+    );
+    assert!(!journal.exists(), "a refused start writes nothing");
+    // The operator's override starts it, said at WARN and journaled.
+    let (code, err) = run_once(&kubeconfig, &journal, &clock, &["--capi-manager-stopped"]);
     assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("WARN") && err.contains("overridden by --capi-manager-stopped"),
+        "{err}"
+    );
+    let shown = lifecycle()
+        .args(["log", "show", "--journal"])
+        .arg(&journal)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains("started past the check capi-manager by the operator's override")
+            && shown.contains("capi-manager-0"),
+        "{shown}"
+    );
     std::fs::remove_dir_all(&journal).unwrap();
 
     let (code, err) = run_once(&kubeconfig, &journal, &clock, &["--mode", "shadow"]);
@@ -99,6 +123,46 @@ async fn alone_refuses_beside_an_active_capi_manager_and_writes_nothing() {
     capi_lease(&kubeconfig, std::time::Duration::from_secs(600)).await;
     let (code, err) = run_once(&kubeconfig, &journal, &clock, &[]);
     assert_eq!(code, 0, "{err}");
+
+    // CAPI run with --leader-elect=false holds no Lease: its Deployment's ready replicas tell.
+    let client = common::client(&kubeconfig).await;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "cluster-api"}}));
+    namespaces
+        .create(&PostParams::default(), &namespace.unwrap())
+        .await
+        .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client, "cluster-api");
+    let mut deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "capi-controller-manager",
+            "labels": {"cluster.x-k8s.io/provider": "cluster-api"}},
+        "spec": {"selector": {"matchLabels": {"app": "capi"}},
+            "template": {"metadata": {"labels": {"app": "capi"}},
+                "spec": {"containers": [{"name": "manager", "image": "capi:v1.12.0"}]}}},
+    }))
+    .unwrap();
+    deployment = deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    let (code, err) = run_once(&kubeconfig, &journal, &clock, &[]);
+    assert_eq!(code, 0, "no ready replica yet: {err}");
+    deployment.status = serde_json::from_value(serde_json::json!({"readyReplicas": 1})).unwrap();
+    deployments
+        .replace_status(
+            "capi-controller-manager",
+            &PostParams::default(),
+            &deployment,
+        )
+        .await
+        .unwrap();
+    let (code, err) = run_once(&kubeconfig, &journal, &clock, &[]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("its Deployment cluster-api/capi-controller-manager has 1 ready replica"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -169,9 +233,11 @@ fn a_shadow_run_over_http_only_reads() {
     let requests = adapters::apiserver::record::read(&recorded).unwrap();
     let verbs: std::collections::BTreeSet<&str> =
         requests.iter().map(|r| r.verb.as_str()).collect();
+    // An access review is a question (its checks at start ask what it may do), not a write.
     let writes: Vec<_> = requests
         .iter()
         .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch"))
+        .filter(|r| !(r.verb == "create" && r.resource == "selfsubjectaccessreviews"))
         .collect();
     assert!(writes.is_empty(), "shadow wrote: {writes:?}");
     assert!(

@@ -63,6 +63,29 @@ async fn preflight_passes_beside_a_known_release_and_names_what_blocks_a_takeove
     assert!(line(&text, "rbac").starts_with("ok"), "{text}");
     assert!(text.contains("0 failed, 0 warning(s)"), "{text}");
 
+    // --mode alone beside the world's CAPI manager fails, as `run --mode alone` would, however
+    // mistyped --capi-namespace is: its Lease and its Deployment are found where they are.
+    for namespace in ["capi-system", "cluster-api"] {
+        let (code, text) = preflight(
+            &kubeconfig,
+            &["--mode", "alone", "--capi-namespace", namespace],
+        );
+        assert_eq!(code, 1, "{text}");
+        let manager = line(&text, "capi-manager");
+        assert!(manager.starts_with("FAIL"), "{text}");
+        for sign in [
+            "its Lease capi-system/controller-leader-election-capi was renewed",
+            "its Deployment capi-system/capi-controller-manager has 1 ready replica(s)",
+            "--mode shadow",
+            "--capi-manager-stopped",
+        ] {
+            assert!(manager.contains(sign), "{sign}: {manager}");
+        }
+    }
+    let (code, text) = preflight(&kubeconfig, &["--mode", "alone", "--capi-manager-stopped"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(line(&text, "capi-manager").starts_with("warn"), "{text}");
+
     // An identity without RBAC: every permission is asked, the missing ones named.
     let unprivileged = dir.path().join("unprivileged.kubeconfig");
     let admin = std::fs::read_to_string(&kubeconfig).unwrap();

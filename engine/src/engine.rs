@@ -385,6 +385,7 @@ impl Engine {
                     self.every_machine_dirty(dirty);
                 }
             }
+            Input::Overridden { .. } => {}
         }
     }
 

@@ -66,6 +66,10 @@ pub enum Input {
     /// The process owns, in takeover, the Machines this selects (`--own-machines`; `None`: a
     /// MachineSet's), journaled like [`Input::Ownership`].
     OwnMachines(Option<crate::model::LabelSelector>),
+    /// The operator started the process past a check that refuses a start (`lifecycle run
+    /// --capi-manager-stopped`): the check and what it found, journaled so that the replay of
+    /// an incident shows who decided to act beside what. Changes no state.
+    Overridden { check: String, found: String },
 }
 
 /// What a relist ([`Input::Relist`] or [`Input::RelistKind`]) replaced.
@@ -134,6 +138,10 @@ enum Unbatched {
     },
     Ownership(crate::ownership::Ownership),
     OwnMachines(Option<crate::model::LabelSelector>),
+    Overridden {
+        check: String,
+        found: String,
+    },
 }
 
 /// Never decodes: a batch inside a batch is a damaged record.
@@ -179,6 +187,7 @@ impl From<Unbatched> for Input {
             }
             Unbatched::Ownership(o) => Input::Ownership(o),
             Unbatched::OwnMachines(s) => Input::OwnMachines(s),
+            Unbatched::Overridden { check, found } => Input::Overridden { check, found },
         }
     }
 }
@@ -312,6 +321,9 @@ impl Input {
             Input::Ownership(o) => format!("runs in {} ownership", o.as_str()),
             Input::OwnMachines(Some(s)) => format!("owns the Machines selected by {s}"),
             Input::OwnMachines(None) => "owns the Machines of MachineSets".to_string(),
+            Input::Overridden { check, found } => {
+                format!("started past the check {check} by the operator's override: {found}")
+            }
             Input::Batch { inputs } => {
                 const SHOWN: usize = 3;
                 let mut text = format!("batch of {}: ", inputs.len());

@@ -771,6 +771,9 @@ fn deployment() -> Value {
                 }]},
             },
         },
+        // Running: what `lifecycle run --mode alone` looks for besides the Lease.
+        "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+            "readyReplicas": 1, "availableReplicas": 1},
     })
 }
 

@@ -502,7 +502,8 @@ fn note_uids(input: &Input, uids: &mut BTreeMap<ObjectKey, String>) {
         | Input::Unlisted { .. }
         | Input::ClusterUnreachable { .. }
         | Input::Ownership(_)
-        | Input::OwnMachines(_) => {}
+        | Input::OwnMachines(_)
+        | Input::Overridden { .. } => {}
     }
 }
 

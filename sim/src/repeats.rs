@@ -147,7 +147,8 @@ impl Repeats {
             | Input::Unwatched { .. }
             | Input::ClusterUnreachable { .. }
             | Input::Ownership(_)
-            | Input::OwnMachines(_) => {}
+            | Input::OwnMachines(_)
+            | Input::Overridden { .. } => {}
         }
     }
 

@@ -14,13 +14,16 @@ const EXIT_UNABLE: u8 = 3;
 
 #[derive(Args)]
 #[command(after_help = "\
-Checks, reading only (and asking SelfSubjectAccessReviews): the API versions of
+Checks, reading only (and asking SelfSubjectAccessReviews): whether Cluster API's own
+manager runs (a Lease controller-leader-election-capi renewed within 5 minutes, or a Deployment
+labelled cluster.x-k8s.io/provider=cluster-api with ready replicas, in any namespace: --mode
+alone fails while it runs or cannot be told, the other modes warn when it does not); the API versions of
 cluster.x-k8s.io (v1beta2 is read); the release of Cluster API's manager (the image tag of its
 Deployment capi-controller-manager, or --capi-version) against the supported releases; its
 MachinePool feature gate; the RBAC the mode needs; other owners' deletion hooks, control-plane
 Machines and Machines already deleting; hooks that MachineDeployment or MachineSet templates
-propagate. `lifecycle run --mode takeover` runs the same checks first and refuses to start on
-a FAIL.
+propagate. `lifecycle run` runs the same checks for its mode first and refuses to start on a
+FAIL.
 
 Exit codes: 0 nothing failed (warnings may be listed); 1 a check failed: the mode would be
 refused or would not work; 2 bad input (the kubeconfig); 3 the tool could not run.")]
@@ -40,6 +43,10 @@ pub struct PreflightArgs {
     /// As `run --namespace`: permissions are asked there, Machines listed there.
     #[arg(long, value_name = "NAMESPACE")]
     namespace: Option<String>,
+    /// As `run --capi-manager-stopped`: Cluster API's manager is known to be stopped for good
+    /// (the capi-manager check of --mode alone warns instead of failing).
+    #[arg(long)]
+    capi_manager_stopped: bool,
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
 }
@@ -91,6 +98,7 @@ async fn run(args: &PreflightArgs) -> Result<Vec<Check>, RunFailure> {
         capi_namespace: args.capi_namespace.clone(),
         capi_version: args.capi_version.clone(),
         namespace: args.namespace.clone(),
+        capi_manager_stopped: args.capi_manager_stopped,
     };
     Ok(preflight::examine(&client, &options).await)
 }

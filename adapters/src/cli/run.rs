@@ -64,7 +64,9 @@ pub struct RunArgs {
     pub metrics_cert_dir: Option<PathBuf>,
     /// How it runs beside Cluster API's own manager (`capi-controller-manager`): `alone` (it
     /// owns the Machines, MHCs and MachinePools; it refuses to start, exit 3, while CAPI's
-    /// manager is active, i.e. its Lease was renewed within 5 minutes) or `shadow` (it
+    /// manager is active, i.e. a Lease `controller-leader-election-capi` in any namespace was
+    /// renewed within 5 minutes or a Deployment labelled `cluster.x-k8s.io/provider=cluster-api`
+    /// has ready replicas, and while either cannot be read) or `shadow` (it
     /// watches, journals and decides as usual and sends nothing: no write reaches any cluster
     /// but its own leader Lease) or `takeover` (beside CAPI's manager, it owns worker Machines'
     /// deletion through its own pre-drain and pre-terminate hooks; CAPI's manager keeps the
@@ -91,13 +93,18 @@ pub struct RunArgs {
     /// unknown release).
     #[arg(long, value_name = "RELEASE", value_parser = adapters::preflight::Release::parse)]
     pub capi_version: Option<adapters::preflight::Release>,
-    /// Namespace of CAPI's manager and its Lease `controller-leader-election-capi` (read at
-    /// start in `--mode alone`).
+    /// Namespace of CAPI's manager Deployment `capi-controller-manager`, whose image names
+    /// its release (the checks at start look for its Lease and Deployment in every namespace).
     #[arg(long, default_value = "capi-system")]
     pub capi_namespace: String,
-    /// Test only: how long (real seconds) `--mode alone` keeps trying to read CAPI's Lease, and
-    /// `--mode takeover` its preflight, through transient failures (5xx, 429, no connection)
-    /// before it refuses to start.
+    /// With `--mode alone`: start although Cluster API's manager looks active, or cannot be
+    /// told to be stopped (its Lease renewed within 5 minutes, its Deployment with ready
+    /// replicas, either unreadable). Only for a manager you know is stopped for good: two
+    /// managers act on the same Machines. Logged at WARN and journaled.
+    #[arg(long)]
+    pub capi_manager_stopped: bool,
+    /// Test only: how long (real seconds) the checks at start keep trying through transient
+    /// failures (5xx, 429, no connection) before it refuses to start.
     #[arg(long, hide = true, default_value_t = 30)]
     pub capi_lease_patience_seconds: u64,
     /// Act only while holding the coordination.k8s.io Lease.
@@ -300,66 +307,20 @@ async fn start_servers(
     Ok(Servers(tasks))
 }
 
-/// `--mode alone` next to an active CAPI manager would act on the Machines it acts on:
-/// refused (exit 3), as is a Lease that cannot be read (unknown is not absent).
-async fn check_alone(args: &RunArgs, client: &Client) -> Result<(), RunFailure> {
-    match args.mode {
-        Mode::Alone => {}
-        Mode::Shadow => {
-            tracing::info!(mode = %args.mode, "not sending any command: every decision is journaled as not sent");
-            return Ok(());
-        }
-        Mode::Takeover => {
-            tracing::info!(mode = %args.mode, "owning worker Machines' deletion through this controller's hooks, beside Cluster API's manager");
-            return Ok(());
-        }
-    }
-    let api: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(client.clone(), &args.capi_namespace);
-    let lease = format!("{}/{}", args.capi_namespace, lease::CAPI_LEASE_NAME);
-    let choose = "run it with --mode shadow (it watches and decides, and writes nothing) or --mode takeover (it owns worker Machines' deletion through its hooks)";
-    let patience = Duration::from_secs(args.capi_lease_patience_seconds);
-    let started = std::time::Instant::now();
-    let mut pause = Duration::from_millis(200);
-    let read = loop {
-        match lease::capi_manager(&api, adapters::clock::wall_now()).await {
-            Err(e)
-                if adapters::preflight::is_transient(&e)
-                    && started.elapsed() + pause < patience =>
-            {
-                tracing::warn!(lease = %lease, error = %e, "cannot read Cluster API's Lease yet: trying again");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(5));
-            }
-            other => break other,
-        }
-    };
-    match read {
-        Ok(lease::CapiManager::Active { holder, ago }) => Err(unable(format!(
-            "Cluster API's own manager is active (its Lease {lease} was renewed {}s ago by {holder}): running alone beside it, both would act on the same Machines, MachineHealthChecks and MachinePools; {choose}, or stop CAPI's manager first",
-            ago.as_secs()
-        ))),
-        Ok(found) => {
-            tracing::info!(lease = %lease, ?found, "Cluster API's own manager is not active: running alone");
-            Ok(())
-        }
-        Err(e) => Err(unable(format!(
-            "cannot tell whether Cluster API's own manager is active: reading its Lease {lease}: {e}; grant `get` on leases in {} (the shipped RBAC does), pass --capi-namespace where CAPI runs, or {choose}",
-            args.capi_namespace
-        ))),
-    }
-}
-
-/// A takeover acts beside CAPI's manager: it starts only when nothing `lifecycle preflight`
-/// checks fails (warnings are logged). A failure that may pass on its own (no connection, a
-/// 5xx) is asked again for `--capi-lease-patience-seconds`, as `--mode alone`'s Lease read is.
-async fn preflight(args: &RunArgs, client: &Client) -> Result<(), RunFailure> {
+/// `alone` and `takeover` start only when nothing `lifecycle preflight --mode <mode>` checks
+/// fails (warnings are logged): `alone` refuses while Cluster API's manager runs, or while
+/// that cannot be told; `takeover` refuses a release it does not know. A failure that may pass
+/// on its own (no connection, a 5xx) is asked again for `--capi-lease-patience-seconds`.
+/// `shadow`, which writes nothing, logs the same checks once and starts whatever they say.
+/// Returns the checks the operator overrode, to be journaled once the journal is open.
+async fn preflight(args: &RunArgs, client: &Client) -> Result<Vec<engine::Input>, RunFailure> {
     use adapters::preflight::{Options, Verdict, examine};
     let options = Options {
         mode: args.mode,
         capi_namespace: args.capi_namespace.clone(),
         capi_version: args.capi_version.clone(),
         namespace: args.namespace.clone(),
+        capi_manager_stopped: args.capi_manager_stopped,
     };
     let patience = Duration::from_secs(args.capi_lease_patience_seconds);
     let started = std::time::Instant::now();
@@ -371,7 +332,7 @@ async fn preflight(args: &RunArgs, client: &Client) -> Result<(), RunFailure> {
             .filter(|c| c.verdict == Verdict::Fail)
             .collect();
         let may_pass = !failed.is_empty() && failed.iter().all(|c| c.transient);
-        if !may_pass || started.elapsed() + pause >= patience {
+        if args.mode == Mode::Shadow || !may_pass || started.elapsed() + pause >= patience {
             break checks;
         }
         for c in failed {
@@ -380,7 +341,13 @@ async fn preflight(args: &RunArgs, client: &Client) -> Result<(), RunFailure> {
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(5));
     };
-    for c in checks.iter().filter(|c| c.verdict == Verdict::Warn) {
+    for c in checks.iter().filter(|c| c.verdict == Verdict::Ok) {
+        tracing::info!(check = c.name, "preflight: {}", c.detail);
+    }
+    let warned = |c: &&adapters::preflight::Check| {
+        c.verdict == Verdict::Warn || (args.mode == Mode::Shadow && c.verdict == Verdict::Fail)
+    };
+    for c in checks.iter().filter(warned) {
         tracing::warn!(
             check = c.name,
             fix = c.fix.as_deref().unwrap_or_default(),
@@ -390,7 +357,7 @@ async fn preflight(args: &RunArgs, client: &Client) -> Result<(), RunFailure> {
     }
     let failed: Vec<String> = checks
         .iter()
-        .filter(|c| c.verdict == Verdict::Fail)
+        .filter(|c| c.verdict == Verdict::Fail && args.mode != Mode::Shadow)
         .map(|c| {
             format!(
                 "{}: {} → {}",
@@ -402,11 +369,25 @@ async fn preflight(args: &RunArgs, client: &Client) -> Result<(), RunFailure> {
         .collect();
     if failed.is_empty() {
         tracing::info!("preflight passed");
-        Ok(())
+        Ok(checks
+            .iter()
+            .filter_map(|c| {
+                Some(engine::Input::Overridden {
+                    check: c.name.to_string(),
+                    found: c.overridden.clone()?,
+                })
+            })
+            .collect())
     } else {
+        let refused = match args.mode {
+            Mode::Takeover => "not taking over",
+            Mode::Alone => "not starting alone",
+            Mode::Shadow => "not starting in shadow",
+        };
         Err(unable(format!(
-            "preflight failed, not taking over:\n  {}\n(`lifecycle preflight` prints every check)",
-            failed.join("\n  ")
+            "preflight failed, {refused}:\n  {}\n(`lifecycle preflight --mode {}` prints every check)",
+            failed.join("\n  "),
+            args.mode
         )))
     }
 }
@@ -423,11 +404,17 @@ async fn run(args: RunArgs) -> Result<(), RunFailure> {
         )));
     }
     let client = management_client(args.kubeconfig.as_ref()).await?;
-    // Before the journal is opened: a refused start writes nothing.
-    check_alone(&args, &client).await?;
-    if args.mode == Mode::Takeover {
-        preflight(&args, &client).await?;
+    match args.mode {
+        Mode::Alone => {}
+        Mode::Shadow => {
+            tracing::info!(mode = %args.mode, "not sending any command: every decision is journaled as not sent")
+        }
+        Mode::Takeover => {
+            tracing::info!(mode = %args.mode, "owning worker Machines' deletion through this controller's hooks, beside Cluster API's manager")
+        }
     }
+    // Before the journal is opened: a refused start writes nothing.
+    let overridden = preflight(&args, &client).await?;
     let retention = Retention {
         snapshots_kept: args.journal_keep_snapshots as usize,
         retire_records: !args.journal_keep_all,
@@ -500,6 +487,9 @@ async fn run(args: RunArgs) -> Result<(), RunFailure> {
     let mut adapter = Adapter::new(engine, log, client, metrics, options);
     // Held like any input if the journal cannot be written yet.
     adapter.feed_input(engine::Input::Restarted);
+    for input in overridden {
+        adapter.feed_input(input);
+    }
     let mut lost = None;
     let stop = async {
         tokio::select! {

@@ -31,6 +31,8 @@ pub(super) fn input_concerns(
         | Input::ClusterUnreachable { .. }
         | Input::Ownership(_)
         | Input::OwnMachines(_) => false,
+        // Who decided to act beside what bears on every object's story.
+        Input::Overridden { .. } => true,
     }
 }
 
@@ -400,6 +402,7 @@ impl Explainer {
                 | Input::Unwatched { .. }
                 | Input::Ownership(_)
                 | Input::OwnMachines(_)
+                | Input::Overridden { .. }
                 | Input::Batch { .. } => {}
                 Input::ClusterUnreachable { scope, reason } => {
                     cluster_reachability(t, r, scope, reason.as_ref())

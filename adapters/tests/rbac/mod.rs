@@ -82,15 +82,25 @@ fn strings(v: &Value) -> Vec<String> {
 /// What a Role's or ClusterRole's rules grant, expanded to single permissions (a wildcard
 /// stays `*`, and then matches nothing recorded: least privilege has no wildcards).
 pub fn granted(role: &Value) -> BTreeSet<Grant> {
+    expand(role, false)
+}
+
+/// What its rules for named objects grant (`resourceNames`), expanded likewise: recorded
+/// requests carry no name, so these are pinned rule by rule in `deploy.rs` (CAPI's Lease and
+/// manager Deployment).
+pub fn granted_by_name(role: &Value) -> BTreeSet<Grant> {
+    expand(role, true)
+}
+
+fn expand(role: &Value, named: bool) -> BTreeSet<Grant> {
     let mut out = BTreeSet::new();
     for rule in role["rules"].as_array().into_iter().flatten() {
         assert!(
             rule.get("nonResourceURLs").is_none(),
             "a rule this test does not expand: {rule}"
         );
-        // A rule for named objects grants nothing else: the one such rule is pinned by
-        // `deploy.rs` (CAPI's Lease, read by `--mode alone`).
-        if rule.get("resourceNames").is_some() {
+        // A rule for named objects grants nothing else.
+        if rule.get("resourceNames").is_some() != named {
             continue;
         }
         for group in strings(&rule["apiGroups"]) {

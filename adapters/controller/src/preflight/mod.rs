@@ -5,8 +5,11 @@
 //!
 //! Each check answers: what was found, whether the mode can run with it, what unblocks it.
 
+mod neighbour;
 mod permissions;
 mod release;
+
+pub use neighbour::{Neighbour, PROVIDER_LABEL, Unread};
 
 pub use permissions::{Permission, needed};
 pub use release::{Release, SUPPORTED_MINORS, Support, supported_text};
@@ -50,6 +53,8 @@ pub struct Check {
     pub fix: Option<String>,
     /// The answer may change on its own (no connection, a 5xx, 429): worth asking again.
     pub transient: bool,
+    /// A failure the operator overrode: what it found (journaled by `lifecycle run`).
+    pub overridden: Option<String>,
 }
 
 impl Check {
@@ -60,6 +65,7 @@ impl Check {
             detail,
             fix: None,
             transient: false,
+            overridden: None,
         }
     }
 
@@ -70,11 +76,17 @@ impl Check {
             detail,
             fix: Some(fix),
             transient: false,
+            overridden: None,
         }
     }
 
     fn transient(mut self, transient: bool) -> Check {
         self.transient = transient;
+        self
+    }
+
+    fn overridden(mut self, found: String) -> Check {
+        self.overridden = Some(found);
         self
     }
 
@@ -94,12 +106,17 @@ pub struct Options {
     pub capi_version: Option<Release>,
     /// `--namespace`: permissions are asked there, Machines listed there.
     pub namespace: Option<String>,
+    /// `--capi-manager-stopped`: the operator knows CAPI's manager is stopped, whatever its
+    /// Lease and Deployment say (an `alone` start then warns instead of refusing).
+    pub capi_manager_stopped: bool,
 }
 
 /// Every check for `options.mode`, in a fixed order.
 pub async fn examine(client: &Client, options: &Options) -> Vec<Check> {
     let manager = read_manager(client, &options.capi_namespace).await;
+    let neighbour = neighbour::read(client, crate::clock::wall_now()).await;
     let mut checks = vec![
+        capi_manager(options, &neighbour),
         api_versions(client).await,
         release_check(options, &manager),
         machine_pool_gate(&manager),
@@ -107,6 +124,95 @@ pub async fn examine(client: &Client, options: &Options) -> Vec<Check> {
     ];
     checks.extend(hooks(client, options).await);
     checks
+}
+
+/// Whether Cluster API's manager runs, as the mode needs it: `alone` fails while it runs or
+/// while that cannot be told; `shadow` and `takeover` warn when it does not run (nobody
+/// would remove the finalizer of a Machine they finish, or take the steps shadow compares).
+fn capi_manager(options: &Options, found: &Neighbour) -> Check {
+    const NAME: &str = "capi-manager";
+    let choose = "run it with --mode shadow (it watches and decides, and writes nothing) or --mode takeover (it owns worker Machines' deletion through its hooks)";
+    let stopped = "or, if you know Cluster API's manager is stopped for good, pass --capi-manager-stopped (logged and journaled)";
+    let running = found.running.join("; ");
+    let unread: Vec<String> = found
+        .unread
+        .iter()
+        .map(|u| format!("{}: {}", u.what, u.why))
+        .collect();
+    if options.mode != Mode::Alone {
+        return if !found.running.is_empty() {
+            Check::ok(
+                NAME,
+                format!("Cluster API's own manager is active: {running}"),
+            )
+        } else if !found.unread.is_empty() {
+            Check::not_ok(
+                NAME,
+                Verdict::Warn,
+                format!("cannot tell whether Cluster API's own manager is active: {}", unread.join("; ")),
+                "grant list on leases controller-leader-election-capi and on deployments (the shipped lifecycle-capi-reader role does)".to_string(),
+            )
+        } else {
+            Check::not_ok(
+                NAME,
+                Verdict::Warn,
+                format!(
+                    "Cluster API's own manager does not seem to run: {}",
+                    found.quiet.join("; ")
+                ),
+                format!(
+                    "--mode {} works beside Cluster API's manager: start it (or run --mode alone once it is gone for good)",
+                    options.mode
+                ),
+            )
+        };
+    }
+    let (verdict, detail, fix, transient) = if !found.running.is_empty() {
+        (
+            Verdict::Fail,
+            format!(
+                "Cluster API's own manager is active ({running}): running alone beside it, both would act on the same Machines, MachineHealthChecks and MachinePools"
+            ),
+            format!(
+                "{choose}, or stop Cluster API's manager first (scale its Deployment to 0; its Lease expires 5 minutes after its last renewal), {stopped}"
+            ),
+            false,
+        )
+    } else if !found.unread.is_empty() {
+        let forbidden = found.unread.iter().any(|u| u.forbidden);
+        let grant = if forbidden {
+            "grant list on leases named controller-leader-election-capi and on deployments, cluster-wide (the shipped ClusterRole lifecycle-capi-reader does)"
+        } else {
+            "check that the API server answers"
+        };
+        (
+            Verdict::Fail,
+            format!(
+                "cannot tell whether Cluster API's own manager is active: {}",
+                unread.join("; ")
+            ),
+            format!("{grant}; or {choose}, {stopped}"),
+            found.unread.iter().all(|u| u.transient),
+        )
+    } else {
+        return Check::ok(
+            NAME,
+            format!(
+                "Cluster API's own manager is not active: {}",
+                found.quiet.join("; ")
+            ),
+        );
+    };
+    if options.capi_manager_stopped {
+        return Check::not_ok(
+            NAME,
+            Verdict::Warn,
+            format!("overridden by --capi-manager-stopped: {detail}"),
+            "make sure Cluster API's manager is stopped for good: two managers would fight over every Machine".to_string(),
+        )
+        .overridden(detail);
+    }
+    Check::not_ok(NAME, verdict, detail, fix).transient(transient)
 }
 
 /// GET `path` as JSON.
