@@ -27,6 +27,8 @@ async fn one_holder_at_a_time_and_takeover_after_expiry() {
     let mut b = LeaseConfig::new("lifecycle", "b");
     a.lease_duration = Duration::from_secs(1);
     b.lease_duration = Duration::from_secs(1);
+    a.mode = Some(engine::runtime::Mode::Shadow);
+    b.mode = Some(engine::runtime::Mode::Takeover);
     // The candidates' clock is passed in: expiry is 1.1 s later on it, not a wait.
     let t0 = adapters::clock::wall_now();
     let later = t0.saturating_add(engine::Duration::from_millis(1100));
@@ -43,6 +45,20 @@ async fn one_holder_at_a_time_and_takeover_after_expiry() {
         }
     };
     assert!(step(&a, t0).await, "a creates the lease");
+    let leader = |now| {
+        let api = api.clone();
+        async move {
+            adapters::kube::lease::leader(&api, "lifecycle", now)
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+    assert_eq!(
+        leader(t0).await.mode.as_deref(),
+        Some("shadow"),
+        "the leader names its mode"
+    );
     assert!(!step(&b, t0).await, "b sees a live holder");
     assert!(step(&a, t0).await, "a renews");
     assert!(
@@ -54,6 +70,12 @@ async fn one_holder_at_a_time_and_takeover_after_expiry() {
     let spec = api.get("lifecycle").await.unwrap().spec.unwrap();
     assert_eq!(spec.holder_identity.as_deref(), Some("b"));
     assert_eq!(spec.lease_transitions, Some(1));
+    let now = leader(later).await;
+    assert_eq!(
+        (now.holder.as_str(), now.mode.as_deref()),
+        ("b", Some("takeover"))
+    );
+    assert_eq!(now.renewed_ago, Some(Duration::ZERO));
     server.shutdown().await;
 }
 

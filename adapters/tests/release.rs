@@ -3,7 +3,9 @@
 //! controller killed mid-takeover leaves the Machine waiting at its hooks until a release hands
 //! it back to CAPI's manager, which finishes it.
 
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use std::path::Path;
 
@@ -225,6 +227,31 @@ async fn own_machines_chooses_what_takeover_hooks() {
     }
 }
 
+/// This controller's Lease as a leader in `mode` writes it, renewed `ago` seconds before now.
+async fn our_lease(api: &Api<Lease>, mode: &str, ago: i64) {
+    let renewed = adapters::clock::wall_now().as_millis() - 1000 * ago;
+    let time = k8s_openapi::jiff::Timestamp::from_millisecond(renewed).unwrap();
+    let name = adapters::kube::lease::DEFAULT_LEASE_NAME;
+    let mut lease: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name,
+            "annotations": {adapters::kube::lease::MODE_ANNOTATION: mode}},
+        "spec": {"holderIdentity": "lifecycle-0_1", "leaseDurationSeconds": 15,
+            "renewTime": MicroTime(time)},
+    }))
+    .unwrap();
+    match api.get_opt(name).await.unwrap() {
+        Some(old) => {
+            lease.metadata.resource_version = old.metadata.resource_version;
+            api.replace(name, &PostParams::default(), &lease)
+                .await
+                .unwrap();
+        }
+        None => {
+            api.create(&PostParams::default(), &lease).await.unwrap();
+        }
+    }
+}
+
 fn adopt(kubeconfig: &Path, args: &[&str]) -> (i32, String) {
     let out = lifecycle()
         .arg("adopt")
@@ -255,6 +282,37 @@ async fn adopt_pauses_with_the_marker_and_release_all_gives_back() {
     let paused = "cluster.x-k8s.io/paused";
     let marker = "lifecycle.x-k8s.io/adopted";
 
+    // Nobody leads, then a shadow leader, then a takeover leader gone quiet: adopting would
+    // leave the MHC to nobody, so it is refused and the MHC left as it was.
+    let leases: Api<Lease> = Api::namespaced(common::client(&kubeconfig).await, "lifecycle-system");
+    for leader in [None, Some(("shadow", 0)), Some(("takeover", 45))] {
+        if let Some((mode, ago)) = leader {
+            our_lease(&leases, mode, ago).await;
+        }
+        let (code, out) = adopt(&kubeconfig, &["mhc", "default/md-1-unhealthy"]);
+        assert_eq!(code, 3, "{leader:?}: {out}");
+        assert!(out.contains("no takeover controller leads"), "{out}");
+        assert!(annotations(&mhcs, "md-1-unhealthy").await.is_empty());
+    }
+    // Said loudly, the operator may go on without one.
+    let (code, out) = adopt(
+        &kubeconfig,
+        &["mhc", "default/md-1-unhealthy", "--without-takeover-leader"],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("WARNING") && out.contains("adopting anyway"),
+        "{out}"
+    );
+    assert_eq!(annotations(&mhcs, "md-1-unhealthy").await, [paused, marker]);
+    let (code, out) = adopt(
+        &kubeconfig,
+        &["mhc", "default/md-1-unhealthy", "--give-back"],
+    );
+    assert_eq!(code, 0, "giving back needs no leader: {out}");
+    assert!(annotations(&mhcs, "md-1-unhealthy").await.is_empty());
+
+    our_lease(&leases, "takeover", 3).await;
     let (code, out) = adopt(&kubeconfig, &["mhc", "default/md-1-unhealthy"]);
     assert_eq!(code, 0, "{out}");
     assert_eq!(annotations(&mhcs, "md-1-unhealthy").await, [paused, marker]);

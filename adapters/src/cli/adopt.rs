@@ -6,9 +6,11 @@
 
 use super::release::served;
 use super::run::{RunFailure, management_client};
+use adapters::kube::lease;
 use clap::{Args, ValueEnum};
 use engine::model::PAUSED_ANNOTATION;
 use engine::ownership::{ADOPTED_ANNOTATION, adopted, adoption_patch};
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use std::path::PathBuf;
 
@@ -43,8 +45,14 @@ MachinePool's status, nodeRefs, replicas and deletion. An object paused by someo
 adopted. The Cluster's spec.paused pauses both managers. Anything that removes the pause gives
 the object back to CAPI.
 
+An object is adopted only while a takeover controller leads: its Lease (--leader-election-namespace,
+--leader-election-id, as `run` was given them) names mode takeover and was renewed within 30
+seconds. Otherwise adopting would pause CAPI's reconcile of it with nobody to take over;
+--without-takeover-leader adopts anyway, said loudly. Giving back needs no leader.
+
 Exit codes: 0 adopted or given back (or already so); 2 bad input (not NAMESPACE/NAME, an object
-that does not exist, one paused by someone else); 3 the API refused or could not be reached.")]
+that does not exist, one paused by someone else); 3 the API refused or could not be reached, or
+no takeover controller leads.")]
 pub struct AdoptArgs {
     #[arg(value_enum)]
     kind: Adoptable,
@@ -57,6 +65,68 @@ pub struct AdoptArgs {
     /// The management cluster's kubeconfig (default: the usual lookup, in-cluster included).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
+    /// Where the controller's leader Lease is (the manifests run it in lifecycle-system).
+    #[arg(long, default_value = "lifecycle-system")]
+    leader_election_namespace: String,
+    #[arg(long, default_value = lease::DEFAULT_LEASE_NAME)]
+    leader_election_id: String,
+    /// Adopt although no takeover controller leads: nobody reconciles the object until one
+    /// does (CAPI's manager leaves it paused).
+    #[arg(long, conflicts_with = "give_back")]
+    without_takeover_leader: bool,
+    /// Test only: the clock `sim serve` prints for the controller (the Lease's renewals are
+    /// read on it).
+    #[arg(long, hide = true, requires = "clock_speed")]
+    clock_origin_ms: Option<i64>,
+    #[arg(long, hide = true, requires = "clock_origin_ms")]
+    clock_speed: Option<u32>,
+}
+
+/// How recently a takeover leader must have renewed its Lease for `adopt` to hand it an object
+/// (twice its renewal period: one missed renewal is not an absence).
+const LEADER_RENEWED_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Refuses unless a takeover controller leads (or the operator said to go on without one).
+async fn takeover_leader(args: &AdoptArgs, client: &kube::Client) -> Result<(), RunFailure> {
+    let lease_name = format!(
+        "{}/{}",
+        args.leader_election_namespace, args.leader_election_id
+    );
+    let api: Api<Lease> = Api::namespaced(client.clone(), &args.leader_election_namespace);
+    let leads =
+        match lease::leader(&api, &args.leader_election_id, adapters::clock::wall_now()).await {
+            Ok(Some(leader)) => {
+                let mode = leader.mode.as_deref().unwrap_or("unknown");
+                let ago = leader
+                    .renewed_ago
+                    .map_or("never".to_string(), |d| format!("{}s ago", d.as_secs()));
+                if mode == "takeover"
+                    && leader
+                        .renewed_ago
+                        .is_some_and(|d| d <= LEADER_RENEWED_WITHIN)
+                {
+                    return Ok(());
+                }
+                format!(
+                    "the Lease {lease_name} is held by {} in mode {mode}, renewed {ago}",
+                    leader.holder
+                )
+            }
+            Ok(None) => format!("nobody holds the Lease {lease_name}"),
+            Err(e) => format!("the Lease {lease_name} cannot be read: {e}"),
+        };
+    let why = format!(
+        "no takeover controller leads ({leads}): adopting would pause Cluster API's reconcile of it with nobody to reconcile it"
+    );
+    if args.without_takeover_leader {
+        eprintln!(
+            "lifecycle adopt: WARNING: {why}; adopting anyway (--without-takeover-leader): start `lifecycle run --mode takeover` or give it back with --give-back"
+        );
+        return Ok(());
+    }
+    Err(RunFailure::Unable(format!(
+        "{why}. Start `lifecycle run --mode takeover --leader-elect` (adapters/deploy/takeover), point --leader-election-namespace/--leader-election-id at its Lease, or pass --without-takeover-leader"
+    )))
 }
 
 pub fn main(args: AdoptArgs) -> u8 {
@@ -111,8 +181,12 @@ async fn adopt(args: &AdoptArgs) -> Result<String, RunFailure> {
         }
     };
     let kind = args.kind.kind();
+    if let (Some(origin), Some(speed)) = (args.clock_origin_ms, args.clock_speed) {
+        adapters::clock::scale(engine::Timestamp(origin), speed).map_err(RunFailure::Input)?;
+    }
     let client = management_client(args.kubeconfig.as_ref()).await?;
     let resource = served(&client, kind).await?;
+    let api_client = client.clone();
     let api: Api<DynamicObject> = Api::namespaced_with(client, namespace, &resource);
     let object = match api.get_opt(name).await {
         Ok(Some(o)) => o,
@@ -130,6 +204,9 @@ async fn adopt(args: &AdoptArgs) -> Result<String, RunFailure> {
     let meta = meta_of(&object);
     let ours = adopted(&meta);
     let subject = format!("{kind} {namespace}/{name}");
+    if !args.give_back && !ours {
+        takeover_leader(args, &api_client).await?;
+    }
     if args.give_back {
         if !ours && !meta.has_annotation(ADOPTED_ANNOTATION) {
             return Ok(format!("{subject} is not adopted: nothing to give back"));

@@ -444,6 +444,7 @@ async fn run(args: RunArgs) -> Result<(), RunFailure> {
         let api: Api<k8s_openapi::api::coordination::v1::Lease> =
             Api::namespaced(client.clone(), &args.leader_election_namespace);
         let mut config = LeaseConfig::new(&args.leader_election_id, &identity());
+        config.mode = Some(args.mode);
         // The Lease's duration is read on the (possibly scaled) clock; its timers run in real time.
         config.renew_interval = adapters::clock::real_duration(config.renew_interval);
         config.retry_interval = adapters::clock::real_duration(config.retry_interval);

@@ -23,6 +23,11 @@ pub const DEFAULT_LEASE_NAME: &str = "lifecycle-controller-leader-election";
 /// The Lease CAPI's `capi-controller-manager` holds in its namespace.
 pub const CAPI_LEASE_NAME: &str = "controller-leader-election-capi";
 
+/// The annotation on this controller's Lease naming the leader's `--mode`: who may tell
+/// whether a takeover controller serves adopted objects and its hooks (`lifecycle adopt`,
+/// kube-state-metrics' alert rules) read it.
+pub const MODE_ANNOTATION: &str = "lifecycle.x-k8s.io/mode";
+
 /// Attempts at a release that meets a concurrent write (our own last renewal, say).
 const RELEASE_ATTEMPTS_MAX: usize = 3;
 
@@ -31,6 +36,8 @@ const RELEASE_ATTEMPTS_MAX: usize = 3;
 pub struct LeaseConfig {
     pub name: String,
     pub identity: String,
+    /// Written on the Lease with each acquisition and renewal ([`MODE_ANNOTATION`]).
+    pub mode: Option<engine::runtime::Mode>,
     pub lease_duration: Duration,
     pub renew_interval: Duration,
     pub retry_interval: Duration,
@@ -41,6 +48,7 @@ impl LeaseConfig {
         LeaseConfig {
             name: name.to_string(),
             identity: identity.to_string(),
+            mode: None,
             lease_duration: Duration::from_secs(15),
             renew_interval: Duration::from_secs(10),
             retry_interval: Duration::from_secs(2),
@@ -77,6 +85,7 @@ pub async fn try_acquire_or_renew_at(
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(config.name.clone()),
+                annotations: mode_annotation(config, None),
                 ..Default::default()
             },
             spec: Some(LeaseSpec {
@@ -113,6 +122,7 @@ pub async fn try_acquire_or_renew_at(
     spec.renew_time = Some(now);
     spec.lease_duration_seconds = Some(duration_s);
     lease.spec = Some(spec);
+    lease.metadata.annotations = mode_annotation(config, lease.metadata.annotations.take());
     // `lease.metadata.resourceVersion` is what we read: a concurrent write makes this a 409.
     match api
         .replace(&config.name, &PostParams::default(), &lease)
@@ -122,6 +132,57 @@ pub async fn try_acquire_or_renew_at(
         Err(e) if is_conflict(&e) => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// `annotations` with [`MODE_ANNOTATION`] set to the config's mode (left as they are without).
+fn mode_annotation(
+    config: &LeaseConfig,
+    annotations: Option<std::collections::BTreeMap<String, String>>,
+) -> Option<std::collections::BTreeMap<String, String>> {
+    let Some(mode) = config.mode else {
+        return annotations;
+    };
+    let mut annotations = annotations.unwrap_or_default();
+    annotations.insert(MODE_ANNOTATION.to_string(), mode.as_str().to_string());
+    Some(annotations)
+}
+
+/// Who leads, as this controller's Lease tells: `None` when nobody holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leader {
+    pub holder: String,
+    /// [`MODE_ANNOTATION`]'s value (`None`: a build that did not write it).
+    pub mode: Option<String>,
+    /// Since its last renewal (`None`: never renewed).
+    pub renewed_ago: Option<Duration>,
+}
+
+/// Reads the Lease `name` as of `now`: `Ok(None)` when it does not exist or nobody holds it.
+pub async fn leader(
+    api: &Api<Lease>,
+    name: &str,
+    now: engine::Timestamp,
+) -> Result<Option<Leader>, kube::Error> {
+    let Some(lease) = api.get_opt(name).await? else {
+        return Ok(None);
+    };
+    let spec = lease.spec.unwrap_or_default();
+    let holder = spec.holder_identity.unwrap_or_default();
+    if holder.is_empty() {
+        return Ok(None);
+    }
+    let renewed_ago = spec.renew_time.map(|t| {
+        Duration::from_millis(u64::try_from(now.as_millis() - t.0.as_millisecond()).unwrap_or(0))
+    });
+    let mode = lease
+        .metadata
+        .annotations
+        .and_then(|mut a| a.remove(MODE_ANNOTATION));
+    Ok(Some(Leader {
+        holder,
+        mode,
+        renewed_ago,
+    }))
 }
 
 /// Waits until we hold the lease, trying every `retry_interval` and whenever the Lease changes.
