@@ -446,6 +446,59 @@ async fn killed_mid_takeover_the_machine_waits_at_the_hooks_until_release_then_c
         Some("WaitingForPreDrainHook")
     );
 
+    // Whoever looks finds the Machine, that nobody serves it, and what lets it go.
+    let out = lifecycle()
+        .args(["preflight", "--mode", "shadow", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let own = text
+        .lines()
+        .skip_while(|l| !l.contains("own-hooks"))
+        .take(2)
+        .collect::<Vec<_>>()
+        .join("\n");
+    for says in [
+        "warn",
+        "1 deleting Machine(s) wait at its hooks: Machine default/m1",
+        "nobody holds this controller's Lease",
+        "lifecycle release --all",
+    ] {
+        assert!(own.contains(says), "{says}: {text}");
+    }
+    // CAPI upgraded past what this build knows: a takeover start is refused, and says what it
+    // leaves waiting and how to let it go.
+    let deployments: Api<DynamicObject> = Api::namespaced_with(
+        common::client(&kubeconfig).await,
+        "capi-system",
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+            "deployments",
+        ),
+    );
+    let newer = serde_json::json!({"spec": {"template": {"spec": {"containers": [{
+        "name": "manager", "image": "registry.k8s.io/cluster-api/cluster-api-controller:v1.15.0"}]}}}});
+    deployments
+        .patch(
+            "capi-controller-manager",
+            &PatchParams::default(),
+            &Patch::Strategic(&newer),
+        )
+        .await
+        .unwrap();
+    let (code, err) =
+        common::run_controller(&kubeconfig, &dir.path().join("journal"), &clock, 0, &[]);
+    assert_eq!(code, 3, "{err}");
+    for says in [
+        "preflight failed, not taking over",
+        "v1.15.0",
+        "Meanwhile nothing serves what this controller holds: 1 deleting Machine(s) wait at its hooks: Machine default/m1",
+        "`lifecycle release --all`",
+    ] {
+        assert!(err.contains(says), "{says}: {err}");
+    }
+
     let (code, stdout, stderr) = release(&kubeconfig, &["--all"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(

@@ -82,10 +82,6 @@ pub struct AdoptArgs {
     clock_speed: Option<u32>,
 }
 
-/// How recently a takeover leader must have renewed its Lease for `adopt` to hand it an object
-/// (twice its renewal period: one missed renewal is not an absence).
-const LEADER_RENEWED_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
-
 /// Refuses unless a takeover controller leads (or the operator said to go on without one).
 async fn takeover_leader(args: &AdoptArgs, client: &kube::Client) -> Result<(), RunFailure> {
     let lease_name = format!(
@@ -95,23 +91,8 @@ async fn takeover_leader(args: &AdoptArgs, client: &kube::Client) -> Result<(), 
     let api: Api<Lease> = Api::namespaced(client.clone(), &args.leader_election_namespace);
     let leads =
         match lease::leader(&api, &args.leader_election_id, adapters::clock::wall_now()).await {
-            Ok(Some(leader)) => {
-                let mode = leader.mode.as_deref().unwrap_or("unknown");
-                let ago = leader
-                    .renewed_ago
-                    .map_or("never".to_string(), |d| format!("{}s ago", d.as_secs()));
-                if mode == "takeover"
-                    && leader
-                        .renewed_ago
-                        .is_some_and(|d| d <= LEADER_RENEWED_WITHIN)
-                {
-                    return Ok(());
-                }
-                format!(
-                    "the Lease {lease_name} is held by {} in mode {mode}, renewed {ago}",
-                    leader.holder
-                )
-            }
+            Ok(Some(leader)) if adapters::preflight::serves(&leader) => return Ok(()),
+            Ok(Some(leader)) => format!("the Lease {lease_name} is {leader}"),
             Ok(None) => format!("nobody holds the Lease {lease_name}"),
             Err(e) => format!("the Lease {lease_name} cannot be read: {e}"),
         };

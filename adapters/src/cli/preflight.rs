@@ -21,7 +21,9 @@ alone fails while it runs or cannot be told, the other modes warn when it does n
 cluster.x-k8s.io (v1beta2 is read); the release of Cluster API's manager (the image tag of its
 Deployment capi-controller-manager, or --capi-version) against the supported releases; its
 MachinePool feature gate; the RBAC the mode needs; other owners' deletion hooks, control-plane
-Machines and Machines already deleting; hooks that MachineDeployment or MachineSet templates
+Machines and Machines already deleting; Machines carrying this controller's hooks and objects it
+adopted, with whether a takeover leader serves them (its Lease's lifecycle.x-k8s.io/mode, renewed
+within 30 s) and the command that lets them go; hooks that MachineDeployment or MachineSet templates
 propagate. `lifecycle run` runs the same checks for its mode first and refuses to start on a
 FAIL.
 
@@ -47,6 +49,12 @@ pub struct PreflightArgs {
     /// (the capi-manager check of --mode alone warns instead of failing).
     #[arg(long)]
     capi_manager_stopped: bool,
+    /// The namespace of this controller's leader Lease, which says whether a takeover leader
+    /// serves its hooks and adoptions (as `run --leader-election-namespace` was given).
+    #[arg(long, default_value = "lifecycle-system")]
+    leader_election_namespace: String,
+    #[arg(long, default_value = adapters::kube::lease::DEFAULT_LEASE_NAME)]
+    leader_election_id: String,
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
 }
@@ -99,6 +107,10 @@ async fn run(args: &PreflightArgs) -> Result<Vec<Check>, RunFailure> {
         capi_version: args.capi_version.clone(),
         namespace: args.namespace.clone(),
         capi_manager_stopped: args.capi_manager_stopped,
+        leader_lease: Some(preflight::LeaderLease {
+            namespace: args.leader_election_namespace.clone(),
+            name: args.leader_election_id.clone(),
+        }),
     };
     Ok(preflight::examine(&client, &options).await)
 }

@@ -321,6 +321,10 @@ async fn preflight(args: &RunArgs, client: &Client) -> Result<Vec<engine::Input>
         capi_version: args.capi_version.clone(),
         namespace: args.namespace.clone(),
         capi_manager_stopped: args.capi_manager_stopped,
+        leader_lease: args.leader_elect.then(|| adapters::preflight::LeaderLease {
+            namespace: args.leader_election_namespace.clone(),
+            name: args.leader_election_id.clone(),
+        }),
     };
     let patience = Duration::from_secs(args.capi_lease_patience_seconds);
     let started = std::time::Instant::now();
@@ -384,8 +388,14 @@ async fn preflight(args: &RunArgs, client: &Client) -> Result<Vec<engine::Input>
             Mode::Alone => "not starting alone",
             Mode::Shadow => "not starting in shadow",
         };
+        // Refused, it serves none of what it holds: say what waits on it and what lets it go.
+        let held: String = checks
+            .iter()
+            .filter_map(|c| c.held.as_deref())
+            .map(|h| format!("\nMeanwhile nothing serves what this controller holds: {h}"))
+            .collect();
         Err(unable(format!(
-            "preflight failed, {refused}:\n  {}\n(`lifecycle preflight --mode {}` prints every check)",
+            "preflight failed, {refused}:\n  {}{held}\n(`lifecycle preflight --mode {}` prints every check)",
             failed.join("\n  "),
             args.mode
         )))

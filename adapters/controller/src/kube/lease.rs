@@ -157,6 +157,21 @@ pub struct Leader {
     pub renewed_ago: Option<Duration>,
 }
 
+impl std::fmt::Display for Leader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "held by {} in mode {}, renewed ",
+            self.holder,
+            self.mode.as_deref().unwrap_or("unknown")
+        )?;
+        match self.renewed_ago {
+            Some(ago) => write!(f, "{}s ago", ago.as_secs()),
+            None => write!(f, "never"),
+        }
+    }
+}
+
 /// Reads the Lease `name` as of `now`: `Ok(None)` when it does not exist or nobody holds it.
 pub async fn leader(
     api: &Api<Lease>,

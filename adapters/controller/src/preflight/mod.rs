@@ -5,10 +5,12 @@
 //!
 //! Each check answers: what was found, whether the mode can run with it, what unblocks it.
 
+mod holdings;
 mod neighbour;
 mod permissions;
 mod release;
 
+pub use holdings::{LEADER_RENEWED_WITHIN, LeaderLease, serves};
 pub use neighbour::{Neighbour, PROVIDER_LABEL, Unread};
 
 pub use permissions::{Permission, needed};
@@ -55,6 +57,9 @@ pub struct Check {
     pub transient: bool,
     /// A failure the operator overrode: what it found (journaled by `lifecycle run`).
     pub overridden: Option<String>,
+    /// What this controller holds in the cluster and what lets it go, for a refused start to
+    /// repeat (its hooks on Machines, its adoptions).
+    pub held: Option<String>,
 }
 
 impl Check {
@@ -66,6 +71,7 @@ impl Check {
             fix: None,
             transient: false,
             overridden: None,
+            held: None,
         }
     }
 
@@ -77,6 +83,7 @@ impl Check {
             fix: Some(fix),
             transient: false,
             overridden: None,
+            held: None,
         }
     }
 
@@ -109,6 +116,9 @@ pub struct Options {
     /// `--capi-manager-stopped`: the operator knows CAPI's manager is stopped, whatever its
     /// Lease and Deployment say (an `alone` start then warns instead of refusing).
     pub capi_manager_stopped: bool,
+    /// This controller's leader Lease, which tells whether a takeover leader serves its hooks
+    /// and adoptions (`None`: not known, as for `run` without `--leader-elect`).
+    pub leader_lease: Option<LeaderLease>,
 }
 
 /// Every check for `options.mode`, in a fixed order.
@@ -529,6 +539,7 @@ async fn hooks(client: &Client, options: &Options) -> Vec<Check> {
         let listed: Vec<String> = owners.iter().map(|(h, n)| format!("{h} on {n}")).collect();
         format!("other owners' hooks, waited for: {}", listed.join("; "))
     };
+    let own = holdings::check(client, options, &machines).await;
     let mut checks = vec![Check::ok(
         "hook-owners",
         format!(
@@ -536,6 +547,7 @@ async fn hooks(client: &Client, options: &Options) -> Vec<Check> {
             machines.len()
         ),
     )];
+    checks.push(own);
     checks.push(template_hooks(client, ns).await);
     checks
 }
