@@ -111,7 +111,8 @@ impl Scripted {
             | Input::ClusterUnreachable { .. }
             | Input::Ownership(_)
             | Input::OwnMachines(_)
-            | Input::Overridden { .. } => {}
+            | Input::Overridden { .. }
+            | Input::CapiRelease(_) => {}
         }
     }
 }

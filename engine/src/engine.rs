@@ -94,7 +94,8 @@ impl Dirty {
 ///    Machines), and the intents withheld in shadow mode (absent before: none).
 /// 8: withheld intents kept per controller (7: one per intent, dropped on reading).
 /// 9: the deletion memo's conditions decided and not observed yet (absent before: none).
-pub const STATE_VERSION: u16 = 9;
+/// 10: the deletion controller's judgement of CAPI's release (absent before: supported).
+pub const STATE_VERSION: u16 = 10;
 /// The oldest state layout this build reads (and migrates to [`STATE_VERSION`]).
 pub const STATE_VERSION_OLDEST_READ: u16 = 4;
 
@@ -386,6 +387,12 @@ impl Engine {
                 }
             }
             Input::Overridden { .. } => {}
+            Input::CapiRelease(release) => {
+                if self.controllers.deletion.capi_release() != &release {
+                    self.controllers.deletion.set_capi_release(release);
+                    self.every_machine_dirty(dirty);
+                }
+            }
         }
     }
 

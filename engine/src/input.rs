@@ -70,6 +70,9 @@ pub enum Input {
     /// --capi-manager-stopped`): the check and what it found, journaled so that the replay of
     /// an incident shows who decided to act beside what. Changes no state.
     Overridden { check: String, found: String },
+    /// The release Cluster API's manager runs changed (read from its Deployment by the
+    /// driver): an unsupported one stops a takeover taking Machines ([`crate::ownership`]).
+    CapiRelease(crate::ownership::CapiRelease),
 }
 
 /// What a relist ([`Input::Relist`] or [`Input::RelistKind`]) replaced.
@@ -142,6 +145,7 @@ enum Unbatched {
         check: String,
         found: String,
     },
+    CapiRelease(crate::ownership::CapiRelease),
 }
 
 /// Never decodes: a batch inside a batch is a damaged record.
@@ -188,6 +192,7 @@ impl From<Unbatched> for Input {
             Unbatched::Ownership(o) => Input::Ownership(o),
             Unbatched::OwnMachines(s) => Input::OwnMachines(s),
             Unbatched::Overridden { check, found } => Input::Overridden { check, found },
+            Unbatched::CapiRelease(r) => Input::CapiRelease(r),
         }
     }
 }
@@ -321,6 +326,11 @@ impl Input {
             Input::Ownership(o) => format!("runs in {} ownership", o.as_str()),
             Input::OwnMachines(Some(s)) => format!("owns the Machines selected by {s}"),
             Input::OwnMachines(None) => "owns the Machines of MachineSets".to_string(),
+            Input::CapiRelease(r) => format!(
+                "Cluster API's manager runs {} ({})",
+                r.release,
+                r.support.as_str()
+            ),
             Input::Overridden { check, found } => {
                 format!("started past the check {check} by the operator's override: {found}")
             }

@@ -103,6 +103,38 @@ impl Ownership {
     }
 }
 
+/// The release Cluster API's manager runs, as this controller judges it against the releases it
+/// was built for ([`crate::Input::CapiRelease`], journaled when the driver reads a change).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CapiRelease {
+    /// As its image names it (`v1.12.3`), or why it is not known.
+    pub release: String,
+    pub support: ReleaseSupport,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReleaseSupport {
+    /// A release this build supports (or none read yet: a takeover starts only beside one).
+    #[default]
+    Supported,
+    /// Not among the releases this build knows (newer, or a digest-pinned or mirrored image):
+    /// current and new deletions go on; the driver warns and alerts.
+    Unknown,
+    /// Known not to work beside this build: a takeover hooks no new Machine, finishes the
+    /// deletions it holds, and hands every other Machine back (its hooks go).
+    Unsupported,
+}
+
+impl ReleaseSupport {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReleaseSupport::Supported => "supported",
+            ReleaseSupport::Unknown => "unknown",
+            ReleaseSupport::Unsupported => "unsupported",
+        }
+    }
+}
+
 /// Which of this controller's hooks a Machine carries.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OwnHooks {

@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 
 /// The restored state's hash in this build's encoding (state version 6 added the deletion
 /// controller's ownership: one byte, alone; version 7 its `--own-machines` selector and the
-/// effects' withheld intents: one byte each, none and empty).
-const FIXTURE_STATE_HASH: u64 = 0x27e1_1339_1c6c_bac3;
+/// effects' withheld intents: one byte each, none and empty; version 10 the deletion
+/// controller's judgement of CAPI's release: an empty release and supported, two bytes).
+const FIXTURE_STATE_HASH: u64 = 0xa03c_a333_6c8a_d23b;
 
 fn fixture_copy(root: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/journal-5b02b81");
@@ -74,6 +75,11 @@ fn a_journal_written_by_5b02b81_with_retired_records_resumes_without_refusing() 
     assert_eq!(restored.snapshot_seq, Some(300));
     assert_eq!(restored.engine.state_hash(), FIXTURE_STATE_HASH);
     assert_eq!(restored.engine.controllers().deletion.own_machines(), None);
+    assert_eq!(
+        restored.engine.controllers().deletion.capi_release(),
+        &engine::ownership::CapiRelease::default(),
+        "a state before version 10 judged no release: supported, as a takeover starts"
+    );
     let mut engine = restored.engine;
     for i in 0..70i64 {
         let at = Timestamp(1_700_001_000_000 + i * 1_000);

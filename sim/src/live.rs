@@ -503,7 +503,8 @@ fn note_uids(input: &Input, uids: &mut BTreeMap<ObjectKey, String>) {
         | Input::ClusterUnreachable { .. }
         | Input::Ownership(_)
         | Input::OwnMachines(_)
-        | Input::Overridden { .. } => {}
+        | Input::Overridden { .. }
+        | Input::CapiRelease(_) => {}
     }
 }
 

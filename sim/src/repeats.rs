@@ -148,7 +148,8 @@ impl Repeats {
             | Input::ClusterUnreachable { .. }
             | Input::Ownership(_)
             | Input::OwnMachines(_)
-            | Input::Overridden { .. } => {}
+            | Input::Overridden { .. }
+            | Input::CapiRelease(_) => {}
         }
     }
 

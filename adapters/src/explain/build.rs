@@ -32,7 +32,7 @@ pub(super) fn input_concerns(
         | Input::Ownership(_)
         | Input::OwnMachines(_) => false,
         // Who decided to act beside what bears on every object's story.
-        Input::Overridden { .. } => true,
+        Input::Overridden { .. } | Input::CapiRelease(_) => true,
     }
 }
 
@@ -403,6 +403,7 @@ impl Explainer {
                 | Input::Ownership(_)
                 | Input::OwnMachines(_)
                 | Input::Overridden { .. }
+                | Input::CapiRelease(_)
                 | Input::Batch { .. } => {}
                 Input::ClusterUnreachable { scope, reason } => {
                     cluster_reachability(t, r, scope, reason.as_ref())

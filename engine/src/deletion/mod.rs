@@ -121,6 +121,9 @@ pub struct MachineDeletion {
     /// In takeover, the Machines it owns (`None`: a MachineSet's).
     #[serde(deserialize_with = "crate::codec::added_in_7")]
     own_machines: Option<crate::model::LabelSelector>,
+    /// CAPI's release as last judged: an unsupported one stops a takeover taking Machines.
+    #[serde(deserialize_with = "crate::codec::added_in_10")]
+    capi_release: crate::ownership::CapiRelease,
 }
 
 /// Points `key` at what `r` references, keeping it (no allocation) when it already does.
@@ -181,6 +184,21 @@ impl MachineDeletion {
     /// every Machine.
     pub fn set_own_machines(&mut self, selector: Option<crate::model::LabelSelector>) {
         self.own_machines = selector;
+    }
+
+    pub fn capi_release(&self) -> &crate::ownership::CapiRelease {
+        &self.capi_release
+    }
+
+    /// Sets CAPI's release ([`crate::Input::CapiRelease`]); the caller reconciles every Machine.
+    pub fn set_capi_release(&mut self, release: crate::ownership::CapiRelease) {
+        self.capi_release = release;
+    }
+
+    /// The release that stops a takeover taking Machines, if CAPI's manager runs one.
+    fn halted_by(&self) -> Option<&str> {
+        (self.capi_release.support == crate::ownership::ReleaseSupport::Unsupported)
+            .then_some(self.capi_release.release.as_str())
     }
 
     /// Deleting Machines this controller is working on.
@@ -274,7 +292,9 @@ impl Controller for MachineDeletion {
                     // In takeover: hooks to add, or to remove from a Machine it no longer owns.
                     let hooks_to_change = self.ownership == Ownership::Takeover && {
                         let hooks = OwnHooks::of(&m.meta);
-                        if crate::ownership::takes_over(m, self.own_machines.as_ref()) {
+                        if self.halted_by().is_none()
+                            && crate::ownership::takes_over(m, self.own_machines.as_ref())
+                        {
                             !hooks.both()
                         } else {
                             hooks.any()
@@ -414,7 +434,11 @@ impl Controller for MachineDeletion {
             // its hooks holds CAPI's (never added once the Machine is deleting).
             Ownership::Takeover => {
                 if !machine.meta.is_deleting() {
-                    ensure_hooks(machine, cluster, key, self.own_machines.as_ref(), cx);
+                    let own = Owning {
+                        selector: self.own_machines.as_ref(),
+                        halted_by: self.halted_by(),
+                    };
+                    ensure_hooks(machine, cluster, key, own, cx);
                 }
                 holds_finalizer && OwnHooks::of(&machine.meta).any()
             }
@@ -636,11 +660,22 @@ fn ensure_finalizer(
 /// Takeover: this controller's hooks go on the worker Machines it owns, before they are
 /// deleted, with the Machine's resourceVersion as a precondition (a Machine deleted meanwhile
 /// is left to CAPI's manager). Nothing is written for a paused Cluster or Machine.
+/// What a takeover owns: the Machines `selector` chooses (`None`: a MachineSet's), none while
+/// CAPI's manager runs a release it does not support (`halted_by`).
+#[derive(Clone, Copy)]
+struct Owning<'a> {
+    selector: Option<&'a crate::model::LabelSelector>,
+    halted_by: Option<&'a str>,
+}
+
 fn ensure_hooks(
     machine: &crate::model::Machine,
     cluster: Option<&crate::model::Cluster>,
     key: &ObjectKey,
-    own: Option<&crate::model::LabelSelector>,
+    Owning {
+        selector: own,
+        halted_by,
+    }: Owning<'_>,
     cx: &mut Cx<'_>,
 ) {
     let hooks = OwnHooks::of(&machine.meta);
@@ -649,7 +684,7 @@ fn ensure_hooks(
     if paused {
         return;
     }
-    let owned = crate::ownership::takes_over(machine, own);
+    let owned = halted_by.is_none() && crate::ownership::takes_over(machine, own);
     let (patch, summary, reason) = if owned && !hooks.both() {
         (
             crate::ownership::hooks_patch(
@@ -675,15 +710,22 @@ fn ensure_hooks(
                 hooks.pre_terminate.then_some(false),
             ),
             "remove",
-            format!(
-                "Machine {} is not one this controller owns ({}): its hooks go, so Cluster API's manager deletes it alone",
-                machine.meta.name,
-                match own {
-                    Some(selector) =>
-                        format!("not selected by --own-machines {selector}, or a control plane's"),
-                    None => "not a MachineSet's, or a control plane's".to_string(),
-                }
-            ),
+            match halted_by {
+                Some(release) => format!(
+                    "Cluster API's manager runs {release}, a release this build of the controller does not support: it takes no Machine and hands Machine {} back (its hooks go, so Cluster API's manager deletes it alone)",
+                    machine.meta.name
+                ),
+                None => format!(
+                    "Machine {} is not one this controller owns ({}): its hooks go, so Cluster API's manager deletes it alone",
+                    machine.meta.name,
+                    match own {
+                        Some(selector) => format!(
+                            "not selected by --own-machines {selector}, or a control plane's"
+                        ),
+                        None => "not a MachineSet's, or a control plane's".to_string(),
+                    }
+                ),
+            },
         )
     } else {
         return;

@@ -2435,3 +2435,79 @@ fn a_released_machine_own_condition_says_capi_has_it_and_nothing_else_changes() 
     m.conditions = released;
     assert_eq!(released_conditions(&m, later), None, "released once");
 }
+
+#[test]
+fn an_unsupported_capi_release_stops_takeover_hooking_and_hands_back_what_is_not_deleting() {
+    use crate::ownership::{CapiRelease, ReleaseSupport};
+    let mut objects = world(with_own_hooks(of_machine_set(deleting_m1())));
+    for m in [
+        of_machine_set(machine("c1", "new", None)),
+        with_own_hooks(of_machine_set(machine("c1", "held", None))),
+    ] {
+        objects.push((mgmt(), Object::Machine(m)));
+    }
+    let release = |support| {
+        Input::CapiRelease(CapiRelease {
+            release: "v1.15.0".to_string(),
+            support,
+        })
+    };
+    let hook_patches = |commands: &[Command]| -> Vec<(String, serde_json::Value, String)> {
+        all(commands, "PatchSpec")
+            .iter()
+            .map(|c| {
+                let Action::PatchSpec { merge, .. } = &c.action else {
+                    unreachable!()
+                };
+                let value = merge.to_value()["metadata"]["annotations"]
+                    [crate::ownership::OWN_PRE_DRAIN_HOOK]
+                    .clone();
+                (
+                    c.action.target().key.name.to_string(),
+                    value,
+                    c.reason.clone(),
+                )
+            })
+            .collect()
+    };
+    for (support, expected) in [
+        (
+            ReleaseSupport::Unknown,
+            vec![("new", serde_json::json!("lifecycle"))],
+        ),
+        (
+            ReleaseSupport::Unsupported,
+            vec![("held", serde_json::Value::Null)],
+        ),
+    ] {
+        let mut engine = Engine::new();
+        engine.handle(T0, Input::Ownership(crate::ownership::Ownership::Takeover));
+        engine.handle(T0, release(support));
+        let (_, commands) = synced(engine, T0, objects.clone());
+        let patches = hook_patches(&commands);
+        let found: Vec<(&str, serde_json::Value)> = patches
+            .iter()
+            .map(|(name, value, _)| (name.as_str(), value.clone()))
+            .collect();
+        assert_eq!(
+            found, expected,
+            "{support:?}: an unknown release changes nothing; an unsupported one hooks nothing \
+             new, takes the hooks off a Machine not deleting, and leaves the deleting m1's on \
+             (it finishes it)"
+        );
+        if support == ReleaseSupport::Unsupported {
+            assert!(
+                patches[0].2.contains(
+                    "runs v1.15.0, a release this build of the controller does not support"
+                ),
+                "{}",
+                patches[0].2
+            );
+            let m1 = commands
+                .iter()
+                .filter(|c| c.action.target().key.name == "m1")
+                .count();
+            assert!(m1 > 0, "the deletion it holds goes on: {commands:#?}");
+        }
+    }
+}
