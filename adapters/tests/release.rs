@@ -520,3 +520,144 @@ async fn killed_mid_takeover_the_machine_waits_at_the_hooks_until_release_then_c
         released.elapsed().as_secs_f64() * f64::from(SPEED)
     );
 }
+
+/// The whole `/metrics` page served on `port` (empty when nothing answers).
+fn page(port: u16) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let mut page = String::new();
+    let _ = s
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .and_then(|()| s.read_to_string(&mut page));
+    page
+}
+
+/// Waits up to `within` (real time) for `done`, describing what it waited for with `what`.
+async fn until<F, Fut>(within: std::time::Duration, what: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = std::time::Instant::now();
+    while !done().await {
+        assert!(started.elapsed() < within, "never: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// CAPI's manager upgraded under a running takeover controller, mid-drain: a release it does
+/// not know is served and warned about and changes nothing; one it knows it cannot run beside
+/// makes it finish the deletion it holds (never handed back mid-drain) and take its hooks off
+/// every other Machine, so CAPI's manager deletes those alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capi_upgrade_mid_drain_is_followed_at_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    const SPEED: u32 = 5;
+    let (_server, kubeconfig, clock) =
+        serve(dir.path(), "takeover-controller-killed-mid-drain", SPEED);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _controller = common::Child(
+        lifecycle()
+            .args(["run", "--metrics-addr", &format!("127.0.0.1:{port}")])
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--journal")
+            .arg(dir.path().join("journal"))
+            .args(&clock)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let api = machines(&kubeconfig).await;
+    let m2: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": "m2", "namespace": "default",
+            "labels": {"cluster.x-k8s.io/cluster-name": "c1"},
+            "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet",
+                "name": "ms1", "uid": "u-ms1", "controller": true}]},
+        "spec": {"clusterName": "c1",
+            "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": "m2"}},
+            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerMachine", "name": "m2"}},
+    }))
+    .unwrap();
+    api.create(&kube::api::PostParams::default(), &m2)
+        .await
+        .unwrap();
+    let minute = std::time::Duration::from_secs(60);
+    until(minute, "m2 hooked", || async {
+        annotations(&api, "m2")
+            .await
+            .contains(&PRE_DRAIN.to_string())
+    })
+    .await;
+    until(minute, "the supported release served", || async {
+        page(port).contains(r#"lifecycle_capi_release{release="v1.12.0",support="supported"} 1"#)
+    })
+    .await;
+    until(minute, "m1 mid-drain", || async {
+        reason(&api, "m1", "LifecycleDeleting").await.as_deref() == Some("DrainingNode")
+    })
+    .await;
+
+    let deployments: Api<DynamicObject> = Api::namespaced_with(
+        common::client(&kubeconfig).await,
+        "capi-system",
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+            "deployments",
+        ),
+    );
+    let upgrade = |release: &'static str| {
+        let deployments = deployments.clone();
+        async move {
+            let image = serde_json::json!({"spec": {"template": {"spec": {"containers": [{
+                "name": "manager",
+                "image": format!("registry.k8s.io/cluster-api/cluster-api-controller:{release}")}]}}}});
+            deployments
+                .patch(
+                    "capi-controller-manager",
+                    &PatchParams::default(),
+                    &Patch::Strategic(&image),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    upgrade("v1.15.0").await;
+    until(minute, "the unknown release served", || async {
+        page(port).contains(r#"lifecycle_capi_release{release="v1.15.0",support="unknown"} 1"#)
+    })
+    .await;
+    assert!(
+        annotations(&api, "m2")
+            .await
+            .contains(&PRE_DRAIN.to_string()),
+        "an unknown release keeps what it holds"
+    );
+
+    upgrade("v1.10.0").await;
+    until(minute, "the unsupported release served", || async {
+        page(port).contains(r#"lifecycle_capi_release{release="v1.10.0",support="unsupported"} 1"#)
+    })
+    .await;
+    until(minute, "m2 handed back", || async {
+        !annotations(&api, "m2")
+            .await
+            .iter()
+            .any(|a| a == PRE_DRAIN || a == PRE_TERMINATE)
+    })
+    .await;
+    until(
+        minute,
+        "m1's deletion finished and CAPI's manager removed it",
+        || async { api.get_opt("m1").await.unwrap().is_none() },
+    )
+    .await;
+}

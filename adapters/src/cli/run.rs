@@ -90,7 +90,8 @@ pub struct RunArgs {
     pub watch_filter: Option<String>,
     /// With `--mode takeover`: the release Cluster API's manager runs (`v1.12.3`), when its
     /// Deployment `capi-controller-manager` cannot be read (the preflight at start refuses an
-    /// unknown release).
+    /// unknown release; while running, the Deployment is read every 30 s and this stands in
+    /// whenever it cannot be).
     #[arg(long, value_name = "RELEASE", value_parser = adapters::preflight::Release::parse)]
     pub capi_version: Option<adapters::preflight::Release>,
     /// Namespace of CAPI's manager Deployment `capi-controller-manager`, whose image names
@@ -258,6 +259,15 @@ fn certificate_names() -> Vec<String> {
     let mut names: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(String::from).into();
     names.extend(std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()));
     names
+}
+
+/// Stops following CAPI's release when dropped.
+struct FollowTask(tokio::task::JoinHandle<()>);
+
+impl Drop for FollowTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Stops the servers when dropped.
@@ -495,7 +505,17 @@ async fn run(args: RunArgs) -> Result<(), RunFailure> {
         },
         ..AdapterOptions::default()
     };
-    let mut adapter = Adapter::new(engine, log, client, metrics, options);
+    let mut adapter = Adapter::new(engine, log, client.clone(), metrics.clone(), options);
+    // Beside CAPI's manager, its upgrades are followed while this runs.
+    let _follow = (args.mode != Mode::Alone).then(|| {
+        FollowTask(tokio::spawn(adapters::preflight::follow::follow(
+            client,
+            args.capi_namespace.clone(),
+            args.capi_version.clone(),
+            adapter.input_sender(),
+            metrics,
+        )))
+    });
     // Held like any input if the journal cannot be written yet.
     adapter.feed_input(engine::Input::Restarted);
     for input in overridden {

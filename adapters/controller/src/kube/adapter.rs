@@ -207,6 +207,12 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
         self.lp.feed(input);
     }
 
+    /// A sender of inputs for the loop, for readers of what the engine does not watch (they
+    /// send [`Event::Input`]); it ends with the adapter's run like any other sender.
+    pub fn input_sender(&self) -> mpsc::Sender<Queued> {
+        self.tx.clone()
+    }
+
     /// Runs until `stop` completes, the input log holds an input never fed (`Err`), or every
     /// sender is gone.
     pub async fn run(&mut self, stop: impl Future<Output = ()>) -> Result<(), String> {
@@ -333,8 +339,8 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
     }
 
     fn take(&mut self, Queued { event, at }: Queued) {
-        self.queued_at.push(at);
         let arrival = match event {
+            Event::Input(input) => return self.lp.feed(input),
             Event::Arrival(arrival) => arrival,
             Event::Connected { scope, client } => {
                 tracing::info!(?scope, "connected to workload cluster");
@@ -342,6 +348,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
                 Arrival::Connected { scope }
             }
         };
+        self.queued_at.push(at);
         self.lp.push(arrival);
         self.metrics.queue_add();
     }

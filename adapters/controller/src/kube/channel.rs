@@ -11,6 +11,9 @@ pub enum Event {
     Arrival(Arrival),
     /// A workload cluster's client is ready (the loop hears of it as `Arrival::Connected`).
     Connected { scope: Scope, client: Client },
+    /// An input the driver's own readers made (CAPI's release changed), fed to the loop as
+    /// it is: journaled, then applied.
+    Input(engine::Input),
 }
 
 /// An [`Event`] on its way to the loop, with when it was sent (how long it waits is

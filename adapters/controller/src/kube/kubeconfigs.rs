@@ -236,6 +236,7 @@ mod tests {
             Event::Arrival(Arrival::ConnectFailed { reason, .. }) => reason.code().to_string(),
             Event::Arrival(_) => "another arrival".to_string(),
             Event::Connected { .. } => "connected".to_string(),
+            Event::Input(_) => "an input".to_string(),
         })
     }
 

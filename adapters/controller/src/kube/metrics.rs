@@ -78,6 +78,8 @@ pub struct Metrics {
     rest_requests: Family<Labels, Counter>,
     queue_depth: Family<Labels, Gauge>,
     queue_adds: Family<Labels, Counter>,
+    /// The release CAPI's manager runs and its judgement: one series, 1.
+    capi_release: Family<Labels, Gauge>,
     queue_duration: Histograms,
     reconcile_time: Histograms,
     /// What is read when scraped: leadership, the journal's state, the engine's view.
@@ -137,6 +139,7 @@ impl Metrics {
             rest_requests: Family::default(),
             queue_depth: Family::default(),
             queue_adds: Family::default(),
+            capi_release: Family::default(),
             queue_duration: Family::new_with_constructor(queue_buckets),
             reconcile_time: Family::new_with_constructor(reconcile_buckets),
             state: Arc::default(),
@@ -219,6 +222,11 @@ impl Metrics {
             "rest_client_requests",
             "Answers from the API servers by HTTP code, method and cluster (host: `management` or the workload cluster's namespace/name)",
             m.rest_requests.clone(),
+        );
+        r.register(
+            "lifecycle_capi_release",
+            "The release Cluster API's manager runs, as read from its Deployment's image (or --capi-version), and whether this build supports it (support: supported, unknown, unsupported); 1 for the current one. Read every 30 s beside CAPI (shadow and takeover)",
+            m.capi_release.clone(),
         );
         r.register(
             "workqueue_depth",
@@ -304,6 +312,16 @@ impl Metrics {
             ("host", cluster.to_string()),
         ];
         self.rest_requests.get_or_create(&labels).inc();
+    }
+
+    /// CAPI's manager now runs `release`, judged `support`.
+    pub fn set_capi_release(&self, release: &str, support: &str) {
+        self.capi_release.clear();
+        let labels = vec![
+            ("release", release.to_string()),
+            ("support", support.to_string()),
+        ];
+        self.capi_release.get_or_create(&labels).set(1);
     }
 
     pub fn set_leader(&self, leader: bool) {

@@ -5,6 +5,7 @@
 //!
 //! Each check answers: what was found, whether the mode can run with it, what unblocks it.
 
+pub mod follow;
 mod holdings;
 mod neighbour;
 mod permissions;
@@ -284,9 +285,9 @@ pub fn is_transient(e: &kube::Error) -> bool {
 }
 
 /// CAPI's manager Deployment as read, or why it could not be (and whether that may pass).
-type Manager = Result<Value, (String, bool)>;
+pub(crate) type Manager = Result<Value, (String, bool)>;
 
-async fn read_manager(client: &Client, namespace: &str) -> Manager {
+pub(crate) async fn read_manager(client: &Client, namespace: &str) -> Manager {
     let path = format!("/apis/apps/v1/namespaces/{namespace}/deployments/{CAPI_DEPLOYMENT}");
     get_json(client, &path).await.map_err(|e| {
         let transient = is_transient(&e);
@@ -315,31 +316,48 @@ fn manager_container(deployment: &Value) -> Option<&Value> {
         .or(containers.first())
 }
 
-fn release_check(options: &Options, manager: &Manager) -> Check {
-    const NAME: &str = "capi-release";
+/// The release CAPI's manager runs and where that was read, or why it is not known (and
+/// whether that may pass): its Deployment's image wins over `given` (`--capi-version`), which
+/// stands in when the Deployment cannot be read.
+pub(crate) fn read_release(
+    namespace: &str,
+    given: Option<&Release>,
+    manager: &Manager,
+) -> Result<(Release, String), (String, bool)> {
     let read = manager.clone().and_then(|deployment| {
         let image = manager_container(&deployment)
             .and_then(|c| c["image"].as_str())
             .unwrap_or_default()
             .to_string();
-        let ns = &options.capi_namespace;
         match Release::of_image(&image) {
-            Some(r) => Ok((r, format!("the image {image} of {ns}/{CAPI_DEPLOYMENT}"))),
+            Some(r) => Ok((
+                r,
+                format!("the image {image} of {namespace}/{CAPI_DEPLOYMENT}"),
+            )),
             None => Err((
-                format!("the image {image:?} of {ns}/{CAPI_DEPLOYMENT} names no release"),
+                format!("the image {image:?} of {namespace}/{CAPI_DEPLOYMENT} names no release"),
                 false,
             )),
         }
     });
     // What runs, when it can be read, is believed over what an operator says runs.
-    let found = match (read, &options.capi_version) {
+    match (read, given) {
         (Ok((release, from)), Some(given)) if *given != release => {
             Ok((release, format!("{from}; --capi-version {given} ignored")))
         }
         (Ok(found), _) => Ok(found),
         (Err(_), Some(given)) => Ok((given.clone(), "given by --capi-version".to_string())),
         (Err(why), None) => Err(why),
-    };
+    }
+}
+
+fn release_check(options: &Options, manager: &Manager) -> Check {
+    const NAME: &str = "capi-release";
+    let found = read_release(
+        &options.capi_namespace,
+        options.capi_version.as_ref(),
+        manager,
+    );
     let takeover = options.mode == Mode::Takeover;
     let unknown_verdict = if takeover {
         Verdict::Fail
