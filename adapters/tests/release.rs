@@ -661,3 +661,119 @@ async fn a_capi_upgrade_mid_drain_is_followed_at_runtime() {
     )
     .await;
 }
+
+/// What `clusterctl move` does to one object: the target gets it whole (annotations such as
+/// hooks, the pause and the adoption marker as they are; status is not written), then the
+/// source's annotations are replaced by `delete-for-move`, its finalizers stripped, and it is
+/// deleted.
+async fn move_object(from: &Api<DynamicObject>, to: &Api<DynamicObject>, name: &str) {
+    let mut object = from.get(name).await.unwrap();
+    let mut copy = object.clone();
+    copy.metadata.uid = None;
+    copy.metadata.resource_version = None;
+    copy.metadata.creation_timestamp = None;
+    copy.metadata.managed_fields = None;
+    if let Some(data) = copy.data.as_object_mut() {
+        data.remove("status");
+    }
+    to.create(&kube::api::PostParams::default(), &copy)
+        .await
+        .unwrap();
+    object.metadata.annotations = Some(
+        [(
+            "clusterctl.cluster.x-k8s.io/delete-for-move".to_string(),
+            String::new(),
+        )]
+        .into(),
+    );
+    object.metadata.finalizers = None;
+    object.metadata.managed_fields = None;
+    from.replace(name, &kube::api::PostParams::default(), &object)
+        .await
+        .unwrap();
+    from.delete(name, &Default::default()).await.unwrap();
+}
+
+fn own_hooks_line(kubeconfig: &Path) -> String {
+    let out = lifecycle()
+        .args(["preflight", "--mode", "shadow", "--kubeconfig"])
+        .arg(kubeconfig)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .skip_while(|l| !l.contains("own-hooks"))
+        .take(2)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `clusterctl move` carries this controller's hooks and adoptions to the target cluster as
+/// they are, where no controller serves them: `lifecycle preflight` there finds them, says
+/// nobody serves them and names the command that lets them go; the source keeps nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clusterctl_move_carries_hooks_and_adoptions_that_preflight_finds_unserved() {
+    let source_dir = tempfile::tempdir().unwrap();
+    let (_source, source, _) = serve(source_dir.path(), "takeover-adopted-mhc", 1);
+    let target_dir = tempfile::tempdir().unwrap();
+    let empty = target_dir.path().join("empty.yaml");
+    std::fs::write(
+        &empty,
+        "name: move-target\nworld: {capiManager: true}\nmanagement: []\n",
+    )
+    .unwrap();
+    let (_target, target, _) = common::serve_file(target_dir.path(), empty.to_str().unwrap(), 1);
+
+    let (from, to) = (machines(&source).await, machines(&target).await);
+    // As a takeover controller left them: its hooks on the workers.
+    let hooks = serde_json::json!({"metadata": {"annotations": {PRE_DRAIN: "lifecycle", PRE_TERMINATE: "lifecycle"}}});
+    for name in ["w1", "w2"] {
+        from.patch(name, &PatchParams::default(), &Patch::Merge(&hooks))
+            .await
+            .unwrap();
+    }
+    let mhc = |kubeconfig: &Path| {
+        let kubeconfig = kubeconfig.to_path_buf();
+        async move {
+            let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "MachineHealthCheck");
+            Api::<DynamicObject>::namespaced_with(
+                common::client(&kubeconfig).await,
+                "default",
+                &ApiResource::from_gvk_with_plural(&gvk, "machinehealthchecks"),
+            )
+        }
+    };
+    let source_line = own_hooks_line(&source);
+    assert!(
+        source_line
+            .contains("2 more Machine(s) carry them: Machine default/w1, Machine default/w2")
+            && source_line.contains("adopted: MachineHealthCheck default/md-0-unhealthy"),
+        "{source_line}"
+    );
+
+    for name in ["w1", "w2"] {
+        move_object(&from, &to, name).await;
+    }
+    move_object(&mhc(&source).await, &mhc(&target).await, "md-0-unhealthy").await;
+
+    let moved = annotations(&to, "w1").await;
+    assert!(
+        moved.contains(&PRE_DRAIN.to_string()) && moved.contains(&PRE_TERMINATE.to_string()),
+        "the hooks travel as they are: {moved:?}"
+    );
+    let target_line = own_hooks_line(&target);
+    for says in [
+        "warn",
+        "2 more Machine(s) carry them: Machine default/w1, Machine default/w2",
+        "adopted: MachineHealthCheck default/md-0-unhealthy",
+        "nobody holds this controller's Lease",
+        "lifecycle release --all",
+    ] {
+        assert!(target_line.contains(says), "{says}: {target_line}");
+    }
+    let source_line = own_hooks_line(&source);
+    assert!(
+        source_line.contains("no Machine carries this controller's hooks and nothing is adopted"),
+        "{source_line}"
+    );
+}
