@@ -2435,3 +2435,53 @@ fn a_released_machine_own_condition_says_capi_has_it_and_nothing_else_changes() 
     m.conditions = released;
     assert_eq!(released_conditions(&m, later), None, "released once");
 }
+
+/// What `lifecycle run` logs, captured from the `tracing` lines of `f`.
+fn logged(f: impl FnOnce()) -> String {
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    String::from_utf8(captured.0.lock().unwrap().clone()).unwrap()
+}
+
+/// Found beside CAPI's manager: handing a deletion back (its pre-drain hook removed) was logged
+/// as `Deletion completed, removing finalizer`, which it is not: CAPI's manager keeps the
+/// finalizer. The log says which hook goes.
+#[test]
+fn a_hook_removed_in_takeover_is_logged_as_a_hook_removed_not_a_finalizer() {
+    let mut m1 = machine("c1", "m1", None);
+    m1.meta.deletion_timestamp = Some(T0);
+    let m1 = capi_deleting(with_own_hooks(of_machine_set(m1)), "WaitingForPreDrainHook");
+    let mut first = Vec::new();
+    let log = logged(|| first = takeover_start(world(m1)).1);
+    let removal = find(&first, "PatchSpec");
+    assert!(
+        removal
+            .to_string()
+            .contains(crate::ownership::OWN_PRE_DRAIN_HOOK),
+        "no Node to drain: the pre-drain hook goes at once: {removal}"
+    );
+    assert!(!log.contains("removing finalizer"), "{log}");
+    assert!(
+        log.lines().any(
+            |l| l.contains("removing hook") && l.contains(crate::ownership::OWN_PRE_DRAIN_HOOK)
+        ),
+        "{log}"
+    );
+}
