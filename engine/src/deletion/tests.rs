@@ -597,13 +597,23 @@ fn the_gauges_count_blocked_pods_by_reason_and_machines_held_by_each_hook() {
     m1.meta
         .annotations
         .insert(format!("{PRE_DRAIN_HOOK_PREFIX}/migrate"), "owner".into());
-    let (mut h, first) = Harness::start(world(m1));
+    let (mut h, first) = Harness::start(world(m1.clone()));
     h.apply_status(&first);
     assert_eq!(
         gauges(&h).hooks_waiting,
         BTreeMap::from([(("pre-drain", "migrate".to_string()), 1)])
     );
-    assert_eq!(gauges(&h).held_by_own_hooks, 0, "someone else's hook");
+    assert_eq!(gauges(&h).own_hooked.deleting, 0, "someone else's hook");
+
+    // This controller's own hooks left beside it (a takeover before): counted as its own,
+    // never as someone else's hook holding the deletion.
+    let (mut h, first) = Harness::start(world(with_own_hooks(m1)));
+    h.apply_status(&first);
+    assert_eq!(
+        gauges(&h).hooks_waiting,
+        BTreeMap::from([(("pre-drain", "migrate".to_string()), 1)])
+    );
+    assert_eq!(gauges(&h).own_hooked.deleting, 1);
 }
 
 #[test]
@@ -616,9 +626,46 @@ fn deleting_machines_with_this_controllers_hooks_are_counted_as_held() {
     let (h, _) = takeover_start(objects);
     let gauges = crate::metrics::gauges(h.engine.store(), &h.engine.controllers().deletion, h.now);
     assert_eq!(
-        gauges.held_by_own_hooks, 1,
+        gauges.own_hooked,
+        crate::metrics::OwnHooked {
+            deleting: 1,
+            not_deleting: 1
+        },
         "m1 (deleting) is held; m2 is hooked, not deleting"
     );
+}
+
+/// Found beside CAPI's manager: during this controller's own drain the gauges said
+/// `WaitingForPreDrainHook` (CAPI's reason: it waits at this controller's hook), so the alert on
+/// `phase="DrainingNode"` could never fire, and this controller's own hook counted as a hook
+/// holding the deletion. In takeover a Machine it holds is counted under its own condition's
+/// reason, and its own hook is not someone else's.
+#[test]
+fn in_takeover_a_held_machine_is_counted_under_this_controllers_own_phase() {
+    let m1 = capi_deleting(
+        with_own_hooks(of_machine_set(deleting_m1())),
+        "WaitingForPreDrainHook",
+    );
+    let (mut h, first) = takeover_start(world(m1));
+    assert_eq!(destructive(&first), ["drain Cordon Node n1@c1"]);
+    let gauges = |h: &Harness| {
+        crate::metrics::gauges(h.engine.store(), &h.engine.controllers().deletion, h.now)
+    };
+    let decided = gauges(&h);
+    assert_eq!(
+        decided.deleting.keys().collect::<Vec<_>>(),
+        ["DrainingNode"],
+        "as decided, before its condition is written: {decided:?}"
+    );
+    assert!(decided.hooks_waiting.is_empty(), "{decided:?}");
+    h.apply_status(&first);
+    let written = gauges(&h);
+    assert_eq!(
+        written.deleting.keys().collect::<Vec<_>>(),
+        ["DrainingNode"]
+    );
+    assert_eq!(written.deleting["DrainingNode"].machines, 1);
+    assert!(written.hooks_waiting.is_empty(), "{written:?}");
 }
 
 #[test]

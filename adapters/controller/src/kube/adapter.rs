@@ -143,6 +143,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
         options: AdapterOptions,
     ) -> Self {
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        metrics.set_mode(options.loop_options.mode);
         let mut adapter = Adapter {
             lp: Loop::new(core, options.loop_options.clone()),
             log,
