@@ -534,9 +534,12 @@ impl Scraped {
         *self.0.mode.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether this process finishes the deletions its hooks hold: the takeover leader.
+    /// Whether this process finishes the deletions its hooks hold: the leader in takeover, or
+    /// alone (which never waits for its own hooks and removes the finalizer itself); never a
+    /// shadow, which sends nothing.
     fn serves_own_hooks(&self) -> bool {
-        self.mode() == Some(Mode::Takeover) && self.0.leader.load(Ordering::Relaxed)
+        let finishes = matches!(self.mode(), Some(Mode::Takeover | Mode::Alone));
+        finishes && self.0.leader.load(Ordering::Relaxed)
     }
 
     fn families(&self) -> Vec<ScrapedFamily> {
@@ -714,7 +717,7 @@ impl Scraped {
             (
                 "lifecycle_hooked_machines",
                 MetricType::Gauge,
-                "Machines carrying this controller's own deletion hooks, by deleting (true: Cluster API's manager waits at a hook) and served (true: this process is the takeover leader and finishes them; false in shadow and alone, or a standby). deleting=\"true\",served=\"false\" above 0 is the alert LifecycleHookedMachinesNotServed.",
+                "Machines carrying this controller's own deletion hooks, by deleting (true: Cluster API's manager waits at a hook) and served (true: this process is the leader in takeover or alone and finishes them; false in shadow, or a standby). deleting=\"true\",served=\"false\" above 0 is the alert LifecycleHookedMachinesNotServed.",
                 hooked,
             ),
             (
@@ -957,10 +960,10 @@ mod tests {
     ];
 
     /// `lifecycle_info` names the mode; the Machines carrying this controller's hooks are served
-    /// only by the takeover leader: a shadow, an alone or a standby process says it will not
-    /// finish them.
+    /// only by a leader in takeover or alone (alone deletes them without waiting for its own
+    /// hooks): a shadow or a standby process says it will not finish them.
     #[test]
-    fn hooked_machines_are_served_only_by_the_takeover_leader() {
+    fn hooked_machines_are_served_only_by_a_leader_that_finishes_them() {
         let view = EngineView {
             gauges: engine::metrics::Gauges {
                 own_hooked: engine::metrics::OwnHooked {
@@ -979,6 +982,11 @@ mod tests {
         };
         let has = |text: &str, line: &str| text.lines().any(|l| l == line);
         let version = env!("CARGO_PKG_VERSION");
+        for mode in [Mode::Takeover, Mode::Alone] {
+            let text = page(mode, true);
+            let line = "lifecycle_hooked_machines{deleting=\"true\",served=\"true\"} 2";
+            assert!(has(&text, line), "{mode}: {line} missing:\n{text}");
+        }
         let takeover = page(Mode::Takeover, true);
         for line in [
             "lifecycle_hooked_machines{deleting=\"true\",served=\"true\"} 2".to_string(),
@@ -990,7 +998,7 @@ mod tests {
         for (mode, leader) in [
             (Mode::Takeover, false),
             (Mode::Shadow, true),
-            (Mode::Alone, true),
+            (Mode::Alone, false),
         ] {
             let text = page(mode, leader);
             let line = "lifecycle_hooked_machines{deleting=\"true\",served=\"false\"} 2";
