@@ -144,7 +144,6 @@ fn kinds(objects: &[Value]) -> BTreeSet<String> {
 fn the_base_renders_and_validates_against_the_kubernetes_schemas() {
     let objects = rendered_and_valid(&rbac::deploy_dir());
     let want: BTreeSet<String> = [
-        "Namespace/lifecycle-system",
         "ServiceAccount/lifecycle-controller",
         "ClusterRole/lifecycle-manager",
         "ClusterRole/lifecycle-manager-core",
@@ -156,7 +155,6 @@ fn the_base_renders_and_validates_against_the_kubernetes_schemas() {
         "ClusterRole/lifecycle-metrics-reader",
         "Role/lifecycle-leader-election",
         "RoleBinding/lifecycle-leader-election",
-        "PersistentVolumeClaim/lifecycle-journal",
         "Deployment/lifecycle-controller",
         "Service/lifecycle-metrics",
     ]
@@ -342,7 +340,8 @@ fn the_deployment_runs_one_hardened_replica_on_its_journal() {
         pod["volumes"][0]["persistentVolumeClaim"]["claimName"],
         "lifecycle-journal"
     );
-    let pvc = rbac::find(&objects, "PersistentVolumeClaim", "lifecycle-journal");
+    let journal = rbac::documents(&render(&rbac::deploy_dir().join("journal")));
+    let pvc = rbac::find(&journal, "PersistentVolumeClaim", "lifecycle-journal");
     assert_eq!(
         pvc["spec"]["accessModes"],
         serde_json::json!(["ReadWriteOnce"])
@@ -801,5 +800,80 @@ fn preflights_permissions_are_the_shipped_core_rules() {
         shadow,
         "{}",
         rbac::difference(&shadow, &grants(Mode::Shadow))
+    );
+}
+
+/// What `kubectl delete -k DIR` deletes: the objects DIR renders, by kind, namespace and name.
+fn deleted_by(dir: &str) -> BTreeSet<String> {
+    rbac::documents(&render(&rbac::deploy_dir().join(dir)))
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}/{}",
+                o["kind"].as_str().unwrap(),
+                o["metadata"]["namespace"].as_str().unwrap_or(""),
+                o["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// Found beside CAPI's manager: `kubectl delete -k adapters/deploy/shadow` deleted the
+/// `lifecycle-system` Namespace and the journal's PVC with it. They live in `journal/`, which no
+/// mode's overlay includes: the sequence shadow → takeover → uninstall, each step a `kubectl
+/// delete -k` of the overlay before, keeps them; the HA StatefulSet keeps its replicas' PVCs
+/// (Retain, explicitly).
+#[test]
+fn uninstalling_any_mode_keeps_the_journal() {
+    let journal = rendered_and_valid(&rbac::deploy_dir().join("journal"));
+    let kept: BTreeSet<String> = [
+        "Namespace//lifecycle-system",
+        "PersistentVolumeClaim/lifecycle-system/lifecycle-journal",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(deleted_by("journal"), kept, "the journal kustomization");
+    for overlay in [".", "base", "shadow", "takeover", "ha"] {
+        let deleted = deleted_by(overlay);
+        for object in &kept {
+            assert!(
+                !deleted.contains(object),
+                "kubectl delete -k {overlay} deletes {object}"
+            );
+        }
+        assert!(
+            !deleted
+                .iter()
+                .any(|o| o.starts_with("Namespace/") || o.starts_with("PersistentVolumeClaim/")),
+            "{overlay} renders a Namespace or a PVC: {deleted:?}"
+        );
+    }
+    // Installed once, then shadow, shadow deleted, takeover, takeover deleted.
+    let mut live: BTreeSet<String> = deleted_by("journal");
+    for overlay in ["shadow", "takeover"] {
+        let applied = deleted_by(overlay);
+        live.extend(applied.iter().cloned());
+        live.retain(|o| !applied.contains(o));
+    }
+    assert_eq!(
+        live, kept,
+        "what is left after shadow -> takeover -> uninstall"
+    );
+    // The Deployment mounts that PVC, in that namespace.
+    let base = rbac::documents(&render(&rbac::deploy_dir()));
+    let pod = controller(&base);
+    let claim = pod["volumes"][0]["persistentVolumeClaim"]["claimName"].as_str();
+    let pvc = rbac::find(&journal, "PersistentVolumeClaim", "lifecycle-journal");
+    assert_eq!(claim, pvc["metadata"]["name"].as_str());
+    assert_eq!(
+        rbac::find(&base, "Deployment", "lifecycle-controller")["metadata"]["namespace"],
+        pvc["metadata"]["namespace"]
+    );
+    let ha = rbac::documents(&render(&rbac::deploy_dir().join("ha")));
+    let set = rbac::find(&ha, "StatefulSet", "lifecycle-controller");
+    assert_eq!(
+        set["spec"]["persistentVolumeClaimRetentionPolicy"],
+        serde_json::json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+        "{set}"
     );
 }
