@@ -22,7 +22,7 @@ use super::channel::CHANNEL_CAPACITY;
 pub use super::channel::{Event, Queued};
 use super::core::{Core, InputLog};
 use super::execute::EventStamp;
-use super::kubeconfigs::Kubeconfigs;
+use super::kubeconfigs::{KubeconfigSecret, Kubeconfigs};
 use super::metrics::Metrics;
 use super::streams::{StreamSpec, WatchScope, run_stream};
 use super::throttle::{Throttle, throttled};
@@ -56,6 +56,9 @@ pub struct AdapterOptions {
     pub workload_lists_max: usize,
     /// The part of the management cluster it sees (`--namespace`, `--watch-filter`).
     pub watch: WatchScope,
+    /// Which Secret holds each workload cluster's kubeconfig (CAPI's `<cluster>-kubeconfig`
+    /// by default).
+    pub kubeconfig_secret: KubeconfigSecret,
 }
 
 impl Default for AdapterOptions {
@@ -67,6 +70,7 @@ impl Default for AdapterOptions {
             instance: "lifecycle".to_string(),
             workload_lists_max: 64,
             watch: WatchScope::default(),
+            kubeconfig_secret: KubeconfigSecret::default(),
         }
     }
 }
@@ -160,10 +164,13 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             restart_required: false,
         };
         adapter.management = adapter.add_cluster(Scope::Management, management);
-        adapter.kubeconfigs = Arc::new(Kubeconfigs::new(
-            adapter.management.clone(),
-            adapter.options.watch.namespace.clone(),
-        ));
+        adapter.kubeconfigs = Arc::new(
+            Kubeconfigs::new(
+                adapter.management.clone(),
+                adapter.options.watch.namespace.clone(),
+            )
+            .with_secret(adapter.options.kubeconfig_secret.clone()),
+        );
         adapter
     }
 
