@@ -56,8 +56,7 @@ pub struct AdapterOptions {
     pub workload_lists_max: usize,
     /// The part of the management cluster it sees (`--namespace`, `--watch-filter`).
     pub watch: WatchScope,
-    /// Which Secret holds each workload cluster's kubeconfig (CAPI's `<cluster>-kubeconfig`
-    /// by default).
+    /// Which Secret holds each workload cluster's kubeconfig (CAPI's by default).
     pub kubeconfig_secret: KubeconfigSecret,
 }
 
@@ -152,7 +151,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             lp: Loop::new(core, options.loop_options.clone()),
             log,
             management: management.clone(),
-            kubeconfigs: Arc::new(Kubeconfigs::new(management.clone(), None)),
+            kubeconfigs: Kubeconfigs::shared(management.clone(), &options),
             workload_lists: Arc::new(Semaphore::new(options.workload_lists_max.max(1))),
             clients: BTreeMap::new(),
             metrics,
@@ -164,13 +163,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             restart_required: false,
         };
         adapter.management = adapter.add_cluster(Scope::Management, management);
-        adapter.kubeconfigs = Arc::new(
-            Kubeconfigs::new(
-                adapter.management.clone(),
-                adapter.options.watch.namespace.clone(),
-            )
-            .with_secret(adapter.options.kubeconfig_secret.clone()),
-        );
+        adapter.kubeconfigs = Kubeconfigs::shared(adapter.management.clone(), &adapter.options);
         adapter
     }
 

@@ -134,6 +134,13 @@ impl Kubeconfigs {
         }
     }
 
+    /// The kubeconfigs the connectors of an adapter with `options` share: the Secrets of
+    /// `options.watch.namespace` (all namespaces without), named by `options.kubeconfig_secret`.
+    pub fn shared(management: Client, options: &super::AdapterOptions) -> std::sync::Arc<Self> {
+        let kubeconfigs = Kubeconfigs::new(management, options.watch.namespace.clone());
+        std::sync::Arc::new(kubeconfigs.with_secret(options.kubeconfig_secret.clone()))
+    }
+
     /// Reads each cluster's kubeconfig from `secret` instead of CAPI's `<cluster>-kubeconfig`.
     /// Another suffix than CAPI's reads one Secret per cluster (a GET): the shared list selects
     /// CAPI's Secret type, which a Secret the operator issued need not have.
@@ -400,11 +407,13 @@ mod tests {
             &kubeconfig_yaml("c1", "http://127.0.0.1:9"),
         ));
         let cluster = ClusterName::new("default", "c1");
-        let secret = KubeconfigSecret::with_suffix("-lifecycle-kubeconfig").unwrap();
-        let kubeconfigs = Kubeconfigs::new(client, None).with_secret(secret);
+        let options = crate::kube::AdapterOptions {
+            kubeconfig_secret: KubeconfigSecret::with_suffix("-lifecycle-kubeconfig").unwrap(),
+            ..Default::default()
+        };
         let (tx, mut rx) = tokio::sync::mpsc::channel(16);
         let task = tokio::spawn(connect(
-            Arc::new(kubeconfigs),
+            Kubeconfigs::shared(client, &options),
             cluster.clone(),
             tx,
             Duration::from_millis(20),
