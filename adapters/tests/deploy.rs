@@ -882,9 +882,10 @@ fn uninstalling_any_mode_keeps_the_journal() {
 /// grants it, API group, resource, verb, and the one object it is limited to (`resourceNames`).
 type Permission = (String, String, String, String, Option<String>);
 
-/// What an overlay binds to the ServiceAccount `lifecycle-system/lifecycle-controller`, rule by
-/// rule, each under the role that carries it (an aggregated ClusterRole's rules under each
-/// member it collects).
+/// What an overlay binds to the controller, rule by rule, each under the role that carries it
+/// (an aggregated ClusterRole's rules under each member it collects): in the management
+/// cluster its ServiceAccount `lifecycle-system/lifecycle-controller`, in a workload cluster the
+/// User `lifecycle-controller` the shipped bindings name.
 fn bound_permissions(objects: &[Value]) -> BTreeSet<Permission> {
     let mut out = BTreeSet::new();
     let strings = |v: &Value| -> Vec<String> {
@@ -903,9 +904,8 @@ fn bound_permissions(objects: &[Value]) -> BTreeSet<Permission> {
             .into_iter()
             .flatten()
             .any(|s| {
-                s["kind"] == "ServiceAccount"
-                    && s["name"] == "lifecycle-controller"
-                    && s["namespace"] == "lifecycle-system"
+                let account = s["kind"] == "ServiceAccount" && s["namespace"] == "lifecycle-system";
+                (account || s["kind"] == "User") && s["name"] == "lifecycle-controller"
             });
         if !bound {
             continue;
@@ -964,7 +964,11 @@ fn readme_permission_tables() -> Vec<(Vec<String>, BTreeSet<Permission>)> {
         .skip(1)
         .map(|section| {
             let (heading, body) = section.split_once('\n').unwrap();
+            // The overlays are named before any parenthesis, which says what they are for.
             let overlays = heading
+                .split(" (")
+                .next()
+                .unwrap()
                 .split('`')
                 .skip(1)
                 .step_by(2)
@@ -1007,7 +1011,7 @@ fn readme_permission_tables() -> Vec<(Vec<String>, BTreeSet<Permission>)> {
 /// Found beside CAPI's manager: the deploy README's permission table omitted `events patch`,
 /// `selfsubjectaccessreviews create` and the `lifecycle-capi-reader` role. Each table is now
 /// the rendered RBAC of the overlays its heading names, exactly: every rule listed is granted,
-/// every rule granted is listed; and every overlay has its table.
+/// every rule granted is listed; and every overlay has its table, the workload clusters' too.
 #[test]
 fn the_readme_permission_tables_are_what_the_overlays_grant() {
     let tables = readme_permission_tables();
@@ -1015,13 +1019,12 @@ fn the_readme_permission_tables_are_what_the_overlays_grant() {
         .iter()
         .flat_map(|(overlays, _)| overlays.iter().map(String::as_str))
         .collect();
-    assert_eq!(
-        covered,
-        BTreeSet::from([".", "base", "shadow", "takeover", "ha"]),
-        "an overlay without its table"
-    );
+    let all = [".", "base", "shadow", "takeover", "ha"];
+    let workloads = ["workload", "shadow/workload"];
+    let every: BTreeSet<&str> = all.into_iter().chain(workloads).collect();
+    assert_eq!(covered, every, "an overlay without its table");
     for (overlays, listed) in &tables {
-        assert!(listed.len() >= 10, "{overlays:?}: {listed:?}");
+        assert!(listed.len() >= 4, "{overlays:?}: {listed:?}");
         for overlay in overlays {
             let granted =
                 bound_permissions(&rbac::documents(&render(&rbac::deploy_dir().join(overlay))));
