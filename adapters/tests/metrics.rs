@@ -263,6 +263,28 @@ fn the_metrics_page_parses_and_counts_what_the_controller_did() {
         "{timed} timed, {counted} counted"
     );
 
+    // The process says its mode; it finishes what its hooks hold (alone, leading); families
+    // with nothing counted yet are declared all the same (the parser lists them, no samples).
+    assert_eq!(
+        value(&families, "lifecycle_info", &[("mode", "alone")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &families,
+            "lifecycle_hooked_machines",
+            &[("deleting", "true"), ("served", "true")]
+        ),
+        Some(0.0)
+    );
+    for declared in [
+        "lifecycle_shadow_disagreements",
+        "lifecycle_commands_withheld",
+        "lifecycle_api_errors",
+    ] {
+        assert!(families.contains_key(declared), "{declared} not declared");
+    }
+
     // Reconciles by result: the error series is served (none failed here).
     assert_eq!(
         value(
