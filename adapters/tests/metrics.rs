@@ -470,6 +470,65 @@ fn selected_labels(expr: &str, name: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// The kube-state-metrics configuration is of the form kube-state-metrics reads (each metric a
+/// typed `each` with its help), reads the Machines' hook annotations this controller writes, and
+/// the rules read the Lease this controller leads with.
+#[test]
+fn the_kube_state_metrics_configuration_reads_this_controllers_hooks_and_lease() {
+    let config = yaml_file(KSM_CONFIG);
+    let resources = config["spec"]["resources"].as_array().unwrap();
+    for resource in resources {
+        let gvk = &resource["groupVersionKind"];
+        for key in ["group", "version", "kind"] {
+            assert!(gvk[key].is_string(), "{resource}");
+        }
+        for metric in resource["metrics"].as_array().unwrap() {
+            assert!(metric["help"].is_string(), "{metric}");
+            let kind = metric["each"]["type"].as_str().unwrap();
+            let field = match kind {
+                "Gauge" => "gauge",
+                "Info" => "info",
+                "StateSet" => "stateSet",
+                other => panic!("not a kube-state-metrics type: {other}"),
+            };
+            assert!(metric["each"][field].is_object(), "{metric}");
+        }
+    }
+    let of_kind = |kind: &str| {
+        resources
+            .iter()
+            .find(|r| r["groupVersionKind"]["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind}"))
+    };
+    let machine = of_kind("Machine");
+    assert_eq!(machine["groupVersionKind"]["group"], "cluster.x-k8s.io");
+    let labels = &machine["labelsFromPath"];
+    for (label, hook) in [
+        (
+            "lifecycle_pre_drain_hook",
+            engine::ownership::OWN_PRE_DRAIN_HOOK,
+        ),
+        (
+            "lifecycle_pre_terminate_hook",
+            engine::ownership::OWN_PRE_TERMINATE_HOOK,
+        ),
+    ] {
+        assert_eq!(
+            labels[label],
+            serde_json::json!(["metadata", "annotations", hook]),
+            "{label}"
+        );
+    }
+    let lease = of_kind("Lease");
+    assert_eq!(lease["groupVersionKind"]["group"], "coordination.k8s.io");
+    let rules = std::fs::read_to_string(RULES).unwrap();
+    let lease_name = adapters::kube::lease::DEFAULT_LEASE_NAME;
+    assert!(
+        rules.contains(&format!("lease=\"{lease_name}\"")),
+        "the rules read another Lease than {lease_name}"
+    );
+}
+
 /// GitHub's anchor of a Markdown heading: lower case, spaces to `-`, other punctuation dropped.
 fn anchor(heading: &str) -> String {
     heading
