@@ -371,6 +371,25 @@ fn run_exits_2_on_a_bad_kubeconfig_and_3_on_a_locked_journal_or_a_port_in_use() 
     );
     assert_eq!(code, Some(2), "{err}");
     let good = unreachable_kubeconfig(tmp.path());
+    // A kubeconfig Secret suffix no Secret name can end with: refused before anything is read.
+    let out = lifecycle()
+        .args([
+            "run",
+            "--run-for",
+            "0",
+            "--kubeconfig-secret-suffix",
+            "-Lifecycle_",
+        ])
+        .arg("--kubeconfig")
+        .arg(&good)
+        .arg("--journal")
+        .arg(tmp.path().join("j-suffix"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("kubeconfig Secret suffix"), "{err}");
+    assert!(!tmp.path().join("j-suffix").exists());
     let held = tmp.path().join("held");
     let (_journal, _) =
         engine::journal::Journal::open(&held, engine::journal::JournalOptions::default()).unwrap();

@@ -144,7 +144,6 @@ fn kinds(objects: &[Value]) -> BTreeSet<String> {
 fn the_base_renders_and_validates_against_the_kubernetes_schemas() {
     let objects = rendered_and_valid(&rbac::deploy_dir());
     let want: BTreeSet<String> = [
-        "Namespace/lifecycle-system",
         "ServiceAccount/lifecycle-controller",
         "ClusterRole/lifecycle-manager",
         "ClusterRole/lifecycle-manager-core",
@@ -156,7 +155,6 @@ fn the_base_renders_and_validates_against_the_kubernetes_schemas() {
         "ClusterRole/lifecycle-metrics-reader",
         "Role/lifecycle-leader-election",
         "RoleBinding/lifecycle-leader-election",
-        "PersistentVolumeClaim/lifecycle-journal",
         "Deployment/lifecycle-controller",
         "Service/lifecycle-metrics",
     ]
@@ -342,7 +340,8 @@ fn the_deployment_runs_one_hardened_replica_on_its_journal() {
         pod["volumes"][0]["persistentVolumeClaim"]["claimName"],
         "lifecycle-journal"
     );
-    let pvc = rbac::find(&objects, "PersistentVolumeClaim", "lifecycle-journal");
+    let journal = rbac::documents(&render(&rbac::deploy_dir().join("journal")));
+    let pvc = rbac::find(&journal, "PersistentVolumeClaim", "lifecycle-journal");
     assert_eq!(
         pvc["spec"]["accessModes"],
         serde_json::json!(["ReadWriteOnce"])
@@ -808,4 +807,239 @@ fn preflights_permissions_are_the_shipped_core_rules() {
         "{}",
         rbac::difference(&shadow, &grants(Mode::Shadow))
     );
+}
+
+/// What `kubectl delete -k DIR` deletes: the objects DIR renders, by kind, namespace and name.
+fn deleted_by(dir: &str) -> BTreeSet<String> {
+    rbac::documents(&render(&rbac::deploy_dir().join(dir)))
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}/{}",
+                o["kind"].as_str().unwrap(),
+                o["metadata"]["namespace"].as_str().unwrap_or(""),
+                o["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// Found beside CAPI's manager: `kubectl delete -k adapters/deploy/shadow` deleted the
+/// `lifecycle-system` Namespace and the journal's PVC with it. They live in `journal/`, which no
+/// mode's overlay includes: the sequence shadow → takeover → uninstall, each step a `kubectl
+/// delete -k` of the overlay before, keeps them; the HA StatefulSet keeps its replicas' PVCs
+/// (Retain, explicitly).
+#[test]
+fn uninstalling_any_mode_keeps_the_journal() {
+    let journal = rendered_and_valid(&rbac::deploy_dir().join("journal"));
+    let kept: BTreeSet<String> = [
+        "Namespace//lifecycle-system",
+        "PersistentVolumeClaim/lifecycle-system/lifecycle-journal",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(deleted_by("journal"), kept, "the journal kustomization");
+    for overlay in [".", "base", "shadow", "takeover", "ha"] {
+        let deleted = deleted_by(overlay);
+        for object in &kept {
+            assert!(
+                !deleted.contains(object),
+                "kubectl delete -k {overlay} deletes {object}"
+            );
+        }
+        assert!(
+            !deleted
+                .iter()
+                .any(|o| o.starts_with("Namespace/") || o.starts_with("PersistentVolumeClaim/")),
+            "{overlay} renders a Namespace or a PVC: {deleted:?}"
+        );
+    }
+    // Installed once, then shadow, shadow deleted, takeover, takeover deleted.
+    let mut live: BTreeSet<String> = deleted_by("journal");
+    for overlay in ["shadow", "takeover"] {
+        let applied = deleted_by(overlay);
+        live.extend(applied.iter().cloned());
+        live.retain(|o| !applied.contains(o));
+    }
+    assert_eq!(
+        live, kept,
+        "what is left after shadow -> takeover -> uninstall"
+    );
+    // The Deployment mounts that PVC, in that namespace.
+    let base = rbac::documents(&render(&rbac::deploy_dir()));
+    let pod = controller(&base);
+    let claim = pod["volumes"][0]["persistentVolumeClaim"]["claimName"].as_str();
+    let pvc = rbac::find(&journal, "PersistentVolumeClaim", "lifecycle-journal");
+    assert_eq!(claim, pvc["metadata"]["name"].as_str());
+    assert_eq!(
+        rbac::find(&base, "Deployment", "lifecycle-controller")["metadata"]["namespace"],
+        pvc["metadata"]["namespace"]
+    );
+    let ha = rbac::documents(&render(&rbac::deploy_dir().join("ha")));
+    let set = rbac::find(&ha, "StatefulSet", "lifecycle-controller");
+    assert_eq!(
+        set["spec"]["persistentVolumeClaimRetentionPolicy"],
+        serde_json::json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+        "{set}"
+    );
+}
+
+/// One rule as the permission tables of `adapters/deploy/README.md` list it: the role that
+/// grants it, API group, resource, verb, and the one object it is limited to (`resourceNames`).
+type Permission = (String, String, String, String, Option<String>);
+
+/// What an overlay binds to the controller, rule by rule, each under the role that carries it
+/// (an aggregated ClusterRole's rules under each member it collects): in the management
+/// cluster its ServiceAccount `lifecycle-system/lifecycle-controller`, in a workload cluster the
+/// User `lifecycle-controller` the shipped bindings name.
+fn bound_permissions(objects: &[Value]) -> BTreeSet<Permission> {
+    let mut out = BTreeSet::new();
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect()
+    };
+    for binding in objects
+        .iter()
+        .filter(|o| o["kind"] == "RoleBinding" || o["kind"] == "ClusterRoleBinding")
+    {
+        let bound = binding["subjects"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| {
+                let account = s["kind"] == "ServiceAccount" && s["namespace"] == "lifecycle-system";
+                (account || s["kind"] == "User") && s["name"] == "lifecycle-controller"
+            });
+        if !bound {
+            continue;
+        }
+        let role_ref = &binding["roleRef"];
+        let role = rbac::find(
+            objects,
+            role_ref["kind"].as_str().unwrap(),
+            role_ref["name"].as_str().unwrap(),
+        );
+        let mut carriers = vec![role];
+        if let Some(rule) = role.get("aggregationRule") {
+            carriers.extend(
+                objects
+                    .iter()
+                    .filter(|o| o["kind"] == "ClusterRole" && rbac::aggregated_by(rule, o)),
+            );
+        }
+        for carrier in carriers {
+            let name = carrier["metadata"]["name"].as_str().unwrap();
+            for rule in carrier["rules"].as_array().into_iter().flatten() {
+                let names = strings(&rule["resourceNames"]);
+                let names: Vec<Option<String>> = if names.is_empty() {
+                    vec![None]
+                } else {
+                    names.into_iter().map(Some).collect()
+                };
+                for group in strings(&rule["apiGroups"]) {
+                    for resource in strings(&rule["resources"]) {
+                        for verb in strings(&rule["verbs"]) {
+                            for object in &names {
+                                out.insert((
+                                    name.to_string(),
+                                    group.clone(),
+                                    resource.clone(),
+                                    verb.clone(),
+                                    object.clone(),
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The permission tables of the README's "Management cluster": each `#### Granted by …`
+/// heading's overlays (in backquotes) with the rules of the table under it.
+fn readme_permission_tables() -> Vec<(Vec<String>, BTreeSet<Permission>)> {
+    let readme = std::fs::read_to_string(rbac::deploy_dir().join("README.md")).unwrap();
+    let unquote = |cell: &str| cell.trim().trim_matches('`').to_string();
+    readme
+        .split("\n#### Granted by ")
+        .skip(1)
+        .map(|section| {
+            let (heading, body) = section.split_once('\n').unwrap();
+            // The overlays are named before any parenthesis, which says what they are for.
+            let overlays = heading
+                .split(" (")
+                .next()
+                .unwrap()
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect();
+            let mut rules = BTreeSet::new();
+            let rows = body
+                .lines()
+                .skip_while(|l| !l.starts_with('|'))
+                .take_while(|l| l.starts_with('|'))
+                .skip(2);
+            for row in rows {
+                let cells: Vec<&str> = row.trim_matches('|').split(" | ").collect();
+                let role = unquote(cells[0].split(" (").next().unwrap());
+                let group = match unquote(cells[1]).as_str() {
+                    "\"\"" => String::new(),
+                    g => g.to_string(),
+                };
+                let (resources, object) = match cells[2].split_once(" (name ") {
+                    Some((r, name)) => (r, Some(unquote(name.trim_end_matches(')')))),
+                    None => (cells[2], None),
+                };
+                for resource in resources.split(", ") {
+                    for verb in cells[3].split(", ") {
+                        rules.insert((
+                            role.clone(),
+                            group.clone(),
+                            resource.trim().to_string(),
+                            verb.trim().to_string(),
+                            object.clone(),
+                        ));
+                    }
+                }
+            }
+            (overlays, rules)
+        })
+        .collect()
+}
+
+/// Found beside CAPI's manager: the deploy README's permission table omitted `events patch`,
+/// `selfsubjectaccessreviews create` and the `lifecycle-capi-reader` role. Each table is now
+/// the rendered RBAC of the overlays its heading names, exactly: every rule listed is granted,
+/// every rule granted is listed; and every overlay has its table, the workload clusters' too.
+#[test]
+fn the_readme_permission_tables_are_what_the_overlays_grant() {
+    let tables = readme_permission_tables();
+    let covered: BTreeSet<&str> = tables
+        .iter()
+        .flat_map(|(overlays, _)| overlays.iter().map(String::as_str))
+        .collect();
+    let all = [".", "base", "shadow", "takeover", "ha"];
+    let workloads = ["workload", "shadow/workload"];
+    let every: BTreeSet<&str> = all.into_iter().chain(workloads).collect();
+    assert_eq!(covered, every, "an overlay without its table");
+    for (overlays, listed) in &tables {
+        assert!(listed.len() >= 4, "{overlays:?}: {listed:?}");
+        for overlay in overlays {
+            let granted =
+                bound_permissions(&rbac::documents(&render(&rbac::deploy_dir().join(overlay))));
+            let unlisted: Vec<_> = granted.difference(listed).collect();
+            let not_granted: Vec<_> = listed.difference(&granted).collect();
+            assert!(
+                unlisted.is_empty() && not_granted.is_empty(),
+                "{overlay}: granted, not in the README's table: {unlisted:#?}\nin the table, not granted: {not_granted:#?}"
+            );
+        }
+    }
 }

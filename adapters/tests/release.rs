@@ -365,6 +365,11 @@ fn metric(port: u16, name: &str) -> Option<f64> {
         .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
 
+/// Deleting Machines at this controller's hooks that this process finishes.
+const HELD: &str = "lifecycle_hooked_machines{deleting=\"true\",served=\"true\"}";
+/// Deleting Machines in this controller's own drain.
+const OWN_DRAIN: &str = "lifecycle_machines_deleting{phase=\"DrainingNode\"}";
+
 /// The reason of Machine `name`'s condition `type_`, if it has one.
 async fn reason(api: &Api<DynamicObject>, name: &str, type_: &str) -> Option<String> {
     let machine = api.get_opt(name).await.unwrap()?;
@@ -377,8 +382,10 @@ async fn reason(api: &Api<DynamicObject>, name: &str, type_: &str) -> Option<Str
 }
 
 /// The controller killed mid-takeover: Cluster API's manager (the simulator's model of it) waits
-/// at this controller's hooks while no controller runs. That is what `LifecycleHookHeld` alerts
-/// on: the gauge counted the Machine, and once the process is gone nothing serves it.
+/// at this controller's hooks while no controller runs (what `LifecycleDeletionHeldByNobody`
+/// alerts on, from kube-state-metrics: this controller's own gauges are gone with it). While it
+/// runs, its gauges count the Machine under its own phase, `DrainingNode`, not CAPI's
+/// `WaitingForPreDrainHook`, and its own hook as nobody else's holding the deletion.
 /// `lifecycle release --all` hands the Machine back, and CAPI's manager finishes the deletion.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_mid_takeover_the_machine_waits_at_the_hooks_until_release_then_capi_finishes() {
@@ -411,13 +418,15 @@ async fn killed_mid_takeover_the_machine_waits_at_the_hooks_until_release_then_c
     let started = std::time::Instant::now();
     // Mid-drain, and counted by the gauge (`/metrics` reads the engine once a second).
     while reason(&api, "m1", "LifecycleDeleting").await.as_deref() != Some("DrainingNode")
-        || metric(port, "lifecycle_takeover_held_machines") != Some(1.0)
+        || metric(port, HELD) != Some(1.0)
+        || metric(port, OWN_DRAIN) != Some(1.0)
     {
         assert!(
             started.elapsed() < std::time::Duration::from_secs(60),
-            "never mid-drain and counted: {:?}, gauge {:?}",
+            "never mid-drain and counted: {:?}, held {:?}, draining {:?}",
             reason(&api, "m1", "LifecycleDeleting").await,
-            metric(port, "lifecycle_takeover_held_machines")
+            metric(port, HELD),
+            metric(port, OWN_DRAIN)
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
@@ -426,13 +435,25 @@ async fn killed_mid_takeover_the_machine_waits_at_the_hooks_until_release_then_c
         Some("DrainingNode"),
         "killed mid-drain"
     );
+    assert_eq!(
+        metric(
+            port,
+            "lifecycle_machines_deleting{phase=\"WaitingForPreDrainHook\"}"
+        ),
+        Some(0.0),
+        "CAPI's reason is not this controller's phase"
+    );
+    assert_eq!(
+        metric(
+            port,
+            "lifecycle_hooks_waiting{stage=\"pre-drain\",hook=\"lifecycle\"}"
+        ),
+        None,
+        "its own hook is not someone else's holding the deletion"
+    );
     controller.0.kill().unwrap();
     controller.0.wait().unwrap();
-    assert_eq!(
-        metric(port, "lifecycle_takeover_held_machines"),
-        None,
-        "nothing serves the gauge: the alert's `unless count(...)` holds"
-    );
+    assert_eq!(metric(port, HELD), None, "nothing serves the gauges now");
 
     // A minute later (simulated) nothing moved: CAPI's manager waits at the pre-drain hook.
     tokio::time::sleep(std::time::Duration::from_secs(60 / u64::from(SPEED))).await;

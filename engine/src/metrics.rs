@@ -112,31 +112,60 @@ pub struct Gauges {
     pub drain_blocked: BTreeMap<&'static str, u64>,
     /// Machines a lifecycle hook holds now, by (`pre-drain` or `pre-terminate`, hook name).
     pub hooks_waiting: BTreeMap<(&'static str, String), u64>,
-    /// Deleting Machines that carry this controller's own hooks ([`crate::ownership`]): CAPI's
-    /// manager waits for this controller to finish them.
-    pub held_by_own_hooks: u64,
+    /// Machines that carry this controller's own hooks ([`crate::ownership`]): CAPI's manager
+    /// waits at them for whoever finishes them.
+    pub own_hooked: OwnHooked,
+}
+
+/// Machines carrying this controller's own hooks, deleting or not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OwnHooked {
+    /// Being deleted: CAPI's manager is held at a hook until this controller removes it (or
+    /// `lifecycle release` does).
+    pub deleting: u64,
+    /// Not being deleted yet: held the moment they are.
+    pub not_deleting: u64,
+}
+
+/// The phase a deleting Machine is counted under: in takeover, for a Machine this controller
+/// holds at its hooks, its own condition's reason ([`crate::ownership::OWN_CONDITION`], as last
+/// decided, written or not; `Pending` before the first), since CAPI's `Deleting` then only says
+/// it waits at this controller's hook. Otherwise the `Deleting` condition's reason.
+fn phase_of(m: &crate::model::Machine, key: &ObjectKey, deletion: &MachineDeletion) -> String {
+    use crate::ownership::{OWN_CONDITION, OwnHooks, Ownership};
+    let own = deletion.ownership() == Ownership::Takeover && OwnHooks::of(&m.meta).any();
+    let condition = if own {
+        // Decided and held back, else in flight, else as the Machine shows it.
+        let memo = deletion.tracked_machine(key).map(|t| &t.memo);
+        let held = memo.and_then(|memo| memo.unobserved.current(OWN_CONDITION));
+        let sent = memo.and_then(|memo| memo.pending_conditions.as_ref());
+        held.or_else(|| sent.and_then(|p| p.value.current(OWN_CONDITION)))
+            .or_else(|| m.conditions.current(OWN_CONDITION))
+    } else {
+        m.conditions.current("Deleting")
+    };
+    condition
+        .map_or("Pending", |c| c.reason.as_str())
+        .to_string()
 }
 
 /// Reads the gauges from the cache and the deletion controller's memory at `now`. A deleting
-/// Machine with no `Deleting` condition yet counts as phase `Pending`.
+/// Machine with no condition yet counts as phase `Pending` ([`phase_of`]).
 pub fn gauges(store: &Store, deletion: &MachineDeletion, now: Timestamp) -> Gauges {
     let mut out = Gauges::default();
-    for (_, object) in store.iter_kind(&Scope::Management, &Kind::Machine) {
+    for (key, object) in store.iter_kind(&Scope::Management, &Kind::Machine) {
         let Object::Machine(m) = object else { continue };
+        let hooked = crate::ownership::OwnHooks::of(&m.meta).any();
         let Some(since) = m.meta.deletion_timestamp else {
+            out.own_hooked.not_deleting += u64::from(hooked);
             continue;
         };
-        if crate::ownership::OwnHooks::of(&m.meta).any() {
-            out.held_by_own_hooks += 1;
-        }
-        let phase = m
-            .conditions
-            .current("Deleting")
-            .map_or("Pending", |c| c.reason.as_str());
-        let g = out.deleting.entry(phase.to_string()).or_default();
+        out.own_hooked.deleting += u64::from(hooked);
+        let phase = phase_of(m, key, deletion);
+        let g = out.deleting.entry(phase.clone()).or_default();
         g.machines += 1;
         g.oldest_seconds = g.oldest_seconds.max(now.since(since).as_millis() / 1000);
-        let hook = match phase {
+        let hook = match phase.as_str() {
             reason::WAITING_FOR_PRE_DRAIN_HOOK => Some(("pre-drain", PRE_DRAIN_HOOK_PREFIX)),
             reason::WAITING_FOR_PRE_TERMINATE_HOOK => {
                 Some(("pre-terminate", PRE_TERMINATE_HOOK_PREFIX))
@@ -144,7 +173,14 @@ pub fn gauges(store: &Store, deletion: &MachineDeletion, now: Timestamp) -> Gaug
             _ => None,
         };
         if let Some((label, prefix)) = hook {
-            for annotation in m.meta.annotations.keys() {
+            // This controller's own hook is not someone else's holding the deletion: it is
+            // counted in `own_hooked`.
+            let foreign = m
+                .meta
+                .annotations
+                .keys()
+                .filter(|a| crate::ownership::is_foreign_hook(a, prefix));
+            for annotation in foreign {
                 if let Some(name) = annotation
                     .strip_prefix(prefix)
                     .and_then(|rest| rest.strip_prefix('/'))

@@ -3,6 +3,7 @@
 
 use adapters::kube::bucket::RateLimit;
 use adapters::kube::journal_log::Retention;
+use adapters::kube::kubeconfigs::KubeconfigSecret;
 use adapters::kube::lease::{self, LeaseConfig};
 use adapters::kube::serving::{self, auth::Authorizer, tls};
 use adapters::kube::streams::WatchScope;
@@ -108,6 +109,12 @@ pub struct RunArgs {
     /// failures (5xx, 429, no connection) before it refuses to start.
     #[arg(long, hide = true, default_value_t = 30)]
     pub capi_lease_patience_seconds: u64,
+    /// The workload clusters' credentials: the Secret `<cluster>SUFFIX` (key `value`) in each
+    /// Cluster's namespace. Default: CAPI's own `-kubeconfig`, an admin credential; another
+    /// suffix names one the operator issued for this controller's identity (read-only for
+    /// shadow: `adapters/deploy/shadow/workload`, `adapters/deploy/workload`).
+    #[arg(long, value_name = "SUFFIX", default_value = KubeconfigSecret::CAPI_SUFFIX, value_parser = KubeconfigSecret::with_suffix)]
+    pub kubeconfig_secret_suffix: KubeconfigSecret,
     /// Act only while holding the coordination.k8s.io Lease.
     #[arg(long)]
     pub leader_elect: bool,
@@ -443,7 +450,8 @@ async fn run(args: RunArgs) -> Result<(), RunFailure> {
     let mut engine = restored.engine;
     // Commands in flight when the last process stopped may never have run: the engine forgets
     // them and the relists that follow show what did happen.
-    let metrics = Arc::new(Metrics::default());
+    // The mode is served from the start: a standby's lifecycle_info says it too.
+    let metrics = Arc::new(Metrics::with_mode(args.mode));
     engine.observe_reconciles(metrics.reconcile_observer());
     let _servers = start_servers(&args, &metrics, &client).await?;
     let deadline = async {
@@ -503,6 +511,7 @@ async fn run(args: RunArgs) -> Result<(), RunFailure> {
             namespace: args.namespace.clone(),
             watch_filter: args.watch_filter.clone(),
         },
+        kubeconfig_secret: args.kubeconfig_secret_suffix.clone(),
         ..AdapterOptions::default()
     };
     let mut adapter = Adapter::new(engine, log, client.clone(), metrics.clone(), options);

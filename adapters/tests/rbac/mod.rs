@@ -193,7 +193,7 @@ pub fn is_non_resource(r: &Request) -> bool {
 }
 
 /// Whether a ClusterRole's labels match one of an aggregation rule's selectors.
-fn aggregated_by(rule: &Value, role: &Value) -> bool {
+pub fn aggregated_by(rule: &Value, role: &Value) -> bool {
     rule["clusterRoleSelectors"]
         .as_array()
         .into_iter()

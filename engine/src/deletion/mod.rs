@@ -201,6 +201,11 @@ impl MachineDeletion {
             .then_some(self.capi_release.release.as_str())
     }
 
+    /// The deleting Machine `key`, if this controller is working on it.
+    pub fn tracked_machine(&self, key: &ObjectKey) -> Option<&Tracked> {
+        self.machines.get(key)
+    }
+
     /// Deleting Machines this controller is working on.
     pub fn tracked(&self) -> impl Iterator<Item = (&ObjectKey, &Tracked)> {
         self.machines.iter()

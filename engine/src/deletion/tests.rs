@@ -597,13 +597,23 @@ fn the_gauges_count_blocked_pods_by_reason_and_machines_held_by_each_hook() {
     m1.meta
         .annotations
         .insert(format!("{PRE_DRAIN_HOOK_PREFIX}/migrate"), "owner".into());
-    let (mut h, first) = Harness::start(world(m1));
+    let (mut h, first) = Harness::start(world(m1.clone()));
     h.apply_status(&first);
     assert_eq!(
         gauges(&h).hooks_waiting,
         BTreeMap::from([(("pre-drain", "migrate".to_string()), 1)])
     );
-    assert_eq!(gauges(&h).held_by_own_hooks, 0, "someone else's hook");
+    assert_eq!(gauges(&h).own_hooked.deleting, 0, "someone else's hook");
+
+    // This controller's own hooks left beside it (a takeover before): counted as its own,
+    // never as someone else's hook holding the deletion.
+    let (mut h, first) = Harness::start(world(with_own_hooks(m1)));
+    h.apply_status(&first);
+    assert_eq!(
+        gauges(&h).hooks_waiting,
+        BTreeMap::from([(("pre-drain", "migrate".to_string()), 1)])
+    );
+    assert_eq!(gauges(&h).own_hooked.deleting, 1);
 }
 
 #[test]
@@ -616,9 +626,46 @@ fn deleting_machines_with_this_controllers_hooks_are_counted_as_held() {
     let (h, _) = takeover_start(objects);
     let gauges = crate::metrics::gauges(h.engine.store(), &h.engine.controllers().deletion, h.now);
     assert_eq!(
-        gauges.held_by_own_hooks, 1,
+        gauges.own_hooked,
+        crate::metrics::OwnHooked {
+            deleting: 1,
+            not_deleting: 1
+        },
         "m1 (deleting) is held; m2 is hooked, not deleting"
     );
+}
+
+/// Found beside CAPI's manager: during this controller's own drain the gauges said
+/// `WaitingForPreDrainHook` (CAPI's reason: it waits at this controller's hook), so the alert on
+/// `phase="DrainingNode"` could never fire, and this controller's own hook counted as a hook
+/// holding the deletion. In takeover a Machine it holds is counted under its own condition's
+/// reason, and its own hook is not someone else's.
+#[test]
+fn in_takeover_a_held_machine_is_counted_under_this_controllers_own_phase() {
+    let m1 = capi_deleting(
+        with_own_hooks(of_machine_set(deleting_m1())),
+        "WaitingForPreDrainHook",
+    );
+    let (mut h, first) = takeover_start(world(m1));
+    assert_eq!(destructive(&first), ["drain Cordon Node n1@c1"]);
+    let gauges = |h: &Harness| {
+        crate::metrics::gauges(h.engine.store(), &h.engine.controllers().deletion, h.now)
+    };
+    let decided = gauges(&h);
+    assert_eq!(
+        decided.deleting.keys().collect::<Vec<_>>(),
+        ["DrainingNode"],
+        "as decided, before its condition is written: {decided:?}"
+    );
+    assert!(decided.hooks_waiting.is_empty(), "{decided:?}");
+    h.apply_status(&first);
+    let written = gauges(&h);
+    assert_eq!(
+        written.deleting.keys().collect::<Vec<_>>(),
+        ["DrainingNode"]
+    );
+    assert_eq!(written.deleting["DrainingNode"].machines, 1);
+    assert!(written.hooks_waiting.is_empty(), "{written:?}");
 }
 
 #[test]
@@ -2510,4 +2557,54 @@ fn an_unsupported_capi_release_stops_takeover_hooking_and_hands_back_what_is_not
             assert!(m1 > 0, "the deletion it holds goes on: {commands:#?}");
         }
     }
+}
+
+/// What `lifecycle run` logs, captured from the `tracing` lines of `f`.
+fn logged(f: impl FnOnce()) -> String {
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    String::from_utf8(captured.0.lock().unwrap().clone()).unwrap()
+}
+
+/// Found beside CAPI's manager: handing a deletion back (its pre-drain hook removed) was logged
+/// as `Deletion completed, removing finalizer`, which it is not: CAPI's manager keeps the
+/// finalizer. The log says which hook goes.
+#[test]
+fn a_hook_removed_in_takeover_is_logged_as_a_hook_removed_not_a_finalizer() {
+    let mut m1 = machine("c1", "m1", None);
+    m1.meta.deletion_timestamp = Some(T0);
+    let m1 = capi_deleting(with_own_hooks(of_machine_set(m1)), "WaitingForPreDrainHook");
+    let mut first = Vec::new();
+    let log = logged(|| first = takeover_start(world(m1)).1);
+    let removal = find(&first, "PatchSpec");
+    assert!(
+        removal
+            .to_string()
+            .contains(crate::ownership::OWN_PRE_DRAIN_HOOK),
+        "no Node to drain: the pre-drain hook goes at once: {removal}"
+    );
+    assert!(!log.contains("removing finalizer"), "{log}");
+    assert!(
+        log.lines().any(
+            |l| l.contains("removing hook") && l.contains(crate::ownership::OWN_PRE_DRAIN_HOOK)
+        ),
+        "{log}"
+    );
 }

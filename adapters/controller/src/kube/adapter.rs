@@ -22,7 +22,7 @@ use super::channel::CHANNEL_CAPACITY;
 pub use super::channel::{Event, Queued};
 use super::core::{Core, InputLog};
 use super::execute::EventStamp;
-use super::kubeconfigs::Kubeconfigs;
+use super::kubeconfigs::{KubeconfigSecret, Kubeconfigs};
 use super::metrics::Metrics;
 use super::streams::{StreamSpec, WatchScope, run_stream};
 use super::throttle::{Throttle, throttled};
@@ -56,6 +56,8 @@ pub struct AdapterOptions {
     pub workload_lists_max: usize,
     /// The part of the management cluster it sees (`--namespace`, `--watch-filter`).
     pub watch: WatchScope,
+    /// Which Secret holds each workload cluster's kubeconfig (CAPI's by default).
+    pub kubeconfig_secret: KubeconfigSecret,
 }
 
 impl Default for AdapterOptions {
@@ -67,6 +69,7 @@ impl Default for AdapterOptions {
             instance: "lifecycle".to_string(),
             workload_lists_max: 64,
             watch: WatchScope::default(),
+            kubeconfig_secret: KubeconfigSecret::default(),
         }
     }
 }
@@ -143,11 +146,12 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
         options: AdapterOptions,
     ) -> Self {
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        metrics.set_mode(options.loop_options.mode);
         let mut adapter = Adapter {
             lp: Loop::new(core, options.loop_options.clone()),
             log,
             management: management.clone(),
-            kubeconfigs: Arc::new(Kubeconfigs::new(management.clone(), None)),
+            kubeconfigs: Kubeconfigs::shared(management.clone(), &options),
             workload_lists: Arc::new(Semaphore::new(options.workload_lists_max.max(1))),
             clients: BTreeMap::new(),
             metrics,
@@ -159,10 +163,7 @@ impl<C: Core, L: InputLog> Adapter<C, L> {
             restart_required: false,
         };
         adapter.management = adapter.add_cluster(Scope::Management, management);
-        adapter.kubeconfigs = Arc::new(Kubeconfigs::new(
-            adapter.management.clone(),
-            adapter.options.watch.namespace.clone(),
-        ));
+        adapter.kubeconfigs = Kubeconfigs::shared(adapter.management.clone(), &adapter.options);
         adapter
     }
 

@@ -35,17 +35,70 @@ struct Listed {
     values: Mutex<BTreeMap<(String, String), Vec<u8>>>,
 }
 
+/// Which Secret holds a workload cluster's kubeconfig: `<cluster><suffix>` in the Cluster's
+/// namespace, key `value`. By default CAPI's own, `<cluster>-kubeconfig` (an admin credential);
+/// another suffix names a credential the operator issued (a narrower identity, read-only for
+/// shadow: `adapters/deploy/workload/`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeconfigSecret {
+    suffix: String,
+}
+
+impl KubeconfigSecret {
+    /// CAPI's suffix.
+    pub const CAPI_SUFFIX: &str = "-kubeconfig";
+
+    /// Secrets named `<cluster><suffix>`. The suffix must keep the name a valid Secret name
+    /// (lower-case letters, digits, `-` and `.`) and must end as a name may (a letter or digit).
+    pub fn with_suffix(suffix: &str) -> Result<KubeconfigSecret, String> {
+        let allowed =
+            |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
+        let ends_well = suffix
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+        if !(suffix.chars().all(allowed) && ends_well) {
+            return Err(format!(
+                "kubeconfig Secret suffix {suffix:?}: lower-case letters, digits, '-' and '.', ending with a letter or digit (e.g. -lifecycle-kubeconfig)"
+            ));
+        }
+        Ok(KubeconfigSecret {
+            suffix: suffix.to_string(),
+        })
+    }
+
+    pub fn suffix(&self) -> &str {
+        &self.suffix
+    }
+
+    /// The Secret's name for `cluster`.
+    pub fn name_for(&self, cluster: &ClusterName) -> String {
+        format!("{}{}", cluster.name, self.suffix)
+    }
+
+    /// CAPI's own Secrets: of CAPI's type, so one list can serve every first connect.
+    fn is_capis(&self) -> bool {
+        self.suffix == Self::CAPI_SUFFIX
+    }
+}
+
+impl Default for KubeconfigSecret {
+    fn default() -> Self {
+        KubeconfigSecret {
+            suffix: Self::CAPI_SUFFIX.to_string(),
+        }
+    }
+}
+
 /// Where the connectors get kubeconfigs; shared by all of them.
 pub struct Kubeconfigs {
     management: Client,
     /// `--namespace`: the Secrets are listed there only.
     namespace: Option<String>,
+    /// Which Secret of a cluster's namespace holds its kubeconfig.
+    secret: KubeconfigSecret,
     /// `None` when the list failed: every cluster reads its own Secret.
     listed: OnceCell<Option<Listed>>,
-}
-
-fn secret_name(cluster: &ClusterName) -> String {
-    format!("{}-kubeconfig", cluster.name)
 }
 
 /// The kubeconfig bytes a Secret holds under `value` (`data`, else `stringData`).
@@ -76,8 +129,24 @@ impl Kubeconfigs {
         Kubeconfigs {
             management,
             namespace,
+            secret: KubeconfigSecret::default(),
             listed: OnceCell::new(),
         }
+    }
+
+    /// The kubeconfigs the connectors of an adapter with `options` share: the Secrets of
+    /// `options.watch.namespace` (all namespaces without), named by `options.kubeconfig_secret`.
+    pub fn shared(management: Client, options: &super::AdapterOptions) -> std::sync::Arc<Self> {
+        let kubeconfigs = Kubeconfigs::new(management, options.watch.namespace.clone());
+        std::sync::Arc::new(kubeconfigs.with_secret(options.kubeconfig_secret.clone()))
+    }
+
+    /// Reads each cluster's kubeconfig from `secret` instead of CAPI's `<cluster>-kubeconfig`.
+    /// Another suffix than CAPI's reads one Secret per cluster (a GET): the shared list selects
+    /// CAPI's Secret type, which a Secret the operator issued need not have.
+    pub fn with_secret(mut self, secret: KubeconfigSecret) -> Self {
+        self.secret = secret;
+        self
     }
 
     /// The kubeconfig YAML of `cluster`: from the shared list on a first attempt while it is
@@ -91,7 +160,7 @@ impl Kubeconfigs {
             return utf8(value);
         }
         let secrets: Api<Secret> = Api::namespaced(self.management.clone(), &cluster.namespace);
-        let secret = match secrets.get(&secret_name(cluster)).await {
+        let secret = match secrets.get(&self.secret.name_for(cluster)).await {
             Ok(secret) => secret,
             Err(kube::Error::Api(status)) if status.code == 404 => {
                 return Err(Unreachable::SecretMissing);
@@ -106,6 +175,9 @@ impl Kubeconfigs {
     }
 
     async fn take_listed(&self, cluster: &ClusterName) -> Option<Vec<u8>> {
+        if !self.secret.is_capis() {
+            return None;
+        }
         let listed = self
             .listed
             .get_or_init(|| async { self.list().await })
@@ -114,7 +186,7 @@ impl Kubeconfigs {
         if listed.at.elapsed() > LISTED_FRESH {
             return None;
         }
-        let key = (cluster.namespace.to_string(), secret_name(cluster));
+        let key = (cluster.namespace.to_string(), self.secret.name_for(cluster));
         listed
             .values
             .lock()
@@ -149,9 +221,10 @@ impl Kubeconfigs {
                 else {
                     continue;
                 };
-                if let (true, Some(value)) =
-                    (name.ends_with("-kubeconfig"), kubeconfig_value(secret))
-                {
+                if let (true, Some(value)) = (
+                    name.ends_with(self.secret.suffix()),
+                    kubeconfig_value(secret),
+                ) {
                     values.insert((namespace.clone(), name.clone()), value);
                 }
             }
@@ -287,6 +360,79 @@ mod tests {
             "c1",
             &kubeconfig_yaml("c1", "http://127.0.0.1:9"),
         ));
+        assert_eq!(next(&mut rx, soon).await.as_deref(), Some("connected"));
+        task.await.unwrap();
+        server.shutdown().await;
+    }
+
+    #[test]
+    fn a_kubeconfig_secret_suffix_keeps_secret_names_valid() {
+        let c1 = ClusterName::new("default", "c1");
+        assert_eq!(KubeconfigSecret::default().name_for(&c1), "c1-kubeconfig");
+        let own = KubeconfigSecret::with_suffix("-lifecycle-kubeconfig").unwrap();
+        assert_eq!(own.name_for(&c1), "c1-lifecycle-kubeconfig");
+        for bad in [
+            "",
+            "-Kubeconfig",
+            "-kubeconfig-",
+            "_kubeconfig",
+            "-kube config",
+        ] {
+            assert!(KubeconfigSecret::with_suffix(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// With another suffix the connector reads that Secret (an operator's, not of CAPI's type)
+    /// and never CAPI's admin kubeconfig, which is there too.
+    #[tokio::test]
+    async fn another_suffix_connects_through_the_operators_secret_not_capis() {
+        let server = ApiServer::start(
+            SharedCluster::new(ClusterStore::new("mgmt")),
+            "127.0.0.1:0".parse().unwrap(),
+            ServerOptions::default(),
+        )
+        .await
+        .unwrap();
+        let client = crate::kube::client_for_url(&server.url()).unwrap();
+        let write = |secret: serde_json::Value| {
+            server.cluster().write(|store| {
+                store
+                    .apply(secret, engine::Timestamp(0))
+                    .expect("the Secret is stored")
+            });
+        };
+        // CAPI's: points nowhere useful, and must not be read.
+        write(kubeconfig_secret(
+            "default",
+            "c1",
+            &kubeconfig_yaml("c1", "http://127.0.0.1:9"),
+        ));
+        let cluster = ClusterName::new("default", "c1");
+        let options = crate::kube::AdapterOptions {
+            kubeconfig_secret: KubeconfigSecret::with_suffix("-lifecycle-kubeconfig").unwrap(),
+            ..Default::default()
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let task = tokio::spawn(connect(
+            Kubeconfigs::shared(client, &options),
+            cluster.clone(),
+            tx,
+            Duration::from_millis(20),
+        ));
+        let soon = Duration::from_secs(10);
+        assert_eq!(
+            next(&mut rx, soon).await.as_deref(),
+            Some("SecretMissing"),
+            "CAPI's Secret is not the one asked for"
+        );
+        let mut own = kubeconfig_secret(
+            "default",
+            "c1",
+            &kubeconfig_yaml("c1", "http://127.0.0.1:9"),
+        );
+        own["metadata"]["name"] = json!("c1-lifecycle-kubeconfig");
+        own["type"] = json!("Opaque");
+        write(own);
         assert_eq!(next(&mut rx, soon).await.as_deref(), Some("connected"));
         task.await.unwrap();
         server.shutdown().await;

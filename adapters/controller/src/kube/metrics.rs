@@ -5,6 +5,7 @@
 use super::serving::exposition::{Format, text_from_openmetrics};
 use engine::intake::streams::{management_streams, workload_streams};
 use engine::metrics::{CONTROLLER_NAMES, DRAIN_BLOCKED_REASONS, ReconcileObserver};
+use engine::runtime::Mode;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -90,6 +91,8 @@ pub struct Metrics {
 #[derive(Debug, Default)]
 struct State {
     leader: AtomicBool,
+    /// The mode this process runs in (`None` until told).
+    mode: Mutex<Option<Mode>>,
     /// The journal cannot be written (a full disk): nothing is applied or done; `/readyz`
     /// answers 503 until it is writable again.
     journal_unwritable: AtomicBool,
@@ -178,19 +181,22 @@ impl Metrics {
             "Journal appends or snapshots that failed",
             m.journal_failures.clone(),
         );
-        r.register(
+        declare(
+            r,
             "lifecycle_commands",
-            "Commands the controllers issued, by action",
+            "Commands the controllers issued, by action.",
             m.commands.clone(),
         );
-        r.register(
+        declare(
+            r,
             "lifecycle_shadow_disagreements",
-            "Shadow mode: steps of a Machine's deletion, and Machines marked unhealthy, that only this controller decided (side only-ours) or only someone else took (only-theirs) within 30 s, by controller (machine, machinehealthcheck), kind (the step), side and deviation (the product decision that explains it, none for a surprise)",
+            "Shadow mode: steps of a Machine's deletion, and Machines marked unhealthy, that only this controller decided (side only-ours) or only someone else took (only-theirs) within 30 s, by controller (machine, machinehealthcheck), kind (the step), side and deviation (the product decision that explains it, none for a surprise).",
             m.shadow_disagreements.clone(),
         );
-        r.register(
+        declare(
+            r,
             "lifecycle_commands_withheld",
-            "Commands the controllers decided and did not send (--mode shadow), by action",
+            "Commands the controllers decided and did not send (--mode shadow), by action.",
             m.commands_withheld.clone(),
         );
         r.register(
@@ -203,9 +209,10 @@ impl Metrics {
             "Unreadable objects not counted by kind nor reported: more were read at once than the loop keeps for its driver",
             m.unreadable_dropped.clone(),
         );
-        r.register(
+        declare(
+            r,
             "lifecycle_api_errors",
-            "API requests that did not succeed, by HTTP status (or unreachable)",
+            "API requests that did not succeed, by HTTP status (or unreachable).",
             m.api_errors.clone(),
         );
         r.register(
@@ -218,9 +225,10 @@ impl Metrics {
             "Time requests waited for their cluster's rate limit (--kube-api-qps/--kube-api-burst), in total",
             m.api_throttled.clone(),
         );
-        r.register(
+        declare(
+            r,
             "rest_client_requests",
-            "Answers from the API servers by HTTP code, method and cluster (host: `management` or the workload cluster's namespace/name)",
+            "Answers from the API servers by HTTP code, method and cluster (host: `management` or the workload cluster's namespace/name).",
             m.rest_requests.clone(),
         );
         r.register(
@@ -326,6 +334,18 @@ impl Metrics {
 
     pub fn set_leader(&self, leader: bool) {
         self.state.leader.store(leader, Ordering::Relaxed);
+    }
+
+    /// Metrics of a process running in `mode` (`lifecycle_info`; whether the Machines carrying
+    /// this controller's hooks are served here).
+    pub fn with_mode(mode: Mode) -> Self {
+        let metrics = Self::new();
+        metrics.set_mode(mode);
+        metrics
+    }
+
+    pub fn set_mode(&self, mode: Mode) {
+        *self.state.mode.lock().unwrap_or_else(|e| e.into_inner()) = Some(mode);
     }
 
     /// Arrivals waiting for the loop now.
@@ -464,6 +484,31 @@ impl ReconcileObserver for ReconcileTimer {
     }
 }
 
+/// Registers `metric` so its `# HELP` and `# TYPE` are written even while it has no sample (a
+/// labelled family before its first count): the registry leaves an empty family out, and a
+/// dashboard or alert should find every family from the start.
+fn declare<M>(registry: &mut Registry, name: &'static str, help: &'static str, metric: M)
+where
+    M: EncodeMetric + std::fmt::Debug + Send + Sync + 'static,
+{
+    registry.register_collector(Box::new(Declared { name, help, metric }));
+}
+
+#[derive(Debug)]
+struct Declared<M> {
+    name: &'static str,
+    help: &'static str,
+    metric: M,
+}
+
+impl<M: EncodeMetric + std::fmt::Debug + Send + Sync + 'static> Collector for Declared<M> {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let family =
+            encoder.encode_descriptor(self.name, self.help, None, self.metric.metric_type())?;
+        self.metric.encode(family)
+    }
+}
+
 /// The families read when scraped: leadership, the journal, the engine's view, the process.
 #[derive(Debug)]
 struct Scraped(Arc<State>);
@@ -503,6 +548,18 @@ fn encode_value(
 }
 
 impl Scraped {
+    fn mode(&self) -> Option<Mode> {
+        *self.0.mode.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether this process finishes the deletions its hooks hold: the leader in takeover, or
+    /// alone (which never waits for its own hooks and removes the finalizer itself); never a
+    /// shadow, which sends nothing.
+    fn serves_own_hooks(&self) -> bool {
+        let finishes = matches!(self.mode(), Some(Mode::Takeover | Mode::Alone));
+        finishes && self.0.leader.load(Ordering::Relaxed)
+    }
+
     fn families(&self) -> Vec<ScrapedFamily> {
         let state = &self.0;
         let leader = f64::from(u8::from(state.leader.load(Ordering::Relaxed)));
@@ -533,6 +590,18 @@ impl Scraped {
                 MetricType::Gauge,
                 "controller-runtime's name: 1 while this process is the leader.",
                 vec![(label("name", "lifecycle-controller"), leader)],
+            ),
+            (
+                "lifecycle_info",
+                MetricType::Gauge,
+                "1, labelled with the mode this process runs in (alone, shadow, takeover) and its version.",
+                self.mode().map_or_else(Vec::new, |mode| {
+                    let labels = vec![
+                        ("mode", mode.as_str().to_string()),
+                        ("version", env!("CARGO_PKG_VERSION").to_string()),
+                    ];
+                    vec![(labels, 1.0)]
+                }),
             ),
         ];
         families.extend(self.engine_families());
@@ -595,6 +664,18 @@ impl Scraped {
                 )
             })
             .collect();
+        let served = self.serves_own_hooks().to_string();
+        let own = view.gauges.own_hooked;
+        let hooked = [("true", own.deleting), ("false", own.not_deleting)]
+            .into_iter()
+            .map(|(deleting, n)| {
+                let labels = vec![
+                    ("deleting", deleting.to_string()),
+                    ("served", served.clone()),
+                ];
+                (labels, n as f64)
+            })
+            .collect();
         let counters = &view.counters;
         let successes: Vec<u64> = counters
             .reconciles
@@ -652,10 +733,10 @@ impl Scraped {
                 hooks,
             ),
             (
-                "lifecycle_takeover_held_machines",
+                "lifecycle_hooked_machines",
                 MetricType::Gauge,
-                "Deleting Machines that carry this controller's own deletion hooks: Cluster API's manager waits for this controller to finish them (--mode takeover). Its absence while it was above 0 is the alert LifecycleHookHeld.",
-                vec![(vec![], view.gauges.held_by_own_hooks as f64)],
+                "Machines carrying this controller's own deletion hooks, by deleting (true: Cluster API's manager waits at a hook) and served (true: this process is the leader in takeover or alone and finishes them; false in shadow, or a standby). deleting=\"true\",served=\"false\" above 0 is the alert LifecycleHookedMachinesNotServed.",
+                hooked,
             ),
             (
                 "lifecycle_mhc_expected_machines",
@@ -682,6 +763,7 @@ impl Scraped {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     /// The family a sample belongs to: its name without the suffix its type adds.
     fn family_of<'a>(sample: &'a str, described: &BTreeMap<String, String>) -> Option<&'a str> {
@@ -762,7 +844,10 @@ mod tests {
             "lifecycle_machine_deleting_oldest_seconds",
             "lifecycle_drain_blocked_pods",
             "lifecycle_hooks_waiting",
-            "lifecycle_takeover_held_machines",
+            "lifecycle_hooked_machines",
+            "lifecycle_info",
+            "lifecycle_shadow_disagreements",
+            "lifecycle_commands_withheld",
             "lifecycle_mhc_remediations_allowed",
             "process_resident_memory_bytes",
             "process_cpu_seconds",
@@ -813,6 +898,134 @@ mod tests {
             "controller_runtime_reconcile_errors_total{controller=\"machine\"} 2",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
+    }
+
+    /// The `# TYPE` lines of `text`: family name → type.
+    fn declared(text: &str) -> BTreeMap<String, String> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_once(' '))
+            .map(|(name, kind)| (name.to_string(), kind.to_string()))
+            .collect()
+    }
+
+    /// The metric names README.md's "Metrics" section lists (in backquotes, labels and a
+    /// counter's `_total` dropped): what an operator is promised to find.
+    fn readme_families() -> BTreeSet<String> {
+        let readme = include_str!("../../../../README.md");
+        let section = readme
+            .split("\n## Metrics\n")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .expect("README.md has a Metrics section");
+        let prefixes = [
+            "lifecycle_",
+            "controller_runtime_",
+            "workqueue_",
+            "rest_client_",
+            "leader_election_",
+            "process_",
+        ];
+        section
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(|quoted| quoted.split('{').next().unwrap_or(quoted))
+            .filter(|name| prefixes.iter().any(|p| name.starts_with(p)))
+            .filter(|name| name.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+            .filter(|name| !name.ends_with('_'))
+            .map(|name| name.strip_suffix("_total").unwrap_or(name).to_string())
+            .collect()
+    }
+
+    /// Found beside CAPI's manager: `lifecycle_shadow_disagreements_total` was absent from a
+    /// fresh controller's page, not even its HELP and TYPE, until the first disagreement. Every
+    /// family README.md lists is declared by a controller that has counted nothing yet (scraped
+    /// within a tokio runtime, as `/metrics` is).
+    #[tokio::test]
+    async fn every_family_the_readme_lists_is_declared_from_the_start() {
+        let listed = readme_families();
+        assert!(listed.len() >= 25, "{listed:?}");
+        let fresh = declared(&Metrics::with_mode(Mode::Shadow).render());
+        let missing: Vec<&String> = listed
+            .iter()
+            .filter(|name| !fresh.contains_key(*name))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "not declared from the start: {missing:?}"
+        );
+        let unlisted: Vec<&String> = fresh
+            .keys()
+            .filter(|name| !listed.contains(*name) && !name.starts_with("process_"))
+            .filter(|name| !NOT_FOR_OPERATORS.contains(&name.as_str()))
+            .collect();
+        assert!(
+            unlisted.is_empty(),
+            "served, not in README.md: {unlisted:?}"
+        );
+    }
+
+    /// Served for diagnosis and not documented as an operator's: the loop's own counts.
+    const NOT_FOR_OPERATORS: [&str; 6] = [
+        "lifecycle_inputs",
+        "lifecycle_journal_records",
+        "lifecycle_journal_failures",
+        "lifecycle_api_requests",
+        "lifecycle_leader",
+        "lifecycle_unreadable_objects_dropped",
+    ];
+
+    /// `lifecycle_info` names the mode; the Machines carrying this controller's hooks are served
+    /// only by a leader in takeover or alone (alone deletes them without waiting for its own
+    /// hooks): a shadow or a standby process says it will not finish them.
+    #[test]
+    fn hooked_machines_are_served_only_by_a_leader_that_finishes_them() {
+        let view = EngineView {
+            gauges: engine::metrics::Gauges {
+                own_hooked: engine::metrics::OwnHooked {
+                    deleting: 2,
+                    not_deleting: 5,
+                },
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let page = |mode: Mode, leader: bool| {
+            let metrics = Metrics::with_mode(mode);
+            metrics.set_leader(leader);
+            metrics.engine_view(view.clone());
+            metrics.render()
+        };
+        let has = |text: &str, line: &str| text.lines().any(|l| l == line);
+        let version = env!("CARGO_PKG_VERSION");
+        for mode in [Mode::Takeover, Mode::Alone] {
+            let text = page(mode, true);
+            let line = "lifecycle_hooked_machines{deleting=\"true\",served=\"true\"} 2";
+            assert!(has(&text, line), "{mode}: {line} missing:\n{text}");
+        }
+        let takeover = page(Mode::Takeover, true);
+        for line in [
+            "lifecycle_hooked_machines{deleting=\"true\",served=\"true\"} 2".to_string(),
+            "lifecycle_hooked_machines{deleting=\"false\",served=\"true\"} 5".to_string(),
+            format!("lifecycle_info{{mode=\"takeover\",version=\"{version}\"}} 1"),
+        ] {
+            assert!(has(&takeover, &line), "{line} missing:\n{takeover}");
+        }
+        for (mode, leader) in [
+            (Mode::Takeover, false),
+            (Mode::Shadow, true),
+            (Mode::Alone, false),
+        ] {
+            let text = page(mode, leader);
+            let line = "lifecycle_hooked_machines{deleting=\"true\",served=\"false\"} 2";
+            assert!(
+                has(&text, line),
+                "{mode} leader={leader}: {line} missing:\n{text}"
+            );
+            let info = format!("lifecycle_info{{mode=\"{mode}\",version=\"{version}\"}} 1");
+            assert!(has(&text, &info), "{info} missing:\n{text}");
         }
     }
 }

@@ -285,7 +285,7 @@ impl<'p, 'a> Pass<'p, 'a> {
                 "deletion of Machine {} completed: releasing finalizer {MACHINE_FINALIZER}",
                 self.m.meta.name
             ),
-            Record::Nothing,
+            Record::FinalizerRemoval,
         );
     }
 

@@ -31,7 +31,10 @@ pub(super) enum Record {
     /// An event recorded once per deletion, under this key (a folded one counts).
     Event(String),
     /// Remembered by nobody: the finalizer's removal ends the deletion.
-    Nothing,
+    FinalizerRemoval,
+    /// Remembered by nobody: in takeover, one of this controller's hooks removed hands the
+    /// deletion back to Cluster API's manager (named, so the log says which).
+    HookRemoval(&'static str),
 }
 
 impl Record {
@@ -114,8 +117,11 @@ impl Pass<'_, '_> {
                     tracing::info!(machine = %self.key, node = %target, "Deleting node");
                     memo.node_deletion = Some(deletion);
                 }
-                Record::Nothing => {
+                Record::FinalizerRemoval => {
                     tracing::info!(machine = %self.key, "Deletion completed, removing finalizer");
+                }
+                Record::HookRemoval(hook) => {
+                    tracing::info!(machine = %self.key, hook, "Handing the deletion back to Cluster API's manager, removing hook");
                 }
             }
         }

@@ -107,7 +107,7 @@ impl Pass<'_, '_> {
                 summary: format!("remove annotation {hook}"),
             },
             message,
-            super::plan::Record::Nothing,
+            super::plan::Record::HookRemoval(hook),
         );
     }
 
