@@ -377,8 +377,7 @@ fn run_exits_2_on_a_bad_kubeconfig_and_3_on_a_locked_journal_or_a_port_in_use() 
             "run",
             "--run-for",
             "0",
-            "--kubeconfig-secret-suffix",
-            "-Lifecycle_",
+            "--kubeconfig-secret-suffix=-Lifecycle_",
         ])
         .arg("--kubeconfig")
         .arg(&good)

@@ -231,7 +231,8 @@ impl Metrics {
             "Answers from the API servers by HTTP code, method and cluster (host: `management` or the workload cluster's namespace/name).",
             m.rest_requests.clone(),
         );
-        r.register(
+        declare(
+            r,
             "lifecycle_capi_release",
             "The release Cluster API's manager runs, as read from its Deployment's image (or --capi-version), and whether this build supports it (support: supported, unknown, unsupported); 1 for the current one. Read every 30 s beside CAPI (shadow and takeover)",
             m.capi_release.clone(),
