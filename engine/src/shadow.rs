@@ -251,6 +251,9 @@ pub struct Comparator {
     schedulable: BTreeSet<ObjectKey>,
     running: BTreeSet<ObjectKey>,
     unmarked: BTreeSet<ObjectKey>,
+    /// Nodes and provider objects seen not deleting: their deletion from there is someone's
+    /// act; one first seen deleting was deleted before this controller looked.
+    standing: BTreeSet<ObjectKey>,
     /// Machines seen with no remediation asked of anyone.
     unrequested: BTreeSet<ObjectKey>,
     steps: BTreeMap<(Step, ObjectKey), (ObjectKey, Sides)>,
@@ -749,6 +752,8 @@ impl Comparator {
                 }
                 if n.meta.deletion_timestamp.is_some() {
                     self.target_gone(at, key);
+                } else {
+                    self.standing.insert(key.clone());
                 }
             }
             (Kind::Pod, Some(Object::Pod(p))) => {
@@ -802,6 +807,9 @@ impl Comparator {
             }
             (_, Some(o)) if o.meta().deletion_timestamp.is_some() => self.target_gone(at, key),
             (_, None) => self.target_gone(at, key),
+            (Kind::External(_), Some(_)) => {
+                self.standing.insert(key.clone());
+            }
             _ => {}
         }
     }
@@ -858,8 +866,13 @@ impl Comparator {
             .map(|(m, _)| m.clone())
     }
 
-    /// A Node, infrastructure or bootstrap object of a deleting Machine is deleting or gone.
+    /// A Node, infrastructure or bootstrap object of a deleting Machine is deleting or gone:
+    /// someone's step only when it was seen standing before (not when this controller first saw
+    /// it already deleting: that step was taken before it looked).
     fn target_gone(&mut self, at: Timestamp, key: &ObjectKey) {
+        if !self.standing.remove(key) {
+            return;
+        }
         if let Some((machine, step)) = self.targets.get(key).cloned()
             && self.machines.contains_key(&machine)
         {
@@ -1229,6 +1242,37 @@ mod tests {
             (Step::Evict, Side::OnlyTheirs)
         );
         assert_eq!(skip_labelled_pod_deleted(true), Vec::new());
+    }
+
+    /// Found beside CAPI: a shadow started mid-deletion saw the infrastructure already deleting,
+    /// then gone; CAPI deleted it before this controller looked, which is no disagreement. The
+    /// Node it saw standing and then deleted still is someone's step.
+    #[test]
+    fn a_deletion_done_before_the_first_sighting_is_nobodys_step() {
+        let mut c = Comparator::new();
+        let mut infra = crate::testing::infra_machine("m1");
+        infra.meta.deletion_timestamp = Some(T0);
+        let infra = Object::External(infra);
+        let infra_key = infra.key(&Scope::Management);
+        see(&mut c, T0, &upsert(Scope::Management, infra));
+        see(
+            &mut c,
+            T0,
+            &upsert(workload("c1"), Object::Node(node("n1"))),
+        );
+        see(&mut c, T0, &upsert(Scope::Management, deleting_m1()));
+        see(&mut c, at(5), &Input::Delete { key: infra_key });
+        let mut node_going = node("n1");
+        node_going.meta.deletion_timestamp = Some(at(8));
+        see(
+            &mut c,
+            at(8),
+            &upsert(workload("c1"), Object::Node(node_going)),
+        );
+        c.finish(at(600));
+        let found = c.take();
+        let steps: Vec<(Step, Side)> = found.iter().map(|d| (d.step, d.side)).collect();
+        assert_eq!(steps, [(Step::DeleteNode, Side::OnlyTheirs)], "{found:?}");
     }
 
     /// Also found over HTTP: the Machine's deletion reaches the controller before its Node's,

@@ -601,6 +601,23 @@ impl Sim {
             let (world, mut env) = self.world_env();
             world.create_initial(&mut env, &Scope::Management, manifest.value);
         }
+        // A provider object already deleting in the scenario is one its provider is finishing.
+        let deleting: Vec<(ObjKey, Value)> = self
+            .api
+            .store(&Scope::Management)
+            .map(|s| {
+                s.iter()
+                    .filter(|(k, o)| {
+                        crate::api::is_provider_group(&k.group) && crate::api::json::is_deleting(o)
+                    })
+                    .map(|(k, o)| (k.clone(), o.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (key, object) in deleting {
+            let (world, mut env) = self.world_env();
+            world.provider_deleting(&mut env, &key, &object);
+        }
         let (world, mut env) = self.world_env();
         world.capi.start(&mut env);
         for (cluster, manifests) in workload {

@@ -108,7 +108,7 @@ impl WorldState {
     }
 
     /// A provider object started deleting: the provider finishes after `infraDelete`.
-    fn provider_deleting(&mut self, env: &mut Env<'_>, key: &ObjKey, obj: &Value) {
+    pub(crate) fn provider_deleting(&mut self, env: &mut Env<'_>, key: &ObjKey, obj: &Value) {
         let ours = json::finalizers(obj)
             .iter()
             .any(|f| f == PROVIDER_FINALIZER);

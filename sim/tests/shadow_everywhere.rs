@@ -162,3 +162,30 @@ fn every_pool_scenario_in_shadow_has_no_surprise() {
     }
     assert_eq!(found.len(), 2, "{found:#?}");
 }
+
+/// Every `shadow-*` scenario (shadow beside the CAPI model by design) has no surprise; one
+/// started mid-deletion has no disagreement at all: the steps CAPI took before the controller
+/// looked (the infrastructure already deleting) are not reported as CAPI's alone.
+#[test]
+fn shadow_scenarios_have_no_surprise_and_steps_before_the_start_are_nobodys() {
+    let stems = scenarios(&["shadow-"]);
+    assert!(stems.len() >= 4, "found only {} scenarios", stems.len());
+    let found: Vec<String> = stems.iter().flat_map(|s| disagreements(s)).collect();
+    assert_no_surprise(&found);
+    let mid = disagreements("shadow-started-mid-deletion");
+    assert_eq!(mid, Vec::<String>::new());
+    let capi: Vec<String> = lines_of("shadow-started-mid-deletion", "capi")
+        .into_iter()
+        .map(|(_, action, object, _)| format!("{action} {object}"))
+        .filter(|l| !l.starts_with("SetCondition"))
+        .collect();
+    assert_eq!(
+        capi,
+        [
+            "DeleteBootstrap KubeadmConfig default/md-0-abc-r1",
+            "DeleteNode Node n1@c1",
+            "RemoveFinalizer Machine default/md-0-abc-r1"
+        ],
+        "CAPI finishes the deletion it started"
+    );
+}
