@@ -68,6 +68,8 @@ pub struct CapiModel {
     health_queued: BTreeSet<(ObjKey, Timestamp)>,
     /// MachinePool reconciles queued, likewise.
     pools_queued: BTreeSet<(ObjKey, Timestamp)>,
+    /// MachineSet reconciles queued (for owner remediation), likewise.
+    machine_sets_queued: BTreeSet<(ObjKey, Timestamp)>,
     /// Machines whose unfinished drain deferred their next reconcile to this time
     /// (`DeferNextReconcileForObject`): a reconcile sooner (its own status write) returns.
     deferred: BTreeMap<ObjKey, Timestamp>,
@@ -94,7 +96,13 @@ impl CapiModel {
     }
 
     /// A write CAPI's manager watches: the deleting Machines it concerns are reconciled soon.
-    pub(crate) fn react(&mut self, env: &mut Env<'_>, scope: &Scope, key: &ObjKey) {
+    pub(crate) fn react(
+        &mut self,
+        env: &mut Env<'_>,
+        scope: &Scope,
+        key: &ObjKey,
+        removed: Option<&Value>,
+    ) {
         if !self.enabled {
             return;
         }
@@ -137,6 +145,24 @@ impl CapiModel {
         };
         for pool in pools {
             self.queue_pool(env, pool, REACTION);
+        }
+        // Its MachineSet controller watches the Machines it controls (their health conditions
+        // start owner remediation, `sim/src/capi_remediation.rs`).
+        if *scope == Scope::Management && key.group == "cluster.x-k8s.io" && key.kind == "Machine" {
+            // A Machine gone is mapped to its MachineSet from its last state (a watch's delete).
+            let ms = env.api.get(scope, key).or(removed).and_then(|m| {
+                crate::capi_remediation::controller_of(m)
+                    .filter(|(kind, _)| *kind == "MachineSet")
+                    .map(|(_, name)| {
+                        ObjKey::new("cluster.x-k8s.io", "MachineSet", &key.namespace, name)
+                    })
+            });
+            if let Some(ms) = ms {
+                let at = env.clock.now + REACTION;
+                if self.machine_sets_queued.insert((ms.clone(), at)) {
+                    env.schedule(at, Event::CapiMachineSetReconcile { ms });
+                }
+            }
         }
         let machines: Vec<ObjKey> = match scope {
             Scope::Management => env
@@ -227,6 +253,12 @@ impl CapiModel {
         for pool in crate::capi_pools::pools(env) {
             self.queue_pool(env, pool, REACTION);
         }
+    }
+
+    /// A queued MachineSet reconcile is due (the world runs it: remediation, then replicas).
+    pub(crate) fn machine_set_dequeued(&mut self, env: &Env<'_>, ms: &ObjKey) {
+        self.machine_sets_queued
+            .remove(&(ms.clone(), env.clock.now));
     }
 
     fn queue_pool(&mut self, env: &mut Env<'_>, pool: ObjKey, after: Duration) {

@@ -165,7 +165,7 @@ fn int_or_string(v: Option<&Value>) -> String {
 
 /// The conditions a CAPI object carries in v1beta2 form (a v1beta1 object keeps them under
 /// `status.v1beta2`), then its v1beta1 ones.
-fn conditions(obj: &Value) -> impl Iterator<Item = &Value> {
+pub(crate) fn conditions(obj: &Value) -> impl Iterator<Item = &Value> {
     let v1beta1 = json::api_version(obj).ends_with("v1beta1");
     let (current, legacy) = if v1beta1 {
         ("/status/v1beta2/conditions", "/status/conditions")
@@ -598,7 +598,13 @@ fn go_duration(d: Duration) -> String {
     }
 }
 
-fn condition(type_: &str, status: &str, reason: &str, message: &str, now: Timestamp) -> Value {
+pub(crate) fn condition(
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) -> Value {
     json!({"type": type_, "status": status, "reason": reason, "message": message,
            "lastTransitionTime": now.to_rfc3339()})
 }
@@ -606,7 +612,7 @@ fn condition(type_: &str, status: &str, reason: &str, message: &str, now: Timest
 /// Sets `written` in the Machine's `status.conditions` where they differ (a condition whose
 /// status holds keeps its transition time), as CAPI's patch helper does for the conditions it
 /// owns; the other conditions stay.
-fn set_conditions(
+pub(crate) fn set_conditions(
     env: &mut Env<'_>,
     actor: &str,
     key: &ObjKey,

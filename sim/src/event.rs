@@ -17,6 +17,9 @@ pub enum Event {
     CapiHealthCheck { mhc: ObjKey },
     /// CAPI's manager reconciles a MachinePool (`sim/src/capi_pools.rs`).
     CapiPoolReconcile { pool: ObjKey },
+    /// CAPI's MachineSet controller reconciles a MachineSet: owner remediation
+    /// (`sim/src/capi_remediation.rs`), then its replicas.
+    CapiMachineSetReconcile { ms: ObjKey },
     /// CAPI's own manager renews its leader Lease.
     CapiLeaseRenew,
     /// The engine asked to be woken.

@@ -11,6 +11,7 @@ mod capi;
 mod capi_drain;
 mod capi_health;
 mod capi_pools;
+mod capi_remediation;
 mod checks;
 mod clock;
 pub mod controller_record;

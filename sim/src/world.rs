@@ -69,7 +69,7 @@ impl WorldState {
     /// Reacts to a write as the world's controllers would.
     pub(crate) fn react(&mut self, env: &mut Env<'_>, scope: &Scope, written: &Written) {
         let key = &written.key;
-        self.capi.react(env, scope, key);
+        self.capi.react(env, scope, key, written.removed.as_deref());
         match (&written.object, key.group.as_str(), key.kind.as_str()) {
             (Some(pod), "", "Pod") if json::is_deleting(pod) => {
                 self.pod_deleting(env, scope, key, pod.clone())
@@ -212,6 +212,10 @@ impl WorldState {
             Event::CapiLeaseRenew => self.capi.renew_lease(env),
             Event::CapiHealthCheck { mhc } => self.capi.check_health(env, &mhc),
             Event::CapiPoolReconcile { pool } => self.capi.reconcile_pool(env, &pool),
+            Event::CapiMachineSetReconcile { ms } => {
+                self.capi.machine_set_dequeued(env, &ms);
+                self.scale(env, &ms);
+            }
             Event::FaultEnds { .. }
             | Event::CacheSynced { .. }
             | Event::Uncorrupt { .. }
@@ -580,6 +584,7 @@ impl WorldState {
         if !self.capi.enabled {
             return;
         }
+        crate::capi_remediation::reconcile(env, crate::capi::ACTOR, ms_key);
         let plan = crate::machine_sets::scaling(env.api, ms_key);
         let now = env.clock.now;
         for machine in plan.delete {
