@@ -28,6 +28,7 @@ use crate::api::{ObjKey, Part, eviction, json};
 use crate::capi_drain;
 use crate::env::Env;
 use crate::event::Event;
+use crate::scenario::CapiRelease;
 use engine::model::{
     CONTROL_PLANE_LABEL, EXCLUDE_DRAIN_ANNOTATION, EXCLUDE_VOLUME_DETACH_ANNOTATION,
     MACHINE_FINALIZER, PAUSED_ANNOTATION, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope,
@@ -54,13 +55,14 @@ const LEASE_RENEW: Duration = Duration::from_secs(10);
 /// The manager's Deployment, as upstream's manifests name it, and the release the model plays
 /// (what `lifecycle preflight` reads from its image).
 pub const DEPLOYMENT_NAME: &str = "capi-controller-manager";
-pub const MODEL_RELEASE: &str = "v1.12.0";
 
 /// What the model remembers between reconciles.
 #[derive(Clone, Debug, Default)]
 pub struct CapiModel {
     /// Whether the world runs it (`capiManager: true`).
     pub enabled: bool,
+    /// The release its Deployment's image names (`capiRelease`, a timeline step changes it).
+    release: CapiRelease,
     /// Reconciles queued: a Machine once per instant (a work queue dedups keys; a requeue
     /// later does not hold back a reaction now).
     queued: BTreeSet<(ObjKey, Timestamp)>,
@@ -88,10 +90,46 @@ enum Step {
 }
 
 impl CapiModel {
-    pub fn new(enabled: bool) -> Self {
+    pub fn new(enabled: bool, release: CapiRelease) -> Self {
         CapiModel {
             enabled,
+            release,
             ..Default::default()
+        }
+    }
+
+    /// Cluster API upgraded (or downgraded) to `release`: the Deployment's image names it and
+    /// the manager restarts (its new pod lists everything and reconciles every Machine
+    /// deleting, every MHC and MachinePool, as at its start). Without the model, only the
+    /// Deployment a scenario lists changes.
+    pub(crate) fn upgrade(&mut self, env: &mut Env<'_>, release: &CapiRelease) {
+        let key = ObjKey::new("apps", "Deployment", LEASE_NAMESPACE, DEPLOYMENT_NAME);
+        let before = self.release.clone();
+        self.release = release.clone();
+        let patch = json!({"spec": {"template": {"spec": {"containers": [container(release)]}}}});
+        match env
+            .api
+            .store_mut(&Scope::Management)
+            .patch(&key, &patch, Part::Main)
+        {
+            Ok(w) => {
+                env.line(
+                    "scenario",
+                    "CapiRelease",
+                    crate::api::describe(&Scope::Management, &key),
+                    format!("{before} -> {release} (image {})", release.image()),
+                );
+                env.changed(&Scope::Management, w);
+            }
+            Err(e) => env.line(
+                "scenario",
+                "CapiRelease",
+                crate::api::describe(&Scope::Management, &key),
+                format!("no manager Deployment to upgrade: {e:?}"),
+            ),
+        }
+        if self.enabled {
+            self.resync(env);
         }
     }
 
@@ -217,12 +255,17 @@ impl CapiModel {
         });
         let now = env.clock.now;
         let store = env.api.store_mut(&Scope::Management);
-        // Created with the Lease, never changed: nothing watches it but `lifecycle preflight`.
-        let _ = store.create(deployment(), now);
+        // Created with the Lease; only a release change (`capiRelease`) changes it.
+        let _ = store.create(deployment(&self.release), now);
         if store.create(lease, now).is_ok() {
             env.schedule_in(LEASE_RENEW, Event::CapiLeaseRenew);
         }
-        // Its first list: every Machine already being deleted is reconciled at once.
+        self.resync(env);
+    }
+
+    /// Its first list: every Machine already being deleted, every MHC and every MachinePool
+    /// is reconciled at once.
+    fn resync(&mut self, env: &mut Env<'_>) {
         let deleting: Vec<ObjKey> = env
             .api
             .store(&Scope::Management)
@@ -785,7 +828,7 @@ impl CapiModel {
 /// The hook annotations with `prefix`, sorted (as upstream lists them).
 /// The manager's Deployment as upstream's `config/manager` ships it, with the model's release
 /// in the image tag and the MachinePool feature gate on.
-fn deployment() -> Value {
+fn deployment(release: &CapiRelease) -> Value {
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": DEPLOYMENT_NAME, "namespace": LEASE_NAMESPACE,
@@ -795,14 +838,19 @@ fn deployment() -> Value {
             "selector": {"matchLabels": {"cluster.x-k8s.io/provider": "cluster-api", "control-plane": "controller-manager"}},
             "template": {
                 "metadata": {"labels": {"cluster.x-k8s.io/provider": "cluster-api", "control-plane": "controller-manager"}},
-                "spec": {"containers": [{
-                    "name": "manager",
-                    "image": format!("registry.k8s.io/cluster-api/cluster-api-controller:{MODEL_RELEASE}"),
-                    "args": ["--leader-elect", "--diagnostics-address=:8443",
-                        "--feature-gates=MachinePool=true,ClusterTopology=false"],
-                }]},
+                "spec": {"containers": [container(release)]},
             },
         },
+    })
+}
+
+/// The manager container: the release's image and upstream's arguments.
+fn container(release: &CapiRelease) -> Value {
+    json!({
+        "name": "manager",
+        "image": release.image(),
+        "args": ["--leader-elect", "--diagnostics-address=:8443",
+            "--feature-gates=MachinePool=true,ClusterTopology=false"],
     })
 }
 

@@ -90,7 +90,7 @@ impl Sim {
             lp: Loop::new(Engine::new(), LoopOptions::default()),
             timeline: Timeline::default(),
             world: WorldState {
-                capi: crate::capi::CapiModel::new(knobs.capi_manager),
+                capi: crate::capi::CapiModel::new(knobs.capi_manager, knobs.capi_release.clone()),
                 knobs,
                 ..Default::default()
             },
