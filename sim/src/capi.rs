@@ -5,7 +5,7 @@
 //!
 //! | step | upstream (`core/reconcilers/machine/machine_controller.go`) |
 //! |---|---|
-//! | paused Cluster or Machine: nothing | `reconcile`: paused check before the deletion branch |
+//! | every Machine: its `Paused` condition (`capi_paused`); paused, or that condition just written: nothing more | `reconcile`: `EnsurePausedCondition` before the deletion branch |
 //! | node operations only when `isDeleteNodeAllowed` (Cluster not deleting, a nodeRef, an active control-plane Machine) | §1.3 |
 //! | pre-drain hooks hold: `WaitingForPreDrainHook` | §1.2 3a |
 //! | drain (unless excluded, pre-terminate started, infrastructure gone or deleting, or its timeout, `nodeDrainTimeoutSeconds` or v1beta1 `nodeDrainTimeout`, passed): cordon, evict the pods of the lowest drain order (`capi_drain`: not those of a DaemonSet that exists, mirror pods, the drain label's or a MachineDrainRule's Skip and WaitCompleted), on an unreachable Node with a 1 s grace period and skipping pods deleting for over 1 s; a drain error shows as upstream's `Error draining Node` message; the next reconcile deferred 20 s; `DrainingNode` with upstream's message (pods deleting, refusals); a Node that is gone is drained | §1.2 3b, §1.4, §1.5, §1.6 |
@@ -209,10 +209,17 @@ impl CapiModel {
                 .map(|s| {
                     s.list("cluster.x-k8s.io", "Machine")
                         .filter(|(k, m)| {
-                            json::is_deleting(m)
-                                && (*k == key
-                                    || key.kind == "Cluster"
-                                    || crate::api::is_provider_group(&key.group))
+                            // Any Machine written, or of a Cluster written (its Paused
+                            // condition); a deleting one on a provider object's change too.
+                            let of_cluster = key.kind == "Cluster"
+                                && key.group == "cluster.x-k8s.io"
+                                && k.namespace == key.namespace
+                                && json::str_at(m, "spec.clusterName") == Some(key.name.as_str());
+                            *k == key
+                                || of_cluster
+                                || (json::is_deleting(m)
+                                    && (key.kind == "Cluster"
+                                        || crate::api::is_provider_group(&key.group)))
                         })
                         .map(|(k, _)| k.clone())
                         .collect()
@@ -263,20 +270,19 @@ impl CapiModel {
         self.resync(env);
     }
 
-    /// Its first list: every Machine already being deleted, every MHC and every MachinePool
-    /// is reconciled at once.
+    /// Its first list: every Machine (its `Paused` condition, the deletion of one already being
+    /// deleted), every MHC and every MachinePool is reconciled at once.
     fn resync(&mut self, env: &mut Env<'_>) {
-        let deleting: Vec<ObjKey> = env
+        let machines: Vec<ObjKey> = env
             .api
             .store(&Scope::Management)
             .map(|s| {
                 s.list("cluster.x-k8s.io", "Machine")
-                    .filter(|(_, m)| json::is_deleting(m))
                     .map(|(k, _)| k.clone())
                     .collect()
             })
             .unwrap_or_default();
-        for machine in deleting {
+        for machine in machines {
             self.queue(env, machine, REACTION);
         }
         let namespaces: BTreeSet<String> = env
@@ -355,12 +361,16 @@ impl CapiModel {
         }
     }
 
-    /// One reconcile of a Machine by CAPI's manager.
+    /// One reconcile of a Machine by CAPI's manager: its `Paused` condition, then, unless it
+    /// is paused or that condition just changed, its deletion.
     pub(crate) fn reconcile(&mut self, env: &mut Env<'_>, key: &ObjKey) {
         self.queued.remove(&(key.clone(), env.clock.now));
         let Some(machine) = env.api.get(&Scope::Management, key).cloned() else {
             return;
         };
+        if crate::capi_paused::ensure(env, ACTOR, key, &machine) {
+            return;
+        }
         if !json::is_deleting(&machine)
             || !json::finalizers(&machine)
                 .iter()

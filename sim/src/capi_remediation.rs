@@ -17,7 +17,7 @@
 
 use crate::api::json::Pointer as _;
 use crate::api::{ObjKey, Part, json};
-use crate::capi_health::{condition, set_conditions};
+use crate::capi_conditions::{condition, set_conditions};
 use crate::env::Env;
 use engine::model::{PAUSED_ANNOTATION, REMEDIATE_MACHINE_ANNOTATION, Scope};
 use serde_json::{Value, json};

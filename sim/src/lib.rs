@@ -8,8 +8,10 @@
 
 pub mod api;
 mod capi;
+mod capi_conditions;
 mod capi_drain;
 mod capi_health;
+mod capi_paused;
 mod capi_pools;
 mod capi_remediation;
 mod checks;
