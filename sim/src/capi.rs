@@ -72,6 +72,8 @@ pub struct CapiModel {
     pools_queued: BTreeSet<(ObjKey, Timestamp)>,
     /// MachineSet reconciles queued (for owner remediation), likewise.
     machine_sets_queued: BTreeSet<(ObjKey, Timestamp)>,
+    /// MachineDeployment reconciles queued, likewise.
+    deployments_queued: BTreeSet<(ObjKey, Timestamp)>,
     /// Machines whose unfinished drain deferred their next reconcile to this time
     /// (`DeferNextReconcileForObject`): a reconcile sooner (its own status write) returns.
     deferred: BTreeMap<ObjKey, Timestamp>,
@@ -198,8 +200,18 @@ impl CapiModel {
             if let Some(ms) = ms {
                 let at = env.clock.now + REACTION;
                 if self.machine_sets_queued.insert((ms.clone(), at)) {
-                    env.schedule(at, Event::CapiMachineSetReconcile { ms });
+                    env.schedule(at, Event::CapiMachineSetReconcile { ms: ms.clone() });
                 }
+                self.queue_deployment_of(env, &ms);
+            }
+        }
+        // Its MachineDeployment controller watches MachineDeployments and the MachineSets
+        // they control (a MachineSet's Machines bring it back through their MachineSet).
+        if *scope == Scope::Management && key.group == "cluster.x-k8s.io" {
+            match key.kind.as_str() {
+                "MachineDeployment" => self.queue_deployment(env, key.clone()),
+                "MachineSet" => self.queue_deployment_of(env, key),
+                _ => {}
             }
         }
         let machines: Vec<ObjKey> = match scope {
@@ -302,6 +314,45 @@ impl CapiModel {
         for pool in crate::capi_pools::pools(env) {
             self.queue_pool(env, pool, REACTION);
         }
+        let deployments: Vec<ObjKey> = env
+            .api
+            .store(&Scope::Management)
+            .map(|s| {
+                s.list("cluster.x-k8s.io", "MachineDeployment")
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for md in deployments {
+            self.queue_deployment(env, md);
+        }
+    }
+
+    /// Queues the reconcile of the MachineDeployment that controls MachineSet `ms`, if any.
+    fn queue_deployment_of(&mut self, env: &mut Env<'_>, ms: &ObjKey) {
+        let md = env.api.get(&Scope::Management, ms).and_then(|ms_obj| {
+            crate::capi_remediation::controller_of(ms_obj)
+                .filter(|(kind, _)| *kind == "MachineDeployment")
+                .map(|(_, name)| {
+                    ObjKey::new("cluster.x-k8s.io", "MachineDeployment", &ms.namespace, name)
+                })
+        });
+        if let Some(md) = md {
+            self.queue_deployment(env, md);
+        }
+    }
+
+    fn queue_deployment(&mut self, env: &mut Env<'_>, md: ObjKey) {
+        let at = env.clock.now + REACTION;
+        if self.deployments_queued.insert((md.clone(), at)) {
+            env.schedule(at, Event::CapiDeploymentReconcile { md });
+        }
+    }
+
+    /// One reconcile of a MachineDeployment by CAPI's manager (`capi_deployments`).
+    pub(crate) fn reconcile_deployment(&mut self, env: &mut Env<'_>, md: &ObjKey) {
+        self.deployments_queued.remove(&(md.clone(), env.clock.now));
+        crate::capi_deployments::reconcile(env, ACTOR, md);
     }
 
     /// A queued MachineSet reconcile is due (the world runs it: remediation, then replicas).

@@ -9,6 +9,7 @@
 pub mod api;
 mod capi;
 mod capi_conditions;
+mod capi_deployments;
 mod capi_drain;
 mod capi_health;
 mod capi_paused;

@@ -212,6 +212,7 @@ impl WorldState {
             Event::CapiLeaseRenew => self.capi.renew_lease(env),
             Event::CapiHealthCheck { mhc } => self.capi.check_health(env, &mhc),
             Event::CapiPoolReconcile { pool } => self.capi.reconcile_pool(env, &pool),
+            Event::CapiDeploymentReconcile { md } => self.capi.reconcile_deployment(env, &md),
             Event::CapiMachineSetReconcile { ms } => {
                 self.capi.machine_set_dequeued(env, &ms);
                 self.scale(env, &ms);
