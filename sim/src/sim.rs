@@ -277,6 +277,11 @@ impl Sim {
                     world.react(&mut env, &scope, &written);
                     self.deliver(&scope, written);
                     self.with_tracker(|t, sim| t.observe(sim));
+                    // A self-hosted controller whose own pod terminates dies with it, and is
+                    // started again (its replacement pod elsewhere).
+                    if std::mem::take(&mut self.world.controller_pod_evicted) {
+                        self.restart_controller(false);
+                    }
                 }
                 Work::Command(command) => self.execute(command),
             }

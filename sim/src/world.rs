@@ -16,6 +16,9 @@ use std::sync::Arc;
 
 pub const POD_GC_DELAY: Duration = Duration::from_secs(40);
 pub const SHUTDOWN_ANNOTATION: &str = "sim.lifecycle.x-k8s.io/shutdown";
+/// The label of the controller's own pod (a self-hosted management cluster): when it starts
+/// terminating, the controller process dies and is started again.
+pub const CONTROLLER_POD_LABEL: &str = "sim.lifecycle.x-k8s.io/controller";
 
 #[derive(Clone, Debug, Default)]
 pub struct WorldState {
@@ -41,6 +44,8 @@ pub struct WorldState {
     pub shutting_down: BTreeSet<(Scope, ObjKey)>,
     /// Cluster API's own manager (`capiManager: true`).
     pub capi: crate::capi::CapiModel,
+    /// The controller's own pod started terminating: the driver restarts the controller.
+    pub controller_pod_evicted: bool,
 }
 
 fn controller_of(obj: &Value) -> Option<(String, String)> {
@@ -240,6 +245,15 @@ impl WorldState {
         if self.kubelet_stopped.contains(&(scope.clone(), node)) {
             self.shutting_down.remove(&(scope.clone(), key.clone()));
             return;
+        }
+        if json::labels(&pod).contains_key(CONTROLLER_POD_LABEL) {
+            self.controller_pod_evicted = true;
+            env.line(
+                "world",
+                "ControllerPodTerminating",
+                crate::api::describe(scope, key),
+                "the controller's own pod is terminating: its process dies".into(),
+            );
         }
         let shutdown = json::annotations(&pod)
             .get(SHUTDOWN_ANNOTATION)
