@@ -191,7 +191,7 @@ impl CapiModel {
         if *scope == Scope::Management && key.group == "cluster.x-k8s.io" && key.kind == "Machine" {
             // A Machine gone is mapped to its MachineSet from its last state (a watch's delete).
             let ms = env.api.get(scope, key).or(removed).and_then(|m| {
-                crate::capi_remediation::controller_of(m)
+                json::controller(m)
                     .filter(|(kind, _)| *kind == "MachineSet")
                     .map(|(_, name)| {
                         ObjKey::new("cluster.x-k8s.io", "MachineSet", &key.namespace, name)
@@ -331,7 +331,7 @@ impl CapiModel {
     /// Queues the reconcile of the MachineDeployment that controls MachineSet `ms`, if any.
     fn queue_deployment_of(&mut self, env: &mut Env<'_>, ms: &ObjKey) {
         let md = env.api.get(&Scope::Management, ms).and_then(|ms_obj| {
-            crate::capi_remediation::controller_of(ms_obj)
+            json::controller(ms_obj)
                 .filter(|(kind, _)| *kind == "MachineDeployment")
                 .map(|(_, name)| {
                     ObjKey::new("cluster.x-k8s.io", "MachineDeployment", &ms.namespace, name)

@@ -7,17 +7,14 @@
 //! | the new MachineSet: the one whose template is the MachineDeployment's; none: one is created, `<md>-<revision>`, revision one past the highest, on the MachineSet and the MachineDeployment (`machinedeployment.clusters.x-k8s.io/revision`) | `getAllMachineSetsAndSyncRevision` |
 //! | `maxSurge` (default 1, a percentage rounded up) and `maxUnavailable` (default 0, rounded down; 1 when both are 0) against `spec.replicas` | `ResolveFenceposts` |
 //! | the new MachineSet scaled up while the replicas of all do not exceed `replicas + maxSurge` | `reconcileNewMachineSet`, `NewMSNewReplicas` |
-//! | the old ones scaled down, oldest revision first, while the available Machines (a Node that is Ready, not deleting) stay at least `replicas - maxUnavailable`, and never more than their surplus over that minimum less the new one's unavailable | `reconcileOldMachineSets`, `scaleDownOldMachineSetsForRollingUpdate` |
+//! | the old ones, oldest revision first, once the replicas of all exceed `replicas - maxUnavailable` plus the new one's unavailable: first by their unavailable Machines (within that excess), then while the available Machines (a Node that is Ready, not deleting) stay at least `replicas - maxUnavailable` | `reconcileOldMachineSets`, `cleanupUnhealthyReplicas`, `scaleDownOldMachineSetsForRollingUpdate` |
 //! | which Machines of an old MachineSet go: its own scale-down's priority (`machine_sets::scaling`: the delete-machine annotation, unhealthy ones, then `spec.deletion.order`), the MachineDeployment's order copied onto the new MachineSet | `delete_policy.go` |
 //!
-//! Not modelled: `OnDelete`, `rollout.after`, `minReadySeconds`, the scale-down of old
-//! MachineSets' unhealthy Machines ahead of the rest (`cleanupUnhealthyReplicas`),
-//! proportional scaling of a resize mid-rollout, the cleanup of old MachineSets, in-place
+//! Not modelled: `OnDelete`, `rollout.after`, `minReadySeconds`, proportional scaling of a resize mid-rollout, the cleanup of old MachineSets, in-place
 //! propagation of labels and annotations, and the MachineDeployment's status.
 
 use crate::api::json::Pointer as _;
 use crate::api::{ObjKey, Part, json};
-use crate::capi_remediation::controller_of;
 use crate::env::Env;
 use engine::model::{PAUSED_ANNOTATION, Scope};
 use serde_json::{Value, json};
@@ -92,29 +89,49 @@ pub(crate) fn reconcile(env: &mut Env<'_>, actor: &str, md_key: &ObjKey) {
         sets[new_index].1["spec"]["replicas"] = json!(replicas);
     }
     let all: i64 = sets.iter().map(|(_, ms)| spec_replicas(ms)).sum();
-    let available: i64 = sets.iter().map(|(k, _)| available_machines(env, k)).sum();
     let new_available = available_machines(env, &sets[new_index].0);
     let new_unavailable = (spec_replicas(&sets[new_index].1) - new_available).max(0);
     let min_available = replicas - unavailable;
-    let mut budget = (available - min_available)
-        .min(all - min_available - new_unavailable)
-        .max(0);
-    let mut old: Vec<(ObjKey, Value)> = sets
+    let max_scaled_down = all - min_available - new_unavailable;
+    if max_scaled_down <= 0 {
+        return;
+    }
+    let mut old: Vec<(ObjKey, i64, u64)> = sets
         .iter()
         .enumerate()
         .filter(|(i, _)| *i != new_index)
-        .map(|(_, s)| s.clone())
+        .map(|(_, (k, ms))| (k.clone(), spec_replicas(ms), revision(ms)))
         .collect();
-    old.sort_by_key(|(k, ms)| (revision(ms), k.name.to_string()));
-    for (key, ms) in &old {
-        let current = spec_replicas(ms);
-        let down = current.min(budget);
+    old.sort_by_key(|(k, _, revision)| (*revision, k.name.to_string()));
+    // Unhealthy replicas first (`cleanupUnhealthyReplicas`): they would block the rollout.
+    let mut cleaned = 0;
+    for (key, current, _) in &mut old {
+        let unavailable_here = *current - available_machines(env, key);
+        let down = unavailable_here.min(max_scaled_down - cleaned);
         if down > 0 {
             scale(
                 env,
                 actor,
                 key,
-                current,
+                *current,
+                *current - down,
+                "scales down the unavailable of the old",
+            );
+            *current -= down;
+            cleaned += down;
+        }
+    }
+    // Then as many as keep `minAvailable` (`scaleDownOldMachineSetsForRollingUpdate`).
+    let available: i64 = sets.iter().map(|(k, _)| available_machines(env, k)).sum();
+    let mut budget = (available - min_available).max(0);
+    for (key, current, _) in &old {
+        let down = (*current).min(budget);
+        if down > 0 {
+            scale(
+                env,
+                actor,
+                key,
+                *current,
                 current - down,
                 "scales down the old",
             );
@@ -146,7 +163,7 @@ fn machine_sets(env: &Env<'_>, md_key: &ObjKey) -> Vec<(ObjKey, Value)> {
                 .filter(|(k, ms)| {
                     k.namespace == md_key.namespace
                         && !json::is_deleting(ms)
-                        && controller_of(ms) == Some(("MachineDeployment", md_key.name.as_str()))
+                        && json::controller(ms) == Some(("MachineDeployment", md_key.name.as_str()))
                 })
                 .map(|(k, ms)| (k.clone(), ms.clone()))
                 .collect()
@@ -293,7 +310,7 @@ fn available_machines(env: &Env<'_>, ms_key: &ObjKey) -> i64 {
         .filter(|(k, m)| {
             k.namespace == ms_key.namespace
                 && !json::is_deleting(m)
-                && controller_of(m) == Some(("MachineSet", ms_key.name.as_str()))
+                && json::controller(m) == Some(("MachineSet", ms_key.name.as_str()))
         })
         .filter(|(_, m)| {
             let Some(node) = json::str_at(m, "status.nodeRef.name") else {

@@ -28,15 +28,6 @@ const OWNER_REMEDIATED: &str = "OwnerRemediated";
 const MACHINE_DELETING: &str = "MachineDeleting";
 const REVISION_ANNOTATION: &str = "machinedeployment.clusters.x-k8s.io/revision";
 
-/// The controller (kind, name) of an object, from its owner references.
-pub(crate) fn controller_of(obj: &Value) -> Option<(&str, &str)> {
-    obj.at_pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)?
-        .iter()
-        .find(|o| o["controller"] == true)
-        .and_then(|o| Some((o["kind"].as_str()?, o["name"].as_str()?)))
-}
-
 /// The status of the Machine's v1beta2 condition of `type_`, and its reason.
 fn current<'a>(machine: &'a Value, type_: &str) -> Option<(&'a str, &'a str)> {
     let v1beta1 = json::api_version(machine).ends_with("v1beta1");
@@ -85,7 +76,7 @@ pub(crate) fn reconcile(env: &mut Env<'_>, actor: &str, ms_key: &ObjKey) {
             s.list("cluster.x-k8s.io", "Machine")
                 .filter(|(k, m)| {
                     k.namespace == ms_key.namespace
-                        && controller_of(m) == Some(("MachineSet", ms_key.name.as_str()))
+                        && json::controller(m) == Some(("MachineSet", ms_key.name.as_str()))
                 })
                 .map(|(k, m)| (k.clone(), m.clone()))
                 .collect()
@@ -111,7 +102,7 @@ pub(crate) fn reconcile(env: &mut Env<'_>, actor: &str, ms_key: &ObjKey) {
         return;
     }
     let now = env.clock.now;
-    let md = controller_of(&ms)
+    let md = json::controller(&ms)
         .filter(|(kind, _)| *kind == "MachineDeployment")
         .and_then(|(_, name)| {
             env.api.get(
