@@ -135,7 +135,8 @@ impl CapiModel {
         }
     }
 
-    /// A write CAPI's manager watches: the deleting Machines it concerns are reconciled soon.
+    /// A write CAPI's manager watches: the objects its controllers reconcile for it (the
+    /// Machines, MHCs, MachinePools, MachineSets and MachineDeployments it concerns) soon.
     pub(crate) fn react(
         &mut self,
         env: &mut Env<'_>,
@@ -186,34 +187,7 @@ impl CapiModel {
         for pool in pools {
             self.queue_pool(env, pool, REACTION);
         }
-        // Its MachineSet controller watches the Machines it controls (their health conditions
-        // start owner remediation, `sim/src/capi_remediation.rs`).
-        if *scope == Scope::Management && key.group == "cluster.x-k8s.io" && key.kind == "Machine" {
-            // A Machine gone is mapped to its MachineSet from its last state (a watch's delete).
-            let ms = env.api.get(scope, key).or(removed).and_then(|m| {
-                json::controller(m)
-                    .filter(|(kind, _)| *kind == "MachineSet")
-                    .map(|(_, name)| {
-                        ObjKey::new("cluster.x-k8s.io", "MachineSet", &key.namespace, name)
-                    })
-            });
-            if let Some(ms) = ms {
-                let at = env.clock.now + REACTION;
-                if self.machine_sets_queued.insert((ms.clone(), at)) {
-                    env.schedule(at, Event::CapiMachineSetReconcile { ms: ms.clone() });
-                }
-                self.queue_deployment_of(env, &ms);
-            }
-        }
-        // Its MachineDeployment controller watches MachineDeployments and the MachineSets
-        // they control (a MachineSet's Machines bring it back through their MachineSet).
-        if *scope == Scope::Management && key.group == "cluster.x-k8s.io" {
-            match key.kind.as_str() {
-                "MachineDeployment" => self.queue_deployment(env, key.clone()),
-                "MachineSet" => self.queue_deployment_of(env, key),
-                _ => {}
-            }
-        }
+        self.react_sets(env, scope, key, removed);
         let machines: Vec<ObjKey> = match scope {
             Scope::Management => env
                 .api
@@ -325,6 +299,45 @@ impl CapiModel {
             .unwrap_or_default();
         for md in deployments {
             self.queue_deployment(env, md);
+        }
+    }
+
+    /// Its MachineSet and MachineDeployment controllers' share of a write.
+    fn react_sets(
+        &mut self,
+        env: &mut Env<'_>,
+        scope: &Scope,
+        key: &ObjKey,
+        removed: Option<&Value>,
+    ) {
+        if *scope != Scope::Management || key.group != "cluster.x-k8s.io" {
+            return;
+        }
+        // Its MachineSet controller watches the Machines it controls (their health conditions
+        // start owner remediation, `sim/src/capi_remediation.rs`).
+        if key.kind == "Machine" {
+            // A Machine gone is mapped to its MachineSet from its last state (a watch's delete).
+            let ms = env.api.get(scope, key).or(removed).and_then(|m| {
+                json::controller(m)
+                    .filter(|(kind, _)| *kind == "MachineSet")
+                    .map(|(_, name)| {
+                        ObjKey::new("cluster.x-k8s.io", "MachineSet", &key.namespace, name)
+                    })
+            });
+            if let Some(ms) = ms {
+                let at = env.clock.now + REACTION;
+                if self.machine_sets_queued.insert((ms.clone(), at)) {
+                    env.schedule(at, Event::CapiMachineSetReconcile { ms: ms.clone() });
+                }
+                self.queue_deployment_of(env, &ms);
+            }
+        }
+        // Its MachineDeployment controller watches MachineDeployments and the MachineSets
+        // they control (a MachineSet's Machines bring it back through their MachineSet).
+        match key.kind.as_str() {
+            "MachineDeployment" => self.queue_deployment(env, key.clone()),
+            "MachineSet" => self.queue_deployment_of(env, key),
+            _ => {}
         }
     }
 
