@@ -45,6 +45,9 @@ pub enum Step {
     /// A MachineHealthCheck asks for the Machine's remediation: `OwnerRemediated=False` for
     /// its owner, or `ExternallyRemediated=False` with a request for an external controller.
     RequestRemediation,
+    /// The Machine's owner (its MachineSet) deletes it for its failed health check: marked
+    /// `OwnerRemediated=False (MachineDeleting)` and deleted.
+    DeleteUnhealthy,
     /// A MachineHealthCheck's counts (`expectedMachines`, `currentHealthy`,
     /// `remediationsAllowed`): this controller would write values the object does not show.
     StatusCounts,
@@ -64,6 +67,7 @@ impl Step {
             Step::RemoveFinalizer => "RemoveFinalizer",
             Step::MarkUnhealthy => "MarkUnhealthy",
             Step::RequestRemediation => "RequestRemediation",
+            Step::DeleteUnhealthy => "DeleteUnhealthy",
             Step::StatusCounts => "StatusCounts",
             Step::PoolStatus => "PoolStatus",
         }
@@ -76,6 +80,7 @@ impl Step {
                 "machinehealthcheck"
             }
             Step::PoolStatus => "machinepool",
+            Step::DeleteUnhealthy => "machineset",
             _ => "machine",
         }
     }
@@ -251,6 +256,9 @@ pub struct Comparator {
     schedulable: BTreeSet<ObjectKey>,
     running: BTreeSet<ObjectKey>,
     unmarked: BTreeSet<ObjectKey>,
+    /// Machines, Nodes and provider objects seen not deleting: their deletion from there is
+    /// someone's act; one first seen deleting was deleted before this controller looked.
+    standing: BTreeSet<ObjectKey>,
     /// Machines seen with no remediation asked of anyone.
     unrequested: BTreeSet<ObjectKey>,
     steps: BTreeMap<(Step, ObjectKey), (ObjectKey, Sides)>,
@@ -468,6 +476,32 @@ fn requests_remediation(command: &Command) -> Option<(&ObjectKey, Option<Deviati
     }
 }
 
+/// The Machine owner remediation decides to delete: its `OwnerRemediated=False
+/// (MachineDeleting)` mark (written before the deletion, which waits to see it), or the deletion.
+fn deletes_unhealthy(command: &Command) -> Option<&ObjectKey> {
+    if command.controller != ControllerId::Remediation {
+        return None;
+    }
+    match &command.action {
+        Action::SetCondition {
+            target, conditions, ..
+        } if target.key.kind == Kind::Machine && marked_for_deletion(conditions) => {
+            Some(&target.key)
+        }
+        Action::DeleteMachine { target } => Some(&target.key),
+        _ => None,
+    }
+}
+
+const MACHINE_DELETING: &str = "MachineDeleting";
+
+/// `OwnerRemediated=False (MachineDeleting)`: the owner deletes the Machine.
+fn marked_for_deletion(conditions: &crate::model::Conditions) -> bool {
+    conditions
+        .current(OWNER_REMEDIATED)
+        .is_some_and(|c| c.status == ConditionStatus::False && c.reason == MACHINE_DELETING)
+}
+
 /// The Machine whose deletion this controller would finish with the finalizer's release.
 fn completes(command: &Command) -> Option<&ObjectKey> {
     if command.controller != ControllerId::Deletion {
@@ -549,6 +583,10 @@ impl Comparator {
         }
         if let Some(machine) = completes(command) {
             self.completed.entry(machine.clone()).or_insert(at);
+        }
+        if let Some(machine) = deletes_unhealthy(command) {
+            self.ours(at, Step::DeleteUnhealthy, machine, command, None);
+            return;
         }
         if let Some((machine, deviation)) = requests_remediation(command) {
             self.ours(at, Step::RequestRemediation, machine, command, deviation);
@@ -693,7 +731,11 @@ impl Comparator {
                 }
                 let has_finalizer = m.meta.finalizers.iter().any(|f| f == MACHINE_FINALIZER);
                 if m.meta.deletion_timestamp.is_none() {
+                    self.standing.insert(key.clone());
                     return;
+                }
+                if self.standing.remove(key) && marked_for_deletion(&m.conditions) {
+                    self.theirs(at, Step::DeleteUnhealthy, key, key);
                 }
                 let watched = self.machines.entry(key.clone()).or_insert_with(|| Watched {
                     node: None,
@@ -729,6 +771,7 @@ impl Comparator {
                 }
             }
             (Kind::Machine, None) => {
+                self.standing.remove(key);
                 self.unmarked.remove(key);
                 self.unrequested.remove(key);
                 if self.machines.get(key).is_some_and(|w| w.had_finalizer) {
@@ -749,6 +792,8 @@ impl Comparator {
                 }
                 if n.meta.deletion_timestamp.is_some() {
                     self.target_gone(at, key);
+                } else {
+                    self.standing.insert(key.clone());
                 }
             }
             (Kind::Pod, Some(Object::Pod(p))) => {
@@ -802,6 +847,9 @@ impl Comparator {
             }
             (_, Some(o)) if o.meta().deletion_timestamp.is_some() => self.target_gone(at, key),
             (_, None) => self.target_gone(at, key),
+            (Kind::External(_), Some(_)) => {
+                self.standing.insert(key.clone());
+            }
             _ => {}
         }
     }
@@ -858,8 +906,13 @@ impl Comparator {
             .map(|(m, _)| m.clone())
     }
 
-    /// A Node, infrastructure or bootstrap object of a deleting Machine is deleting or gone.
+    /// A Node, infrastructure or bootstrap object of a deleting Machine is deleting or gone:
+    /// someone's step only when it was seen standing before (not when this controller first saw
+    /// it already deleting: that step was taken before it looked).
     fn target_gone(&mut self, at: Timestamp, key: &ObjectKey) {
+        if !self.standing.remove(key) {
+            return;
+        }
         if let Some((machine, step)) = self.targets.get(key).cloned()
             && self.machines.contains_key(&machine)
         {
@@ -1231,6 +1284,37 @@ mod tests {
         assert_eq!(skip_labelled_pod_deleted(true), Vec::new());
     }
 
+    /// Found beside CAPI: a shadow started mid-deletion saw the infrastructure already deleting,
+    /// then gone; CAPI deleted it before this controller looked, which is no disagreement. The
+    /// Node it saw standing and then deleted still is someone's step.
+    #[test]
+    fn a_deletion_done_before_the_first_sighting_is_nobodys_step() {
+        let mut c = Comparator::new();
+        let mut infra = crate::testing::infra_machine("m1");
+        infra.meta.deletion_timestamp = Some(T0);
+        let infra = Object::External(infra);
+        let infra_key = infra.key(&Scope::Management);
+        see(&mut c, T0, &upsert(Scope::Management, infra));
+        see(
+            &mut c,
+            T0,
+            &upsert(workload("c1"), Object::Node(node("n1"))),
+        );
+        see(&mut c, T0, &upsert(Scope::Management, deleting_m1()));
+        see(&mut c, at(5), &Input::Delete { key: infra_key });
+        let mut node_going = node("n1");
+        node_going.meta.deletion_timestamp = Some(at(8));
+        see(
+            &mut c,
+            at(8),
+            &upsert(workload("c1"), Object::Node(node_going)),
+        );
+        c.finish(at(600));
+        let found = c.take();
+        let steps: Vec<(Step, Side)> = found.iter().map(|d| (d.step, d.side)).collect();
+        assert_eq!(steps, [(Step::DeleteNode, Side::OnlyTheirs)], "{found:?}");
+    }
+
     /// Also found over HTTP: the Machine's deletion reaches the controller before its Node's,
     /// which is on another cluster's stream.
     #[test]
@@ -1377,6 +1461,71 @@ mod tests {
             T0,
         );
         m
+    }
+
+    /// The owner's deletion of an unhealthy Machine is compared per Machine: this controller
+    /// marks w1 `MachineDeleting` and the MachineSet deletes it (agreed); the MachineSet alone
+    /// deletes w2 (only-theirs); w3 deleted without the mark (a scale-down) is no remediation;
+    /// w4, first seen already deleting with the mark, was remediated before this controller
+    /// looked.
+    #[test]
+    fn the_owners_deletion_of_an_unhealthy_machine_is_compared_per_machine() {
+        let mut c = Comparator::new();
+        for name in ["w1", "w2", "w3"] {
+            see(&mut c, at(0), &w(name, false));
+        }
+        let remediated = |name: &str, secs: i64| {
+            let m = machine("c1", name, Some(name));
+            let mut m = with_condition(m, HEALTH_CHECK_SUCCEEDED, "NodeDeleted", "");
+            m = with_condition(m, OWNER_REMEDIATED, MACHINE_DELETING, "Machine is deleting");
+            m.meta.deletion_timestamp = Some(at(secs));
+            upsert(Scope::Management, Object::Machine(m))
+        };
+        let mut conditions = crate::model::Conditions::default();
+        crate::model::set_condition(
+            &mut conditions.current,
+            crate::model::Condition::new(
+                OWNER_REMEDIATED,
+                ConditionStatus::False,
+                MACHINE_DELETING,
+                "",
+            ),
+            T0,
+        );
+        let mark = Command {
+            controller: ControllerId::Remediation,
+            owner: ObjectKey::management(Kind::MachineSet, "default", "ms"),
+            ..command(Action::SetCondition {
+                target: Target {
+                    key: ObjectKey::management(Kind::Machine, "default", "w1"),
+                    api_version: "cluster.x-k8s.io/v1beta2".into(),
+                },
+                conditions,
+                summary: String::new(),
+            })
+        };
+        c.withheld(at(10), &mark);
+        see(&mut c, at(11), &remediated("w1", 11));
+        see(&mut c, at(12), &remediated("w2", 12));
+        let mut scaled_down = machine("c1", "w3", Some("w3"));
+        scaled_down.meta.deletion_timestamp = Some(at(13));
+        see(
+            &mut c,
+            at(13),
+            &upsert(Scope::Management, Object::Machine(scaled_down)),
+        );
+        see(&mut c, at(14), &remediated("w4", 1));
+        c.finish(at(100));
+        let found: Vec<(String, Step, Side)> = c
+            .take()
+            .into_iter()
+            .filter(|d| d.step == Step::DeleteUnhealthy)
+            .map(|d| (d.machine.name.to_string(), d.step, d.side))
+            .collect();
+        assert_eq!(
+            found,
+            [("w2".to_string(), Step::DeleteUnhealthy, Side::OnlyTheirs)]
+        );
     }
 
     /// The remediation a health check asks (its owner's, here) is compared like its mark:

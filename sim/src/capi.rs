@@ -5,7 +5,7 @@
 //!
 //! | step | upstream (`core/reconcilers/machine/machine_controller.go`) |
 //! |---|---|
-//! | paused Cluster or Machine: nothing | `reconcile`: paused check before the deletion branch |
+//! | every Machine: its `Paused` condition (`capi_paused`); paused, or that condition just written: nothing more | `reconcile`: `EnsurePausedCondition` before the deletion branch |
 //! | node operations only when `isDeleteNodeAllowed` (Cluster not deleting, a nodeRef, an active control-plane Machine) | §1.3 |
 //! | pre-drain hooks hold: `WaitingForPreDrainHook` | §1.2 3a |
 //! | drain (unless excluded, pre-terminate started, infrastructure gone or deleting, or its timeout, `nodeDrainTimeoutSeconds` or v1beta1 `nodeDrainTimeout`, passed): cordon, evict the pods of the lowest drain order (`capi_drain`: not those of a DaemonSet that exists, mirror pods, the drain label's or a MachineDrainRule's Skip and WaitCompleted), on an unreachable Node with a 1 s grace period and skipping pods deleting for over 1 s; a drain error shows as upstream's `Error draining Node` message; the next reconcile deferred 20 s; `DrainingNode` with upstream's message (pods deleting, refusals); a Node that is gone is drained | §1.2 3b, §1.4, §1.5, §1.6 |
@@ -28,6 +28,7 @@ use crate::api::{ObjKey, Part, eviction, json};
 use crate::capi_drain;
 use crate::env::Env;
 use crate::event::Event;
+use crate::scenario::CapiRelease;
 use engine::model::{
     CONTROL_PLANE_LABEL, EXCLUDE_DRAIN_ANNOTATION, EXCLUDE_VOLUME_DETACH_ANNOTATION,
     MACHINE_FINALIZER, PAUSED_ANNOTATION, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX, Scope,
@@ -54,13 +55,14 @@ const LEASE_RENEW: Duration = Duration::from_secs(10);
 /// The manager's Deployment, as upstream's manifests name it, and the release the model plays
 /// (what `lifecycle preflight` reads from its image).
 pub const DEPLOYMENT_NAME: &str = "capi-controller-manager";
-pub const MODEL_RELEASE: &str = "v1.12.0";
 
 /// What the model remembers between reconciles.
 #[derive(Clone, Debug, Default)]
 pub struct CapiModel {
     /// Whether the world runs it (`capiManager: true`).
     pub enabled: bool,
+    /// The release its Deployment's image names (`capiRelease`, a timeline step changes it).
+    release: CapiRelease,
     /// Reconciles queued: a Machine once per instant (a work queue dedups keys; a requeue
     /// later does not hold back a reaction now).
     queued: BTreeSet<(ObjKey, Timestamp)>,
@@ -68,6 +70,10 @@ pub struct CapiModel {
     health_queued: BTreeSet<(ObjKey, Timestamp)>,
     /// MachinePool reconciles queued, likewise.
     pools_queued: BTreeSet<(ObjKey, Timestamp)>,
+    /// MachineSet reconciles queued (for owner remediation), likewise.
+    machine_sets_queued: BTreeSet<(ObjKey, Timestamp)>,
+    /// MachineDeployment reconciles queued, likewise.
+    deployments_queued: BTreeSet<(ObjKey, Timestamp)>,
     /// Machines whose unfinished drain deferred their next reconcile to this time
     /// (`DeferNextReconcileForObject`): a reconcile sooner (its own status write) returns.
     deferred: BTreeMap<ObjKey, Timestamp>,
@@ -86,15 +92,58 @@ enum Step {
 }
 
 impl CapiModel {
-    pub fn new(enabled: bool) -> Self {
+    pub fn new(enabled: bool, release: CapiRelease) -> Self {
         CapiModel {
             enabled,
+            release,
             ..Default::default()
         }
     }
 
-    /// A write CAPI's manager watches: the deleting Machines it concerns are reconciled soon.
-    pub(crate) fn react(&mut self, env: &mut Env<'_>, scope: &Scope, key: &ObjKey) {
+    /// Cluster API upgraded (or downgraded) to `release`: the Deployment's image names it and
+    /// the manager restarts (its new pod lists everything and reconciles every Machine
+    /// deleting, every MHC and MachinePool, as at its start). Without the model, only the
+    /// Deployment a scenario lists changes.
+    pub(crate) fn upgrade(&mut self, env: &mut Env<'_>, release: &CapiRelease) {
+        let key = ObjKey::new("apps", "Deployment", LEASE_NAMESPACE, DEPLOYMENT_NAME);
+        let before = self.release.clone();
+        self.release = release.clone();
+        let patch = json!({"spec": {"template": {"spec": {"containers": [container(release)]}}}});
+        match env
+            .api
+            .store_mut(&Scope::Management)
+            .patch(&key, &patch, Part::Main)
+        {
+            Ok(w) => {
+                env.line(
+                    "scenario",
+                    "CapiRelease",
+                    crate::api::describe(&Scope::Management, &key),
+                    format!("{before} -> {release} (image {})", release.image()),
+                );
+                env.changed(&Scope::Management, w);
+            }
+            Err(e) => env.line(
+                "scenario",
+                "CapiRelease",
+                crate::api::describe(&Scope::Management, &key),
+                format!("no manager Deployment to upgrade: {e:?}"),
+            ),
+        }
+        if self.enabled {
+            self.resync(env);
+        }
+    }
+
+    /// A write CAPI's manager watches: the objects its controllers reconcile for it (the
+    /// Machines, MHCs, MachinePools, MachineSets and MachineDeployments it concerns) soon.
+    pub(crate) fn react(
+        &mut self,
+        env: &mut Env<'_>,
+        scope: &Scope,
+        key: &ObjKey,
+        removed: Option<&Value>,
+    ) {
         if !self.enabled {
             return;
         }
@@ -138,6 +187,7 @@ impl CapiModel {
         for pool in pools {
             self.queue_pool(env, pool, REACTION);
         }
+        self.react_sets(env, scope, key, removed);
         let machines: Vec<ObjKey> = match scope {
             Scope::Management => env
                 .api
@@ -145,10 +195,17 @@ impl CapiModel {
                 .map(|s| {
                     s.list("cluster.x-k8s.io", "Machine")
                         .filter(|(k, m)| {
-                            json::is_deleting(m)
-                                && (*k == key
-                                    || key.kind == "Cluster"
-                                    || crate::api::is_provider_group(&key.group))
+                            // Any Machine written, or of a Cluster written (its Paused
+                            // condition); a deleting one on a provider object's change too.
+                            let of_cluster = key.kind == "Cluster"
+                                && key.group == "cluster.x-k8s.io"
+                                && k.namespace == key.namespace
+                                && json::str_at(m, "spec.clusterName") == Some(key.name.as_str());
+                            *k == key
+                                || of_cluster
+                                || (json::is_deleting(m)
+                                    && (key.kind == "Cluster"
+                                        || crate::api::is_provider_group(&key.group)))
                         })
                         .map(|(k, _)| k.clone())
                         .collect()
@@ -191,23 +248,27 @@ impl CapiModel {
         });
         let now = env.clock.now;
         let store = env.api.store_mut(&Scope::Management);
-        // Created with the Lease, never changed: nothing watches it but `lifecycle preflight`.
-        let _ = store.create(deployment(), now);
+        // Created with the Lease; only a release change (`capiRelease`) changes it.
+        let _ = store.create(deployment(&self.release), now);
         if store.create(lease, now).is_ok() {
             env.schedule_in(LEASE_RENEW, Event::CapiLeaseRenew);
         }
-        // Its first list: every Machine already being deleted is reconciled at once.
-        let deleting: Vec<ObjKey> = env
+        self.resync(env);
+    }
+
+    /// Its first list: every Machine (its `Paused` condition, the deletion of one already being
+    /// deleted), every MHC and every MachinePool is reconciled at once.
+    fn resync(&mut self, env: &mut Env<'_>) {
+        let machines: Vec<ObjKey> = env
             .api
             .store(&Scope::Management)
             .map(|s| {
                 s.list("cluster.x-k8s.io", "Machine")
-                    .filter(|(_, m)| json::is_deleting(m))
                     .map(|(k, _)| k.clone())
                     .collect()
             })
             .unwrap_or_default();
-        for machine in deleting {
+        for machine in machines {
             self.queue(env, machine, REACTION);
         }
         let namespaces: BTreeSet<String> = env
@@ -227,6 +288,90 @@ impl CapiModel {
         for pool in crate::capi_pools::pools(env) {
             self.queue_pool(env, pool, REACTION);
         }
+        let deployments: Vec<ObjKey> = env
+            .api
+            .store(&Scope::Management)
+            .map(|s| {
+                s.list("cluster.x-k8s.io", "MachineDeployment")
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for md in deployments {
+            self.queue_deployment(env, md);
+        }
+    }
+
+    /// Its MachineSet and MachineDeployment controllers' share of a write.
+    fn react_sets(
+        &mut self,
+        env: &mut Env<'_>,
+        scope: &Scope,
+        key: &ObjKey,
+        removed: Option<&Value>,
+    ) {
+        if *scope != Scope::Management || key.group != "cluster.x-k8s.io" {
+            return;
+        }
+        // Its MachineSet controller watches the Machines it controls (their health conditions
+        // start owner remediation, `sim/src/capi_remediation.rs`).
+        if key.kind == "Machine" {
+            // A Machine gone is mapped to its MachineSet from its last state (a watch's delete).
+            let ms = env.api.get(scope, key).or(removed).and_then(|m| {
+                json::controller(m)
+                    .filter(|(kind, _)| *kind == "MachineSet")
+                    .map(|(_, name)| {
+                        ObjKey::new("cluster.x-k8s.io", "MachineSet", &key.namespace, name)
+                    })
+            });
+            if let Some(ms) = ms {
+                let at = env.clock.now + REACTION;
+                if self.machine_sets_queued.insert((ms.clone(), at)) {
+                    env.schedule(at, Event::CapiMachineSetReconcile { ms: ms.clone() });
+                }
+                self.queue_deployment_of(env, &ms);
+            }
+        }
+        // Its MachineDeployment controller watches MachineDeployments and the MachineSets
+        // they control (a MachineSet's Machines bring it back through their MachineSet).
+        match key.kind.as_str() {
+            "MachineDeployment" => self.queue_deployment(env, key.clone()),
+            "MachineSet" => self.queue_deployment_of(env, key),
+            _ => {}
+        }
+    }
+
+    /// Queues the reconcile of the MachineDeployment that controls MachineSet `ms`, if any.
+    fn queue_deployment_of(&mut self, env: &mut Env<'_>, ms: &ObjKey) {
+        let md = env.api.get(&Scope::Management, ms).and_then(|ms_obj| {
+            json::controller(ms_obj)
+                .filter(|(kind, _)| *kind == "MachineDeployment")
+                .map(|(_, name)| {
+                    ObjKey::new("cluster.x-k8s.io", "MachineDeployment", &ms.namespace, name)
+                })
+        });
+        if let Some(md) = md {
+            self.queue_deployment(env, md);
+        }
+    }
+
+    fn queue_deployment(&mut self, env: &mut Env<'_>, md: ObjKey) {
+        let at = env.clock.now + REACTION;
+        if self.deployments_queued.insert((md.clone(), at)) {
+            env.schedule(at, Event::CapiDeploymentReconcile { md });
+        }
+    }
+
+    /// One reconcile of a MachineDeployment by CAPI's manager (`capi_deployments`).
+    pub(crate) fn reconcile_deployment(&mut self, env: &mut Env<'_>, md: &ObjKey) {
+        self.deployments_queued.remove(&(md.clone(), env.clock.now));
+        crate::capi_deployments::reconcile(env, ACTOR, md);
+    }
+
+    /// A queued MachineSet reconcile is due (the world runs it: remediation, then replicas).
+    pub(crate) fn machine_set_dequeued(&mut self, env: &Env<'_>, ms: &ObjKey) {
+        self.machine_sets_queued
+            .remove(&(ms.clone(), env.clock.now));
     }
 
     fn queue_pool(&mut self, env: &mut Env<'_>, pool: ObjKey, after: Duration) {
@@ -280,12 +425,16 @@ impl CapiModel {
         }
     }
 
-    /// One reconcile of a Machine by CAPI's manager.
+    /// One reconcile of a Machine by CAPI's manager: its `Paused` condition, then, unless it
+    /// is paused or that condition just changed, its deletion.
     pub(crate) fn reconcile(&mut self, env: &mut Env<'_>, key: &ObjKey) {
         self.queued.remove(&(key.clone(), env.clock.now));
         let Some(machine) = env.api.get(&Scope::Management, key).cloned() else {
             return;
         };
+        if crate::capi_paused::ensure(env, ACTOR, key, &machine) {
+            return;
+        }
         if !json::is_deleting(&machine)
             || !json::finalizers(&machine)
                 .iter()
@@ -753,7 +902,7 @@ impl CapiModel {
 /// The hook annotations with `prefix`, sorted (as upstream lists them).
 /// The manager's Deployment as upstream's `config/manager` ships it, with the model's release
 /// in the image tag and the MachinePool feature gate on.
-fn deployment() -> Value {
+fn deployment(release: &CapiRelease) -> Value {
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": DEPLOYMENT_NAME, "namespace": LEASE_NAMESPACE,
@@ -763,17 +912,22 @@ fn deployment() -> Value {
             "selector": {"matchLabels": {"cluster.x-k8s.io/provider": "cluster-api", "control-plane": "controller-manager"}},
             "template": {
                 "metadata": {"labels": {"cluster.x-k8s.io/provider": "cluster-api", "control-plane": "controller-manager"}},
-                "spec": {"containers": [{
-                    "name": "manager",
-                    "image": format!("registry.k8s.io/cluster-api/cluster-api-controller:{MODEL_RELEASE}"),
-                    "args": ["--leader-elect", "--diagnostics-address=:8443",
-                        "--feature-gates=MachinePool=true,ClusterTopology=false"],
-                }]},
+                "spec": {"containers": [container(release)]},
             },
         },
         // Running: what `lifecycle run --mode alone` looks for besides the Lease.
         "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
             "readyReplicas": 1, "availableReplicas": 1},
+    })
+}
+
+/// The manager container: the release's image and upstream's arguments.
+fn container(release: &CapiRelease) -> Value {
+    json!({
+        "name": "manager",
+        "image": release.image(),
+        "args": ["--leader-elect", "--diagnostics-address=:8443",
+            "--feature-gates=MachinePool=true,ClusterTopology=false"],
     })
 }
 

@@ -18,6 +18,7 @@
 
 use crate::api::json::Pointer as _;
 use crate::api::{ObjKey, Part, json};
+use crate::capi_conditions::{condition, conditions, set_conditions};
 use crate::env::Env;
 use engine::model::{
     CONTROL_PLANE_LABEL, PAUSED_ANNOTATION, REMEDIATE_MACHINE_ANNOTATION,
@@ -163,24 +164,6 @@ fn int_or_string(v: Option<&Value>) -> String {
     }
 }
 
-/// The conditions a CAPI object carries in v1beta2 form (a v1beta1 object keeps them under
-/// `status.v1beta2`), then its v1beta1 ones.
-fn conditions(obj: &Value) -> impl Iterator<Item = &Value> {
-    let v1beta1 = json::api_version(obj).ends_with("v1beta1");
-    let (current, legacy) = if v1beta1 {
-        ("/status/v1beta2/conditions", "/status/conditions")
-    } else {
-        (
-            "/status/conditions",
-            "/status/deprecated/v1beta1/conditions",
-        )
-    };
-    [current, legacy]
-        .into_iter()
-        .filter_map(|p| obj.at_pointer(p).and_then(Value::as_array))
-        .flatten()
-}
-
 /// A Cluster gate: `None` unless True, then since when (if the condition says).
 type Gate = Option<Option<Timestamp>>;
 
@@ -206,10 +189,7 @@ pub(crate) fn reconcile(env: &mut Env<'_>, actor: &str, mhc_key: &ObjKey) -> Opt
         &cluster_name,
     );
     let cluster = env.api.get(&Scope::Management, &cluster_key).cloned();
-    let cluster_paused = cluster
-        .as_ref()
-        .is_some_and(|c| c.at_pointer("/spec/paused").and_then(Value::as_bool) == Some(true));
-    if cluster_paused || json::annotations(&mhc).contains_key(PAUSED_ANNOTATION) {
+    if crate::capi_paused::ensure(env, actor, mhc_key, &mhc) {
         return None;
     }
     let selector: Vec<(String, String)> = mhc
@@ -595,85 +575,5 @@ fn go_duration(d: Duration) -> String {
         (0, 0, s) => format!("{s}s"),
         (0, m, s) => format!("{m}m{s}s"),
         (h, m, s) => format!("{h}h{m}m{s}s"),
-    }
-}
-
-fn condition(type_: &str, status: &str, reason: &str, message: &str, now: Timestamp) -> Value {
-    json!({"type": type_, "status": status, "reason": reason, "message": message,
-           "lastTransitionTime": now.to_rfc3339()})
-}
-
-/// Sets `written` in the Machine's `status.conditions` where they differ (a condition whose
-/// status holds keeps its transition time), as CAPI's patch helper does for the conditions it
-/// owns; the other conditions stay.
-fn set_conditions(
-    env: &mut Env<'_>,
-    actor: &str,
-    key: &ObjKey,
-    machine: &Value,
-    written: &[Value],
-) {
-    let v1beta1 = json::api_version(machine).ends_with("v1beta1");
-    let mut list: Vec<Value> = machine
-        .at_pointer(if v1beta1 {
-            "/status/v1beta2/conditions"
-        } else {
-            "/status/conditions"
-        })
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let mut changed = false;
-    for new in written {
-        match list.iter_mut().find(|c| c["type"] == new["type"]) {
-            Some(old)
-                if old["status"] == new["status"]
-                    && old["reason"] == new["reason"]
-                    && old["message"] == new["message"] => {}
-            Some(old) => {
-                let mut new = new.clone();
-                if old["status"] == new["status"] {
-                    new["lastTransitionTime"] = old["lastTransitionTime"].clone();
-                }
-                *old = new;
-                changed = true;
-            }
-            None => {
-                list.push(new.clone());
-                changed = true;
-            }
-        }
-    }
-    if !changed {
-        return;
-    }
-    let summary: Vec<String> = written
-        .iter()
-        .map(|c| {
-            format!(
-                "{}={} ({})",
-                c["type"].as_str().unwrap_or_default(),
-                c["status"].as_str().unwrap_or_default(),
-                c["reason"].as_str().unwrap_or_default()
-            )
-        })
-        .collect();
-    let patch = if v1beta1 {
-        json!({"status": {"v1beta2": {"conditions": list}}})
-    } else {
-        json!({"status": {"conditions": list}})
-    };
-    if let Ok(w) = env
-        .api
-        .store_mut(&Scope::Management)
-        .patch(key, &patch, Part::Status)
-    {
-        env.line(
-            actor,
-            "SetCondition",
-            crate::api::describe(&Scope::Management, key),
-            summary.join(", "),
-        );
-        env.changed(&Scope::Management, w);
     }
 }

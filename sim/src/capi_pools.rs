@@ -17,7 +17,7 @@
 use crate::api::json::Pointer as _;
 use crate::api::{ObjKey, Part, json};
 use crate::env::Env;
-use engine::model::{MACHINE_POOL_FINALIZER, PAUSED_ANNOTATION, Scope, UNINITIALIZED_TAINT};
+use engine::model::{MACHINE_POOL_FINALIZER, Scope, UNINITIALIZED_TAINT};
 use engine::time::Duration;
 use serde_json::{Map, Value, json};
 
@@ -67,7 +67,7 @@ pub(crate) fn reconcile(env: &mut Env<'_>, actor: &str, key: &ObjKey) -> Option<
         write_finalizers(env, actor, key, finalizers);
         return Some(Duration::ZERO);
     }
-    if paused(env, &pool) {
+    if crate::capi_paused::ensure(env, actor, key, &pool) {
         return None;
     }
     let cluster = json::str_at(&pool, "spec.clusterName")?.to_string();
@@ -127,24 +127,6 @@ pub(crate) fn reconcile(env: &mut Env<'_>, actor: &str, key: &ObjKey) -> Option<
         write(env, actor, key, status.patch(v1beta1), Part::Status);
     }
     requeue
-}
-
-fn paused(env: &Env<'_>, pool: &Value) -> bool {
-    if json::annotations(pool).contains_key(PAUSED_ANNOTATION) {
-        return true;
-    }
-    let cluster = json::str_at(pool, "spec.clusterName").unwrap_or_default();
-    let key = ObjKey::new(
-        "cluster.x-k8s.io",
-        "Cluster",
-        json::namespace(pool),
-        cluster,
-    );
-    env.api
-        .get(&Scope::Management, &key)
-        .and_then(|c| c.at_pointer("/spec/paused"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false)
 }
 
 /// What the model writes of a MachinePool's status, in the v1beta2 sense.

@@ -17,6 +17,12 @@ pub enum Event {
     CapiHealthCheck { mhc: ObjKey },
     /// CAPI's manager reconciles a MachinePool (`sim/src/capi_pools.rs`).
     CapiPoolReconcile { pool: ObjKey },
+    /// CAPI's MachineSet controller reconciles a MachineSet: owner remediation
+    /// (`sim/src/capi_remediation.rs`), then its replicas.
+    CapiMachineSetReconcile { ms: ObjKey },
+    /// CAPI's MachineDeployment controller reconciles a MachineDeployment
+    /// (`sim/src/capi_deployments.rs`).
+    CapiDeploymentReconcile { md: ObjKey },
     /// CAPI's own manager renews its leader Lease.
     CapiLeaseRenew,
     /// The engine asked to be woken.

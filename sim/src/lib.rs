@@ -8,9 +8,13 @@
 
 pub mod api;
 mod capi;
+mod capi_conditions;
+mod capi_deployments;
 mod capi_drain;
 mod capi_health;
+mod capi_paused;
 mod capi_pools;
+mod capi_remediation;
 mod checks;
 mod clock;
 pub mod controller_record;

@@ -223,6 +223,39 @@ mod tests {
         );
     }
 
+    /// A self-hosted controller: the eviction of its own pod restarts it at that instant (the
+    /// restart's rebuild equals the live engine, an invariant the run checks), and the restarted
+    /// controller evicts nothing twice and finishes the deletion.
+    #[test]
+    fn the_eviction_of_the_controllers_own_pod_restarts_it_and_it_resumes() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../scenarios/takeover-self-hosted-drains-its-own-node.yaml");
+        let scenario = crate::scenario::load(&path).expect("loads");
+        let report = run(&scenario, &RunOptions::default()).expect("runs");
+        assert!(report.passed(), "{}", report.timeline.render_text());
+        let lines = &report.timeline.lines;
+        let at = |action: &str| {
+            lines
+                .iter()
+                .filter(|l| l.action == action)
+                .map(|l| l.at_ms)
+                .collect::<Vec<_>>()
+        };
+        let evicted_own: Vec<i64> = lines
+            .iter()
+            .filter(|l| l.action == "Evict" && l.object.contains("lifecycle-controller-0@"))
+            .map(|l| l.at_ms)
+            .collect();
+        assert_eq!(
+            evicted_own.len(),
+            1,
+            "evicted once, not again after the restart"
+        );
+        assert_eq!(at("ControllerPodTerminating"), evicted_own);
+        assert_eq!(at("ControllerRestart"), evicted_own);
+        assert!(at("DeleteNode").iter().all(|t| *t > evicted_own[0]));
+    }
+
     /// `deletion-order-of-actions` with its journal kept in a new directory.
     fn kept_journal_run() -> (crate::scenario::Scenario, tempfile::TempDir, RunOptions) {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

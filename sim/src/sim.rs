@@ -90,7 +90,7 @@ impl Sim {
             lp: Loop::new(Engine::new(), LoopOptions::default()),
             timeline: Timeline::default(),
             world: WorldState {
-                capi: crate::capi::CapiModel::new(knobs.capi_manager),
+                capi: crate::capi::CapiModel::new(knobs.capi_manager, knobs.capi_release.clone()),
                 knobs,
                 ..Default::default()
             },
@@ -277,6 +277,11 @@ impl Sim {
                     world.react(&mut env, &scope, &written);
                     self.deliver(&scope, written);
                     self.with_tracker(|t, sim| t.observe(sim));
+                    // A self-hosted controller whose own pod terminates dies with it, and is
+                    // started again (its replacement pod elsewhere).
+                    if std::mem::take(&mut self.world.controller_pod_evicted) {
+                        self.restart_controller(false);
+                    }
                 }
                 Work::Command(command) => self.execute(command),
             }
@@ -600,6 +605,23 @@ impl Sim {
         for manifest in management {
             let (world, mut env) = self.world_env();
             world.create_initial(&mut env, &Scope::Management, manifest.value);
+        }
+        // A provider object already deleting in the scenario is one its provider is finishing.
+        let deleting: Vec<(ObjKey, Value)> = self
+            .api
+            .store(&Scope::Management)
+            .map(|s| {
+                s.iter()
+                    .filter(|(k, o)| {
+                        crate::api::is_provider_group(&k.group) && crate::api::json::is_deleting(o)
+                    })
+                    .map(|(k, o)| (k.clone(), o.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (key, object) in deleting {
+            let (world, mut env) = self.world_env();
+            world.provider_deleting(&mut env, &key, &object);
         }
         let (world, mut env) = self.world_env();
         world.capi.start(&mut env);

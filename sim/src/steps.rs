@@ -126,6 +126,7 @@ impl WorldState {
                 self.kubelet(env, &scope, node, running);
             }
             StepAction::Fault(_) => {}
+            StepAction::CapiRelease(release) => self.capi.upgrade(env, release),
         }
     }
 

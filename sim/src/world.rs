@@ -16,6 +16,9 @@ use std::sync::Arc;
 
 pub const POD_GC_DELAY: Duration = Duration::from_secs(40);
 pub const SHUTDOWN_ANNOTATION: &str = "sim.lifecycle.x-k8s.io/shutdown";
+/// The label of the controller's own pod (a self-hosted management cluster): when it starts
+/// terminating, the controller process dies and is started again.
+pub const CONTROLLER_POD_LABEL: &str = "sim.lifecycle.x-k8s.io/controller";
 
 #[derive(Clone, Debug, Default)]
 pub struct WorldState {
@@ -41,6 +44,8 @@ pub struct WorldState {
     pub shutting_down: BTreeSet<(Scope, ObjKey)>,
     /// Cluster API's own manager (`capiManager: true`).
     pub capi: crate::capi::CapiModel,
+    /// The controller's own pod started terminating: the driver restarts the controller.
+    pub controller_pod_evicted: bool,
 }
 
 fn controller_of(obj: &Value) -> Option<(String, String)> {
@@ -69,7 +74,7 @@ impl WorldState {
     /// Reacts to a write as the world's controllers would.
     pub(crate) fn react(&mut self, env: &mut Env<'_>, scope: &Scope, written: &Written) {
         let key = &written.key;
-        self.capi.react(env, scope, key);
+        self.capi.react(env, scope, key, written.removed.as_deref());
         match (&written.object, key.group.as_str(), key.kind.as_str()) {
             (Some(pod), "", "Pod") if json::is_deleting(pod) => {
                 self.pod_deleting(env, scope, key, pod.clone())
@@ -108,7 +113,7 @@ impl WorldState {
     }
 
     /// A provider object started deleting: the provider finishes after `infraDelete`.
-    fn provider_deleting(&mut self, env: &mut Env<'_>, key: &ObjKey, obj: &Value) {
+    pub(crate) fn provider_deleting(&mut self, env: &mut Env<'_>, key: &ObjKey, obj: &Value) {
         let ours = json::finalizers(obj)
             .iter()
             .any(|f| f == PROVIDER_FINALIZER);
@@ -212,6 +217,11 @@ impl WorldState {
             Event::CapiLeaseRenew => self.capi.renew_lease(env),
             Event::CapiHealthCheck { mhc } => self.capi.check_health(env, &mhc),
             Event::CapiPoolReconcile { pool } => self.capi.reconcile_pool(env, &pool),
+            Event::CapiDeploymentReconcile { md } => self.capi.reconcile_deployment(env, &md),
+            Event::CapiMachineSetReconcile { ms } => {
+                self.capi.machine_set_dequeued(env, &ms);
+                self.scale(env, &ms);
+            }
             Event::FaultEnds { .. }
             | Event::CacheSynced { .. }
             | Event::Uncorrupt { .. }
@@ -235,6 +245,15 @@ impl WorldState {
         if self.kubelet_stopped.contains(&(scope.clone(), node)) {
             self.shutting_down.remove(&(scope.clone(), key.clone()));
             return;
+        }
+        if json::labels(&pod).contains_key(CONTROLLER_POD_LABEL) {
+            self.controller_pod_evicted = true;
+            env.line(
+                "world",
+                "ControllerPodTerminating",
+                crate::api::describe(scope, key),
+                "the controller's own pod is terminating: its process dies".into(),
+            );
         }
         let shutdown = json::annotations(&pod)
             .get(SHUTDOWN_ANNOTATION)
@@ -580,6 +599,7 @@ impl WorldState {
         if !self.capi.enabled {
             return;
         }
+        crate::capi_remediation::reconcile(env, crate::capi::ACTOR, ms_key);
         let plan = crate::machine_sets::scaling(env.api, ms_key);
         let now = env.clock.now;
         for machine in plan.delete {

@@ -188,6 +188,15 @@ pub fn has_finalizers(obj: &Value) -> bool {
         .is_some_and(|a| a.iter().any(Value::is_string))
 }
 
+/// The controller (kind, name) of an object, from its owner references.
+pub fn controller(obj: &Value) -> Option<(&str, &str)> {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|o| o["controller"] == true)
+        .and_then(|o| Some((o["kind"].as_str()?, o["name"].as_str()?)))
+}
+
 pub fn is_deleting(obj: &Value) -> bool {
     get_path(obj, "metadata.deletionTimestamp").is_some_and(|v| !v.is_null())
 }

@@ -40,6 +40,37 @@ pub struct WorldKnobs {
     pub pod_startup: Duration,
     /// The world also plays Cluster API's own core manager (`capiManager`).
     pub capi_manager: bool,
+    /// The release its manager Deployment's image names (`capiRelease`).
+    pub capi_release: CapiRelease,
+}
+
+/// A release of Cluster API as its manager's image names it: a tag (`v1.12.0`) or a digest
+/// (`sha256:…`, an image pinned by digest, whose release is unknown).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CapiRelease(pub String);
+
+impl CapiRelease {
+    /// The manager's image, as upstream's manifests name it, for this release.
+    pub fn image(&self) -> String {
+        const REPOSITORY: &str = "registry.k8s.io/cluster-api/cluster-api-controller";
+        if self.0.starts_with("sha256:") {
+            format!("{REPOSITORY}@{}", self.0)
+        } else {
+            format!("{REPOSITORY}:{}", self.0)
+        }
+    }
+}
+
+impl Default for CapiRelease {
+    fn default() -> Self {
+        CapiRelease("v1.12.0".into())
+    }
+}
+
+impl std::fmt::Display for CapiRelease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 /// `2024-01-01T00:00:00Z` in milliseconds since the epoch.
@@ -60,6 +91,7 @@ impl Default for WorldKnobs {
             reschedule: true,
             pod_startup: Duration::from_secs(10),
             capi_manager: false,
+            capi_release: CapiRelease::default(),
         }
     }
 }
@@ -142,6 +174,9 @@ pub enum StepAction {
         state: KubeletState,
     },
     Fault(FaultSpec),
+    /// Cluster API is upgraded (or downgraded) to this release: the model's manager Deployment
+    /// names it in its image and the manager restarts.
+    CapiRelease(CapiRelease),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

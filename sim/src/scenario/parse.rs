@@ -35,6 +35,7 @@ const WORLD_KEYS: &[&str] = &[
     "reschedule",
     "podStartup",
     "capiManager",
+    "capiRelease",
 ];
 const STEP_ACTIONS: &[&str] = &[
     "apply",
@@ -43,6 +44,7 @@ const STEP_ACTIONS: &[&str] = &[
     "nodeCondition",
     "kubelet",
     "fault",
+    "capiRelease",
 ];
 const REF_KEYS: &[&str] = &["kind", "name", "namespace", "apiVersion", "cluster"];
 const PATCH_KEYS: &[&str] = &[
@@ -297,6 +299,21 @@ impl Ctx<'_> {
         Ok(s)
     }
 
+    /// A Cluster API release: an image tag (`v1.12.0`) or digest (`sha256:…`).
+    fn release(&self, node: &Node, path: &str) -> Result<CapiRelease> {
+        let s = self.string(node, path)?;
+        let tag = s.starts_with('v') && s[1..].split('.').count() >= 2;
+        let digest = s.strip_prefix("sha256:").is_some_and(|d| !d.is_empty());
+        if !(tag || digest) || s.contains(char::is_whitespace) {
+            return Err(self.err(
+                node.line,
+                path,
+                format!("{s:?} is not a release (an image tag such as v1.12.0, or sha256:…)"),
+            ));
+        }
+        Ok(CapiRelease(s))
+    }
+
     /// The controller's mode.
     fn mode(&self, node: &Node, path: &str) -> Result<Mode> {
         let s = self.one_of(node, path, &["alone", "shadow", "takeover"])?;
@@ -450,6 +467,9 @@ impl Ctx<'_> {
         }
         if let Some(n) = m.get("capiManager") {
             w.capi_manager = self.boolean(n, &m.path("capiManager"))?;
+        }
+        if let Some(n) = m.get("capiRelease") {
+            w.capi_release = self.release(n, &m.path("capiRelease"))?;
         }
         Ok(w)
     }
@@ -623,6 +643,16 @@ impl Ctx<'_> {
                     node: node_name,
                     state,
                 }
+            }
+            "capiRelease" => {
+                if cluster.is_some() {
+                    return Err(self.err(
+                        e.value.line,
+                        &apath,
+                        "capiRelease acts on the management cluster: no cluster",
+                    ));
+                }
+                StepAction::CapiRelease(self.release(&e.value, &apath)?)
             }
             _ => StepAction::Fault(self.fault(&e.value, &apath)?),
         };

@@ -167,6 +167,36 @@ fn world_defaults_match_the_contract() {
     assert_eq!(w.machine_sets, MachineSetsMode::Replace);
     assert!(w.reschedule);
     assert_eq!(w.pod_startup, Duration::from_secs(10));
+    assert_eq!(w.capi_release, CapiRelease("v1.12.0".into()));
+}
+
+#[test]
+fn a_capi_release_is_a_world_knob_and_a_step() {
+    let s = parse(
+        "x.yaml",
+        "name: t\nworld: {capiManager: true, capiRelease: v1.11.3}\ntimeline:\n  - {at: 1m, capiRelease: v1.15.0}\n  - {at: 2m, capiRelease: \"sha256:0123abcd\"}\n",
+    )
+    .unwrap();
+    assert_eq!(s.world.capi_release, CapiRelease("v1.11.3".into()));
+    let releases: Vec<&StepAction> = s.timeline.iter().map(|t| &t.action).collect();
+    assert_eq!(
+        releases,
+        [
+            &StepAction::CapiRelease(CapiRelease("v1.15.0".into())),
+            &StepAction::CapiRelease(CapiRelease("sha256:0123abcd".into())),
+        ]
+    );
+    assert_eq!(
+        CapiRelease("sha256:0123abcd".into()).image(),
+        "registry.k8s.io/cluster-api/cluster-api-controller@sha256:0123abcd"
+    );
+    assert!(
+        err_of("name: t\ntimeline:\n  - {at: 1m, capiRelease: latest}\n")
+            .contains("is not a release")
+    );
+    let w = crate::scenario::to_yaml(&s);
+    let again = parse("y.yaml", &w).unwrap();
+    assert_eq!((again.world, again.timeline.len()), (s.world, 2));
 }
 
 #[test]
@@ -616,7 +646,7 @@ fn mode_is_alone_shadow_or_takeover() {
 fn unknown_world_knob_is_rejected() {
     assert_eq!(
         err_of("name: t\nworld:\n  podShutdown: 1s\n  nodeGrace: 1s\n"),
-        "x.yaml:4: world.nodeGrace: unknown key (expected one of: start, nodeMonitorGracePeriod, podShutdown, volumeDetach, infraProvision, infraDelete, nodeJoin, machineSets, reschedule, podStartup, capiManager)"
+        "x.yaml:4: world.nodeGrace: unknown key (expected one of: start, nodeMonitorGracePeriod, podShutdown, volumeDetach, infraProvision, infraDelete, nodeJoin, machineSets, reschedule, podStartup, capiManager, capiRelease)"
     );
 }
 
@@ -743,7 +773,7 @@ fn unknown_step_action_is_rejected() {
         err_of(
             "name: t\ntimeline:\n  - at: 1s\n    scale: {kind: MachineSet, name: ms, replicas: 2}\n"
         ),
-        "x.yaml:4: timeline[0].scale: unknown step action (expected at, cluster and one of: apply, patch, delete, nodeCondition, kubelet, fault)"
+        "x.yaml:4: timeline[0].scale: unknown step action (expected at, cluster and one of: apply, patch, delete, nodeCondition, kubelet, fault, capiRelease)"
     );
 }
 
@@ -751,7 +781,7 @@ fn unknown_step_action_is_rejected() {
 fn a_step_needs_exactly_one_action() {
     assert_eq!(
         err_of("name: t\ntimeline:\n  - at: 1s\n"),
-        "x.yaml:3: timeline[0]: no action (a step has exactly one of: apply, patch, delete, nodeCondition, kubelet, fault)"
+        "x.yaml:3: timeline[0]: no action (a step has exactly one of: apply, patch, delete, nodeCondition, kubelet, fault, capiRelease)"
     );
     assert_eq!(
         err_of(

@@ -74,6 +74,7 @@ fn step_json(step: &Step) -> Value {
             }
             ("fault", Value::Object(c))
         }
+        StepAction::CapiRelease(release) => ("capiRelease", json!(release.0)),
     };
     m.insert(key.into(), value);
     Value::Object(m)
@@ -111,8 +112,10 @@ pub fn to_yaml(s: &Scenario) -> String {
         MachineSetsMode::None => "none",
     };
     out.push_str(&format!(
-        "  machineSets: {sets}\n  reschedule: {}\n  capiManager: {}\n",
-        w.reschedule, w.capi_manager
+        "  machineSets: {sets}\n  reschedule: {}\n  capiManager: {}\n  capiRelease: {}\n",
+        w.reschedule,
+        w.capi_manager,
+        yaml_string(&w.capi_release.0)
     ));
     out.push_str("management:\n");
     for m in &s.management {
