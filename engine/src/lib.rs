@@ -33,6 +33,7 @@ pub mod outcome;
 pub mod ownership;
 pub mod pool;
 pub mod recovery;
+pub mod release;
 pub mod remediation;
 pub mod runtime;
 pub mod shadow;

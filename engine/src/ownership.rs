@@ -112,6 +112,15 @@ pub struct CapiRelease {
     pub support: ReleaseSupport,
 }
 
+impl CapiRelease {
+    /// Whether `next` is news to a controller that judged `self` last: its support changed,
+    /// or its release once one was known (a first reading of a supported release changes
+    /// nothing, and is not journaled).
+    pub fn is_news(&self, next: &CapiRelease) -> bool {
+        self.support != next.support || (!self.release.is_empty() && self.release != next.release)
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReleaseSupport {
     /// A release this build supports (or none read yet: a takeover starts only beside one).

@@ -206,6 +206,31 @@ impl Sim {
         self.with_tracker(|t, sim| t.finish(sim));
     }
 
+    /// Beside CAPI's manager (shadow, takeover) the controller follows its release, as `lifecycle
+    /// run` does by reading its Deployment every 30 s: in process it is told at the upgrade.
+    fn tell_capi_release(&mut self, release: &crate::scenario::CapiRelease) {
+        if self.process.external.is_some() || self.lp.options().mode == engine::runtime::Mode::Alone
+        {
+            return;
+        }
+        let judged = match engine::release::Release::parse(&release.0) {
+            Ok(r) => r.judged(),
+            Err(e) => engine::ownership::CapiRelease {
+                release: format!("unknown ({e})"),
+                support: engine::ownership::ReleaseSupport::Unknown,
+            },
+        };
+        if self
+            .engine()
+            .controllers()
+            .deletion
+            .capi_release()
+            .is_news(&judged)
+        {
+            self.feed(Input::CapiRelease(judged));
+        }
+    }
+
     fn handle_event(&mut self, event: Event) {
         match event {
             Event::Step(i) => {
@@ -215,6 +240,9 @@ impl Sim {
                 } else {
                     let (world, mut env) = self.world_env();
                     world.play(&mut env, &step);
+                    if let StepAction::CapiRelease(release) = &step.action {
+                        self.tell_capi_release(release);
+                    }
                 }
             }
             Event::EngineTick => self.tick(),

@@ -514,6 +514,7 @@ async fn run(args: RunArgs) -> Result<(), RunFailure> {
         kubeconfig_secret: args.kubeconfig_secret_suffix.clone(),
         ..AdapterOptions::default()
     };
+    let judged = engine.controllers().deletion.capi_release().clone();
     let mut adapter = Adapter::new(engine, log, client.clone(), metrics.clone(), options);
     // Beside CAPI's manager, its upgrades are followed while this runs.
     let _follow = (args.mode != Mode::Alone).then(|| {
@@ -521,6 +522,7 @@ async fn run(args: RunArgs) -> Result<(), RunFailure> {
             client,
             args.capi_namespace.clone(),
             args.capi_version.clone(),
+            judged,
             adapter.input_sender(),
             metrics,
         )))

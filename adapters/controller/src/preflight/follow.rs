@@ -5,7 +5,7 @@
 //! `lifecycle_capi_release` and logged. A read that may pass on its own (no connection, a 5xx)
 //! keeps the last judgement.
 
-use super::{Release, Support, read_manager, read_release};
+use super::{Release, read_manager, read_release};
 use crate::kube::Metrics;
 use crate::kube::channel::{Event, Queued};
 use engine::ownership::{CapiRelease, ReleaseSupport};
@@ -20,14 +20,7 @@ pub const EVERY: Duration = Duration::from_secs(30);
 /// The judgement of what was read; `None` when the read may pass on its own (keep the last).
 pub fn judge(found: &Result<(Release, String), (String, bool)>) -> Option<CapiRelease> {
     Some(match found {
-        Ok((release, _)) => CapiRelease {
-            release: release.to_string(),
-            support: match release.support() {
-                Support::Supported => ReleaseSupport::Supported,
-                Support::Unknown => ReleaseSupport::Unknown,
-                Support::TooOld => ReleaseSupport::Unsupported,
-            },
-        },
+        Ok((release, _)) => release.judged(),
         Err((_, true)) => return None,
         Err((why, false)) => CapiRelease {
             release: format!("unknown ({why})"),
@@ -36,20 +29,22 @@ pub fn judge(found: &Result<(Release, String), (String, bool)>) -> Option<CapiRe
     })
 }
 
-/// Reads and judges until the loop stops taking inputs.
+/// Reads and judges until the loop stops taking inputs; `last` is what the engine judged last
+/// (its restored state): only news to it is fed ([`CapiRelease::is_news`]).
 pub async fn follow(
     client: Client,
     namespace: String,
     given: Option<Release>,
+    mut last: CapiRelease,
     tx: mpsc::Sender<Queued>,
     metrics: Arc<Metrics>,
 ) {
-    let mut last: Option<CapiRelease> = None;
+    let mut logged: Option<CapiRelease> = None;
     loop {
         let manager = read_manager(&client, &namespace).await;
         let found = read_release(&namespace, given.as_ref(), &manager);
         match judge(&found) {
-            Some(now) if last.as_ref() != Some(&now) => {
+            Some(now) if logged.as_ref() != Some(&now) => {
                 let source = found.as_ref().map_or("", |(_, source)| source.as_str());
                 match now.support {
                     ReleaseSupport::Supported => {
@@ -63,11 +58,14 @@ pub async fn follow(
                     }
                 }
                 metrics.set_capi_release(&now.release, now.support.as_str());
-                let input = Event::Input(engine::Input::CapiRelease(now.clone()));
-                if tx.send(input.into()).await.is_err() {
-                    return;
+                if last.is_news(&now) {
+                    let input = Event::Input(engine::Input::CapiRelease(now.clone()));
+                    if tx.send(input.into()).await.is_err() {
+                        return;
+                    }
+                    last = now.clone();
                 }
-                last = Some(now);
+                logged = Some(now);
             }
             Some(_) => {}
             None => {

@@ -87,6 +87,23 @@ impl fmt::Display for Release {
     }
 }
 
+impl Release {
+    /// This build's judgement of the release, as the engine is told it
+    /// ([`crate::Input::CapiRelease`]): older than the table is unsupported, newer or another
+    /// major unknown.
+    pub fn judged(&self) -> crate::ownership::CapiRelease {
+        use crate::ownership::ReleaseSupport;
+        crate::ownership::CapiRelease {
+            release: self.to_string(),
+            support: match self.support() {
+                Support::Supported => ReleaseSupport::Supported,
+                Support::Unknown => ReleaseSupport::Unknown,
+                Support::TooOld => ReleaseSupport::Unsupported,
+            },
+        }
+    }
+}
+
 /// The supported minors as the README writes them: `v1.11, v1.12, v1.13, v1.14`.
 pub fn supported_text() -> String {
     SUPPORTED_MINORS
@@ -130,7 +147,7 @@ mod readme {
     /// The README's table names the supported releases this build checks against.
     #[test]
     fn the_readmes_table_is_the_supported_list() {
-        let readme = include_str!("../../../../README.md");
+        let readme = include_str!("../../README.md");
         let section = readme
             .split("### Supported Cluster API versions")
             .nth(1)
