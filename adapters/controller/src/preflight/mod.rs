@@ -13,8 +13,8 @@ mod permissions;
 pub use holdings::{LEADER_RENEWED_WITHIN, LeaderLease, serves};
 pub use neighbour::{Neighbour, PROVIDER_LABEL, Unread};
 
-pub use permissions::{Permission, needed};
 pub use engine::release::{Release, SUPPORTED_MINORS, Support, supported_text};
+pub use permissions::{Permission, needed};
 
 use engine::model::{PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX};
 use engine::ownership::{OWN_PRE_DRAIN_HOOK, OWN_PRE_TERMINATE_HOOK};
