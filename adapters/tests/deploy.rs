@@ -626,7 +626,7 @@ fn the_controller_may_read_capis_lease_and_deployments_and_only_those() {
         rules,
         &[
             serde_json::json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                "resourceNames": [adapters::kube::lease::CAPI_LEASE_NAME], "verbs": ["get", "list"]}),
+                "resourceNames": [adapters::kube::lease::CAPI_LEASE_NAME], "verbs": ["list"]}),
             serde_json::json!({"apiGroups": ["apps"], "resources": ["deployments"],
                 "resourceNames": [adapters::preflight::CAPI_DEPLOYMENT], "verbs": ["get"]}),
             serde_json::json!({"apiGroups": ["apps"], "resources": ["deployments"],

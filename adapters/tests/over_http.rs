@@ -369,14 +369,19 @@ fn the_deploy_cluster_roles_grant_exactly_what_the_over_http_runs_used() {
         "non-resource (system:discovery):\n{}",
         discovery.into_iter().collect::<String>()
     );
-    // No --leader-elect over HTTP: the one Lease request is `--mode alone` reading CAPI's at
-    // start, the one Deployment request `--mode takeover`'s preflight reading CAPI's manager
-    // (granted by name, `lifecycle-capi-reader`, pinned by deploy.rs).
-    let leases = used("management", &lease);
-    assert!(
-        leases.iter().all(|g| g.verb == "get"),
-        "{}",
-        rbac::table(&leases)
+    // No --leader-elect over HTTP: the Lease and Deployment requests are the checks at start
+    // looking for CAPI's manager in every namespace (its Lease listed by name, its provider
+    // Deployments listed by label) and reading its release (its manager Deployment, by name),
+    // exactly what `lifecycle-capi-reader` grants (pinned by deploy.rs).
+    let reader = rbac::find(&base, "ClusterRole", "lifecycle-capi-reader");
+    let mut granted_reader = rbac::granted(reader);
+    granted_reader.extend(rbac::granted_by_name(reader));
+    let read = used("management", &lease);
+    assert_eq!(
+        granted_reader,
+        read,
+        "lifecycle-capi-reader:\n{}",
+        rbac::difference(&granted_reader, &read)
     );
     for (what, granted, used) in [
         ("lifecycle-manager-core", rbac::granted(core), &used_core),

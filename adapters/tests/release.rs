@@ -352,6 +352,56 @@ async fn adopt_pauses_with_the_marker_and_release_all_gives_back() {
     assert!(out.contains("does not exist"), "{out}");
 }
 
+/// `lifecycle run` against `kubeconfig` with its journal in `dir` and `/metrics` on a free port.
+fn controller_with_metrics(
+    kubeconfig: &Path,
+    dir: &Path,
+    clock: &[String],
+) -> (common::Child, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = common::Child(
+        lifecycle()
+            .args(["run", "--metrics-addr", &format!("127.0.0.1:{port}")])
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("--journal")
+            .arg(dir.join("journal"))
+            .args(clock)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    (child, port)
+}
+
+/// Patches the image of CAPI's manager Deployment to name `release`, as an upgrade does.
+async fn upgrade_capi(kubeconfig: &Path, release: &str) {
+    let deployments: Api<DynamicObject> = Api::namespaced_with(
+        common::client(kubeconfig).await,
+        "capi-system",
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+            "deployments",
+        ),
+    );
+    let image = serde_json::json!({"spec": {"template": {"spec": {"containers": [{
+        "name": "manager",
+        "image": format!("registry.k8s.io/cluster-api/cluster-api-controller:{release}")}]}}}});
+    deployments
+        .patch(
+            "capi-controller-manager",
+            &PatchParams::default(),
+            &Patch::Strategic(&image),
+        )
+        .await
+        .unwrap();
+}
+
 /// The value of the unlabelled metric `name` served on `port`; `None` when nothing answers
 /// there (what Prometheus sees of a process that is gone).
 fn metric(port: u16, name: &str) -> Option<f64> {
@@ -396,24 +446,7 @@ async fn killed_mid_takeover_the_machine_waits_at_the_hooks_until_release_then_c
     let (_server, kubeconfig, clock) =
         serve(dir.path(), "takeover-controller-killed-mid-drain", SPEED);
     assert!(clock.join(" ").contains("--mode takeover"), "{clock:?}");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut controller = common::Child(
-        lifecycle()
-            .args(["run", "--metrics-addr", &format!("127.0.0.1:{port}")])
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--journal")
-            .arg(dir.path().join("journal"))
-            .args(&clock)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let (mut controller, port) = controller_with_metrics(&kubeconfig, dir.path(), &clock);
     let api = machines(&kubeconfig).await;
     let started = std::time::Instant::now();
     // Mid-drain, and counted by the gauge (`/metrics` reads the engine once a second).
@@ -490,24 +523,7 @@ async fn killed_mid_takeover_the_machine_waits_at_the_hooks_until_release_then_c
     }
     // CAPI upgraded past what this build knows: a takeover start is refused, and says what it
     // leaves waiting and how to let it go.
-    let deployments: Api<DynamicObject> = Api::namespaced_with(
-        common::client(&kubeconfig).await,
-        "capi-system",
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("apps", "v1", "Deployment"),
-            "deployments",
-        ),
-    );
-    let newer = serde_json::json!({"spec": {"template": {"spec": {"containers": [{
-        "name": "manager", "image": "registry.k8s.io/cluster-api/cluster-api-controller:v1.15.0"}]}}}});
-    deployments
-        .patch(
-            "capi-controller-manager",
-            &PatchParams::default(),
-            &Patch::Strategic(&newer),
-        )
-        .await
-        .unwrap();
+    upgrade_capi(&kubeconfig, "v1.15.0").await;
     let (code, err) =
         common::run_controller(&kubeconfig, &dir.path().join("journal"), &clock, 0, &[]);
     assert_eq!(code, 3, "{err}");
@@ -578,24 +594,7 @@ async fn a_capi_upgrade_mid_drain_is_followed_at_runtime() {
     const SPEED: u32 = 5;
     let (_server, kubeconfig, clock) =
         serve(dir.path(), "takeover-controller-killed-mid-drain", SPEED);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let _controller = common::Child(
-        lifecycle()
-            .args(["run", "--metrics-addr", &format!("127.0.0.1:{port}")])
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--journal")
-            .arg(dir.path().join("journal"))
-            .args(&clock)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let (_controller, port) = controller_with_metrics(&kubeconfig, dir.path(), &clock);
     let api = machines(&kubeconfig).await;
     let m2: DynamicObject = serde_json::from_value(serde_json::json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
@@ -627,31 +626,7 @@ async fn a_capi_upgrade_mid_drain_is_followed_at_runtime() {
     })
     .await;
 
-    let deployments: Api<DynamicObject> = Api::namespaced_with(
-        common::client(&kubeconfig).await,
-        "capi-system",
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("apps", "v1", "Deployment"),
-            "deployments",
-        ),
-    );
-    let upgrade = |release: &'static str| {
-        let deployments = deployments.clone();
-        async move {
-            let image = serde_json::json!({"spec": {"template": {"spec": {"containers": [{
-                "name": "manager",
-                "image": format!("registry.k8s.io/cluster-api/cluster-api-controller:{release}")}]}}}});
-            deployments
-                .patch(
-                    "capi-controller-manager",
-                    &PatchParams::default(),
-                    &Patch::Strategic(&image),
-                )
-                .await
-                .unwrap();
-        }
-    };
-    upgrade("v1.15.0").await;
+    upgrade_capi(&kubeconfig, "v1.15.0").await;
     until(minute, "the unknown release served", || async {
         page(port).contains(r#"lifecycle_capi_release{release="v1.15.0",support="unknown"} 1"#)
     })
@@ -663,7 +638,7 @@ async fn a_capi_upgrade_mid_drain_is_followed_at_runtime() {
         "an unknown release keeps what it holds"
     );
 
-    upgrade("v1.10.0").await;
+    upgrade_capi(&kubeconfig, "v1.10.0").await;
     until(minute, "the unsupported release served", || async {
         page(port).contains(r#"lifecycle_capi_release{release="v1.10.0",support="unsupported"} 1"#)
     })

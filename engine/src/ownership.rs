@@ -144,6 +144,10 @@ impl ReleaseSupport {
     }
 }
 
+/// The reason of the Warning Event on a Machine a takeover hands back because Cluster API's
+/// manager runs a release this build does not support.
+pub const HANDED_BACK_EVENT: &str = "HandedBackToClusterAPI";
+
 /// Which of this controller's hooks a Machine carries.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OwnHooks {

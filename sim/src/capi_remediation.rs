@@ -1,6 +1,6 @@
 //! The model of CAPI's MachineSet owner remediation (`capiManager: true`), upstream's
 //! `reconcileUnhealthyMachines` (`core/reconcilers/machineset/machineset_controller.go`,
-//! CAPI-SEMANTICS Part 2 §2.7), for a MachineSet that is not paused (its annotation, or its
+//! `engine/docs/capi.md` §2.7), for a MachineSet that is not paused (its annotation, or its
 //! Cluster's `spec.paused`):
 //!
 //! | step | upstream |

@@ -138,19 +138,6 @@ pub fn main(args: AdoptArgs) -> u8 {
     }
 }
 
-fn meta_of(o: &DynamicObject) -> engine::model::ObjectMeta {
-    engine::model::ObjectMeta {
-        annotations: o
-            .metadata
-            .annotations
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .collect(),
-        ..Default::default()
-    }
-}
-
 async fn adopt(args: &AdoptArgs) -> Result<String, RunFailure> {
     let (namespace, name) = match args.object.split_once('/') {
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => (ns, name),
@@ -182,7 +169,7 @@ async fn adopt(args: &AdoptArgs) -> Result<String, RunFailure> {
             )));
         }
     };
-    let meta = meta_of(&object);
+    let meta = adapters::preflight::meta(&object);
     let ours = adopted(&meta);
     let subject = format!("{kind} {namespace}/{name}");
     if !args.give_back && !ours {
@@ -228,7 +215,11 @@ pub(super) async fn give_back_all(
             .list(&ListParams::default())
             .await
             .map_err(|e| RunFailure::Unable(format!("listing {kind}s: {e}")))?;
-        for o in list.items.iter().filter(|o| adopted(&meta_of(o))) {
+        for o in list
+            .items
+            .iter()
+            .filter(|o| adopted(&adapters::preflight::meta(o)))
+        {
             let ns = o.metadata.namespace.clone().unwrap_or_default();
             let name = o.metadata.name.clone().unwrap_or_default();
             if dry_run {

@@ -737,10 +737,18 @@ fn ensure_hooks(
     };
     let mut patch = patch;
     patch["metadata"]["resourceVersion"] = machine.meta.resource_version.to_string().into();
-    cx.issue(
+    let target = crate::command::Target::capi(key.clone(), machine.version);
+    // Handed back for the release: said where an operator looks, `kubectl describe machine`.
+    let told = (halted_by.is_some() && !owned).then(|| Action::RecordEvent {
+        regarding: target.clone(),
+        type_: crate::command::EventType::Warning,
+        reason: crate::ownership::HANDED_BACK_EVENT.to_string(),
+        message: reason.clone(),
+    });
+    let issued = cx.issue(
         ControllerId::Deletion,
         Action::PatchSpec {
-            target: crate::command::Target::capi(key.clone(), machine.version),
+            target,
             merge: crate::command::JsonText::from_value(&patch),
             summary: format!(
                 "{summary} annotations {} and {}",
@@ -748,8 +756,11 @@ fn ensure_hooks(
                 crate::ownership::OWN_PRE_TERMINATE_HOOK
             ),
         },
-        reason,
+        reason.clone(),
     );
+    if let (Some(event), crate::controller::Issued::Queued(_)) = (told, issued) {
+        cx.issue(ControllerId::Deletion, event, reason);
+    }
 }
 
 fn answer(attempt: &mut Option<Attempt>, failure: Option<String>) {

@@ -2550,6 +2550,20 @@ fn an_unsupported_capi_release_stops_takeover_hooking_and_hands_back_what_is_not
                 "{}",
                 patches[0].2
             );
+            let told: Vec<&str> = all(&commands, "RecordEvent")
+                .iter()
+                .filter_map(|c| match &c.action {
+                    Action::RecordEvent {
+                        regarding, reason, ..
+                    } if regarding.key.name == "held" => Some(reason.as_str()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(
+                told,
+                [crate::ownership::HANDED_BACK_EVENT],
+                "said on the Machine"
+            );
             let m1 = commands
                 .iter()
                 .filter(|c| c.action.target().key.name == "m1")

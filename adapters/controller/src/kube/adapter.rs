@@ -25,6 +25,7 @@ use super::execute::EventStamp;
 use super::kubeconfigs::{KubeconfigSecret, Kubeconfigs};
 use super::metrics::Metrics;
 use super::streams::{StreamSpec, WatchScope, run_stream};
+use super::tasks::Tasks;
 use super::throttle::{Throttle, throttled};
 use crate::clock::{until, wall_now};
 use engine::intake::Arrival;
@@ -94,36 +95,6 @@ pub struct Adapter<C: Core, L: InputLog> {
     tasks: Tasks,
     /// The journal can only be reopened by a new process: `run` returned for that.
     restart_required: bool,
-}
-
-/// The tasks the driver started, aborted when it ends.
-#[derive(Default)]
-struct Tasks {
-    /// Watches of the loop's choosing, by cluster and stream.
-    streams: BTreeMap<(Scope, String), JoinHandle<()>>,
-    connectors: BTreeMap<Scope, JoinHandle<()>>,
-    /// Provider discovery and watches.
-    providers: Vec<JoinHandle<()>>,
-    /// One per command until it has been answered.
-    commands: Vec<JoinHandle<()>>,
-}
-
-impl Tasks {
-    /// Aborts the tasks that bring inputs in: watches, connectors and provider discovery.
-    fn abort_inputs(&mut self) {
-        let streams = std::mem::take(&mut self.streams).into_values();
-        let connectors = std::mem::take(&mut self.connectors).into_values();
-        for t in self.providers.drain(..).chain(streams).chain(connectors) {
-            t.abort();
-        }
-    }
-}
-
-impl Drop for Tasks {
-    fn drop(&mut self) {
-        self.abort_inputs();
-        self.commands.iter().for_each(JoinHandle::abort);
-    }
 }
 
 /// How [`Adapter::shutdown`] went.

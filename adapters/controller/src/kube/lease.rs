@@ -298,38 +298,3 @@ pub async fn hold(api: &Api<Lease>, config: &LeaseConfig) -> String {
 /// How recently CAPI's manager must have renewed its Lease to count as running: longer than
 /// its 15 s lease, so a manager restarting (a rollout, a crash loop) still counts.
 pub const CAPI_ACTIVE_WITHIN: Duration = Duration::from_secs(300);
-
-/// What CAPI's manager's Lease says about it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CapiManager {
-    /// No such Lease: no CAPI manager has run with leader election here.
-    Absent,
-    /// The Lease has not been renewed for `idle` (or has no holder).
-    Idle {
-        holder: String,
-        idle: Option<Duration>,
-    },
-    /// Renewed `ago` by `holder`, within [`CAPI_ACTIVE_WITHIN`].
-    Active { holder: String, ago: Duration },
-}
-
-/// Reads CAPI's manager's Lease [`CAPI_LEASE_NAME`] in `api`'s namespace as of `now`.
-pub async fn capi_manager(
-    api: &Api<Lease>,
-    now: engine::Timestamp,
-) -> Result<CapiManager, kube::Error> {
-    let Some(lease) = api.get_opt(CAPI_LEASE_NAME).await? else {
-        return Ok(CapiManager::Absent);
-    };
-    let spec = lease.spec.unwrap_or_default();
-    let holder = spec.holder_identity.unwrap_or_default();
-    let ago = spec.renew_time.map(|t| {
-        Duration::from_millis(u64::try_from(now.as_millis() - t.0.as_millisecond()).unwrap_or(0))
-    });
-    Ok(match ago {
-        Some(ago) if !holder.is_empty() && ago <= CAPI_ACTIVE_WITHIN => {
-            CapiManager::Active { holder, ago }
-        }
-        idle => CapiManager::Idle { holder, idle },
-    })
-}

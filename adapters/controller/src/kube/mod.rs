@@ -33,6 +33,7 @@ pub mod metrics;
 mod process;
 pub mod serving;
 pub mod streams;
+mod tasks;
 pub mod throttle;
 
 pub use adapter::{Adapter, AdapterOptions};

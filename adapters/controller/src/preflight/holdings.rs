@@ -38,7 +38,8 @@ pub fn serves(leader: &Leader) -> bool {
             .is_some_and(|ago| ago <= LEADER_RENEWED_WITHIN)
 }
 
-fn meta(o: &DynamicObject) -> ObjectMeta {
+/// An object's annotations as the engine's metadata (what `adopted` and the pause rules read).
+pub fn meta(o: &DynamicObject) -> ObjectMeta {
     ObjectMeta {
         annotations: o
             .metadata

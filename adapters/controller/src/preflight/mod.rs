@@ -10,7 +10,7 @@ mod holdings;
 mod neighbour;
 mod permissions;
 
-pub use holdings::{LEADER_RENEWED_WITHIN, LeaderLease, serves};
+pub use holdings::{LEADER_RENEWED_WITHIN, LeaderLease, meta, serves};
 pub use neighbour::{Neighbour, PROVIDER_LABEL, Unread};
 
 pub use engine::release::{Release, SUPPORTED_MINORS, Support, supported_text};
