@@ -13,8 +13,15 @@ pub fn provider_refs(object: &Value) -> Vec<(String, Option<String>, String)> {
         "/spec/remediationTemplate",
         "/spec/remediation/templateRef",
     ];
+    // A MachinePool's template names its InfraMachinePool, which the pool controller reads; a
+    // MachineSet's or MachineDeployment's names a `…Template` no controller here reads (its
+    // Machines name their own objects): watching it would only need RBAC for nothing.
+    let pool = object.get("kind").and_then(Value::as_str) == Some("MachinePool");
     let mut out = Vec::new();
     for path in paths {
+        if path.starts_with("/spec/template/") && !pool {
+            continue;
+        }
         let Some(r) = crate::convert::pointer(object, path) else {
             continue;
         };
@@ -108,5 +115,14 @@ mod tests {
         );
         let core = json!({"spec": {"infrastructureRef": {"apiVersion": "v1", "kind": "Secret", "name": "s"}}});
         assert!(provider_refs(&core).is_empty());
+        let template = |kind: &str| {
+            json!({"kind": kind, "spec": {"template": {"spec": {
+                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerMachineTemplate", "name": "t"}}}}})
+        };
+        assert!(
+            provider_refs(&template("MachineSet")).is_empty(),
+            "a MachineSet's template kind is read by no controller here"
+        );
+        assert_eq!(provider_refs(&template("MachinePool")).len(), 1);
     }
 }
