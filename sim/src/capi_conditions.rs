@@ -93,24 +93,46 @@ pub(crate) fn set_conditions(
             )
         })
         .collect();
+    write_list(
+        env,
+        actor,
+        key,
+        v1beta1,
+        list,
+        "SetCondition",
+        summary.join(", "),
+    )
+}
+
+/// Writes `list` as the object's v1beta2 conditions (under `status.v1beta2` for a v1beta1
+/// object), with a timeline line `action` saying `summary`. Whether it was written.
+pub(crate) fn write_list(
+    env: &mut Env<'_>,
+    actor: &str,
+    key: &ObjKey,
+    v1beta1: bool,
+    list: Vec<Value>,
+    action: &str,
+    summary: String,
+) -> bool {
     let patch = if v1beta1 {
         json!({"status": {"v1beta2": {"conditions": list}}})
     } else {
         json!({"status": {"conditions": list}})
     };
-    if let Ok(w) = env
+    let Ok(w) = env
         .api
         .store_mut(&Scope::Management)
         .patch(key, &patch, Part::Status)
-    {
-        env.line(
-            actor,
-            "SetCondition",
-            crate::api::describe(&Scope::Management, key),
-            summary.join(", "),
-        );
-        env.changed(&Scope::Management, w);
-        return true;
-    }
-    false
+    else {
+        return false;
+    };
+    env.line(
+        actor,
+        action,
+        crate::api::describe(&Scope::Management, key),
+        summary,
+    );
+    env.changed(&Scope::Management, w);
+    true
 }

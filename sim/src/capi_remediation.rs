@@ -16,11 +16,11 @@
 //! none either), the rollout's move of unhealthy Machines (§2.7 8).
 
 use crate::api::json::Pointer as _;
-use crate::api::{ObjKey, Part, json};
+use crate::api::{ObjKey, json};
 use crate::capi_conditions::{condition, set_conditions};
 use crate::env::Env;
 use engine::model::{PAUSED_ANNOTATION, REMEDIATE_MACHINE_ANNOTATION, Scope};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::cmp::Reverse;
 
 const HEALTH_CHECK_SUCCEEDED: &str = "HealthCheckSucceeded";
@@ -233,22 +233,13 @@ fn remove_owner_remediated(env: &mut Env<'_>, actor: &str, key: &ObjKey, machine
         .filter(|c| c["type"] != OWNER_REMEDIATED)
         .cloned()
         .collect();
-    let patch = if v1beta1 {
-        json!({"status": {"v1beta2": {"conditions": kept}}})
-    } else {
-        json!({"status": {"conditions": kept}})
-    };
-    if let Ok(w) = env
-        .api
-        .store_mut(&Scope::Management)
-        .patch(key, &patch, Part::Status)
-    {
-        env.line(
-            actor,
-            "RemoveCondition",
-            crate::api::describe(&Scope::Management, key),
-            "OwnerRemediated (the Machine is healthy again)".into(),
-        );
-        env.changed(&Scope::Management, w);
-    }
+    crate::capi_conditions::write_list(
+        env,
+        actor,
+        key,
+        v1beta1,
+        kept,
+        "RemoveCondition",
+        "OwnerRemediated (the Machine is healthy again)".into(),
+    );
 }
