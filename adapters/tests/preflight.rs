@@ -73,6 +73,12 @@ async fn preflight_passes_beside_a_known_release_and_names_what_blocks_a_takeove
         assert_eq!(code, 1, "{text}");
         let manager = line(&text, "capi-manager");
         assert!(manager.starts_with("FAIL"), "{text}");
+        if namespace == "cluster-api" {
+            assert!(
+                line(&text, "capi-release").contains("pass --capi-namespace capi-system"),
+                "the mistyped namespace is named: {text}"
+            );
+        }
         for sign in [
             "its Lease capi-system/controller-leader-election-capi was renewed",
             "its Deployment capi-system/capi-controller-manager has 1 ready replica(s)",

@@ -128,7 +128,7 @@ pub async fn examine(client: &Client, options: &Options) -> Vec<Check> {
     let mut checks = vec![
         capi_manager(options, &neighbour),
         api_versions(client).await,
-        release_check(options, &manager),
+        release_check(options, &manager, &neighbour),
         machine_pool_gate(&manager),
         rbac(client, options).await,
     ];
@@ -350,7 +350,7 @@ pub(crate) fn read_release(
     }
 }
 
-fn release_check(options: &Options, manager: &Manager) -> Check {
+fn release_check(options: &Options, manager: &Manager, neighbour: &Neighbour) -> Check {
     const NAME: &str = "capi-release";
     let found = read_release(
         &options.capi_namespace,
@@ -380,16 +380,29 @@ fn release_check(options: &Options, manager: &Manager) -> Check {
                 "run --mode shadow beside it and read `lifecycle shadow report`; a takeover refuses a release it does not know".to_string(),
             ),
         },
-        Err((why, transient)) => Check::not_ok(
-            NAME,
-            unknown_verdict,
-            format!("the release of Cluster API's manager is unknown: {why}"),
-            format!(
-                "grant get on deployments {CAPI_DEPLOYMENT} in {} (pass --capi-namespace where it runs), or pass --capi-version with the release it runs",
-                options.capi_namespace
-            ),
-        )
-        .transient(transient),
+        Err((why, transient)) => {
+            // Its Deployment, found elsewhere by its label: the namespace was mistyped.
+            let elsewhere = neighbour
+                .deployments
+                .iter()
+                .find(|(ns, name)| name == CAPI_DEPLOYMENT && *ns != options.capi_namespace);
+            let fix = match elsewhere {
+                Some((ns, _)) => format!(
+                    "Cluster API's manager Deployment is {ns}/{CAPI_DEPLOYMENT}: pass --capi-namespace {ns}"
+                ),
+                None => format!(
+                    "grant get on deployments {CAPI_DEPLOYMENT} in {} (pass --capi-namespace where it runs), or pass --capi-version with the release it runs",
+                    options.capi_namespace
+                ),
+            };
+            Check::not_ok(
+                NAME,
+                unknown_verdict,
+                format!("the release of Cluster API's manager is unknown: {why}"),
+                fix,
+            )
+            .transient(transient)
+        }
     }
 }
 

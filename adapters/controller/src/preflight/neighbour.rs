@@ -27,6 +27,8 @@ pub struct Neighbour {
     pub unread: Vec<Unread>,
     /// What was read and says it does not run.
     pub quiet: Vec<String>,
+    /// The Deployments labelled as CAPI's core provider, (namespace, name), running or not.
+    pub deployments: Vec<(String, String)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,6 +139,9 @@ async fn deployments(client: &Client, found: &mut Neighbour) {
     }
     for deployment in &items {
         let name = namespaced_name(deployment);
+        if let Some((ns, n)) = name.split_once('/') {
+            found.deployments.push((ns.to_string(), n.to_string()));
+        }
         let ready = deployment
             .pointer("/status/readyReplicas")
             .and_then(Value::as_u64)
