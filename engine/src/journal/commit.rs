@@ -144,38 +144,65 @@ impl Digest {
     }
 }
 
+/// Why stored batches do not digest: what is wrong, and the blob file sled could not read
+/// when that is what failed (sled's own error names no file).
+#[derive(Debug)]
+pub(crate) struct RangeDamage {
+    pub(crate) reason: String,
+    pub(crate) blob: Option<PathBuf>,
+}
+
+impl RangeDamage {
+    fn unreadable(e: JournalError) -> RangeDamage {
+        RangeDamage {
+            blob: e.blob_file().map(Path::to_path_buf),
+            reason: format!("storage error: {e}"),
+        }
+    }
+}
+
+impl From<String> for RangeDamage {
+    fn from(reason: String) -> RangeDamage {
+        RangeDamage { reason, blob: None }
+    }
+}
+
+impl std::fmt::Display for RangeDamage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
 /// Digest of the stored batches holding exactly `first..=last`, or why they do not.
-pub(crate) fn digest_range(chunks: &Chunks, first: u64, last: u64) -> Result<u64, String> {
+pub(crate) fn digest_range(chunks: &Chunks, first: u64, last: u64) -> Result<u64, RangeDamage> {
     let mut digest = Digest::default();
     let mut expected = first;
-    let iter = chunks.iter_from(first).map_err(|e| e.to_string())?;
+    let iter = chunks.iter_from(first).map_err(RangeDamage::unreadable)?;
     for entry in iter {
         if expected > last {
             break;
         }
-        let (_, value) = entry.map_err(|e| format!("storage error: {e}"))?;
-        let view =
-            BatchView::parse(expected, &value).map_err(|e| format!("at record {expected}: {e}"))?;
+        let (_, value) = entry.map_err(RangeDamage::unreadable)?;
+        let view = BatchView::parse(expected, &value)
+            .map_err(|e| RangeDamage::from(format!("at record {expected}: {e}")))?;
         if view.first_seq != expected {
-            return Err(format!(
-                "records {expected}..{} are missing",
-                view.first_seq
-            ));
+            return Err(format!("records {expected}..{} are missing", view.first_seq).into());
         }
         if let Some(Err(e)) = view.records().find(|r| r.is_err()) {
-            return Err(e.to_string());
+            return Err(e.to_string().into());
         }
         digest.update(&value);
         expected = view.last_seq() + 1;
     }
     if expected <= last {
-        return Err(format!("records {expected}..{last} are missing"));
+        return Err(format!("records {expected}..{last} are missing").into());
     }
     if expected != last + 1 {
         return Err(format!(
             "a stored batch ends at {} but the commit entry at {last}",
             expected - 1
-        ));
+        )
+        .into());
     }
     Ok(digest.finish())
 }

@@ -3,6 +3,23 @@
 use std::fmt;
 use std::path::PathBuf;
 
+/// The file of the store where damage lies, and what is wrong with it when that is known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamagedFile {
+    pub path: PathBuf,
+    pub why: Option<String>,
+}
+
+impl fmt::Display for DamagedFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "in {}", self.path.display())?;
+        match &self.why {
+            Some(why) => write!(f, ": {why}"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Why a journal operation failed.
 ///
 /// *Errors that name a `seq`* point at the first record that cannot be trusted; nothing at or
@@ -56,11 +73,13 @@ pub enum JournalError {
     },
     /// The journal holds records but has no commit record to account for them.
     CommitMissing { dir: PathBuf, last_seq: u64 },
-    /// Committed records `first..=last` are not in the store (sled dropped them on recovery).
+    /// Committed records `first..=last` are not in the store (sled dropped them on recovery);
+    /// `file` is where the damage that lost them lies.
     RecordsMissing {
         first: u64,
         last: u64,
         stored_last: u64,
+        file: DamagedFile,
     },
     /// Committed records `first..=last` are stored but differ from what was committed.
     RecordsDamaged {
@@ -128,6 +147,20 @@ pub enum JournalError {
 impl JournalError {
     pub(crate) fn storage(op: &'static str) -> impl FnOnce(sled::Error) -> JournalError {
         move |source| JournalError::Storage { op, source }
+    }
+
+    /// The blob file sled failed to open or read, when that is what failed.
+    pub(crate) fn blob_file(&self) -> Option<&std::path::Path> {
+        match self {
+            JournalError::Storage {
+                source: sled::Error::Io(io),
+                ..
+            } => io
+                .get_ref()
+                .and_then(|e| e.downcast_ref::<sled::BlobFileError>())
+                .map(sled::BlobFileError::path),
+            _ => None,
+        }
     }
 
     /// Whether this is damage to the journal's data (as opposed to a failure to do the job:
@@ -255,9 +288,10 @@ impl fmt::Display for JournalError {
                 first,
                 last,
                 stored_last,
+                file,
             } => write!(
                 f,
-                "records {first}..{last} are missing: damage at record {first} in the sled files (the commit record says 1..{last} are committed, the store holds {})",
+                "records {first}..{last} are missing: damage at record {first} {file} (the commit record says 1..{last} are committed, the store holds {})",
                 if *stored_last == 0 {
                     "none".to_string()
                 } else {

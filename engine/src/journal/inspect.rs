@@ -14,9 +14,10 @@ use super::TruncatedTail;
 use super::chunks::Chunks;
 use super::commit::{self, Reconciled};
 use super::{
-    JOURNAL_FORMAT_VERSION, JOURNAL_FORMAT_VERSION_LEGACY, JOURNAL_FORMAT_VERSION_NO_IDENTITY,
-    JOURNAL_FORMAT_VERSION_NO_MIRROR, JOURNAL_FORMAT_VERSION_NO_RETENTION, JournalError,
-    JournalOptions, TREE_META, TREE_SNAPSHOTS, batch::BatchView, read_meta_version,
+    DamagedFile, JOURNAL_FORMAT_VERSION, JOURNAL_FORMAT_VERSION_LEGACY,
+    JOURNAL_FORMAT_VERSION_NO_IDENTITY, JOURNAL_FORMAT_VERSION_NO_MIRROR,
+    JOURNAL_FORMAT_VERSION_NO_RETENTION, JournalError, JournalOptions, TREE_META, TREE_SNAPSHOTS,
+    batch::BatchView, read_meta_version,
 };
 use std::path::{Path, PathBuf};
 
@@ -359,6 +360,7 @@ fn inspect_store(
                     first: commits.retired_through() + 1,
                     last: committed,
                     stored_last: 0,
+                    file: damaged_file(dir, None),
                 });
             }
             JOURNAL_FORMAT_VERSION
@@ -452,6 +454,7 @@ fn inspect_store(
             first: retired_through + 1,
             last: (first - 1).min(committed),
             stored_last,
+            file: damaged_file(dir, None),
         });
     }
     if stored_last < committed {
@@ -459,6 +462,7 @@ fn inspect_store(
             first: stored_last.max(retired_through) + 1,
             last: committed,
             stored_last,
+            file: damaged_file(dir, None),
         });
     }
     // Readers meet damaged records where they lie and `verify` lists them all; but a committed
@@ -492,7 +496,7 @@ fn inspect_store(
                         last: e.last_seq,
                         reason: format!(
                             "they differ from what the commit record says was written ({})",
-                            where_damaged(dir)
+                            damaged_file(dir, None)
                         ),
                     });
                 }
@@ -500,7 +504,7 @@ fn inspect_store(
                     return Err(JournalError::RecordsDamaged {
                         first: e.first_seq,
                         last: e.last_seq,
-                        reason: format!("{reason} ({})", where_damaged(dir)),
+                        reason: format!("{reason} ({})", damaged_file(dir, reason.blob.as_deref())),
                     });
                 }
             }
@@ -628,12 +632,24 @@ fn stored_end(
     }
 }
 
-/// Where damaged records lie, for an error that names records: the first blob that fails
-/// sled's own check, else sled's data file.
-fn where_damaged(dir: &Path) -> String {
+/// Where damaged records lie, for an error that names records: the blob file sled could not
+/// read (`failed`), else the first blob that fails sled's own check, else sled's data file.
+pub(crate) fn damaged_file(dir: &Path, failed: Option<&Path>) -> DamagedFile {
+    if let Some(path) = failed {
+        return DamagedFile {
+            path: path.to_path_buf(),
+            why: Some("sled cannot read this blob file".into()),
+        };
+    }
     match damaged_blob(dir) {
-        Some((path, why)) => format!("in {}: {why}", path.display()),
-        None => format!("in {}", dir.join(DB_FILE).display()),
+        Some((path, why)) => DamagedFile {
+            path,
+            why: Some(why),
+        },
+        None => DamagedFile {
+            path: dir.join(DB_FILE),
+            why: None,
+        },
     }
 }
 

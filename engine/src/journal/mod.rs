@@ -54,7 +54,7 @@ pub use commit::{COMMIT_COPIES, COMMITS_FILE, COMMITS_MIRROR_FILE};
 #[cfg(any(test, feature = "testing"))]
 pub use damage::Damage;
 pub use durable::probe_space;
-pub use error::JournalError;
+pub use error::{DamagedFile, JournalError};
 pub use identity::{IDENTITY_FILE, Stage};
 /// sled's files: a directory holding either holds a journal, or the start of one.
 pub use inspect::{CONF_FILE, DB_FILE};
@@ -506,6 +506,7 @@ impl Journal {
                 first: stored_last.min(checked_last) + 1,
                 last: checked_last.max(committed),
                 stored_last,
+                file: inspect::damaged_file(dir, None),
             });
         }
         if let Some(last) = journal.commit_record.last() {
@@ -515,14 +516,20 @@ impl Journal {
                     return Err(JournalError::RecordsDamaged {
                         first: last.first_seq,
                         last: last.last_seq,
-                        reason: "they differ from what the commit record says was written".into(),
+                        reason: format!(
+                            "they differ from what the commit record says was written ({})",
+                            inspect::damaged_file(dir, None)
+                        ),
                     });
                 }
-                Err(reason) => {
+                Err(damage) => {
                     return Err(JournalError::RecordsDamaged {
                         first: last.first_seq,
                         last: last.last_seq,
-                        reason,
+                        reason: format!(
+                            "{damage} ({})",
+                            inspect::damaged_file(dir, damage.blob.as_deref())
+                        ),
                     });
                 }
             }
@@ -820,11 +827,14 @@ impl Journal {
             return Ok(());
         }
         let digest = if writer.pending_dirty {
-            commit::digest_range(&self.chunks, committed + 1, last).map_err(|reason| {
+            commit::digest_range(&self.chunks, committed + 1, last).map_err(|damage| {
                 JournalError::RecordsDamaged {
                     first: committed + 1,
                     last,
-                    reason,
+                    reason: format!(
+                        "{damage} ({})",
+                        inspect::damaged_file(&self.dir, damage.blob.as_deref())
+                    ),
                 }
             })?
         } else {
@@ -1194,11 +1204,13 @@ impl Journal {
                         e.first_seq, e.last_seq
                     ),
                 }),
-                Err(reason) => problems.push(VerifyProblem {
+                Err(damage) => problems.push(VerifyProblem {
                     seq: e.first_seq,
                     reason: format!(
-                        "committed records {}..{} are damaged: {reason}",
-                        e.first_seq, e.last_seq
+                        "committed records {}..{} are damaged: {damage} ({})",
+                        e.first_seq,
+                        e.last_seq,
+                        inspect::damaged_file(&self.dir, damage.blob.as_deref())
                     ),
                 }),
             }
@@ -1287,6 +1299,10 @@ fn check_fresh(dir: &Path) -> Result<(), JournalError> {
             },
             last: committed,
             stored_last: 0,
+            file: DamagedFile {
+                path: dir.join(DB_FILE),
+                why: Some("sled's data file is gone".into()),
+            },
         });
     }
     Ok(())

@@ -661,6 +661,7 @@ fn rebuild(
             first: fresh.next_seq(),
             last: kept_through,
             stored_last: fresh.next_seq() - 1,
+            file: inspect::damaged_file(dir, None),
         });
     }
     let mut snapshots_removed = Vec::new();

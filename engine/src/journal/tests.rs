@@ -577,8 +577,9 @@ fn a_committed_last_batch_that_is_missing_is_named() {
             JournalError::RecordsMissing {
                 first: 51,
                 last: 53,
-                stored_last: 50
-            }
+                stored_last: 50,
+                ref file,
+            } if file.path == tmp.path().join(DB_FILE)
         ),
         "{err:?}"
     );

@@ -309,6 +309,7 @@ pub use {
 
 pub use self::{
     batch::Batch,
+    pagecache::BlobFileError,
     config::{Config, Mode},
     db::{open, Db},
     iter::Iter,

@@ -9,7 +9,7 @@ use std::{
 use backtrace::Backtrace;
 
 use crate::{
-    pagecache::{DiskPtr, PageView},
+    pagecache::{BlobFileError, DiskPtr, PageView},
     IVec,
 };
 
@@ -77,7 +77,12 @@ impl Clone for Error {
         use self::Error::*;
 
         match self {
-            Io(ioe) => Io(io::Error::new(ioe.kind(), format!("{:?}", ioe))),
+            Io(ioe) => Io(
+                match ioe.get_ref().and_then(|e| e.downcast_ref::<BlobFileError>()) {
+                    Some(blob) => io::Error::new(ioe.kind(), blob.clone()),
+                    None => io::Error::new(ioe.kind(), format!("{:?}", ioe)),
+                },
+            ),
             CollectionNotFound(name) => CollectionNotFound(name.clone()),
             Unsupported(why) => Unsupported(why.clone()),
             ReportableBug(what) => ReportableBug(what.clone()),

@@ -1,6 +1,36 @@
 use crate::pagecache::*;
 use crate::*;
 
+/// A blob file that could not be opened or read, by its path: sled's own I/O error names no
+/// file, and a reader must say which file of a damaged journal is gone.
+#[derive(Debug, Clone)]
+pub struct BlobFileError {
+    path: std::path::PathBuf,
+    message: String,
+}
+
+impl BlobFileError {
+    fn io(path: &std::path::Path, e: std::io::Error) -> std::io::Error {
+        std::io::Error::new(
+            e.kind(),
+            BlobFileError { path: path.to_path_buf(), message: e.to_string() },
+        )
+    }
+
+    /// The blob file that failed.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl std::fmt::Display for BlobFileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "blob file {}: {}", self.path.display(), self.message)
+    }
+}
+
+impl std::error::Error for BlobFileError {}
+
 pub(crate) fn read_blob(
     blob_ptr: Lsn,
     config: &Config,
@@ -12,7 +42,7 @@ pub(crate) fn read_blob(
         debug!("failed to open file for blob read at {}: {:?}", blob_ptr, e);
     }
 
-    let mut f = f_res?;
+    let mut f = f_res.map_err(|e| BlobFileError::io(&path, e))?;
 
     let mut crc_expected_bytes = [0_u8; std::mem::size_of::<u32>()];
 
@@ -21,7 +51,7 @@ pub(crate) fn read_blob(
             "failed to read the initial CRC bytes in the blob at {}: {:?}",
             blob_ptr, e,
         );
-        return Err(e.into());
+        return Err(BlobFileError::io(&path, e).into());
     }
 
     let crc_expected = arr_to_u32(&crc_expected_bytes);
@@ -43,7 +73,7 @@ pub(crate) fn read_blob(
             "failed to read data after the CRC bytes in blob at {}: {:?}",
             blob_ptr, e,
         );
-        return Err(e.into());
+        return Err(BlobFileError::io(&path, e).into());
     }
 
     let mut hasher = crc32fast::Hasher::new();

@@ -57,6 +57,7 @@ pub(crate) use self::{
 };
 
 pub use self::{
+    blob_io::BlobFileError,
     constants::{
         MAX_MSG_HEADER_LEN, MAX_SPACE_AMPLIFICATION, MINIMUM_ITEMS_PER_SEGMENT,
         SEG_HEADER_LEN,
