@@ -174,7 +174,8 @@ fn copy_journal(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Copies attempted when the commit record is replaced during a copy.
+/// Copies attempted when the commit record is replaced during a copy, or a copy fails its
+/// checks.
 const COPY_ATTEMPTS_MAX: u32 = 3;
 
 /// The identity of the commit record file: retention replaces it (a new file renamed over it).
@@ -185,14 +186,10 @@ fn commits_identity(dir: &Path) -> Option<(u64, u64)> {
         .map(|m| (m.dev(), m.ino()))
 }
 
-/// [`copy_journal`], again if a running controller retired records meanwhile: the copied
+/// `copy`, again if a running controller retired records meanwhile: the copied
 /// commit record would then vouch for records the copied store no longer holds (a false
 /// "missing"). Retiring happens once per snapshot, so a second copy settles it.
-fn copy_consistent(from: &Path, to: &Path) -> std::io::Result<()> {
-    copy_consistent_with(from, to, copy_journal)
-}
-
-fn copy_consistent_with(
+fn copy_consistent(
     from: &Path,
     to: &Path,
     mut copy: impl FnMut(&Path, &Path) -> std::io::Result<()>,
@@ -234,31 +231,57 @@ fn open(dir: &Path) -> Result<JournalCopy, Failure> {
             });
         }
     }
+    open_copy(dir, copy_journal)
+}
+
+/// Opens a private copy of the journal a running controller holds. sled moves live data
+/// between its segments as it writes, so a copy taken meanwhile can look damaged where the
+/// journal is not: a copy that fails its checks is taken again, and damage is reported only
+/// when every one of [`COPY_ATTEMPTS_MAX`] copies shows it.
+fn open_copy(
+    dir: &Path,
+    mut copy: impl FnMut(&Path, &Path) -> std::io::Result<()>,
+) -> Result<JournalCopy, Failure> {
     let unusable = |what: &str, e: std::io::Error| {
         Failure::Unusable(format!("{}: {what}: {e}", dir.display()))
     };
-    let tmp = tempfile::Builder::new()
-        .prefix("lifecycle-log-")
-        .tempdir()
-        .map_err(|e| unusable("held by a running controller, and a temporary directory to copy it to cannot be created ($TMPDIR)", e))?;
-    let copy = tmp.path().join("journal");
-    copy_consistent(dir, &copy).map_err(|e| {
-        unusable(
-            "held by a running controller, and copying it to a temporary directory ($TMPDIR) failed",
-            e,
-        )
-    })?;
-    match open_at(&copy, dir) {
-        Ok((journal, committed_through)) => Ok(JournalCopy {
-            journal,
-            committed_through,
-            _dir: Some(tmp),
-        }),
-        Err(OpenError::Locked) => Err(Failure::Unusable(format!(
-            "{}: its private copy is locked",
-            dir.display()
-        ))),
-        Err(OpenError::Failed(f)) => Err(f),
+    let mut attempt = 1;
+    loop {
+        let tmp = tempfile::Builder::new()
+            .prefix("lifecycle-log-")
+            .tempdir()
+            .map_err(|e| unusable("held by a running controller, and a temporary directory to copy it to cannot be created ($TMPDIR)", e))?;
+        let copied = tmp.path().join("journal");
+        copy_consistent(dir, &copied, &mut copy).map_err(|e| {
+            unusable(
+                "held by a running controller, and copying it to a temporary directory ($TMPDIR) failed",
+                e,
+            )
+        })?;
+        match open_at(&copied, dir) {
+            Ok((journal, committed_through)) => {
+                return Ok(JournalCopy {
+                    journal,
+                    committed_through,
+                    _dir: Some(tmp),
+                });
+            }
+            Err(OpenError::Locked) => {
+                return Err(Failure::Unusable(format!(
+                    "{}: its private copy is locked",
+                    dir.display()
+                )));
+            }
+            Err(OpenError::Failed(Failure::Damage(_))) if attempt < COPY_ATTEMPTS_MAX => {
+                attempt += 1;
+            }
+            Err(OpenError::Failed(Failure::Damage(e))) => {
+                return Err(Failure::Damage(format!(
+                    "{e} (seen in each of {COPY_ATTEMPTS_MAX} copies taken while a running controller holds the journal)"
+                )));
+            }
+            Err(OpenError::Failed(f)) => return Err(f),
+        }
     }
 }
 
@@ -715,6 +738,7 @@ fn repair(dir: &Path, mode: RepairMode) -> Result<u8, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use engine::journal::DB_FILE;
 
     /// A controller retiring records while the journal is copied replaces its commit record:
     /// the copy is made again, so the copied commit record matches the copied store.
@@ -727,7 +751,7 @@ mod tests {
         std::fs::write(src.join("db"), b"store").unwrap();
         let dst = tmp.path().join("copy");
         let mut copies = 0;
-        copy_consistent_with(&src, &dst, |from, to| {
+        copy_consistent(&src, &dst, |from, to| {
             copies += 1;
             copy_journal(from, to)?;
             if copies == 1 {
@@ -740,5 +764,74 @@ mod tests {
         .unwrap();
         assert_eq!(copies, 2);
         assert_eq!(std::fs::read(dst.join(COMMITS_FILE)).unwrap(), b"new");
+    }
+
+    fn journal_of(records: u64) -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().unwrap();
+        let (mut journal, _) = Journal::open(tmp.path(), JournalOptions::default()).unwrap();
+        for i in 0..records {
+            journal
+                .append(
+                    engine::time::Timestamp::from_millis(i as i64 * 1000),
+                    &[7u8; 64],
+                )
+                .unwrap();
+        }
+        journal.seal().unwrap();
+        tmp
+    }
+
+    /// A copy torn by the controller's own writes (cut short here) is taken again: the
+    /// journal is whole, and `log` says so.
+    #[test]
+    fn a_copy_that_raced_the_controller_is_taken_again() {
+        let source = journal_of(20);
+        let mut copies = 0;
+        let opened = open_copy(source.path(), |from, to| {
+            copies += 1;
+            copy_journal(from, to)?;
+            if copies == 1 {
+                let db = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(to.join(DB_FILE))?;
+                db.set_len(db.metadata()?.len() / 2)?;
+            }
+            Ok(())
+        });
+        let opened = opened.unwrap_or_else(|f| panic!("{}", failure_text(f)));
+        assert_eq!((copies, opened.committed_through), (2, 20));
+    }
+
+    /// Damage every copy shows is damage: reported, saying it was seen in each copy.
+    #[test]
+    fn damage_in_every_copy_is_reported() {
+        let source = journal_of(20);
+        let mut copies = 0;
+        let opened = open_copy(source.path(), |from, to| {
+            copies += 1;
+            copy_journal(from, to)?;
+            let db = std::fs::OpenOptions::new()
+                .write(true)
+                .open(to.join(DB_FILE))?;
+            db.set_len(db.metadata()?.len() / 2)
+        });
+        match opened {
+            Err(Failure::Damage(e)) => {
+                assert!(e.contains("seen in each of 3 copies"), "{e}");
+                assert!(e.contains(&source.path().display().to_string()), "{e}");
+            }
+            Err(f) => panic!("not damage: {}", failure_text(f)),
+            Ok(_) => panic!("a journal damaged in every copy opened"),
+        }
+        assert_eq!(copies, COPY_ATTEMPTS_MAX);
+    }
+
+    fn failure_text(f: Failure) -> String {
+        match f {
+            Failure::Damage(e)
+            | Failure::Invalid(e)
+            | Failure::Unusable(e)
+            | Failure::CreationCutShort(e) => e,
+        }
     }
 }
