@@ -342,6 +342,9 @@ fn open_at(path: &Path, shown: &Path) -> Result<(Journal, u64), OpenError> {
             name(copy)
         );
     }
+    if let Some(lost) = report.lost_snapshot {
+        eprintln!("{}: {lost}", shown.display());
+    }
     if let Some(v) = report.upgraded_from {
         eprintln!(
             "{}: written by journal format {v} (no commit record); read as such",

@@ -27,9 +27,13 @@ fn created_then(dir: &Path, creator: Creator, cut: impl FnOnce(&Path)) {
         std::fs::remove_file(dir.join(name)).unwrap();
     }
     match creator {
-        Creator::ThisBuild => {
-            identity::write(dir, JOURNAL_FORMAT_VERSION, Stage::Creating, 0).unwrap()
-        }
+        Creator::ThisBuild => identity::write(
+            dir,
+            JOURNAL_FORMAT_VERSION,
+            Stage::Creating,
+            identity::Witness::default(),
+        )
+        .unwrap(),
         Creator::Legacy => std::fs::remove_file(dir.join(IDENTITY_FILE)).unwrap(),
     }
     cut(dir);

@@ -104,13 +104,20 @@ fn a_lost_or_damaged_identity_beside_an_intact_journal_is_written_again() {
                 identity::Found::Read {
                     format: JOURNAL_FORMAT_VERSION,
                     stage: Stage::Created,
-                    committed_through: 5
+                    committed_through: 5,
+                    ..
                 }
             ),
             "damage {i}: written again, witnessing the commit record it checked"
         );
     }
-    identity::write(tmp.path(), JOURNAL_FORMAT_VERSION + 1, Stage::Created, 0).unwrap();
+    identity::write(
+        tmp.path(),
+        JOURNAL_FORMAT_VERSION + 1,
+        Stage::Created,
+        identity::Witness::default(),
+    )
+    .unwrap();
     let before = dir_state(tmp.path());
     let err = Journal::open(tmp.path(), JournalOptions::default()).unwrap_err();
     assert!(

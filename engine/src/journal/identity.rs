@@ -2,10 +2,13 @@
 //! created here, and whether its creation finished.
 //!
 //! ```text
-//! identity = tag "LJI1" | format u16 | stage u8 | reserved [u8; 5] (0)
-//!          | committed_through u64 | crc u32
-//! crc      = crc32 of the 20 bytes before it                      (integers little-endian)
+//! identity = tag "LJI2" | format u16 | stage u8 | reserved [u8; 5] (0)
+//!          | committed_through u64 | snapshot_through u64 | crc u32
+//! crc      = crc32 of the 28 bytes before it                      (integers little-endian)
 //! ```
+//!
+//! Identities written before the engine snapshot's witness are 24 bytes, tag "LJI1", without
+//! `snapshot_through` (read as 0: none witnessed).
 //!
 //! A creation writes it first, stage [`Stage::Creating`], durable before any sled file exists;
 //! once both copies of the commit record are durable it is replaced (new file, fsync, rename)
@@ -17,14 +20,19 @@
 //! `committed_through` witnesses the commit record outside it and outside sled: a writer that
 //! closes cleanly (or writes an engine snapshot) records how far the commit record reached.
 //! Both copies of the commit record cut back below it, with the store cut back too, are then
-//! refused rather than read back shorter.
+//! refused rather than read back shorter. `snapshot_through` is the newest engine snapshot the
+//! store held at that moment: one gone from the store later (damage at the end of sled's log,
+//! which sled drops as if it were a torn write) is then known and said, not passed over.
 
 use super::JournalError;
 use std::path::Path;
 
 pub const IDENTITY_FILE: &str = "identity";
-const IDENTITY_BYTES: usize = 24;
-const TAG: [u8; 4] = *b"LJI1";
+const IDENTITY_BYTES: usize = 32;
+const TAG: [u8; 4] = *b"LJI2";
+/// Identities without `snapshot_through`.
+const IDENTITY_BYTES_V1: usize = 24;
+const TAG_V1: [u8; 4] = *b"LJI1";
 
 /// How far the journal's creation got.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +52,7 @@ pub(crate) enum Found {
         format: u16,
         stage: Stage,
         committed_through: u64,
+        snapshot_through: u64,
     },
     /// Unreadable or failing its checks: the stage is unknown (never taken for `Creating`).
     Damaged(JournalError),
@@ -86,6 +95,17 @@ impl Found {
         }
     }
 
+    /// The newest engine snapshot the store held when the journal was last sealed (0: none
+    /// witnessed).
+    pub(crate) fn snapshot_through(&self) -> u64 {
+        match self {
+            Found::Read {
+                snapshot_through, ..
+            } => *snapshot_through,
+            _ => 0,
+        }
+    }
+
     /// A newer build's journal is refused before anything else is read.
     pub(crate) fn check_format(&self, supported: u16) -> Result<(), JournalError> {
         match self {
@@ -112,16 +132,22 @@ pub(crate) fn load(dir: &Path) -> Found {
             reason,
         })
     };
-    if bytes.len() != IDENTITY_BYTES {
+    let (tag, crc_at) = match bytes.len() {
+        IDENTITY_BYTES => (TAG, IDENTITY_BYTES - 4),
+        IDENTITY_BYTES_V1 => (TAG_V1, IDENTITY_BYTES_V1 - 4),
+        n => {
+            return damaged(format!(
+                "is {n} bytes long, not {IDENTITY_BYTES} (or {IDENTITY_BYTES_V1} as written before)"
+            ));
+        }
+    };
+    if bytes[0..4] != tag {
         return damaged(format!(
-            "is {} bytes long, not {IDENTITY_BYTES}",
-            bytes.len()
+            "does not start with its tag {}",
+            String::from_utf8_lossy(&tag)
         ));
     }
-    if bytes[0..4] != TAG {
-        return damaged("does not start with its tag LJI1".into());
-    }
-    if crc32fast::hash(&bytes[..20]).to_le_bytes() != bytes[20..24] {
+    if crc32fast::hash(&bytes[..crc_at]).to_le_bytes() != bytes[crc_at..crc_at + 4] {
         return damaged("fails its checksum".into());
     }
     let format = u16::from_le_bytes([bytes[4], bytes[5]]);
@@ -133,12 +159,36 @@ pub(crate) fn load(dir: &Path) -> Found {
     if bytes[7..12].iter().any(|&b| b != 0) {
         return damaged("has reserved bytes that are not zero".into());
     }
-    let mut witness = [0u8; 8];
-    witness.copy_from_slice(&bytes[12..20]);
+    let u64_at = |at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(b)
+    };
     Found::Read {
         format,
         stage,
-        committed_through: u64::from_le_bytes(witness),
+        committed_through: u64_at(12),
+        snapshot_through: if crc_at == IDENTITY_BYTES - 4 {
+            u64_at(20)
+        } else {
+            0
+        },
+    }
+}
+
+/// What the identity witnesses of the journal (see the module's doc).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Witness {
+    pub committed_through: u64,
+    pub snapshot_through: u64,
+}
+
+impl Witness {
+    pub(crate) fn committed(committed_through: u64) -> Witness {
+        Witness {
+            committed_through,
+            snapshot_through: 0,
+        }
     }
 }
 
@@ -148,7 +198,7 @@ pub(crate) fn write(
     dir: &Path,
     format: u16,
     stage: Stage,
-    committed_through: u64,
+    witness: Witness,
 ) -> Result<(), JournalError> {
     let path = dir.join(IDENTITY_FILE);
     let io = |source| JournalError::IdentityIo {
@@ -162,9 +212,10 @@ pub(crate) fn write(
         Stage::Creating => 0,
         Stage::Created => 1,
     };
-    bytes[12..20].copy_from_slice(&committed_through.to_le_bytes());
-    let crc = crc32fast::hash(&bytes[..20]);
-    bytes[20..24].copy_from_slice(&crc.to_le_bytes());
+    bytes[12..20].copy_from_slice(&witness.committed_through.to_le_bytes());
+    bytes[20..28].copy_from_slice(&witness.snapshot_through.to_le_bytes());
+    let crc = crc32fast::hash(&bytes[..28]);
+    bytes[28..32].copy_from_slice(&crc.to_le_bytes());
     super::durable::replace_file(dir, IDENTITY_FILE, &bytes).map_err(io)
 }
 
@@ -186,10 +237,14 @@ mod tests {
     fn an_identity_reads_back_as_written_and_any_flipped_bit_is_damage() {
         let tmp = tempfile::tempdir().unwrap();
         for stage in [Stage::Creating, Stage::Created] {
-            write(tmp.path(), 5, stage, 77).unwrap();
+            let witness = Witness {
+                committed_through: 77,
+                snapshot_through: 70,
+            };
+            write(tmp.path(), 5, stage, witness).unwrap();
             assert!(matches!(
                 load(tmp.path()),
-                Found::Read { format: 5, stage: s, committed_through: 77 } if s == stage
+                Found::Read { format: 5, stage: s, committed_through: 77, snapshot_through: 70 } if s == stage
             ));
         }
         let path = tmp.path().join(IDENTITY_FILE);
@@ -204,5 +259,29 @@ mod tests {
         assert!(matches!(load(tmp.path()), Found::Damaged(_)));
         std::fs::remove_file(&path).unwrap();
         assert!(matches!(load(tmp.path()), Found::Absent));
+    }
+
+    /// An identity written before the snapshot witness (24 bytes, tag LJI1) reads as one that
+    /// witnessed no engine snapshot.
+    #[test]
+    fn an_identity_without_the_snapshot_witness_still_reads() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut bytes = [0u8; IDENTITY_BYTES_V1];
+        bytes[0..4].copy_from_slice(&TAG_V1);
+        bytes[4..6].copy_from_slice(&5u16.to_le_bytes());
+        bytes[6] = 1;
+        bytes[12..20].copy_from_slice(&42u64.to_le_bytes());
+        let crc = crc32fast::hash(&bytes[..20]);
+        bytes[20..24].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(tmp.path().join(IDENTITY_FILE), bytes).unwrap();
+        assert!(matches!(
+            load(tmp.path()),
+            Found::Read {
+                format: 5,
+                stage: Stage::Created,
+                committed_through: 42,
+                snapshot_through: 0
+            }
+        ));
     }
 }

@@ -171,6 +171,41 @@ pub struct OpenReport {
     /// Copies of the commit record found missing or damaged and taken from the other copy
     /// (a writable open rewrote them): `"<file> <what was wrong>"`.
     pub recovered_commit_copies: Vec<String>,
+    /// An engine snapshot the journal held when it was last sealed is gone from the store.
+    pub lost_snapshot: Option<LostSnapshot>,
+}
+
+/// An engine snapshot the identity file saw the store hold, and that it no longer holds (nor
+/// any newer one): damage at the end of sled's log, which sled drops as a torn write. No
+/// committed record is lost with it (the commit record checks every one): recovery replays
+/// from `newest_left`, or from the first kept record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LostSnapshot {
+    pub through_seq: u64,
+    pub newest_left: Option<u64>,
+}
+
+impl LostSnapshot {
+    fn of(witnessed: u64, newest_left: Option<u64>) -> Option<LostSnapshot> {
+        (witnessed > newest_left.unwrap_or(0)).then_some(LostSnapshot {
+            through_seq: witnessed,
+            newest_left,
+        })
+    }
+}
+
+impl std::fmt::Display for LostSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the engine snapshot through record {} is gone from the store (damage at the end of sled's log, which sled drops as if a write were torn); every committed record is kept, so recovery replays from ",
+            self.through_seq
+        )?;
+        match self.newest_left {
+            Some(seq) => write!(f, "the snapshot through record {seq} instead"),
+            None => f.write_str("the first kept record instead"),
+        }
+    }
 }
 
 /// The batch removed from the end of the journal on open.
@@ -379,6 +414,7 @@ impl Journal {
             found.chunks.hide_from(t.from_seq);
             tracing::debug!(from_seq = t.from_seq, bytes = t.bytes, reason = %t.reason, "passing over a torn, unacknowledged last batch");
         }
+        let newest_snapshot = newest_key(found.snapshots.as_ref())?;
         let report = OpenReport {
             created: false,
             truncated_tail: found.torn_tail.clone(),
@@ -387,6 +423,10 @@ impl Journal {
             upgraded_from: found.legacy.then_some(JOURNAL_FORMAT_VERSION_LEGACY),
             retired_through: found.commits.retired_through(),
             recovered_commit_copies: recovered_copies(&found.commits),
+            lost_snapshot: LostSnapshot::of(
+                identity::load(dir).snapshot_through(),
+                newest_snapshot,
+            ),
         };
         let journal = Journal {
             dir: dir.to_path_buf(),
@@ -546,7 +586,12 @@ impl Journal {
         if truncated_tail.is_some() || upgrading || stored_last > committed || finished > 0 {
             journal.flush()?;
         }
-        if identity.needs_writing(JOURNAL_FORMAT_VERSION) {
+        let newest_snapshot = journal.newest_snapshot_seq()?;
+        let lost_snapshot = LostSnapshot::of(identity.snapshot_through(), newest_snapshot);
+        if let Some(lost) = &lost_snapshot {
+            tracing::warn!(dir = %dir.display(), through_seq = lost.through_seq, "{lost}");
+        }
+        if identity.needs_writing(JOURNAL_FORMAT_VERSION) || lost_snapshot.is_some() {
             match &identity {
                 identity::Found::Damaged(e) => {
                     tracing::warn!(dir = %dir.display(), error = %e, "the journal's identity file is damaged: writing it again (the store and the commit record passed their checks)");
@@ -561,7 +606,10 @@ impl Journal {
                 dir,
                 JOURNAL_FORMAT_VERSION,
                 identity::Stage::Created,
-                committed.max(identity.committed_through()),
+                identity::Witness {
+                    committed_through: committed.max(identity.committed_through()),
+                    snapshot_through: newest_snapshot.unwrap_or(0),
+                },
             )?;
         }
         if upgrading {
@@ -584,6 +632,7 @@ impl Journal {
             }),
             retired_through,
             recovered_commit_copies: recovered_copies(&commits),
+            lost_snapshot,
         };
         Ok((journal, report))
     }
@@ -595,7 +644,12 @@ impl Journal {
         opts: JournalOptions,
         retired: Option<commit::CommitEntry>,
     ) -> Result<(Journal, OpenReport), JournalError> {
-        identity::write(dir, JOURNAL_FORMAT_VERSION, identity::Stage::Creating, 0)?;
+        identity::write(
+            dir,
+            JOURNAL_FORMAT_VERSION,
+            identity::Stage::Creating,
+            identity::Witness::default(),
+        )?;
         let db = open_sled(
             dir,
             &inspect::sled_config(dir, &opts, opts.segment_bytes, StoreMode::Write),
@@ -619,7 +673,7 @@ impl Journal {
             dir,
             JOURNAL_FORMAT_VERSION,
             identity::Stage::Created,
-            witnessed,
+            identity::Witness::committed(witnessed),
         )?;
         let trusted = commit::Loaded {
             retired,
@@ -654,6 +708,7 @@ impl Journal {
             upgraded_from: None,
             retired_through,
             recovered_commit_copies: Vec::new(),
+            lost_snapshot: None,
         };
         Ok((journal, report))
     }
@@ -676,6 +731,11 @@ impl Journal {
     }
 
     /// The snapshot entries, oldest first (none when a read-only journal has no tree).
+    /// The seq of the newest engine snapshot stored, whether or not it passes its checks.
+    fn newest_snapshot_seq(&self) -> Result<Option<u64>, JournalError> {
+        newest_key(self.snapshots.as_ref())
+    }
+
     fn snapshot_entries(
         &self,
     ) -> impl DoubleEndedIterator<Item = sled::Result<(sled::IVec, sled::IVec)>> {
@@ -805,12 +865,15 @@ impl Journal {
     /// below it. Call it on a clean close and now and then (it costs two fsyncs and a rename).
     pub fn seal(&mut self) -> Result<(), JournalError> {
         self.flush()?;
-        let committed = self.writer()?.commits.committed_through();
+        let witness = identity::Witness {
+            committed_through: self.writer()?.commits.committed_through(),
+            snapshot_through: self.newest_snapshot_seq()?.unwrap_or(0),
+        };
         identity::write(
             &self.dir,
             JOURNAL_FORMAT_VERSION,
             identity::Stage::Created,
-            committed,
+            witness,
         )
     }
 
@@ -1280,6 +1343,18 @@ fn refuse_fresh_if_created(dir: &Path, identity: identity::Found) -> Result<(), 
             ),
         }),
         _ => Ok(()),
+    }
+}
+
+/// The newest key of the engine snapshots' tree, as a seq.
+fn newest_key(tree: Option<&sled::Tree>) -> Result<Option<u64>, JournalError> {
+    let Some(tree) = tree else {
+        return Ok(None);
+    };
+    match tree.last() {
+        Ok(Some((key, _))) => key_seq(&key, 0).map(Some),
+        Ok(None) => Ok(None),
+        Err(e) => Err(JournalError::storage("reading the newest snapshot")(e)),
     }
 }
 

@@ -76,6 +76,7 @@ fn round_trip_and_reopen_keep_sequence_continuity() {
             upgraded_from: None,
             retired_through: 0,
             recovered_commit_copies: Vec::new(),
+            lost_snapshot: None,
         }
     );
     assert_eq!(j.append(Timestamp(260), &payload(26)).unwrap(), 26);
@@ -1065,4 +1066,53 @@ fn a_log_cut_short_names_the_file() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// The engine snapshot a seal witnessed, then gone from the store (as sled drops damage at
+/// the end of its log): every open says so, with the snapshot recovery falls back to, and a
+/// writable open witnesses what is left, so the next start is quiet.
+#[test]
+fn an_engine_snapshot_gone_from_the_store_is_reported_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 20, 10);
+    j.write_snapshot(10, Timestamp(1), b"ten").unwrap();
+    j.write_snapshot(20, Timestamp(2), b"twenty").unwrap();
+    j.seal().unwrap();
+    let newest = j.snapshots.as_ref().unwrap();
+    newest.remove(seq_key(20)).unwrap();
+    j.db.flush().unwrap();
+    drop(j);
+    let lost_snapshot = LostSnapshot {
+        through_seq: 20,
+        newest_left: Some(10),
+    };
+    let lost = Some(lost_snapshot);
+    let (j, report) = Journal::open_read_only(tmp.path(), JournalOptions::default()).unwrap();
+    assert_eq!(report.lost_snapshot, lost);
+    drop(j);
+    let (j, report) = open(tmp.path());
+    assert_eq!(report.lost_snapshot, lost);
+    assert!(
+        lost_snapshot
+            .to_string()
+            .contains("replays from the snapshot through record 10"),
+        "{lost_snapshot}"
+    );
+    assert_eq!(j.latest_snapshot().unwrap().unwrap().through_seq, 10);
+    drop(j);
+    let (_, report) = open(tmp.path());
+    assert_eq!(report.lost_snapshot, None, "said once");
+}
+
+/// A seal with no engine snapshot stored witnesses none: nothing is reported lost.
+#[test]
+fn a_journal_without_engine_snapshots_reports_none_lost() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut j, _) = open(tmp.path());
+    append_n(&mut j, 5, 5);
+    j.seal().unwrap();
+    drop(j);
+    let (_, report) = open(tmp.path());
+    assert_eq!(report.lost_snapshot, None);
 }
