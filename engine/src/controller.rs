@@ -127,6 +127,9 @@ pub enum Issued {
     /// The same intent was decided and withheld (shadow) while its target was as it is now:
     /// deciding it again would change nothing.
     Withheld,
+    /// Another writer keeps undoing this controller's writes to the target: they are held for
+    /// a while ([`crate::fight`]); the owner is reconciled again when the hold ends.
+    Held,
 }
 
 impl Issued {
@@ -179,7 +182,7 @@ fn backoff_after(action: &Action, failures: u32) -> Duration {
 /// Whether an answer means the call should be paced before it is tried again. A 404 is an
 /// answer (the object is gone), not a failure to reach the API.
 /// What an action decides, as a number (FNV-1a over its encoding): the same on every machine.
-fn fingerprint(action: &Action) -> u64 {
+pub(crate) fn fingerprint(action: &Action) -> u64 {
     crate::codec::encode(action)
         .unwrap_or_default()
         .iter()
@@ -227,6 +230,9 @@ pub struct Effects {
     /// The conditions decided since the engine's input began. Transient, as the outbox.
     #[serde(skip)]
     decided: crate::decision::Decided,
+    /// Writes another writer keeps undoing or refusing, and the objects held for it.
+    #[serde(deserialize_with = "crate::codec::added_in_10")]
+    fights: crate::fight::Fights,
 }
 
 /// Per controller and intent: the target's resourceVersion when withheld, the action's
@@ -337,6 +343,15 @@ impl Effects {
             if self.intents.get(&intent) == Some(&id) {
                 self.intents.remove(&intent);
             }
+            // A write lands when the API answers with the object written: a command not
+            // sent (shadow) is answered with nothing, and changed nothing to undo.
+            match outcome {
+                ApiOutcome::Conflict { .. } => {
+                    self.fights.refused(&command.action, now);
+                }
+                ApiOutcome::Ok { object: Some(_) } => self.fights.landed(&command.action, now),
+                _ => {}
+            }
             if is_failure(outcome) {
                 let failures = self.backoffs.get(&intent).map_or(0, |b| b.failures) + 1;
                 let wait = backoff_after(&command.action, failures);
@@ -373,6 +388,14 @@ impl Effects {
             self.withheld
                 .retain(|(_, i), _| store.get(&i.target).is_some());
         }
+    }
+
+    /// The objects a fight holds the controllers' writes to at `now`.
+    pub fn held_in_fight(
+        &self,
+        now: Timestamp,
+    ) -> impl Iterator<Item = (&ObjectKey, &crate::fight::Hold)> {
+        self.fights.held(now)
     }
 
     /// Forgets everything in flight (after a restart nothing is known to be running).
@@ -463,6 +486,27 @@ impl<'a> Cx<'a> {
         {
             self.wait_for(controller, intent.clone());
             return Issued::InFlight;
+        }
+        if let Err(hold) = self.effects.fights.check(&action, self.now) {
+            let (until, tell) = (hold.until, (!hold.told).then(|| hold.why.clone()));
+            let target = action.target().clone();
+            self.effects
+                .retries
+                .set(&self.owner, WriteRetry(controller), until, Some(&target.key));
+            if let Some(why) = tell {
+                self.effects.fights.told(&target.key);
+                self.issue(
+                    controller,
+                    Action::RecordEvent {
+                        regarding: target,
+                        type_: crate::command::EventType::Warning,
+                        reason: crate::fight::EVENT_REASON.to_string(),
+                        message: crate::fight::message(&why),
+                    },
+                    "another writer keeps undoing this controller's writes",
+                );
+            }
+            return Issued::Held;
         }
         if let Some(intent) = &intent {
             let key = (controller, intent.clone());

@@ -20,6 +20,7 @@ pub mod decision;
 pub mod deletion;
 pub mod drain;
 mod engine;
+pub mod fight;
 pub mod fnv;
 pub mod health;
 pub mod input;
