@@ -350,7 +350,7 @@ fn the_metrics_page_parses_and_counts_what_the_controller_did() {
     );
     let served_by_ksm = ksm_served();
     let alerts = alert_rules();
-    assert_eq!(alerts.len(), 12, "{alerts:?}");
+    assert_eq!(alerts.len(), 13, "{alerts:?}");
     for rule in &alerts {
         let expr = rule["expr"].as_str().unwrap();
         for name in series_read(expr) {

@@ -231,7 +231,7 @@ pub struct Effects {
     #[serde(skip)]
     decided: crate::decision::Decided,
     /// Writes another writer keeps undoing or refusing, and the objects held for it.
-    #[serde(deserialize_with = "crate::codec::added_in_10")]
+    #[serde(deserialize_with = "crate::codec::added_in_11")]
     fights: crate::fight::Fights,
 }
 
@@ -346,10 +346,12 @@ impl Effects {
             // A write lands when the API answers with the object written: a command not
             // sent (shadow) is answered with nothing, and changed nothing to undo.
             match outcome {
-                ApiOutcome::Conflict { .. } => {
-                    self.fights.refused(&command.action, now);
-                }
-                ApiOutcome::Ok { object: Some(_) } => self.fights.landed(&command.action, now),
+                ApiOutcome::Conflict { .. } => self.fights.refused(&command.action),
+                ApiOutcome::Ok {
+                    object: Some(object),
+                } => self
+                    .fights
+                    .landed(&command.action, object.meta().resource_version, now),
                 _ => {}
             }
             if is_failure(outcome) {
@@ -487,7 +489,20 @@ impl<'a> Cx<'a> {
             self.wait_for(controller, intent.clone());
             return Issued::InFlight;
         }
-        if let Err(hold) = self.effects.fights.check(&action, self.now) {
+        let seen = target_version(self.store, &action.target().key);
+        if let Some(conflicts) = self.effects.fights.conflicts_to_tell(&action.target().key) {
+            self.issue(
+                controller,
+                Action::RecordEvent {
+                    regarding: action.target().clone(),
+                    type_: crate::command::EventType::Warning,
+                    reason: crate::fight::CONFLICT_REASON.to_string(),
+                    message: crate::fight::conflict_message(conflicts),
+                },
+                "writes to this object keep meeting 409 Conflict",
+            );
+        }
+        if let Err(hold) = self.effects.fights.check(&action, seen, self.now) {
             let (until, tell) = (hold.until, (!hold.told).then(|| hold.why.clone()));
             let target = action.target().clone();
             self.effects

@@ -95,7 +95,9 @@ impl Dirty {
 /// 8: withheld intents kept per controller (7: one per intent, dropped on reading).
 /// 9: the deletion memo's conditions decided and not observed yet (absent before: none).
 /// 10: the deletion controller's judgement of CAPI's release (absent before: supported).
-pub const STATE_VERSION: u16 = 10;
+/// 11: the writes other writers undo or refuse, and the objects held for it
+///     ([`crate::fight::Fights`]; absent before: none).
+pub const STATE_VERSION: u16 = 11;
 /// The oldest state layout this build reads (and migrates to [`STATE_VERSION`]).
 pub const STATE_VERSION_OLDEST_READ: u16 = 4;
 
@@ -253,6 +255,15 @@ impl Engine {
     /// Reconciles and reconcile errors per controller since this process started.
     pub fn counters(&self) -> &crate::metrics::Counters {
         &self.counters
+    }
+
+    /// The gauges at `now` ([`crate::metrics::gauges`]), with the objects a fight holds.
+    pub fn gauges(&self, now: Timestamp) -> crate::metrics::Gauges {
+        let mut gauges = crate::metrics::gauges(&self.store, &self.controllers.deletion, now);
+        for (key, _) in self.effects.held_in_fight(now) {
+            *gauges.writes_held.entry(key.kind.name().to_string()).or_default() += 1;
+        }
+        gauges
     }
 
     /// Tells `observer` when each reconcile begins and ends (for timing; it cannot answer).

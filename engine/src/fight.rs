@@ -1,32 +1,42 @@
 //! Another writer fighting this controller over an object: what it wrote is undone again and
-//! again (a second manager of the same Machines, a tool re-applying old values), or its
-//! guarded writes keep meeting 409. A level-based controller would write back for ever; here a
-//! fight holds the controller's writes to that object for [`HOLD`], with a Warning Event, and
-//! is counted for an alert. Never a write loop: at most [`UNDONE_MAX`] writes of one object a
-//! fight undoes per [`WINDOW`] and [`HOLD`].
+//! again (a second manager of the same Machines, such as Cluster API's beside a `--mode alone`
+//! controller, or a tool re-applying old values). A level-based controller would write back
+//! for ever; here a fight holds the controller's writes to that object for [`HOLD`], with a
+//! Warning Event, and is served as a metric for an alert. Never a write loop: at most
+//! [`UNDONE_MAX`] writes of one object a fight undoes per [`WINDOW`] and [`HOLD`].
 //!
-//! The signs, per object, within [`WINDOW`]:
-//! - undone: a write is wanted again with the same content as the last write of its kind to
-//!   the object, which landed (the controllers only write what the object does not show, and
-//!   nothing they wrote since replaced it: someone else changed it back);
-//! - refused: a write of the object answered 409 Conflict, with no write of it landing between.
+//! Undone, per object within [`WINDOW`]: a write is wanted again with the same content as the
+//! last write of its kind to the object, which landed at a resourceVersion, and the object is
+//! now seen at a newer one (the controllers only write what the object does not show: someone
+//! wrote after them and changed it back). A stale read (an older version served again) or a
+//! write that never landed is no sign.
 //!
-//! The [`UNDONE_MAX`]th sign holds the object. Only writes to the object itself are held (its
-//! conditions, status, metadata, finalizer, a Node's cordon): evictions and deletions of other
-//! objects go on, so a deletion is slowed, never stopped for good.
+//! 409 Conflicts in a row on one object are told in a Warning Event ([`CONFLICT_REASON`]) but
+//! hold nothing: the API refuses a guarded write whenever anyone wrote in between, and the
+//! write's backoff already paces the retries.
+//!
+//! Only writes to the object itself are held (its conditions, status, metadata, finalizer, a
+//! Node's cordon): evictions and deletions of other objects go on, so a deletion is slowed,
+//! never stopped for good.
 
-use crate::command::{Action, JsonText};
+use crate::command::{Action, ActionKind, JsonText};
 use crate::model::ObjectKey;
 use crate::time::{Duration, Timestamp};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// How far back the signs count.
+/// How far back undone writes count.
 pub const WINDOW: Duration = Duration::from_secs(300);
-/// Signs within [`WINDOW`] that make a fight.
+/// Undone writes within [`WINDOW`] that make a fight.
 pub const UNDONE_MAX: usize = 3;
 /// How long a fight holds the controller's writes to the object.
 pub const HOLD: Duration = Duration::from_secs(600);
+/// 409 Conflicts in a row on one object that are told in a Warning Event.
+pub const CONFLICTS_TOLD: u32 = 3;
+/// The reason of the Warning Event a hold starts with.
+pub const EVENT_REASON: &str = "WritesHeld";
+/// The reason of the Warning Event that tells 409 Conflicts in a row.
+pub const CONFLICT_REASON: &str = "WriteConflicts";
 
 /// What the controller wrote lately, and the objects it holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,16 +47,22 @@ pub struct Fights {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Recent {
-    /// The content of the last write of each kind that landed, with when.
-    landed: Vec<(crate::command::ActionKind, u64, Timestamp)>,
-    /// Each sign, with when.
-    signs: Vec<(Timestamp, Sign)>,
+    /// The last write of each kind that landed.
+    landed: Vec<Landed>,
+    /// When each of its writes was seen undone.
+    undone: Vec<Timestamp>,
+    /// 409 Conflicts since a write of it last landed, and whether they were told.
+    conflicts: u32,
+    conflicts_told: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Sign {
-    Undone,
-    Refused,
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Landed {
+    kind: ActionKind,
+    content: u64,
+    /// The object's resourceVersion the write left.
+    version: u64,
+    at: Timestamp,
 }
 
 /// A held object.
@@ -60,14 +76,18 @@ pub struct Hold {
     pub told: bool,
 }
 
-/// The reason of the Warning Event a hold starts with.
-pub const EVENT_REASON: &str = "WritesHeld";
-
 /// The Event's message for a hold `why`.
 pub fn message(why: &str) -> String {
     format!(
         "This controller holds its writes to this object for {}m: {why}. Another manager is acting on it: is Cluster API's manager running beside a --mode alone controller, or a second copy of this controller? Stop one of them (--mode shadow or takeover run beside Cluster API's manager)",
         HOLD.as_secs() / 60
+    )
+}
+
+/// The Event's message for `conflicts` 409s in a row.
+pub fn conflict_message(conflicts: u32) -> String {
+    format!(
+        "{conflicts} writes to this object in a row were refused with 409 Conflict: another writer changed it each time between this controller's read and its write (retried with backoff). If it goes on, look for a second manager of this object"
     )
 }
 
@@ -130,9 +150,9 @@ fn content(action: &Action) -> Option<u64> {
 }
 
 impl Fights {
-    /// A write of `action` landed at `now`.
-    pub fn landed(&mut self, action: &Action, now: Timestamp) {
-        let Some(print) = content(action) else {
+    /// A write of `action` landed at `now`, leaving the object at resourceVersion `version`.
+    pub fn landed(&mut self, action: &Action, version: u64, now: Timestamp) {
+        let Some(content) = content(action) else {
             return;
         };
         let kind = action.kind();
@@ -140,12 +160,15 @@ impl Fights {
             .recent
             .entry(action.target().key.clone())
             .or_default();
-        recent
-            .landed
-            .retain(|(k, _, at)| *k != kind && within(*at, now));
-        recent.landed.push((kind, print, now));
-        // A write that lands ends a run of refusals: only 409s in a row are a sign.
-        recent.signs.retain(|(_, s)| *s != Sign::Refused);
+        recent.landed.retain(|l| l.kind != kind && within(l.at, now));
+        recent.landed.push(Landed {
+            kind,
+            content,
+            version,
+            at: now,
+        });
+        recent.conflicts = 0;
+        recent.conflicts_told = false;
         // Amortised: at each power of two from 1 024 objects, what is older than the window goes
         // (a long run keeps no record of every object it ever wrote).
         let n = self.recent.len();
@@ -154,56 +177,61 @@ impl Fights {
         }
     }
 
-    /// A write of `action` was refused with 409 Conflict at `now`. Returns the hold it starts,
-    /// if any.
-    pub fn refused(&mut self, action: &Action, now: Timestamp) -> Option<&Hold> {
-        content(action)?;
-        self.sign(&action.target().key, Sign::Refused, now)
+    /// A write of `action` was refused with 409 Conflict.
+    pub fn refused(&mut self, action: &Action) {
+        if content(action).is_none() {
+            return;
+        }
+        let recent = self
+            .recent
+            .entry(action.target().key.clone())
+            .or_default();
+        recent.conflicts += 1;
     }
 
-    /// Before `action` is issued at `now`: `Err` with the hold on its target while one holds
-    /// it (a hold that starts now included).
-    pub fn check(&mut self, action: &Action, now: Timestamp) -> Result<(), &Hold> {
-        let Some(print) = content(action) else {
+    /// The 409 Conflicts in a row on `key`, once they reach [`CONFLICTS_TOLD`] and were not
+    /// told yet (they count as told from now on).
+    pub fn conflicts_to_tell(&mut self, key: &ObjectKey) -> Option<u32> {
+        let recent = self.recent.get_mut(key)?;
+        if recent.conflicts < CONFLICTS_TOLD || recent.conflicts_told {
+            return None;
+        }
+        recent.conflicts_told = true;
+        Some(recent.conflicts)
+    }
+
+    /// Before `action` is issued at `now`, with its target seen at resourceVersion `seen`:
+    /// `Err` with the hold on its target while one holds it (a hold that starts now included).
+    pub fn check(&mut self, action: &Action, seen: u64, now: Timestamp) -> Result<(), &Hold> {
+        let Some(content) = content(action) else {
             return Ok(());
         };
         let key = &action.target().key;
-        if let Some(hold) = self.held.get(key)
-            && now >= hold.until
-        {
+        if self.held.get(key).is_some_and(|h| now >= h.until) {
             self.held.remove(key);
         }
         if self.held.contains_key(key) {
             return Err(&self.held[key]);
         }
         let kind = action.kind();
-        let undone = self.recent.get(key).is_some_and(|r| {
-            r.landed
-                .iter()
-                .any(|(k, p, at)| *k == kind && *p == print && within(*at, now))
+        let Some(recent) = self.recent.get_mut(key) else {
+            return Ok(());
+        };
+        let undone = recent.landed.iter().any(|l| {
+            l.kind == kind && l.content == content && l.version < seen && within(l.at, now)
         });
         if !undone {
             return Ok(());
         }
-        match self.sign(key, Sign::Undone, now) {
-            Some(hold) => Err(hold),
-            None => Ok(()),
+        recent.undone.retain(|at| within(*at, now));
+        recent.undone.push(now);
+        if recent.undone.len() < UNDONE_MAX {
+            return Ok(());
         }
-    }
-
-    fn sign(&mut self, key: &ObjectKey, sign: Sign, now: Timestamp) -> Option<&Hold> {
-        let recent = self.recent.entry(key.clone()).or_default();
-        recent.signs.retain(|(at, _)| within(*at, now));
-        recent.signs.push((now, sign));
-        if recent.signs.len() < UNDONE_MAX {
-            return None;
-        }
-        let count = |s: Sign| recent.signs.iter().filter(|(_, x)| *x == s).count();
         let why = format!(
-            "within {}s its writes to {key} were undone by another writer {} time(s) and refused with 409 Conflict {} time(s)",
-            WINDOW.as_secs(),
-            count(Sign::Undone),
-            count(Sign::Refused)
+            "within {}m another writer undid its writes to {key} {} times",
+            WINDOW.as_secs() / 60,
+            recent.undone.len()
         );
         self.recent.remove(key);
         self.held.insert(
@@ -215,7 +243,7 @@ impl Fights {
                 told: false,
             },
         );
-        self.held.get(key)
+        Err(&self.held[key])
     }
 
     /// The hold on `key` was told in a Warning Event.
@@ -235,13 +263,115 @@ impl Fights {
     pub fn prune(&mut self, now: Timestamp) {
         self.held.retain(|_, h| now < h.until);
         self.recent.retain(|_, r| {
-            r.landed.retain(|(_, _, at)| within(*at, now));
-            r.signs.retain(|(at, _)| within(*at, now));
-            !r.landed.is_empty() || !r.signs.is_empty()
+            r.landed.retain(|l| within(l.at, now));
+            r.undone.retain(|at| within(*at, now));
+            !r.landed.is_empty() || !r.undone.is_empty() || r.conflicts > 0
         });
     }
 }
 
 fn within(at: Timestamp, now: Timestamp) -> bool {
     now < at.saturating_add(WINDOW)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::Target;
+    use crate::model::{Kind, Scope};
+
+    fn cordon() -> Action {
+        Action::Cordon {
+            node: Target {
+                key: ObjectKey::new(Scope::Management, Kind::Node, "", "n1"),
+                api_version: "v1".into(),
+            },
+        }
+    }
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_millis(secs * 1000)
+    }
+
+    /// Written, then seen at a newer version that lacks it, three times within the window:
+    /// the third holds the object for [`HOLD`], and the hold ends.
+    #[test]
+    fn a_write_undone_three_times_holds_the_object_then_lets_go() {
+        let mut fights = Fights::default();
+        let action = cordon();
+        for (i, t) in [0, 60, 120].into_iter().enumerate() {
+            fights.landed(&action, 10 * (i as u64 + 1), at(t));
+            let undone = fights.check(&action, 10 * (i as u64 + 1) + 1, at(t + 1));
+            assert_eq!(undone.is_err(), i == 2, "undone {} times", i + 1);
+        }
+        let (_, hold) = fights.held(at(122)).next().expect("held");
+        assert_eq!(hold.until, at(121).saturating_add(HOLD));
+        assert!(hold.why.contains("3 times"), "{}", hold.why);
+        assert!(fights.check(&action, 99, at(500)).is_err(), "still held");
+        assert!(fights.check(&action, 99, at(121 + 600)).is_ok(), "the hold ended");
+    }
+
+    /// A stale read (an older version served again) or a write that never landed is no sign,
+    /// however often the write is wanted again; so is an undo older than the window.
+    #[test]
+    fn stale_reads_and_old_undos_hold_nothing() {
+        let mut fights = Fights::default();
+        let action = cordon();
+        fights.landed(&action, 10, at(0));
+        for t in 1..50 {
+            assert!(fights.check(&action, 9, at(t)).is_ok(), "stale read at {t}");
+        }
+        let mut never = Fights::default();
+        for t in 1..50 {
+            assert!(never.check(&action, 100 + t as u64, at(t)).is_ok());
+        }
+        let mut slow = Fights::default();
+        for (i, t) in [0, 400, 800, 1200].into_iter().enumerate() {
+            slow.landed(&action, 10 * (i as u64 + 1), at(t));
+            assert!(
+                slow.check(&action, 10 * (i as u64 + 1) + 1, at(t + 1)).is_ok(),
+                "an undo every 400 s is not a fight"
+            );
+        }
+    }
+
+    /// 409s in a row are told once a streak, and hold nothing.
+    #[test]
+    fn conflicts_in_a_row_are_told_once_and_hold_nothing() {
+        let mut fights = Fights::default();
+        let action = cordon();
+        let key = action.target().key.clone();
+        for _ in 0..CONFLICTS_TOLD - 1 {
+            fights.refused(&action);
+        }
+        assert_eq!(fights.conflicts_to_tell(&key), None);
+        fights.refused(&action);
+        assert_eq!(fights.conflicts_to_tell(&key), Some(CONFLICTS_TOLD));
+        fights.refused(&action);
+        assert_eq!(fights.conflicts_to_tell(&key), None, "told once");
+        assert!(fights.check(&action, 1, at(1)).is_ok());
+        fights.landed(&action, 5, at(2));
+        for _ in 0..CONFLICTS_TOLD {
+            fights.refused(&action);
+        }
+        assert_eq!(fights.conflicts_to_tell(&key), Some(CONFLICTS_TOLD), "a new streak");
+    }
+
+    /// Evictions and deletions of other objects are never held.
+    #[test]
+    fn evictions_are_never_held() {
+        let mut fights = Fights::default();
+        let evict = Action::Evict {
+            pod: Target {
+                key: ObjectKey::new(Scope::Management, Kind::Pod, "app", "web-0"),
+                api_version: "v1".into(),
+            },
+            grace_period_seconds: None,
+        };
+        for t in 0..10 {
+            fights.landed(&evict, t as u64, at(t));
+            assert!(fights.check(&evict, 100, at(t)).is_ok());
+        }
+        assert_eq!(fights.held(at(10)).count(), 0);
+    }
 }

@@ -115,6 +115,8 @@ pub struct Gauges {
     /// Machines that carry this controller's own hooks ([`crate::ownership`]): CAPI's manager
     /// waits at them for whoever finishes them.
     pub own_hooked: OwnHooked,
+    /// Objects whose writes a fight with another writer holds ([`crate::fight`]), by kind.
+    pub writes_held: BTreeMap<String, u64>,
 }
 
 /// Machines carrying this controller's own hooks, deleting or not.

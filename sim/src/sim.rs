@@ -495,8 +495,12 @@ impl Sim {
     /// The MHC status differential, when the controller is idle and sees everything and the
     /// world has been quiet long enough (`at_end`: now, regardless of the quiet period).
     pub(crate) fn check_mhc_differential(&mut self, at_end: bool) {
-        // A shadow writes no status: there is nothing of its own to be stale.
-        if self.lp.options().mode.withholds().is_some() {
+        // A shadow writes no status: there is nothing of its own to be stale. Alone beside
+        // CAPI's manager, two managers write it (the misconfiguration a fight holds): neither
+        // status is a fresh controller's.
+        let alone_beside_capi = self.world.capi.enabled
+            && self.engine().controllers().deletion.ownership() == engine::ownership::Ownership::Alone;
+        if self.lp.options().mode.withholds().is_some() || alone_beside_capi {
             return;
         }
         let now = self.clock.now;

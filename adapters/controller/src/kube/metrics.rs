@@ -114,6 +114,10 @@ pub struct EngineView {
     pub gauges: engine::metrics::Gauges,
 }
 
+/// The kinds whose writes a fight can hold ([`engine::fight`]): the objects the controllers
+/// write to.
+const WRITES_HELD_KINDS: [&str; 4] = ["Machine", "Node", "MachineHealthCheck", "MachinePool"];
+
 fn label(key: &'static str, value: &str) -> Labels {
     vec![(key, value.to_string())]
 }
@@ -396,7 +400,7 @@ impl Metrics {
         }
         self.engine_view(EngineView {
             counters: engine.counters().clone(),
-            gauges: engine::metrics::gauges(engine.store(), &engine.controllers().deletion, now),
+            gauges: engine.gauges(now),
         });
     }
 
@@ -665,6 +669,14 @@ impl Scraped {
                 )
             })
             .collect();
+        // Every kind a fight can hold, 0 included: the alert reads the series, not its absence.
+        let held = WRITES_HELD_KINDS
+            .iter()
+            .map(|kind| {
+                let n = view.gauges.writes_held.get(*kind).copied().unwrap_or(0);
+                (label("kind", kind), n as f64)
+            })
+            .collect();
         let served = self.serves_own_hooks().to_string();
         let own = view.gauges.own_hooked;
         let hooked = [("true", own.deleting), ("false", own.not_deleting)]
@@ -738,6 +750,12 @@ impl Scraped {
                 MetricType::Gauge,
                 "Machines carrying this controller's own deletion hooks, by deleting (true: Cluster API's manager waits at a hook) and served (true: this process is the leader in takeover or alone and finishes them; false in shadow, or a standby). deleting=\"true\",served=\"false\" above 0 is the alert LifecycleHookedMachinesNotServed.",
                 hooked,
+            ),
+            (
+                "lifecycle_writes_held",
+                MetricType::Gauge,
+                "Objects this controller holds its writes to because another writer undid them 3 times within 5 minutes (a second manager: Cluster API's beside --mode alone, or a second copy of this controller), by kind. Above 0 is the alert LifecycleWritesHeld.",
+                held,
             ),
             (
                 "lifecycle_mhc_expected_machines",
@@ -846,6 +864,7 @@ mod tests {
             "lifecycle_drain_blocked_pods",
             "lifecycle_hooks_waiting",
             "lifecycle_hooked_machines",
+            "lifecycle_writes_held",
             "lifecycle_info",
             "lifecycle_shadow_disagreements",
             "lifecycle_commands_withheld",
