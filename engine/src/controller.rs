@@ -505,9 +505,12 @@ impl<'a> Cx<'a> {
         if let Err(hold) = self.effects.fights.check(&action, seen, self.now) {
             let (until, tell) = (hold.until, (!hold.told).then(|| hold.why.clone()));
             let target = action.target().clone();
-            self.effects
-                .retries
-                .set(&self.owner, WriteRetry(controller), until, Some(&target.key));
+            self.effects.retries.set(
+                &self.owner,
+                WriteRetry(controller),
+                until,
+                Some(&target.key),
+            );
             if let Some(why) = tell {
                 self.effects.fights.told(&target.key);
                 self.issue(

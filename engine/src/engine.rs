@@ -261,7 +261,10 @@ impl Engine {
     pub fn gauges(&self, now: Timestamp) -> crate::metrics::Gauges {
         let mut gauges = crate::metrics::gauges(&self.store, &self.controllers.deletion, now);
         for (key, _) in self.effects.held_in_fight(now) {
-            *gauges.writes_held.entry(key.kind.name().to_string()).or_default() += 1;
+            *gauges
+                .writes_held
+                .entry(key.kind.name().to_string())
+                .or_default() += 1;
         }
         gauges
     }

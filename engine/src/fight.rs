@@ -96,9 +96,9 @@ pub fn conflict_message(conflicts: u32) -> String {
 /// same thing (transition times, the resourceVersion read).
 fn content(action: &Action) -> Option<u64> {
     let normal = match action {
-        Action::Cordon { .. }
-        | Action::AddFinalizer { .. }
-        | Action::RemoveFinalizer { .. } => action.clone(),
+        Action::Cordon { .. } | Action::AddFinalizer { .. } | Action::RemoveFinalizer { .. } => {
+            action.clone()
+        }
         Action::SetCondition {
             target,
             conditions,
@@ -111,7 +111,11 @@ fn content(action: &Action) -> Option<u64> {
             ..
         } => {
             let mut conditions = conditions.clone();
-            for c in conditions.current.iter_mut().chain(conditions.legacy.iter_mut()) {
+            for c in conditions
+                .current
+                .iter_mut()
+                .chain(conditions.legacy.iter_mut())
+            {
                 c.last_transition_time = None;
             }
             Action::SetCondition {
@@ -156,11 +160,10 @@ impl Fights {
             return;
         };
         let kind = action.kind();
-        let recent = self
-            .recent
-            .entry(action.target().key.clone())
-            .or_default();
-        recent.landed.retain(|l| l.kind != kind && within(l.at, now));
+        let recent = self.recent.entry(action.target().key.clone()).or_default();
+        recent
+            .landed
+            .retain(|l| l.kind != kind && within(l.at, now));
         recent.landed.push(Landed {
             kind,
             content,
@@ -182,10 +185,7 @@ impl Fights {
         if content(action).is_none() {
             return;
         }
-        let recent = self
-            .recent
-            .entry(action.target().key.clone())
-            .or_default();
+        let recent = self.recent.entry(action.target().key.clone()).or_default();
         recent.conflicts += 1;
     }
 
@@ -308,7 +308,10 @@ mod tests {
         assert_eq!(hold.until, at(121).saturating_add(HOLD));
         assert!(hold.why.contains("3 times"), "{}", hold.why);
         assert!(fights.check(&action, 99, at(500)).is_err(), "still held");
-        assert!(fights.check(&action, 99, at(121 + 600)).is_ok(), "the hold ended");
+        assert!(
+            fights.check(&action, 99, at(121 + 600)).is_ok(),
+            "the hold ended"
+        );
     }
 
     /// A stale read (an older version served again) or a write that never landed is no sign,
@@ -329,7 +332,8 @@ mod tests {
         for (i, t) in [0, 400, 800, 1200].into_iter().enumerate() {
             slow.landed(&action, 10 * (i as u64 + 1), at(t));
             assert!(
-                slow.check(&action, 10 * (i as u64 + 1) + 1, at(t + 1)).is_ok(),
+                slow.check(&action, 10 * (i as u64 + 1) + 1, at(t + 1))
+                    .is_ok(),
                 "an undo every 400 s is not a fight"
             );
         }
@@ -354,7 +358,11 @@ mod tests {
         for _ in 0..CONFLICTS_TOLD {
             fights.refused(&action);
         }
-        assert_eq!(fights.conflicts_to_tell(&key), Some(CONFLICTS_TOLD), "a new streak");
+        assert_eq!(
+            fights.conflicts_to_tell(&key),
+            Some(CONFLICTS_TOLD),
+            "a new streak"
+        );
     }
 
     /// Evictions and deletions of other objects are never held.

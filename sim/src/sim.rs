@@ -499,7 +499,8 @@ impl Sim {
         // CAPI's manager, two managers write it (the misconfiguration a fight holds): neither
         // status is a fresh controller's.
         let alone_beside_capi = self.world.capi.enabled
-            && self.engine().controllers().deletion.ownership() == engine::ownership::Ownership::Alone;
+            && self.engine().controllers().deletion.ownership()
+                == engine::ownership::Ownership::Alone;
         if self.lp.options().mode.withholds().is_some() || alone_beside_capi {
             return;
         }

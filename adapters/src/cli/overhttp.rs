@@ -158,6 +158,10 @@ async fn play(scenario: &Scenario, setup: &OverHttp) -> Result<Played, String> {
         origin,
         speed: setup.speed,
         mode: scenario.mode,
+        // A world that runs CAPI's manager beside a controller in mode alone plays the
+        // operator who overrode the start's check (which refuses it) by mistake.
+        capi_manager_stopped: scenario.mode == engine::runtime::Mode::Alone
+            && scenario.world.capi_manager,
     };
     let mut player = Player::start(live, world.clusters());
     let mut child = controller.spawn()?;
@@ -214,6 +218,8 @@ struct Controller {
     origin: Timestamp,
     speed: u32,
     mode: engine::runtime::Mode,
+    /// Passes `--capi-manager-stopped`.
+    capi_manager_stopped: bool,
 }
 
 impl Controller {
@@ -237,6 +243,10 @@ impl Controller {
             .arg("--clock-speed")
             .arg(self.speed.to_string())
             .args(["--mode", self.mode.as_str()])
+            .args(
+                self.capi_manager_stopped
+                    .then_some("--capi-manager-stopped"),
+            )
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
