@@ -346,7 +346,7 @@ impl Effects {
             // A write lands when the API answers with the object written: a command not
             // sent (shadow) is answered with nothing, and changed nothing to undo.
             match outcome {
-                ApiOutcome::Conflict { .. } => self.fights.refused(&command.action),
+                ApiOutcome::Conflict { .. } => self.fights.refused(&command.action, now),
                 ApiOutcome::Ok {
                     object: Some(object),
                 } => self
@@ -390,6 +390,15 @@ impl Effects {
             self.withheld
                 .retain(|(_, i), _| store.get(&i.target).is_some());
         }
+    }
+
+    pub(crate) fn forget_write_history(&mut self) {
+        self.fights = crate::fight::Fights::default();
+    }
+
+    /// Forgets the fights' records that expired by `now` ([`crate::fight::Fights::expire`]).
+    pub(crate) fn expire_fights(&mut self, now: Timestamp) {
+        self.fights.expire(now);
     }
 
     /// The objects a fight holds the controllers' writes to at `now`.

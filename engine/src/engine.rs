@@ -98,6 +98,8 @@ impl Dirty {
 /// 11: the writes other writers undo or refuse, and the objects held for it
 ///     ([`crate::fight::Fights`]; absent before: none).
 pub const STATE_VERSION: u16 = 11;
+/// The first state version that keeps the writes that landed lately ([`crate::fight`]).
+pub const STATE_VERSION_WRITE_HISTORY: u16 = 11;
 /// The oldest state layout this build reads (and migrates to [`STATE_VERSION`]).
 pub const STATE_VERSION_OLDEST_READ: u16 = 4;
 
@@ -285,6 +287,12 @@ impl Engine {
         self.effects.in_flight_len()
     }
 
+    /// Forgets the writes that landed lately and the fights they showed, as a state migrated
+    /// from before version 11 starts: what a migrated state is compared with.
+    pub fn forget_write_history(&mut self) {
+        self.effects.forget_write_history();
+    }
+
     /// Whether a command is in flight or a failed write waits to be tried again.
     pub fn writes_pending(&self) -> bool {
         self.effects.in_flight_len() > 0 || self.effects.retries_pending()
@@ -305,6 +313,7 @@ impl Engine {
         self.applied_seq += 1;
         self.fired.0.clear();
         self.effects.clear_decisions();
+        self.effects.expire_fights(self.now);
         let mut dirty = Dirty {
             slots: std::mem::take(&mut self.carried),
             ..Default::default()

@@ -38,11 +38,45 @@ pub const EVENT_REASON: &str = "WritesHeld";
 /// The reason of the Warning Event that tells 409 Conflicts in a row.
 pub const CONFLICT_REASON: &str = "WriteConflicts";
 
-/// What the controller wrote lately, and the objects it holds.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// What the controller wrote lately, and the objects it holds. Nothing older than [`WINDOW`]
+/// (a hold: than its end) is kept once an input at a later time is handled ([`Fights::expire`]),
+/// so a replay from any snapshot meets the same state once the window has passed.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(from = "Encoded")]
 pub struct Fights {
     recent: BTreeMap<ObjectKey, Recent>,
     held: BTreeMap<ObjectKey, Hold>,
+    /// No later than when the first record kept expires (`None`: nothing kept). A cache, not
+    /// state: not encoded (computed on decoding), not compared.
+    #[serde(skip)]
+    next_expiry: Option<Timestamp>,
+}
+
+impl PartialEq for Fights {
+    fn eq(&self, other: &Self) -> bool {
+        self.recent == other.recent && self.held == other.held
+    }
+}
+
+impl Eq for Fights {}
+
+/// The encoded form of [`Fights`].
+#[derive(Deserialize)]
+struct Encoded {
+    recent: BTreeMap<ObjectKey, Recent>,
+    held: BTreeMap<ObjectKey, Hold>,
+}
+
+impl From<Encoded> for Fights {
+    fn from(e: Encoded) -> Fights {
+        let mut fights = Fights {
+            recent: e.recent,
+            held: e.held,
+            next_expiry: None,
+        };
+        fights.next_expiry = fights.first_expiry();
+        fights
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,9 +85,23 @@ struct Recent {
     landed: Vec<Landed>,
     /// When each of its writes was seen undone.
     undone: Vec<Timestamp>,
-    /// 409 Conflicts since a write of it last landed, and whether they were told.
+    /// 409 Conflicts since a write of it last landed, the last one's time, and whether they
+    /// were told.
     conflicts: u32,
+    last_conflict: Option<Timestamp>,
     conflicts_told: bool,
+}
+
+impl Recent {
+    /// When the last of what it keeps expires.
+    fn expiries(&self) -> impl Iterator<Item = Timestamp> + '_ {
+        self.landed
+            .iter()
+            .map(|l| l.at)
+            .chain(self.undone.iter().copied())
+            .chain(self.last_conflict)
+            .map(|at| at.saturating_add(WINDOW))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -171,22 +219,20 @@ impl Fights {
             at: now,
         });
         recent.conflicts = 0;
+        recent.last_conflict = None;
         recent.conflicts_told = false;
-        // Amortised: at each power of two from 1 024 objects, what is older than the window goes
-        // (a long run keeps no record of every object it ever wrote).
-        let n = self.recent.len();
-        if n >= 1024 && n.is_power_of_two() {
-            self.prune(now);
-        }
+        self.expires_at(now.saturating_add(WINDOW));
     }
 
-    /// A write of `action` was refused with 409 Conflict.
-    pub fn refused(&mut self, action: &Action) {
+    /// A write of `action` was refused with 409 Conflict at `now`.
+    pub fn refused(&mut self, action: &Action, now: Timestamp) {
         if content(action).is_none() {
             return;
         }
         let recent = self.recent.entry(action.target().key.clone()).or_default();
         recent.conflicts += 1;
+        recent.last_conflict = Some(now);
+        self.expires_at(now.saturating_add(WINDOW));
     }
 
     /// The 409 Conflicts in a row on `key`, once they reach [`CONFLICTS_TOLD`] and were not
@@ -207,10 +253,7 @@ impl Fights {
             return Ok(());
         };
         let key = &action.target().key;
-        if self.held.get(key).is_some_and(|h| now >= h.until) {
-            self.held.remove(key);
-        }
-        if self.held.contains_key(key) {
+        if self.held.get(key).is_some_and(|h| now < h.until) {
             return Err(&self.held[key]);
         }
         let kind = action.kind();
@@ -225,24 +268,27 @@ impl Fights {
         }
         recent.undone.retain(|at| within(*at, now));
         recent.undone.push(now);
-        if recent.undone.len() < UNDONE_MAX {
+        let undone = recent.undone.len();
+        if undone < UNDONE_MAX {
+            self.expires_at(now.saturating_add(WINDOW));
             return Ok(());
         }
         let why = format!(
-            "within {}m another writer undid its writes to {key} {} times",
+            "within {}m another writer undid its writes to {key} {undone} times",
             WINDOW.as_secs() / 60,
-            recent.undone.len()
         );
         self.recent.remove(key);
+        let until = now.saturating_add(HOLD);
         self.held.insert(
             key.clone(),
             Hold {
                 since: now,
-                until: now.saturating_add(HOLD),
+                until,
                 why,
                 told: false,
             },
         );
+        self.expires_at(until);
         Err(&self.held[key])
     }
 
@@ -258,15 +304,37 @@ impl Fights {
         self.held.iter().filter(move |(_, h)| now < h.until)
     }
 
-    /// Forgets what is older than [`WINDOW`] and holds that ended (bounded memory over a long
-    /// run: called now and then).
-    pub fn prune(&mut self, now: Timestamp) {
+    /// Forgets what expired by `now`: writes, undos and 409s older than [`WINDOW`], holds that
+    /// ended. Called for every input, so what is kept never depends on when it last ran (a
+    /// replay from any snapshot meets the same state); cheap when nothing expired.
+    pub fn expire(&mut self, now: Timestamp) {
+        if self.next_expiry.is_none_or(|at| now < at) {
+            return;
+        }
         self.held.retain(|_, h| now < h.until);
         self.recent.retain(|_, r| {
             r.landed.retain(|l| within(l.at, now));
             r.undone.retain(|at| within(*at, now));
-            !r.landed.is_empty() || !r.undone.is_empty() || r.conflicts > 0
+            if r.last_conflict.is_some_and(|at| !within(at, now)) {
+                r.conflicts = 0;
+                r.last_conflict = None;
+                r.conflicts_told = false;
+            }
+            !r.landed.is_empty() || !r.undone.is_empty() || r.last_conflict.is_some()
         });
+        self.next_expiry = self.first_expiry();
+    }
+
+    fn first_expiry(&self) -> Option<Timestamp> {
+        self.recent
+            .values()
+            .flat_map(Recent::expiries)
+            .chain(self.held.values().map(|h| h.until))
+            .min()
+    }
+
+    fn expires_at(&mut self, at: Timestamp) {
+        self.next_expiry = Some(self.next_expiry.map_or(at, |n| n.min(at)));
     }
 }
 
@@ -346,23 +414,61 @@ mod tests {
         let action = cordon();
         let key = action.target().key.clone();
         for _ in 0..CONFLICTS_TOLD - 1 {
-            fights.refused(&action);
+            fights.refused(&action, at(0));
         }
         assert_eq!(fights.conflicts_to_tell(&key), None);
-        fights.refused(&action);
+        fights.refused(&action, at(0));
         assert_eq!(fights.conflicts_to_tell(&key), Some(CONFLICTS_TOLD));
-        fights.refused(&action);
+        fights.refused(&action, at(0));
         assert_eq!(fights.conflicts_to_tell(&key), None, "told once");
         assert!(fights.check(&action, 1, at(1)).is_ok());
         fights.landed(&action, 5, at(2));
         for _ in 0..CONFLICTS_TOLD {
-            fights.refused(&action);
+            fights.refused(&action, at(0));
         }
         assert_eq!(
             fights.conflicts_to_tell(&key),
             Some(CONFLICTS_TOLD),
             "a new streak"
         );
+    }
+
+    /// What is kept does not depend on when it was last expired: a record expired input by
+    /// input and one expired once at the end are the same state (a replay from a snapshot
+    /// meets the full replay's state).
+    #[test]
+    fn the_state_does_not_depend_on_when_it_expired() {
+        let action = cordon();
+        let play = |expire_each: bool| {
+            let mut fights = Fights::default();
+            for t in (0..3000).step_by(37) {
+                if expire_each {
+                    fights.expire(at(t));
+                }
+                match t % 5 {
+                    0 => fights.landed(&action, t as u64, at(t)),
+                    1 => fights.refused(&action, at(t)),
+                    _ => {
+                        let _ = fights.check(&action, t as u64 + 1, at(t));
+                    }
+                }
+            }
+            fights.expire(at(3010));
+            fights
+        };
+        let (each, once) = (play(true), play(false));
+        assert_eq!(each, once);
+        assert_eq!(
+            crate::codec::encode(&each).unwrap(),
+            crate::codec::encode(&once).unwrap()
+        );
+        let decoded: Fights = crate::codec::decode(&crate::codec::encode(&each).unwrap()).unwrap();
+        assert_eq!(
+            decoded.next_expiry,
+            decoded.first_expiry(),
+            "computed on decoding"
+        );
+        assert!(!each.recent.is_empty() || !each.held.is_empty(), "{each:?}");
     }
 
     /// Evictions and deletions of other objects are never held.
