@@ -95,7 +95,9 @@ impl Dirty {
 /// 8: withheld intents kept per controller (7: one per intent, dropped on reading).
 /// 9: the deletion memo's conditions decided and not observed yet (absent before: none).
 /// 10: the deletion controller's judgement of CAPI's release (absent before: supported).
-pub const STATE_VERSION: u16 = 10;
+/// 11: the store's tombstones of an earlier window, kept while something refers to them
+///     (absent before: none, every tombstone counts as seen in the current window).
+pub const STATE_VERSION: u16 = 11;
 /// The oldest state layout this build reads (and migrates to [`STATE_VERSION`]).
 pub const STATE_VERSION_OLDEST_READ: u16 = 4;
 
@@ -287,6 +289,7 @@ impl Engine {
     pub fn handle(&mut self, now: Timestamp, input: Input) {
         let before = self.check_preconditions();
         let is_tick = matches!(input, Input::Tick);
+        let previous = self.now;
         self.now = self.now.max(now);
         self.applied_seq += 1;
         self.fired.0.clear();
@@ -297,6 +300,7 @@ impl Engine {
         };
         self.apply(input, &mut dirty);
         self.store.forget_unreachable_without_cluster();
+        self.store.pass_time(previous, self.now);
         self.reconcile(dirty);
         self.check_postconditions(&before, is_tick);
     }
