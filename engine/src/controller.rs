@@ -375,6 +375,13 @@ impl Effects {
         }
     }
 
+    /// Forgets the backoffs of writes to `target` (it is gone).
+    pub fn forget_backoffs(&mut self, target: &ObjectKey) {
+        if !self.backoffs.is_empty() {
+            self.backoffs.retain(|intent, _| intent.target != *target);
+        }
+    }
+
     /// Forgets everything in flight (after a restart nothing is known to be running).
     pub fn forget_in_flight(&mut self) -> Vec<(ControllerId, ObjectKey)> {
         let owners = self

@@ -11,7 +11,7 @@ use crate::model::{Kind, Object, ObjectKey, Scope};
 use crate::ownership::Ownership;
 use crate::pool::Pools;
 use crate::remediation::OwnerRemediation;
-use crate::store::{Change, Store};
+use crate::store::{Change, Replaced, Store};
 use crate::time::Timestamp;
 use crate::timer::FiredTimer;
 use serde::{Deserialize, Serialize};
@@ -310,12 +310,12 @@ impl Engine {
         match input {
             Input::Upsert { scope, object } => {
                 if let Some(replaced) = self.store.upsert(&scope, object) {
-                    self.route(self.store.change(&replaced), dirty);
+                    self.route_replaced(&replaced, dirty);
                 }
             }
             Input::Delete { key } => {
                 if let Some(replaced) = self.store.remove(&key) {
-                    self.route(self.store.change(&replaced), dirty);
+                    self.route_replaced(&replaced, dirty);
                 }
             }
             Input::Relist { scope, objects } => self.relist(&scope, None, objects, dirty),
@@ -416,7 +416,7 @@ impl Engine {
             dirty.absorb(slot);
         }
         for r in &replaced {
-            self.route(self.store.change(r), dirty);
+            self.route_replaced(r, dirty);
         }
         let changed: BTreeSet<&ObjectKey> = replaced
             .iter()
@@ -496,6 +496,16 @@ impl Engine {
         }
     }
 
+    /// Routes what a write replaced. A removed object takes the backoffs of the writes to it
+    /// along: nothing writes to it any more.
+    fn route_replaced(&mut self, replaced: &Replaced, dirty: &mut Dirty) {
+        let change = self.store.change(replaced);
+        self.route(change, dirty);
+        if change.after.is_none() {
+            self.effects.forget_backoffs(change.key);
+        }
+    }
+
     fn route(&self, change: Change<'_>, dirty: &mut Dirty) {
         for (slot, controller) in self.controllers.all().into_iter().enumerate() {
             controller.affected(&self.store, &change, &mut dirty.routed);
@@ -534,7 +544,7 @@ impl Engine {
             _ => None,
         };
         if let Some(replaced) = replaced {
-            self.route(self.store.change(&replaced), dirty);
+            self.route_replaced(&replaced, dirty);
         }
         let slot = command.controller.slot();
         if crate::metrics::is_reconcile_error(&command.action, outcome) {
