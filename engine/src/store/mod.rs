@@ -96,8 +96,8 @@ struct Indexes {
     machines_by_cluster_label: MachinesByLabel,
     #[serde(skip)]
     namespace_changes: NamespaceChanges,
-    /// Nodes and provider objects seen removed since their cluster's last relist, which makes
-    /// the older ones redundant (see [`Store::node_seen_gone`]).
+    /// Nodes and provider objects seen removed, while that is news to something (see
+    /// [`Store::node_seen_gone`]).
     tombstones: Tombstones,
     /// The change number at each cluster's last relist.
     relisted_at: BTreeMap<Scope, u64>,
