@@ -6,6 +6,8 @@ drain moves around, standalone Machines created and deleted all along, two Nodes
 one Node (`zz-bad`) malformed and updated every 5 s, and a worker Node failing every 10 min
 (the MHC remediates it, the MachineSet replaces it: `md-0-r1`, `md-0-r2`, ... in turn).
 Everything that comes also goes, so the world's size stays flat however long it runs.
+`sim::generate::churn` writes the same world in process (the test `sim/tests/state_bounded.rs`
+bounds the engine's state with it): change both together.
 """
 import json
 import sys

@@ -150,6 +150,15 @@ where
     added_in::<11, D, T>(deserializer)
 }
 
+/// A field that state version 12 added (see [`added_in`]).
+pub fn added_in_12<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de> + Default,
+{
+    added_in::<12, D, T>(deserializer)
+}
+
 /// Whether the value being decoded was written with a state layout older than `version`.
 pub fn layout_before(version: u16) -> bool {
     LAYOUT

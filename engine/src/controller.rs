@@ -231,7 +231,7 @@ pub struct Effects {
     #[serde(skip)]
     decided: crate::decision::Decided,
     /// Writes another writer keeps undoing or refusing, and the objects held for it.
-    #[serde(deserialize_with = "crate::codec::added_in_11")]
+    #[serde(deserialize_with = "crate::codec::added_in_12")]
     fights: crate::fight::Fights,
 }
 
@@ -407,6 +407,13 @@ impl Effects {
         now: Timestamp,
     ) -> impl Iterator<Item = (&ObjectKey, &crate::fight::Hold)> {
         self.fights.held(now)
+    }
+
+    /// Forgets the backoffs of writes to `target` (it is gone).
+    pub fn forget_backoffs(&mut self, target: &ObjectKey) {
+        if !self.backoffs.is_empty() {
+            self.backoffs.retain(|intent, _| intent.target != *target);
+        }
     }
 
     /// Forgets everything in flight (after a restart nothing is known to be running).

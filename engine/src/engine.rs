@@ -11,7 +11,7 @@ use crate::model::{Kind, Object, ObjectKey, Scope};
 use crate::ownership::Ownership;
 use crate::pool::Pools;
 use crate::remediation::OwnerRemediation;
-use crate::store::{Change, Store};
+use crate::store::{Change, Replaced, Store};
 use crate::time::Timestamp;
 use crate::timer::FiredTimer;
 use serde::{Deserialize, Serialize};
@@ -95,11 +95,13 @@ impl Dirty {
 /// 8: withheld intents kept per controller (7: one per intent, dropped on reading).
 /// 9: the deletion memo's conditions decided and not observed yet (absent before: none).
 /// 10: the deletion controller's judgement of CAPI's release (absent before: supported).
-/// 11: the writes other writers undo or refuse, and the objects held for it
+/// 11: the store's tombstones of an earlier window, kept while something refers to them
+///     (absent before: none, every tombstone counts as seen in the current window).
+/// 12: the writes other writers undo or refuse, and the objects held for it
 ///     ([`crate::fight::Fights`]; absent before: none).
-pub const STATE_VERSION: u16 = 11;
+pub const STATE_VERSION: u16 = 12;
 /// The first state version that keeps the writes that landed lately ([`crate::fight`]).
-pub const STATE_VERSION_WRITE_HISTORY: u16 = 11;
+pub const STATE_VERSION_WRITE_HISTORY: u16 = 12;
 /// The oldest state layout this build reads (and migrates to [`STATE_VERSION`]).
 pub const STATE_VERSION_OLDEST_READ: u16 = 4;
 
@@ -288,7 +290,7 @@ impl Engine {
     }
 
     /// Forgets the writes that landed lately and the fights they showed, as a state migrated
-    /// from before version 11 starts: what a migrated state is compared with.
+    /// from before version 12 starts: what a migrated state is compared with.
     pub fn forget_write_history(&mut self) {
         self.effects.forget_write_history();
     }
@@ -309,6 +311,7 @@ impl Engine {
     pub fn handle(&mut self, now: Timestamp, input: Input) {
         let before = self.check_preconditions();
         let is_tick = matches!(input, Input::Tick);
+        let previous = self.now;
         self.now = self.now.max(now);
         self.applied_seq += 1;
         self.fired.0.clear();
@@ -320,6 +323,7 @@ impl Engine {
         };
         self.apply(input, &mut dirty);
         self.store.forget_unreachable_without_cluster();
+        self.store.pass_time(previous, self.now);
         self.reconcile(dirty);
         self.check_postconditions(&before, is_tick);
     }
@@ -329,12 +333,12 @@ impl Engine {
         match input {
             Input::Upsert { scope, object } => {
                 if let Some(replaced) = self.store.upsert(&scope, object) {
-                    self.route(self.store.change(&replaced), dirty);
+                    self.route_replaced(&replaced, dirty);
                 }
             }
             Input::Delete { key } => {
                 if let Some(replaced) = self.store.remove(&key) {
-                    self.route(self.store.change(&replaced), dirty);
+                    self.route_replaced(&replaced, dirty);
                 }
             }
             Input::Relist { scope, objects } => self.relist(&scope, None, objects, dirty),
@@ -435,7 +439,7 @@ impl Engine {
             dirty.absorb(slot);
         }
         for r in &replaced {
-            self.route(self.store.change(r), dirty);
+            self.route_replaced(r, dirty);
         }
         let changed: BTreeSet<&ObjectKey> = replaced
             .iter()
@@ -515,6 +519,16 @@ impl Engine {
         }
     }
 
+    /// Routes what a write replaced. A removed object takes the backoffs of the writes to it
+    /// along: nothing writes to it any more.
+    fn route_replaced(&mut self, replaced: &Replaced, dirty: &mut Dirty) {
+        let change = self.store.change(replaced);
+        self.route(change, dirty);
+        if change.after.is_none() {
+            self.effects.forget_backoffs(change.key);
+        }
+    }
+
     fn route(&self, change: Change<'_>, dirty: &mut Dirty) {
         for (slot, controller) in self.controllers.all().into_iter().enumerate() {
             controller.affected(&self.store, &change, &mut dirty.routed);
@@ -553,7 +567,7 @@ impl Engine {
             _ => None,
         };
         if let Some(replaced) = replaced {
-            self.route(self.store.change(&replaced), dirty);
+            self.route_replaced(&replaced, dirty);
         }
         let slot = command.controller.slot();
         if crate::metrics::is_reconcile_error(&command.action, outcome) {

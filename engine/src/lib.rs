@@ -11,6 +11,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod census;
 pub mod codec;
 pub mod command;
 pub mod connection;

@@ -223,7 +223,7 @@ pub fn restore(journal: &Journal) -> Result<Restored, RecoveryError> {
     })
 }
 
-/// Whether the snapshot through `seq` holds a state from before version 11, which kept no
+/// Whether the snapshot through `seq` holds a state from before version 12, which kept no
 /// writes that landed ([`crate::fight`]).
 fn predates_write_history(journal: &Journal, seq: Option<u64>) -> bool {
     seq.and_then(|seq| journal.snapshot(seq).ok())
@@ -292,7 +292,7 @@ pub fn verify(journal: &Journal) -> Verified {
             (None, None)
         }
     };
-    // A state written before version 11 kept no writes that landed: from such a snapshot the
+    // A state written before version 12 kept no writes that landed: from such a snapshot the
     // replays are compared without them (they differ only while those writes are recent).
     let without_history = predates_write_history(journal, replay_base)
         || predates_write_history(journal, snapshot_seq);

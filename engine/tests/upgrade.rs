@@ -15,9 +15,10 @@ use std::path::{Path, PathBuf};
 /// The restored state's hash in this build's encoding (state version 6 added the deletion
 /// controller's ownership: one byte, alone; version 7 its `--own-machines` selector and the
 /// effects' withheld intents: one byte each, none and empty; version 10 the deletion
-/// controller's judgement of CAPI's release: an empty release and supported, two bytes; version
-/// 11 the writes other writers undid: none).
-const FIXTURE_STATE_HASH: u64 = 0x7b48_1791_1f1b_fc73;
+/// controller's judgement of CAPI's release: an empty release and supported, two bytes;
+/// version 11 the store's tombstones of an earlier window: one byte, none; version 12 the
+/// writes other writers undid: none).
+const FIXTURE_STATE_HASH: u64 = 0xd2e4_ff52_5f72_92f1;
 
 fn fixture_copy(root: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/journal-5b02b81");
@@ -161,7 +162,7 @@ fn every_state_version_4_engine_migrates_to_what_its_records_rebuild() {
             migrations += usize::from(misread != Ok(live.state_hash()));
             let migrated = engine::Engine::decode_state_of(4, v4)
                 .unwrap_or_else(|e| panic!("{scenario} record {seq}: {e}"));
-            // A migrated state knows no write that landed before it (version 11 keeps them).
+            // A migrated state knows no write that landed before it (version 12 keeps them).
             let mut rebuilt = live.clone();
             rebuilt.forget_write_history();
             assert_eq!(
@@ -218,7 +219,7 @@ fn a_state_version_4_journal_with_retired_records_resumes_from_its_migrated_snap
             restored.replayed > 0,
             "{scenario}: the tail after {from} was replayed"
         );
-        // The version 4 snapshot knows no write that landed before it (version 11 keeps them).
+        // The version 4 snapshot knows no write that landed before it (version 12 keeps them).
         let without_history = |mut e: engine::Engine| {
             e.forget_write_history();
             e.state_hash()

@@ -164,3 +164,172 @@ pub fn fleet(spec: &FleetSpec) -> Scenario {
         file: "<generated fleet>".into(),
     }
 }
+
+/// The soak's churning world (`adapters/soak/world.py`, the same text) for `duration`: one
+/// workload cluster `c1`, a MachineSet of six workers under an MHC (a worker Node fails every
+/// 10 minutes, is remediated and replaced: `md-0-r1`, `md-0-r2`, ... in turn), a standalone
+/// Machine created every 2 minutes and deleted 6 minutes later, two Nodes flapping every 45 s,
+/// six pods the drains move, and Node `zz-bad` malformed and updated every 5 s. Everything that
+/// comes also goes: the world's size stays flat however long it runs.
+pub fn churn(duration: Duration) -> Scenario {
+    let text = churn_yaml(duration.as_millis() / 1000);
+    crate::scenario::parse("<generated churn>", &text).expect("the churn world parses")
+}
+
+const T0: &str = "2024-01-01T00:00:00Z";
+
+fn churn_machine(name: &str, pool: &str, owned: bool) -> Value {
+    let mut meta = json!({"name": name, "namespace": "default",
+                          "labels": {"pool": pool, "cluster.x-k8s.io/cluster-name": "c1"},
+                          "finalizers": ["machine.cluster.x-k8s.io"]});
+    if owned {
+        meta["ownerReferences"] = json!([{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet",
+                                          "name": "md-0", "uid": "ms-uid", "controller": true}]);
+    }
+    json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "metadata": meta,
+           "spec": {"clusterName": "c1",
+                    "bootstrap": {"dataSecretName": format!("{name}-data")},
+                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                          "kind": "DockerMachine", "name": name}}})
+}
+
+fn ready_node(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+           "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": T0}]}})
+}
+
+/// One list item of [`churn`]'s scenario text: an object or a step as one line of JSON (YAML's
+/// flow form).
+fn item(out: &mut String, indent: &str, v: &Value) {
+    out.push_str(indent);
+    out.push_str("- ");
+    out.push_str(&v.to_string());
+    out.push('\n');
+}
+
+/// [`churn`]'s scenario text.
+fn churn_yaml(seconds: i64) -> String {
+    let workers: Vec<String> = (1..=6).map(|i| format!("w{i}")).collect();
+    let mut out = format!(
+        "name: soak-churn\ndescription: the soak's churning world\nduration: {seconds}s\nmanagement:\n"
+    );
+    for m in churn_management(&workers) {
+        item(&mut out, "  ", &m);
+    }
+    out.push_str("workload:\n  c1:\n");
+    for o in churn_workload(&workers) {
+        item(&mut out, "    ", &o);
+    }
+    out.push_str("timeline:\n");
+    for (at, _, step) in churn_steps(seconds, &workers) {
+        let mut timed = json!({"at": format!("{at}s")});
+        for (k, v) in step.as_object().expect("a step is a map") {
+            timed[k] = v.clone();
+        }
+        item(&mut out, "  ", &timed);
+    }
+    out
+}
+
+fn churn_management(workers: &[String]) -> Vec<Value> {
+    let mut cp = churn_machine("cp-1", "cp", false);
+    cp["metadata"]["labels"]["cluster.x-k8s.io/control-plane"] = json!("");
+    cp["status"] = json!({"nodeRef": {"name": "cp-1"}});
+    let mut objects = vec![
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c1", "namespace": "default"}, "spec": {},
+            "status": {"conditions": [
+                {"type": "ControlPlaneInitialized", "status": "True", "lastTransitionTime": T0},
+                {"type": "InfrastructureReady", "status": "True", "lastTransitionTime": T0}]}}),
+        cp,
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet",
+            "metadata": {"name": "md-0", "namespace": "default", "uid": "ms-uid",
+                         "annotations": {"machinedeployment.clusters.x-k8s.io/revision": "1"}},
+            "spec": {"clusterName": "c1", "replicas": workers.len(), "selector": {"matchLabels": {"pool": "md-0"}},
+                     "template": {"metadata": {"labels": {"pool": "md-0", "cluster.x-k8s.io/cluster-name": "c1"}},
+                                  "spec": {"clusterName": "c1",
+                                           "bootstrap": {"dataSecretName": "tmpl-data"},
+                                           "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                                                 "kind": "DockerMachine", "name": "tmpl"}}}}}),
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
+            "metadata": {"name": "md-0-unhealthy", "namespace": "default"},
+            "spec": {"clusterName": "c1", "selector": {"matchLabels": {"pool": "md-0"}},
+                     "checks": {"nodeStartupTimeoutSeconds": 600,
+                                "unhealthyNodeConditions": [
+                                    {"type": "Ready", "status": "False", "timeoutSeconds": 60},
+                                    {"type": "Ready", "status": "Unknown", "timeoutSeconds": 60}]}}}),
+    ];
+    for w in workers {
+        let mut m = churn_machine(w, "md-0", true);
+        m["status"] = json!({"nodeRef": {"name": w}});
+        objects.push(m);
+    }
+    objects
+}
+
+fn churn_workload(workers: &[String]) -> Vec<Value> {
+    let mut cp = ready_node("cp-1");
+    cp["spec"] = json!({"taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]});
+    let mut objects = vec![cp];
+    objects.extend(workers.iter().map(|w| ready_node(w)));
+    // After the workers by name: rescheduled pods go to workers first.
+    objects.extend(["zz-bad", "zz-edge-1", "zz-edge-2"].map(ready_node));
+    for (i, w) in workers.iter().enumerate() {
+        objects.push(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("web-{i}"), "namespace": "app",
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
+                                              "uid": "rs-web", "controller": true}]},
+            "spec": {"nodeName": w, "containers": [{"name": "web", "image": "nginx"}]}}));
+    }
+    objects
+}
+
+/// The timeline of [`churn`]: `(at seconds, order at that second, step)`, sorted.
+fn churn_steps(seconds: i64, workers: &[String]) -> Vec<(i64, u8, Value)> {
+    let mut steps = Vec::new();
+    for n in ["zz-edge-1", "zz-edge-2"] {
+        steps.push((
+            1,
+            0,
+            json!({"cluster": "c1", "fault": {"kind": "node-flap", "node": n,
+            "for": format!("{}s", seconds - 2), "period": "45s"}}),
+        ));
+    }
+    // The malformed Node: a label whose value is a number, changed on every update.
+    for (k, at) in (5..seconds).step_by(5).enumerate() {
+        steps.push((
+            at,
+            1,
+            json!({"cluster": "c1", "patch": {"kind": "Node", "name": "zz-bad",
+            "merge": {"metadata": {"labels": {"soak/tick": k}}}}}),
+        ));
+    }
+    // Remediation: one worker Node fails every 10 min; its replacement is the next to fail.
+    let mut failing: Vec<String> = workers.to_vec();
+    for (k, at) in (300..seconds - 300).step_by(600).enumerate() {
+        let name = failing[k].clone();
+        failing.push(format!("md-0-r{}", k + 1));
+        steps.push((
+            at,
+            2,
+            json!({"cluster": "c1", "nodeCondition": {"node": name, "type": "Ready",
+            "status": "False", "reason": "KubeletNotReady"}}),
+        ));
+    }
+    // Standalone Machines: one created every 2 min, each deleted 6 min later.
+    for (k, at) in (60..seconds - 600).step_by(120).enumerate() {
+        let name = format!("churn-{k}");
+        steps.push((
+            at,
+            3,
+            json!({"apply": churn_machine(&name, "churn", false)}),
+        ));
+        steps.push((
+            at + 360,
+            4,
+            json!({"delete": {"kind": "Machine", "name": name}}),
+        ));
+    }
+    steps.sort_by_key(|(at, order, _)| (*at, *order));
+    steps
+}

@@ -157,13 +157,19 @@ impl Sim {
 
     /// Runs to the end of the scenario.
     pub fn run(&mut self) {
+        self.run_to(self.clock.end.since(self.clock.start));
+        self.clock.now = self.clock.end;
+        self.finish_run();
+    }
+
+    /// Runs what is due up to `offset` from the start (never past the scenario's end): a test
+    /// looks at the engine between calls, then ends the run with [`Sim::run`].
+    pub fn run_to(&mut self, offset: Duration) {
         if self.process.batching {
             self.settle();
         }
         self.schedule_engine_tick();
-        self.run_until(self.clock.end);
-        self.clock.now = self.clock.end;
-        self.finish_run();
+        self.run_until(self.clock.start + offset);
     }
 
     /// Handles every event scheduled up to `until` (never past the scenario's end).

@@ -452,3 +452,27 @@ fn an_unreachable_cluster_is_forgotten_when_it_connects_or_its_cluster_is_gone()
     engine.handle(T0, c2);
     assert!(engine.store().unreachable_clusters().is_empty());
 }
+
+/// A failed write's backoff paces the next try at its target; the target's removal ends it
+/// (nothing writes to it again), so a fleet that churns keeps none of the Machines gone.
+#[test]
+fn the_backoff_of_a_failed_write_goes_with_its_target() {
+    let backoffs = |e: &Engine| crate::census::Census::of(e).entries("effects.backoffs");
+    let mut engine = Engine::new();
+    engine.handle(T0, deleting_machines(1));
+    let failed = drain_commands(&mut engine).remove(0);
+    engine.handle(
+        T0,
+        Input::ApiResult {
+            command: failed.id,
+            outcome: crate::ApiOutcome::Error {
+                code: 500,
+                message: "etcd timeout".into(),
+            },
+        },
+    );
+    assert_eq!(backoffs(&engine), 1, "{:?}", failed.action);
+    let key = failed.action.target().key.clone();
+    engine.handle(T0, Input::Delete { key });
+    assert_eq!(backoffs(&engine), 0);
+}

@@ -332,6 +332,7 @@ impl MhcMemo {
         self.tally.count(t.class, name, false);
         self.tally.move_deadline(name, t.deadline, None);
         self.request_retry_at.remove(name);
+        self.requests_deleted.remove(name);
         self.tally.status_targets_match = false;
         let mkey = ObjectKey::management(Kind::Machine, &mhc_key.namespace, name);
         index.unlink(&mkey, mhc_key);

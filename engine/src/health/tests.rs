@@ -681,11 +681,28 @@ fn external_remediation_requests_every_unhealthy_target_and_withdraws_when_healt
         workload("c1"),
         Object::Node(node("m1", ConditionStatus::True, at(mins(2)))),
     );
-    let back = lines(&back);
-    assert!(
-        back.contains(&"remediation DeleteRemediation DockerRemediation default/m1".to_string()),
-        "{back:#?}"
+    let withdraw = back
+        .iter()
+        .find(|c| line(c) == "remediation DeleteRemediation DockerRemediation default/m1")
+        .unwrap_or_else(|| panic!("{:#?}", lines(&back)));
+    // Its deletion is accepted, and m1 is deleted before the cache shows the request gone:
+    // nothing is kept of the request of a Machine the MHC no longer checks.
+    let requests_deleted = |e: &Engine| {
+        crate::census::Census::of(e).entries("controllers.health.mhcs[].requests_deleted")
+    };
+    engine.handle(
+        at(mins(2)),
+        Input::ApiResult {
+            command: withdraw.id,
+            outcome: ApiOutcome::Ok { object: None },
+        },
     );
+    drain_commands(&mut engine);
+    assert_eq!(requests_deleted(&engine), 1);
+    let m1 = ObjectKey::management(Kind::Machine, "default", "m1");
+    engine.handle(at(mins(3)), Input::Delete { key: m1 });
+    drain_commands(&mut engine);
+    assert_eq!(requests_deleted(&engine), 0);
 }
 
 #[test]

@@ -159,6 +159,15 @@ pub struct PoolMemory {
     pub unreadable: Option<(ObjectKey, String)>,
 }
 
+/// Whether the workload cache holds Node `name`, or knows it exists but cannot read it.
+fn node_known(store: &Store, workload: &Scope, name: &str) -> bool {
+    store.get_parts(workload, &Kind::Node, "", name).is_some()
+        || store.has_unreadable()
+            && store
+                .unreadable(&ObjectKey::new(workload.clone(), Kind::Node, "", name))
+                .is_some()
+}
+
 /// The MachinePool controller (registry slot 2).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pools {
@@ -338,9 +347,11 @@ impl Controller for Pools {
         ));
         let now = cx.now;
         let mut memory = memory.clone();
-        for name in &plan.forget_nodes {
-            memory.node_deletions.remove(name);
-        }
+        // A Node that is gone needs no memory of its deletion: an autoscaled pool retires
+        // Nodes of new names for as long as it lives.
+        memory
+            .node_deletions
+            .retain(|name, _| node_known(cx.store, &workload, name));
         // A provider object that is gone needs no memory of its deletion.
         memory
             .deleted_externals

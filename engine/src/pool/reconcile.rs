@@ -37,8 +37,6 @@ pub struct Plan {
     pub commands: Vec<Planned>,
     /// Clock-driven changes: (timer, when, the object it is about when not the pool).
     pub wakes: Vec<(PoolWake, Timestamp, Option<ObjectKey>)>,
-    /// Node deletion attempts to forget (the Node is gone).
-    pub forget_nodes: Vec<String>,
     /// Node refs announced with `SuccessfulSetNodeRefs` (their hash), when an event is planned.
     pub announced_node_refs: Option<u64>,
     /// Nodes could not be matched: the workload cluster cache is not synced yet.

@@ -69,16 +69,12 @@ pub(super) fn reconcile_delete(cx: &Ctx<'_>, plan: &mut Plan) {
             pending = true;
             continue;
         }
-        let node = cx.node_by_name(&r.name);
-        let attempt = cx.memory.node_deletions.get(&r.name);
-        if node.is_none() {
-            if attempt.is_some() {
-                plan.forget_nodes.push(r.name.clone());
-            }
+        let Some(node) = cx.node_by_name(&r.name) else {
             continue;
-        }
+        };
+        let attempt = cx.memory.node_deletions.get(&r.name);
         let facts = NodeDeleteFacts {
-            node_deleting: node.is_some_and(|n| n.meta.is_deleting()),
+            node_deleting: node.meta.is_deleting(),
             first_try: attempt.map(PoolNodeDeletion::first_try),
             succeeded: attempt.is_some_and(PoolNodeDeletion::is_deleted),
             retry_not_before: attempt.and_then(PoolNodeDeletion::retry_not_before),

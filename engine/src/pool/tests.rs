@@ -536,6 +536,13 @@ fn scale_down_deletes_the_retired_node_and_resets_counters() {
         lines(&answer(&mut engine, secs(6), &delete, ok())),
         Vec::<String>::new()
     );
+    // Once the Node is gone, so is the pool's memory of its deletion: an autoscaled pool
+    // retires Nodes of new names for as long as it lives.
+    let node = ObjectKey::new(workload("c1"), Kind::Node, "", "p1-1");
+    engine.handle(secs(7), Input::Delete { key: node });
+    drain_commands(&mut engine);
+    let memory = engine.controllers().pool.memory(&pool_key("p1"));
+    assert_eq!(memory.map(|m| m.node_deletions.len()), Some(0));
 }
 
 #[test]

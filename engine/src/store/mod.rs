@@ -4,6 +4,7 @@ mod table;
 
 use crate::connection::Unreachable;
 use crate::model::{CLUSTER_NAME_LABEL, Kind, Machine, Object, ObjectKey, Pod, Scope};
+use crate::time::{Duration, Timestamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -95,9 +96,9 @@ struct Indexes {
     machines_by_cluster_label: MachinesByLabel,
     #[serde(skip)]
     namespace_changes: NamespaceChanges,
-    /// Nodes seen removed (a watch deletion or a relist without them) since their cluster's
-    /// last relist, which makes the older ones redundant (see [`Store::node_seen_gone`]).
-    tombstones: BTreeSet<ObjectKey>,
+    /// Nodes and provider objects seen removed, while that is news to something (see
+    /// [`Store::node_seen_gone`]).
+    tombstones: Tombstones,
     /// The change number at each cluster's last relist.
     relisted_at: BTreeMap<Scope, u64>,
     /// Per Machine with a `status.nodeRef`, the change number when that nodeRef was stored.
@@ -105,6 +106,70 @@ struct Indexes {
     /// Per Machine and MachinePool, the change number when it was first stored (their provider
     /// references are immutable, so this is also when they were).
     referrer_since: BTreeMap<ObjectKey, u64>,
+}
+
+/// Nodes and provider objects seen removed (a watch deletion, a relist without them, an API
+/// answer that they are gone): their absence is news to whatever refers to them
+/// ([`Store::seen_gone`]). One goes with its cluster's next relist, when the object comes
+/// back, or once nothing refers to it after it has been news for a whole
+/// [`TOMBSTONE_WINDOW`]: a Machine that reaches the cache after its Node's removal (another
+/// watch stream) still finds the removal seen, and a fleet that churns for months keeps the
+/// tombstones of its last windows and of its referred objects only.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Tombstones {
+    /// Seen removed in the current window.
+    recent: BTreeSet<ObjectKey>,
+    /// Seen removed before it: the next window's end drops those nothing refers to.
+    #[serde(deserialize_with = "crate::codec::added_in_11")]
+    older: BTreeSet<ObjectKey>,
+}
+
+/// How long a tombstone nothing refers to is kept at least (at most twice this): longer than a
+/// watch stream lags another.
+pub const TOMBSTONE_WINDOW: Duration = Duration::from_mins(10);
+
+impl Tombstones {
+    fn contains(&self, key: &ObjectKey) -> bool {
+        self.recent.contains(key) || self.older.contains(key)
+    }
+
+    /// Seen removed now (news again if it already was), or back.
+    fn set(&mut self, key: &ObjectKey, gone: bool) {
+        self.older.remove(key);
+        if gone {
+            self.recent.insert(key.clone());
+        } else {
+            self.recent.remove(key);
+        }
+    }
+
+    /// Forgets the tombstones of `scope` (it was listed).
+    fn clear_scope(&mut self, scope: &Scope) {
+        for set in [&mut self.recent, &mut self.older] {
+            remove_scope(
+                set,
+                ObjectKey::new(scope.clone(), Kind::Cluster, "", ""),
+                |k| k.scope == *scope,
+            );
+        }
+    }
+
+    /// A window ended: the older tombstones `referred` keeps stay, the others go, and the
+    /// recent ones become older.
+    fn end_window(&mut self, referred: impl FnOnce(&BTreeSet<ObjectKey>) -> BTreeSet<ObjectKey>) {
+        let kept = if self.older.is_empty() {
+            BTreeSet::new()
+        } else {
+            referred(&self.older)
+        };
+        self.older = std::mem::take(&mut self.recent);
+        self.older.extend(kept);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.recent.len() + self.older.len()
+    }
 }
 
 /// Per cluster, the change number of its last Namespace change: a drain's kept pod
@@ -325,6 +390,20 @@ impl Store {
             (Some(listed), Some(since)) => listed_after(*listed, *since),
             (Some(_), None) => true,
             (None, _) => false,
+        }
+    }
+
+    /// Time moved from `before` to `now`: at the end of each [`TOMBSTONE_WINDOW`] (counted
+    /// from the epoch) between them the tombstones nothing refers to that were news for a whole
+    /// window go.
+    pub(crate) fn pass_time(&mut self, before: Timestamp, now: Timestamp) {
+        let window = |t: Timestamp| t.0.div_euclid(TOMBSTONE_WINDOW.as_millis());
+        let ended = (window(now) - window(before)).clamp(0, 2);
+        for _ in 0..ended {
+            let objects = &self.objects;
+            self.indexes
+                .tombstones
+                .end_window(|older| referred(objects, older));
         }
     }
 
@@ -730,11 +809,7 @@ impl Store {
             ),
         }
         self.indexes.relisted_at.insert(scope.clone(), self.changes);
-        remove_scope(
-            &mut self.indexes.tombstones,
-            ObjectKey::new(scope.clone(), Kind::Cluster, "", ""),
-            |k| k.scope == *scope,
-        );
+        self.indexes.tombstones.clear_scope(scope);
         changes
     }
 
@@ -785,17 +860,51 @@ fn cluster_slot(namespace: &str, cluster: &str) -> (Scope, String) {
     (Scope::Management, slot)
 }
 
+/// The members of `keys` that a stored Machine or MachinePool refers to: the objects whose
+/// absence [`Store::seen_gone`] and [`Store::node_seen_gone`] are asked about.
+fn referred(objects: &table::Table, keys: &BTreeSet<ObjectKey>) -> BTreeSet<ObjectKey> {
+    let machines = objects.iter_kind(&Scope::Management, &Kind::Machine);
+    let pools = objects.iter_kind(&Scope::Management, &Kind::MachinePool);
+    machines
+        .chain(pools)
+        .flat_map(|(_, object)| referents(object))
+        .filter(|key| keys.contains(key))
+        .collect()
+}
+
+/// The Node and provider objects a Machine or MachinePool refers to.
+fn referents(object: &Object) -> Vec<ObjectKey> {
+    let (namespace, infrastructure, bootstrap) = match object {
+        Object::Machine(m) => (
+            &m.meta.namespace,
+            &m.infrastructure_ref,
+            &m.bootstrap_config_ref,
+        ),
+        Object::MachinePool(p) => (
+            &p.meta.namespace,
+            &p.infrastructure_ref,
+            &p.bootstrap_config_ref,
+        ),
+        _ => return Vec::new(),
+    };
+    let mut keys = vec![infrastructure.key_in(namespace)];
+    keys.extend(bootstrap.as_ref().map(|r| r.key_in(namespace)));
+    if let Object::Machine(m) = object
+        && let Some(node) = &m.node_ref
+    {
+        let cluster = Scope::Workload(crate::model::ClusterName::new(namespace, &m.cluster_name));
+        keys.push(ObjectKey::new(cluster, Kind::Node, "", node));
+    }
+    keys
+}
+
 impl Indexes {
-    /// Moves `key` from where `before` sat to where `after` sits.
     /// Keeps the tombstone of a Node or provider object: set while it is seen gone.
     fn mark_gone(&mut self, key: &ObjectKey, gone: bool) {
-        if gone {
-            self.tombstones.insert(key.clone());
-        } else {
-            self.tombstones.remove(key);
-        }
+        self.tombstones.set(key, gone);
     }
 
+    /// Moves `key` from where `before` sat to where `after` sits.
     fn update(&mut self, key: &ObjectKey, before: Option<&Object>, after: &Object, change: u64) {
         match before {
             // Most updates (a pod's status) leave every index entry where it is.
@@ -1005,8 +1114,8 @@ mod tests {
     }
 
     /// A relist of a cluster ends what was known of that cluster alone: its tombstones (of
-    /// every kind, provider objects sorting before Nodes) and, for a whole relist, its listed
-    /// kinds; those of the clusters sorting before and after it stay.
+    /// every kind, provider objects sorting before Nodes, recent or older) and, for a whole
+    /// relist, its listed kinds; those of the clusters sorting before and after it stay.
     #[test]
     fn a_relist_clears_the_tombstones_and_listed_kinds_of_its_cluster_only() {
         let mut store = Store::default();
@@ -1029,11 +1138,63 @@ mod tests {
         }
         assert_eq!(store.indexes.tombstones.len(), 4);
 
+        store.pass_time(Timestamp(0), minutes(10));
+        store.note_gone(&gone[2]);
+
         store.replace(&c2, None, Vec::new());
-        let left: Vec<&ObjectKey> = store.indexes.tombstones.iter().collect();
+        let tombstones = &store.indexes.tombstones;
+        let left: Vec<&ObjectKey> = tombstones.older.iter().chain(&tombstones.recent).collect();
         assert_eq!(left, [&gone[0], &gone[3]]);
         assert!(!store.kind_listed(&c2, &Kind::Node));
         assert!(store.kind_listed(&c1, &Kind::Node) && store.kind_listed(&c3, &Kind::Node));
+    }
+
+    fn minutes(m: i64) -> Timestamp {
+        Timestamp(Duration::from_mins(m).as_millis())
+    }
+
+    /// A tombstone nothing refers to stays while its removal is recent news (a Machine that
+    /// reaches the cache after its Node's removal still learns it), then goes; one a Machine
+    /// refers to stays as long as that Machine does.
+    #[test]
+    fn a_tombstone_goes_once_it_was_news_for_a_window_and_nothing_refers_to_it() {
+        let mut store = Store::default();
+        let c1 = workload("c1");
+        let node = |name: &str| ObjectKey::new(c1.clone(), Kind::Node, "", name);
+        let m1 = machine("c1", "m1", Some("n1"));
+        let m1_key = Object::Machine(m1.clone()).key(&Scope::Management);
+        let infra = Object::External(crate::testing::infra_machine("m1")).key(&Scope::Management);
+        store.upsert(&Scope::Management, Object::Machine(m1));
+        for gone in [node("n1"), node("n2"), infra.clone()] {
+            store.note_gone(&gone);
+        }
+        // m2 reaches the cache after its Node was seen removed: that is news to it too. It
+        // goes again, leaving nothing that refers to n2.
+        let late = machine("c1", "m2", Some("n2"));
+        let late_key = Object::Machine(late.clone()).key(&Scope::Management);
+        store.upsert(&Scope::Management, Object::Machine(late));
+        assert!(store.node_seen_gone(&node("n2"), &late_key));
+        store.remove(&late_key);
+
+        store.pass_time(minutes(3), minutes(19));
+        assert!(store.node_seen_gone(&node("n2"), &late_key), "one window");
+        store.pass_time(minutes(19), minutes(20));
+        assert!(!store.node_seen_gone(&node("n2"), &late_key), "two: gone");
+        assert!(
+            store.node_seen_gone(&node("n1"), &m1_key),
+            "m1 refers to it"
+        );
+        assert!(store.seen_gone(&infra, &m1_key), "and to its DockerMachine");
+        store.pass_time(minutes(20), minutes(600));
+        assert_eq!(store.indexes.tombstones.len(), 2);
+
+        store.remove(&m1_key);
+        store.pass_time(minutes(600), minutes(610));
+        assert_eq!(
+            store.indexes.tombstones.len(),
+            0,
+            "m1 is gone: nothing refers to them"
+        );
     }
 
     #[test]
