@@ -784,6 +784,19 @@ mod tests {
         tmp
     }
 
+    /// Copies the journal, its `db` cut to half its length when `cut`: a copy torn by the
+    /// controller's writes.
+    fn copy_cut_short(from: &Path, to: &Path, cut: bool) -> std::io::Result<()> {
+        copy_journal(from, to)?;
+        if cut {
+            let db = std::fs::OpenOptions::new()
+                .write(true)
+                .open(to.join(DB_FILE))?;
+            db.set_len(db.metadata()?.len() / 2)?;
+        }
+        Ok(())
+    }
+
     /// A copy torn by the controller's own writes (cut short here) is taken again: the
     /// journal is whole, and `log` says so.
     #[test]
@@ -792,14 +805,7 @@ mod tests {
         let mut copies = 0;
         let opened = open_copy(source.path(), |from, to| {
             copies += 1;
-            copy_journal(from, to)?;
-            if copies == 1 {
-                let db = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(to.join(DB_FILE))?;
-                db.set_len(db.metadata()?.len() / 2)?;
-            }
-            Ok(())
+            copy_cut_short(from, to, copies == 1)
         });
         let opened = opened.unwrap_or_else(|f| panic!("{}", failure_text(f)));
         assert_eq!((copies, opened.committed_through), (2, 20));
@@ -812,11 +818,7 @@ mod tests {
         let mut copies = 0;
         let opened = open_copy(source.path(), |from, to| {
             copies += 1;
-            copy_journal(from, to)?;
-            let db = std::fs::OpenOptions::new()
-                .write(true)
-                .open(to.join(DB_FILE))?;
-            db.set_len(db.metadata()?.len() / 2)
+            copy_cut_short(from, to, true)
         });
         match opened {
             Err(Failure::Damage(e)) => {
