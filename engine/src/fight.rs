@@ -139,6 +139,22 @@ pub fn conflict_message(conflicts: u32) -> String {
     )
 }
 
+/// Whether `action` writes its target object itself (what a fight holds), as [`content`] has
+/// it, without fingerprinting it.
+fn fightable(action: &Action) -> bool {
+    matches!(
+        action,
+        Action::Cordon { .. }
+            | Action::AddFinalizer { .. }
+            | Action::RemoveFinalizer { .. }
+            | Action::SetCondition { .. }
+            | Action::SetOwnCondition { .. }
+            | Action::PatchStatus { .. }
+            | Action::PatchSpec { .. }
+            | Action::SetOwnerReference { .. }
+    )
+}
+
 /// Whether a refused or held write of `action` is one a fight is about (a write of its target
 /// object itself), and its content: the action without what changes between two writes of the
 /// same thing (transition times, the resourceVersion read).
@@ -226,7 +242,7 @@ impl Fights {
 
     /// A write of `action` was refused with 409 Conflict at `now`.
     pub fn refused(&mut self, action: &Action, now: Timestamp) {
-        if content(action).is_none() {
+        if !fightable(action) {
             return;
         }
         let recent = self.recent.entry(action.target().key.clone()).or_default();
@@ -249,9 +265,9 @@ impl Fights {
     /// Before `action` is issued at `now`, with its target seen at resourceVersion `seen`:
     /// `Err` with the hold on its target while one holds it (a hold that starts now included).
     pub fn check(&mut self, action: &Action, seen: u64, now: Timestamp) -> Result<(), &Hold> {
-        let Some(content) = content(action) else {
+        if !fightable(action) {
             return Ok(());
-        };
+        }
         let key = &action.target().key;
         if self.held.get(key).is_some_and(|h| now < h.until) {
             return Err(&self.held[key]);
@@ -260,10 +276,17 @@ impl Fights {
         let Some(recent) = self.recent.get_mut(key) else {
             return Ok(());
         };
-        let undone = recent.landed.iter().any(|l| {
-            l.kind == kind && l.content == content && l.version < seen && within(l.at, now)
-        });
-        if !undone {
+        // The content is fingerprinted only when a write of its kind landed and was overtaken.
+        let mut overtaken = recent
+            .landed
+            .iter()
+            .filter(|l| l.kind == kind && l.version < seen && within(l.at, now))
+            .peekable();
+        if overtaken.peek().is_none() {
+            return Ok(());
+        }
+        let content = content(action);
+        if !overtaken.any(|l| Some(l.content) == content) {
             return Ok(());
         }
         recent.undone.retain(|at| within(*at, now));
@@ -469,6 +492,44 @@ mod tests {
             "computed on decoding"
         );
         assert!(!each.recent.is_empty() || !each.held.is_empty(), "{each:?}");
+    }
+
+    /// [`fightable`] and [`content`] name the same writes.
+    #[test]
+    fn fightable_is_what_has_content() {
+        let target = Target {
+            key: ObjectKey::new(Scope::Management, Kind::Machine, "default", "m1"),
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+        };
+        let json = JsonText("{}".into());
+        let actions = [
+            cordon(),
+            Action::AddFinalizer {
+                target: target.clone(),
+                finalizer: "f".into(),
+            },
+            Action::RemoveFinalizer {
+                target: target.clone(),
+                finalizer: "f".into(),
+            },
+            Action::PatchStatus {
+                target: target.clone(),
+                merge: json.clone(),
+                summary: String::new(),
+            },
+            Action::DeleteMachine {
+                target: target.clone(),
+            },
+            Action::RecordEvent {
+                regarding: target,
+                type_: crate::command::EventType::Warning,
+                reason: "R".into(),
+                message: String::new(),
+            },
+        ];
+        for action in &actions {
+            assert_eq!(fightable(action), content(action).is_some(), "{action:?}");
+        }
     }
 
     /// Evictions and deletions of other objects are never held.
