@@ -533,31 +533,16 @@ impl Sim {
             return;
         }
         let now = self.clock.now;
-        let quiet = self
-            .checks
-            .invariants
-            .differential
-            .last_change
-            .is_none_or(|t| now.since(t) >= crate::convergence::QUIET_FOR);
+        let since = self.checks.invariants.differential.last_change;
+        let quiet = now.since(since.unwrap_or(self.clock.start));
         let idle = !self.engine().writes_pending()
             && self.lp.commands_in_flight() == 0
             && self.lp.commands_waiting() == 0
             && !self.net.busy();
-        if !quiet || !idle || !self.controller_sees_everything() {
+        if quiet < crate::convergence::QUIET_FOR || !idle || !self.controller_sees_everything() {
             return;
         }
-        let api = &self.api;
-        let served = |key: &ObjectKey| {
-            let obj = crate::api::ObjKey::new(
-                key.kind.group(),
-                key.kind.name(),
-                &key.namespace,
-                &key.name,
-            );
-            api.get(&key.scope, &obj)
-                .map(crate::convergence::conditions_of_json)
-        };
-        let found = self.checks.invariants.convergence.check(served);
+        let found = self.checks.invariants.convergence.check(&self.api, quiet);
         for (object, message) in found {
             self.line("invariant", "Violation", object, message.clone());
             self.checks.invariants.violate(message);

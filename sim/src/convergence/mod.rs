@@ -1,0 +1,68 @@
+//! Status converges: once nothing the controller sent is pending (no request in flight, no
+//! refused condition write waiting to be tried again) for [`QUIET_FOR`], every condition it
+//! sends in its mode shows what the controllers last decided. Alone, that is every condition a
+//! controller reported deciding ([`engine::decision`]: the deletion's steps, the health
+//! check's and the MachinePool's conditions of their object); in takeover, the deletion's own
+//! `LifecycleDeleting` and the conditions of the health checks and MachinePools it adopted
+//! (CAPI's manager writes the rest); in shadow nothing (it sends nothing).
+//!
+//! A condition has converged when the object shows it as last decided, written or not (a
+//! step's condition decided once and never written is what this catches), or shows none of a
+//! type decided absent ([`conditions`]).
+//!
+//! In process the rule is checked at the quiet moments the MHC differential uses; over HTTP
+//! from the controller's journal (its decisions and when its commands were answered) against
+//! what the served world showed over time ([`journal`]).
+
+pub mod conditions;
+pub mod journal;
+
+pub use journal::{Served, judge_journal};
+
+use engine::decision::Decision;
+use engine::model::{Conditions, ObjectKey};
+use engine::runtime::Mode;
+use engine::time::Duration;
+
+/// How long nothing may be pending before the API must show the decisions.
+pub const QUIET_FOR: Duration = crate::differential::QUIET_FOR;
+
+/// What the API shows, as the rule reads it.
+pub trait Shows {
+    /// An object's conditions: `None` when it is gone, `Some(None)` when it does not read.
+    fn conditions(&self, key: &ObjectKey) -> Option<Option<Conditions>>;
+}
+
+/// What the controllers last decided, folded from what the controller handled.
+#[derive(Clone, Debug, Default)]
+pub struct Convergence {
+    conditions: conditions::DecidedConditions,
+}
+
+impl Convergence {
+    /// Folds in one input's decisions, in the controller's mode.
+    pub fn note(&mut self, mode: Mode, decisions: &[Decision]) {
+        self.conditions.note(mode, decisions);
+    }
+
+    /// Compares what was decided with what `api` shows after `quiet`: a message per object
+    /// condition that differs, each reported once, with the object it is about.
+    pub fn check(&mut self, api: &impl Shows, quiet: Duration) -> Vec<(String, String)> {
+        self.conditions.check(|k| api.conditions(k), quiet)
+    }
+}
+
+/// The conditions of a served object's JSON (`None`: it does not read).
+pub fn conditions_of_json(value: &serde_json::Value) -> Option<Conditions> {
+    let object = engine::convert::object_from_json(value).ok()??;
+    engine::decision::conditions_of(&object).cloned()
+}
+
+/// In process: the simulator's API as it is now.
+impl Shows for crate::api::FakeApi {
+    fn conditions(&self, key: &ObjectKey) -> Option<Option<Conditions>> {
+        let obj =
+            crate::api::ObjKey::new(key.kind.group(), key.kind.name(), &key.namespace, &key.name);
+        self.get(&key.scope, &obj).map(conditions_of_json)
+    }
+}
