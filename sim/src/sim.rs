@@ -317,6 +317,12 @@ impl Sim {
     }
 
     fn after_instant_step(&mut self) {
+        let pending = self.controller_pending();
+        self.checks
+            .invariants
+            .convergence
+            .quiet
+            .note(self.clock.now, pending);
         self.check_release();
         self.process.feeder.end_of_instant(self.lp.core());
         self.schedule_engine_tick();
@@ -464,10 +470,24 @@ impl Sim {
     /// deadline fell there, or it would be the next event).
     pub(crate) fn quiet_check_before(&mut self, next: Timestamp) {
         let now = self.clock.now;
-        if let Some(quiet_at) = self.checks.invariants.differential.quiet_before(now, next) {
-            self.clock.now = quiet_at;
+        let converged_at = self
+            .checks
+            .invariants
+            .convergence
+            .quiet
+            .due_before(now, next);
+        let quiet_at = self.checks.invariants.differential.quiet_before(now, next);
+        if let Some(at) = converged_at.filter(|c| quiet_at.is_none_or(|q| *c <= q)) {
+            self.clock.now = at;
             self.check_convergence();
+        }
+        if let Some(quiet_at) = quiet_at {
+            self.clock.now = quiet_at;
             self.check_mhc_differential(false);
+        }
+        if let Some(at) = converged_at.filter(|c| quiet_at.is_some_and(|q| *c > q)) {
+            self.clock.now = at;
+            self.check_convergence();
         }
     }
 
@@ -525,23 +545,26 @@ impl Sim {
         }
     }
 
-    /// The status convergence rule ([`crate::convergence`]), in process: when nothing is in
-    /// flight or waits for a retry, the world has been quiet for its period and the
-    /// controller sees everything.
+    /// Whether anything the controller sent is pending: in flight, waiting to be sent or for
+    /// a retry, or an answer or watch event on its way.
+    fn controller_pending(&self) -> bool {
+        self.engine().writes_pending()
+            || self.lp.commands_in_flight() > 0
+            || self.lp.commands_waiting() > 0
+            || self.net.busy()
+    }
+
+    /// The status convergence rule ([`crate::convergence`]), in process: when nothing has been
+    /// pending for its period and the controller sees everything.
     pub(crate) fn check_convergence(&mut self) {
-        if self.process.external.is_some() {
+        if self.process.external.is_some() || self.controller_pending() {
             return;
         }
         let now = self.clock.now;
-        let since = self.checks.invariants.differential.last_change;
-        let quiet = now.since(since.unwrap_or(self.clock.start));
-        let idle = !self.engine().writes_pending()
-            && self.lp.commands_in_flight() == 0
-            && self.lp.commands_waiting() == 0
-            && !self.net.busy();
-        if quiet < crate::convergence::QUIET_FOR || !idle || !self.controller_sees_everything() {
+        let quiet = self.checks.invariants.convergence.quiet.lasted(now);
+        let Some(quiet) = quiet.filter(|_| self.controller_sees_everything()) else {
             return;
-        }
+        };
         let found = self.checks.invariants.convergence.check(&self.api, quiet);
         for (object, message) in found {
             self.line("invariant", "Violation", object, message.clone());

@@ -10,7 +10,7 @@
 //! step's condition decided once and never written is what this catches), or shows none of a
 //! type decided absent ([`conditions`]).
 //!
-//! In process the rule is checked at the quiet moments the MHC differential uses; over HTTP
+//! In process the rule is checked once nothing has been pending for [`QUIET_FOR`]; over HTTP
 //! from the controller's journal (its decisions and when its commands were answered) against
 //! what the served world showed over time ([`journal`]).
 
@@ -22,7 +22,7 @@ pub use journal::{Served, judge_journal};
 use engine::decision::Decision;
 use engine::model::{Conditions, ObjectKey};
 use engine::runtime::Mode;
-use engine::time::Duration;
+use engine::time::{Duration, Timestamp};
 
 /// How long nothing may be pending before the API must show the decisions.
 pub const QUIET_FOR: Duration = crate::differential::QUIET_FOR;
@@ -37,6 +37,49 @@ pub trait Shows {
 #[derive(Clone, Debug, Default)]
 pub struct Convergence {
     conditions: conditions::DecidedConditions,
+    /// In process: since when nothing has been pending.
+    pub quiet: Quiet,
+}
+
+/// In process: since when the controller has had nothing pending, and whether that spell has
+/// been checked. The world may change meanwhile (CAPI's manager renews its Lease every 10 s):
+/// what the controller decides of a change without writing is judged with the rest.
+#[derive(Clone, Debug, Default)]
+pub struct Quiet {
+    since: Option<Timestamp>,
+    checked: bool,
+}
+
+impl Quiet {
+    /// After an instant: whether anything is pending now.
+    pub fn note(&mut self, now: Timestamp, pending: bool) {
+        match (pending, self.since) {
+            (true, _) => self.since = None,
+            (false, None) => {
+                self.since = Some(now);
+                self.checked = false;
+            }
+            (false, Some(_)) => {}
+        }
+    }
+
+    /// When the spell reaches [`QUIET_FOR`] before the world moves on at `next` (once per
+    /// spell; `None` if it does not, or did before `now`).
+    pub fn due_before(&mut self, now: Timestamp, next: Timestamp) -> Option<Timestamp> {
+        let due = self.since? + QUIET_FOR;
+        if self.checked || due >= next || due < now {
+            return None;
+        }
+        self.checked = true;
+        Some(due)
+    }
+
+    /// How long nothing has been pending at `now`, once that is at least [`QUIET_FOR`].
+    pub fn lasted(&self, now: Timestamp) -> Option<Duration> {
+        self.since
+            .map(|since| now.since(since))
+            .filter(|d| *d >= QUIET_FOR)
+    }
 }
 
 impl Convergence {
