@@ -908,10 +908,12 @@ impl Sim {
             match self.lp.poll_output(self.clock.now) {
                 Output::Wait(_) => break,
                 Output::Append { at, input } => self.append(at, input),
-                Output::Send(command) => self
-                    .clock
-                    .work
-                    .push_back(crate::event::Work::Command(command)),
+                Output::Send(command) => {
+                    self.checks.invariants.convergence.sent(&command);
+                    self.clock
+                        .work
+                        .push_back(crate::event::Work::Command(command));
+                }
                 Output::Withheld(command) => {
                     if let Some(why) = self.lp.options().mode.withholds() {
                         self.record_withheld(&command, why);
@@ -967,6 +969,7 @@ impl Sim {
         let seq = self.process.feeder.inputs + 1;
         self.checks.invariants.repeats.observe(&input, seq);
         let described = self.process.feeder.journal(at, &input);
+        self.checks.invariants.convergence.input(&input);
         self.lp.appended(at, input, Ok(()));
         let mode = self.lp.options().mode;
         let decisions = self.lp.core().decisions();

@@ -1,6 +1,7 @@
 //! The rule over HTTP: from the controller's journal (its decisions, the commands it sent and
 //! their answers) against what the served world showed over time ([`Served`]).
 
+use super::events::{EventKey, Shown};
 use super::{Convergence, QUIET_FOR, Shows};
 use crate::controller_record::ControllerRecord;
 use engine::model::{Conditions, ObjectKey, Scope};
@@ -12,12 +13,15 @@ use std::collections::{BTreeMap, BTreeSet};
 /// What a served thing showed over a run: `(since when, what; None once gone)`, each change.
 type History<K, V> = BTreeMap<K, Vec<(Timestamp, Option<V>)>>;
 
-/// The management objects' conditions over a run (over HTTP), sampled as the world stepped.
+/// The management objects' conditions and every cluster's Events over a run (over HTTP),
+/// sampled as the world stepped.
 #[derive(Clone, Debug, Default)]
 pub struct Served {
     conditions: History<ObjectKey, Conditions>,
-    /// The resourceVersion last sampled of each object.
+    events: History<EventKey, Shown>,
+    /// The resourceVersion last sampled of each object and Event.
     versions: BTreeMap<ObjectKey, String>,
+    event_versions: BTreeMap<EventKey, String>,
 }
 
 /// Notes in `history` what changed since `versions` (`read` of a new version), and what is gone.
@@ -74,6 +78,31 @@ impl Served {
         );
     }
 
+    /// Notes the Events of cluster `scope` (its `store`) that changed.
+    pub fn sample_events(
+        &mut self,
+        now: Timestamp,
+        scope: &Scope,
+        store: &crate::api::ClusterStore,
+    ) {
+        let present = store.list("", "Event").map(|(key, value)| {
+            let key = EventKey {
+                scope: scope.clone(),
+                namespace: key.namespace.to_string(),
+                name: key.name.to_string(),
+            };
+            (key, value)
+        });
+        sample_into(
+            &mut self.events,
+            &mut self.event_versions,
+            now,
+            present,
+            |k| k.scope == *scope,
+            Shown::of_json,
+        );
+    }
+
     /// What was served at `at`.
     fn at(&self, at: Timestamp) -> ServedAt<'_> {
         ServedAt { served: self, at }
@@ -95,6 +124,10 @@ struct ServedAt<'a> {
 impl Shows for ServedAt<'_> {
     fn conditions(&self, key: &ObjectKey) -> Option<Option<Conditions>> {
         last_at(self.served.conditions.get(key), self.at).map(Some)
+    }
+
+    fn event(&self, key: &EventKey) -> Option<Shown> {
+        last_at(self.served.events.get(key), self.at)
     }
 }
 
@@ -180,7 +213,9 @@ pub fn judge_journal(
             check(&mut convergence, since + QUIET_FOR, since);
             checked_quiet = true;
         }
+        convergence.input(&record.input);
         convergence.note(mode, &record.decisions);
+        sent(record).for_each(|c| convergence.sent(c));
         pending.record(record);
         match (pending.is_empty(), quiet_since) {
             (false, _) => quiet_since = None,

@@ -1,28 +1,32 @@
 //! Status converges: once nothing the controller sent is pending (no request in flight, no
-//! refused condition write waiting to be tried again) for [`QUIET_FOR`], every condition it
-//! sends in its mode shows what the controllers last decided. Alone, that is every condition a
-//! controller reported deciding ([`engine::decision`]: the deletion's steps, the health
-//! check's and the MachinePool's conditions of their object); in takeover, the deletion's own
-//! `LifecycleDeleting` and the conditions of the health checks and MachinePools it adopted
-//! (CAPI's manager writes the rest); in shadow nothing (it sends nothing).
+//! refused condition write waiting to be tried again) for [`QUIET_FOR`], what it sends in its
+//! mode shows what the controllers last decided. Alone, that is every condition a controller
+//! reported deciding ([`engine::decision`]: the deletion's steps, the health check's and the
+//! MachinePool's conditions of their object) and every Event; in takeover, the deletion's own
+//! `LifecycleDeleting`, the conditions of the health checks and MachinePools it adopted, and
+//! its Events (CAPI's manager writes the rest); in shadow nothing (it sends nothing).
 //!
 //! A condition has converged when the object shows it as last decided, written or not (a
 //! step's condition decided once and never written is what this catches), or shows none of a
-//! type decided absent ([`conditions`]).
+//! type decided absent ([`conditions`]). An Event has converged when it shows the last
+//! emission of its series the API accepted, or a later one it did not refuse ([`events`]).
 //!
 //! In process the rule is checked once nothing has been pending for [`QUIET_FOR`]; over HTTP
-//! from the controller's journal (its decisions and when its commands were answered) against
+//! from the controller's journal (its decisions, commands and when they were answered) against
 //! what the served world showed over time ([`journal`]).
 
 pub mod conditions;
+pub mod events;
 pub mod journal;
 
+pub use events::{EventKey, Shown};
 pub use journal::{Served, judge_journal};
 
 use engine::decision::Decision;
 use engine::model::{Conditions, ObjectKey};
 use engine::runtime::Mode;
 use engine::time::{Duration, Timestamp};
+use engine::{Command, Input};
 
 /// How long nothing may be pending before the API must show the decisions.
 pub const QUIET_FOR: Duration = crate::differential::QUIET_FOR;
@@ -31,12 +35,16 @@ pub const QUIET_FOR: Duration = crate::differential::QUIET_FOR;
 pub trait Shows {
     /// An object's conditions: `None` when it is gone, `Some(None)` when it does not read.
     fn conditions(&self, key: &ObjectKey) -> Option<Option<Conditions>>;
+    /// An Event, when it exists.
+    fn event(&self, key: &EventKey) -> Option<Shown>;
 }
 
-/// What the controllers last decided, folded from what the controller handled.
+/// What the controllers last decided and the Events they sent, folded from what the
+/// controller handled and sent.
 #[derive(Clone, Debug, Default)]
 pub struct Convergence {
     conditions: conditions::DecidedConditions,
+    events: events::EventLedger,
     /// In process: since when nothing has been pending.
     pub quiet: Quiet,
 }
@@ -88,10 +96,22 @@ impl Convergence {
         self.conditions.note(mode, decisions);
     }
 
-    /// Compares what was decided with what `api` shows after `quiet`: a message per object
-    /// condition that differs, each reported once, with the object it is about.
+    /// An input the controller handled (the answers it carries).
+    pub fn input(&mut self, input: &Input) {
+        self.events.input(input);
+    }
+
+    /// A command the controller sent (not withheld).
+    pub fn sent(&mut self, command: &Command) {
+        self.events.sent(command);
+    }
+
+    /// Compares what was decided and sent with what `api` shows after `quiet`: a message per
+    /// object condition or Event that differs, each reported once, with the object it is about.
     pub fn check(&mut self, api: &impl Shows, quiet: Duration) -> Vec<(String, String)> {
-        self.conditions.check(|k| api.conditions(k), quiet)
+        let mut found = self.conditions.check(|k| api.conditions(k), quiet);
+        found.extend(self.events.check(|k| api.event(k), quiet));
+        found
     }
 }
 
@@ -107,5 +127,11 @@ impl Shows for crate::api::FakeApi {
         let obj =
             crate::api::ObjKey::new(key.kind.group(), key.kind.name(), &key.namespace, &key.name);
         self.get(&key.scope, &obj).map(conditions_of_json)
+    }
+
+    fn event(&self, key: &EventKey) -> Option<Shown> {
+        self.events
+            .get(&key.scope, &key.namespace, &key.name)
+            .map(Shown::of_json)
     }
 }
