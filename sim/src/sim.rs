@@ -109,6 +109,7 @@ impl Sim {
                 batching: false,
                 ticks_stuck: (None, 0),
                 external: None,
+                lost_writes: None,
             },
             scenario,
         }
@@ -857,6 +858,9 @@ impl Sim {
         request: ApiRequest,
     ) -> ApiOutcome {
         let now = self.clock.now;
+        if self.process.lost_writes.is_some_and(|lost| lost(&request)) {
+            return self.lose_write(scope, command, request);
+        }
         match crate::exec::apply(&mut self.api, scope, request, now) {
             Ok((written, answers_removed)) => {
                 let request_key = crate::exec::obj_key(command.action.target());
@@ -871,6 +875,26 @@ impl Sim {
                 if let Some(w) = written {
                     self.changed(scope, w);
                 }
+                ApiOutcome::Ok { object }
+            }
+            Err(outcome) => outcome,
+        }
+    }
+
+    /// A planted bug ([`crate::process::LostWrites`]): the request is carried out on a copy of
+    /// its cluster, so it is answered as written, and the copy is dropped.
+    fn lose_write(&mut self, scope: &Scope, command: &Command, request: ApiRequest) -> ApiOutcome {
+        let mut copy = crate::api::FakeApi::default();
+        if let Some(store) = self.api.store(scope) {
+            copy.clusters.insert(scope.clone(), store.clone());
+        }
+        match crate::exec::apply(&mut copy, scope, request, self.clock.now) {
+            Ok((written, _)) => {
+                let key = crate::exec::obj_key(command.action.target());
+                let object = written
+                    .and_then(|w| w.object)
+                    .and_then(|o| self.convert(scope, &key, &o))
+                    .map(Box::new);
                 ApiOutcome::Ok { object }
             }
             Err(outcome) => outcome,
