@@ -59,6 +59,11 @@ pub struct Quiet {
 }
 
 impl Quiet {
+    /// A command went out: what it changes is pending, answered or not by the instant's end.
+    fn busy(&mut self) {
+        self.since = None;
+    }
+
     /// After an instant: whether anything is pending now.
     pub fn note(&mut self, now: Timestamp, pending: bool) {
         match (pending, self.since) {
@@ -103,6 +108,7 @@ impl Convergence {
 
     /// A command the controller sent (not withheld).
     pub fn sent(&mut self, command: &Command) {
+        self.quiet.busy();
         self.events.sent(command);
     }
 
