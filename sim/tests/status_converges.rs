@@ -159,3 +159,44 @@ fn in_takeover_an_adopted_health_checks_condition_write_lost_is_reported() {
     let expected = "status did not converge: MachineHealthCheck default/md-0-unhealthy shows no RemediationAllowed condition in its v1beta2 conditions where the controllers last decided RemediationAllowed=True (RemediationAllowed) (nothing pending for 30s)";
     assert!(found.iter().any(|v| v == expected), "{found:#?}");
 }
+
+/// Found by the rule: a MachinePool whose `ObjectsReadable=False` write was refused (its
+/// DockerMachinePool unreadable from 3m, every management write failing for 5 s then) never
+/// tried it again, and did not say why it waited (reported at 3m30s). Seed 1's corruption
+/// draws the DockerMachinePool.
+#[test]
+fn a_pools_refused_objects_readable_write_is_written_again() {
+    let mut scenario = scenario("pool-provision-and-node-refs");
+    scenario.expect.clear();
+    let fault = |kind, rate, for_| Step {
+        at: Duration::from_mins(3),
+        line: 0,
+        cluster: None,
+        action: StepAction::Fault(FaultSpec {
+            kind,
+            rate,
+            for_: Some(for_),
+            extra: Default::default(),
+        }),
+    };
+    scenario.timeline.extend([
+        fault(FaultKind::ApiErrors, Some(1.0), Duration::from_secs(5)),
+        fault(FaultKind::CorruptObject, None, Duration::from_mins(5)),
+    ]);
+    let options = sim::RunOptions {
+        seed: Some(1),
+        ..Default::default()
+    };
+    let report = sim::run(&scenario, &options).expect("runs");
+    let text = report.timeline.render_text();
+    assert!(
+        text.contains("Corrupt            DockerMachinePool default/pool-infra"),
+        "the seed no longer corrupts the DockerMachinePool:\n{text}"
+    );
+    let written: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("SetCondition") && l.contains("ObjectsReadable=False"))
+        .collect();
+    assert!(written.len() > 1, "refused, then tried again:\n{text}");
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+}

@@ -45,8 +45,8 @@ pub(super) fn wait_for_readable(cx: &Ctx<'_>, unknown: (ObjectKey, String), plan
             message.clone(),
         );
     }
-    // The pool's own conditions are not written from a reading it distrusts; otherwise once
-    // per problem (an answer does not change the reading the store keeps).
+    // The pool's own conditions are not written from a reading it distrusts (its answer
+    // would not change the reading the store keeps: a write at every answer).
     let mp = cx.mp;
     if unknown.0 == *cx.key {
         plan.unreadable = Some(unknown);
@@ -72,10 +72,7 @@ pub(super) fn wait_for_readable(cx: &Ctx<'_>, unknown: (ObjectKey, String), plan
         Vec::new(),
     ));
     let written = mp.conditions.current(crate::store::OBJECTS_READABLE);
-    if cx.memory.unreadable.as_ref() != Some(&unknown)
-        && written
-            .is_none_or(|c| c.reason != crate::store::OBJECT_UNREADABLE || c.message != message)
-    {
+    if written.is_none_or(|c| c.reason != crate::store::OBJECT_UNREADABLE || c.message != message) {
         plan.issue(
             Action::SetCondition {
                 target: cx.pool_target(),
