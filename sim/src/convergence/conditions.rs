@@ -106,9 +106,9 @@ impl DecidedConditions {
     /// Compares the decisions with what the API shows: `served(key)` is `None` for an object
     /// gone (its decisions are dropped), `Some(None)` for one that does not read. Returns a
     /// message per condition that differs, reported once each.
-    pub fn check(
+    pub fn check<'a>(
         &mut self,
-        served: impl Fn(&ObjectKey) -> Option<Option<Conditions>>,
+        served: impl Fn(&ObjectKey) -> Option<Option<&'a Conditions>>,
         quiet: Duration,
     ) -> Vec<(String, String)> {
         let mut found = Vec::new();
@@ -126,7 +126,7 @@ impl DecidedConditions {
                 .iter()
                 .flat_map(|(list, types)| types.iter().map(move |(t, held)| (list, t, held)));
             for (list, type_, (_, want)) in wanted {
-                let seen = engine::model::find_condition(list_of(&have, *list), type_);
+                let seen = engine::model::find_condition(list_of(have, *list), type_);
                 if seen == want.as_ref() || self.reported.contains(&(key.clone(), type_.clone())) {
                     continue;
                 }
@@ -220,7 +220,7 @@ mod tests {
         let now = allowed(ConditionStatus::True, "RemediationAllowed");
         d.note(Mode::Alone, &[whole(now.clone(), &[])]);
         assert!(
-            d.check(|_| Some(Some(now.clone())), Duration::from_secs(30))
+            d.check(|_| Some(Some(&now)), Duration::from_secs(30))
                 .is_empty()
         );
         // A reconcile that decides none (paused) withdraws them all.
@@ -245,7 +245,7 @@ mod tests {
             "ObjectUnreadable",
             "m",
         ));
-        let found = d.check(|_| Some(Some(shown.clone())), Duration::from_secs(42));
+        let found = d.check(|_| Some(Some(&shown)), Duration::from_secs(42));
         let messages: Vec<&str> = found.iter().map(|(_, m)| m.as_str()).collect();
         assert_eq!(
             messages,
@@ -256,7 +256,7 @@ mod tests {
         );
         // Once each.
         assert!(
-            d.check(|_| Some(Some(shown.clone())), Duration::from_secs(50))
+            d.check(|_| Some(Some(&shown)), Duration::from_secs(50))
                 .is_empty()
         );
     }

@@ -110,9 +110,9 @@ impl Served {
 }
 
 /// The last of `history` at or before `at`: `None` when there was none then.
-fn last_at<V: Clone>(history: Option<&Vec<(Timestamp, Option<V>)>>, at: Timestamp) -> Option<V> {
+fn last_at<V>(history: Option<&Vec<(Timestamp, Option<V>)>>, at: Timestamp) -> Option<&V> {
     let (_, value) = history?.iter().rev().find(|(t, _)| *t <= at)?;
-    value.clone()
+    value.as_ref()
 }
 
 /// What was served at one moment.
@@ -122,12 +122,12 @@ struct ServedAt<'a> {
 }
 
 impl Shows for ServedAt<'_> {
-    fn conditions(&self, key: &ObjectKey) -> Option<Option<Conditions>> {
+    fn conditions(&self, key: &ObjectKey) -> Option<Option<&Conditions>> {
         last_at(self.served.conditions.get(key), self.at).map(Some)
     }
 
     fn event(&self, key: &EventKey) -> Option<Shown> {
-        last_at(self.served.events.get(key), self.at)
+        last_at(self.served.events.get(key), self.at).cloned()
     }
 }
 

@@ -34,7 +34,7 @@ pub const QUIET_FOR: Duration = crate::differential::QUIET_FOR;
 /// What the API shows, as the rule reads it.
 pub trait Shows {
     /// An object's conditions: `None` when it is gone, `Some(None)` when it does not read.
-    fn conditions(&self, key: &ObjectKey) -> Option<Option<Conditions>>;
+    fn conditions(&self, key: &ObjectKey) -> Option<Option<&Conditions>>;
     /// An Event, when it exists.
     fn event(&self, key: &EventKey) -> Option<Shown>;
 }
@@ -129,10 +129,12 @@ pub fn conditions_of_json(value: &serde_json::Value) -> Option<Conditions> {
 
 /// In process: the simulator's API as it is now.
 impl Shows for crate::api::FakeApi {
-    fn conditions(&self, key: &ObjectKey) -> Option<Option<Conditions>> {
+    fn conditions(&self, key: &ObjectKey) -> Option<Option<&Conditions>> {
         let obj =
             crate::api::ObjKey::new(key.kind.group(), key.kind.name(), &key.namespace, &key.name);
-        self.get(&key.scope, &obj).map(conditions_of_json)
+        let reading = self.store(&key.scope)?.read(&obj)?;
+        let object = reading.as_ref().ok().and_then(Option::as_ref);
+        Some(object.and_then(engine::decision::conditions_of))
     }
 
     fn event(&self, key: &EventKey) -> Option<Shown> {
