@@ -229,7 +229,7 @@ pub struct Effects {
     withheld: Withheld,
     /// The conditions decided since the engine's input began. Transient, as the outbox.
     #[serde(skip)]
-    decided: crate::decision::Decided,
+    decided: crate::decision::Decisions,
     /// Writes another writer keeps undoing or refusing, and the objects held for it.
     #[serde(deserialize_with = "crate::codec::added_in_12")]
     fights: crate::fight::Fights,
@@ -444,6 +444,13 @@ impl Effects {
         &self.decided.0
     }
 
+    /// Reports a decision made outside a reconcile (see [`Cx::report`]).
+    pub fn report(&mut self, decision: crate::decision::Decision) {
+        if !decision.is_empty() {
+            self.decided.0.push(decision);
+        }
+    }
+
     pub fn clear_decisions(&mut self) {
         self.decided.0.clear();
     }
@@ -590,14 +597,14 @@ impl<'a> Cx<'a> {
     /// Reports conditions this controller decided for `target`, sent or not (see
     /// [`crate::decision`]).
     pub fn decide(&mut self, controller: ControllerId, target: ObjectKey, conditions: Conditions) {
-        if conditions.current.is_empty() && conditions.legacy.is_empty() {
-            return;
-        }
-        self.effects.decided.0.push(crate::decision::Decision {
-            controller,
-            target,
-            conditions,
-        });
+        self.report(crate::decision::Decision::part(
+            controller, target, conditions,
+        ));
+    }
+
+    /// Reports a decision about an object's conditions, sent or not (see [`crate::decision`]).
+    pub fn report(&mut self, decision: crate::decision::Decision) {
+        self.effects.report(decision);
     }
 
     /// What [`Cx::issue`] does for a non-destructive action whose intent is in flight, without

@@ -634,6 +634,12 @@ impl Engine {
                 _ => true,
             };
             if !(adoptable && ours) {
+                // Its conditions are CAPI's again (given back, or never adopted).
+                if adoptable && matches!(key.kind, Kind::MachineHealthCheck | Kind::MachinePool) {
+                    let controller = self.controllers.all()[slot].id();
+                    let none = crate::decision::Decision::none(controller, key.clone());
+                    self.effects.report(none);
+                }
                 return;
             }
         }

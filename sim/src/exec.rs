@@ -145,7 +145,7 @@ pub(crate) fn apply(
         ApiRequest::Create { mut body, .. } => {
             crate::defaults::apply_defaults(&mut body);
             if json::kind(&body) == "Event" {
-                Ok(None)
+                api.events.record(scope, body, now).map(|()| None)
             } else {
                 api.store_mut(scope).create(body, now).map(Some)
             }

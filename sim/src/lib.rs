@@ -50,4 +50,5 @@ pub mod timeline;
 pub mod wire;
 mod world;
 
+pub use process::LostWrites;
 pub use run::{Report, RunOptions, run, run_owned};

@@ -140,8 +140,12 @@ impl Live {
             self.sim.clock.now = now;
         }
         self.ingest_external_writes(&external);
-        if let Some(store) = self.sim.api.clusters.get(&Scope::Management) {
-            self.served.sample(self.sim.clock.now, store);
+        let now = self.sim.clock.now;
+        for (scope, store) in &self.sim.api.clusters {
+            if *scope == Scope::Management {
+                self.served.sample(now, store);
+            }
+            self.served.sample_events(now, scope, store);
         }
         self.sim.check_release();
         for (scope, store) in stores.iter_mut() {

@@ -27,7 +27,13 @@ pub struct Process {
     /// Set when the controllers run outside the simulator (a `lifecycle run` process over
     /// HTTP): the world is played, the in-process engine is not fed.
     pub(crate) external: Option<External>,
+    /// A planted bug: the controller's requests it picks are answered as written and lost.
+    pub lost_writes: Option<LostWrites>,
 }
+
+/// Picks the requests whose write the API loses after answering it (tests that show the
+/// status convergence rule catches a lost write).
+pub type LostWrites = fn(&engine::convert::ApiRequest) -> bool;
 
 impl Process {
     /// The streams `scope` is watched by.

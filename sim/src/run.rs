@@ -22,6 +22,8 @@ pub struct RunOptions {
     pub batch_inputs: bool,
     /// A bug planted in the controller's loop (tests that show a sweep finds one).
     pub loop_bug: Option<engine::runtime::PlantedBug>,
+    /// A bug planted in the API: writes it picks are answered and lost.
+    pub lost_writes: Option<crate::LostWrites>,
 }
 
 /// What a run produced.
@@ -110,6 +112,7 @@ fn run_journaled(scenario: Scenario, options: &RunOptions) -> Result<Report, Str
     let mode = scenario.mode;
     let mut sim = Sim::new(scenario, seed, feeder);
     sim.process.batching = options.batch_inputs;
+    sim.process.lost_writes = options.lost_writes;
     sim.set_loop_options(engine::runtime::LoopOptions {
         mode,
         planted: options.loop_bug,

@@ -109,6 +109,7 @@ impl Sim {
                 batching: false,
                 ticks_stuck: (None, 0),
                 external: None,
+                lost_writes: None,
             },
             scenario,
         }
@@ -323,6 +324,12 @@ impl Sim {
     }
 
     fn after_instant_step(&mut self) {
+        let pending = self.controller_pending();
+        self.checks
+            .invariants
+            .convergence
+            .quiet
+            .note(self.clock.now, pending);
         self.check_release();
         self.process.feeder.end_of_instant(self.lp.core());
         self.schedule_engine_tick();
@@ -470,10 +477,24 @@ impl Sim {
     /// deadline fell there, or it would be the next event).
     pub(crate) fn quiet_check_before(&mut self, next: Timestamp) {
         let now = self.clock.now;
-        if let Some(quiet_at) = self.checks.invariants.differential.quiet_before(now, next) {
-            self.clock.now = quiet_at;
+        let converged_at = self
+            .checks
+            .invariants
+            .convergence
+            .quiet
+            .due_before(now, next);
+        let quiet_at = self.checks.invariants.differential.quiet_before(now, next);
+        if let Some(at) = converged_at.filter(|c| quiet_at.is_none_or(|q| *c <= q)) {
+            self.clock.now = at;
             self.check_convergence();
+        }
+        if let Some(quiet_at) = quiet_at {
+            self.clock.now = quiet_at;
             self.check_mhc_differential(false);
+        }
+        if let Some(at) = converged_at.filter(|c| quiet_at.is_some_and(|q| *c > q)) {
+            self.clock.now = at;
+            self.check_convergence();
         }
     }
 
@@ -536,39 +557,27 @@ impl Sim {
         }
     }
 
-    /// The status convergence rule ([`crate::convergence`]), in process: when nothing is in
-    /// flight or waits for a retry, the world has been quiet for its period and the
-    /// controller sees everything.
+    /// Whether anything the controller sent is pending: in flight, waiting to be sent or for
+    /// a retry, or an answer or watch event on its way.
+    fn controller_pending(&self) -> bool {
+        self.engine().writes_pending()
+            || self.lp.commands_in_flight() > 0
+            || self.lp.commands_waiting() > 0
+            || self.net.busy()
+    }
+
+    /// The status convergence rule ([`crate::convergence`]), in process: when nothing has been
+    /// pending for its period and the controller sees everything.
     pub(crate) fn check_convergence(&mut self) {
-        if self.process.external.is_some() {
+        if self.process.external.is_some() || self.controller_pending() {
             return;
         }
         let now = self.clock.now;
-        let quiet = self
-            .checks
-            .invariants
-            .differential
-            .last_change
-            .is_none_or(|t| now.since(t) >= crate::convergence::QUIET_FOR);
-        let idle = !self.engine().writes_pending()
-            && self.lp.commands_in_flight() == 0
-            && self.lp.commands_waiting() == 0
-            && !self.net.busy();
-        if !quiet || !idle || !self.controller_sees_everything() {
+        let quiet = self.checks.invariants.convergence.quiet.lasted(now);
+        let Some(quiet) = quiet.filter(|_| self.controller_sees_everything()) else {
             return;
-        }
-        let api = &self.api;
-        let served = |key: &ObjectKey| {
-            let obj = crate::api::ObjKey::new(
-                key.kind.group(),
-                key.kind.name(),
-                &key.namespace,
-                &key.name,
-            );
-            api.get(&key.scope, &obj)
-                .map(crate::convergence::conditions_of_json)
         };
-        let found = self.checks.invariants.convergence.check(served);
+        let found = self.checks.invariants.convergence.check(&self.api, quiet);
         for (object, message) in found {
             self.line("invariant", "Violation", object, message.clone());
             self.checks.invariants.violate(message);
@@ -860,6 +869,9 @@ impl Sim {
         request: ApiRequest,
     ) -> ApiOutcome {
         let now = self.clock.now;
+        if self.process.lost_writes.is_some_and(|lost| lost(&request)) {
+            return self.lose_write(scope, command, request);
+        }
         match crate::exec::apply(&mut self.api, scope, request, now) {
             Ok((written, answers_removed)) => {
                 let request_key = crate::exec::obj_key(command.action.target());
@@ -874,6 +886,26 @@ impl Sim {
                 if let Some(w) = written {
                     self.changed(scope, w);
                 }
+                ApiOutcome::Ok { object }
+            }
+            Err(outcome) => outcome,
+        }
+    }
+
+    /// A planted bug ([`crate::process::LostWrites`]): the request is carried out on a copy of
+    /// its cluster, so it is answered as written, and the copy is dropped.
+    fn lose_write(&mut self, scope: &Scope, command: &Command, request: ApiRequest) -> ApiOutcome {
+        let mut copy = crate::api::FakeApi::default();
+        if let Some(store) = self.api.store(scope) {
+            copy.clusters.insert(scope.clone(), store.clone());
+        }
+        match crate::exec::apply(&mut copy, scope, request, self.clock.now) {
+            Ok((written, _)) => {
+                let key = crate::exec::obj_key(command.action.target());
+                let object = written
+                    .and_then(|w| w.object)
+                    .and_then(|o| self.convert(scope, &key, &o))
+                    .map(Box::new);
                 ApiOutcome::Ok { object }
             }
             Err(outcome) => outcome,
@@ -911,10 +943,12 @@ impl Sim {
             match self.lp.poll_output(self.clock.now) {
                 Output::Wait(_) => break,
                 Output::Append { at, input } => self.append(at, input),
-                Output::Send(command) => self
-                    .clock
-                    .work
-                    .push_back(crate::event::Work::Command(command)),
+                Output::Send(command) => {
+                    self.checks.invariants.convergence.sent(&command);
+                    self.clock
+                        .work
+                        .push_back(crate::event::Work::Command(command));
+                }
                 Output::Withheld(command) => {
                     if let Some(why) = self.lp.options().mode.withholds() {
                         self.record_withheld(&command, why);
@@ -970,6 +1004,7 @@ impl Sim {
         let seq = self.process.feeder.inputs + 1;
         self.checks.invariants.repeats.observe(&input, seq);
         let described = self.process.feeder.journal(at, &input);
+        self.checks.invariants.convergence.input(&input);
         self.lp.appended(at, input, Ok(()));
         let mode = self.lp.options().mode;
         let decisions = self.lp.core().decisions();

@@ -140,11 +140,13 @@ impl HealthChecks {
             ObjectKey::management(Kind::Cluster, &mhc.meta.namespace, &mhc.cluster_name);
         let Some(cluster) = store.cluster(&cluster_key) else {
             tracing::info!(mhc = %key, "Cluster {} not found; nothing to check", cluster_key);
+            decides_none(key, cx);
             self.suspend(key, None, now);
             return None;
         };
         if cluster.paused || crate::ownership::paused_for_us(&mhc.meta) {
             tracing::debug!(mhc = %key, "Reconciliation is paused for this object");
+            decides_none(key, cx);
             self.suspend(key, None, now);
             return None;
         }
@@ -157,6 +159,7 @@ impl HealthChecks {
             tracing::warn!(mhc = %key, "{}", unreadable_message(&unknown, &problem));
             let memo = self.mhcs.entry(key.clone()).or_default();
             report_unreadable(memo, key, mhc, &unknown, &problem, cx);
+            decides_none(key, cx);
             self.suspend(key, None, now);
             return None;
         }
@@ -354,6 +357,15 @@ fn write_targets<'a>(
     }
 }
 
+/// While the MHC cannot be judged (no Cluster, paused, unreadable) none of its conditions is
+/// decided.
+fn decides_none(key: &ObjectKey, cx: &mut Cx<'_>) {
+    cx.report(crate::decision::Decision::none(
+        ControllerId::Health,
+        key.clone(),
+    ));
+}
+
 /// Records a Warning event on the MHC for an object its checks cannot read, once per problem.
 fn report_unreadable(
     memo: &mut MhcMemo,
@@ -397,7 +409,7 @@ fn report_reachability(
     cx: &mut Cx<'_>,
 ) {
     use crate::connection::{EVENT_REASON, REACHABLE_CONDITION};
-    use crate::shared::conditions::{Edit, List, apply};
+    use crate::shared::conditions::{Edit, List, apply, decided};
     let message = why.map(|why| {
         format!(
             "{}; the health checks of its Nodes wait until it can be reached",
@@ -414,7 +426,16 @@ fn report_reachability(
         ),
         None => Edit::Remove(List::Current, REACHABLE_CONDITION),
     };
-    let Some((conditions, summary)) = apply(&mhc.conditions, &[edit], cx.now) else {
+    let edits = [edit];
+    let written = apply(&mhc.conditions, &edits, cx.now);
+    let (set, absent) = decided(written.as_ref().map_or(&mhc.conditions, |(c, _)| c), &edits);
+    cx.report(crate::decision::Decision::whole(
+        ControllerId::Health,
+        mhc_key.clone(),
+        set,
+        absent,
+    ));
+    let Some((conditions, summary)) = written else {
         return;
     };
     let target = capi_target(mhc_key.clone(), mhc.version);

@@ -9,7 +9,7 @@ use crate::command::{Action, ControllerId, EventType, JsonText, Target};
 use crate::controller::Cx;
 use crate::model::{ConditionStatus, Severity};
 use crate::shared::capi_target;
-use crate::shared::conditions::{Edit, List, apply, legacy};
+use crate::shared::conditions::{Edit, List, apply, decided, legacy};
 use crate::store::unreadable_message;
 use serde_json::{Map, json};
 use std::collections::BTreeSet;
@@ -37,7 +37,18 @@ impl SyncCx<'_> {
             List::Current,
             crate::connection::REACHABLE_CONDITION,
         ));
-        if let Some((conditions, summary)) = apply(&self.mhc.conditions, &edits, self.now) {
+        let written = apply(&self.mhc.conditions, &edits, self.now);
+        let (set, absent) = decided(
+            written.as_ref().map_or(&self.mhc.conditions, |(c, _)| c),
+            &edits,
+        );
+        cx.report(crate::decision::Decision::whole(
+            ControllerId::Health,
+            self.mhc_key.clone(),
+            set,
+            absent,
+        ));
+        if let Some((conditions, summary)) = written {
             cx.issue(
                 ControllerId::Health,
                 Action::SetCondition {

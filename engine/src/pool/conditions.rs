@@ -3,6 +3,7 @@
 //! the same three types with v1beta2-style reasons) so either API version shows them.
 
 use crate::model::{Condition, ConditionStatus, Conditions, Severity};
+use crate::shared::conditions::List;
 use crate::time::Timestamp;
 
 pub const READY: &str = "Ready";
@@ -91,6 +92,33 @@ pub fn finish(observed: &Conditions, mut legacy: Vec<Condition>, now: Timestamp)
     }
     current.sort_by(|a, b| a.type_.cmp(&b.type_));
     Conditions { current, legacy }
+}
+
+/// What the pool decides of its conditions when it writes `desired` ([`crate::decision`]): its
+/// own types as `desired` has them (in the v1beta2 list, those it mirrors), its reachability,
+/// and no `ObjectsReadable` (everything reads).
+pub fn decided(desired: &Conditions) -> (Conditions, Vec<(List, &'static str)>) {
+    let reachable = crate::connection::REACHABLE_CONDITION;
+    let summarized = |type_: &str| SUMMARIZED.contains(&type_);
+    let legacy = desired
+        .legacy
+        .iter()
+        .filter(|c| c.type_ == READY || summarized(&c.type_))
+        .cloned()
+        .collect();
+    let current = desired
+        .current
+        .iter()
+        .filter(|c| {
+            c.type_ == reachable || summarized(&c.type_) && desired.legacy(&c.type_).is_some()
+        })
+        .cloned()
+        .collect();
+    let mut absent = vec![(List::Current, crate::store::OBJECTS_READABLE)];
+    if desired.current(reachable).is_none() {
+        absent.push((List::Current, reachable));
+    }
+    (Conditions { current, legacy }, absent)
 }
 
 /// `Type=Status (Reason)` for each condition that differs from the observed list.

@@ -35,6 +35,7 @@ pub use phase::PoolPhase;
 
 use crate::command::{Action, Command, ControllerId};
 use crate::controller::{Controller, Cx, Issued};
+use crate::decision::Decision;
 use crate::input::ApiOutcome;
 use crate::model::{Kind, MachinePool, Object, ObjectKey, POOL_NAME_LABEL, Scope};
 use crate::store::{Change, Store};
@@ -342,9 +343,11 @@ impl Controller for Pools {
             &mp.meta.namespace,
             &mp.cluster_name,
         ));
-        let plan = reconcile::reconcile(&reconcile::Ctx::new(
+        let mut plan = reconcile::reconcile(&reconcile::Ctx::new(
             cx.store, cx.now, key, mp, memory, &workload,
         ));
+        let decided = plan.decided.take();
+        cx.report(decided.unwrap_or_else(|| Decision::none(ControllerId::Pool, key.clone())));
         let now = cx.now;
         let mut memory = memory.clone();
         // A Node that is gone needs no memory of its deletion: an autoscaled pool retires

@@ -46,6 +46,8 @@ pub struct Plan {
     pub waits_on_workload: bool,
     /// The pool waits for this object to become readable (see [`PoolMemory::unreadable`]).
     pub unreadable: Option<(ObjectKey, String)>,
+    /// What it decides of the pool's conditions (`None`: none of them).
+    pub decided: Option<crate::decision::Decision>,
 }
 
 impl Plan {

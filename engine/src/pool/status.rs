@@ -5,7 +5,8 @@ use super::draft::Draft;
 use super::machines::pool_machines;
 use super::reconcile::Ctx;
 use super::reconcile::Plan;
-use crate::command::{Action, EventType, JsonText};
+use crate::command::{Action, ControllerId, EventType, JsonText};
+use crate::decision::Decision;
 use crate::model::{Condition, ConditionStatus, Conditions, External, Scope};
 
 /// §3.6 `updateStatus`: the v1beta2 counters and `versions`.
@@ -88,6 +89,13 @@ pub(super) fn write_pool(cx: &Ctx<'_>, mut draft: Draft, plan: &mut Plan) {
     let legacy = std::mem::take(&mut draft.legacy_conditions);
     let mut conditions = cond::finish(&mp.conditions, legacy, cx.now);
     let unreachable = reachability(cx, plan.waits_on_workload, &mut conditions);
+    let (set, absent) = cond::decided(&conditions);
+    plan.decided = Some(Decision::whole(
+        ControllerId::Pool,
+        cx.key.clone(),
+        set,
+        absent,
+    ));
     if conditions != mp.conditions {
         let summary = cond::summary_of_change(&mp.conditions, &conditions);
         plan.issue(

@@ -1520,3 +1520,46 @@ fn a_pool_not_adopted_is_left_to_capi_in_takeover() {
         lines(&alone)
     );
 }
+
+/// A refused `ObjectsReadable=False` is written again once its backoff ends, and once written
+/// it is not written again (the status convergence rule found it never was).
+#[test]
+fn a_refused_objects_readable_write_is_tried_again() {
+    let mut mp = settled_pool(&["p1-0", "p1-1"]);
+    mp.replicas = Some(1);
+    let (mut engine, _) = synced_engine(T0, world(mp.clone(), &["p1-0", "p1-1"]));
+    let bad_infra = unreadable(
+        Object::External(infra_machine_pool("p1")).kind(),
+        "default",
+        "p1",
+        "spec.providerIDList: expected a list",
+    );
+    let commands = upsert(&mut engine, secs(5), Scope::Management, bad_infra);
+    let is_write = |c: &&Command| matches!(c.action, Action::SetCondition { .. });
+    let write = commands.iter().find(is_write).expect("written").clone();
+    let refused = ApiOutcome::Error {
+        code: 500,
+        message: "Internal error occurred".into(),
+    };
+    let commands = answer(&mut engine, secs(5), &write, refused);
+    assert_eq!(
+        lines(&commands),
+        Vec::<String>::new(),
+        "not before its backoff"
+    );
+    engine.handle(secs(10), Input::Tick);
+    let commands = drain_commands(&mut engine);
+    assert_eq!(
+        lines(&commands),
+        ["SetCondition MachinePool default/p1 ObjectsReadable=False (ObjectUnreadable)"]
+    );
+    let landed = with_conditions(mp.clone(), &commands[0], mp.meta.resource_version + 1);
+    let landed = ApiOutcome::Ok {
+        object: Some(Box::new(Object::MachinePool(landed))),
+    };
+    let written = answer(&mut engine, secs(10), &commands[0], landed);
+    engine.handle(secs(100), Input::Tick);
+    let later = drain_commands(&mut engine);
+    assert_eq!(lines(&written), Vec::<String>::new());
+    assert_eq!(lines(&later), Vec::<String>::new());
+}

@@ -2,8 +2,9 @@
 
 use super::conditions::{self as cond};
 use super::reconcile::{Ctx, Plan};
-use crate::command::{Action, EventType};
-use crate::model::{Condition, ConditionStatus, Kind, ObjectKey};
+use crate::command::{Action, ControllerId, EventType};
+use crate::decision::Decision;
+use crate::model::{Condition, ConditionStatus, Conditions, Kind, ObjectKey};
 
 /// The first object the pool's decisions depend on that the API shows but the controllers
 /// cannot read: the pool, its Cluster, its bootstrap config and infrastructure pool.
@@ -44,23 +45,34 @@ pub(super) fn wait_for_readable(cx: &Ctx<'_>, unknown: (ObjectKey, String), plan
             message.clone(),
         );
     }
-    // The pool's own conditions are not written from a reading it distrusts; otherwise once
-    // per problem (an answer does not change the reading the store keeps).
+    // The pool's own conditions are not written from a reading it distrusts (its answer
+    // would not change the reading the store keeps: a write at every answer).
     let mp = cx.mp;
+    if unknown.0 == *cx.key {
+        plan.unreadable = Some(unknown);
+        return;
+    }
+    let mut conditions = mp.conditions.clone();
+    let condition = Condition::new(
+        crate::store::OBJECTS_READABLE,
+        ConditionStatus::False,
+        crate::store::OBJECT_UNREADABLE,
+        &message,
+    );
+    cond::set(&mut conditions.current, condition, cx.now);
+    let readable = conditions.current(crate::store::OBJECTS_READABLE).cloned();
+    let decided = Conditions {
+        current: readable.into_iter().collect(),
+        legacy: Vec::new(),
+    };
+    plan.decided = Some(Decision::whole(
+        ControllerId::Pool,
+        cx.key.clone(),
+        decided,
+        Vec::new(),
+    ));
     let written = mp.conditions.current(crate::store::OBJECTS_READABLE);
-    if unknown.0 != *cx.key
-        && cx.memory.unreadable.as_ref() != Some(&unknown)
-        && written
-            .is_none_or(|c| c.reason != crate::store::OBJECT_UNREADABLE || c.message != message)
-    {
-        let mut conditions = mp.conditions.clone();
-        let condition = Condition::new(
-            crate::store::OBJECTS_READABLE,
-            ConditionStatus::False,
-            crate::store::OBJECT_UNREADABLE,
-            &message,
-        );
-        cond::set(&mut conditions.current, condition, cx.now);
+    if written.is_none_or(|c| c.reason != crate::store::OBJECT_UNREADABLE || c.message != message) {
         plan.issue(
             Action::SetCondition {
                 target: cx.pool_target(),

@@ -7,7 +7,7 @@ use crate::model::{Condition, ConditionStatus, Conditions, Severity};
 use crate::time::Timestamp;
 
 /// Which list a condition lives in: v1beta2 types (`current`) or v1beta1 types (`legacy`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum List {
     Current,
     Legacy,
@@ -118,6 +118,25 @@ pub fn apply(
     Some((out, summary.join(", ")))
 }
 
+/// What `edits` decide of an object's conditions ([`crate::decision`]): each condition set, as
+/// `written` (what [`apply`] returns, or the observed lists when it returns `None`) has it,
+/// and each type removed.
+pub fn decided(written: &Conditions, edits: &[Edit]) -> (Conditions, Vec<(List, &'static str)>) {
+    let mut set = Conditions::default();
+    let mut absent = Vec::new();
+    for edit in edits {
+        match edit {
+            Edit::Set(which, want) => {
+                if let Some(c) = list(written, *which).iter().find(|c| c.type_ == want.type_) {
+                    list_mut(&mut set, *which).push(c.clone());
+                }
+            }
+            Edit::Remove(which, t) => absent.push((*which, *t)),
+        }
+    }
+    (set, absent)
+}
+
 /// A v1beta1-style condition with a severity.
 pub fn legacy(
     type_: &str,
@@ -152,6 +171,29 @@ mod tests {
             apply(&out, &edits, Timestamp(10_000)).is_none(),
             "idempotent"
         );
+    }
+
+    #[test]
+    fn what_edits_decide_is_what_apply_writes_whether_or_not_it_writes() {
+        let mut observed = Conditions::default();
+        observed.current.push(Condition {
+            last_transition_time: None,
+            ..Condition::new("A", S::True, "X", "")
+        });
+        let edits = [
+            Edit::set(List::Current, "A", S::True, "X", ""),
+            Edit::set(List::Legacy, "B", S::False, "Y", "m"),
+            Edit::Remove(List::Current, "C"),
+        ];
+        let (written, _) = apply(&observed, &edits, Timestamp(9_000)).expect("changes");
+        let (set, absent) = decided(&written, &edits);
+        // Unchanged, A is not rewritten: it stays as observed, transition time and all.
+        assert_eq!(set.current, observed.current);
+        assert_eq!(set.legacy[0].last_transition_time, Some(Timestamp(9_000)));
+        assert_eq!(absent, [(List::Current, "C")]);
+        assert!(apply(&observed, &edits[..1], Timestamp(9_000)).is_none());
+        let (set, _) = decided(&observed, &edits[..1]);
+        assert_eq!(set.current, observed.current);
     }
 
     #[test]

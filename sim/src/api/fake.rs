@@ -13,6 +13,8 @@ type ClusterSlot = (String, String);
 #[derive(Default)]
 pub struct FakeApi {
     pub clusters: BTreeMap<Scope, ClusterStore>,
+    /// The controller's Events, kept apart from the objects.
+    pub events: super::events::EventLog,
     /// Workload cluster name (as the scenario writes it) → its scope.
     pub workloads: BTreeMap<String, Scope>,
     machines_by_cluster: BTreeMap<ClusterSlot, BTreeSet<ObjKey>>,

@@ -1,6 +1,7 @@
 //! The fake Kubernetes API of every simulated cluster: objects with real write semantics,
 //! PDB-enforcing eviction, and the changes a watch would report.
 
+pub mod events;
 pub mod eviction;
 pub mod fake;
 pub mod json;

@@ -327,6 +327,11 @@ impl ClusterStore {
         }
     }
 
+    /// What the stored object reads as, read once and kept (until the object is written).
+    pub fn read(&self, key: &ObjKey) -> Option<&Reading> {
+        self.objects.get(key).map(Stored::read)
+    }
+
     /// What the stored object reads as, when `value` is that object: the same resourceVersion
     /// (every write that changes an object gives it a new one).
     #[cfg(test)]
