@@ -2,6 +2,7 @@
 //! generation, `deletionTimestamp` + finalizers, status subresource, merge patch.
 
 use super::json::{self, group_of};
+use super::managed::{self, Writer};
 use crate::api::json::Pointer as _;
 use engine::intake::mirror::Reading;
 use engine::model::Name;
@@ -195,6 +196,9 @@ pub struct ClusterStore {
     /// Prefix of generated uids, so uids differ between clusters.
     pub uid_prefix: String,
     changes: Option<ChangeLog>,
+    /// Whether writes that name their writer keep `metadata.managedFields`, and how lists
+    /// merge ([`ClusterStore::keep_managed_fields`]).
+    managed_fields: Option<managed::ListTypes>,
 }
 
 impl ClusterStore {
@@ -516,6 +520,44 @@ impl ClusterStore {
         })
     }
 
+    /// From now on, writes that name their writer ([`ClusterStore::create_by`],
+    /// [`ClusterStore::patch_by`]) keep `metadata.managedFields` as kube-apiserver does, lists
+    /// merging as `list_types` says. Off by default: the simulator's own runs never read them.
+    pub fn keep_managed_fields(&mut self, list_types: managed::ListTypes) {
+        self.managed_fields = Some(list_types);
+    }
+
+    /// [`ClusterStore::create`] by `writer`, recorded in `managedFields` when they are kept.
+    pub fn create_by(
+        &mut self,
+        mut obj: Value,
+        now: Timestamp,
+        writer: &Writer,
+    ) -> Result<Written, ApiError> {
+        if let Some(list_types) = self.managed_fields {
+            managed::record(None, &mut obj, writer, now, list_types);
+        }
+        self.create(obj, now)
+    }
+
+    /// [`ClusterStore::patch`] by `writer` at `now`, recorded in `managedFields` when they
+    /// are kept.
+    pub fn patch_by(
+        &mut self,
+        key: &ObjKey,
+        patch: &Value,
+        part: Part,
+        writer: &Writer,
+        now: Timestamp,
+    ) -> Result<Written, ApiError> {
+        let Some(list_types) = self.managed_fields else {
+            return self.patch(key, patch, part);
+        };
+        let current = self.get(key).ok_or_else(|| not_found(key))?;
+        check_precondition(key, current, patch)?;
+        self.patch_copy(key, patch, part, Some((writer, now, list_types)))
+    }
+
     /// Creates or replaces (a scenario `apply`): a replacement keeps uid and creation time.
     pub fn apply(&mut self, mut obj: Value, now: Timestamp) -> Result<Written, ApiError> {
         let key = ObjKey::of(&obj);
@@ -548,7 +590,7 @@ impl ClusterStore {
             && patch.is_object()
             && engine::convert::member(patch, "apiVersion").is_none();
         if !in_place {
-            return self.patch_copy(key, patch, part);
+            return self.patch_copy(key, patch, part, None);
         }
         let had_finalizers = json::has_finalizers(current);
         let stored = self.objects.get_mut(key).expect("read above");
@@ -581,7 +623,14 @@ impl ClusterStore {
     }
 
     /// [`ClusterStore::patch`] on a copy of the stored object, checked before it replaces it.
-    fn patch_copy(&mut self, key: &ObjKey, patch: &Value, part: Part) -> Result<Written, ApiError> {
+    /// `by`: the writer, when `managedFields` are kept.
+    fn patch_copy(
+        &mut self,
+        key: &ObjKey,
+        patch: &Value,
+        part: Part,
+        by: Option<(&Writer, Timestamp, managed::ListTypes)>,
+    ) -> Result<Written, ApiError> {
         let current = self.get(key).ok_or_else(|| not_found(key))?;
         let mut next = Value::clone(current);
         let (changed, spec_changed) = if current.is_object() && patch.is_object() {
@@ -616,6 +665,9 @@ impl ClusterStore {
         }
         if spec_changed {
             bump_generation(&mut next);
+        }
+        if let Some((writer, now, list_types)) = by {
+            managed::record(Some(current), &mut next, writer, now, list_types);
         }
         let had_finalizers = json::has_finalizers(current);
         self.finish_write(key.clone(), next, had_finalizers)

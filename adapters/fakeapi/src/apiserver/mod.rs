@@ -16,8 +16,13 @@
 //!
 //! TokenReview and SubjectAccessReview answer from a fixed table of tokens ([`auth`]).
 //!
+//! Every write is recorded in `metadata.managedFields` as the real server records a write
+//! that is not server-side apply ([`sim::api::managed`]): its manager is the `fieldManager`
+//! parameter, else the User-Agent up to the first `/`.
+//!
 //! Not served (see the README for the whole list): authentication of requests, server-side apply,
-//! protobuf request bodies, version conversion, `deletecollection`, field managers.
+//! protobuf request bodies, version conversion, `deletecollection`, managedFields sent by a
+//! client (dropped).
 
 pub mod arrivals;
 pub mod auth;
@@ -29,6 +34,7 @@ mod kubelet;
 mod labels;
 mod limits;
 mod list;
+mod managed;
 mod names;
 mod objects;
 pub mod openapi;
