@@ -9,6 +9,7 @@ pub mod follow;
 mod holdings;
 mod neighbour;
 mod permissions;
+pub mod status_writes;
 
 pub use holdings::{LEADER_RENEWED_WITHIN, LeaderLease, meta, serves};
 pub use neighbour::{Neighbour, PROVIDER_LABEL, Unread};
@@ -124,7 +125,12 @@ pub struct Options {
 /// Every check for `options.mode`, in a fixed order.
 pub async fn examine(client: &Client, options: &Options) -> Vec<Check> {
     let manager = read_manager(client, &options.capi_namespace).await;
-    let neighbour = neighbour::read(client, crate::clock::wall_now()).await;
+    let neighbour = neighbour::read(
+        client,
+        crate::clock::wall_now(),
+        options.namespace.as_deref(),
+    )
+    .await;
     let mut checks = vec![
         capi_manager(options, &neighbour),
         api_versions(client).await,
@@ -160,7 +166,7 @@ fn capi_manager(options: &Options, found: &Neighbour) -> Check {
                 NAME,
                 Verdict::Warn,
                 format!("cannot tell whether Cluster API's own manager is active: {}", unread.join("; ")),
-                "grant list on leases controller-leader-election-capi and on deployments (the shipped lifecycle-capi-reader role does)".to_string(),
+                "grant list on leases controller-leader-election-capi and on deployments (the shipped lifecycle-capi-reader role does), and on machines.cluster.x-k8s.io".to_string(),
             )
         } else {
             Check::not_ok(
@@ -184,14 +190,14 @@ fn capi_manager(options: &Options, found: &Neighbour) -> Check {
                 "Cluster API's own manager is active ({running}): running alone beside it, both would act on the same Machines, MachineHealthChecks and MachinePools"
             ),
             format!(
-                "{choose}, or stop Cluster API's manager first (scale its Deployment to 0; its Lease expires 5 minutes after its last renewal), {stopped}"
+                "{choose}, or stop Cluster API's manager first (scale its Deployment to 0; its Lease and its Machine status writes count for 5 minutes after the last), {stopped}"
             ),
             false,
         )
     } else if !found.unread.is_empty() {
         let forbidden = found.unread.iter().any(|u| u.forbidden);
         let grant = if forbidden {
-            "grant list on leases named controller-leader-election-capi and on deployments, cluster-wide (the shipped ClusterRole lifecycle-capi-reader does)"
+            "grant list on leases named controller-leader-election-capi and on deployments, cluster-wide (the shipped ClusterRole lifecycle-capi-reader does), and list on machines.cluster.x-k8s.io (lifecycle-manager-core does)"
         } else {
             "check that the API server answers"
         };
