@@ -65,7 +65,12 @@ impl std::fmt::Display for ObjKey {
 pub fn is_cluster_scoped(kind: &str) -> bool {
     matches!(
         kind,
-        "Node" | "Namespace" | "PersistentVolume" | "VolumeAttachment"
+        "Node"
+            | "Namespace"
+            | "PersistentVolume"
+            | "VolumeAttachment"
+            | "ClusterRole"
+            | "ClusterRoleBinding"
     )
 }
 

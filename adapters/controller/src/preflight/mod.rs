@@ -1,11 +1,12 @@
 //! `lifecycle preflight`: what an operator must know before this controller acts next to
-//! Cluster API's manager, read from the management cluster (reads and SelfSubjectAccessReviews
-//! only, nothing written). `lifecycle run --mode takeover` runs it first and refuses to start on
-//! a failure.
+//! Cluster API's manager, read from the management cluster (reads and access reviews only,
+//! nothing written). `lifecycle run` runs the same [`examine`] first, and in `alone` and
+//! `takeover` refuses to start on a failure.
 //!
 //! Each check answers: what was found, whether the mode can run with it, what unblocks it.
 
 pub mod follow;
+mod grants;
 mod holdings;
 mod neighbour;
 mod permissions;
@@ -15,6 +16,7 @@ pub use holdings::{LEADER_RENEWED_WITHIN, LeaderLease, meta, serves};
 pub use neighbour::{Neighbour, PROVIDER_LABEL, Unread};
 
 pub use engine::release::{Release, SUPPORTED_MINORS, Support, supported_text};
+pub use grants::ServiceAccount;
 pub use permissions::{Permission, needed};
 
 use engine::model::{PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX};
@@ -120,6 +122,10 @@ pub struct Options {
     /// This controller's leader Lease, which tells whether a takeover leader serves its hooks
     /// and adoptions (`None`: not known, as for `run` without `--leader-elect`).
     pub leader_lease: Option<LeaderLease>,
+    /// Whose grants the `rbac` check asks for: this ServiceAccount's (SubjectAccessReviews),
+    /// or the caller's when `None` (SelfSubjectAccessReviews; what `run` asks: it is the
+    /// identity it runs as).
+    pub service_account: Option<ServiceAccount>,
 }
 
 /// Every check for `options.mode`, in a fixed order.
@@ -136,7 +142,7 @@ pub async fn examine(client: &Client, options: &Options) -> Vec<Check> {
         api_versions(client).await,
         release_check(options, &manager, &neighbour),
         machine_pool_gate(&manager),
-        rbac(client, options).await,
+        grants::check(client, options).await,
     ];
     checks.extend(hooks(client, options).await);
     checks
@@ -443,64 +449,6 @@ fn machine_pool_gate(manager: &Manager) -> Check {
         )
     } else {
         Check::ok(NAME, "MachinePool is on (the default)".to_string())
-    }
-}
-
-/// Each permission the mode needs, asked with a SelfSubjectAccessReview.
-async fn rbac(client: &Client, options: &Options) -> Check {
-    const NAME: &str = "rbac";
-    let needed = needed(options.mode);
-    let mut denied = Vec::new();
-    for p in &needed {
-        let (resource, subresource) = p.resource.split_once('/').unwrap_or((p.resource, ""));
-        let review = json!({
-            "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-            "spec": {"resourceAttributes": {"group": p.group, "resource": resource,
-                "subresource": subresource, "verb": p.verb, "namespace": options.namespace}},
-        });
-        let request = http::Request::post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews")
-            .header("content-type", "application/json")
-            .body(review.to_string().into_bytes());
-        let answer = match request {
-            Ok(r) => client.request::<Value>(r).await,
-            Err(e) => Err(kube::Error::HttpError(e)),
-        };
-        match answer {
-            Ok(review) if review["status"]["allowed"] == true => {}
-            Ok(_) => denied.push(p.to_string()),
-            Err(e) => {
-                return Check::not_ok(
-                    NAME,
-                    Verdict::Warn,
-                    format!("cannot ask the API what this identity may do: {e}"),
-                    "allow create on selfsubjectaccessreviews (Kubernetes grants it to every authenticated user by default)".to_string(),
-                );
-            }
-        }
-    }
-    if denied.is_empty() {
-        Check::ok(
-            NAME,
-            format!(
-                "the {} permissions --mode {} needs are granted",
-                needed.len(),
-                options.mode
-            ),
-        )
-    } else {
-        let overlay = match options.mode {
-            Mode::Shadow => "adapters/deploy/shadow",
-            Mode::Takeover => "adapters/deploy/takeover",
-            Mode::Alone => "adapters/deploy/base",
-        };
-        Check::not_ok(
-            NAME,
-            Verdict::Fail,
-            format!("not granted: {}", denied.join(", ")),
-            format!(
-                "apply the RBAC of {overlay} (its ClusterRole lifecycle-manager-core) to this identity"
-            ),
-        )
     }
 }
 

@@ -14,7 +14,8 @@
 //! kubelet, namespace and disruption controllers (`kubelet`). The real server's limits
 //! (in-flight requests, request timeout, idle connections) are in `limits`.
 //!
-//! TokenReview and SubjectAccessReview answer from a fixed table of tokens ([`auth`]).
+//! TokenReview answers from a fixed table of tokens ([`auth`]); SubjectAccessReview and
+//! SelfSubjectAccessReview by the RBAC objects stored ([`rbac`]).
 //!
 //! Every write is recorded in `metadata.managedFields` as the real server records a write
 //! that is not server-side apply ([`sim::api::managed`]): its manager is the `fieldManager`
@@ -40,6 +41,7 @@ mod objects;
 pub mod openapi;
 mod openapi_v2;
 pub mod patch;
+pub mod rbac;
 pub mod record;
 pub mod resources;
 mod router;

@@ -336,7 +336,10 @@ fn route(ctx: &Ctx, path: &str, req: &Req) -> Response<Body> {
                 "v1",
                 "subjectaccessreviews",
             ],
-        ) => reviewed(auth::subject_access_review(req.body)),
+        ) => reviewed(
+            ctx.cluster
+                .read(|s| auth::subject_access_review(req.body, &s.store)),
+        ),
         (
             &Method::POST,
             [
@@ -345,12 +348,15 @@ fn route(ctx: &Ctx, path: &str, req: &Req) -> Response<Body> {
                 "v1",
                 "selfsubjectaccessreviews",
             ],
-        ) => reviewed(auth::self_subject_access_review(
-            req.body,
-            req.authorization
-                .strip_prefix("Bearer ")
-                .unwrap_or_default(),
-        )),
+        ) => reviewed(ctx.cluster.read(|s| {
+            auth::self_subject_access_review(
+                req.body,
+                req.authorization
+                    .strip_prefix("Bearer ")
+                    .unwrap_or_default(),
+                &s.store,
+            )
+        })),
         (_, ["api", "v1", rest @ ..]) => resource(ctx, &types, "", "v1", rest, req, None),
         (_, ["apis", events::GROUP, "v1", rest @ ..]) => {
             // One store: events.k8s.io/v1 is a view of the core Events.
