@@ -486,4 +486,25 @@ async fn alone_refuses_when_only_capis_machine_status_writes_give_it_away() {
         stdout.contains("FAIL  capi-manager") && stdout.contains("by field manager \"manager\""),
         "{stdout}"
     );
+
+    // The operator's override covers this sign as the others: said at WARN, journaled.
+    let (code, err) = run_once(&kubeconfig, &journal, &clock, &["--capi-manager-stopped"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("WARN")
+            && err.contains("overridden by --capi-manager-stopped")
+            && err.contains("by field manager \"manager\""),
+        "{err}"
+    );
+    let shown = lifecycle()
+        .args(["log", "show", "--journal"])
+        .arg(&journal)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains("started past the check capi-manager by the operator's override")
+            && shown.contains("by field manager"),
+        "{shown}"
+    );
 }
