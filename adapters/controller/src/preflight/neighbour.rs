@@ -258,3 +258,76 @@ async fn deployments(client: &Client, found: &mut Neighbour) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::client::Body;
+    use serde_json::json;
+    use std::task::{Context, Poll};
+
+    /// An API server whose Machines may not be listed: 403 for them, empty lists otherwise.
+    #[derive(Clone)]
+    struct MachinesForbidden;
+
+    impl tower_service::Service<http::Request<Body>> for MachinesForbidden {
+        type Response = http::Response<Body>;
+        type Error = std::convert::Infallible;
+        type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+            let (code, body) = if request.uri().path().ends_with("/machines") {
+                (
+                    403,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                           "reason": "Forbidden", "code": 403,
+                           "message": "machines.cluster.x-k8s.io is forbidden: User \"u\" cannot list resource \"machines\""}),
+                )
+            } else {
+                (
+                    200,
+                    json!({"kind": "List", "apiVersion": "v1", "items": []}),
+                )
+            };
+            let response = http::Response::builder()
+                .status(code)
+                .header("content-type", "application/json")
+                .body(Body::from(body.to_string().into_bytes()))
+                .expect("a valid response");
+            std::future::ready(Ok(response))
+        }
+    }
+
+    #[tokio::test]
+    async fn machines_that_cannot_be_listed_leave_it_unknown_and_alone_refused() {
+        let client = Client::new(MachinesForbidden, "default");
+        let found = read(&client, Timestamp(0), None).await;
+        assert!(found.running.is_empty());
+        assert!(!found.absent(), "unknown is not absent");
+        assert_eq!(found.unread.len(), 1, "{found:?}");
+        assert!(found.unread[0].forbidden && found.unread[0].what.contains("Machines"));
+        let options = super::super::Options {
+            mode: engine::runtime::Mode::Alone,
+            capi_namespace: "capi-system".to_string(),
+            capi_version: None,
+            namespace: None,
+            capi_manager_stopped: false,
+            leader_lease: None,
+            service_account: None,
+        };
+        let check = super::super::capi_manager(&options, &found);
+        assert_eq!(check.verdict, super::super::Verdict::Fail);
+        assert!(
+            check
+                .fix
+                .as_deref()
+                .unwrap_or_default()
+                .contains("list on machines"),
+            "{check:?}"
+        );
+    }
+}
