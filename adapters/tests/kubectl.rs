@@ -182,6 +182,23 @@ async fn kubectl_gets_patches_and_deletes_through_the_fake_server() {
     ] {
         assert!(out.contains(field), "{field}:\n{out}");
     }
+    // `[{}]` resets them, as the real server documents.
+    let reset = r#"{"metadata":{"managedFields":[{}]}}"#;
+    let (ok, _, err) = k(args(&[
+        "patch",
+        "machines.cluster.x-k8s.io",
+        "m1",
+        "--type",
+        "merge",
+        "-p",
+        reset,
+    ]))
+    .await
+    .unwrap();
+    assert!(ok, "{err}");
+    let (ok, out, err) = k(args(&shown)).await.unwrap();
+    assert!(ok, "{err}");
+    assert!(!out.contains("managedFields"), "{out}");
 
     let (ok, out, err) = k(args(&[
         "get",

@@ -14,8 +14,13 @@
 //! * entries are sorted as the server sorts them (operation, time, manager, apiVersion,
 //!   subresource).
 //!
-//! Not kept: server-side apply (the fake server answers it 415), the cap of ten `Update`
-//! entries (`ancient-changes`), and managedFields sent by a client (dropped, never stored).
+//! * what a write to the main resource sends in `metadata.managedFields` ([`Sent`]): `[{}]`
+//!   resets them (the write's own fields are then all that is kept), a list that reads as
+//!   entries replaces them, anything else (none, `[]`, entries that do not read) keeps the
+//!   stored ones; a subresource write's are ignored.
+//!
+//! Not kept: server-side apply (the fake server answers it 415) and the cap of ten `Update`
+//! entries (`ancient-changes`).
 
 use engine::time::Timestamp;
 use serde_json::{Map, Value, json};
@@ -71,6 +76,8 @@ pub struct Writer {
     pub manager: String,
     /// `None` for the main resource.
     pub subresource: Option<Subresource>,
+    /// What the request's body said of `managedFields`.
+    pub sent: Sent,
 }
 
 impl Writer {
@@ -78,6 +85,46 @@ impl Writer {
         Writer {
             manager: manager.to_string(),
             subresource,
+            sent: Sent::Keep,
+        }
+    }
+
+    /// With what the request's object says of `managedFields` ([`Sent::of`]).
+    pub fn sending(mut self, sent: Sent) -> Writer {
+        self.sent = sent;
+        self
+    }
+}
+
+/// What a write's object says of `managedFields`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Sent {
+    /// Nothing the server takes: the stored ones stay.
+    Keep,
+    /// `[{}]`: forget them all.
+    Reset,
+    /// Entries that replace the stored ones.
+    Replace(Vec<Entry>),
+}
+
+impl Sent {
+    /// From the object a request would store (its `metadata.managedFields`).
+    pub fn of(object: &Value) -> Sent {
+        let Some(list) = object
+            .pointer("/metadata/managedFields")
+            .and_then(Value::as_array)
+        else {
+            return Sent::Keep;
+        };
+        if let [only] = list.as_slice()
+            && only.as_object().is_some_and(|o| o.is_empty())
+        {
+            return Sent::Reset;
+        }
+        let entries: Option<Vec<Entry>> = list.iter().map(Entry::sent).collect();
+        match entries {
+            Some(entries) if !entries.is_empty() => Sent::Replace(entries),
+            _ => Sent::Keep,
         }
     }
 }
@@ -129,6 +176,16 @@ impl Entry {
             subresource: text("subresource").filter(|s| !s.is_empty()),
             fields: value.get("fieldsV1").map(parse_fields).unwrap_or_default(),
         })
+    }
+
+    /// An entry a client sent, when it reads as one the server would decode.
+    fn sent(value: &Value) -> Option<Entry> {
+        let entry = Entry::of(value)?;
+        let operation_ok = entry.operation == "Update" || entry.operation == "Apply";
+        let fields_type = value.get("fieldsType").and_then(Value::as_str);
+        let fields_ok = value.get("fieldsV1").is_none_or(Value::is_object);
+        (operation_ok && matches!(fields_type, None | Some("FieldsV1")) && fields_ok)
+            .then_some(entry)
     }
 
     fn to_json(&self) -> Value {
@@ -392,7 +449,12 @@ pub fn record(
     now: Timestamp,
     list_types: ListTypes,
 ) {
-    let mut managed = before.map(entries).unwrap_or_default();
+    let stored = || before.map(entries).unwrap_or_default();
+    let mut managed = match (&writer.sent, writer.subresource) {
+        (Sent::Reset, None) => Vec::new(),
+        (Sent::Replace(sent), None) => sent.clone(),
+        _ => stored(),
+    };
     let api_version = after
         .get("apiVersion")
         .and_then(Value::as_str)
@@ -635,6 +697,51 @@ mod tests {
             json!({".": {}, "v:\"a\"": {}, "v:\"b\"": {}})
         );
         assert_eq!(f["f:spec"]["f:taints"], json!({}));
+    }
+
+    #[test]
+    fn what_a_main_write_sends_resets_or_replaces_and_a_status_write_sends_nothing() {
+        let created = write(None, machine(), "kubectl", None, T0);
+        let mut reset = created.clone();
+        reset["metadata"]["managedFields"] = json!([{}]);
+        assert_eq!(Sent::of(&reset), Sent::Reset);
+        let mut after = created.clone();
+        after["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("managedFields");
+        let with = |sent: Sent, sub| {
+            let mut out = after.clone();
+            let writer = Writer::new("editor", sub).sending(sent);
+            record(Some(&created), &mut out, &writer, later(1), known_list_type);
+            out
+        };
+        // Reset, nothing else changed: none left.
+        assert!(
+            with(Sent::Reset, None)["metadata"]
+                .get("managedFields")
+                .is_none()
+        );
+        // Through a subresource what is sent is ignored.
+        assert_eq!(
+            with(Sent::Reset, Some(Subresource::Status))["metadata"]["managedFields"],
+            created["metadata"]["managedFields"]
+        );
+        let mut edited = created.clone();
+        edited["metadata"]["managedFields"][0]["manager"] = json!("renamed");
+        let sent = Sent::of(&edited);
+        assert!(matches!(&sent, Sent::Replace(e) if e[0].manager == "renamed"));
+        assert!(entry(&with(sent, None), "renamed").is_some());
+        // `[]`, or entries that do not read, keep what is stored.
+        for kept in [
+            json!([]),
+            json!([{"manager": "x", "operation": "Delete"}]),
+            json!("x"),
+        ] {
+            let mut o = created.clone();
+            o["metadata"]["managedFields"] = kept;
+            assert_eq!(Sent::of(&o), Sent::Keep);
+        }
     }
 
     #[test]

@@ -661,6 +661,13 @@ impl ClusterStore {
                 ));
             }
         }
+        let mut changed = changed;
+        if let Some((writer, now, list_types)) = by {
+            managed::record(Some(current), &mut next, writer, now, list_types);
+            // A write may change managedFields alone (a reset the client sent).
+            changed |= next.pointer("/metadata/managedFields")
+                != current.pointer("/metadata/managedFields");
+        }
         if !changed {
             return Ok(Written {
                 key: key.clone(),
@@ -670,9 +677,6 @@ impl ClusterStore {
         }
         if spec_changed {
             bump_generation(&mut next);
-        }
-        if let Some((writer, now, list_types)) = by {
-            managed::record(Some(current), &mut next, writer, now, list_types);
         }
         let had_finalizers = json::has_finalizers(current);
         self.finish_write(key.clone(), next, had_finalizers)

@@ -22,8 +22,7 @@
 //! parameter, else the User-Agent up to the first `/`.
 //!
 //! Not served (see the README for the whole list): authentication of requests, server-side apply,
-//! protobuf request bodies, version conversion, `deletecollection`, managedFields sent by a
-//! client (dropped).
+//! protobuf request bodies, version conversion, `deletecollection`.
 
 pub mod arrivals;
 pub mod auth;

@@ -5,7 +5,9 @@
 //!
 //! PUT and JSON patch are applied to a copy of the stored object and handed to the store as
 //! the merge patch between the two ([`super::patch::merge_diff`]); server-managed metadata
-//! (uid, resourceVersion, generation, timestamps) is never taken from a client.
+//! (uid, resourceVersion, generation, timestamps) is never taken from a client; what it sends
+//! in `managedFields` is judged as the real server judges it ([`sim::api::managed::Sent`]),
+//! and every write is recorded there under its field manager.
 
 use super::Query;
 use super::labels;
@@ -19,7 +21,7 @@ use super::status::{Failure, success};
 use super::validate::{self, FieldValidation};
 use engine::Timestamp;
 use serde_json::{Value, json};
-use sim::api::managed::{Subresource, Writer};
+use sim::api::managed::{Sent, Subresource, Writer};
 use sim::api::{ClusterStore, ObjKey, Part, Written, eviction, json as sjson};
 
 /// The object a request addresses.
@@ -187,6 +189,7 @@ pub fn create(
         }
     }
     secrets::fold_string_data(r.t, &mut obj)?;
+    let sent = Sent::of(&obj);
     let meta = sjson::object_at(&mut obj, &["metadata"]);
     for field in SERVER_FIELDS {
         meta.remove(*field);
@@ -240,7 +243,7 @@ pub fn create(
         };
         let warnings = admit(&named, &mut obj, None, options.field_validation)?;
         store
-            .create_by(obj, now, &options.writer(None))
+            .create_by(obj, now, &options.writer(None).sending(sent))
             .map(|w| Reply {
                 code: 201,
                 body: written_object(w),
@@ -350,6 +353,7 @@ pub(super) fn write_desired(
     options: &WriteOptions,
 ) -> Answer {
     let status = subresource == Some(Subresource::Status);
+    let writer = options.writer(subresource).sending(Sent::of(&desired));
     check_identity(r, &mut desired)?;
     check_version(r, current, &desired, update)?;
     secrets::fold_string_data(r.t, &mut desired)?;
@@ -385,13 +389,7 @@ pub(super) fn write_desired(
         });
     }
     store
-        .patch_by(
-            &r.key(),
-            &patch,
-            part,
-            &options.writer(subresource),
-            options.now,
-        )
+        .patch_by(&r.key(), &patch, part, &writer, options.now)
         .map(|w| Reply {
             code: 200,
             body: written_object(w),
@@ -468,8 +466,9 @@ pub fn patch(
                 &current,
                 sjson::str_at(&patch, "metadata.resourceVersion"),
             )?;
+            // managedFields sent are the server's to judge (`Sent`), not dropped here.
             if let Some(meta) = patch.get_mut("metadata").and_then(Value::as_object_mut) {
-                for field in SERVER_FIELDS {
+                for field in SERVER_FIELDS.iter().filter(|f| **f != "managedFields") {
                     meta.remove(*field);
                 }
             }
