@@ -1,5 +1,6 @@
 //! Real `kubectl` against the fake API server (fails when `kubectl` is not on PATH):
-//! discovery, get, get -o json, patch (strategic and merge), delete. The wider client suite
+//! discovery, get, get -o json, patch (strategic and merge), managedFields shown only with
+//! `--show-managed-fields`, delete. The wider client suite
 //! (kubectl 1.32 and 1.20, the Python client) is `clients.rs`.
 
 use adapters::apiserver::{ApiServer, ServerOptions, SharedCluster};
@@ -162,6 +163,42 @@ async fn kubectl_gets_patches_and_deletes_through_the_fake_server() {
     .unwrap();
     assert!(ok, "kubectl patch machine failed: {err}");
     assert_eq!(out.trim(), "machine.cluster.x-k8s.io/m1 patched");
+
+    // The server keeps managedFields; kubectl hides them unless asked.
+    let get_yaml = ["get", "machines.cluster.x-k8s.io", "m1", "-o", "yaml"];
+    let (ok, out, err) = k(args(&get_yaml)).await.unwrap();
+    assert!(ok, "{err}");
+    assert!(!out.contains("managedFields"), "{out}");
+    let mut shown = get_yaml.to_vec();
+    shown.push("--show-managed-fields");
+    let (ok, out, err) = k(args(&shown)).await.unwrap();
+    assert!(ok, "{err}");
+    for field in [
+        "managedFields:",
+        "manager: kubectl-patch",
+        "operation: Update",
+        "fieldsType: FieldsV1",
+        "f:tier: {}",
+    ] {
+        assert!(out.contains(field), "{field}:\n{out}");
+    }
+    // `[{}]` resets them, as the real server documents.
+    let reset = r#"{"metadata":{"managedFields":[{}]}}"#;
+    let (ok, _, err) = k(args(&[
+        "patch",
+        "machines.cluster.x-k8s.io",
+        "m1",
+        "--type",
+        "merge",
+        "-p",
+        reset,
+    ]))
+    .await
+    .unwrap();
+    assert!(ok, "{err}");
+    let (ok, out, err) = k(args(&shown)).await.unwrap();
+    assert!(ok, "{err}");
+    assert!(!out.contains("managedFields"), "{out}");
 
     let (ok, out, err) = k(args(&[
         "get",

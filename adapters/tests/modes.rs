@@ -360,3 +360,151 @@ fn shadow_report_lists_what_only_one_side_did() {
         "an answer not sent is no refusal: {story}"
     );
 }
+
+/// A world playing CAPI's manager whose Machine `m1` is deleted at 1s and held by another
+/// owner's pre-drain hook: CAPI's model keeps writing its status (`Deleting`, phase) as field
+/// manager `manager`.
+const CAPI_WRITES_STATUS: &str = r#"name: alone-capi-status-writes
+duration: 10m
+mode: shadow
+world:
+  capiManager: true
+management:
+  - apiVersion: cluster.x-k8s.io/v1beta2
+    kind: Cluster
+    metadata: {name: c1, namespace: default}
+    spec: {}
+  - apiVersion: cluster.x-k8s.io/v1beta2
+    kind: Machine
+    metadata:
+      name: cp-1
+      namespace: default
+      labels: {cluster.x-k8s.io/cluster-name: c1, cluster.x-k8s.io/control-plane: ""}
+      finalizers: [machine.cluster.x-k8s.io]
+    spec:
+      clusterName: c1
+      bootstrap: {configRef: {apiGroup: bootstrap.cluster.x-k8s.io, kind: KubeadmConfig, name: cp-1}}
+      infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: DockerMachine, name: cp-1}
+    status: {nodeRef: {name: cp-1}}
+  - apiVersion: cluster.x-k8s.io/v1beta2
+    kind: Machine
+    metadata:
+      name: m1
+      namespace: default
+      labels: {cluster.x-k8s.io/cluster-name: c1}
+      annotations: {pre-drain.delete.hook.machine.cluster.x-k8s.io/other: other-owner}
+      finalizers: [machine.cluster.x-k8s.io]
+    spec:
+      clusterName: c1
+      bootstrap: {configRef: {apiGroup: bootstrap.cluster.x-k8s.io, kind: KubeadmConfig, name: m1}}
+      infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: DockerMachine, name: m1}
+    status: {nodeRef: {name: n1}}
+workload:
+  c1:
+    - apiVersion: v1
+      kind: Node
+      metadata: {name: cp-1}
+      spec: {taints: [{key: node-role.kubernetes.io/control-plane, effect: NoSchedule}]}
+      status: {conditions: [{type: Ready, status: "True"}]}
+    - apiVersion: v1
+      kind: Node
+      metadata: {name: n1}
+      status: {conditions: [{type: Ready, status: "True"}]}
+timeline:
+  - {at: 1s, delete: {kind: Machine, name: m1}}
+"#;
+
+/// CAPI's manager out of sight (no Lease, no Deployment: an identity that may not read its
+/// namespace, or CAPI run elsewhere against this cluster) still gives itself away by the
+/// Machine status only it writes: `--mode alone` refuses, naming a Machine and the writer,
+/// and writes nothing; `lifecycle preflight --mode alone` fails the same check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alone_refuses_when_only_capis_machine_status_writes_give_it_away() {
+    use kube::api::{ApiResource, DynamicObject};
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("alone-capi-status-writes.yaml");
+    std::fs::write(&file, CAPI_WRITES_STATUS).unwrap();
+    let (_server, kubeconfig, clock) = common::serve_file(dir.path(), file.to_str().unwrap(), 1);
+    let clock: Vec<String> = clock
+        .chunks(2)
+        .filter(|flag| flag[0] != "--mode")
+        .flatten()
+        .cloned()
+        .collect();
+    let client = common::client(&kubeconfig).await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "capi-system");
+    leases
+        .delete(adapters::kube::lease::CAPI_LEASE_NAME, &Default::default())
+        .await
+        .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "capi-system");
+    deployments
+        .delete("capi-controller-manager", &Default::default())
+        .await
+        .unwrap();
+    // CAPI's model writes m1's status once it sees the deletion.
+    let gvk = kube::core::GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine");
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(client, "default", &ApiResource::from_gvk(&gvk));
+    let mut written = false;
+    for _ in 0..100 {
+        let m1 = machines.get("m1").await.unwrap();
+        written = m1.metadata.managed_fields.iter().flatten().any(|e| {
+            e.manager.as_deref() == Some("manager") && e.subresource.as_deref() == Some("status")
+        });
+        if written {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        written,
+        "CAPI's model wrote m1's status as field manager manager"
+    );
+
+    let journal = dir.path().join("journal");
+    let (code, err) = run_once(&kubeconfig, &journal, &clock, &[]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("Cluster API's own manager is active")
+            && err.contains("had its status (")
+            && err.contains("by field manager \"manager\"")
+            && err.contains("--mode shadow")
+            && err.contains("--capi-manager-stopped"),
+        "{err}"
+    );
+    assert!(!journal.exists(), "a refused start writes nothing");
+
+    let out = lifecycle()
+        .args(["preflight", "--mode", "alone", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("FAIL  capi-manager") && stdout.contains("by field manager \"manager\""),
+        "{stdout}"
+    );
+
+    // The operator's override covers this sign as the others: said at WARN, journaled.
+    let (code, err) = run_once(&kubeconfig, &journal, &clock, &["--capi-manager-stopped"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("WARN")
+            && err.contains("overridden by --capi-manager-stopped")
+            && err.contains("by field manager \"manager\""),
+        "{err}"
+    );
+    let shown = lifecycle()
+        .args(["log", "show", "--journal"])
+        .arg(&journal)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains("started past the check capi-manager by the operator's override")
+            && shown.contains("by field manager"),
+        "{shown}"
+    );
+}

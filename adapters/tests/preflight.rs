@@ -205,3 +205,136 @@ async fn preflight_passes_beside_a_known_release_and_names_what_blocks_a_takeove
     );
     assert!(templates.contains("release"), "{templates}");
 }
+
+fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--request-timeout=20s")
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("kubectl runs (it must be on PATH)");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `preflight --service-account` asks SubjectAccessReviews for the controller's ServiceAccount,
+/// answered by the RBAC stored in the cluster: nothing before the manifests are applied, every
+/// permission a takeover needs once the shipped takeover overlay is, and exactly the one taken
+/// out of its ClusterRole after that.
+#[test]
+fn preflight_checks_the_service_accounts_grants_by_the_shipped_rbac() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, kubeconfig, _) = serve(dir.path(), "takeover-worker-deletion", 1);
+    let account = [
+        "--mode",
+        "takeover",
+        "--service-account",
+        "lifecycle-system/lifecycle-controller",
+    ];
+    let (code, text) = preflight(&kubeconfig, &account);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        line(&text, "rbac").starts_with(
+            "FAIL  rbac              not granted to the ServiceAccount lifecycle-system/lifecycle-controller: "
+        ),
+        "{text}"
+    );
+
+    let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy");
+    // The fake server's OpenAPI does not describe the RBAC kinds: kubectl's schema check would
+    // look for them among CRDs, which it does not serve.
+    for overlay in ["journal", "takeover"] {
+        let dir = format!("{deploy}/{overlay}");
+        kubectl(&kubeconfig, &["apply", "--validate=false", "-k", &dir]);
+    }
+    let (code, text) = preflight(&kubeconfig, &account);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        line(&text, "rbac").contains(
+            "permissions --mode takeover needs are granted to the ServiceAccount lifecycle-system/lifecycle-controller"
+        ),
+        "{text}"
+    );
+
+    // lifecycle-manager-core's rule on machines without `patch`.
+    let rules = kubectl(
+        &kubeconfig,
+        &[
+            "get",
+            "clusterrole",
+            "lifecycle-manager-core",
+            "-o",
+            "jsonpath={.rules[3].resources}",
+        ],
+    );
+    assert_eq!(rules, r#"["machines"]"#);
+    kubectl(
+        &kubeconfig,
+        &[
+            "patch",
+            "clusterrole",
+            "lifecycle-manager-core",
+            "--type=json",
+            "-p",
+            r#"[{"op": "replace", "path": "/rules/3/verbs", "value": ["get", "list", "watch", "create", "delete"]}]"#,
+        ],
+    );
+    let (code, text) = preflight(&kubeconfig, &account);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        line(&text, "rbac").starts_with(
+            "FAIL  rbac              not granted to the ServiceAccount lifecycle-system/lifecycle-controller: patch machines (cluster.x-k8s.io)\n"
+        ),
+        "exactly that permission: {text}"
+    );
+    // The caller (the admin) may still: without --service-account its own grants are asked.
+    let (code, text) = preflight(&kubeconfig, &["--mode", "takeover"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        line(&text, "rbac").contains("granted to the caller"),
+        "{text}"
+    );
+}
+
+/// `lifecycle run --mode alone` and `lifecycle preflight --mode alone` run the same checks
+/// (both call `adapters::preflight::examine`): the names `run` logs at start are the names
+/// `preflight` prints.
+#[test]
+fn run_and_preflight_run_the_same_checks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, kubeconfig, clock) = serve(dir.path(), "deletion-order-of-actions", 1);
+    let (code, err) = common::run_controller(&kubeconfig, &dir.path().join("j"), &clock, 0, &[]);
+    assert_eq!(code, 0, "{err}");
+    let logged: std::collections::BTreeSet<&str> = err
+        .split("check=\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .collect();
+    let out = lifecycle()
+        .args([
+            "preflight",
+            "--mode",
+            "alone",
+            "--format",
+            "json",
+            "--kubeconfig",
+        ])
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let printed: std::collections::BTreeSet<&str> = printed["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["check"].as_str().unwrap())
+        .collect();
+    assert_eq!(logged, printed, "{err}");
+    assert!(printed.contains("capi-manager") && printed.contains("rbac"));
+}

@@ -39,6 +39,15 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// The timeline's actor for CAPI's manager.
 pub const ACTOR: &str = "capi";
+/// The field manager CAPI's controllers write as: controller-runtime names it after the
+/// binary from its User-Agent, and upstream's binary is `manager`.
+pub const FIELD_MANAGER: &str = "manager";
+
+/// CAPI's manager writing `part` of an object, as `managedFields` name it.
+pub(crate) fn writer(part: Part) -> crate::api::managed::Writer {
+    let subresource = (part == Part::Status).then_some(crate::api::managed::Subresource::Status);
+    crate::api::managed::Writer::new(FIELD_MANAGER, subresource)
+}
 /// The timeline's actor for the KubeadmControlPlane controller's part the model plays.
 pub const KCP_ACTOR: &str = "kcp";
 /// KCP's pre-terminate hook on its Machines.
@@ -659,10 +668,13 @@ impl CapiModel {
             .into_iter()
             .filter(|f| f != MACHINE_FINALIZER)
             .collect();
-        if let Ok(w) = env.api.store_mut(&Scope::Management).patch(
+        let now = env.clock.now;
+        if let Ok(w) = env.api.store_mut(&Scope::Management).patch_by(
             key,
             &json!({"metadata": {"finalizers": rest}}),
             Part::Main,
+            &writer(Part::Main),
+            now,
         ) {
             env.line(
                 ACTOR,
@@ -822,10 +834,12 @@ impl CapiModel {
         {
             return set.to_string();
         }
-        if let Ok(w) = env.api.store_mut(&Scope::Management).patch(
+        if let Ok(w) = env.api.store_mut(&Scope::Management).patch_by(
             key,
             &json!({"status": {"deletion": {field: now}}}),
             Part::Status,
+            &writer(Part::Status),
+            env.clock.now,
         ) {
             env.changed(&Scope::Management, w);
         }
@@ -883,11 +897,14 @@ impl CapiModel {
         } else {
             json!({"status": {"phase": "Deleting", "conditions": conditions}})
         };
-        if let Ok(w) = env
-            .api
-            .store_mut(&Scope::Management)
-            .patch(key, &patch, Part::Status)
-        {
+        let now = env.clock.now;
+        if let Ok(w) = env.api.store_mut(&Scope::Management).patch_by(
+            key,
+            &patch,
+            Part::Status,
+            &writer(Part::Status),
+            now,
+        ) {
             env.line(
                 ACTOR,
                 "SetCondition",

@@ -120,11 +120,14 @@ pub(crate) fn write_list(
     } else {
         json!({"status": {"conditions": list}})
     };
-    let Ok(w) = env
-        .api
-        .store_mut(&Scope::Management)
-        .patch(key, &patch, Part::Status)
-    else {
+    let now = env.clock.now;
+    let Ok(w) = env.api.store_mut(&Scope::Management).patch_by(
+        key,
+        &patch,
+        Part::Status,
+        &crate::capi::writer(Part::Status),
+        now,
+    ) else {
         return false;
     };
     env.line(

@@ -3,7 +3,7 @@
 
 use super::log::Format;
 use super::run::{RunFailure, management_client};
-use adapters::preflight::{self, Check, Options, Release, Verdict};
+use adapters::preflight::{self, Check, Options, Release, ServiceAccount, Verdict};
 use clap::Args;
 use engine::runtime::Mode;
 use std::path::PathBuf;
@@ -14,13 +14,16 @@ const EXIT_UNABLE: u8 = 3;
 
 #[derive(Args)]
 #[command(after_help = "\
-Checks, reading only (and asking SelfSubjectAccessReviews): whether Cluster API's own
+Checks, reading only (and asking access reviews): whether Cluster API's own
 manager runs (a Lease controller-leader-election-capi renewed within 5 minutes, or a Deployment
-labelled cluster.x-k8s.io/provider=cluster-api with ready replicas, in any namespace: --mode
-alone fails while it runs or cannot be told, the other modes warn when it does not); the API versions of
+labelled cluster.x-k8s.io/provider=cluster-api with ready replicas, in any namespace, or a
+Machine's status.phase, conditions or status.deletion written within 5 minutes by another field
+manager than lifecycle, from its managedFields: --mode alone fails while it runs or cannot be
+told, the other modes warn when it does not); the API versions of
 cluster.x-k8s.io (v1beta2 is read); the release of Cluster API's manager (the image tag of its
 Deployment capi-controller-manager, or --capi-version) against the supported releases; its
-MachinePool feature gate; the RBAC the mode needs; other owners' deletion hooks, control-plane
+MachinePool feature gate; the RBAC the mode needs (the caller's, or with --service-account that
+ServiceAccount's); other owners' deletion hooks, control-plane
 Machines and Machines already deleting; Machines carrying this controller's hooks and objects it
 adopted, with whether a takeover leader serves them (its Lease's lifecycle.x-k8s.io/mode, renewed
 within 30 s) and the command that lets them go; hooks that MachineDeployment or MachineSet templates
@@ -55,6 +58,12 @@ pub struct PreflightArgs {
     leader_election_namespace: String,
     #[arg(long, default_value = adapters::kube::lease::DEFAULT_LEASE_NAME)]
     leader_election_id: String,
+    /// The ServiceAccount the controller runs as (`lifecycle-system/lifecycle-controller` in
+    /// the shipped manifests): the rbac check asks SubjectAccessReviews for its grants instead
+    /// of the caller's (the caller then needs create on subjectaccessreviews; refused, it asks
+    /// for the caller's own and warns). Default: the caller's grants.
+    #[arg(long, value_name = "NAMESPACE/NAME", value_parser = ServiceAccount::parse)]
+    service_account: Option<ServiceAccount>,
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
 }
@@ -111,6 +120,7 @@ async fn run(args: &PreflightArgs) -> Result<Vec<Check>, RunFailure> {
             namespace: args.leader_election_namespace.clone(),
             name: args.leader_election_id.clone(),
         }),
+        service_account: args.service_account.clone(),
     };
     Ok(preflight::examine(&client, &options).await)
 }

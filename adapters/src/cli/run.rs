@@ -66,8 +66,10 @@ pub struct RunArgs {
     /// How it runs beside Cluster API's own manager (`capi-controller-manager`): `alone` (it
     /// owns the Machines, MHCs and MachinePools; it refuses to start, exit 3, while CAPI's
     /// manager is active, i.e. a Lease `controller-leader-election-capi` in any namespace was
-    /// renewed within 5 minutes or a Deployment labelled `cluster.x-k8s.io/provider=cluster-api`
-    /// has ready replicas, and while either cannot be read) or `shadow` (it
+    /// renewed within 5 minutes, a Deployment labelled `cluster.x-k8s.io/provider=cluster-api`
+    /// has ready replicas, or another field manager than `lifecycle` wrote a Machine's
+    /// `status.phase`, conditions or `status.deletion` within 5 minutes (its managedFields),
+    /// and while any of them cannot be read) or `shadow` (it
     /// watches, journals and decides as usual and sends nothing: no write reaches any cluster
     /// but its own leader Lease) or `takeover` (beside CAPI's manager, it owns worker Machines'
     /// deletion through its own pre-drain and pre-terminate hooks; CAPI's manager keeps the
@@ -101,7 +103,7 @@ pub struct RunArgs {
     pub capi_namespace: String,
     /// With `--mode alone`: start although Cluster API's manager looks active, or cannot be
     /// told to be stopped (its Lease renewed within 5 minutes, its Deployment with ready
-    /// replicas, either unreadable). Only for a manager you know is stopped for good: two
+    /// replicas, its Machine status writes within 5 minutes, any of them unreadable). Only for a manager you know is stopped for good: two
     /// managers act on the same Machines. Logged at WARN and journaled.
     #[arg(long)]
     pub capi_manager_stopped: bool,
@@ -342,6 +344,8 @@ async fn preflight(args: &RunArgs, client: &Client) -> Result<Vec<engine::Input>
             namespace: args.leader_election_namespace.clone(),
             name: args.leader_election_id.clone(),
         }),
+        // It asks for its own grants: it runs as the identity it asks about.
+        service_account: None,
     };
     let patience = Duration::from_secs(args.capi_lease_patience_seconds);
     let started = std::time::Instant::now();

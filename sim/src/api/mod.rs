@@ -5,6 +5,7 @@ pub mod events;
 pub mod eviction;
 pub mod fake;
 pub mod json;
+pub mod managed;
 pub mod store;
 
 pub use fake::FakeApi;

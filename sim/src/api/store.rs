@@ -2,6 +2,7 @@
 //! generation, `deletionTimestamp` + finalizers, status subresource, merge patch.
 
 use super::json::{self, group_of};
+use super::managed::{self, Writer};
 use crate::api::json::Pointer as _;
 use engine::intake::mirror::Reading;
 use engine::model::Name;
@@ -64,7 +65,12 @@ impl std::fmt::Display for ObjKey {
 pub fn is_cluster_scoped(kind: &str) -> bool {
     matches!(
         kind,
-        "Node" | "Namespace" | "PersistentVolume" | "VolumeAttachment"
+        "Node"
+            | "Namespace"
+            | "PersistentVolume"
+            | "VolumeAttachment"
+            | "ClusterRole"
+            | "ClusterRoleBinding"
     )
 }
 
@@ -195,6 +201,9 @@ pub struct ClusterStore {
     /// Prefix of generated uids, so uids differ between clusters.
     pub uid_prefix: String,
     changes: Option<ChangeLog>,
+    /// Whether writes that name their writer keep `metadata.managedFields`, and how lists
+    /// merge ([`ClusterStore::keep_managed_fields`]).
+    managed_fields: Option<managed::ListTypes>,
 }
 
 impl ClusterStore {
@@ -516,6 +525,44 @@ impl ClusterStore {
         })
     }
 
+    /// From now on, writes that name their writer ([`ClusterStore::create_by`],
+    /// [`ClusterStore::patch_by`]) keep `metadata.managedFields` as kube-apiserver does, lists
+    /// merging as `list_types` says. Off by default: the simulator's own runs never read them.
+    pub fn keep_managed_fields(&mut self, list_types: managed::ListTypes) {
+        self.managed_fields = Some(list_types);
+    }
+
+    /// [`ClusterStore::create`] by `writer`, recorded in `managedFields` when they are kept.
+    pub fn create_by(
+        &mut self,
+        mut obj: Value,
+        now: Timestamp,
+        writer: &Writer,
+    ) -> Result<Written, ApiError> {
+        if let Some(list_types) = self.managed_fields {
+            managed::record(None, &mut obj, writer, now, list_types);
+        }
+        self.create(obj, now)
+    }
+
+    /// [`ClusterStore::patch`] by `writer` at `now`, recorded in `managedFields` when they
+    /// are kept.
+    pub fn patch_by(
+        &mut self,
+        key: &ObjKey,
+        patch: &Value,
+        part: Part,
+        writer: &Writer,
+        now: Timestamp,
+    ) -> Result<Written, ApiError> {
+        let Some(list_types) = self.managed_fields else {
+            return self.patch(key, patch, part);
+        };
+        let current = self.get(key).ok_or_else(|| not_found(key))?;
+        check_precondition(key, current, patch)?;
+        self.patch_copy(key, patch, part, Some((writer, now, list_types)))
+    }
+
     /// Creates or replaces (a scenario `apply`): a replacement keeps uid and creation time.
     pub fn apply(&mut self, mut obj: Value, now: Timestamp) -> Result<Written, ApiError> {
         let key = ObjKey::of(&obj);
@@ -548,7 +595,7 @@ impl ClusterStore {
             && patch.is_object()
             && engine::convert::member(patch, "apiVersion").is_none();
         if !in_place {
-            return self.patch_copy(key, patch, part);
+            return self.patch_copy(key, patch, part, None);
         }
         let had_finalizers = json::has_finalizers(current);
         let stored = self.objects.get_mut(key).expect("read above");
@@ -581,7 +628,14 @@ impl ClusterStore {
     }
 
     /// [`ClusterStore::patch`] on a copy of the stored object, checked before it replaces it.
-    fn patch_copy(&mut self, key: &ObjKey, patch: &Value, part: Part) -> Result<Written, ApiError> {
+    /// `by`: the writer, when `managedFields` are kept.
+    fn patch_copy(
+        &mut self,
+        key: &ObjKey,
+        patch: &Value,
+        part: Part,
+        by: Option<(&Writer, Timestamp, managed::ListTypes)>,
+    ) -> Result<Written, ApiError> {
         let current = self.get(key).ok_or_else(|| not_found(key))?;
         let mut next = Value::clone(current);
         let (changed, spec_changed) = if current.is_object() && patch.is_object() {
@@ -606,6 +660,13 @@ impl ClusterStore {
                     "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted".into(),
                 ));
             }
+        }
+        let mut changed = changed;
+        if let Some((writer, now, list_types)) = by {
+            managed::record(Some(current), &mut next, writer, now, list_types);
+            // A write may change managedFields alone (a reset the client sent).
+            changed |= next.pointer("/metadata/managedFields")
+                != current.pointer("/metadata/managedFields");
         }
         if !changed {
             return Ok(Written {

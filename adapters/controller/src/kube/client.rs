@@ -30,8 +30,24 @@ pub fn client_for_url(url: &str) -> Result<Client, String> {
     client_from_config(Config::new(url))
 }
 
+/// The field manager this controller's writes carry: the API server names it from the
+/// User-Agent (up to its first `/`), as it names CAPI's `manager`. `lifecycle preflight` tells
+/// its own Machine status writes from CAPI's by it.
+pub const FIELD_MANAGER: &str = "lifecycle";
+
+/// `lifecycle/<version>` (kube sends no User-Agent of its own).
+pub fn user_agent() -> String {
+    format!("{FIELD_MANAGER}/v{}", env!("CARGO_PKG_VERSION"))
+}
+
 /// What we change in kube's defaults.
 pub fn prepare(mut config: Config) -> Config {
+    if let Ok(agent) = http::HeaderValue::from_str(&user_agent()) {
+        config
+            .headers
+            .retain(|(name, _)| name != http::header::USER_AGENT);
+        config.headers.push((http::header::USER_AGENT, agent));
+    }
     // kube's default retry policy (429, 503 and 504 retried up to 15 times, about 160 s in
     // all) would hold a 429 eviction for minutes; the drain paces its own retries.
     config.default_retry = false;
@@ -51,6 +67,18 @@ mod tests {
 
     fn config(url: &str) -> Config {
         Config::new(url.parse().unwrap())
+    }
+
+    #[test]
+    fn every_request_names_this_controller_as_its_field_manager() {
+        let headers = prepare(config("https://h:6443")).headers;
+        let agents: Vec<_> = headers
+            .iter()
+            .filter(|(n, _)| n == http::header::USER_AGENT)
+            .map(|(_, v)| v.to_str().unwrap().to_string())
+            .collect();
+        assert_eq!(agents, [user_agent()]);
+        assert!(user_agent().starts_with("lifecycle/v"));
     }
 
     #[test]

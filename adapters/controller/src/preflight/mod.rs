@@ -1,19 +1,22 @@
 //! `lifecycle preflight`: what an operator must know before this controller acts next to
-//! Cluster API's manager, read from the management cluster (reads and SelfSubjectAccessReviews
-//! only, nothing written). `lifecycle run --mode takeover` runs it first and refuses to start on
-//! a failure.
+//! Cluster API's manager, read from the management cluster (reads and access reviews only,
+//! nothing written). `lifecycle run` runs the same [`examine`] first, and in `alone` and
+//! `takeover` refuses to start on a failure.
 //!
 //! Each check answers: what was found, whether the mode can run with it, what unblocks it.
 
 pub mod follow;
+mod grants;
 mod holdings;
 mod neighbour;
 mod permissions;
+pub mod status_writes;
 
 pub use holdings::{LEADER_RENEWED_WITHIN, LeaderLease, meta, serves};
 pub use neighbour::{Neighbour, PROVIDER_LABEL, Unread};
 
 pub use engine::release::{Release, SUPPORTED_MINORS, Support, supported_text};
+pub use grants::ServiceAccount;
 pub use permissions::{Permission, needed};
 
 use engine::model::{PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX};
@@ -119,18 +122,27 @@ pub struct Options {
     /// This controller's leader Lease, which tells whether a takeover leader serves its hooks
     /// and adoptions (`None`: not known, as for `run` without `--leader-elect`).
     pub leader_lease: Option<LeaderLease>,
+    /// Whose grants the `rbac` check asks for: this ServiceAccount's (SubjectAccessReviews),
+    /// or the caller's when `None` (SelfSubjectAccessReviews; what `run` asks: it is the
+    /// identity it runs as).
+    pub service_account: Option<ServiceAccount>,
 }
 
 /// Every check for `options.mode`, in a fixed order.
 pub async fn examine(client: &Client, options: &Options) -> Vec<Check> {
     let manager = read_manager(client, &options.capi_namespace).await;
-    let neighbour = neighbour::read(client, crate::clock::wall_now()).await;
+    let neighbour = neighbour::read(
+        client,
+        crate::clock::wall_now(),
+        options.namespace.as_deref(),
+    )
+    .await;
     let mut checks = vec![
         capi_manager(options, &neighbour),
         api_versions(client).await,
         release_check(options, &manager, &neighbour),
         machine_pool_gate(&manager),
-        rbac(client, options).await,
+        grants::check(client, options).await,
     ];
     checks.extend(hooks(client, options).await);
     checks
@@ -160,7 +172,7 @@ fn capi_manager(options: &Options, found: &Neighbour) -> Check {
                 NAME,
                 Verdict::Warn,
                 format!("cannot tell whether Cluster API's own manager is active: {}", unread.join("; ")),
-                "grant list on leases controller-leader-election-capi and on deployments (the shipped lifecycle-capi-reader role does)".to_string(),
+                "grant list on leases controller-leader-election-capi and on deployments (the shipped lifecycle-capi-reader role does), and on machines.cluster.x-k8s.io".to_string(),
             )
         } else {
             Check::not_ok(
@@ -184,14 +196,14 @@ fn capi_manager(options: &Options, found: &Neighbour) -> Check {
                 "Cluster API's own manager is active ({running}): running alone beside it, both would act on the same Machines, MachineHealthChecks and MachinePools"
             ),
             format!(
-                "{choose}, or stop Cluster API's manager first (scale its Deployment to 0; its Lease expires 5 minutes after its last renewal), {stopped}"
+                "{choose}, or stop Cluster API's manager first (scale its Deployment to 0; its Lease and its Machine status writes count for 5 minutes after the last), {stopped}"
             ),
             false,
         )
     } else if !found.unread.is_empty() {
         let forbidden = found.unread.iter().any(|u| u.forbidden);
         let grant = if forbidden {
-            "grant list on leases named controller-leader-election-capi and on deployments, cluster-wide (the shipped ClusterRole lifecycle-capi-reader does)"
+            "grant list on leases named controller-leader-election-capi and on deployments, cluster-wide (the shipped ClusterRole lifecycle-capi-reader does), and list on machines.cluster.x-k8s.io (lifecycle-manager-core does)"
         } else {
             "check that the API server answers"
         };
@@ -437,64 +449,6 @@ fn machine_pool_gate(manager: &Manager) -> Check {
         )
     } else {
         Check::ok(NAME, "MachinePool is on (the default)".to_string())
-    }
-}
-
-/// Each permission the mode needs, asked with a SelfSubjectAccessReview.
-async fn rbac(client: &Client, options: &Options) -> Check {
-    const NAME: &str = "rbac";
-    let needed = needed(options.mode);
-    let mut denied = Vec::new();
-    for p in &needed {
-        let (resource, subresource) = p.resource.split_once('/').unwrap_or((p.resource, ""));
-        let review = json!({
-            "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-            "spec": {"resourceAttributes": {"group": p.group, "resource": resource,
-                "subresource": subresource, "verb": p.verb, "namespace": options.namespace}},
-        });
-        let request = http::Request::post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews")
-            .header("content-type", "application/json")
-            .body(review.to_string().into_bytes());
-        let answer = match request {
-            Ok(r) => client.request::<Value>(r).await,
-            Err(e) => Err(kube::Error::HttpError(e)),
-        };
-        match answer {
-            Ok(review) if review["status"]["allowed"] == true => {}
-            Ok(_) => denied.push(p.to_string()),
-            Err(e) => {
-                return Check::not_ok(
-                    NAME,
-                    Verdict::Warn,
-                    format!("cannot ask the API what this identity may do: {e}"),
-                    "allow create on selfsubjectaccessreviews (Kubernetes grants it to every authenticated user by default)".to_string(),
-                );
-            }
-        }
-    }
-    if denied.is_empty() {
-        Check::ok(
-            NAME,
-            format!(
-                "the {} permissions --mode {} needs are granted",
-                needed.len(),
-                options.mode
-            ),
-        )
-    } else {
-        let overlay = match options.mode {
-            Mode::Shadow => "adapters/deploy/shadow",
-            Mode::Takeover => "adapters/deploy/takeover",
-            Mode::Alone => "adapters/deploy/base",
-        };
-        Check::not_ok(
-            NAME,
-            Verdict::Fail,
-            format!("not granted: {}", denied.join(", ")),
-            format!(
-                "apply the RBAC of {overlay} (its ClusterRole lifecycle-manager-core) to this identity"
-            ),
-        )
     }
 }
 

@@ -1,15 +1,19 @@
 //! TokenReview and SubjectAccessReview, with a fixed notion of who is who, so that what
 //! delegates authentication and authorization to the API server (the controller's secure
-//! `/metrics`) can be tested against it. Requests themselves are not authenticated.
+//! `/metrics`, `lifecycle preflight`) can be tested against it. Requests themselves are not
+//! authenticated. Reviews are answered by the RBAC objects stored in the cluster
+//! ([`super::rbac`]).
 //!
 //! | token | user | may |
 //! |---|---|---|
 //! | [`ADMIN_TOKEN`] (in every kubeconfig the server writes) | [`ADMIN_USER`], group `system:masters` | everything |
-//! | [`UNPRIVILEGED_TOKEN`] | [`UNPRIVILEGED_USER`], group `system:authenticated` | nothing |
+//! | [`UNPRIVILEGED_TOKEN`] | [`UNPRIVILEGED_USER`], group `system:authenticated` | what stored RBAC grants it |
 //! | any other | not authenticated | |
 
+use super::rbac::{self, Attributes, Subject};
 use super::status::Failure;
 use serde_json::{Value, json};
+use sim::api::ClusterStore;
 
 pub const ADMIN_TOKEN: &str = "lifecycle-sim-admin-token";
 pub const ADMIN_USER: &str = "lifecycle-sim-admin";
@@ -65,44 +69,72 @@ pub fn token_review(body: &[u8]) -> Result<Value, Failure> {
     Ok(review)
 }
 
-/// `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`: allowed for `system:masters`
-/// only (as RBAC with no bindings for anyone else would answer).
-pub fn subject_access_review(body: &[u8]) -> Result<Value, Failure> {
+/// `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`: `spec.user` and `spec.groups`
+/// as the RBAC objects in `store` allow them ([`super::rbac`]; `system:masters` is allowed
+/// everything).
+pub fn subject_access_review(body: &[u8], store: &ClusterStore) -> Result<Value, Failure> {
     let mut review = review_body(body, "SubjectAccessReview", AUTHORIZATION_GROUP)?;
     let spec = &review["spec"];
-    if spec.get("resourceAttributes").is_none() && spec.get("nonResourceAttributes").is_none() {
+    let attributes = Attributes::of(spec).ok_or_else(|| {
+        Failure::bad_request("spec.resourceAttributes or spec.nonResourceAttributes is required")
+    })?;
+    let who = Subject {
+        user: spec["user"].as_str().unwrap_or_default().to_string(),
+        groups: spec["groups"]
+            .as_array()
+            .map(|g| {
+                g.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    if who.user.is_empty() && who.groups.is_empty() {
         return Err(Failure::bad_request(
-            "spec.resourceAttributes or spec.nonResourceAttributes is required",
+            "spec.user or spec.groups: at least one of user or group must be specified",
         ));
     }
-    let masters = spec["groups"]
-        .as_array()
-        .is_some_and(|g| g.iter().any(|g| g == "system:masters"));
-    review["status"] = if masters {
-        json!({"allowed": true, "reason": "the user is in system:masters"})
-    } else {
-        json!({"allowed": false, "reason": "no RBAC policy matched"})
-    };
+    review["status"] = status(&rbac::authorize(store, &who, &attributes));
     review["metadata"] = json!({"creationTimestamp": null});
     Ok(review)
 }
 
-/// `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews` (`kubectl auth can-i`): the
-/// asker is who its bearer `token` says, allowed as [`subject_access_review`] would allow them.
-pub fn self_subject_access_review(body: &[u8], token: &str) -> Result<Value, Failure> {
-    let mut review = review_body(body, "SelfSubjectAccessReview", AUTHORIZATION_GROUP)?;
-    let spec = &review["spec"];
-    if spec.get("resourceAttributes").is_none() && spec.get("nonResourceAttributes").is_none() {
-        return Err(Failure::bad_request(
-            "spec.resourceAttributes or spec.nonResourceAttributes is required",
-        ));
+fn status(decision: &rbac::Decision) -> Value {
+    if decision.allowed {
+        json!({"allowed": true, "reason": decision.reason})
+    } else {
+        json!({"allowed": false})
     }
-    review["status"] = match identity(token) {
-        Some((_, groups)) if groups.contains(&"system:masters") => {
-            json!({"allowed": true, "reason": "the user is in system:masters"})
-        }
-        _ => json!({"allowed": false, "reason": "no RBAC policy matched"}),
+}
+
+/// `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews` (`kubectl auth can-i`): the
+/// asker is who its bearer `token` says (`system:anonymous` for a token the table does not
+/// know), allowed as [`subject_access_review`] would allow them.
+pub fn self_subject_access_review(
+    body: &[u8],
+    token: &str,
+    store: &ClusterStore,
+) -> Result<Value, Failure> {
+    let mut review = review_body(body, "SelfSubjectAccessReview", AUTHORIZATION_GROUP)?;
+    let attributes = Attributes::of(&review["spec"]).ok_or_else(|| {
+        Failure::bad_request("spec.resourceAttributes or spec.nonResourceAttributes is required")
+    })?;
+    let who = match identity(token) {
+        Some((user, groups)) => Subject {
+            user: user.to_string(),
+            groups: groups
+                .iter()
+                .filter(|g| !g.is_empty())
+                .map(|g| g.to_string())
+                .collect(),
+        },
+        None => Subject {
+            user: "system:anonymous".to_string(),
+            groups: vec!["system:unauthenticated".to_string()],
+        },
     };
+    review["status"] = status(&rbac::authorize(store, &who, &attributes));
     review["metadata"] = json!({"creationTimestamp": null});
     Ok(review)
 }
@@ -121,7 +153,7 @@ mod tests {
         let body = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                           "spec": {"user": "u", "groups": groups,
                                    "nonResourceAttributes": {"path": "/metrics", "verb": "get"}}});
-        subject_access_review(body.to_string().as_bytes()).unwrap()["status"]["allowed"]
+        subject_access_review(body.to_string().as_bytes(), &ClusterStore::default()).unwrap()["status"]["allowed"]
             .as_bool()
             .unwrap()
     }
@@ -132,8 +164,8 @@ mod tests {
                           "spec": {"resourceAttributes": {"group": "cluster.x-k8s.io",
                                    "resource": "machines", "verb": "patch"}}});
         let allowed = |token: &str| {
-            self_subject_access_review(body.to_string().as_bytes(), token).unwrap()["status"]
-                ["allowed"]
+            self_subject_access_review(body.to_string().as_bytes(), token, &ClusterStore::default())
+                .unwrap()["status"]["allowed"]
                 .as_bool()
                 .unwrap()
         };
@@ -172,7 +204,9 @@ mod tests {
                           "spec": {"user": "u"}})
         .to_string();
         assert_eq!(
-            subject_access_review(body.as_bytes()).unwrap_err().code,
+            subject_access_review(body.as_bytes(), &ClusterStore::default())
+                .unwrap_err()
+                .code,
             400
         );
     }

@@ -14,10 +14,15 @@
 //! kubelet, namespace and disruption controllers (`kubelet`). The real server's limits
 //! (in-flight requests, request timeout, idle connections) are in `limits`.
 //!
-//! TokenReview and SubjectAccessReview answer from a fixed table of tokens ([`auth`]).
+//! TokenReview answers from a fixed table of tokens ([`auth`]); SubjectAccessReview and
+//! SelfSubjectAccessReview by the RBAC objects stored ([`rbac`]).
+//!
+//! Every write is recorded in `metadata.managedFields` as the real server records a write
+//! that is not server-side apply ([`sim::api::managed`]): its manager is the `fieldManager`
+//! parameter, else the User-Agent up to the first `/`.
 //!
 //! Not served (see the README for the whole list): authentication of requests, server-side apply,
-//! protobuf request bodies, version conversion, `deletecollection`, field managers.
+//! protobuf request bodies, version conversion, `deletecollection`.
 
 pub mod arrivals;
 pub mod auth;
@@ -29,11 +34,13 @@ mod kubelet;
 mod labels;
 mod limits;
 mod list;
+mod managed;
 mod names;
 mod objects;
 pub mod openapi;
 mod openapi_v2;
 pub mod patch;
+pub mod rbac;
 pub mod record;
 pub mod resources;
 mod router;

@@ -5,7 +5,9 @@
 //!
 //! PUT and JSON patch are applied to a copy of the stored object and handed to the store as
 //! the merge patch between the two ([`super::patch::merge_diff`]); server-managed metadata
-//! (uid, resourceVersion, generation, timestamps) is never taken from a client.
+//! (uid, resourceVersion, generation, timestamps) is never taken from a client; what it sends
+//! in `managedFields` is judged as the real server judges it ([`sim::api::managed::Sent`]),
+//! and every write is recorded there under its field manager.
 
 use super::Query;
 use super::labels;
@@ -19,6 +21,7 @@ use super::status::{Failure, success};
 use super::validate::{self, FieldValidation};
 use engine::Timestamp;
 use serde_json::{Value, json};
+use sim::api::managed::{Sent, Subresource, Writer};
 use sim::api::{ClusterStore, ObjKey, Part, Written, eviction, json as sjson};
 
 /// The object a request addresses.
@@ -57,11 +60,22 @@ impl From<(u16, Value)> for Reply {
 /// The answer of a verb.
 pub type Answer = Result<Reply, Failure>;
 
-/// How a write was asked to run (`?dryRun=All`, `?fieldValidation=`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How a write was asked to run (`?dryRun=All`, `?fieldValidation=`), by whom and when.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WriteOptions {
     pub dry_run: bool,
     pub field_validation: FieldValidation,
+    /// Its field manager (`?fieldManager=`, else from the User-Agent), as `managedFields`
+    /// name it.
+    pub manager: String,
+    pub now: Timestamp,
+}
+
+impl WriteOptions {
+    /// The writer of `subresource` (`None`: the main resource).
+    pub(super) fn writer(&self, subresource: Option<Subresource>) -> Writer {
+        Writer::new(&self.manager, subresource)
+    }
 }
 
 /// Validates `candidate` (the object as the write would store it): its labels and annotations,
@@ -146,9 +160,9 @@ pub fn create(
     cluster: &SharedCluster,
     r: &ObjectRef,
     body: &[u8],
-    options: WriteOptions,
-    now: Timestamp,
+    options: &WriteOptions,
 ) -> Answer {
+    let now = options.now;
     let mut obj = parse_body(body)?;
     if !obj.is_object() {
         return Err(Failure::bad_request("the body must be a JSON object"));
@@ -175,6 +189,7 @@ pub fn create(
         }
     }
     secrets::fold_string_data(r.t, &mut obj)?;
+    let sent = Sent::of(&obj);
     let meta = sjson::object_at(&mut obj, &["metadata"]);
     for field in SERVER_FIELDS {
         meta.remove(*field);
@@ -228,7 +243,7 @@ pub fn create(
         };
         let warnings = admit(&named, &mut obj, None, options.field_validation)?;
         store
-            .create(obj, now)
+            .create_by(obj, now, &options.writer(None).sending(sent))
             .map(|w| Reply {
                 code: 201,
                 body: written_object(w),
@@ -333,10 +348,12 @@ pub(super) fn write_desired(
     r: &ObjectRef,
     current: &Value,
     mut desired: Value,
-    status: bool,
+    subresource: Option<Subresource>,
     update: Update,
-    field_validation: FieldValidation,
+    options: &WriteOptions,
 ) -> Answer {
+    let status = subresource == Some(Subresource::Status);
+    let writer = options.writer(subresource).sending(Sent::of(&desired));
     check_identity(r, &mut desired)?;
     check_version(r, current, &desired, update)?;
     secrets::fold_string_data(r.t, &mut desired)?;
@@ -357,7 +374,7 @@ pub(super) fn write_desired(
             None => obj.remove("status"),
         };
     }
-    let warnings = admit(r, &mut candidate, Some(current), field_validation)?;
+    let warnings = admit(r, &mut candidate, Some(current), options.field_validation)?;
     let desired = candidate;
     let diff = merge_diff(current, &desired);
     let patch = match part {
@@ -372,7 +389,7 @@ pub(super) fn write_desired(
         });
     }
     store
-        .patch(&r.key(), &patch, part)
+        .patch_by(&r.key(), &patch, part, &writer, options.now)
         .map(|w| Reply {
             code: 200,
             body: written_object(w),
@@ -387,7 +404,7 @@ pub fn replace(
     r: &ObjectRef,
     body: &[u8],
     status: bool,
-    options: WriteOptions,
+    options: &WriteOptions,
 ) -> Answer {
     let mut desired = parse_body(body)?;
     check_identity(r, &mut desired)?;
@@ -407,9 +424,9 @@ pub fn replace(
             r,
             &current,
             desired,
-            status,
+            status.then_some(Subresource::Status),
             Update::Replace,
-            options.field_validation,
+            options,
         )
     })
 }
@@ -422,7 +439,7 @@ pub fn patch(
     content_type: &str,
     body: &[u8],
     status: bool,
-    options: WriteOptions,
+    options: &WriteOptions,
 ) -> Answer {
     let media = content_type.split(';').next().unwrap_or_default().trim();
     let patch = parse_body(body)?;
@@ -449,8 +466,9 @@ pub fn patch(
                 &current,
                 sjson::str_at(&patch, "metadata.resourceVersion"),
             )?;
+            // managedFields sent are the server's to judge (`Sent`), not dropped here.
             if let Some(meta) = patch.get_mut("metadata").and_then(Value::as_object_mut) {
-                for field in SERVER_FIELDS {
+                for field in SERVER_FIELDS.iter().filter(|f| **f != "managedFields") {
                     meta.remove(*field);
                 }
             }
@@ -461,9 +479,9 @@ pub fn patch(
                 r,
                 &current,
                 desired,
-                status,
+                status.then_some(Subresource::Status),
                 Update::Patch,
-                options.field_validation,
+                options,
             )
         } else {
             let mut desired = current.clone();
@@ -474,9 +492,9 @@ pub fn patch(
                 r,
                 &current,
                 desired,
-                status,
+                status.then_some(Subresource::Status),
                 Update::Patch,
-                options.field_validation,
+                options,
             )
         }
     })

@@ -46,6 +46,7 @@ impl ResourceType {
 }
 
 const CAPI: &str = "cluster.x-k8s.io";
+const RBAC: &str = "rbac.authorization.k8s.io";
 
 /// `(group, versions, kind, namespaced, status subresource, short names)`.
 type Row = (
@@ -66,6 +67,8 @@ const BUILT_IN: &[Row] = &[
     ("", &["v1"], "Event", true, false, &["ev"]),
     ("", &["v1"], "Secret", true, false, &[]),
     ("", &["v1"], "ConfigMap", true, false, &["cm"]),
+    ("", &["v1"], "ServiceAccount", true, false, &["sa"]),
+    ("", &["v1"], "Service", true, true, &["svc"]),
     ("apps", &["v1"], "DaemonSet", true, true, &["ds"]),
     ("apps", &["v1"], "ReplicaSet", true, true, &["rs"]),
     ("apps", &["v1"], "Deployment", true, true, &["deploy"]),
@@ -87,6 +90,11 @@ const BUILT_IN: &[Row] = &[
         &[],
     ),
     ("coordination.k8s.io", &["v1"], "Lease", true, false, &[]),
+    // RBAC: what SubjectAccessReviews are answered by (`rbac.rs`).
+    (RBAC, &["v1"], "ClusterRole", false, false, &[]),
+    (RBAC, &["v1"], "ClusterRoleBinding", false, false, &[]),
+    (RBAC, &["v1"], "Role", true, false, &[]),
+    (RBAC, &["v1"], "RoleBinding", true, false, &[]),
     // A view of the core Events (see `events.rs`), served from the same store.
     ("events.k8s.io", &["v1"], "Event", true, false, &[]),
     (

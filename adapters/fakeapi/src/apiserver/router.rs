@@ -22,6 +22,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 use serde_json::{Value, json};
+use sim::api::managed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -206,6 +207,7 @@ async fn serve(
     let content_type = header("content-type");
     let accept = header("accept");
     let authorization = header("authorization");
+    let user_agent = header("user-agent");
     let body = match read_body(req.into_body()).await {
         Ok(ReadBody::Whole(body)) => body,
         Ok(ReadBody::TooLarge(rest)) => {
@@ -236,6 +238,7 @@ async fn serve(
             content_type: &content_type,
             accept: &accept,
             authorization: &authorization,
+            user_agent: &user_agent,
             body: &body,
             cut: &cut,
         };
@@ -262,6 +265,8 @@ struct Req<'a> {
     accept: &'a str,
     /// The `Authorization` header: who asks, for a SelfSubjectAccessReview.
     authorization: &'a str,
+    /// Names the field manager of a write without `?fieldManager=`.
+    user_agent: &'a str,
     body: &'a [u8],
     /// Drops the request's connection (a fault cutting a watch stream).
     cut: &'a Arc<tokio::sync::Notify>,
@@ -331,7 +336,10 @@ fn route(ctx: &Ctx, path: &str, req: &Req) -> Response<Body> {
                 "v1",
                 "subjectaccessreviews",
             ],
-        ) => reviewed(auth::subject_access_review(req.body)),
+        ) => reviewed(
+            ctx.cluster
+                .read(|s| auth::subject_access_review(req.body, &s.store)),
+        ),
         (
             &Method::POST,
             [
@@ -340,12 +348,15 @@ fn route(ctx: &Ctx, path: &str, req: &Req) -> Response<Body> {
                 "v1",
                 "selfsubjectaccessreviews",
             ],
-        ) => reviewed(auth::self_subject_access_review(
-            req.body,
-            req.authorization
-                .strip_prefix("Bearer ")
-                .unwrap_or_default(),
-        )),
+        ) => reviewed(ctx.cluster.read(|s| {
+            auth::self_subject_access_review(
+                req.body,
+                req.authorization
+                    .strip_prefix("Bearer ")
+                    .unwrap_or_default(),
+                &s.store,
+            )
+        })),
         (_, ["api", "v1", rest @ ..]) => resource(ctx, &types, "", "v1", rest, req, None),
         (_, ["apis", events::GROUP, "v1", rest @ ..]) => {
             // One store: events.k8s.io/v1 is a view of the core Events.
@@ -479,11 +490,17 @@ fn resource(
         Ok(v) => v,
         Err(m) => return failure(Failure::bad_request(m)),
     };
+    let now = wall_now();
+    let manager = match q.get("fieldManager") {
+        Some(m) if !m.is_empty() => m.to_string(),
+        _ => managed::manager_from_user_agent(req.user_agent),
+    };
     let write = WriteOptions {
         dry_run,
         field_validation,
+        manager,
+        now,
     };
-    let now = wall_now();
     let cluster = &ctx.cluster;
     let Some(name) = name else {
         return match *method {
@@ -495,7 +512,7 @@ fn resource(
                     namespace: namespace.unwrap_or_default().to_string(),
                     name: String::new(),
                 };
-                answer(objects::create(cluster, &r, body, write, now))
+                answer(objects::create(cluster, &r, body, &write))
             }
             _ => failure(Failure::method_not_allowed(method.as_str())),
         };
@@ -520,9 +537,9 @@ fn resource(
             };
             return answer(match *method {
                 Method::GET => scale::get(cluster, &r, paths),
-                Method::PUT => scale::write(cluster, &r, paths, body, None, write),
+                Method::PUT => scale::write(cluster, &r, paths, body, None, &write),
                 Method::PATCH => {
-                    scale::write(cluster, &r, paths, body, Some(req.content_type), write)
+                    scale::write(cluster, &r, paths, body, Some(req.content_type), &write)
                 }
                 _ => Err(Failure::method_not_allowed(method.as_str())),
             });
@@ -543,8 +560,8 @@ fn resource(
                 Ok((200, body).into())
             }
         }),
-        Method::PUT => objects::replace(cluster, &r, body, status, write),
-        Method::PATCH => objects::patch(cluster, &r, req.content_type, body, status, write),
+        Method::PUT => objects::replace(cluster, &r, body, status, &write),
+        Method::PATCH => objects::patch(cluster, &r, req.content_type, body, status, &write),
         Method::DELETE if !status => objects::delete(cluster, &r, body, q, now),
         _ => Err(Failure::method_not_allowed(method.as_str())),
     };

@@ -11,6 +11,7 @@ use super::state::SharedCluster;
 use super::status::Failure;
 use serde_json::{Value, json};
 use sim::api::json as sjson;
+use sim::api::managed::Subresource;
 
 /// `.spec.replicas` as a JSON pointer.
 fn pointer(path: &str) -> String {
@@ -68,7 +69,7 @@ pub fn write(
     paths: &ScalePaths,
     body: &[u8],
     patch: Option<&str>,
-    options: WriteOptions,
+    options: &WriteOptions,
 ) -> Answer {
     let sent: Value = serde_json::from_slice(body)
         .map_err(|e| Failure::bad_request(format!("invalid JSON body: {e}")))?;
@@ -121,9 +122,9 @@ pub fn write(
             r,
             &current,
             desired,
-            false,
+            Some(Subresource::Scale),
             Update::Patch,
-            options.field_validation,
+            options,
         )?;
         Ok(Reply {
             body: scale_of(&reply.body, paths),

@@ -39,9 +39,11 @@ pub struct SharedCluster {
 
 impl SharedCluster {
     /// Serves `store`, turning on its change log (writes made before this call cannot be
-    /// watched from: a watch from an older resourceVersion gets 410).
+    /// watched from: a watch from an older resourceVersion gets 410) and its
+    /// `managedFields` (writes made before carry none).
     pub fn new(mut store: ClusterStore) -> Self {
         store.record_changes(CHANGE_LOG_CAPACITY);
+        store.keep_managed_fields(super::managed::list_type);
         let rv = store.resource_version();
         SharedCluster {
             state: Arc::new(Mutex::new(ClusterState {
