@@ -1064,3 +1064,71 @@ fn the_readme_permission_tables_are_what_the_overlays_grant() {
         }
     }
 }
+
+/// `to` relative to the directory `from` (both absolute): kustomize takes no absolute path.
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let from: Vec<_> = from.components().collect();
+    let to: Vec<_> = to.components().collect();
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let mut path: PathBuf = from[common..].iter().map(|_| "..").collect();
+    path.extend(to[common..].iter());
+    path
+}
+
+/// The component `components/kubeconfig-secrets-by-name` added to each mode's overlay, as an
+/// operator's kustomization does: it renders and validates; nothing bound to the
+/// ServiceAccount reads Secrets cluster-wide any more, the Role it adds reads them only by name
+/// (`get`, `resourceNames`), and every other grant is the overlay's own.
+#[test]
+fn kubeconfig_secrets_by_name_grants_no_cluster_wide_secrets() {
+    let component = rbac::deploy_dir().join("components/kubeconfig-secrets-by-name");
+    let secret = |g: &Grant| g.group.is_empty() && g.resource == "secrets";
+    for overlay in [".", "shadow", "takeover", "ha-takeover"] {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let overlay_dir = rbac::deploy_dir().join(overlay);
+        std::fs::write(
+            dir.path().join("kustomization.yaml"),
+            format!(
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- {}\ncomponents:\n- {}\n",
+                relative(dir.path(), &overlay_dir).display(),
+                relative(dir.path(), &component).display()
+            ),
+        )
+        .unwrap();
+        let objects = rendered_and_valid(dir.path());
+        let mut installed = objects.clone();
+        installed.extend(rbac::provider_roles());
+        let granted = rbac::granted_to(&installed, "lifecycle-system", "lifecycle-controller");
+        let cluster_wide: Vec<&Grant> = granted
+            .cluster
+            .iter()
+            .chain(&granted.by_name)
+            .filter(|g| secret(g))
+            .collect();
+        assert!(cluster_wide.is_empty(), "{overlay}: {cluster_wide:?}");
+        let namespaced: Vec<&Grant> = granted.namespaced.iter().filter(|g| secret(g)).collect();
+        assert!(namespaced.is_empty(), "{overlay}: {namespaced:?}");
+        let role = rbac::find(&objects, "Role", "lifecycle-kubeconfigs");
+        assert_ne!(role["metadata"]["namespace"], "lifecycle-system");
+        assert_eq!(
+            role["rules"],
+            serde_json::json!([{"apiGroups": [""], "resources": ["secrets"],
+                "resourceNames": ["c1-kubeconfig"], "verbs": ["get"]}]),
+            "{overlay}"
+        );
+        let binding = rbac::find(&objects, "RoleBinding", "lifecycle-kubeconfigs");
+        assert_eq!(
+            binding["metadata"]["namespace"],
+            role["metadata"]["namespace"]
+        );
+        assert_eq!(binding["roleRef"]["name"], "lifecycle-kubeconfigs");
+        assert_eq!(binding["subjects"][0]["name"], "lifecycle-controller");
+        assert_eq!(binding["subjects"][0]["namespace"], "lifecycle-system");
+        // Nothing else changed.
+        let mut plain = rbac::documents(&render(&overlay_dir));
+        plain.extend(rbac::provider_roles());
+        let plain = rbac::granted_to(&plain, "lifecycle-system", "lifecycle-controller");
+        let without: BTreeSet<Grant> = plain.cluster.into_iter().filter(|g| !secret(g)).collect();
+        assert_eq!(granted.cluster, without, "{overlay}");
+    }
+}

@@ -461,7 +461,7 @@ async fn rbac(client: &Client, options: &Options) -> Check {
         };
         match answer {
             Ok(review) if review["status"]["allowed"] == true => {}
-            Ok(_) => denied.push(p.to_string()),
+            Ok(_) => denied.push(*p),
             Err(e) => {
                 return Check::not_ok(
                     NAME,
@@ -472,30 +472,58 @@ async fn rbac(client: &Client, options: &Options) -> Check {
             }
         }
     }
-    if denied.is_empty() {
-        Check::ok(
-            NAME,
-            format!(
-                "the {} permissions --mode {} needs are granted",
-                needed.len(),
-                options.mode
-            ),
-        )
-    } else {
-        let overlay = match options.mode {
-            Mode::Shadow => "adapters/deploy/shadow",
-            Mode::Takeover => "adapters/deploy/takeover",
-            Mode::Alone => "adapters/deploy/base",
-        };
-        Check::not_ok(
+    rbac_verdict(options.mode, needed.len(), &denied)
+}
+
+/// The `rbac` check's answer once `denied` of the `needed` permissions were refused. The
+/// kubeconfig Secrets alone refused is a warning, not a failure: a Role per namespace may grant
+/// them by name (`adapters/deploy/components/kubeconfig-secrets-by-name`), which a review of
+/// the whole cluster cannot see; a cluster whose Secret cannot be read is then reported
+/// unreachable (`SecretUnreadable`).
+fn rbac_verdict(mode: Mode, needed: usize, denied: &[Permission]) -> Check {
+    const NAME: &str = "rbac";
+    let overlay = match mode {
+        Mode::Shadow => "adapters/deploy/shadow",
+        Mode::Takeover => "adapters/deploy/takeover",
+        Mode::Alone => "adapters/deploy/base",
+    };
+    let list = |ps: &[&Permission]| {
+        ps.iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let (secrets, others): (Vec<&Permission>, Vec<&Permission>) = denied
+        .iter()
+        .partition(|p| p.group.is_empty() && p.resource == "secrets");
+    if !others.is_empty() {
+        let denied: Vec<&Permission> = denied.iter().collect();
+        return Check::not_ok(
             NAME,
             Verdict::Fail,
-            format!("not granted: {}", denied.join(", ")),
+            format!("not granted: {}", list(&denied)),
             format!(
                 "apply the RBAC of {overlay} (its ClusterRole lifecycle-manager-core) to this identity"
             ),
-        )
+        );
     }
+    if !secrets.is_empty() {
+        return Check::not_ok(
+            NAME,
+            Verdict::Warn,
+            format!(
+                "not granted in every namespace: {} (the kubeconfig Secrets)",
+                list(&secrets)
+            ),
+            format!(
+                "with adapters/deploy/components/kubeconfig-secrets-by-name, make sure each namespace holding Clusters has its Role listing their kubeconfig Secrets; otherwise apply the RBAC of {overlay}"
+            ),
+        );
+    }
+    Check::ok(
+        NAME,
+        format!("the {needed} permissions --mode {mode} needs are granted"),
+    )
 }
 
 fn capi_api(
@@ -651,4 +679,44 @@ pub fn worst(checks: &[Check]) -> Verdict {
         .map(|c| c.verdict)
         .max()
         .unwrap_or(Verdict::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn denied(mode: Mode, resources: &[&str]) -> Vec<Permission> {
+        needed(mode)
+            .into_iter()
+            .filter(|p| resources.contains(&p.resource))
+            .collect()
+    }
+
+    /// The kubeconfig Secrets refused alone warn (a Role per namespace may grant them by name);
+    /// anything else refused fails, naming every refusal.
+    #[test]
+    fn secrets_refused_alone_warn_and_anything_else_fails() {
+        let n = needed(Mode::Takeover).len();
+        assert_eq!(rbac_verdict(Mode::Takeover, n, &[]).verdict, Verdict::Ok);
+        let secrets = rbac_verdict(Mode::Takeover, n, &denied(Mode::Takeover, &["secrets"]));
+        assert_eq!(secrets.verdict, Verdict::Warn, "{secrets:?}");
+        assert!(secrets.detail.contains("get secrets"), "{secrets:?}");
+        assert!(
+            secrets
+                .fix
+                .as_deref()
+                .is_some_and(|f| f.contains("kubeconfig-secrets-by-name")),
+            "{secrets:?}"
+        );
+        let both = rbac_verdict(
+            Mode::Takeover,
+            n,
+            &denied(Mode::Takeover, &["secrets", "machines"]),
+        );
+        assert_eq!(both.verdict, Verdict::Fail, "{both:?}");
+        assert!(
+            both.detail.contains("list secrets") && both.detail.contains("patch machines"),
+            "{both:?}"
+        );
+    }
 }
