@@ -8,7 +8,7 @@ mod common;
 mod rbac;
 
 use adapters::apiserver::record;
-use common::required_tool;
+use common::{render, required_tool};
 use rbac::Grant;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -20,18 +20,6 @@ const INSTALL: &str = ".ci/install-clients (run by the tests themselves) did not
 
 /// The Kubernetes version the manifests are validated against: kubectl's.
 const KUBERNETES_VERSION: &str = "1.32.0";
-
-/// kubectl 1.32: `$KUBECTL_1_32`, else `kubectl` on PATH, which must be 1.32.
-fn kubectl() -> PathBuf {
-    common::clients_dir();
-    required_tool(
-        "KUBECTL_1_32",
-        PathBuf::from("kubectl"),
-        &["version", "--client"],
-        "v1.32.",
-        "it ships with this machine kind",
-    )
-}
 
 /// `$KUBERNETES_VALIDATE`, else the virtualenv `.ci/install-clients` makes.
 fn validator() -> PathBuf {
@@ -49,22 +37,6 @@ fn validator() -> PathBuf {
         path.display()
     );
     path
-}
-
-/// `kubectl kustomize DIR`: the rendered YAML.
-fn render(dir: &Path) -> String {
-    let out = Command::new(kubectl())
-        .arg("kustomize")
-        .arg(dir)
-        .output()
-        .expect("kubectl runs");
-    assert!(
-        out.status.success(),
-        "kubectl kustomize {}: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8 YAML")
 }
 
 /// `kubernetes-validate --strict` on YAML from stdin, in a network namespace of its own
@@ -728,36 +700,69 @@ fn the_image_runs_as_the_pods_uid() {
     assert!(containerfile.contains("ENTRYPOINT [\"/lifecycle\"]"));
 }
 
-/// The takeover overlay runs `--mode=takeover` with the base's grants: it patches Machines (its
-/// hooks) and their status (its own condition), and deletes provider objects.
+/// The takeover overlays run `--mode=takeover`, the single replica and the HA StatefulSet
+/// alike, with the same grants: it patches Machines (its hooks) and their status (its own
+/// condition), and deletes provider objects; it neither gets nor deletes a Machine (CAPI's
+/// manager removes the finalizer and remediates), which the base may.
 #[test]
-fn the_takeover_overlay_runs_in_takeover_mode_and_may_patch_machines() {
-    let objects = rendered_and_valid(&rbac::deploy_dir().join("takeover"));
-    let args = controller_args(&objects);
-    assert!(args.contains(&"--mode=takeover"), "{args:?}");
-    assert!(!args.contains(&"--mode=shadow"), "{args:?}");
-    let mut installed = objects.clone();
-    installed.extend(rbac::provider_roles());
-    let granted = rbac::granted_to(&installed, "lifecycle-system", "lifecycle-controller");
-    for (resource, verb) in [
-        ("machines", "patch"),
-        ("machines/status", "patch"),
-        ("dockermachines", "delete"),
-    ] {
-        assert!(
+fn the_takeover_overlays_run_in_takeover_mode_and_may_patch_machines() {
+    let mut grants = Vec::new();
+    for overlay in ["takeover", "ha-takeover"] {
+        let objects = rendered_and_valid(&rbac::deploy_dir().join(overlay));
+        let pod = objects
+            .iter()
+            .find(|o| {
+                (o["kind"] == "Deployment" || o["kind"] == "StatefulSet")
+                    && o["metadata"]["name"] == "lifecycle-controller"
+            })
+            .expect("the controller");
+        let args: Vec<&str> = pod["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(args.contains(&"--mode=takeover"), "{overlay}: {args:?}");
+        assert!(args.contains(&"--leader-elect"), "{overlay}: {args:?}");
+        assert!(!args.contains(&"--mode=shadow"), "{overlay}: {args:?}");
+        let mut installed = objects.clone();
+        installed.extend(rbac::provider_roles());
+        let granted = rbac::granted_to(&installed, "lifecycle-system", "lifecycle-controller");
+        let has = |resource: &str, verb: &str| {
             granted
                 .cluster
                 .iter()
-                .any(|g| g.resource == resource && g.verb == verb),
-            "{verb} {resource}: {}",
-            rbac::table(&granted.cluster)
-        );
+                .any(|g| g.resource == resource && g.verb == verb)
+        };
+        for (resource, verb) in [
+            ("machines", "patch"),
+            ("machines/status", "patch"),
+            ("dockermachines", "delete"),
+        ] {
+            assert!(
+                has(resource, verb),
+                "{overlay}: {verb} {resource}: {}",
+                rbac::table(&granted.cluster)
+            );
+        }
+        for verb in ["get", "delete"] {
+            assert!(!has("machines", verb), "{overlay}: {verb} machines");
+        }
+        grants.push(granted.cluster);
     }
+    assert_eq!(
+        grants[0], grants[1],
+        "takeover and ha-takeover grant the same"
+    );
+    let ha = rbac::documents(&render(&rbac::deploy_dir().join("ha-takeover")));
+    let set = rbac::find(&ha, "StatefulSet", "lifecycle-controller");
+    assert_eq!(set["spec"]["replicas"], 2, "{set}");
 }
 
 /// `lifecycle preflight` asks for what each mode needs; the shipped ClusterRoles grant it:
-/// `alone` needs exactly the base's core rules (but the review a takeover asks with), a
-/// takeover a part of them, a shadow exactly the shadow overlay's.
+/// `alone` needs exactly the base's core rules, a shadow exactly the shadow overlay's (each but
+/// the review it asks with), a takeover the takeover overlay's but what it writes for an object
+/// it adopted.
 #[test]
 fn preflights_permissions_are_the_shipped_core_rules() {
     use adapters::preflight::needed;
@@ -780,32 +785,48 @@ fn preflights_permissions_are_the_shipped_core_rules() {
             "lifecycle-manager-core",
         ))
     };
-    let base = core("base");
     let review = Grant {
         group: "authorization.k8s.io".into(),
         resource: "selfsubjectaccessreviews".into(),
         verb: "create".into(),
     };
-    let mut alone = grants(Mode::Alone);
-    alone.insert(review);
+    let with_review = |mode: Mode| {
+        let mut g = grants(mode);
+        g.insert(review.clone());
+        g
+    };
+    let base = core("base");
+    let alone = with_review(Mode::Alone);
     assert_eq!(alone, base, "{}", rbac::difference(&base, &alone));
-    let takeover = grants(Mode::Takeover);
+    let shadow = core("shadow");
+    let asked = with_review(Mode::Shadow);
+    assert_eq!(asked, shadow, "{}", rbac::difference(&shadow, &asked));
+    let takeover = core("takeover");
+    let asked = with_review(Mode::Takeover);
+    assert!(
+        asked.is_subset(&takeover),
+        "{}",
+        rbac::difference(&takeover, &asked)
+    );
+    let adoption: BTreeSet<&str> = takeover
+        .difference(&asked)
+        .map(|g| g.resource.as_str())
+        .collect();
+    assert_eq!(
+        adoption,
+        BTreeSet::from([
+            "machinehealthchecks",
+            "machinehealthchecks/status",
+            "machinepools",
+            "machinepools/status",
+            "machines",
+        ]),
+        "beyond what preflight asks, a takeover may write only for what it adopted"
+    );
     assert!(
         takeover.is_subset(&base),
         "{}",
-        rbac::difference(&base, &takeover)
-    );
-    assert_eq!(
-        core("takeover"),
-        base,
-        "the takeover overlay keeps the base's RBAC"
-    );
-    let shadow = core("shadow");
-    assert_eq!(
-        grants(Mode::Shadow),
-        shadow,
-        "{}",
-        rbac::difference(&shadow, &grants(Mode::Shadow))
+        rbac::difference(&takeover, &base)
     );
 }
 
@@ -839,7 +860,7 @@ fn uninstalling_any_mode_keeps_the_journal() {
     .map(String::from)
     .into();
     assert_eq!(deleted_by("journal"), kept, "the journal kustomization");
-    for overlay in [".", "base", "shadow", "takeover", "ha"] {
+    for overlay in [".", "base", "shadow", "takeover", "ha", "ha-takeover"] {
         let deleted = deleted_by(overlay);
         for object in &kept {
             assert!(
@@ -1025,7 +1046,7 @@ fn the_readme_permission_tables_are_what_the_overlays_grant() {
         .iter()
         .flat_map(|(overlays, _)| overlays.iter().map(String::as_str))
         .collect();
-    let all = [".", "base", "shadow", "takeover", "ha"];
+    let all = [".", "base", "shadow", "takeover", "ha", "ha-takeover"];
     let workloads = ["workload", "shadow/workload"];
     let every: BTreeSet<&str> = all.into_iter().chain(workloads).collect();
     assert_eq!(covered, every, "an overlay without its table");
@@ -1041,5 +1062,73 @@ fn the_readme_permission_tables_are_what_the_overlays_grant() {
                 "{overlay}: granted, not in the README's table: {unlisted:#?}\nin the table, not granted: {not_granted:#?}"
             );
         }
+    }
+}
+
+/// `to` relative to the directory `from` (both absolute): kustomize takes no absolute path.
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let from: Vec<_> = from.components().collect();
+    let to: Vec<_> = to.components().collect();
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let mut path: PathBuf = from[common..].iter().map(|_| "..").collect();
+    path.extend(to[common..].iter());
+    path
+}
+
+/// The component `components/kubeconfig-secrets-by-name` added to each mode's overlay, as an
+/// operator's kustomization does: it renders and validates; nothing bound to the
+/// ServiceAccount reads Secrets cluster-wide any more, the Role it adds reads them only by name
+/// (`get`, `resourceNames`), and every other grant is the overlay's own.
+#[test]
+fn kubeconfig_secrets_by_name_grants_no_cluster_wide_secrets() {
+    let component = rbac::deploy_dir().join("components/kubeconfig-secrets-by-name");
+    let secret = |g: &Grant| g.group.is_empty() && g.resource == "secrets";
+    for overlay in [".", "shadow", "takeover", "ha-takeover"] {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let overlay_dir = rbac::deploy_dir().join(overlay);
+        std::fs::write(
+            dir.path().join("kustomization.yaml"),
+            format!(
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- {}\ncomponents:\n- {}\n",
+                relative(dir.path(), &overlay_dir).display(),
+                relative(dir.path(), &component).display()
+            ),
+        )
+        .unwrap();
+        let objects = rendered_and_valid(dir.path());
+        let mut installed = objects.clone();
+        installed.extend(rbac::provider_roles());
+        let granted = rbac::granted_to(&installed, "lifecycle-system", "lifecycle-controller");
+        let cluster_wide: Vec<&Grant> = granted
+            .cluster
+            .iter()
+            .chain(&granted.by_name)
+            .filter(|g| secret(g))
+            .collect();
+        assert!(cluster_wide.is_empty(), "{overlay}: {cluster_wide:?}");
+        let namespaced: Vec<&Grant> = granted.namespaced.iter().filter(|g| secret(g)).collect();
+        assert!(namespaced.is_empty(), "{overlay}: {namespaced:?}");
+        let role = rbac::find(&objects, "Role", "lifecycle-kubeconfigs");
+        assert_ne!(role["metadata"]["namespace"], "lifecycle-system");
+        assert_eq!(
+            role["rules"],
+            serde_json::json!([{"apiGroups": [""], "resources": ["secrets"],
+                "resourceNames": ["c1-kubeconfig"], "verbs": ["get"]}]),
+            "{overlay}"
+        );
+        let binding = rbac::find(&objects, "RoleBinding", "lifecycle-kubeconfigs");
+        assert_eq!(
+            binding["metadata"]["namespace"],
+            role["metadata"]["namespace"]
+        );
+        assert_eq!(binding["roleRef"]["name"], "lifecycle-kubeconfigs");
+        assert_eq!(binding["subjects"][0]["name"], "lifecycle-controller");
+        assert_eq!(binding["subjects"][0]["namespace"], "lifecycle-system");
+        // Nothing else changed.
+        let mut plain = rbac::documents(&render(&overlay_dir));
+        plain.extend(rbac::provider_roles());
+        let plain = rbac::granted_to(&plain, "lifecycle-system", "lifecycle-controller");
+        let without: BTreeSet<Grant> = plain.cluster.into_iter().filter(|g| !secret(g)).collect();
+        assert_eq!(granted.cluster, without, "{overlay}");
     }
 }

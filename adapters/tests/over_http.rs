@@ -6,6 +6,7 @@
 //! with the stated tolerance. A scenario that passes in process must pass over HTTP, unless
 //! `over_http_allowlist.txt` names it with the reason.
 
+mod common;
 mod rbac;
 
 use adapters::apiserver::record::{self, Request};
@@ -113,8 +114,9 @@ struct Runs {
     outputs: BTreeMap<String, Output>,
     /// Whether each scenario passes in process.
     in_process: BTreeMap<String, bool>,
-    /// Every distinct request the controller sent, across all the runs.
-    requests: BTreeSet<Request>,
+    /// Every distinct request the controller sent, across the runs of each mode (`alone`,
+    /// `shadow`, `takeover`: the scenario's `mode`, which `sim run --over-http` passes on).
+    requests: BTreeMap<String, BTreeSet<Request>>,
 }
 
 fn runs() -> &'static Runs {
@@ -122,6 +124,10 @@ fn runs() -> &'static Runs {
     RUNS.get_or_init(|| {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let all = all_scenarios();
+        let modes: BTreeMap<String, String> = all
+            .iter()
+            .map(|(name, s)| (name.clone(), s.mode.to_string()))
+            .collect();
         let in_process = all
             .iter()
             .map(|(name, s)| {
@@ -152,10 +158,13 @@ fn runs() -> &'static Runs {
             names.len(),
             started.elapsed().as_secs_f64()
         );
-        let mut requests = BTreeSet::new();
+        let mut requests: BTreeMap<String, BTreeSet<Request>> = BTreeMap::new();
         for name in &names {
             let file = dir.path().join(format!("{name}.tsv"));
-            requests.extend(record::read(&file).unwrap_or_else(|e| panic!("{e}")));
+            requests
+                .entry(modes[name].clone())
+                .or_default()
+                .extend(record::read(&file).unwrap_or_else(|e| panic!("{e}")));
         }
         Runs {
             outputs: outputs.into_inner().unwrap(),
@@ -278,24 +287,65 @@ fn the_fault_scenarios_say_what_fired_over_http() {
     }
 }
 
-/// Least privilege, measured: the manager's ClusterRole aggregates by one label; the core and
-/// CAPI rule grants exactly what the controller used on the management cluster, the example
-/// provider rules (each for its own API group, carrying the label) exactly the provider kinds
-/// it used, and the workload-cluster role exactly what it used there. Discovery needs no rule
-/// (`system:discovery`); Leases are the leader-election Role's (`deploy.rs`).
-/// Core rules the over-HTTP runs never need, and the test whose requests need them: a Secret
-/// read alone (a cluster that appears after the first list of kubeconfig Secrets, one the list
-/// does not show, a retry) — every run here connects its clusters from the list.
-const EXERCISED_ELSEWHERE: [(&str, &str, &str, &str); 1] = [(
-    "",
-    "secrets",
-    "get",
-    "adapter_e2e::workload_clusters_connect_from_one_list_of_kubeconfig_secrets",
-)];
+/// Each mode, the overlays that run it, and the workload-cluster kustomization for the identity
+/// its kubeconfig Secrets authenticate as.
+const MODES: [(&str, &[&str], &str); 3] = [
+    ("alone", &[".", "base", "ha"], "workload"),
+    ("shadow", &["shadow"], "shadow/workload"),
+    ("takeover", &["takeover", "ha-takeover"], "workload"),
+];
 
+/// Granted to a mode for what its over-HTTP runs do not reach, each with the test whose
+/// requests need it: (modes, API group, resource, verb, proof).
+const EXERCISED_ELSEWHERE: [(&[&str], &str, &str, &str, &str); 4] = [
+    // A Secret read alone (a cluster that appears after the first list of kubeconfig Secrets,
+    // one the list does not show, a retry): every run here connects its clusters from the list.
+    (
+        &["alone", "shadow", "takeover"],
+        "",
+        "secrets",
+        "get",
+        "adapter_e2e::workload_clusters_connect_from_one_list_of_kubeconfig_secrets",
+    ),
+    // The secure /metrics' reviews of its scrapers (no run here scrapes it).
+    (
+        &["alone", "shadow", "takeover"],
+        "authentication.k8s.io",
+        "tokenreviews",
+        "create",
+        "deploy::a_leader_and_a_standby_with_the_deployment_args_stay_within_the_shipped_rbac",
+    ),
+    (
+        &["alone", "shadow", "takeover"],
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+        "create",
+        "deploy::a_leader_and_a_standby_with_the_deployment_args_stay_within_the_shipped_rbac",
+    ),
+    // The provider's one rule serves every acting mode: a takeover deletes a MachinePool
+    // Machine's infrastructure only when `--own-machines` selects such Machines (by default it
+    // takes over a MachineSet's only), which no scenario can set; the deletion is the one
+    // `alone` runs here.
+    (
+        &["takeover"],
+        "infrastructure.cluster.x-k8s.io",
+        "dockermachinepoolmachines",
+        "delete",
+        "over_http: pool-machines-drained-on-scale-down (alone), the same deletion",
+    ),
+];
+
+/// Least privilege, measured per mode: every overlay of a mode binds to the ServiceAccount, in
+/// the management cluster, exactly what that mode's over-HTTP runs sent there (core and CAPI
+/// rules, the provider rules it aggregates, what it reads by name of CAPI's manager), and its
+/// workload-cluster role grants exactly what they sent to workload clusters; a grant no run of
+/// the mode used fails, as does a request not granted. The acting modes aggregate the example
+/// provider rules (each for its own API group, carrying the label); shadow aggregates its
+/// read-only ones, even with those installed. Discovery needs no rule (`system:discovery`); the
+/// leader-election Lease is the Role's, measured with a leader and a standby by `deploy.rs`.
 #[test]
-fn the_deploy_cluster_roles_grant_exactly_what_the_over_http_runs_used() {
-    let requests = &runs().requests;
+fn each_modes_overlays_grant_exactly_what_its_over_http_runs_used() {
+    let runs = runs();
     let base = rbac::objects_in(&rbac::deploy_dir().join("base"));
     let manager = rbac::find(&base, "ClusterRole", "lifecycle-manager");
     assert_eq!(
@@ -303,102 +353,88 @@ fn the_deploy_cluster_roles_grant_exactly_what_the_over_http_runs_used() {
         json!([{"matchLabels": {rbac::AGGREGATE_LABEL: "true"}}]),
         "{manager}"
     );
-    let core = rbac::find(&base, "ClusterRole", "lifecycle-manager-core");
-    let workloads = rbac::objects_in(&rbac::deploy_dir().join("workload"));
-    let workload = rbac::find(&workloads, "ClusterRole", "lifecycle-workload");
     let providers = rbac::provider_roles();
-    let mut granted_provider = BTreeSet::new();
-    for role in providers.iter().chain([core]) {
+    for role in &providers {
         assert_eq!(
             role["metadata"]["labels"][rbac::AGGREGATE_LABEL],
             "true",
             "{role}"
         );
-    }
-    for role in &providers {
-        let grants = rbac::granted(role);
-        let groups: BTreeSet<&str> = grants.iter().map(|g| g.group.as_str()).collect();
+        let groups: BTreeSet<String> = rbac::granted(role).into_iter().map(|g| g.group).collect();
         assert!(
             groups.len() == 1 && groups.iter().all(|g| rbac::is_provider_group(g)),
             "a provider's rule covers its own API group: {groups:?}"
         );
-        granted_provider.extend(grants);
     }
-    let (non_resource, requests): (Vec<&Request>, Vec<&Request>) =
-        requests.iter().partition(|r| rbac::is_non_resource(r));
-    let beyond_discovery: Vec<_> = non_resource
-        .iter()
-        .filter(|r| !rbac::is_discovery(r))
-        .collect();
-    assert!(beyond_discovery.is_empty(), "{beyond_discovery:?}");
-    let used = |cluster: &str, keep: &dyn Fn(&Grant) -> bool| -> BTreeSet<Grant> {
-        requests
+    let mut problems = Vec::new();
+    for (mode, overlays, workload_dir) in MODES {
+        let requests = runs
+            .requests
+            .get(mode)
+            .unwrap_or_else(|| panic!("no over-HTTP run in mode {mode}"));
+        let (non_resource, requests): (Vec<&Request>, Vec<&Request>) =
+            requests.iter().partition(|r| rbac::is_non_resource(r));
+        let beyond_discovery: Vec<_> = non_resource
             .iter()
-            .filter(|r| r.cluster == cluster)
-            .map(|r| rbac::needed(r))
-            .filter(|g| keep(g))
-            .collect()
-    };
-    // Read by name only (`lifecycle-capi-reader`): CAPI's Lease and manager Deployment.
-    let lease = |g: &Grant| g.group == "coordination.k8s.io" || g.group == "apps";
-    let mut used_core = used("management", &|g| {
-        !rbac::is_provider_group(&g.group) && !lease(g)
-    });
-    // Granted for what these runs do not reach, each proven by the test named.
-    for (group, resource, verb, proof) in EXERCISED_ELSEWHERE {
-        println!("granted for {proof}: {group}/{resource} {verb}");
-        used_core.insert(Grant {
-            group: group.to_string(),
-            resource: resource.to_string(),
-            verb: verb.to_string(),
-        });
-    }
-    let used_provider = used("management", &|g| rbac::is_provider_group(&g.group));
-    let used_workload = used("workload", &|_| true);
-    println!("management, core and CAPI:\n{}", rbac::table(&used_core));
-    println!(
-        "management, provider kinds:\n{}",
-        rbac::table(&used_provider)
-    );
-    println!("workload clusters:\n{}", rbac::table(&used_workload));
-    let discovery: BTreeSet<String> = non_resource
-        .iter()
-        .map(|r| format!("  {} {} {}\n", r.cluster, r.verb, r.resource))
-        .collect();
-    println!(
-        "non-resource (system:discovery):\n{}",
-        discovery.into_iter().collect::<String>()
-    );
-    // No --leader-elect over HTTP: the Lease and Deployment requests are the checks at start
-    // looking for CAPI's manager in every namespace (its Lease listed by name, its provider
-    // Deployments listed by label) and reading its release (its manager Deployment, by name),
-    // exactly what `lifecycle-capi-reader` grants (pinned by deploy.rs).
-    let reader = rbac::find(&base, "ClusterRole", "lifecycle-capi-reader");
-    let mut granted_reader = rbac::granted(reader);
-    granted_reader.extend(rbac::granted_by_name(reader));
-    let read = used("management", &lease);
-    assert_eq!(
-        granted_reader,
-        read,
-        "lifecycle-capi-reader:\n{}",
-        rbac::difference(&granted_reader, &read)
-    );
-    for (what, granted, used) in [
-        ("lifecycle-manager-core", rbac::granted(core), &used_core),
-        ("the provider rules", granted_provider, &used_provider),
-        (
-            "lifecycle-workload",
-            rbac::granted(workload),
-            &used_workload,
-        ),
-    ] {
-        assert_eq!(
-            &granted,
-            used,
-            "{what}:\n{}",
-            rbac::difference(&granted, used)
+            .filter(|r| !rbac::is_discovery(r))
+            .collect();
+        assert!(beyond_discovery.is_empty(), "{mode}: {beyond_discovery:?}");
+        let used = |cluster: &str| -> BTreeSet<Grant> {
+            requests
+                .iter()
+                .filter(|r| r.cluster == cluster)
+                .map(|r| rbac::needed(r))
+                .collect()
+        };
+        let mut used_management = used("management");
+        // Granted for what these runs do not reach, each proven by the test named.
+        for (modes, group, resource, verb, proof) in EXERCISED_ELSEWHERE {
+            if modes.contains(&mode) {
+                println!("{mode}: granted for {proof}: {group}/{resource} {verb}");
+                used_management.insert(Grant {
+                    group: group.to_string(),
+                    resource: resource.to_string(),
+                    verb: verb.to_string(),
+                });
+            }
+        }
+        let used_workload = used("workload");
+        println!(
+            "{mode}, management cluster (core, CAPI, providers, CAPI's manager read by name):\n{}",
+            rbac::table(&used_management)
         );
+        println!(
+            "{mode}, workload clusters:\n{}",
+            rbac::table(&used_workload)
+        );
+        for overlay in overlays {
+            let mut installed = rbac::documents(&common::render(&rbac::deploy_dir().join(overlay)));
+            installed.extend(providers.iter().cloned());
+            let granted = rbac::granted_to(&installed, "lifecycle-system", "lifecycle-controller");
+            let mut bound: BTreeSet<Grant> = granted.cluster;
+            bound.extend(granted.by_name);
+            if bound != used_management {
+                problems.push(format!(
+                    "{mode}: the overlay {overlay} in the management cluster:\n{}",
+                    rbac::difference(&bound, &used_management)
+                ));
+            }
+        }
+        let workload = rbac::documents(&common::render(&rbac::deploy_dir().join(workload_dir)));
+        let roles: Vec<&serde_json::Value> = workload
+            .iter()
+            .filter(|o| o["kind"] == "ClusterRole")
+            .collect();
+        assert_eq!(roles.len(), 1, "{workload_dir}: one ClusterRole");
+        let granted = rbac::granted(roles[0]);
+        if granted != used_workload {
+            problems.push(format!(
+                "{mode}: {workload_dir} in workload clusters:\n{}",
+                rbac::difference(&granted, &used_workload)
+            ));
+        }
     }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 #[test]

@@ -145,6 +145,35 @@ pub fn required_tool(
     path
 }
 
+/// kubectl 1.32 (the manifests' Kubernetes version): `$KUBECTL_1_32`, else `kubectl` on PATH,
+/// which must be 1.32.
+pub fn kubectl() -> std::path::PathBuf {
+    clients_dir();
+    required_tool(
+        "KUBECTL_1_32",
+        std::path::PathBuf::from("kubectl"),
+        &["version", "--client"],
+        "v1.32.",
+        "it ships with this machine kind",
+    )
+}
+
+/// `kubectl kustomize DIR`: the rendered YAML.
+pub fn render(dir: &std::path::Path) -> String {
+    let out = std::process::Command::new(kubectl())
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 YAML")
+}
+
 /// A client of the served cluster `kubeconfig` names.
 pub async fn client(kubeconfig: &std::path::Path) -> kube::Client {
     let kube = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();

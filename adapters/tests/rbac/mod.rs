@@ -210,11 +210,13 @@ pub fn aggregated_by(rule: &Value, role: &Value) -> bool {
 /// What a ServiceAccount may do as RBAC would decide it from `objects` (the rendered
 /// manifests and any ClusterRoles installed beside them): the grants of its RoleBindings
 /// (`namespaced`) and of its ClusterRoleBindings (`cluster`), aggregated ClusterRoles filled
-/// from every ClusterRole whose labels they select.
+/// from every ClusterRole whose labels they select; and what its ClusterRoleBindings grant for
+/// named objects only (`by_name`: `resourceNames`, see [`granted_by_name`]).
 #[derive(Debug, Default)]
 pub struct Granted {
     pub namespaced: BTreeSet<Grant>,
     pub cluster: BTreeSet<Grant>,
+    pub by_name: BTreeSet<Grant>,
 }
 
 pub fn granted_to(objects: &[Value], namespace: &str, name: &str) -> Granted {
@@ -222,12 +224,12 @@ pub fn granted_to(objects: &[Value], namespace: &str, name: &str) -> Granted {
         .iter()
         .filter(|o| o["kind"] == "ClusterRole")
         .collect();
-    let role_grants = |kind: &str, role: &str| -> BTreeSet<Grant> {
+    let role_grants = |kind: &str, role: &str, named: bool| -> BTreeSet<Grant> {
         let role = find(objects, kind, role);
-        let mut grants = granted(role);
+        let mut grants = expand(role, named);
         if let Some(rule) = role.get("aggregationRule") {
             for member in cluster_roles.iter().filter(|r| aggregated_by(rule, r)) {
-                grants.extend(granted(member));
+                grants.extend(expand(member, named));
             }
         }
         grants
@@ -248,14 +250,15 @@ pub fn granted_to(objects: &[Value], namespace: &str, name: &str) -> Granted {
             continue;
         }
         let role_ref = &binding["roleRef"];
-        let grants = role_grants(
+        let (kind, role) = (
             role_ref["kind"].as_str().unwrap(),
             role_ref["name"].as_str().unwrap(),
         );
         if binding["kind"] == "RoleBinding" {
-            out.namespaced.extend(grants);
+            out.namespaced.extend(role_grants(kind, role, false));
         } else {
-            out.cluster.extend(grants);
+            out.cluster.extend(role_grants(kind, role, false));
+            out.by_name.extend(role_grants(kind, role, true));
         }
     }
     out

@@ -132,11 +132,11 @@ async fn denied(
     asked: Asked<'_>,
     needed: &[Permission],
     namespace: Option<&str>,
-) -> Result<Vec<String>, Unasked> {
+) -> Result<Vec<Permission>, Unasked> {
     let mut denied = Vec::new();
     for p in needed {
         if !allowed(client, asked, p, namespace).await? {
-            denied.push(p.to_string());
+            denied.push(*p);
         }
     }
     Ok(denied)
@@ -184,23 +184,60 @@ pub(super) async fn check(client: &Client, options: &Options) -> Check {
             );
         }
     };
-    let overlay = overlay(options.mode);
-    if !denied.is_empty() {
-        let limited = limitation.map(|l| format!(" ({l})")).unwrap_or_default();
+    verdict(options.mode, needed.len(), &whom, &denied, limitation)
+}
+
+/// The check's answer once `denied` of the `needed` permissions were refused to `whom`. The
+/// kubeconfig Secrets alone refused warn, not fail: a Role per namespace may grant them by name
+/// (`adapters/deploy/components/kubeconfig-secrets-by-name`), which a review of the whole
+/// cluster cannot see; a cluster whose Secret cannot be read is then reported unreachable
+/// (`SecretUnreadable`).
+fn verdict(
+    mode: Mode,
+    needed: usize,
+    whom: &str,
+    denied: &[Permission],
+    limitation: Option<String>,
+) -> Check {
+    let overlay = overlay(mode);
+    let list = |ps: &[&Permission]| {
+        ps.iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let limited = limitation
+        .as_ref()
+        .map(|l| format!(" ({l})"))
+        .unwrap_or_default();
+    let (secrets, others): (Vec<&Permission>, Vec<&Permission>) = denied
+        .iter()
+        .partition(|p| p.group.is_empty() && p.resource == "secrets");
+    if !others.is_empty() {
+        let denied: Vec<&Permission> = denied.iter().collect();
         return Check::not_ok(
             NAME,
             Verdict::Fail,
-            format!("not granted to {whom}: {}{limited}", denied.join(", ")),
+            format!("not granted to {whom}: {}{limited}", list(&denied)),
             format!(
                 "apply the RBAC of {overlay} (its ClusterRole lifecycle-manager-core) to this identity"
             ),
         );
     }
-    let granted = format!(
-        "the {} permissions --mode {} needs are granted to {whom}",
-        needed.len(),
-        options.mode
-    );
+    if !secrets.is_empty() {
+        return Check::not_ok(
+            NAME,
+            Verdict::Warn,
+            format!(
+                "not granted to {whom} in every namespace: {} (the kubeconfig Secrets){limited}",
+                list(&secrets)
+            ),
+            format!(
+                "with adapters/deploy/components/kubeconfig-secrets-by-name, make sure each namespace holding Clusters has its Role listing their kubeconfig Secrets; otherwise apply the RBAC of {overlay}"
+            ),
+        );
+    }
+    let granted = format!("the {needed} permissions --mode {mode} needs are granted to {whom}");
     match limitation {
         Some(l) => Check::not_ok(
             NAME,
@@ -228,5 +265,38 @@ mod tests {
         for bad in ["", "x", "/x", "x/", "A/b", "a/b/c", "a/-b", "a b/c"] {
             assert!(ServiceAccount::parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    fn denied(mode: Mode, resources: &[&str]) -> Vec<Permission> {
+        needed(mode)
+            .into_iter()
+            .filter(|p| resources.contains(&p.resource))
+            .collect()
+    }
+
+    /// The kubeconfig Secrets refused alone warn (a Role per namespace may grant them by name);
+    /// anything else refused fails, naming every refusal.
+    #[test]
+    fn secrets_refused_alone_warn_and_anything_else_fails() {
+        let n = needed(Mode::Takeover).len();
+        let verdict =
+            |denied: &[Permission]| verdict(Mode::Takeover, n, "the caller", denied, None);
+        assert_eq!(verdict(&[]).verdict, Verdict::Ok);
+        let secrets = verdict(&denied(Mode::Takeover, &["secrets"]));
+        assert_eq!(secrets.verdict, Verdict::Warn, "{secrets:?}");
+        assert!(secrets.detail.contains("get secrets"), "{secrets:?}");
+        assert!(
+            secrets
+                .fix
+                .as_deref()
+                .is_some_and(|f| f.contains("kubeconfig-secrets-by-name")),
+            "{secrets:?}"
+        );
+        let both = verdict(&denied(Mode::Takeover, &["secrets", "machines"]));
+        assert_eq!(both.verdict, Verdict::Fail, "{both:?}");
+        assert!(
+            both.detail.contains("list secrets") && both.detail.contains("patch machines"),
+            "{both:?}"
+        );
     }
 }

@@ -56,18 +56,21 @@ const READS: [Permission; 16] = [
     Permission::new(CAPI, "machinepools", "watch"),
 ];
 
-/// What a takeover writes: its hooks and its own condition on Machines, its Events.
-const TAKEOVER_WRITES: [Permission; 5] = [
+/// What a takeover writes: its hooks (a merge patch, no read first) and its own condition on
+/// Machines, its Events. What it writes for an object it adopted is not asked for: adoption is
+/// the operator's choice, after the start.
+const TAKEOVER_WRITES: [Permission; 4] = [
     Permission::new("", "events", "create"),
     Permission::new("", "events", "patch"),
-    Permission::new(CAPI, "machines", "get"),
     Permission::new(CAPI, "machines", "patch"),
     Permission::new(CAPI, "machines/status", "patch"),
 ];
 
-/// What `alone` writes beyond a takeover's: the finalizer, MachineSet remediation (deleting
-/// Machines), MachinePool Machines, the MHCs' and MachinePools' status.
+/// What `alone` writes beyond a takeover's: the finalizer (a get, then a guarded patch),
+/// MachineSet remediation (deleting Machines), MachinePool Machines, the MHCs' and
+/// MachinePools' status.
 const ALONE_WRITES: [Permission; 8] = [
+    Permission::new(CAPI, "machines", "get"),
     Permission::new(CAPI, "machines", "create"),
     Permission::new(CAPI, "machines", "delete"),
     Permission::new(CAPI, "machinepools", "get"),
@@ -75,13 +78,6 @@ const ALONE_WRITES: [Permission; 8] = [
     Permission::new(CAPI, "machinehealthchecks", "patch"),
     Permission::new(CAPI, "machinepools/status", "patch"),
     Permission::new(CAPI, "machinehealthchecks/status", "patch"),
-    Permission::new("", "events", "create"),
-];
-
-/// Shadow's `get` of what it reads one by one (Machines and MachinePools).
-const SHADOW_GETS: [Permission; 2] = [
-    Permission::new(CAPI, "machines", "get"),
-    Permission::new(CAPI, "machinepools", "get"),
 ];
 
 /// What `mode` needs of the management cluster, sorted, without duplicates (providers' kinds
@@ -90,7 +86,7 @@ const SHADOW_GETS: [Permission; 2] = [
 pub fn needed(mode: Mode) -> Vec<Permission> {
     let mut all: Vec<Permission> = READS.to_vec();
     match mode {
-        Mode::Shadow => all.extend(SHADOW_GETS),
+        Mode::Shadow => {}
         Mode::Takeover => all.extend(TAKEOVER_WRITES),
         Mode::Alone => {
             all.extend(TAKEOVER_WRITES);
