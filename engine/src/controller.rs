@@ -396,6 +396,10 @@ impl Effects {
         self.fights = crate::fight::Fights::default();
     }
 
+    pub(crate) fn forget_given_back(&mut self) {
+        self.fights.forget_given_back();
+    }
+
     /// Forgets the fights' records that expired by `now` ([`crate::fight::Fights::expire`]).
     pub(crate) fn expire_fights(&mut self, now: Timestamp) {
         self.fights.expire(now);
@@ -481,12 +485,47 @@ impl<'a> Cx<'a> {
         &self.owner
     }
 
+    /// Why Machine `key` is fought over, if it is: held in a fight, or given back for one
+    /// ([`crate::fight::Fights::fought_over`]).
+    pub fn fought_over(&self, key: &ObjectKey) -> Option<&str> {
+        self.effects.fights.fought_over(key, self.now)
+    }
+
+    /// Machine `key`, fought over, is given back to Cluster API's manager from now (kept from
+    /// the first time): not taken again for [`crate::fight::GIVEN_BACK_FOR`]. Whether it was
+    /// given back now (not before).
+    pub fn give_back(&mut self, key: &ObjectKey) -> bool {
+        self.effects.fights.give_back(key, self.now)
+    }
+
     /// Queues `action` unless the same intent is in flight or its cluster is not synced.
     pub fn issue(
         &mut self,
         controller: ControllerId,
         action: Action,
         reason: impl Into<String>,
+    ) -> Issued {
+        self.issue_past(controller, action, reason, false)
+    }
+
+    /// [`Cx::issue`] for a write that gives a fought-over Machine back ([`Cx::give_back`]): it
+    /// passes the hold on its target once, the one write that ends the fight; the same write
+    /// again is held as any other ([`crate::fight::Fights::pass`]).
+    pub fn issue_giving_back(
+        &mut self,
+        controller: ControllerId,
+        action: Action,
+        reason: impl Into<String>,
+    ) -> Issued {
+        self.issue_past(controller, action, reason, true)
+    }
+
+    fn issue_past(
+        &mut self,
+        controller: ControllerId,
+        action: Action,
+        reason: impl Into<String>,
+        giving_back: bool,
     ) -> Issued {
         let scope: &Scope = &action.target().key.scope;
         if action.is_destructive() && !self.store.is_synced(scope) {
@@ -525,7 +564,10 @@ impl<'a> Cx<'a> {
                 "writes to this object keep meeting 409 Conflict",
             );
         }
-        if let Err(hold) = self.effects.fights.check(&action, seen, self.now) {
+        let passes = giving_back
+            && self.effects.fights.is_held(&action.target().key, self.now)
+            && self.effects.fights.pass(&action, self.now);
+        if !passes && let Err(hold) = self.effects.fights.check(&action, seen, self.now) {
             let (until, tell) = (hold.until, (!hold.told).then(|| hold.why.clone()));
             let target = action.target().clone();
             self.effects.retries.set(

@@ -18,6 +18,10 @@
 //! Only writes to the object itself are held (its conditions, status, metadata, finalizer, a
 //! Node's cordon): evictions and deletions of other objects go on, so a deletion is slowed,
 //! never stopped for good.
+//!
+//! In takeover a fought-over Machine is given back to Cluster API's manager
+//! ([`Fights::give_back`]) and is not taken again for [`GIVEN_BACK_FOR`]: the writes that hand
+//! it back pass its hold, each once ([`Fights::pass`]), so the hand-back cannot become the loop.
 
 use crate::command::{Action, ActionKind, JsonText};
 use crate::model::ObjectKey;
@@ -37,6 +41,10 @@ pub const CONFLICTS_TOLD: u32 = 3;
 pub const EVENT_REASON: &str = "WritesHeld";
 /// The reason of the Warning Event that tells 409 Conflicts in a row.
 pub const CONFLICT_REASON: &str = "WriteConflicts";
+/// How long a Machine a takeover gave back after a fight stays Cluster API's manager's: not
+/// hooked again meanwhile, so a writer that keeps undoing this controller's writes meets one
+/// hand-back a day at most, never hooks put on and taken off in turn.
+pub const GIVEN_BACK_FOR: Duration = Duration::from_secs(24 * 3600);
 
 /// What the controller wrote lately, and the objects it holds. Nothing older than [`WINDOW`]
 /// (a hold: than its end) is kept once an input at a later time is handled ([`Fights::expire`]),
@@ -46,6 +54,8 @@ pub const CONFLICT_REASON: &str = "WriteConflicts";
 pub struct Fights {
     recent: BTreeMap<ObjectKey, Recent>,
     held: BTreeMap<ObjectKey, Hold>,
+    /// Machines a takeover gave back to Cluster API's manager for a fight (state version 13).
+    given_back: BTreeMap<ObjectKey, GivenBack>,
     /// No later than when the first record kept expires (`None`: nothing kept). A cache, not
     /// state: not encoded (computed on decoding), not compared.
     #[serde(skip)]
@@ -54,7 +64,9 @@ pub struct Fights {
 
 impl PartialEq for Fights {
     fn eq(&self, other: &Self) -> bool {
-        self.recent == other.recent && self.held == other.held
+        self.recent == other.recent
+            && self.held == other.held
+            && self.given_back == other.given_back
     }
 }
 
@@ -65,6 +77,8 @@ impl Eq for Fights {}
 struct Encoded {
     recent: BTreeMap<ObjectKey, Recent>,
     held: BTreeMap<ObjectKey, Hold>,
+    #[serde(deserialize_with = "crate::codec::added_in_13")]
+    given_back: BTreeMap<ObjectKey, GivenBack>,
 }
 
 impl From<Encoded> for Fights {
@@ -72,6 +86,7 @@ impl From<Encoded> for Fights {
         let mut fights = Fights {
             recent: e.recent,
             held: e.held,
+            given_back: e.given_back,
             next_expiry: None,
         };
         fights.next_expiry = fights.first_expiry();
@@ -122,6 +137,22 @@ pub struct Hold {
     pub why: String,
     /// Its Warning Event was issued.
     pub told: bool,
+}
+
+/// A Machine a takeover gave back to Cluster API's manager because of a fight.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GivenBack {
+    pub since: Timestamp,
+    /// The hold's signs, said for an operator.
+    pub why: String,
+    /// The writes that passed its hold ([`pass_key`]): each passes once.
+    passed: Vec<u64>,
+}
+
+impl GivenBack {
+    pub fn until(&self) -> Timestamp {
+        self.since.saturating_add(GIVEN_BACK_FOR)
+    }
 }
 
 /// The Event's message for a hold `why`.
@@ -215,6 +246,24 @@ fn content(action: &Action) -> Option<u64> {
         | Action::RecordEvent { .. } => return None,
     };
     Some(crate::controller::fingerprint(&normal))
+}
+
+/// What names a write that gives an object back, for [`Fights::pass`]: its kind and summary
+/// (which hook it removes, which reason its condition says), not the rest of what it carries
+/// (another writer's conditions change between two tries: that is no new write).
+fn pass_key(action: &Action) -> Option<u64> {
+    let summary = match action {
+        Action::PatchSpec { summary, .. }
+        | Action::PatchStatus { summary, .. }
+        | Action::SetCondition { summary, .. }
+        | Action::SetOwnCondition { summary, .. } => summary,
+        _ => return None,
+    };
+    let mut hasher = crate::fnv::Fnv::default();
+    std::hash::Hasher::write(&mut hasher, action.kind().as_str().as_bytes());
+    std::hash::Hasher::write(&mut hasher, b"\n");
+    std::hash::Hasher::write(&mut hasher, summary.as_bytes());
+    Some(std::hash::Hasher::finish(&hasher))
 }
 
 impl Fights {
@@ -322,6 +371,69 @@ impl Fights {
         }
     }
 
+    /// Why a takeover gives Machine `key` back at `now`: a hold on it, or it was given back
+    /// within [`GIVEN_BACK_FOR`] (the hold's signs either way).
+    pub fn fought_over(&self, key: &ObjectKey, now: Timestamp) -> Option<&str> {
+        if let Some(given) = self.given_back.get(key).filter(|g| now < g.until()) {
+            return Some(&given.why);
+        }
+        self.held
+            .get(key)
+            .filter(|h| now < h.until)
+            .map(|h| h.why.as_str())
+    }
+
+    /// The Machine `key`, fought over, is given back to Cluster API's manager from `now` (kept
+    /// from the first time) for [`GIVEN_BACK_FOR`]. Whether it was given back now (not before).
+    pub fn give_back(&mut self, key: &ObjectKey, now: Timestamp) -> bool {
+        if self.given_back.get(key).is_some_and(|g| now < g.until()) {
+            return false;
+        }
+        let why = self.fought_over(key, now).unwrap_or_default().to_string();
+        self.given_back.insert(
+            key.clone(),
+            GivenBack {
+                since: now,
+                why,
+                passed: Vec::new(),
+            },
+        );
+        self.expires_at(now.saturating_add(GIVEN_BACK_FOR));
+        true
+    }
+
+    /// Whether `action`, a write that gives its target back, passes the hold on it: only when
+    /// the target was given back ([`Fights::give_back`]) and the same write (as [`pass_key`]
+    /// names it) never passed. It is on record from now: never the same write twice.
+    pub fn pass(&mut self, action: &Action, now: Timestamp) -> bool {
+        let Some(key) = pass_key(action) else {
+            return false;
+        };
+        let Some(given) = self
+            .given_back
+            .get_mut(&action.target().key)
+            .filter(|g| now < g.until())
+        else {
+            return false;
+        };
+        if given.passed.contains(&key) {
+            return false;
+        }
+        given.passed.push(key);
+        true
+    }
+
+    /// Forgets the Machines given back (a state migrated from before version 13 knows none).
+    pub fn forget_given_back(&mut self) {
+        self.given_back.clear();
+        self.next_expiry = self.first_expiry();
+    }
+
+    /// Whether a hold stands on `key` at `now`.
+    pub fn is_held(&self, key: &ObjectKey, now: Timestamp) -> bool {
+        self.held.get(key).is_some_and(|h| now < h.until)
+    }
+
     /// Objects held at `now`.
     pub fn held(&self, now: Timestamp) -> impl Iterator<Item = (&ObjectKey, &Hold)> {
         self.held.iter().filter(move |(_, h)| now < h.until)
@@ -335,6 +447,7 @@ impl Fights {
             return;
         }
         self.held.retain(|_, h| now < h.until);
+        self.given_back.retain(|_, g| now < g.until());
         self.recent.retain(|_, r| {
             r.landed.retain(|l| within(l.at, now));
             r.undone.retain(|at| within(*at, now));
@@ -353,6 +466,7 @@ impl Fights {
             .values()
             .flat_map(Recent::expiries)
             .chain(self.held.values().map(|h| h.until))
+            .chain(self.given_back.values().map(GivenBack::until))
             .min()
     }
 

@@ -2304,6 +2304,7 @@ fn of_machine_set(mut m: Machine) -> Machine {
     m
 }
 
+/// Hooked as this build hooks a Machine: both hooks and the annotation naming their holder.
 fn with_own_hooks(mut m: Machine) -> Machine {
     for hook in [
         crate::ownership::OWN_PRE_DRAIN_HOOK,
@@ -2311,6 +2312,10 @@ fn with_own_hooks(mut m: Machine) -> Machine {
     ] {
         m.meta.annotations.insert(hook.into(), "lifecycle".into());
     }
+    let held_by = crate::ownership::hooks_held_by(&m.meta.namespace, &m.meta.name);
+    m.meta
+        .annotations
+        .insert(crate::ownership::HOOKS_HELD_BY_ANNOTATION.into(), held_by);
     m
 }
 
@@ -2427,17 +2432,25 @@ fn own_machines_selects_what_takeover_hooks_and_unhooks_what_it_no_longer_owns()
             (c.action.target().key.name.to_string(), annotations)
         })
         .collect();
-    let hooks = |value: serde_json::Value| {
+    let hooks = |value: serde_json::Value, held_by: serde_json::Value| {
         serde_json::json!({
             crate::ownership::OWN_PRE_DRAIN_HOOK: value,
             crate::ownership::OWN_PRE_TERMINATE_HOOK: value,
+            crate::ownership::HOOKS_HELD_BY_ANNOTATION: held_by,
         })
     };
+    let blue_held_by = crate::ownership::hooks_held_by("default", "standalone-blue");
     assert_eq!(
         patches,
         [
-            ("standalone-blue".to_string(), hooks("lifecycle".into())),
-            ("was-ours".to_string(), hooks(serde_json::Value::Null)),
+            (
+                "standalone-blue".to_string(),
+                hooks("lifecycle".into(), blue_held_by.into())
+            ),
+            (
+                "was-ours".to_string(),
+                hooks(serde_json::Value::Null, serde_json::Value::Null)
+            ),
         ],
         "selected without a MachineSet: hooked; a MachineSet's unselected: left to CAPI, its old \
          hooks removed; a control plane's: never; a deleting Machine keeps its hooks"

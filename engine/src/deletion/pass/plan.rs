@@ -86,7 +86,15 @@ impl Pass<'_, '_> {
                 on_queued,
             } = intent;
             let target = action.target().key.name.clone();
-            let issued = self.cx.issue(ControllerId::Deletion, action, why);
+            // Fought over, a hook's removal is what hands the Machine back: it passes the hold.
+            let giving_back = matches!(on_queued, Record::HookRemoval(_))
+                && matches!(self.handing_back, Some(super::HandingBack::Fight(_)));
+            let issued = if giving_back {
+                self.cx
+                    .issue_giving_back(ControllerId::Deletion, action, why)
+            } else {
+                self.cx.issue(ControllerId::Deletion, action, why)
+            };
             if !on_queued.holds(issued) {
                 continue;
             }
