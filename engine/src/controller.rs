@@ -744,6 +744,53 @@ mod tests {
         }
     }
 
+    /// A Machine held in a fight and given back: the write that hands it back passes the hold,
+    /// once; the same write again, and any other write, is held. Not given back, it is held.
+    #[test]
+    fn a_write_giving_back_a_held_machine_passes_the_hold_once() {
+        let mut store = Store::default();
+        let mut m1 = crate::testing::machine("c1", "m1", None);
+        let mut effects = Effects::default();
+        let write = status_write("m1");
+        let secs = |s: i64| Timestamp(s * 1000);
+        for (i, t) in [0, 60, 120].into_iter().enumerate() {
+            let version = 10 * (i as u64 + 1);
+            effects.fights.landed(&write, version, secs(t));
+            let _ = effects.fights.check(&write, version + 1, secs(t + 1));
+        }
+        m1.meta.resource_version = 31;
+        store.upsert(&Scope::Management, crate::model::Object::Machine(m1));
+        let now = secs(122);
+        let giving_back = |effects: &mut Effects, give: bool| {
+            let mut cx = Cx {
+                now,
+                store: &store,
+                cause: 1,
+                owner: key("m1"),
+                effects,
+            };
+            assert!(cx.fought_over(&key("m1")).is_some(), "held");
+            if give {
+                cx.give_back(&key("m1"));
+            }
+            cx.issue_giving_back(
+                ControllerId::Deletion,
+                other_status_write("m1"),
+                "hand back",
+            )
+        };
+        assert_eq!(giving_back(&mut effects.clone(), false), Issued::Held);
+        let Issued::Queued(id) = giving_back(&mut effects, true) else {
+            panic!("the hand-back passes")
+        };
+        effects.complete(id, &ApiOutcome::Ok { object: None }, now);
+        assert_eq!(giving_back(&mut effects, true), Issued::Held, "once");
+        assert_eq!(
+            issue_at(&mut effects, &store, now, status_write("m1")),
+            Issued::Held
+        );
+    }
+
     /// Shadow: a withheld decision is not made again while its target stands as it was; another
     /// decision about it is, and so is the same one once the target changed.
     #[test]

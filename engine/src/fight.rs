@@ -646,6 +646,101 @@ mod tests {
         }
     }
 
+    fn hand_back(summary: &str) -> Action {
+        Action::PatchSpec {
+            target: Target {
+                key: ObjectKey::new(Scope::Management, Kind::Machine, "default", "w1"),
+                api_version: "cluster.x-k8s.io/v1beta2".into(),
+            },
+            merge: JsonText(r#"{"metadata":{"annotations":{}}}"#.into()),
+            summary: summary.into(),
+        }
+    }
+
+    /// Held in a fight, then given back: each write that hands the Machine back passes the
+    /// hold once (a write with the same summary never again, whatever else it carries), only
+    /// once given back; the Machine counts as fought over for [`GIVEN_BACK_FOR`], not
+    /// [`HOLD`], and nothing is kept after.
+    #[test]
+    fn a_machine_given_back_passes_each_hand_back_write_once_and_stays_given_back_a_day() {
+        let mut fights = Fights::default();
+        let unhook = hand_back("remove annotation h");
+        let key = unhook.target().key.clone();
+        assert!(
+            !fights.pass(&unhook, at(0)),
+            "not given back: nothing passes"
+        );
+        for (i, t) in [0, 60, 120].into_iter().enumerate() {
+            fights.landed(&unhook, 10 * (i as u64 + 1), at(t));
+            let _ = fights.check(&unhook, 10 * (i as u64 + 1) + 1, at(t + 1));
+        }
+        assert!(fights.is_held(&key, at(122)));
+        assert!(!fights.pass(&unhook, at(122)), "held is not given back");
+        assert!(fights.give_back(&key, at(122)));
+        assert!(!fights.give_back(&key, at(130)), "given back once");
+        assert!(fights.pass(&unhook, at(130)));
+        assert!(!fights.pass(&unhook, at(131)), "the same write never twice");
+        let mut other_content = hand_back("remove annotation h");
+        if let Action::PatchSpec { merge, .. } = &mut other_content {
+            *merge = JsonText(r#"{"metadata":{"annotations":{"x":null}}}"#.into());
+        }
+        assert!(
+            !fights.pass(&other_content, at(132)),
+            "named by its summary"
+        );
+        assert!(fights.pass(&hand_back("remove annotation g"), at(133)));
+        let hold_over = at(121).saturating_add(HOLD);
+        assert!(!fights.is_held(&key, hold_over));
+        assert!(
+            fights
+                .fought_over(&key, hold_over)
+                .is_some_and(|why| why.contains("3 times")),
+            "given back outlasts the hold"
+        );
+        let day = at(122).saturating_add(GIVEN_BACK_FOR);
+        assert!(
+            fights
+                .fought_over(&key, day.saturating_add(Duration(-1)))
+                .is_some()
+        );
+        assert_eq!(fights.fought_over(&key, day), None);
+        fights.expire(day);
+        assert_eq!(fights, Fights::default(), "nothing kept after a day");
+    }
+
+    /// A state of version 12 (no Machine given back) reads as none given back; version 13
+    /// reads what it wrote.
+    #[test]
+    fn fights_of_version_12_read_with_none_given_back() {
+        let mut fights = Fights::default();
+        let action = cordon();
+        fights.landed(&action, 10, at(0));
+        #[derive(Serialize)]
+        struct V12<'a> {
+            recent: &'a BTreeMap<ObjectKey, Recent>,
+            held: &'a BTreeMap<ObjectKey, Hold>,
+        }
+        let v12 = crate::codec::encode(&V12 {
+            recent: &fights.recent,
+            held: &fights.held,
+        })
+        .unwrap();
+        let read: Fights = crate::codec::decode_layout(&v12, 12).unwrap();
+        assert_eq!(read, fights);
+        fights.given_back.insert(
+            action.target().key.clone(),
+            GivenBack {
+                since: at(1),
+                why: "w".into(),
+                passed: vec![7],
+            },
+        );
+        let v13 = crate::codec::encode(&fights).unwrap();
+        let read: Fights = crate::codec::decode_layout(&v13, 13).unwrap();
+        assert_eq!(read, fights);
+        assert_eq!(read.next_expiry, read.first_expiry());
+    }
+
     /// Evictions and deletions of other objects are never held.
     #[test]
     fn evictions_are_never_held() {
