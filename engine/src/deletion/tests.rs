@@ -2582,6 +2582,27 @@ fn an_unsupported_capi_release_stops_takeover_hooking_and_hands_back_what_is_not
                 .filter(|c| c.action.target().key.name == "m1")
                 .count();
             assert!(m1 > 0, "the deletion it holds goes on: {commands:#?}");
+            let told_m1: Vec<&str> = commands
+                .iter()
+                .filter(|c| c.action.target().key.name == "m1")
+                .filter_map(|c| match &c.action {
+                    Action::SetOwnCondition { conditions, .. } => conditions
+                        .current(crate::ownership::OWN_CONDITION)
+                        .map(|own| own.message.as_str()),
+                    Action::RecordEvent {
+                        reason, message, ..
+                    } if reason == crate::ownership::HANDED_BACK_EVENT => Some(message.as_str()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(told_m1.len(), 2, "its condition and an Event: {told_m1:?}");
+            for told in told_m1 {
+                assert!(
+                    told.contains("runs v1.15.0, a release this build of the controller does not support")
+                        && told.contains("hands it back with its last hook"),
+                    "the deletion it finishes says why and what comes: {told}"
+                );
+            }
         }
     }
 }
