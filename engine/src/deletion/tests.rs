@@ -2598,8 +2598,9 @@ fn an_unsupported_capi_release_stops_takeover_hooking_and_hands_back_what_is_not
             assert_eq!(told_m1.len(), 2, "its condition and an Event: {told_m1:?}");
             for told in told_m1 {
                 assert!(
-                    told.contains("runs v1.15.0, a release this build of the controller does not support")
-                        && told.contains("hands it back with its last hook"),
+                    told.contains(
+                        "runs v1.15.0, a release this build of the controller does not support"
+                    ) && told.contains("hands it back with its last hook"),
                     "the deletion it finishes says why and what comes: {told}"
                 );
             }
