@@ -505,10 +505,10 @@ impl<'a> Cx<'a> {
         action: Action,
         reason: impl Into<String>,
     ) -> Issued {
-        self.issue_past(controller, action, reason, false)
+        self.issue_past(controller, action, reason, None)
     }
 
-    /// [`Cx::issue`] for a write that gives a fought-over Machine back ([`Cx::give_back`]): it
+    /// [`Cx::issue`] for `write`, which gives a fought-over Machine back ([`Cx::give_back`]): it
     /// passes the hold on its target once, the one write that ends the fight; the same write
     /// again is held as any other ([`crate::fight::Fights::pass`]).
     pub fn issue_giving_back(
@@ -516,8 +516,9 @@ impl<'a> Cx<'a> {
         controller: ControllerId,
         action: Action,
         reason: impl Into<String>,
+        write: crate::fight::HandBackWrite,
     ) -> Issued {
-        self.issue_past(controller, action, reason, true)
+        self.issue_past(controller, action, reason, Some(write))
     }
 
     fn issue_past(
@@ -525,7 +526,7 @@ impl<'a> Cx<'a> {
         controller: ControllerId,
         action: Action,
         reason: impl Into<String>,
-        giving_back: bool,
+        giving_back: Option<crate::fight::HandBackWrite>,
     ) -> Issued {
         let scope: &Scope = &action.target().key.scope;
         if action.is_destructive() && !self.store.is_synced(scope) {
@@ -564,9 +565,11 @@ impl<'a> Cx<'a> {
                 "writes to this object keep meeting 409 Conflict",
             );
         }
-        let passes = giving_back
-            && self.effects.fights.is_held(&action.target().key, self.now)
-            && self.effects.fights.pass(&action, self.now);
+        let key = &action.target().key;
+        let passes = giving_back.is_some_and(|write| {
+            self.effects.fights.is_held(key, self.now)
+                && self.effects.fights.pass(key, write, self.now)
+        });
         if !passes && let Err(hold) = self.effects.fights.check(&action, seen, self.now) {
             let (until, tell) = (hold.until, (!hold.told).then(|| hold.why.clone()));
             let target = action.target().clone();
@@ -777,6 +780,7 @@ mod tests {
                 ControllerId::Deletion,
                 other_status_write("m1"),
                 "hand back",
+                crate::fight::HandBackWrite::LastHook,
             )
         };
         assert_eq!(giving_back(&mut effects.clone(), false), Issued::Held);

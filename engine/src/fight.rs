@@ -21,7 +21,8 @@
 //!
 //! In takeover a fought-over Machine is given back to Cluster API's manager
 //! ([`Fights::give_back`]) and is not taken again for [`GIVEN_BACK_FOR`]: the writes that hand
-//! it back pass its hold, each once ([`Fights::pass`]), so the hand-back cannot become the loop.
+//! it back pass its hold, each once ([`Fights::pass`], [`HandBackWrite`]), so the hand-back
+//! cannot become the loop.
 
 use crate::command::{Action, ActionKind, JsonText};
 use crate::model::ObjectKey;
@@ -145,8 +146,8 @@ pub struct GivenBack {
     pub since: Timestamp,
     /// The hold's signs, said for an operator.
     pub why: String,
-    /// The writes that passed its hold ([`pass_key`]): each passes once.
-    passed: Vec<u64>,
+    /// The writes that passed its hold: each passes once.
+    passed: Vec<HandBackWrite>,
 }
 
 impl GivenBack {
@@ -248,22 +249,18 @@ fn content(action: &Action) -> Option<u64> {
     Some(crate::controller::fingerprint(&normal))
 }
 
-/// What names a write that gives an object back, for [`Fights::pass`]: its kind and summary
-/// (which hook it removes, which reason its condition says), not the rest of what it carries
-/// (another writer's conditions change between two tries: that is no new write).
-fn pass_key(action: &Action) -> Option<u64> {
-    let summary = match action {
-        Action::PatchSpec { summary, .. }
-        | Action::PatchStatus { summary, .. }
-        | Action::SetCondition { summary, .. }
-        | Action::SetOwnCondition { summary, .. } => summary,
-        _ => return None,
-    };
-    let mut hasher = crate::fnv::Fnv::default();
-    std::hash::Hasher::write(&mut hasher, action.kind().as_str().as_bytes());
-    std::hash::Hasher::write(&mut hasher, b"\n");
-    std::hash::Hasher::write(&mut hasher, summary.as_bytes());
-    Some(std::hash::Hasher::finish(&hasher))
+/// A write that hands a fought-over Machine back ([`Fights::pass`]): each passes the hold on
+/// it once per hand-back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HandBackWrite {
+    /// A deletion's pre-drain hook taken off, its drain over.
+    PreDrainHook,
+    /// The condition that tells it.
+    PreDrainHookTold,
+    /// This controller's last hook taken off, with the annotation that names their holder.
+    LastHook,
+    /// The condition that tells it (a deletion's).
+    LastHookTold,
 }
 
 impl Fights {
@@ -402,24 +399,17 @@ impl Fights {
         true
     }
 
-    /// Whether `action`, a write that gives its target back, passes the hold on it: only when
-    /// the target was given back ([`Fights::give_back`]) and the same write (as [`pass_key`]
-    /// names it) never passed. It is on record from now: never the same write twice.
-    pub fn pass(&mut self, action: &Action, now: Timestamp) -> bool {
-        let Some(key) = pass_key(action) else {
+    /// Whether `write`, which gives Machine `key` back, passes the hold on it: only when the
+    /// Machine was given back ([`Fights::give_back`]) and that write never passed. It is on
+    /// record from now: never twice, whatever the other writer does meanwhile.
+    pub fn pass(&mut self, key: &ObjectKey, write: HandBackWrite, now: Timestamp) -> bool {
+        let Some(given) = self.given_back.get_mut(key).filter(|g| now < g.until()) else {
             return false;
         };
-        let Some(given) = self
-            .given_back
-            .get_mut(&action.target().key)
-            .filter(|g| now < g.until())
-        else {
-            return false;
-        };
-        if given.passed.contains(&key) {
+        if given.passed.contains(&write) {
             return false;
         }
-        given.passed.push(key);
+        given.passed.push(write);
         true
     }
 
@@ -646,49 +636,33 @@ mod tests {
         }
     }
 
-    fn hand_back(summary: &str) -> Action {
-        Action::PatchSpec {
-            target: Target {
-                key: ObjectKey::new(Scope::Management, Kind::Machine, "default", "w1"),
-                api_version: "cluster.x-k8s.io/v1beta2".into(),
-            },
-            merge: JsonText(r#"{"metadata":{"annotations":{}}}"#.into()),
-            summary: summary.into(),
-        }
-    }
-
     /// Held in a fight, then given back: each write that hands the Machine back passes the
-    /// hold once (a write with the same summary never again, whatever else it carries), only
-    /// once given back; the Machine counts as fought over for [`GIVEN_BACK_FOR`], not
-    /// [`HOLD`], and nothing is kept after.
+    /// hold once, only once given back; the Machine counts as fought over for
+    /// [`GIVEN_BACK_FOR`], not [`HOLD`], and nothing is kept after.
     #[test]
     fn a_machine_given_back_passes_each_hand_back_write_once_and_stays_given_back_a_day() {
         let mut fights = Fights::default();
-        let unhook = hand_back("remove annotation h");
-        let key = unhook.target().key.clone();
+        let write = cordon();
+        let key = write.target().key.clone();
+        let last = HandBackWrite::LastHook;
         assert!(
-            !fights.pass(&unhook, at(0)),
+            !fights.pass(&key, last, at(0)),
             "not given back: nothing passes"
         );
         for (i, t) in [0, 60, 120].into_iter().enumerate() {
-            fights.landed(&unhook, 10 * (i as u64 + 1), at(t));
-            let _ = fights.check(&unhook, 10 * (i as u64 + 1) + 1, at(t + 1));
+            fights.landed(&write, 10 * (i as u64 + 1), at(t));
+            let _ = fights.check(&write, 10 * (i as u64 + 1) + 1, at(t + 1));
         }
         assert!(fights.is_held(&key, at(122)));
-        assert!(!fights.pass(&unhook, at(122)), "held is not given back");
+        assert!(!fights.pass(&key, last, at(122)), "held is not given back");
         assert!(fights.give_back(&key, at(122)));
         assert!(!fights.give_back(&key, at(130)), "given back once");
-        assert!(fights.pass(&unhook, at(130)));
-        assert!(!fights.pass(&unhook, at(131)), "the same write never twice");
-        let mut other_content = hand_back("remove annotation h");
-        if let Action::PatchSpec { merge, .. } = &mut other_content {
-            *merge = JsonText(r#"{"metadata":{"annotations":{"x":null}}}"#.into());
-        }
+        assert!(fights.pass(&key, last, at(130)));
         assert!(
-            !fights.pass(&other_content, at(132)),
-            "named by its summary"
+            !fights.pass(&key, last, at(131)),
+            "the same write never twice"
         );
-        assert!(fights.pass(&hand_back("remove annotation g"), at(133)));
+        assert!(fights.pass(&key, HandBackWrite::LastHookTold, at(133)));
         let hold_over = at(121).saturating_add(HOLD);
         assert!(!fights.is_held(&key, hold_over));
         assert!(
@@ -732,7 +706,7 @@ mod tests {
             GivenBack {
                 since: at(1),
                 why: "w".into(),
-                passed: vec![7],
+                passed: vec![HandBackWrite::PreDrainHook],
             },
         );
         let v13 = crate::codec::encode(&fights).unwrap();

@@ -782,7 +782,8 @@ fn hook_once(
             summary: patch.summary,
         };
         if fought.is_some() {
-            cx.issue_giving_back(ControllerId::Deletion, action, reason.clone())
+            let write = crate::fight::HandBackWrite::LastHook;
+            cx.issue_giving_back(ControllerId::Deletion, action, reason.clone(), write)
         } else {
             cx.issue(ControllerId::Deletion, action, reason.clone())
         }

@@ -8,6 +8,7 @@ use crate::deletion::DeletionPhase;
 use crate::deletion::gates::NodeDeletionBlocked;
 use crate::deletion::pass::assess::Findings;
 use crate::deletion::status::{DELETING, reason};
+use crate::fight::HandBackWrite;
 use crate::model::{Condition, ConditionStatus, DeletionTimes, Machine, set_condition};
 use crate::ownership::{
     CAPI_WAITING_FOR_PRE_DRAIN_HOOK, CAPI_WAITING_FOR_PRE_TERMINATE_HOOK, HANDED_BACK_EVENT,
@@ -194,18 +195,20 @@ impl Pass<'_, '_> {
             summary,
         };
         // Fought over, the condition that tells a hook handed back passes the hold with it.
-        let giving_back = matches!(self.handing_back, Some(HandingBack::Fight(_)))
-            && matches!(
-                *reason,
-                own_reason::DRAIN_HANDED_BACK | own_reason::RELEASED_TO_CLUSTER_API
-            );
+        let fought = matches!(self.handing_back, Some(HandingBack::Fight(_)));
+        let giving_back = match *reason {
+            own_reason::DRAIN_HANDED_BACK if fought => Some(HandBackWrite::PreDrainHookTold),
+            own_reason::RELEASED_TO_CLUSTER_API if fought => Some(HandBackWrite::LastHookTold),
+            _ => None,
+        };
         // Ahead of the planned writes: they name no resourceVersion, and this one would find
         // theirs.
-        let issued = if giving_back {
-            self.cx
-                .issue_giving_back(ControllerId::Deletion, action, message)
-        } else {
-            self.cx.issue(ControllerId::Deletion, action, message)
+        let issued = match giving_back {
+            Some(write) => {
+                self.cx
+                    .issue_giving_back(ControllerId::Deletion, action, message, write)
+            }
+            None => self.cx.issue(ControllerId::Deletion, action, message),
         };
         if let crate::controller::Issued::Queued(_) = issued {
             self.tracked.memo.pending_conditions =
