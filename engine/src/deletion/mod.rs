@@ -724,6 +724,9 @@ fn hook_once(
     let owned = halted_by.is_none() && fought.is_none() && takes_over;
     let name = &machine.meta.name;
     let patch = crate::ownership::hooks_patch(&machine.meta, OwnHooks::all(owned));
+    if patch.is_none() && !given_back_now {
+        return None;
+    }
     let reason = if owned && !hooks.both() {
         match own {
             Some(selector) => format!(
@@ -775,7 +778,12 @@ fn hook_once(
     });
     let issued = patch.map(|patch| {
         let mut merge = patch.merge;
-        merge["metadata"]["resourceVersion"] = machine.meta.resource_version.to_string().into();
+        // The hand-back after a fight names no resourceVersion: the other writer changes the
+        // Machine all the time, and a 409 would spend the one write that passes the hold on
+        // nothing (taking annotations off is right whatever the Machine shows).
+        if fought.is_none() {
+            merge["metadata"]["resourceVersion"] = machine.meta.resource_version.to_string().into();
+        }
         let action = Action::PatchSpec {
             target,
             merge: crate::command::JsonText::from_value(&merge),
