@@ -345,6 +345,8 @@ impl Effects {
             }
             // A write lands when the API answers with the object written: a command not
             // sent (shadow) is answered with nothing, and changed nothing to undo.
+            self.fights
+                .answered(&command.action.target().key, id, !is_failure(outcome));
             match outcome {
                 ApiOutcome::Conflict { .. } => self.fights.refused(&command.action, now),
                 ApiOutcome::Ok {
@@ -429,6 +431,7 @@ impl Effects {
             .chain(self.waiting.values().flatten().cloned())
             .collect();
         self.in_flight.clear();
+        self.fights.forget_sending();
         self.intents.clear();
         self.waiting.clear();
         self.backoffs.clear();
@@ -566,11 +569,13 @@ impl<'a> Cx<'a> {
             );
         }
         let key = &action.target().key;
-        let passes = giving_back.is_some_and(|write| {
+        let passes = giving_back.filter(|write| {
             self.effects.fights.is_held(key, self.now)
-                && self.effects.fights.pass(key, write, self.now)
+                && self.effects.fights.pass(key, *write, self.now)
         });
-        if !passes && let Err(hold) = self.effects.fights.check(&action, seen, self.now) {
+        if passes.is_none()
+            && let Err(hold) = self.effects.fights.check(&action, seen, self.now)
+        {
             let (until, tell) = (hold.until, (!hold.told).then(|| hold.why.clone()));
             let target = action.target().clone();
             self.effects.retries.set(
@@ -579,6 +584,17 @@ impl<'a> Cx<'a> {
                 until,
                 Some(&target.key),
             );
+            // Left as the other writer made it, knowingly: the conditions this controller
+            // decided for it are not what it waits to see (the status convergence rule).
+            if matches!(
+                action,
+                Action::SetCondition { .. } | Action::SetOwnCondition { .. }
+            ) {
+                self.report(crate::decision::Decision::none(
+                    controller,
+                    target.key.clone(),
+                ));
+            }
             if let Some(why) = tell {
                 self.effects.fights.told(&target.key);
                 self.issue(
@@ -632,6 +648,11 @@ impl<'a> Cx<'a> {
         };
         if let Some(intent) = intent {
             self.effects.intents.insert(intent, id);
+        }
+        if let Some(write) = passes {
+            self.effects
+                .fights
+                .sending(&command.action.target().key, write, id);
         }
         let command = Box::new(command);
         self.effects.in_flight.insert(id, command.clone());
@@ -787,10 +808,41 @@ mod tests {
         let Issued::Queued(id) = giving_back(&mut effects, true) else {
             panic!("the hand-back passes")
         };
-        effects.complete(id, &ApiOutcome::Ok { object: None }, now);
-        assert_eq!(giving_back(&mut effects, true), Issued::Held, "once");
+        assert_eq!(giving_back(&mut effects, true), Issued::InFlight);
+        effects.poll();
+        let conflict = ApiOutcome::Conflict {
+            message: "the object has been modified".into(),
+        };
+        effects.complete(id, &conflict, now);
+        // Refused (the other writer wrote in between): tried again once its backoff ends.
+        let later = Timestamp(now.0 + 1_000);
+        let retried = |effects: &mut Effects| {
+            let mut cx = Cx {
+                now: later,
+                store: &store,
+                cause: 1,
+                owner: key("m1"),
+                effects,
+            };
+            cx.issue_giving_back(
+                ControllerId::Deletion,
+                other_status_write("m1"),
+                "hand back",
+                crate::fight::HandBackWrite::LastHook,
+            )
+        };
+        let Issued::Queued(id) = retried(&mut effects) else {
+            panic!("a refused hand-back passes again")
+        };
+        effects.poll();
+        effects.complete(id, &ApiOutcome::Ok { object: None }, later);
         assert_eq!(
-            issue_at(&mut effects, &store, now, status_write("m1")),
+            retried(&mut effects),
+            Issued::Held,
+            "landed once: never again"
+        );
+        assert_eq!(
+            issue_at(&mut effects, &store, later, status_write("m1")),
             Issued::Held
         );
     }

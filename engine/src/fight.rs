@@ -146,8 +146,11 @@ pub struct GivenBack {
     pub since: Timestamp,
     /// The hold's signs, said for an operator.
     pub why: String,
-    /// The writes that passed its hold: each passes once.
+    /// The writes that passed its hold and landed: each lands once.
     passed: Vec<HandBackWrite>,
+    /// Those passed and not answered yet, by command id: a refused one (a 409 as the other
+    /// writer wrote in between) may pass again, paced by the write's backoff.
+    sending: Vec<(u64, HandBackWrite)>,
 }
 
 impl GivenBack {
@@ -393,6 +396,7 @@ impl Fights {
                 since: now,
                 why,
                 passed: Vec::new(),
+                sending: Vec::new(),
             },
         );
         self.expires_at(now.saturating_add(GIVEN_BACK_FOR));
@@ -400,17 +404,45 @@ impl Fights {
     }
 
     /// Whether `write`, which gives Machine `key` back, passes the hold on it: only when the
-    /// Machine was given back ([`Fights::give_back`]) and that write never passed. It is on
-    /// record from now: never twice, whatever the other writer does meanwhile.
-    pub fn pass(&mut self, key: &ObjectKey, write: HandBackWrite, now: Timestamp) -> bool {
-        let Some(given) = self.given_back.get_mut(key).filter(|g| now < g.until()) else {
-            return false;
-        };
-        if given.passed.contains(&write) {
-            return false;
+    /// Machine was given back ([`Fights::give_back`]) and that write neither landed nor is on
+    /// its way: once landed, never again, whatever the other writer does meanwhile.
+    pub fn pass(&self, key: &ObjectKey, write: HandBackWrite, now: Timestamp) -> bool {
+        self.given_back
+            .get(key)
+            .filter(|g| now < g.until())
+            .is_some_and(|g| {
+                !g.passed.contains(&write) && !g.sending.iter().any(|(_, w)| *w == write)
+            })
+    }
+
+    /// The `write` that passed the hold on `key` went out as command `id`.
+    pub fn sending(&mut self, key: &ObjectKey, write: HandBackWrite, id: u64) {
+        if let Some(given) = self.given_back.get_mut(key) {
+            given.sending.push((id, write));
         }
-        given.passed.push(write);
-        true
+    }
+
+    /// Command `id`, sent to `key`, was answered: a hand-back write that landed is on record
+    /// for good; a refused one may pass again.
+    pub fn answered(&mut self, key: &ObjectKey, id: u64, landed: bool) {
+        let Some(given) = self.given_back.get_mut(key) else {
+            return;
+        };
+        let Some(at) = given.sending.iter().position(|(sent, _)| *sent == id) else {
+            return;
+        };
+        let (_, write) = given.sending.remove(at);
+        if landed && !given.passed.contains(&write) {
+            given.passed.push(write);
+        }
+    }
+
+    /// No answer to a command sent before a restart will come: hand-back writes on their way
+    /// may pass again.
+    pub fn forget_sending(&mut self) {
+        for given in self.given_back.values_mut() {
+            given.sending.clear();
+        }
     }
 
     /// Forgets the Machines given back (a state migrated from before version 13 knows none).
@@ -658,10 +690,16 @@ mod tests {
         assert!(fights.give_back(&key, at(122)));
         assert!(!fights.give_back(&key, at(130)), "given back once");
         assert!(fights.pass(&key, last, at(130)));
+        fights.sending(&key, last, 1);
+        assert!(!fights.pass(&key, last, at(130)), "on its way");
+        fights.answered(&key, 1, false);
         assert!(
-            !fights.pass(&key, last, at(131)),
-            "the same write never twice"
+            fights.pass(&key, last, at(131)),
+            "refused (a 409): may pass again"
         );
+        fights.sending(&key, last, 2);
+        fights.answered(&key, 2, true);
+        assert!(!fights.pass(&key, last, at(131)), "landed: never twice");
         assert!(fights.pass(&key, HandBackWrite::LastHookTold, at(133)));
         let hold_over = at(121).saturating_add(HOLD);
         assert!(!fights.is_held(&key, hold_over));
@@ -707,6 +745,7 @@ mod tests {
                 since: at(1),
                 why: "w".into(),
                 passed: vec![HandBackWrite::PreDrainHook],
+                sending: vec![(9, HandBackWrite::LastHook)],
             },
         );
         let v13 = crate::codec::encode(&fights).unwrap();
