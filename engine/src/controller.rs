@@ -847,6 +847,41 @@ mod tests {
         );
     }
 
+    /// A condition write held in a fight withdraws what the controller decided about the
+    /// object: it knowingly leaves it as the other writer made it, and the status convergence
+    /// rule (over HTTP, from the journal) must not wait for it.
+    #[test]
+    fn a_held_condition_write_withdraws_the_decisions_about_its_object() {
+        let store = Store::default();
+        let mut effects = Effects::default();
+        let write = Action::SetCondition {
+            target: crate::command::Target {
+                key: key("m1"),
+                api_version: "cluster.x-k8s.io/v1beta2".into(),
+            },
+            conditions: Conditions::default(),
+            summary: String::new(),
+        };
+        let secs = |s: i64| Timestamp(s * 1000);
+        for (i, t) in [0, 60, 120].into_iter().enumerate() {
+            let version = 10 * (i as u64 + 1);
+            effects.fights.landed(&write, version, secs(t));
+            let _ = effects.fights.check(&write, version + 1, secs(t + 1));
+        }
+        assert!(effects.decisions().is_empty());
+        assert_eq!(
+            issue_at(&mut effects, &store, secs(122), write),
+            Issued::Held
+        );
+        assert_eq!(
+            effects.decisions(),
+            [crate::decision::Decision::none(
+                ControllerId::Deletion,
+                key("m1")
+            )]
+        );
+    }
+
     /// Shadow: a withheld decision is not made again while its target stands as it was; another
     /// decision about it is, and so is the same one once the target changed.
     #[test]
