@@ -83,8 +83,22 @@ async fn takeover_hooks_the_worker_and_release_removes_only_its_hooks() {
         m1.contains(&PRE_DRAIN.to_string()) && m1.contains(&PRE_TERMINATE.to_string()),
         "{m1:?}"
     );
+    let held_by = api.get("m1").await.unwrap().metadata.annotations;
+    assert_eq!(
+        held_by
+            .as_ref()
+            .and_then(|a| a.get(engine::ownership::HOOKS_HELD_BY_ANNOTATION))
+            .map(String::as_str),
+        Some(engine::ownership::hooks_held_by("default", "m1").as_str()),
+        "`kubectl describe machine` names the holder and the command that lets it go"
+    );
     let cp = annotations(&api, "cp-1").await;
     assert!(!cp.iter().any(|a| a.ends_with("/lifecycle")), "{cp:?}");
+    assert!(
+        !cp.iter()
+            .any(|a| a == engine::ownership::HOOKS_HELD_BY_ANNOTATION),
+        "never on a Machine without the hooks: {cp:?}"
+    );
 
     let (code, stdout, stderr) = release(&kubeconfig, &["--all", "--dry-run"]);
     assert_eq!(code, 0, "{stderr}");
@@ -132,7 +146,11 @@ async fn takeover_hooks_the_worker_and_release_removes_only_its_hooks() {
         stdout.contains(&format!("default/m1: removed {PRE_DRAIN}, {PRE_TERMINATE}")),
         "{stdout}"
     );
-    assert_eq!(annotations(&api, "m1").await, [OTHERS.to_string()]);
+    assert_eq!(
+        annotations(&api, "m1").await,
+        [OTHERS.to_string()],
+        "the hooks and the annotation naming their holder removed, the third party's hook left"
+    );
 
     let (code, stdout, _) = release(&kubeconfig, &["--all"]);
     assert_eq!(code, 0);

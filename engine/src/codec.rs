@@ -159,6 +159,15 @@ where
     added_in::<12, D, T>(deserializer)
 }
 
+/// A field that state version 13 added (see [`added_in`]).
+pub fn added_in_13<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de> + Default,
+{
+    added_in::<13, D, T>(deserializer)
+}
+
 /// Whether the value being decoded was written with a state layout older than `version`.
 pub fn layout_before(version: u16) -> bool {
     LAYOUT

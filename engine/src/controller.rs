@@ -345,6 +345,8 @@ impl Effects {
             }
             // A write lands when the API answers with the object written: a command not
             // sent (shadow) is answered with nothing, and changed nothing to undo.
+            self.fights
+                .answered(&command.action.target().key, id, !is_failure(outcome));
             match outcome {
                 ApiOutcome::Conflict { .. } => self.fights.refused(&command.action, now),
                 ApiOutcome::Ok {
@@ -396,6 +398,10 @@ impl Effects {
         self.fights = crate::fight::Fights::default();
     }
 
+    pub(crate) fn forget_given_back(&mut self) {
+        self.fights.forget_given_back();
+    }
+
     /// Forgets the fights' records that expired by `now` ([`crate::fight::Fights::expire`]).
     pub(crate) fn expire_fights(&mut self, now: Timestamp) {
         self.fights.expire(now);
@@ -425,6 +431,7 @@ impl Effects {
             .chain(self.waiting.values().flatten().cloned())
             .collect();
         self.in_flight.clear();
+        self.fights.forget_sending();
         self.intents.clear();
         self.waiting.clear();
         self.backoffs.clear();
@@ -481,12 +488,48 @@ impl<'a> Cx<'a> {
         &self.owner
     }
 
+    /// Why Machine `key` is fought over, if it is: held in a fight, or given back for one
+    /// ([`crate::fight::Fights::fought_over`]).
+    pub fn fought_over(&self, key: &ObjectKey) -> Option<&str> {
+        self.effects.fights.fought_over(key, self.now)
+    }
+
+    /// Machine `key`, fought over, is given back to Cluster API's manager from now (kept from
+    /// the first time): not taken again for [`crate::fight::GIVEN_BACK_FOR`]. Whether it was
+    /// given back now (not before).
+    pub fn give_back(&mut self, key: &ObjectKey) -> bool {
+        self.effects.fights.give_back(key, self.now)
+    }
+
     /// Queues `action` unless the same intent is in flight or its cluster is not synced.
     pub fn issue(
         &mut self,
         controller: ControllerId,
         action: Action,
         reason: impl Into<String>,
+    ) -> Issued {
+        self.issue_past(controller, action, reason, None)
+    }
+
+    /// [`Cx::issue`] for `write`, which gives a fought-over Machine back ([`Cx::give_back`]): it
+    /// passes the hold on its target once, the one write that ends the fight; the same write
+    /// again is held as any other ([`crate::fight::Fights::pass`]).
+    pub fn issue_giving_back(
+        &mut self,
+        controller: ControllerId,
+        action: Action,
+        reason: impl Into<String>,
+        write: crate::fight::HandBackWrite,
+    ) -> Issued {
+        self.issue_past(controller, action, reason, Some(write))
+    }
+
+    fn issue_past(
+        &mut self,
+        controller: ControllerId,
+        action: Action,
+        reason: impl Into<String>,
+        giving_back: Option<crate::fight::HandBackWrite>,
     ) -> Issued {
         let scope: &Scope = &action.target().key.scope;
         if action.is_destructive() && !self.store.is_synced(scope) {
@@ -525,7 +568,14 @@ impl<'a> Cx<'a> {
                 "writes to this object keep meeting 409 Conflict",
             );
         }
-        if let Err(hold) = self.effects.fights.check(&action, seen, self.now) {
+        let key = &action.target().key;
+        let passes = giving_back.filter(|write| {
+            self.effects.fights.is_held(key, self.now)
+                && self.effects.fights.pass(key, *write, self.now)
+        });
+        if passes.is_none()
+            && let Err(hold) = self.effects.fights.check(&action, seen, self.now)
+        {
             let (until, tell) = (hold.until, (!hold.told).then(|| hold.why.clone()));
             let target = action.target().clone();
             self.effects.retries.set(
@@ -534,6 +584,17 @@ impl<'a> Cx<'a> {
                 until,
                 Some(&target.key),
             );
+            // Left as the other writer made it, knowingly: the conditions this controller
+            // decided for it are not what it waits to see (the status convergence rule).
+            if matches!(
+                action,
+                Action::SetCondition { .. } | Action::SetOwnCondition { .. }
+            ) {
+                self.report(crate::decision::Decision::none(
+                    controller,
+                    target.key.clone(),
+                ));
+            }
             if let Some(why) = tell {
                 self.effects.fights.told(&target.key);
                 self.issue(
@@ -587,6 +648,11 @@ impl<'a> Cx<'a> {
         };
         if let Some(intent) = intent {
             self.effects.intents.insert(intent, id);
+        }
+        if let Some(write) = passes {
+            self.effects
+                .fights
+                .sending(&command.action.target().key, write, id);
         }
         let command = Box::new(command);
         self.effects.in_flight.insert(id, command.clone());
@@ -700,6 +766,120 @@ mod tests {
             merge: crate::command::JsonText(r#"{"status":{"phase":"Deleting"}}"#.into()),
             summary: String::new(),
         }
+    }
+
+    /// A Machine held in a fight and given back: the write that hands it back passes the hold,
+    /// once; the same write again, and any other write, is held. Not given back, it is held.
+    #[test]
+    fn a_write_giving_back_a_held_machine_passes_the_hold_once() {
+        let mut store = Store::default();
+        let mut m1 = crate::testing::machine("c1", "m1", None);
+        let mut effects = Effects::default();
+        let write = status_write("m1");
+        let secs = |s: i64| Timestamp(s * 1000);
+        for (i, t) in [0, 60, 120].into_iter().enumerate() {
+            let version = 10 * (i as u64 + 1);
+            effects.fights.landed(&write, version, secs(t));
+            let _ = effects.fights.check(&write, version + 1, secs(t + 1));
+        }
+        m1.meta.resource_version = 31;
+        store.upsert(&Scope::Management, crate::model::Object::Machine(m1));
+        let now = secs(122);
+        let giving_back = |effects: &mut Effects, give: bool| {
+            let mut cx = Cx {
+                now,
+                store: &store,
+                cause: 1,
+                owner: key("m1"),
+                effects,
+            };
+            assert!(cx.fought_over(&key("m1")).is_some(), "held");
+            if give {
+                cx.give_back(&key("m1"));
+            }
+            cx.issue_giving_back(
+                ControllerId::Deletion,
+                other_status_write("m1"),
+                "hand back",
+                crate::fight::HandBackWrite::LastHook,
+            )
+        };
+        assert_eq!(giving_back(&mut effects.clone(), false), Issued::Held);
+        let Issued::Queued(id) = giving_back(&mut effects, true) else {
+            panic!("the hand-back passes")
+        };
+        assert_eq!(giving_back(&mut effects, true), Issued::InFlight);
+        effects.poll();
+        let conflict = ApiOutcome::Conflict {
+            message: "the object has been modified".into(),
+        };
+        effects.complete(id, &conflict, now);
+        // Refused (the other writer wrote in between): tried again once its backoff ends.
+        let later = Timestamp(now.0 + 1_000);
+        let retried = |effects: &mut Effects| {
+            let mut cx = Cx {
+                now: later,
+                store: &store,
+                cause: 1,
+                owner: key("m1"),
+                effects,
+            };
+            cx.issue_giving_back(
+                ControllerId::Deletion,
+                other_status_write("m1"),
+                "hand back",
+                crate::fight::HandBackWrite::LastHook,
+            )
+        };
+        let Issued::Queued(id) = retried(&mut effects) else {
+            panic!("a refused hand-back passes again")
+        };
+        effects.poll();
+        effects.complete(id, &ApiOutcome::Ok { object: None }, later);
+        assert_eq!(
+            retried(&mut effects),
+            Issued::Held,
+            "landed once: never again"
+        );
+        assert_eq!(
+            issue_at(&mut effects, &store, later, status_write("m1")),
+            Issued::Held
+        );
+    }
+
+    /// A condition write held in a fight withdraws what the controller decided about the
+    /// object: it knowingly leaves it as the other writer made it, and the status convergence
+    /// rule (over HTTP, from the journal) must not wait for it.
+    #[test]
+    fn a_held_condition_write_withdraws_the_decisions_about_its_object() {
+        let store = Store::default();
+        let mut effects = Effects::default();
+        let write = Action::SetCondition {
+            target: crate::command::Target {
+                key: key("m1"),
+                api_version: "cluster.x-k8s.io/v1beta2".into(),
+            },
+            conditions: Conditions::default(),
+            summary: String::new(),
+        };
+        let secs = |s: i64| Timestamp(s * 1000);
+        for (i, t) in [0, 60, 120].into_iter().enumerate() {
+            let version = 10 * (i as u64 + 1);
+            effects.fights.landed(&write, version, secs(t));
+            let _ = effects.fights.check(&write, version + 1, secs(t + 1));
+        }
+        assert!(effects.decisions().is_empty());
+        assert_eq!(
+            issue_at(&mut effects, &store, secs(122), write),
+            Issued::Held
+        );
+        assert_eq!(
+            effects.decisions(),
+            [crate::decision::Decision::none(
+                ControllerId::Deletion,
+                key("m1")
+            )]
+        );
     }
 
     /// Shadow: a withheld decision is not made again while its target stands as it was; another

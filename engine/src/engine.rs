@@ -99,9 +99,13 @@ impl Dirty {
 ///     (absent before: none, every tombstone counts as seen in the current window).
 /// 12: the writes other writers undo or refuse, and the objects held for it
 ///     ([`crate::fight::Fights`]; absent before: none).
-pub const STATE_VERSION: u16 = 12;
+/// 13: the Machines a takeover gave back for a fight ([`crate::fight::GivenBack`]; absent
+///     before: none).
+pub const STATE_VERSION: u16 = 13;
 /// The first state version that keeps the writes that landed lately ([`crate::fight`]).
 pub const STATE_VERSION_WRITE_HISTORY: u16 = 12;
+/// The first state version that keeps the Machines a takeover gave back for a fight.
+pub const STATE_VERSION_GIVEN_BACK: u16 = 13;
 /// The oldest state layout this build reads (and migrates to [`STATE_VERSION`]).
 pub const STATE_VERSION_OLDEST_READ: u16 = 4;
 
@@ -293,6 +297,12 @@ impl Engine {
     /// from before version 12 starts: what a migrated state is compared with.
     pub fn forget_write_history(&mut self) {
         self.effects.forget_write_history();
+    }
+
+    /// Forgets the Machines a takeover gave back for a fight, as a state migrated from before
+    /// version 13 starts.
+    pub fn forget_given_back(&mut self) {
+        self.effects.forget_given_back();
     }
 
     /// Whether a command is in flight or a failed write waits to be tried again.

@@ -18,6 +18,11 @@
 //! Only writes to the object itself are held (its conditions, status, metadata, finalizer, a
 //! Node's cordon): evictions and deletions of other objects go on, so a deletion is slowed,
 //! never stopped for good.
+//!
+//! In takeover a fought-over Machine is given back to Cluster API's manager
+//! ([`Fights::give_back`]) and is not taken again for [`GIVEN_BACK_FOR`]: the writes that hand
+//! it back pass its hold, each once ([`Fights::pass`], [`HandBackWrite`]), so the hand-back
+//! cannot become the loop.
 
 use crate::command::{Action, ActionKind, JsonText};
 use crate::model::ObjectKey;
@@ -37,6 +42,10 @@ pub const CONFLICTS_TOLD: u32 = 3;
 pub const EVENT_REASON: &str = "WritesHeld";
 /// The reason of the Warning Event that tells 409 Conflicts in a row.
 pub const CONFLICT_REASON: &str = "WriteConflicts";
+/// How long a Machine a takeover gave back after a fight stays Cluster API's manager's: not
+/// hooked again meanwhile, so a writer that keeps undoing this controller's writes meets one
+/// hand-back a day at most, never hooks put on and taken off in turn.
+pub const GIVEN_BACK_FOR: Duration = Duration::from_secs(24 * 3600);
 
 /// What the controller wrote lately, and the objects it holds. Nothing older than [`WINDOW`]
 /// (a hold: than its end) is kept once an input at a later time is handled ([`Fights::expire`]),
@@ -46,6 +55,8 @@ pub const CONFLICT_REASON: &str = "WriteConflicts";
 pub struct Fights {
     recent: BTreeMap<ObjectKey, Recent>,
     held: BTreeMap<ObjectKey, Hold>,
+    /// Machines a takeover gave back to Cluster API's manager for a fight (state version 13).
+    given_back: BTreeMap<ObjectKey, GivenBack>,
     /// No later than when the first record kept expires (`None`: nothing kept). A cache, not
     /// state: not encoded (computed on decoding), not compared.
     #[serde(skip)]
@@ -54,7 +65,9 @@ pub struct Fights {
 
 impl PartialEq for Fights {
     fn eq(&self, other: &Self) -> bool {
-        self.recent == other.recent && self.held == other.held
+        self.recent == other.recent
+            && self.held == other.held
+            && self.given_back == other.given_back
     }
 }
 
@@ -65,6 +78,8 @@ impl Eq for Fights {}
 struct Encoded {
     recent: BTreeMap<ObjectKey, Recent>,
     held: BTreeMap<ObjectKey, Hold>,
+    #[serde(deserialize_with = "crate::codec::added_in_13")]
+    given_back: BTreeMap<ObjectKey, GivenBack>,
 }
 
 impl From<Encoded> for Fights {
@@ -72,6 +87,7 @@ impl From<Encoded> for Fights {
         let mut fights = Fights {
             recent: e.recent,
             held: e.held,
+            given_back: e.given_back,
             next_expiry: None,
         };
         fights.next_expiry = fights.first_expiry();
@@ -122,6 +138,25 @@ pub struct Hold {
     pub why: String,
     /// Its Warning Event was issued.
     pub told: bool,
+}
+
+/// A Machine a takeover gave back to Cluster API's manager because of a fight.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GivenBack {
+    pub since: Timestamp,
+    /// The hold's signs, said for an operator.
+    pub why: String,
+    /// The writes that passed its hold and landed: each lands once.
+    passed: Vec<HandBackWrite>,
+    /// Those passed and not answered yet, by command id: a refused one (a 409 as the other
+    /// writer wrote in between) may pass again, paced by the write's backoff.
+    sending: Vec<(u64, HandBackWrite)>,
+}
+
+impl GivenBack {
+    pub fn until(&self) -> Timestamp {
+        self.since.saturating_add(GIVEN_BACK_FOR)
+    }
 }
 
 /// The Event's message for a hold `why`.
@@ -215,6 +250,20 @@ fn content(action: &Action) -> Option<u64> {
         | Action::RecordEvent { .. } => return None,
     };
     Some(crate::controller::fingerprint(&normal))
+}
+
+/// A write that hands a fought-over Machine back ([`Fights::pass`]): each passes the hold on
+/// it once per hand-back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HandBackWrite {
+    /// A deletion's pre-drain hook taken off, its drain over.
+    PreDrainHook,
+    /// The condition that tells it.
+    PreDrainHookTold,
+    /// This controller's last hook taken off, with the annotation that names their holder.
+    LastHook,
+    /// The condition that tells it (a deletion's).
+    LastHookTold,
 }
 
 impl Fights {
@@ -322,6 +371,91 @@ impl Fights {
         }
     }
 
+    /// Why a takeover gives Machine `key` back at `now`: a hold on it, or it was given back
+    /// within [`GIVEN_BACK_FOR`] (the hold's signs either way).
+    pub fn fought_over(&self, key: &ObjectKey, now: Timestamp) -> Option<&str> {
+        if let Some(given) = self.given_back.get(key).filter(|g| now < g.until()) {
+            return Some(&given.why);
+        }
+        self.held
+            .get(key)
+            .filter(|h| now < h.until)
+            .map(|h| h.why.as_str())
+    }
+
+    /// The Machine `key`, fought over, is given back to Cluster API's manager from `now` (kept
+    /// from the first time) for [`GIVEN_BACK_FOR`]. Whether it was given back now (not before).
+    pub fn give_back(&mut self, key: &ObjectKey, now: Timestamp) -> bool {
+        if self.given_back.get(key).is_some_and(|g| now < g.until()) {
+            return false;
+        }
+        let why = self.fought_over(key, now).unwrap_or_default().to_string();
+        self.given_back.insert(
+            key.clone(),
+            GivenBack {
+                since: now,
+                why,
+                passed: Vec::new(),
+                sending: Vec::new(),
+            },
+        );
+        self.expires_at(now.saturating_add(GIVEN_BACK_FOR));
+        true
+    }
+
+    /// Whether `write`, which gives Machine `key` back, passes the hold on it: only when the
+    /// Machine was given back ([`Fights::give_back`]) and that write neither landed nor is on
+    /// its way: once landed, never again, whatever the other writer does meanwhile.
+    pub fn pass(&self, key: &ObjectKey, write: HandBackWrite, now: Timestamp) -> bool {
+        self.given_back
+            .get(key)
+            .filter(|g| now < g.until())
+            .is_some_and(|g| {
+                !g.passed.contains(&write) && !g.sending.iter().any(|(_, w)| *w == write)
+            })
+    }
+
+    /// The `write` that passed the hold on `key` went out as command `id`.
+    pub fn sending(&mut self, key: &ObjectKey, write: HandBackWrite, id: u64) {
+        if let Some(given) = self.given_back.get_mut(key) {
+            given.sending.push((id, write));
+        }
+    }
+
+    /// Command `id`, sent to `key`, was answered: a hand-back write that landed is on record
+    /// for good; a refused one may pass again.
+    pub fn answered(&mut self, key: &ObjectKey, id: u64, landed: bool) {
+        let Some(given) = self.given_back.get_mut(key) else {
+            return;
+        };
+        let Some(at) = given.sending.iter().position(|(sent, _)| *sent == id) else {
+            return;
+        };
+        let (_, write) = given.sending.remove(at);
+        if landed && !given.passed.contains(&write) {
+            given.passed.push(write);
+        }
+    }
+
+    /// No answer to a command sent before a restart will come: hand-back writes on their way
+    /// may pass again.
+    pub fn forget_sending(&mut self) {
+        for given in self.given_back.values_mut() {
+            given.sending.clear();
+        }
+    }
+
+    /// Forgets the Machines given back (a state migrated from before version 13 knows none).
+    pub fn forget_given_back(&mut self) {
+        self.given_back.clear();
+        self.next_expiry = self.first_expiry();
+    }
+
+    /// Whether a hold stands on `key` at `now`.
+    pub fn is_held(&self, key: &ObjectKey, now: Timestamp) -> bool {
+        self.held.get(key).is_some_and(|h| now < h.until)
+    }
+
     /// Objects held at `now`.
     pub fn held(&self, now: Timestamp) -> impl Iterator<Item = (&ObjectKey, &Hold)> {
         self.held.iter().filter(move |(_, h)| now < h.until)
@@ -335,6 +469,7 @@ impl Fights {
             return;
         }
         self.held.retain(|_, h| now < h.until);
+        self.given_back.retain(|_, g| now < g.until());
         self.recent.retain(|_, r| {
             r.landed.retain(|l| within(l.at, now));
             r.undone.retain(|at| within(*at, now));
@@ -353,6 +488,7 @@ impl Fights {
             .values()
             .flat_map(Recent::expiries)
             .chain(self.held.values().map(|h| h.until))
+            .chain(self.given_back.values().map(GivenBack::until))
             .min()
     }
 
@@ -530,6 +666,92 @@ mod tests {
         for action in &actions {
             assert_eq!(fightable(action), content(action).is_some(), "{action:?}");
         }
+    }
+
+    /// Held in a fight, then given back: each write that hands the Machine back passes the
+    /// hold once, only once given back; the Machine counts as fought over for
+    /// [`GIVEN_BACK_FOR`], not [`HOLD`], and nothing is kept after.
+    #[test]
+    fn a_machine_given_back_passes_each_hand_back_write_once_and_stays_given_back_a_day() {
+        let mut fights = Fights::default();
+        let write = cordon();
+        let key = write.target().key.clone();
+        let last = HandBackWrite::LastHook;
+        assert!(
+            !fights.pass(&key, last, at(0)),
+            "not given back: nothing passes"
+        );
+        for (i, t) in [0, 60, 120].into_iter().enumerate() {
+            fights.landed(&write, 10 * (i as u64 + 1), at(t));
+            let _ = fights.check(&write, 10 * (i as u64 + 1) + 1, at(t + 1));
+        }
+        assert!(fights.is_held(&key, at(122)));
+        assert!(!fights.pass(&key, last, at(122)), "held is not given back");
+        assert!(fights.give_back(&key, at(122)));
+        assert!(!fights.give_back(&key, at(130)), "given back once");
+        assert!(fights.pass(&key, last, at(130)));
+        fights.sending(&key, last, 1);
+        assert!(!fights.pass(&key, last, at(130)), "on its way");
+        fights.answered(&key, 1, false);
+        assert!(
+            fights.pass(&key, last, at(131)),
+            "refused (a 409): may pass again"
+        );
+        fights.sending(&key, last, 2);
+        fights.answered(&key, 2, true);
+        assert!(!fights.pass(&key, last, at(131)), "landed: never twice");
+        assert!(fights.pass(&key, HandBackWrite::LastHookTold, at(133)));
+        let hold_over = at(121).saturating_add(HOLD);
+        assert!(!fights.is_held(&key, hold_over));
+        assert!(
+            fights
+                .fought_over(&key, hold_over)
+                .is_some_and(|why| why.contains("3 times")),
+            "given back outlasts the hold"
+        );
+        let day = at(122).saturating_add(GIVEN_BACK_FOR);
+        assert!(
+            fights
+                .fought_over(&key, day.saturating_add(Duration(-1)))
+                .is_some()
+        );
+        assert_eq!(fights.fought_over(&key, day), None);
+        fights.expire(day);
+        assert_eq!(fights, Fights::default(), "nothing kept after a day");
+    }
+
+    /// A state of version 12 (no Machine given back) reads as none given back; version 13
+    /// reads what it wrote.
+    #[test]
+    fn fights_of_version_12_read_with_none_given_back() {
+        let mut fights = Fights::default();
+        let action = cordon();
+        fights.landed(&action, 10, at(0));
+        #[derive(Serialize)]
+        struct V12<'a> {
+            recent: &'a BTreeMap<ObjectKey, Recent>,
+            held: &'a BTreeMap<ObjectKey, Hold>,
+        }
+        let v12 = crate::codec::encode(&V12 {
+            recent: &fights.recent,
+            held: &fights.held,
+        })
+        .unwrap();
+        let read: Fights = crate::codec::decode_layout(&v12, 12).unwrap();
+        assert_eq!(read, fights);
+        fights.given_back.insert(
+            action.target().key.clone(),
+            GivenBack {
+                since: at(1),
+                why: "w".into(),
+                passed: vec![HandBackWrite::PreDrainHook],
+                sending: vec![(9, HandBackWrite::LastHook)],
+            },
+        );
+        let v13 = crate::codec::encode(&fights).unwrap();
+        let read: Fights = crate::codec::decode_layout(&v13, 13).unwrap();
+        assert_eq!(read, fights);
+        assert_eq!(read.next_expiry, read.first_expiry());
     }
 
     /// Evictions and deletions of other objects are never held.

@@ -148,6 +148,20 @@ impl ReleaseSupport {
 /// manager runs a release this build does not support.
 pub const HANDED_BACK_EVENT: &str = "HandedBackToClusterAPI";
 
+/// What a takeover says when it gives Machine `name` back for a fight (`why`: the hold's signs),
+/// `unhooking` when the hooks come off with it (else another writer took them off already).
+pub fn fight_hand_back_message(name: &str, why: &str, unhooking: bool) -> String {
+    format!(
+        "Another writer keeps undoing this controller's writes to Machine {name} ({why}): this controller gives it back to Cluster API's manager{} and does not hook it again for {}h; find the other writer (a second controller, a tool re-applying the Machine)",
+        if unhooking {
+            " (its hooks go, in one write)"
+        } else {
+            " (its hooks are gone already)"
+        },
+        crate::fight::GIVEN_BACK_FOR.as_secs() / 3600
+    )
+}
+
 /// Which of this controller's hooks a Machine carries.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OwnHooks {
@@ -169,6 +183,14 @@ impl OwnHooks {
 
     pub fn both(self) -> bool {
         self.pre_drain && self.pre_terminate
+    }
+
+    /// Both hooks (`true`) or none.
+    pub fn all(on: bool) -> OwnHooks {
+        OwnHooks {
+            pre_drain: on,
+            pre_terminate: on,
+        }
     }
 }
 
@@ -222,23 +244,126 @@ pub fn released_conditions(m: &Machine, now: Timestamp) -> Option<Conditions> {
     Some(conditions)
 }
 
-/// The merge patch that adds (`true`) or removes (`false`) hooks on a Machine.
-pub fn hooks_patch(pre_drain: Option<bool>, pre_terminate: Option<bool>) -> serde_json::Value {
-    let mut annotations = serde_json::Map::new();
-    for (key, set) in [
-        (OWN_PRE_DRAIN_HOOK, pre_drain),
-        (OWN_PRE_TERMINATE_HOOK, pre_terminate),
-    ] {
-        match set {
-            Some(true) => annotations.insert(key.into(), HOOK_OWNER.into()),
-            Some(false) => annotations.insert(key.into(), serde_json::Value::Null),
-            None => None,
-        };
+/// On a Machine carrying this controller's hooks, who holds them and the command that lets it
+/// go: `kubectl describe machine` shows it beside CAPI's `Deleting` condition, which names only
+/// the hook, when no controller runs. Set and removed in the writes that add and remove the
+/// hooks ([`hooks_patch`]), never on a Machine without them.
+pub const HOOKS_HELD_BY_ANNOTATION: &str = "lifecycle.x-k8s.io/hooks-held-by";
+
+/// [`HOOKS_HELD_BY_ANNOTATION`]'s value but the Machine's `NAMESPACE/NAME`.
+const HELD_BY_PREFIX: &str = "lifecycle controller (--mode takeover); to hand this Machine back to Cluster API: lifecycle release ";
+
+/// [`HOOKS_HELD_BY_ANNOTATION`]'s value on Machine `namespace/name`.
+pub fn hooks_held_by(namespace: &str, name: &str) -> String {
+    format!("{HELD_BY_PREFIX}{namespace}/{name}")
+}
+
+/// Whether `meta` carries exactly the hooks `want`, with [`HOOKS_HELD_BY_ANNOTATION`] naming it
+/// while it carries one and absent otherwise (nothing allocated: asked for every Machine change).
+pub fn hooks_settled(meta: &ObjectMeta, want: OwnHooks) -> bool {
+    let held_by = meta.annotations.get(HOOKS_HELD_BY_ANNOTATION).map(|v| {
+        v.strip_prefix(HELD_BY_PREFIX)
+            .and_then(|rest| rest.strip_prefix(meta.namespace.as_str()))
+            .and_then(|rest| rest.strip_prefix('/'))
+            == Some(meta.name.as_str())
+    });
+    OwnHooks::of(meta) == want && held_by == want.any().then_some(true)
+}
+
+/// A merge patch of a Machine's annotations, and what it does, for a command's summary.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HooksPatch {
+    pub merge: serde_json::Value,
+    pub summary: String,
+}
+
+/// The merge patch that takes `meta` to the hooks `want`, with [`HOOKS_HELD_BY_ANNOTATION`] on
+/// while one of them is and off with the last; `None` when it is there already.
+pub fn hooks_patch(meta: &ObjectMeta, want: OwnHooks) -> Option<HooksPatch> {
+    if hooks_settled(meta, want) {
+        return None;
     }
+    let has = OwnHooks::of(meta);
+    let held_by = hooks_held_by(&meta.namespace, &meta.name);
+    let mut annotations = serde_json::Map::new();
+    let (mut added, mut removed) = (Vec::new(), Vec::new());
+    for (key, had, wanted) in [
+        (OWN_PRE_DRAIN_HOOK, has.pre_drain, want.pre_drain),
+        (
+            OWN_PRE_TERMINATE_HOOK,
+            has.pre_terminate,
+            want.pre_terminate,
+        ),
+    ] {
+        match (had, wanted) {
+            (false, true) => {
+                annotations.insert(key.into(), HOOK_OWNER.into());
+                added.push(key);
+            }
+            (true, false) => {
+                annotations.insert(key.into(), serde_json::Value::Null);
+                removed.push(key);
+            }
+            _ => {}
+        }
+    }
+    let current = meta
+        .annotations
+        .get(HOOKS_HELD_BY_ANNOTATION)
+        .map(String::as_str);
+    match (current, want.any()) {
+        (Some(v), true) if v == held_by => {}
+        (_, true) => {
+            annotations.insert(HOOKS_HELD_BY_ANNOTATION.into(), held_by.into());
+            added.push(HOOKS_HELD_BY_ANNOTATION);
+        }
+        (Some(_), false) => {
+            annotations.insert(HOOKS_HELD_BY_ANNOTATION.into(), serde_json::Value::Null);
+            removed.push(HOOKS_HELD_BY_ANNOTATION);
+        }
+        (None, false) => {}
+    }
+    let summary = [("add", added), ("remove", removed)]
+        .into_iter()
+        .filter(|(_, keys)| !keys.is_empty())
+        .map(|(verb, keys)| format!("{verb} {}", annotation_list(&keys)))
+        .collect::<Vec<_>>()
+        .join("; ");
+    Some(HooksPatch {
+        merge: annotations_patch(annotations),
+        summary,
+    })
+}
+
+/// The merge patch that removes this controller's hooks and [`HOOKS_HELD_BY_ANNOTATION`]
+/// whatever the Machine carries (`lifecycle release`).
+pub fn release_patch() -> serde_json::Value {
+    annotations_patch(
+        [
+            OWN_PRE_DRAIN_HOOK,
+            OWN_PRE_TERMINATE_HOOK,
+            HOOKS_HELD_BY_ANNOTATION,
+        ]
+        .into_iter()
+        .map(|k| (k.to_string(), serde_json::Value::Null))
+        .collect(),
+    )
+}
+
+fn annotations_patch(annotations: serde_json::Map<String, serde_json::Value>) -> serde_json::Value {
     crate::convert::object([(
         "metadata",
         crate::convert::object([("annotations", serde_json::Value::Object(annotations))]),
     )])
+}
+
+/// "annotation a", "annotations a and b", "annotations a, b and c".
+fn annotation_list(keys: &[&str]) -> String {
+    match keys {
+        [one] => format!("annotation {one}"),
+        [rest @ .., last] => format!("annotations {} and {last}", rest.join(", ")),
+        [] => String::new(),
+    }
 }
 
 #[cfg(test)]
@@ -296,16 +421,105 @@ mod tests {
         );
     }
 
+    fn machine_meta(annotations: &[(&str, &str)]) -> ObjectMeta {
+        let mut m = ObjectMeta {
+            namespace: "team-a".into(),
+            name: "md-0-abc-r3".into(),
+            ..ObjectMeta::default()
+        };
+        for (k, v) in annotations {
+            m.annotations.insert(k.to_string(), v.to_string());
+        }
+        m
+    }
+
+    const BOTH: OwnHooks = OwnHooks {
+        pre_drain: true,
+        pre_terminate: true,
+    };
+    const NONE: OwnHooks = OwnHooks {
+        pre_drain: false,
+        pre_terminate: false,
+    };
+
+    /// The hooks come with the annotation naming the holder and the command for this very
+    /// Machine, in the same patch; it goes with the last hook; never on a Machine without them.
     #[test]
-    fn the_hooks_patch_sets_or_removes_only_what_it_names() {
+    fn the_hooks_patch_names_the_holder_while_a_hook_is_on() {
+        let held_by = "lifecycle controller (--mode takeover); to hand this Machine back to Cluster API: lifecycle release team-a/md-0-abc-r3";
+        assert_eq!(hooks_held_by("team-a", "md-0-abc-r3"), held_by);
+        let bare = machine_meta(&[]);
+        let added = hooks_patch(&bare, BOTH).expect("hooks to add");
         assert_eq!(
-            hooks_patch(Some(true), Some(true)),
+            added.merge,
             serde_json::json!({"metadata": {"annotations": {
-                OWN_PRE_DRAIN_HOOK: "lifecycle", OWN_PRE_TERMINATE_HOOK: "lifecycle"}}})
+                OWN_PRE_DRAIN_HOOK: "lifecycle", OWN_PRE_TERMINATE_HOOK: "lifecycle",
+                HOOKS_HELD_BY_ANNOTATION: held_by}}})
         );
         assert_eq!(
-            hooks_patch(Some(false), None),
-            serde_json::json!({"metadata": {"annotations": {OWN_PRE_DRAIN_HOOK: null}}})
+            added.summary,
+            format!(
+                "add annotations {OWN_PRE_DRAIN_HOOK}, {OWN_PRE_TERMINATE_HOOK} and {HOOKS_HELD_BY_ANNOTATION}"
+            )
+        );
+        let hooked = machine_meta(&[
+            (OWN_PRE_DRAIN_HOOK, HOOK_OWNER),
+            (OWN_PRE_TERMINATE_HOOK, HOOK_OWNER),
+            (HOOKS_HELD_BY_ANNOTATION, held_by),
+        ]);
+        assert!(hooks_settled(&hooked, BOTH));
+        assert_eq!(hooks_patch(&hooked, BOTH), None, "nothing to write");
+        let pre_drain_off = hooks_patch(
+            &hooked,
+            OwnHooks {
+                pre_drain: false,
+                ..BOTH
+            },
+        )
+        .expect("one hook goes");
+        assert_eq!(
+            pre_drain_off.merge,
+            serde_json::json!({"metadata": {"annotations": {OWN_PRE_DRAIN_HOOK: null}}}),
+            "a hook stays: so does the holder"
+        );
+        let all_off = hooks_patch(&hooked, NONE).expect("both go");
+        assert_eq!(
+            all_off.merge,
+            serde_json::json!({"metadata": {"annotations": {
+                OWN_PRE_DRAIN_HOOK: null, OWN_PRE_TERMINATE_HOOK: null,
+                HOOKS_HELD_BY_ANNOTATION: null}}})
+        );
+        assert_eq!(
+            hooks_patch(&bare, NONE),
+            None,
+            "never on a Machine without hooks"
+        );
+        let stray = machine_meta(&[(HOOKS_HELD_BY_ANNOTATION, held_by)]);
+        assert!(!hooks_settled(&stray, NONE));
+        // Hooked by an earlier build, or another Machine's value copied: the annotation alone.
+        for found in [
+            "",
+            "lifecycle controller (--mode takeover); to hand this Machine back to Cluster API: lifecycle release team-a/other",
+        ] {
+            let mut old = machine_meta(&[
+                (OWN_PRE_DRAIN_HOOK, HOOK_OWNER),
+                (OWN_PRE_TERMINATE_HOOK, HOOK_OWNER),
+            ]);
+            if !found.is_empty() {
+                old.annotations
+                    .insert(HOOKS_HELD_BY_ANNOTATION.into(), found.into());
+            }
+            assert_eq!(
+                hooks_patch(&old, BOTH).map(|p| p.merge),
+                Some(serde_json::json!({"metadata": {"annotations": {
+                    HOOKS_HELD_BY_ANNOTATION: held_by}}}))
+            );
+        }
+        assert_eq!(
+            release_patch(),
+            serde_json::json!({"metadata": {"annotations": {
+                OWN_PRE_DRAIN_HOOK: null, OWN_PRE_TERMINATE_HOOK: null,
+                HOOKS_HELD_BY_ANNOTATION: null}}})
         );
     }
 }

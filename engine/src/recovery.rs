@@ -223,11 +223,16 @@ pub fn restore(journal: &Journal) -> Result<Restored, RecoveryError> {
     })
 }
 
+/// Whether the snapshot through `seq` holds a state from before `version`.
+fn predates(journal: &Journal, seq: Option<u64>, version: u16) -> bool {
+    seq.and_then(|seq| journal.snapshot(seq).ok())
+        .is_some_and(|s| s.state_version < version)
+}
+
 /// Whether the snapshot through `seq` holds a state from before version 12, which kept no
 /// writes that landed ([`crate::fight`]).
 fn predates_write_history(journal: &Journal, seq: Option<u64>) -> bool {
-    seq.and_then(|seq| journal.snapshot(seq).ok())
-        .is_some_and(|s| s.state_version < crate::engine::STATE_VERSION_WRITE_HISTORY)
+    predates(journal, seq, crate::engine::STATE_VERSION_WRITE_HISTORY)
 }
 
 /// The result of [`verify`].
@@ -296,9 +301,16 @@ pub fn verify(journal: &Journal) -> Verified {
     // replays are compared without them (they differ only while those writes are recent).
     let without_history = predates_write_history(journal, replay_base)
         || predates_write_history(journal, snapshot_seq);
+    // Before version 13 no Machine given back for a fight was kept either.
+    let given_back = crate::engine::STATE_VERSION_GIVEN_BACK;
+    let without_given_back =
+        predates(journal, replay_base, given_back) || predates(journal, snapshot_seq, given_back);
     let hash = |mut e: Engine| {
         if without_history {
             e.forget_write_history();
+        }
+        if without_given_back {
+            e.forget_given_back();
         }
         e.state_hash()
     };

@@ -17,8 +17,9 @@ use std::path::{Path, PathBuf};
 /// effects' withheld intents: one byte each, none and empty; version 10 the deletion
 /// controller's judgement of CAPI's release: an empty release and supported, two bytes;
 /// version 11 the store's tombstones of an earlier window: one byte, none; version 12 the
-/// writes other writers undid: none).
-const FIXTURE_STATE_HASH: u64 = 0xd2e4_ff52_5f72_92f1;
+/// writes other writers undid: none; version 13 the Machines a takeover gave back for a fight:
+/// one byte, none).
+const FIXTURE_STATE_HASH: u64 = 0xcdb0_c9f8_2faf_af83;
 
 fn fixture_copy(root: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/journal-5b02b81");
@@ -162,9 +163,11 @@ fn every_state_version_4_engine_migrates_to_what_its_records_rebuild() {
             migrations += usize::from(misread != Ok(live.state_hash()));
             let migrated = engine::Engine::decode_state_of(4, v4)
                 .unwrap_or_else(|e| panic!("{scenario} record {seq}: {e}"));
-            // A migrated state knows no write that landed before it (version 12 keeps them).
+            // A migrated state knows no write that landed before it (version 12 keeps them),
+            // nor a Machine given back for a fight (version 13).
             let mut rebuilt = live.clone();
             rebuilt.forget_write_history();
+            rebuilt.forget_given_back();
             assert_eq!(
                 migrated.state_hash(),
                 rebuilt.state_hash(),

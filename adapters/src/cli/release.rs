@@ -10,7 +10,7 @@
 use super::run::{RunFailure, management_client};
 use clap::Args;
 use engine::ownership::{
-    OWN_CONDITION, OWN_PRE_DRAIN_HOOK, OWN_PRE_TERMINATE_HOOK, hooks_patch, released_conditions,
+    OWN_CONDITION, OWN_PRE_DRAIN_HOOK, OWN_PRE_TERMINATE_HOOK, release_patch, released_conditions,
 };
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
@@ -21,8 +21,9 @@ const EXIT_UNABLE: u8 = 3;
 
 #[derive(Args)]
 #[command(after_help = "\
-Removes the annotations pre-drain.delete.hook.machine.cluster.x-k8s.io/lifecycle and
-pre-terminate.delete.hook.machine.cluster.x-k8s.io/lifecycle, and nothing else. Hooks of other
+Removes the annotations pre-drain.delete.hook.machine.cluster.x-k8s.io/lifecycle,
+pre-terminate.delete.hook.machine.cluster.x-k8s.io/lifecycle and lifecycle.x-k8s.io/hooks-held-by
+(which names their holder), and nothing else. Hooks of other
 owners, and hooks Cluster API propagates from a MachineDeployment's template, stay. A Machine's
 LifecycleDeleting condition that still tells a deletion under way becomes False,
 ReleasedToClusterAPI.
@@ -216,7 +217,7 @@ async fn release(args: &ReleaseArgs, selection: Selection) -> Result<(), RunFail
             .patch(
                 &name,
                 &PatchParams::default(),
-                &Patch::Merge(hooks_patch(Some(false), Some(false))),
+                &Patch::Merge(release_patch()),
             )
             .await
             .map_err(|e| {

@@ -294,16 +294,12 @@ impl Controller for MachineDeletion {
                         .finalizers
                         .iter()
                         .any(|f| f == crate::model::MACHINE_FINALIZER);
-                    // In takeover: hooks to add, or to remove from a Machine it no longer owns.
+                    // In takeover: hooks to add, or to remove from a Machine it no longer owns
+                    // (and the annotation that names their holder with them).
                     let hooks_to_change = self.ownership == Ownership::Takeover && {
-                        let hooks = OwnHooks::of(&m.meta);
-                        if self.halted_by().is_none()
-                            && crate::ownership::takes_over(m, self.own_machines.as_ref())
-                        {
-                            !hooks.both()
-                        } else {
-                            hooks.any()
-                        }
+                        let owned = self.halted_by().is_none()
+                            && crate::ownership::takes_over(m, self.own_machines.as_ref());
+                        !crate::ownership::hooks_settled(&m.meta, OwnHooks::all(owned))
                     };
                     if m.meta.is_deleting() || lacks_finalizer || hooks_to_change {
                         out.push(key.clone());
@@ -448,6 +444,20 @@ impl Controller for MachineDeletion {
                 holds_finalizer && OwnHooks::of(&machine.meta).any()
             }
         };
+        // A deletion it holds when a fight starts is finished and handed back, as for a
+        // release it does not support: never mid-drain.
+        let handing_back = match (self.ownership, self.halted_by()) {
+            (Ownership::Alone, _) => None,
+            (Ownership::Takeover, Some(release)) => {
+                Some(pass::HandingBack::Release(release.to_string()))
+            }
+            (Ownership::Takeover, None) => cx
+                .fought_over(key)
+                .map(|why| pass::HandingBack::Fight(why.to_string())),
+        };
+        if matches!(handing_back, Some(pass::HandingBack::Fight(_))) && ours {
+            cx.give_back(key);
+        }
         if !machine.meta.is_deleting() || !ours {
             self.untrack(key);
             return;
@@ -525,6 +535,7 @@ impl Controller for MachineDeletion {
             }
             Some(c) => {
                 let mut p = pass::Pass::new(key, machine, c, tracked, cx, self.ownership);
+                p.handing_back = handing_back;
                 p.run();
                 p.wakes
             }
@@ -662,9 +673,6 @@ fn ensure_finalizer(
     );
 }
 
-/// Takeover: this controller's hooks go on the worker Machines it owns, before they are
-/// deleted, with the Machine's resourceVersion as a precondition (a Machine deleted meanwhile
-/// is left to CAPI's manager). Nothing is written for a paused Cluster or Machine.
 /// What a takeover owns: the Machines `selector` chooses (`None`: a MachineSet's), none while
 /// CAPI's manager runs a release it does not support (`halted_by`).
 #[derive(Clone, Copy)]
@@ -673,94 +681,130 @@ struct Owning<'a> {
     halted_by: Option<&'a str>,
 }
 
+/// Takeover: this controller's hooks go on the worker Machines it owns, before they are
+/// deleted, with the Machine's resourceVersion as a precondition (a Machine deleted meanwhile
+/// is left to CAPI's manager), and come off the others; the annotation naming their holder
+/// goes with them. Nothing is written for a paused Cluster or Machine. A Machine fought over
+/// ([`crate::fight`]) is given back: its hooks come off in one write that passes the hold,
+/// and it is not hooked again for [`crate::fight::GIVEN_BACK_FOR`].
 fn ensure_hooks(
     machine: &crate::model::Machine,
     cluster: Option<&crate::model::Cluster>,
+    key: &ObjectKey,
+    own: Owning<'_>,
+    cx: &mut Cx<'_>,
+) {
+    let paused = cluster.is_none_or(|c| c.paused)
+        || machine.meta.has_annotation(crate::model::PAUSED_ANNOTATION);
+    if paused {
+        return;
+    }
+    let fought = cx.fought_over(key).is_some();
+    let issued = hook_once(machine, key, own, cx);
+    // The hooks' own write was held: a fight starts now, and the Machine is given back at once.
+    if issued == Some(crate::controller::Issued::Held) && !fought {
+        hook_once(machine, key, own, cx);
+    }
+}
+
+fn hook_once(
+    machine: &crate::model::Machine,
     key: &ObjectKey,
     Owning {
         selector: own,
         halted_by,
     }: Owning<'_>,
     cx: &mut Cx<'_>,
-) {
+) -> Option<crate::controller::Issued> {
     let hooks = OwnHooks::of(&machine.meta);
-    let paused = cluster.is_none_or(|c| c.paused)
-        || machine.meta.has_annotation(crate::model::PAUSED_ANNOTATION);
-    if paused {
-        return;
+    let takes_over = crate::ownership::takes_over(machine, own);
+    let fought = cx.fought_over(key).map(str::to_string);
+    // Given back from the first reconcile that finds the fight (told once, then).
+    let given_back_now = fought.is_some() && (takes_over || hooks.any()) && cx.give_back(key);
+    let owned = halted_by.is_none() && fought.is_none() && takes_over;
+    let name = &machine.meta.name;
+    let patch = crate::ownership::hooks_patch(&machine.meta, OwnHooks::all(owned));
+    if patch.is_none() && !given_back_now {
+        return None;
     }
-    let owned = halted_by.is_none() && crate::ownership::takes_over(machine, own);
-    let (patch, summary, reason) = if owned && !hooks.both() {
-        (
-            crate::ownership::hooks_patch(
-                (!hooks.pre_drain).then_some(true),
-                (!hooks.pre_terminate).then_some(true),
+    let reason = if owned && !hooks.both() {
+        match own {
+            Some(selector) => format!(
+                "Machine {name} is selected by --own-machines {selector}: this controller's hooks hold Cluster API's manager at its deletion's steps, so that this controller performs them"
             ),
-            "add",
-            match own {
-                Some(selector) => format!(
-                    "Machine {} is selected by --own-machines {selector}: this controller's hooks hold Cluster API's manager at its deletion's steps, so that this controller performs them",
-                    machine.meta.name
-                ),
-                None => format!(
-                    "Machine {} belongs to a MachineSet: this controller's hooks hold Cluster API's manager at its deletion's steps, so that this controller performs them",
-                    machine.meta.name
-                ),
-            },
+            None => format!(
+                "Machine {name} belongs to a MachineSet: this controller's hooks hold Cluster API's manager at its deletion's steps, so that this controller performs them"
+            ),
+        }
+    } else if owned {
+        format!(
+            "Machine {name} carries this controller's hooks: the annotation {} names who holds them and the command that lets them go",
+            crate::ownership::HOOKS_HELD_BY_ANNOTATION
         )
-    } else if !owned && hooks.any() {
-        (
-            crate::ownership::hooks_patch(
-                hooks.pre_drain.then_some(false),
-                hooks.pre_terminate.then_some(false),
-            ),
-            "remove",
-            match halted_by {
-                Some(release) => format!(
-                    "Cluster API's manager runs {release}, a release this build of the controller does not support: it takes no Machine and hands Machine {} back (its hooks go, so Cluster API's manager deletes it alone)",
-                    machine.meta.name
-                ),
-                None => format!(
-                    "Machine {} is not one this controller owns ({}): its hooks go, so Cluster API's manager deletes it alone",
-                    machine.meta.name,
-                    match own {
-                        Some(selector) => format!(
-                            "not selected by --own-machines {selector}, or a control plane's"
-                        ),
-                        None => "not a MachineSet's, or a control plane's".to_string(),
-                    }
-                ),
-            },
+    } else if !hooks.any() {
+        format!(
+            "Machine {name} carries none of this controller's hooks: the annotation {} that names their holder goes",
+            crate::ownership::HOOKS_HELD_BY_ANNOTATION
+        )
+    } else if let Some(why) = &fought {
+        crate::ownership::fight_hand_back_message(name, why, true)
+    } else if let Some(release) = halted_by {
+        format!(
+            "Cluster API's manager runs {release}, a release this build of the controller does not support: it takes no Machine and hands Machine {name} back (its hooks go, so Cluster API's manager deletes it alone)"
         )
     } else {
-        return;
+        format!(
+            "Machine {name} is not one this controller owns ({}): its hooks go, so Cluster API's manager deletes it alone",
+            match own {
+                Some(selector) =>
+                    format!("not selected by --own-machines {selector}, or a control plane's"),
+                None => "not a MachineSet's, or a control plane's".to_string(),
+            }
+        )
     };
-    let mut patch = patch;
-    patch["metadata"]["resourceVersion"] = machine.meta.resource_version.to_string().into();
     let target = crate::command::Target::capi(key.clone(), machine.version);
-    // Handed back for the release: said where an operator looks, `kubectl describe machine`.
-    let told = (halted_by.is_some() && !owned).then(|| Action::RecordEvent {
+    // Handed back for the release or a fight: said where an operator looks, `kubectl describe
+    // machine`.
+    let told = match &fought {
+        Some(why) => given_back_now
+            .then(|| crate::ownership::fight_hand_back_message(name, why, hooks.any())),
+        None => (!owned && hooks.any() && halted_by.is_some()).then(|| reason.clone()),
+    }
+    .map(|message| Action::RecordEvent {
         regarding: target.clone(),
         type_: crate::command::EventType::Warning,
         reason: crate::ownership::HANDED_BACK_EVENT.to_string(),
-        message: reason.clone(),
+        message,
     });
-    let issued = cx.issue(
-        ControllerId::Deletion,
-        Action::PatchSpec {
+    let issued = patch.map(|patch| {
+        let mut merge = patch.merge;
+        // The hand-back after a fight names no resourceVersion: the other writer changes the
+        // Machine all the time, and a 409 would spend the one write that passes the hold on
+        // nothing (taking annotations off is right whatever the Machine shows).
+        if fought.is_none() {
+            merge["metadata"]["resourceVersion"] = machine.meta.resource_version.to_string().into();
+        }
+        let action = Action::PatchSpec {
             target,
-            merge: crate::command::JsonText::from_value(&patch),
-            summary: format!(
-                "{summary} annotations {} and {}",
-                crate::ownership::OWN_PRE_DRAIN_HOOK,
-                crate::ownership::OWN_PRE_TERMINATE_HOOK
-            ),
-        },
-        reason.clone(),
-    );
-    if let (Some(event), crate::controller::Issued::Queued(_)) = (told, issued) {
+            merge: crate::command::JsonText::from_value(&merge),
+            summary: patch.summary,
+        };
+        if fought.is_some() {
+            let write = crate::fight::HandBackWrite::LastHook;
+            cx.issue_giving_back(ControllerId::Deletion, action, reason.clone(), write)
+        } else {
+            cx.issue(ControllerId::Deletion, action, reason.clone())
+        }
+    });
+    // The release's hand-back is told with its write; a fight's once, with or without one
+    // (another writer may have taken the hooks off already).
+    let write_queued = matches!(issued, Some(crate::controller::Issued::Queued(_)));
+    if let Some(event) = told
+        && (fought.is_some() || write_queued)
+    {
         cx.issue(ControllerId::Deletion, event, reason);
     }
+    issued
 }
 
 fn answer(attempt: &mut Option<Attempt>, failure: Option<String>) {

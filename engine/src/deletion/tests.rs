@@ -2304,6 +2304,7 @@ fn of_machine_set(mut m: Machine) -> Machine {
     m
 }
 
+/// Hooked as this build hooks a Machine: both hooks and the annotation naming their holder.
 fn with_own_hooks(mut m: Machine) -> Machine {
     for hook in [
         crate::ownership::OWN_PRE_DRAIN_HOOK,
@@ -2311,6 +2312,10 @@ fn with_own_hooks(mut m: Machine) -> Machine {
     ] {
         m.meta.annotations.insert(hook.into(), "lifecycle".into());
     }
+    let held_by = crate::ownership::hooks_held_by(&m.meta.namespace, &m.meta.name);
+    m.meta
+        .annotations
+        .insert(crate::ownership::HOOKS_HELD_BY_ANNOTATION.into(), held_by);
     m
 }
 
@@ -2427,17 +2432,25 @@ fn own_machines_selects_what_takeover_hooks_and_unhooks_what_it_no_longer_owns()
             (c.action.target().key.name.to_string(), annotations)
         })
         .collect();
-    let hooks = |value: serde_json::Value| {
+    let hooks = |value: serde_json::Value, held_by: serde_json::Value| {
         serde_json::json!({
             crate::ownership::OWN_PRE_DRAIN_HOOK: value,
             crate::ownership::OWN_PRE_TERMINATE_HOOK: value,
+            crate::ownership::HOOKS_HELD_BY_ANNOTATION: held_by,
         })
     };
+    let blue_held_by = crate::ownership::hooks_held_by("default", "standalone-blue");
     assert_eq!(
         patches,
         [
-            ("standalone-blue".to_string(), hooks("lifecycle".into())),
-            ("was-ours".to_string(), hooks(serde_json::Value::Null)),
+            (
+                "standalone-blue".to_string(),
+                hooks("lifecycle".into(), blue_held_by.into())
+            ),
+            (
+                "was-ours".to_string(),
+                hooks(serde_json::Value::Null, serde_json::Value::Null)
+            ),
         ],
         "selected without a MachineSet: hooked; a MachineSet's unselected: left to CAPI, its old \
          hooks removed; a control plane's: never; a deleting Machine keeps its hooks"
@@ -2569,6 +2582,28 @@ fn an_unsupported_capi_release_stops_takeover_hooking_and_hands_back_what_is_not
                 .filter(|c| c.action.target().key.name == "m1")
                 .count();
             assert!(m1 > 0, "the deletion it holds goes on: {commands:#?}");
+            let told_m1: Vec<&str> = commands
+                .iter()
+                .filter(|c| c.action.target().key.name == "m1")
+                .filter_map(|c| match &c.action {
+                    Action::SetOwnCondition { conditions, .. } => conditions
+                        .current(crate::ownership::OWN_CONDITION)
+                        .map(|own| own.message.as_str()),
+                    Action::RecordEvent {
+                        reason, message, ..
+                    } if reason == crate::ownership::HANDED_BACK_EVENT => Some(message.as_str()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(told_m1.len(), 2, "its condition and an Event: {told_m1:?}");
+            for told in told_m1 {
+                assert!(
+                    told.contains(
+                        "runs v1.15.0, a release this build of the controller does not support"
+                    ) && told.contains("hands it back with its last hook"),
+                    "the deletion it finishes says why and what comes: {told}"
+                );
+            }
         }
     }
 }
@@ -2621,4 +2656,120 @@ fn a_hook_removed_in_takeover_is_logged_as_a_hook_removed_not_a_finalizer() {
         ),
         "{log}"
     );
+}
+
+/// Takeover, an idle worker fought over: another writer takes its pre-drain hook off each time
+/// this controller puts it back. The third undo within five minutes holds the writes to it and
+/// gives it back at once: its other hook and the holder annotation go in one write, the one
+/// that passes the hold, with a Warning `HandedBackToClusterAPI`. Nothing more is written while
+/// the hold stands, even when the other writer puts this controller's hooks back (a stale
+/// manifest; that the same hand-back never passes twice is
+/// `controller::tests::a_write_giving_back_a_held_machine_passes_the_hold_once`), and without
+/// hooks it is never hooked again over 40 minutes however the other writer changes it.
+#[test]
+fn a_worker_fought_over_in_takeover_is_handed_back_once_and_not_hooked_again() {
+    let m1 = with_own_hooks(of_machine_set(machine("c1", "m1", None)));
+    let (mut h, first) = takeover_start(world(m1.clone()));
+    assert!(all(&first, "PatchSpec").is_empty(), "hooked already");
+    let patches = |commands: &[Command]| -> Vec<serde_json::Value> {
+        all(commands, "PatchSpec")
+            .iter()
+            .map(|c| match &c.action {
+                Action::PatchSpec { merge, .. } => {
+                    merge.to_value()["metadata"]["annotations"].clone()
+                }
+                _ => unreachable!(),
+            })
+            .collect()
+    };
+    let stripped = |m: &Machine| {
+        let mut m = m.clone();
+        m.meta
+            .annotations
+            .remove(crate::ownership::OWN_PRE_DRAIN_HOOK);
+        m
+    };
+    let mut t = 0;
+    let mut hand_back = Vec::new();
+    // The first strip undoes no write of this controller's (the hooks were there before it):
+    // the second, third and fourth undo one each.
+    for strip in 1..=4 {
+        t += 20;
+        h.now = at(t);
+        let commands = h.observe(mgmt(), Object::Machine(stripped(&m1)));
+        if strip < 4 {
+            let put_back = all(&commands, "PatchSpec");
+            assert_eq!(patches(&commands).len(), 1, "strip {strip}: put back");
+            let mut landed = m1.clone();
+            h.rv += 1;
+            landed.meta.resource_version = h.rv;
+            h.answer(
+                put_back[0],
+                ApiOutcome::Ok {
+                    object: Some(Box::new(Object::Machine(landed))),
+                },
+            );
+        } else {
+            hand_back = commands;
+        }
+    }
+    let held_by = crate::ownership::hooks_held_by("default", "m1");
+    assert_eq!(
+        patches(&hand_back),
+        [serde_json::json!({
+            crate::ownership::OWN_PRE_TERMINATE_HOOK: null,
+            crate::ownership::HOOKS_HELD_BY_ANNOTATION: null,
+        })],
+        "the third undo holds and gives it back in one write: {:#?}",
+        lines(&hand_back)
+    );
+    let told: Vec<&str> = all(&hand_back, "RecordEvent")
+        .iter()
+        .filter_map(|c| match &c.action {
+            Action::RecordEvent { reason, .. } => Some(reason.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        told,
+        [
+            crate::fight::EVENT_REASON,
+            crate::ownership::HANDED_BACK_EVENT
+        ]
+    );
+    let given_back = all(&hand_back, "PatchSpec");
+    h.ok(given_back[0]);
+    // The other writer puts the old manifest back, hooks and all, while the hold stands.
+    let mut stale = m1.clone();
+    stale.meta.annotations.insert(
+        crate::ownership::HOOKS_HELD_BY_ANNOTATION.into(),
+        held_by.clone(),
+    );
+    h.now = at(t + 30);
+    let again = h.observe(mgmt(), Object::Machine(stale));
+    assert!(patches(&again).is_empty(), "{:#?}", lines(&again));
+    // Given back, with neither hook: never hooked again, whatever changes, for 40 minutes.
+    let mut unhooked = stripped(&m1);
+    unhooked
+        .meta
+        .annotations
+        .remove(crate::ownership::OWN_PRE_TERMINATE_HOOK);
+    unhooked
+        .meta
+        .annotations
+        .remove(crate::ownership::HOOKS_HELD_BY_ANNOTATION);
+    for minute in 2..=42 {
+        h.now = at(t + 60 * minute);
+        let mut later = h.tick(at(t + 60 * minute));
+        unhooked
+            .meta
+            .labels
+            .insert("tick".into(), minute.to_string());
+        later.extend(h.observe(mgmt(), Object::Machine(unhooked.clone())));
+        assert!(
+            patches(&later).is_empty(),
+            "minute {minute}: {:#?}",
+            lines(&later)
+        );
+    }
 }

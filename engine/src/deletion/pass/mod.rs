@@ -66,6 +66,20 @@ pub(super) struct Pass<'p, 'a> {
     /// The steps after the volume detach wait are CAPI's to reach first (takeover, while this
     /// controller's pre-drain hook holds it).
     stop_after_volumes: bool,
+    /// Taken over, why this deletion is handed back as it ends ([`takeover`]).
+    pub handing_back: Option<HandingBack>,
+}
+
+/// Why a takeover hands back a deletion it holds, as the unsupported release stops it: it
+/// finishes what it started (never a Node half drained) and hands the Machine back with its
+/// last hook, saying so in its condition and an Event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HandingBack {
+    /// Cluster API's manager runs this release, which this build does not support.
+    Release(String),
+    /// Another writer keeps undoing this controller's writes to the Machine (the hold's
+    /// signs): only the writes that hand it back pass the hold ([`crate::fight`]).
+    Fight(String),
 }
 
 /// Whether a request of this kind may be (re)issued now: never while one is in flight, at once
@@ -169,6 +183,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             plan: Plan::default(),
             takeover,
             stop_after_volumes: false,
+            handing_back: None,
         }
     }
 

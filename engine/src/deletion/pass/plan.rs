@@ -7,6 +7,7 @@ use crate::command::{Action, ControllerId};
 use crate::controller::Issued;
 use crate::deletion::{Attempt, NodeDeletion};
 use crate::drain::EvictionAttempt;
+use crate::fight::HandBackWrite;
 use crate::model::ObjectKey;
 
 /// One command to issue and what to remember once it is queued.
@@ -86,7 +87,26 @@ impl Pass<'_, '_> {
                 on_queued,
             } = intent;
             let target = action.target().key.name.clone();
-            let issued = self.cx.issue(ControllerId::Deletion, action, why);
+            // Fought over, a hook's removal is what hands the Machine back: it passes the hold.
+            let giving_back = match on_queued {
+                Record::HookRemoval(hook)
+                    if matches!(self.handing_back, Some(super::HandingBack::Fight(_))) =>
+                {
+                    Some(if hook == crate::ownership::OWN_PRE_DRAIN_HOOK {
+                        HandBackWrite::PreDrainHook
+                    } else {
+                        HandBackWrite::LastHook
+                    })
+                }
+                _ => None,
+            };
+            let issued = match giving_back {
+                Some(write) => {
+                    self.cx
+                        .issue_giving_back(ControllerId::Deletion, action, why, write)
+                }
+                None => self.cx.issue(ControllerId::Deletion, action, why),
+            };
             if !on_queued.holds(issued) {
                 continue;
             }

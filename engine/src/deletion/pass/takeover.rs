@@ -2,16 +2,17 @@
 //! only while CAPI's manager waits at this controller's hooks, handed back through them, and
 //! told in this controller's own condition.
 
-use super::{Pass, PhaseFacts};
+use super::{HandingBack, Pass, PhaseFacts};
 use crate::command::Action;
 use crate::deletion::DeletionPhase;
 use crate::deletion::gates::NodeDeletionBlocked;
 use crate::deletion::pass::assess::Findings;
 use crate::deletion::status::{DELETING, reason};
+use crate::fight::HandBackWrite;
 use crate::model::{Condition, ConditionStatus, DeletionTimes, Machine, set_condition};
 use crate::ownership::{
-    CAPI_WAITING_FOR_PRE_DRAIN_HOOK, CAPI_WAITING_FOR_PRE_TERMINATE_HOOK, OWN_CONDITION,
-    OWN_PRE_DRAIN_HOOK, OWN_PRE_TERMINATE_HOOK, OwnHooks, hooks_patch, own_reason,
+    CAPI_WAITING_FOR_PRE_DRAIN_HOOK, CAPI_WAITING_FOR_PRE_TERMINATE_HOOK, HANDED_BACK_EVENT,
+    OWN_CONDITION, OWN_PRE_DRAIN_HOOK, OWN_PRE_TERMINATE_HOOK, OwnHooks, hooks_patch, own_reason,
 };
 use crate::{ActionKind, ControllerId};
 
@@ -49,6 +50,15 @@ impl Pass<'_, '_> {
         let hooks = OwnHooks::of(&self.m.meta);
         let capi = capi_deleting_reason(self.m);
         let drain_over = phase > DeletionPhase::WaitingForVolumeDetach;
+        if let Some(note) = self.handing_back_note() {
+            let message = format!("Machine {}: {note}", self.m.meta.name);
+            self.event(
+                crate::command::EventType::Warning,
+                HANDED_BACK_EVENT,
+                message,
+                HANDED_BACK_EVENT.to_string(),
+            );
+        }
         match capi {
             Some(CAPI_WAITING_FOR_PRE_DRAIN_HOOK | CAPI_WAITING_FOR_PRE_TERMINATE_HOOK)
                 if hooks.pre_drain =>
@@ -93,18 +103,47 @@ impl Pass<'_, '_> {
         }
     }
 
+    /// What this controller's condition adds while it hands this deletion back.
+    fn handing_back_note(&self) -> Option<String> {
+        Some(match self.handing_back.as_ref()? {
+            HandingBack::Release(release) => format!(
+                "Cluster API's manager runs {release}, a release this build of the controller does not support: this controller takes no new Machine; it finishes this deletion's steps (never handing a Node back half drained) and hands it back with its last hook"
+            ),
+            HandingBack::Fight(why) => format!(
+                "another writer keeps undoing this controller's writes to it ({why}): this controller finishes this deletion's steps (never handing a Node back half drained) and hands it back with its last hook; meanwhile only the writes that hand it back reach it"
+            ),
+        })
+    }
+
     /// Removes one of this controller's hooks: CAPI's manager takes the deletion on from there.
+    /// The last one takes the annotation that names their holder with it.
     fn hand_back(&mut self, hook: Hook, reason: &'static str, message: String) {
-        let (patch, hook) = match hook {
-            Hook::PreDrain => (hooks_patch(Some(false), None), OWN_PRE_DRAIN_HOOK),
-            Hook::PreTerminate => (hooks_patch(None, Some(false)), OWN_PRE_TERMINATE_HOOK),
+        let has = OwnHooks::of(&self.m.meta);
+        let (want, hook) = match hook {
+            Hook::PreDrain => (
+                OwnHooks {
+                    pre_drain: false,
+                    ..has
+                },
+                OWN_PRE_DRAIN_HOOK,
+            ),
+            Hook::PreTerminate => (
+                OwnHooks {
+                    pre_terminate: false,
+                    ..has
+                },
+                OWN_PRE_TERMINATE_HOOK,
+            ),
         };
         self.set_deleting(reason, message.clone());
+        let Some(patch) = hooks_patch(&self.m.meta, want) else {
+            return;
+        };
         self.plan.push(
             Action::PatchSpec {
                 target: self.target.clone(),
-                merge: crate::command::JsonText::from_value(&patch),
-                summary: format!("remove annotation {hook}"),
+                merge: crate::command::JsonText::from_value(&patch.merge),
+                summary: patch.summary,
             },
             message,
             super::plan::Record::HookRemoval(hook),
@@ -120,7 +159,11 @@ impl Pass<'_, '_> {
         };
         let mut desired = crate::model::Conditions::clone(&self.base_conditions);
         let before = desired.current(OWN_CONDITION).map(|c| c.reason.clone());
-        let mut c = Condition::new(OWN_CONDITION, ConditionStatus::True, reason, message);
+        let message = match self.handing_back_note() {
+            Some(note) => format!("{message}; {note}"),
+            None => message.clone(),
+        };
+        let mut c = Condition::new(OWN_CONDITION, ConditionStatus::True, reason, &message);
         // A new reason is a new transition: the drain's start is found again from it.
         if before.as_deref() != Some(*reason) {
             desired.current.retain(|c| c.type_ != OWN_CONDITION);
@@ -145,18 +188,28 @@ impl Pass<'_, '_> {
             return;
         }
         let summary = format!("{OWN_CONDITION}=True ({reason})");
+        let action = Action::SetOwnCondition {
+            target: self.target.clone(),
+            conditions: desired.clone(),
+            resource_version: self.m.meta.resource_version,
+            summary,
+        };
+        // Fought over, the condition that tells a hook handed back passes the hold with it.
+        let fought = matches!(self.handing_back, Some(HandingBack::Fight(_)));
+        let giving_back = match *reason {
+            own_reason::DRAIN_HANDED_BACK if fought => Some(HandBackWrite::PreDrainHookTold),
+            own_reason::RELEASED_TO_CLUSTER_API if fought => Some(HandBackWrite::LastHookTold),
+            _ => None,
+        };
         // Ahead of the planned writes: they name no resourceVersion, and this one would find
         // theirs.
-        let issued = self.cx.issue(
-            ControllerId::Deletion,
-            Action::SetOwnCondition {
-                target: self.target.clone(),
-                conditions: desired.clone(),
-                resource_version: self.m.meta.resource_version,
-                summary,
-            },
-            message.clone(),
-        );
+        let issued = match giving_back {
+            Some(write) => {
+                self.cx
+                    .issue_giving_back(ControllerId::Deletion, action, message, write)
+            }
+            None => self.cx.issue(ControllerId::Deletion, action, message),
+        };
         if let crate::controller::Issued::Queued(_) = issued {
             self.tracked.memo.pending_conditions =
                 Some(crate::deletion::Pending::new(desired.clone()));
