@@ -402,8 +402,9 @@ impl Sim {
         self.pump();
     }
 
-    /// Converts an API object for the engine; a malformed one is reported once and not fed.
-    pub(crate) fn convert(
+    /// Converts the object an answer carries; a malformed one is reported once and reaches the
+    /// engine as unreadable (unknown, never absent: the answer says the object is there).
+    fn convert_answer(
         &mut self,
         scope: &Scope,
         key: &ObjKey,
@@ -413,7 +414,7 @@ impl Sim {
             Ok(o) => o,
             Err(e) => {
                 self.report_malformed(scope, key, &e.to_string());
-                None
+                engine::convert::unreadable_of_json(scope, obj, &e)
             }
         }
     }
@@ -881,7 +882,7 @@ impl Sim {
                         .or(w.removed.as_ref().filter(|_| answers_removed))
                 });
                 let object = answered
-                    .and_then(|o| self.convert(scope, &request_key, o))
+                    .and_then(|o| self.convert_answer(scope, &request_key, o))
                     .map(Box::new);
                 if let Some(w) = written {
                     self.changed(scope, w);
@@ -904,7 +905,7 @@ impl Sim {
                 let key = crate::exec::obj_key(command.action.target());
                 let object = written
                     .and_then(|w| w.object)
-                    .and_then(|o| self.convert(scope, &key, &o))
+                    .and_then(|o| self.convert_answer(scope, &key, &o))
                     .map(Box::new);
                 ApiOutcome::Ok { object }
             }

@@ -12,7 +12,9 @@ use super::gate::Priority;
 use super::throttle::Prepaid;
 use engine::convert::{
     ApiRequest, FinalizerChange, finalizer_json_patch, object_from_json, request_for,
+    unreadable_of_json,
 };
+use engine::model::Scope;
 use engine::outcome::Cause;
 use engine::{Action, ApiOutcome, Command};
 use http_body_util::BodyExt;
@@ -74,9 +76,11 @@ fn causes(body: &Value) -> Vec<&Value> {
         .unwrap_or_default()
 }
 
-/// The outcome of an HTTP answer. `deleted`: the request was a DELETE, so a returned object
-/// without `deletionTimestamp` is its last state, not a live object.
-pub fn outcome_of(code: u16, body: &Value, deleted: bool) -> ApiOutcome {
+/// The outcome of an HTTP answer from the cluster `scope`. `deleted`: the request was a
+/// DELETE, so a returned object without `deletionTimestamp` is its last state, not a live
+/// object. A returned object that does not read is handed on as unreadable: the API says it is
+/// there, so it is unknown, never absent.
+pub fn outcome_of(scope: &Scope, code: u16, body: &Value, deleted: bool) -> ApiOutcome {
     match code {
         200..=299 => {
             let live = !deleted
@@ -90,7 +94,7 @@ pub fn outcome_of(code: u16, body: &Value, deleted: bool) -> ApiOutcome {
                     Ok(o) => o.map(Box::new),
                     Err(e) => {
                         tracing::warn!("cannot read the object the API returned: {e}");
-                        None
+                        unreadable_of_json(scope, body, &e).map(Box::new)
                     }
                 }
             } else {
@@ -269,7 +273,12 @@ pub async fn execute(client: &Client, command: &Command, stamp: Option<&EventSta
         }
     };
     match result {
-        Ok((code, body)) => outcome_of(code, &body, request.method() == "DELETE"),
+        Ok((code, body)) => outcome_of(
+            &command.action.target().key.scope,
+            code,
+            &body,
+            request.method() == "DELETE",
+        ),
         Err(message) => ApiOutcome::Unreachable { message },
     }
 }
@@ -382,7 +391,7 @@ mod tests {
                          "details": {"causes": [{"reason": "DisruptionBudget", "message": "The disruption budget web needs 2 healthy pods and has 2 currently"}]},
                          "code": 429});
         assert_eq!(
-            outcome_of(429, &pdb, false),
+            outcome_of(&Scope::Management, 429, &pdb, false),
             ApiOutcome::Refused {
                 refusal: Refusal::DisruptionBudget {
                     budget: Some(BudgetShortfall {
@@ -397,42 +406,62 @@ mod tests {
         let shed = json!({"message": "Too many requests, please try again later.",
                           "details": {"retryAfterSeconds": 1}, "code": 429});
         assert_eq!(
-            outcome_of(429, &shed, false).refusal(),
+            outcome_of(&Scope::Management, 429, &shed, false).refusal(),
             Some(&Refusal::TooManyRequests {
                 retry_after_seconds: Some(1)
             })
         );
         let ns = json!({"message": "forbidden", "details": {"causes": [{"reason": "NamespaceTerminating"}]}});
         assert_eq!(
-            outcome_of(403, &ns, false).refusal(),
+            outcome_of(&Scope::Management, 403, &ns, false).refusal(),
             Some(&Refusal::NamespaceTerminating)
         );
         let rbac = json!({"message": "forbidden: User cannot create resource"});
         assert_eq!(
-            outcome_of(403, &rbac, false).refusal(),
+            outcome_of(&Scope::Management, 403, &rbac, false).refusal(),
             Some(&Refusal::Forbidden)
         );
-        assert_eq!(outcome_of(404, &Value::Null, false), ApiOutcome::NotFound);
         assert_eq!(
-            outcome_of(500, &Value::Null, false),
+            outcome_of(&Scope::Management, 404, &Value::Null, false),
+            ApiOutcome::NotFound
+        );
+        assert_eq!(
+            outcome_of(&Scope::Management, 500, &Value::Null, false),
             ApiOutcome::Error {
                 code: 500,
                 message: "HTTP 500".into()
             }
         );
         assert_eq!(
-            outcome_of(201, &json!({"kind": "Status", "code": 201}), false),
+            outcome_of(
+                &Scope::Management,
+                201,
+                &json!({"kind": "Status", "code": 201}),
+                false
+            ),
             ApiOutcome::Ok { object: None }
         );
         let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}});
         assert!(matches!(
-            outcome_of(200, &node, false),
+            outcome_of(&Scope::Management, 200, &node, false),
             ApiOutcome::Ok { object: Some(_) }
         ));
         assert_eq!(
-            outcome_of(200, &node, true),
+            outcome_of(&Scope::Management, 200, &node, true),
             ApiOutcome::Ok { object: None },
             "a deleted object is gone"
+        );
+        let corrupt = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+                             "kind": "DockerMachine",
+                             "metadata": {"name": "m1", "namespace": "default",
+                                          "creationTimestamp": "yesterday",
+                                          "deletionTimestamp": "2026-11-25T09:00:00Z"}});
+        assert!(
+            matches!(
+                outcome_of(&Scope::Management, 200, &corrupt, true),
+                ApiOutcome::Ok { object: Some(o) } if matches!(*o, engine::model::Object::Unreadable(_))
+            ),
+            "an answer that does not read is unknown, not absent"
         );
     }
 }
