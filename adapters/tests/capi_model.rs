@@ -8,23 +8,6 @@ use std::time::{Duration, Instant};
 mod common;
 use common::serve;
 
-fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
-    let out = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--request-timeout=20s")
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .output()
-        .expect("kubectl runs (it must be on PATH)");
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let started = Instant::now();
     while !done() {
@@ -37,10 +20,10 @@ fn eventually(what: &str, mut done: impl FnMut() -> bool) {
 fn kubectl_scale_machineset_makes_the_model_delete_or_create_machines() {
     let dir = tempfile::tempdir().unwrap();
     let (_server, kubeconfig, _) = serve(dir.path(), "takeover-machineset-scaled", 1);
-    let out = kubectl(&kubeconfig, &["scale", "machineset", "ms1", "--replicas=1"]);
+    let out = common::kubectl_at(&kubeconfig, &["scale", "machineset", "ms1", "--replicas=1"]);
     assert!(out.contains("scaled"), "{out}");
     eventually("m2, the newest, is being deleted", || {
-        !kubectl(
+        !common::kubectl_at(
             &kubeconfig,
             &[
                 "get",
@@ -53,7 +36,7 @@ fn kubectl_scale_machineset_makes_the_model_delete_or_create_machines() {
         .trim()
         .is_empty()
     });
-    let m1 = kubectl(
+    let m1 = common::kubectl_at(
         &kubeconfig,
         &[
             "get",
@@ -64,9 +47,9 @@ fn kubectl_scale_machineset_makes_the_model_delete_or_create_machines() {
         ],
     );
     assert!(m1.trim().is_empty(), "m1 stays: {m1}");
-    kubectl(&kubeconfig, &["scale", "machineset", "ms1", "--replicas=2"]);
+    common::kubectl_at(&kubeconfig, &["scale", "machineset", "ms1", "--replicas=2"]);
     eventually("a Machine is created for the MachineSet", || {
-        kubectl(&kubeconfig, &["get", "machines", "-o", "name"])
+        common::kubectl_at(&kubeconfig, &["get", "machines", "-o", "name"])
             .contains("machine.cluster.x-k8s.io/ms1-r1")
     });
 }

@@ -96,23 +96,7 @@ async fn alone_refuses_beside_an_active_capi_manager_and_writes_nothing() {
     );
     assert!(!journal.exists(), "a refused start writes nothing");
     // The operator's override starts it, said at WARN and journaled.
-    let (code, err) = run_once(&kubeconfig, &journal, &clock, &["--capi-manager-stopped"]);
-    assert_eq!(code, 0, "{err}");
-    assert!(
-        err.contains("WARN") && err.contains("overridden by --capi-manager-stopped"),
-        "{err}"
-    );
-    let shown = lifecycle()
-        .args(["log", "show", "--journal"])
-        .arg(&journal)
-        .output()
-        .unwrap();
-    let shown = String::from_utf8_lossy(&shown.stdout);
-    assert!(
-        shown.contains("started past the check capi-manager by the operator's override")
-            && shown.contains("capi-manager-0"),
-        "{shown}"
-    );
+    started_past_the_check(&kubeconfig, &journal, &clock, "capi-manager-0");
     std::fs::remove_dir_all(&journal).unwrap();
 
     let (code, err) = run_once(&kubeconfig, &journal, &clock, &["--mode", "shadow"]);
@@ -488,23 +472,34 @@ async fn alone_refuses_when_only_capis_machine_status_writes_give_it_away() {
     );
 
     // The operator's override covers this sign as the others: said at WARN, journaled.
-    let (code, err) = run_once(&kubeconfig, &journal, &clock, &["--capi-manager-stopped"]);
+    started_past_the_check(
+        &kubeconfig,
+        &journal,
+        &clock,
+        "by field manager \"manager\"",
+    );
+}
+
+/// `--capi-manager-stopped` starts `alone` past the check, saying at WARN what it found
+/// (`found`), and journals the override with it.
+fn started_past_the_check(kubeconfig: &Path, journal: &Path, clock: &[String], found: &str) {
+    let (code, err) = run_once(kubeconfig, journal, clock, &["--capi-manager-stopped"]);
     assert_eq!(code, 0, "{err}");
     assert!(
         err.contains("WARN")
             && err.contains("overridden by --capi-manager-stopped")
-            && err.contains("by field manager \"manager\""),
+            && err.contains(found),
         "{err}"
     );
     let shown = lifecycle()
         .args(["log", "show", "--journal"])
-        .arg(&journal)
+        .arg(journal)
         .output()
         .unwrap();
     let shown = String::from_utf8_lossy(&shown.stdout);
     assert!(
         shown.contains("started past the check capi-manager by the operator's override")
-            && shown.contains("by field manager"),
+            && shown.contains(found),
         "{shown}"
     );
 }

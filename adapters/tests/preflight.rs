@@ -206,23 +206,6 @@ async fn preflight_passes_beside_a_known_release_and_names_what_blocks_a_takeove
     assert!(templates.contains("release"), "{templates}");
 }
 
-fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--request-timeout=20s")
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .output()
-        .expect("kubectl runs (it must be on PATH)");
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// `preflight --service-account` asks SubjectAccessReviews for the controller's ServiceAccount,
 /// answered by the RBAC stored in the cluster: nothing before the manifests are applied, every
 /// permission a takeover needs once the shipped takeover overlay is, and exactly the one taken
@@ -251,7 +234,7 @@ fn preflight_checks_the_service_accounts_grants_by_the_shipped_rbac() {
     // look for them among CRDs, which it does not serve.
     for overlay in ["journal", "takeover"] {
         let dir = format!("{deploy}/{overlay}");
-        kubectl(&kubeconfig, &["apply", "--validate=false", "-k", &dir]);
+        common::kubectl_at(&kubeconfig, &["apply", "--validate=false", "-k", &dir]);
     }
     let (code, text) = preflight(&kubeconfig, &account);
     assert_eq!(code, 0, "{text}");
@@ -263,7 +246,7 @@ fn preflight_checks_the_service_accounts_grants_by_the_shipped_rbac() {
     );
 
     // lifecycle-manager-core's rule on machines without `patch`.
-    let rules = kubectl(
+    let rules = common::kubectl_at(
         &kubeconfig,
         &[
             "get",
@@ -274,7 +257,7 @@ fn preflight_checks_the_service_accounts_grants_by_the_shipped_rbac() {
         ],
     );
     assert_eq!(rules, r#"["machines"]"#);
-    kubectl(
+    common::kubectl_at(
         &kubeconfig,
         &[
             "patch",

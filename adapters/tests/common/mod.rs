@@ -158,6 +158,25 @@ pub fn kubectl() -> std::path::PathBuf {
     )
 }
 
+/// `kubectl --kubeconfig KUBECONFIG ARGS…` (kubectl 1.32, [`kubectl`]): its stdout, or a panic
+/// naming the arguments and kubectl's stderr.
+pub fn kubectl_at(kubeconfig: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(kubectl())
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--request-timeout=20s")
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// `kubectl kustomize DIR`: the rendered YAML.
 pub fn render(dir: &std::path::Path) -> String {
     let out = std::process::Command::new(kubectl())
