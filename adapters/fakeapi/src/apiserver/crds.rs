@@ -163,7 +163,8 @@ fn collect_patterns(schema: &Value, out: &mut BTreeMap<String, Regex>) {
     }
 }
 
-fn strings(v: Option<&Value>) -> Vec<String> {
+/// The strings of a JSON array (none when it is absent or not one).
+pub(super) fn strings(v: Option<&Value>) -> Vec<String> {
     v.and_then(Value::as_array)
         .map(|a| {
             a.iter()

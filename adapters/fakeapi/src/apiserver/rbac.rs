@@ -80,15 +80,7 @@ pub struct Decision {
 }
 
 fn strings(v: &Value, key: &str) -> Vec<String> {
-    v.get(key)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
+    super::crds::strings(v.get(key))
 }
 
 fn has(list: &[String], wanted: &str) -> bool {
