@@ -87,8 +87,14 @@ pub enum JournalError {
         last: u64,
         reason: String,
     },
-    /// sled panicked while opening the journal (damaged files it does not check).
-    StorePanicked { dir: PathBuf, message: String },
+    /// sled panicked while opening the journal (damaged files it does not check): it reads its
+    /// log and snapshots (`files`, those present: `db`, `snap.*`) and cannot tell which is
+    /// damaged, nor whether a snapshot it needs is missing.
+    StorePanicked {
+        dir: PathBuf,
+        files: Vec<String>,
+        message: String,
+    },
     /// Records from `from_seq` were asked for but `1..=retired_through` were retired by
     /// retention (not damage: the journal keeps only what its snapshots need).
     Retired { from_seq: u64, retired_through: u64 },
@@ -311,10 +317,15 @@ impl fmt::Display for JournalError {
                 "record {from_seq} was retired: records 1..{retired_through} were retired (kept from {})",
                 retired_through + 1
             ),
-            JournalError::StorePanicked { dir, message } => write!(
+            JournalError::StorePanicked {
+                dir,
+                files,
+                message,
+            } => write!(
                 f,
-                "journal {}: sled panicked while opening it (its files are damaged): {message}",
-                dir.display()
+                "journal {}: sled panicked while reading its log and snapshots ({}): one of them is damaged, or a snapshot it needs is missing: {message}",
+                dir.display(),
+                files.join(", ")
             ),
             JournalError::ConfDamaged { path, reason } => {
                 write!(f, "journal settings file {} {reason}", path.display())

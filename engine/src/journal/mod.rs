@@ -1417,9 +1417,24 @@ fn contain_panics<T>(
             .unwrap_or_else(|| "unknown panic".into());
         Err(JournalError::StorePanicked {
             dir: dir.to_path_buf(),
+            files: sled_log_files(dir),
             message,
         })
     })
+}
+
+/// The files sled recovers its pages from, as found in `dir`: its log `db` and its snapshots
+/// `snap.*`, sorted.
+fn sled_log_files(dir: &Path) -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name == "db" || name.starts_with("snap."))
+        .collect();
+    files.sort();
+    files
 }
 
 /// A panic hook that stays silent (but for a debug line) while the journal contains a sled

@@ -1003,13 +1003,21 @@ fn buffered_records_never_flushed_are_an_unacknowledged_tail() {
 #[test]
 fn a_contained_panic_is_an_error_and_later_panics_still_reach_the_previous_hook() {
     let tmp = tempfile::tempdir().unwrap();
+    for file in ["db", "snap.000000000000232E", "conf", "commits"] {
+        std::fs::write(tmp.path().join(file), b"x").unwrap();
+    }
     let err = contain_panics(tmp.path(), || -> Result<(), JournalError> {
         panic!("sled says no")
     })
     .unwrap_err();
     assert!(
-        matches!(&err, JournalError::StorePanicked { message, .. } if message == "sled says no"),
+        matches!(&err, JournalError::StorePanicked { message, files, .. }
+            if message == "sled says no" && files == &["db", "snap.000000000000232E"]),
         "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("(db, snap.000000000000232E)"),
+        "the refusal names the files sled was reading: {err}"
     );
     assert!(err.is_damage());
     let outside = std::panic::catch_unwind(|| panic!("not sled"));
