@@ -1,8 +1,6 @@
 //! The world's model of CAPI's manager under `sim serve`, driven with real `kubectl`: `kubectl
 //! scale machineset` makes its MachineSet controller delete the newest Machine or create one.
 
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
