@@ -10,7 +10,7 @@ use crate::api::json::Pointer as _;
 use crate::api::{FakeApi, ObjKey, json};
 use engine::model::{
     CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, DRAIN_LABEL, EXCLUDE_DRAIN_ANNOTATION, Kind,
-    PAUSED_ANNOTATION, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX,
+    ObjectKey, PAUSED_ANNOTATION, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX,
     SKIP_REMEDIATION_ANNOTATION, Scope,
 };
 use engine::store::Store;
@@ -335,6 +335,22 @@ impl Seen<'_> {
             .collect()
     }
 
+    /// Whether the controller could have known of `hooks` on Machine `owner` (`machine` as the
+    /// API holds it): its store shows one of them, or it has seen the Machine at the version
+    /// the API holds, so a hook there reached it (or a bug hid it). A hook added after the
+    /// version it last saw (a partition of the management cluster, a watch event on its way)
+    /// is not one it bypassed: it acts on what it saw, as every controller does.
+    fn could_see(&self, owner: &ObjectKey, machine: &Value, hooks: &[String]) -> bool {
+        let Some(seen) = self.store.get(owner) else {
+            return false;
+        };
+        let meta = seen.meta();
+        let held = json::str_at(machine, "metadata.resourceVersion")
+            .and_then(|rv| rv.parse::<u64>().ok())
+            .unwrap_or(u64::MAX);
+        hooks.iter().any(|h| meta.has_annotation(h)) || meta.resource_version >= held
+    }
+
     /// Hooks and drain order for commands a Machine's deletion issues.
     fn machine_rules(&self, command: &Command) -> Vec<String> {
         let owner = &command.owner;
@@ -349,7 +365,7 @@ impl Seen<'_> {
         match &command.action {
             Action::Cordon { .. } | Action::Evict { .. } => {
                 let hooks = has_prefix_annotation(machine, PRE_DRAIN_HOOK_PREFIX);
-                if !hooks.is_empty() {
+                if !hooks.is_empty() && self.could_see(owner, machine, &hooks) {
                     broken.push(format!(
                         "hook bypassed: {} on {} while pre-drain hooks {hooks:?} are present",
                         command.action.name(),
@@ -359,7 +375,7 @@ impl Seen<'_> {
             }
             Action::DeleteInfrastructure { .. } => {
                 let hooks = has_prefix_annotation(machine, PRE_TERMINATE_HOOK_PREFIX);
-                if !hooks.is_empty() {
+                if !hooks.is_empty() && self.could_see(owner, machine, &hooks) {
                     broken.push(format!(
                         "hook bypassed: infrastructure of {owner} deleted while pre-terminate hooks {hooks:?} are present"
                     ));
