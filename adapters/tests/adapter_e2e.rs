@@ -39,13 +39,15 @@ fn workload() -> Scope {
 }
 
 /// A stand-in for the engine: once it has seen Machine m1 deleting and the workload cluster
-/// relisted, it cordons n1 and evicts app/web-0 (or, with `evict_both`, evicts app/web-0 then
+/// relisted, its pods too (listed once a deletion needs them: evicted before, web-0 could be
+/// gone before the list, which then never shows it), it cordons n1 and evicts app/web-0 (or, with `evict_both`, evicts app/web-0 then
 /// app/web-1), and records what it was fed.
 #[derive(Default)]
 struct Scripted {
     evict_both: bool,
     relisted: BTreeSet<Scope>,
     machine_deleting: bool,
+    pods_listed: bool,
     workload_objects: Vec<String>,
     issued: bool,
     queue: VecDeque<Command>,
@@ -95,8 +97,13 @@ impl Scripted {
                 self.answered
                     .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
-            Input::RelistKind { scope, objects, .. } => {
+            Input::RelistKind {
+                scope,
+                kind,
+                objects,
+            } => {
                 if *scope == workload() {
+                    self.pods_listed |= *kind == Kind::Pod;
                     let listed = objects.iter().map(|o| o.key(scope).to_string());
                     self.workload_objects.extend(listed);
                 }
@@ -120,7 +127,11 @@ impl Scripted {
 impl Core for Scripted {
     fn handle(&mut self, _now: Timestamp, input: Input) {
         self.observe(&input);
-        if self.machine_deleting && self.relisted.contains(&workload()) && !self.issued {
+        if self.machine_deleting
+            && self.relisted.contains(&workload())
+            && self.pods_listed
+            && !self.issued
+        {
             self.issued = true;
             let node = Target {
                 key: ObjectKey::new(workload(), Kind::Node, "", "n1"),
