@@ -26,6 +26,7 @@
 use crate::api::json::Pointer as _;
 use crate::api::{ObjKey, Part, eviction, json};
 use crate::capi_drain;
+use crate::capi_writer::writer;
 use crate::env::Env;
 use crate::event::Event;
 use crate::scenario::CapiRelease;
@@ -39,15 +40,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// The timeline's actor for CAPI's manager.
 pub const ACTOR: &str = "capi";
-/// The field manager CAPI's controllers write as: controller-runtime names it after the
-/// binary from its User-Agent, and upstream's binary is `manager`.
-pub const FIELD_MANAGER: &str = "manager";
-
-/// CAPI's manager writing `part` of an object, as `managedFields` name it.
-pub(crate) fn writer(part: Part) -> crate::api::managed::Writer {
-    let subresource = (part == Part::Status).then_some(crate::api::managed::Subresource::Status);
-    crate::api::managed::Writer::new(FIELD_MANAGER, subresource)
-}
 /// The timeline's actor for the KubeadmControlPlane controller's part the model plays.
 pub const KCP_ACTOR: &str = "kcp";
 /// KCP's pre-terminate hook on its Machines.

@@ -125,7 +125,7 @@ pub(crate) fn write_list(
         key,
         &patch,
         Part::Status,
-        &crate::capi::writer(Part::Status),
+        &crate::capi_writer::writer(Part::Status),
         now,
     ) else {
         return false;

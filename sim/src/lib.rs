@@ -15,6 +15,7 @@ mod capi_health;
 mod capi_paused;
 mod capi_pools;
 mod capi_remediation;
+mod capi_writer;
 mod checks;
 mod clock;
 pub mod controller_record;
